@@ -1,0 +1,45 @@
+# Entry points named in the README. Each one installs what it needs first.
+#   make demo    install deps, build, run the main job
+#   make test    install deps, build, run every test (ctest)
+#   make bench   install deps, build optimised, run the benchmarks
+# Options: SANITIZE=ON (AddressSanitizer + UBSan), WERROR=ON (warnings fail
+# the build). CI runs `make test SANITIZE=ON WERROR=ON`.
+
+SANITIZE ?= OFF
+WERROR ?= OFF
+BUILD_TYPE ?= RelWithDebInfo
+ifeq ($(SANITIZE),ON)
+BUILD_DIR ?= build-asan
+else
+BUILD_DIR ?= build
+endif
+JOBS ?= $(shell nproc)
+
+CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+  -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR)
+
+.PHONY: deps build test demo bench format clean
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+demo: build
+	$(BUILD_DIR)/gpuha plan examples/iiot-edge.yaml
+
+bench: deps
+	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build build-release -j $(JOBS)
+	build-release/bench/plan_bench
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf build build-asan build-release

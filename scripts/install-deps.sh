@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every Debian package gpuha needs to build, test and benchmark.
+# Idempotent: packages already present are skipped, and apt-get update runs at
+# most once per invocation, only when something is missing.
+set -euo pipefail
+
+# Each package is here for a reason; DESIGN.md lists the dependencies.
+PACKAGES=(
+  build-essential     # g++ 12
+  cmake ninja-build   # build
+  pkg-config
+  libcli11-dev        # command line
+  libyaml-cpp-dev     # config and planner input
+  nlohmann-json3-dev  # API bodies and JSON reports
+  libabsl-dev         # Status / StatusOr (also a gRPC dependency)
+  libgtest-dev libgmock-dev  # unit tests
+  libbenchmark-dev    # micro benchmarks
+  clang libclang-rt-14-dev   # sanitizers and libFuzzer
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

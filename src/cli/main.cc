@@ -1,0 +1,27 @@
+// gpuha: one binary, one subcommand per component (like etcd or consul).
+// main only parses the command line and hands over to a subcommand.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/plan_command.h"
+
+#ifndef GPUHA_VERSION
+#define GPUHA_VERSION "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpuha keeps GPU inference serving while GPUs, nodes and links fail."};
+  app.set_version_flag("--version", GPUHA_VERSION);
+  app.require_subcommand(1);
+  gpuha::cli::PlanCommand plan(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" that exit 0; bad flags exit 2.
+    int rc = app.exit(e);
+    return rc == 0 ? gpuha::cli::kExitOk : gpuha::cli::kExitBadInput;
+  }
+  if (plan.app()->parsed()) return plan.Run(std::cin, std::cout, std::cerr);
+  return gpuha::cli::kExitBadInput;
+}

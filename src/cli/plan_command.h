@@ -1,0 +1,34 @@
+// `gpuha plan`: wires the planner library to the command line.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <istream>
+#include <ostream>
+#include <string>
+
+namespace gpuha::cli {
+
+// Exit codes shared by the subcommands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;   // I/O or internal error
+inline constexpr int kExitBadInput = 2;  // bad flags, config or input file
+inline constexpr int kExitWarnings = 3;  // --strict and the plan has warnings
+
+class PlanCommand {
+ public:
+  explicit PlanCommand(CLI::App& app);
+  // Runs after parsing when the subcommand was chosen.
+  int Run(std::istream& in, std::ostream& out, std::ostream& err);
+  CLI::App* app() const { return app_; }
+
+ private:
+  CLI::App* app_;
+  std::string input_path_;
+  std::string format_ = "text";
+  std::string output_path_;
+  std::string write_path_;
+  bool interactive_ = false;
+  bool strict_ = false;
+};
+
+}  // namespace gpuha::cli

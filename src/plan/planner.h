@@ -1,0 +1,84 @@
+// The planner: seed 002's decision flow, SAN/HBA sub-decision, N+k capacity
+// arithmetic (§5), decision matrix (§6) and facilities sizing (§7), computed
+// from a PlanInput. Pure functions of the input; safe from any thread.
+//
+//   Plan plan = MakePlan(input);
+//   std::cout << plan.outcome;  // e.g. "passthrough-k8s-n+1"
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/plan_input.h"
+
+namespace gpuha::plan {
+
+// One step of the decision flow. `answer` is "true"/"false" for yes/no
+// questions and the chosen word for the others (san_type: "fc").
+struct Decision {
+  std::string question;
+  std::string answer;
+  bool is_bool = true;
+};
+
+struct Design {
+  std::string allocation;      // pci-passthrough | vgpu | dedicated
+  std::string san;             // none | required | recommended
+  std::string hba;             // required | not-needed
+  std::string orchestration;   // kubernetes | vmware-ha | traffic-routing | none
+  std::string capacity_model;  // n+k | buffer-node | active-active | none
+};
+
+// N+k arithmetic, seed 002 §5. All figures are in streams.
+struct Capacity {
+  int64_t nodes = 0;
+  int64_t gpus_per_node = 0;
+  int64_t streams_per_gpu = 0;
+  int64_t total_streams = 0;
+  int64_t redundancy = 0;
+  int64_t max_production_streams = 0;
+  int64_t failover_reserve_streams = 0;
+  int64_t target_streams = 0;
+  int64_t headroom_streams = 0;
+  bool survives_node_loss = false;
+  // The fewest GPU nodes (buffer included) that carry the target under N+k.
+  int64_t nodes_needed_for_target = 0;
+};
+
+struct FacilitiesSizing {
+  double gpu_tdp_watts = 0;
+  double it_load_watts = 0;
+  double ups_va = 0;
+  double cooling_btu_per_hour = 0;
+};
+
+struct Warning {
+  std::string code;
+  std::string message;
+};
+
+struct MatrixRow {
+  std::string requirement;
+  std::string best_choice;
+};
+
+struct Plan {
+  PlanInput input;
+  std::vector<Decision> path;
+  std::string outcome;  // leaf id of the decision flow
+  std::string summary;  // one line: what to build
+  Design design;
+  Capacity capacity;
+  FacilitiesSizing facilities;
+  std::vector<Warning> warnings;
+  std::vector<MatrixRow> matrix;
+};
+
+// Every leaf id the decision flow can end at, in the order of seed 002.
+const std::vector<std::string>& AllOutcomes();
+
+Capacity ComputeCapacity(const PlanInput::Cluster& cluster);
+FacilitiesSizing ComputeFacilities(const PlanInput& in);
+Plan MakePlan(const PlanInput& in);
+
+}  // namespace gpuha::plan
