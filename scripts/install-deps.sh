@@ -13,6 +13,10 @@ PACKAGES=(
   libyaml-cpp-dev     # config and planner input
   nlohmann-json3-dev  # API bodies and JSON reports
   libabsl-dev         # Status / StatusOr (also a gRPC dependency)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # agent/controller RPC
+  libboost-dev        # Asio and Beast: HTTP endpoints and the router
+  libssl-dev          # TLS
+  curl                # e2e tests probe HTTP endpoints like an operator would
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev    # micro benchmarks
   clang libclang-rt-14-dev   # sanitizers and libFuzzer

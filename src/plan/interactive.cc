@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "plan/gpu_models.h"
+#include "gpu/gpu_models.h"
 
 namespace gpuha::plan {
 namespace {
@@ -133,7 +133,7 @@ absl::StatusOr<PlanInput> AskPlanInput(std::istream& in, std::ostream& out) {
     p.cluster.gpu = a;
     return std::string();
   });
-  if (!ask.eof() && FindGpuModel(p.cluster.gpu) == nullptr) {
+  if (!ask.eof() && gpu::FindGpuModel(p.cluster.gpu) == nullptr) {
     double tdp = 300;
     ask.Number(absl::StrCat("'", p.cluster.gpu, "' is not in the table; its TDP in watts"), &tdp, 1,
                2000);

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/yaml_reader.h"
-#include "plan/gpu_models.h"
+#include "gpu/gpu_models.h"
 
 namespace gpuha::plan {
 namespace {
@@ -68,7 +68,7 @@ class FieldReader {
 
 std::string KnownModelList() {
   std::vector<absl::string_view> names;
-  for (const GpuModel& m : KnownGpuModels()) names.push_back(m.name);
+  for (const gpu::GpuModel& m : gpu::KnownGpuModels()) names.push_back(m.name);
   return absl::StrJoin(names, ", ");
 }
 
@@ -135,7 +135,7 @@ absl::StatusOr<PlanInput> ParsePlanInput(absl::string_view yaml, std::string sou
     cluster.Number("tdp_watts", &tdp, 0, 2000, /*min_exclusive=*/true);
     if (cm.ok()) in.cluster.tdp_watts = tdp;
   }
-  if (cm.ok() && !in.cluster.gpu.empty() && FindGpuModel(in.cluster.gpu) == nullptr &&
+  if (cm.ok() && !in.cluster.gpu.empty() && gpu::FindGpuModel(in.cluster.gpu) == nullptr &&
       !in.cluster.tdp_watts) {
     cm.Fail("gpu", absl::StrCat("'", in.cluster.gpu,
                                 "' is not a known GPU model; set cluster.tdp_watts for it "

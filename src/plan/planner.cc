@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "plan/gpu_models.h"
+#include "gpu/gpu_models.h"
 
 namespace gpuha::plan {
 namespace {
@@ -96,7 +96,7 @@ void DecideSanAndHba(const PlanInput& in, Design* design, std::vector<Decision>*
 
 double GpuTdp(const PlanInput& in) {
   if (in.cluster.tdp_watts) return *in.cluster.tdp_watts;
-  const GpuModel* model = FindGpuModel(in.cluster.gpu);
+  const gpu::GpuModel* model = gpu::FindGpuModel(in.cluster.gpu);
   return model != nullptr ? model->tdp_watts : 0;
 }
 
@@ -139,7 +139,7 @@ void AddWarnings(Plan& p) {
     warn("vgpu-license",
          "vGPU needs an NVIDIA vGPU license per GPU (and VMware licensing); budget for it.");
   }
-  if (FindGpuModel(in.cluster.gpu) == nullptr) {
+  if (gpu::FindGpuModel(in.cluster.gpu) == nullptr) {
     warn("unknown-gpu", absl::StrCat("GPU model '", in.cluster.gpu,
                                      "' is not in the planner's table; power figures use "
                                      "cluster.tdp_watts = ",

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "plan/gpu_models.h"
+#include "gpu/gpu_models.h"
 
 namespace gpuha::plan {
 namespace {
@@ -31,7 +31,7 @@ std::string AnswerText(const Decision& d) {
 }
 
 std::string GpuLabel(const Plan& p) {
-  const GpuModel* m = FindGpuModel(p.input.cluster.gpu);
+  const gpu::GpuModel* m = gpu::FindGpuModel(p.input.cluster.gpu);
   std::string name = m != nullptr ? std::string(m->name) : p.input.cluster.gpu;
   return absl::StrFormat("%s, %.0f W TDP", name, p.facilities.gpu_tdp_watts);
 }

@@ -1,4 +1,4 @@
-#include "plan/gpu_models.h"
+#include "gpu/gpu_models.h"
 
 #include <array>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
-namespace gpuha::plan {
+namespace gpuha::gpu {
 namespace {
 
 // Maximum board power and memory from each product's NVIDIA datasheet
@@ -36,4 +36,4 @@ const GpuModel* FindGpuModel(absl::string_view name) {
   return nullptr;
 }
 
-}  // namespace gpuha::plan
+}  // namespace gpuha::gpu

@@ -7,7 +7,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace gpuha::plan {
+namespace gpuha::gpu {
 
 struct GpuModel {
   absl::string_view name;  // as operators write it: "L4", "H100-PCIE"
@@ -22,4 +22,4 @@ std::span<const GpuModel> KnownGpuModels();
 // Case-insensitive lookup; "nvidia l4" and "L4" both find L4. nullptr if unknown.
 const GpuModel* FindGpuModel(absl::string_view name);
 
-}  // namespace gpuha::plan
+}  // namespace gpuha::gpu

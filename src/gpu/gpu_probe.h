@@ -1,0 +1,84 @@
+// GpuProbe: what the agent reads from a node's GPUs. Two backends implement
+// it: NVML loaded at run time (nvml_probe.h) and simulated GPUs driven by a
+// fault script (sim_probe.h). The agent only sees this interface.
+//
+//   std::unique_ptr<GpuProbe> probe = ...;
+//   auto devices = probe->Devices();          // once, at start
+//   auto sample = probe->Sample(0);           // every sampling tick
+//   auto xids = probe->WaitForXids(100ms);    // on the event thread
+//
+// Thread-safety: Sample() and Devices() are called from the sampling thread,
+// WaitForXids() from the event thread, concurrently; implementations must
+// allow that.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpuha::gpu {
+
+struct DeviceInfo {
+  uint32_t index = 0;
+  std::string uuid;
+  std::string name;
+  std::string pci_bus_id;
+  uint64_t memory_total_bytes = 0;
+};
+
+// Bits of NVML's clocks_event_reasons (nvml.h, nvmlClocksThrottleReasons*);
+// the sim backend uses the same bits so health rules read one format.
+namespace throttle {
+inline constexpr uint64_t kGpuIdle = 0x1;
+inline constexpr uint64_t kSwPowerCap = 0x4;
+inline constexpr uint64_t kHwSlowdown = 0x8;
+inline constexpr uint64_t kSwThermalSlowdown = 0x20;
+inline constexpr uint64_t kHwThermalSlowdown = 0x40;
+inline constexpr uint64_t kHwPowerBrakeSlowdown = 0x80;
+// The reasons that mean the GPU is protecting itself, not merely idle or capped.
+inline constexpr uint64_t kSevere = kHwSlowdown | kHwThermalSlowdown | kHwPowerBrakeSlowdown;
+}  // namespace throttle
+
+struct GpuSample {
+  uint32_t index = 0;
+  // A device that stopped answering (NVML_ERROR_GPU_IS_LOST, XID 79): a health
+  // event. The other fields are then not meaningful.
+  bool lost = false;
+  double temperature_c = 0;
+  double power_w = 0;
+  double power_limit_w = 0;
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_total_bytes = 0;
+  uint32_t utilization_pct = 0;
+  uint64_t throttle_reasons = 0;
+  uint64_t ecc_corrected = 0;    // volatile count since driver load
+  uint64_t ecc_uncorrected = 0;
+  uint32_t pages_pending = 0;    // retired or remapped pages waiting for a reset
+  // A field the device did not support this time (e.g. ECC on a consumer GPU).
+  std::vector<std::string> unsupported;
+};
+
+struct XidEvent {
+  uint32_t gpu_index = 0;
+  uint32_t xid = 0;
+  int64_t unix_nanos = 0;
+};
+
+class GpuProbe {
+ public:
+  virtual ~GpuProbe() = default;
+  // "nvml" or "sim".
+  virtual std::string Backend() const = 0;
+  virtual absl::StatusOr<std::vector<DeviceInfo>> Devices() = 0;
+  // A failing device reports lost = true rather than an error; an error means
+  // the probe itself cannot work (library gone, bad index).
+  virtual absl::StatusOr<GpuSample> Sample(uint32_t index) = 0;
+  // Blocks up to `timeout` for XID events and returns those seen (possibly none).
+  virtual absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace gpuha::gpu

@@ -1,0 +1,174 @@
+#include "gpu/health.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpu/xid_catalog.h"
+
+namespace gpuha::gpu {
+
+const char* HealthStateName(HealthState s) {
+  switch (s) {
+    case HealthState::kHealthy: return "healthy";
+    case HealthState::kDegraded: return "degraded";
+    case HealthState::kDraining: return "draining";
+    case HealthState::kFailed: return "failed";
+  }
+  return "failed";
+}
+
+void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
+  auto level = [&](const char* key, Threshold* t) {
+    if (!map.Has(key)) {
+      map.Allow(key);
+      return;
+    }
+    common::YamlMap m = map.Map(key);
+    if (m.Has("warn")) t->warn = m.Number("warn");
+    if (m.Has("critical")) t->critical = m.Number("critical");
+    if ((t->warn && *t->warn < 0) || (t->critical && *t->critical < 0)) {
+      m.Fail(t->warn && *t->warn < 0 ? "warn" : "critical", "must not be negative");
+    } else if (t->warn && t->critical && *t->warn > *t->critical) {
+      m.Fail("warn", absl::StrCat("warn (", *t->warn, ") is above critical (", *t->critical, ")"));
+    }
+  };
+  level("temperature_c", &out->temperature_c);
+  level("memory_used_pct", &out->memory_used_pct);
+  level("power_pct_of_limit", &out->power_pct_of_limit);
+  level("ecc_corrected", &out->ecc_corrected);
+  level("ecc_uncorrected", &out->ecc_uncorrected);
+  level("pages_pending", &out->pages_pending);
+  level("nic_errors_per_sample", &out->nic_errors_per_sample);
+  if (std::optional<bool> b = map.Bool("severe_throttle_degrades")) out->severe_throttle_degrades = *b;
+  for (auto [key, field] : {std::pair{"unhealthy_threshold", &out->unhealthy_threshold},
+                            std::pair{"healthy_threshold", &out->healthy_threshold}}) {
+    if (std::optional<int64_t> v = map.Int(key)) {
+      if (*v < 1 || *v > 1000) map.Fail(key, "must be between 1 and 1000");
+      *field = static_cast<int>(*v);
+    }
+  }
+  if (std::optional<int64_t> ms = map.Int("xid_alert_hold_ms")) {
+    if (*ms < 0) map.Fail("xid_alert_hold_ms", "must not be negative");
+    out->xid_alert_hold = std::chrono::milliseconds(*ms);
+  }
+}
+
+HealthEvaluator::HealthEvaluator(HealthThresholds thresholds) : t_(std::move(thresholds)) {}
+
+void HealthEvaluator::Reset() {
+  ecc_base_.clear();
+  nic_last_errors_.clear();
+  latched_.clear();
+  state_ = pending_ = HealthState::kHealthy;
+  pending_count_ = 0;
+}
+
+void HealthEvaluator::CheckLevel(const std::string& code, double value, const Threshold& t,
+                                 const char* unit, std::vector<HealthReason>* reasons) const {
+  if (t.critical && value >= *t.critical) {
+    reasons->push_back({code, absl::StrFormat("%.1f%s >= critical %g", value, unit, *t.critical),
+                        HealthState::kDraining});
+  } else if (t.warn && value >= *t.warn) {
+    reasons->push_back(
+        {code, absl::StrFormat("%.1f%s >= warn %g", value, unit, *t.warn), HealthState::kDegraded});
+  }
+}
+
+std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, common::TimePoint now) {
+  std::vector<HealthReason> reasons;
+  for (const XidEvent& x : obs.new_xids) {
+    XidConsequence c = ConsequenceOf(x.xid);
+    if (c == XidConsequence::kIgnore) continue;
+    const XidInfo* info = FindXid(x.xid);
+    HealthReason r{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
+                   absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
+                                " (", XidConsequenceName(c), ")"),
+                   c == XidConsequence::kFailAndFence ? HealthState::kFailed
+                   : c == XidConsequence::kDrain      ? HealthState::kDraining
+                                                      : HealthState::kDegraded};
+    std::optional<common::TimePoint> until;
+    if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
+    latched_.push_back({std::move(r), until});
+  }
+  std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
+  for (const Latched& l : latched_) reasons.push_back(l.reason);
+
+  for (const GpuSample& g : obs.gpus) {
+    std::string gpu = absl::StrCat("gpu", g.index);
+    if (g.lost) {
+      reasons.push_back({gpu + ".lost", "GPU stopped answering (lost)", HealthState::kFailed});
+      continue;
+    }
+    CheckLevel(gpu + ".temperature", g.temperature_c, t_.temperature_c, " C", &reasons);
+    if (g.memory_total_bytes > 0) {
+      CheckLevel(gpu + ".memory", 100.0 * g.memory_used_bytes / g.memory_total_bytes,
+                 t_.memory_used_pct, "%", &reasons);
+    }
+    if (g.power_limit_w > 0) {
+      CheckLevel(gpu + ".power", 100.0 * g.power_w / g.power_limit_w, t_.power_pct_of_limit,
+                 "% of limit", &reasons);
+    }
+    auto [base_it, inserted] = ecc_base_.try_emplace(g.index, g.ecc_corrected, g.ecc_uncorrected);
+    // A counter that went backwards means the GPU was reset; rebase on it.
+    if (g.ecc_corrected < base_it->second.first || g.ecc_uncorrected < base_it->second.second) {
+      base_it->second = {g.ecc_corrected, g.ecc_uncorrected};
+    }
+    CheckLevel(gpu + ".ecc_corrected", double(g.ecc_corrected - base_it->second.first),
+               t_.ecc_corrected, " new", &reasons);
+    CheckLevel(gpu + ".ecc_uncorrected", double(g.ecc_uncorrected - base_it->second.second),
+               t_.ecc_uncorrected, " new", &reasons);
+    CheckLevel(gpu + ".pages_pending", g.pages_pending, t_.pages_pending, "", &reasons);
+    if (t_.severe_throttle_degrades && (g.throttle_reasons & throttle::kSevere) != 0) {
+      reasons.push_back({gpu + ".throttle",
+                         absl::StrFormat("hardware slowdown (reasons 0x%llx)",
+                                         static_cast<unsigned long long>(g.throttle_reasons)),
+                         HealthState::kDegraded});
+    }
+  }
+  for (const NicSample& n : obs.nics) {
+    std::string code = absl::StrCat("nic.", n.name);
+    if (!NicUp(n)) {
+      reasons.push_back({code,
+                         !n.present ? "interface missing"
+                                    : absl::StrCat("link down (carrier ", n.carrier ? 1 : 0,
+                                                   ", operstate ", n.operstate, ")"),
+                         HealthState::kFailed});
+      continue;
+    }
+    uint64_t errors = n.rx_errors + n.tx_errors + n.rx_dropped + n.tx_dropped;
+    auto [it, first] = nic_last_errors_.try_emplace(n.name, errors);
+    uint64_t delta = errors >= it->second ? errors - it->second : 0;
+    it->second = errors;
+    if (!first) CheckLevel(code + ".errors", double(delta), t_.nic_errors_per_sample, "", &reasons);
+  }
+  return reasons;
+}
+
+HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now) {
+  HealthReport report;
+  report.reasons = Instant(obs, now);
+  HealthState target = HealthState::kHealthy;
+  for (const HealthReason& r : report.reasons) target = std::max(target, r.state);
+
+  if (target == state_) {
+    pending_count_ = 0;
+  } else {
+    if (target != pending_) {
+      pending_ = target;
+      pending_count_ = 0;
+    }
+    ++pending_count_;
+    int needed = target > state_ ? t_.unhealthy_threshold : t_.healthy_threshold;
+    if (target == HealthState::kFailed) needed = 1;  // a lost GPU is not a rumour
+    if (pending_count_ >= needed) {
+      state_ = target;
+      pending_count_ = 0;
+      report.changed = true;
+    }
+  }
+  report.state = state_;
+  return report;
+}
+
+}  // namespace gpuha::gpu

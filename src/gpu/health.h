@@ -1,0 +1,112 @@
+// Health rules: turn GPU and NIC telemetry into one node health state.
+//
+//   healthy   all readings inside their warn levels
+//   degraded  a reading past its warn level: raise an alert, keep serving
+//   draining  a reading past its critical level, or an XID whose action is a
+//             reset: move work off while the node still serves
+//   failed    a GPU lost, a NIC down, or an XID that makes the GPU
+//             untrustworthy: fail over at once
+//
+// Hysteresis (Envoy's healthy/unhealthy thresholds): a worse state needs
+// `unhealthy_threshold` consecutive samples (failed needs one), a better state
+// needs `healthy_threshold`. XIDs that drain or fail latch until Reset(), since
+// only a GPU reset clears them.
+//
+//   HealthEvaluator eval(thresholds);
+//   HealthReport r = eval.Update(observation, clock.Now());
+//
+// Thread-safety: none; one evaluator belongs to the agent's sampling thread.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/yaml_reader.h"
+#include "gpu/gpu_probe.h"
+#include "gpu/nic.h"
+
+namespace gpuha::gpu {
+
+enum class HealthState { kHealthy = 0, kDegraded = 1, kDraining = 2, kFailed = 3 };
+const char* HealthStateName(HealthState s);  // "healthy" | "degraded" | "draining" | "failed"
+
+// Warn and critical levels for one reading; either may be absent.
+struct Threshold {
+  std::optional<double> warn;
+  std::optional<double> critical;
+};
+
+struct HealthThresholds {
+  Threshold temperature_c{83, 90};
+  Threshold memory_used_pct{95, std::nullopt};
+  Threshold power_pct_of_limit{105, 120};
+  // New ECC errors since the agent started (volatile counters).
+  Threshold ecc_corrected{1000, std::nullopt};
+  Threshold ecc_uncorrected{std::nullopt, 1};
+  Threshold pages_pending{1, std::nullopt};
+  // New NIC errors + drops per sample.
+  Threshold nic_errors_per_sample{100, std::nullopt};
+  // Hardware slowdown (thermal, power brake) counts as degraded.
+  bool severe_throttle_degrades = true;
+  int unhealthy_threshold = 2;
+  int healthy_threshold = 6;
+  // How long an XID whose consequence is "alert" keeps the node degraded.
+  common::Duration xid_alert_hold = std::chrono::seconds(60);
+};
+
+// Reads `thresholds:` from an agent config; a warn above its critical, a
+// negative level or an unknown reading name is an error naming the field.
+void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out);
+
+struct HealthReason {
+  std::string code;    // "gpu0.temperature", "nic.eth0", "gpu1.xid79"
+  std::string detail;  // "91.2 C >= critical 90"
+  HealthState state;
+};
+
+struct Observation {
+  std::vector<GpuSample> gpus;
+  std::vector<NicSample> nics;
+  std::vector<XidEvent> new_xids;
+};
+
+struct HealthReport {
+  HealthState state = HealthState::kHealthy;
+  // Reasons behind the state as of this sample (possibly empty when healthy).
+  std::vector<HealthReason> reasons;
+  bool changed = false;  // the state differs from the previous report
+};
+
+class HealthEvaluator {
+ public:
+  explicit HealthEvaluator(HealthThresholds thresholds);
+  HealthReport Update(const Observation& obs, common::TimePoint now);
+  // Forgets latched XIDs and counter baselines (after a GPU reset / rejoin).
+  void Reset();
+  HealthState state() const { return state_; }
+
+ private:
+  void CheckLevel(const std::string& code, double value, const Threshold& t, const char* unit,
+                  std::vector<HealthReason>* reasons) const;
+  std::vector<HealthReason> Instant(const Observation& obs, common::TimePoint now);
+
+  const HealthThresholds t_;
+  HealthState state_ = HealthState::kHealthy;
+  HealthState pending_ = HealthState::kHealthy;
+  int pending_count_ = 0;
+  // Baselines for counters, per GPU index / NIC name, taken on first sight.
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> ecc_base_;
+  std::map<std::string, uint64_t> nic_last_errors_;
+  // Latched XID reasons; alerts expire at `until`.
+  struct Latched {
+    HealthReason reason;
+    std::optional<common::TimePoint> until;
+  };
+  std::vector<Latched> latched_;
+};
+
+}  // namespace gpuha::gpu

@@ -1,0 +1,167 @@
+#include "gpu/health.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpuha::gpu {
+namespace {
+
+using std::chrono::seconds;
+
+GpuSample Healthy(uint32_t index = 0) {
+  GpuSample s;
+  s.index = index;
+  s.temperature_c = 50;
+  s.power_w = 40;
+  s.power_limit_w = 72;
+  s.memory_total_bytes = 100;
+  s.memory_used_bytes = 30;
+  return s;
+}
+
+Observation Obs(std::vector<GpuSample> gpus, std::vector<XidEvent> xids = {}) {
+  return Observation{std::move(gpus), {}, std::move(xids)};
+}
+
+class HealthTest : public ::testing::Test {
+ protected:
+  HealthReport Feed(const Observation& o, int times = 1) {
+    HealthReport r;
+    for (int i = 0; i < times; ++i) r = eval_.Update(o, clock_.Now());
+    return r;
+  }
+  common::FakeClock clock_;
+  HealthEvaluator eval_{HealthThresholds{}};
+};
+
+TEST_F(HealthTest, HealthyReadingsStayHealthy) {
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1)}), 5);
+  EXPECT_EQ(r.state, HealthState::kHealthy);
+  EXPECT_TRUE(r.reasons.empty());
+}
+
+TEST_F(HealthTest, HotGpuDegradesThenDrainsAfterTwoSamples) {
+  GpuSample warm = Healthy();
+  warm.temperature_c = 85;
+  EXPECT_EQ(Feed(Obs({warm})).state, HealthState::kHealthy);  // one sample is not enough
+  HealthReport r = Feed(Obs({warm}));
+  EXPECT_EQ(r.state, HealthState::kDegraded);
+  EXPECT_TRUE(r.changed);
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_EQ(r.reasons[0].code, "gpu0.temperature");
+  EXPECT_THAT(r.reasons[0].detail, ::testing::HasSubstr("85.0 C >= warn 83"));
+  GpuSample hot = Healthy();
+  hot.temperature_c = 92;
+  EXPECT_EQ(Feed(Obs({hot}), 2).state, HealthState::kDraining);
+}
+
+TEST_F(HealthTest, RecoveryNeedsSixHealthySamples) {
+  GpuSample hot = Healthy();
+  hot.temperature_c = 92;
+  Feed(Obs({hot}), 2);
+  ASSERT_EQ(eval_.state(), HealthState::kDraining);
+  EXPECT_EQ(Feed(Obs({Healthy()}), 5).state, HealthState::kDraining);
+  EXPECT_EQ(Feed(Obs({Healthy()})).state, HealthState::kHealthy);
+}
+
+TEST_F(HealthTest, FlappingReadingDoesNotFlapTheState) {
+  GpuSample hot = Healthy();
+  hot.temperature_c = 92;
+  Feed(Obs({hot}), 2);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(Feed(Obs({i % 2 ? hot : Healthy()})).state, HealthState::kDraining);
+  }
+}
+
+TEST_F(HealthTest, LostGpuFailsAtOnce) {
+  GpuSample lost;
+  lost.index = 1;
+  lost.lost = true;
+  HealthReport r = Feed(Obs({Healthy(0), lost}));
+  EXPECT_EQ(r.state, HealthState::kFailed);
+  EXPECT_EQ(r.reasons[0].code, "gpu1.lost");
+}
+
+TEST_F(HealthTest, XidConsequencesLatch) {
+  HealthReport r = Feed(Obs({Healthy()}, {XidEvent{0, 79, 0}}));
+  EXPECT_EQ(r.state, HealthState::kFailed);
+  EXPECT_THAT(r.reasons[0].detail, ::testing::HasSubstr("fallen off the bus"));
+  // Latched: healthy readings after it do not clear a fail-and-fence XID.
+  EXPECT_EQ(Feed(Obs({Healthy()}), 20).state, HealthState::kFailed);
+  eval_.Reset();
+  EXPECT_EQ(Feed(Obs({Healthy()})).state, HealthState::kHealthy);
+}
+
+TEST_F(HealthTest, DrainXidDrainsAndAlertXidExpires) {
+  Feed(Obs({Healthy()}, {XidEvent{0, 63, 0}}), 1);
+  EXPECT_EQ(Feed(Obs({Healthy()})).state, HealthState::kDraining);
+  HealthEvaluator alerts{HealthThresholds{}};
+  alerts.Update(Obs({Healthy()}, {XidEvent{0, 13, 0}}), clock_.Now());
+  EXPECT_EQ(alerts.Update(Obs({Healthy()}), clock_.Now()).state, HealthState::kDegraded);
+  clock_.Advance(seconds(61));
+  for (int i = 0; i < 6; ++i) alerts.Update(Obs({Healthy()}), clock_.Now());
+  EXPECT_EQ(alerts.state(), HealthState::kHealthy);
+}
+
+TEST_F(HealthTest, IgnoredXidChangesNothing) {
+  EXPECT_EQ(Feed(Obs({Healthy()}, {XidEvent{0, 43, 0}}), 3).state, HealthState::kHealthy);
+}
+
+TEST_F(HealthTest, NewUncorrectedEccDrains) {
+  GpuSample g = Healthy();
+  g.ecc_uncorrected = 5;  // baseline at start: old errors do not count
+  EXPECT_EQ(Feed(Obs({g}), 3).state, HealthState::kHealthy);
+  g.ecc_uncorrected = 6;
+  EXPECT_EQ(Feed(Obs({g}), 2).state, HealthState::kDraining);
+}
+
+TEST_F(HealthTest, PowerAndThrottleDegrade) {
+  GpuSample g = Healthy();
+  g.power_w = 77;  // 107% of 72 W
+  g.throttle_reasons = throttle::kHwPowerBrakeSlowdown;
+  HealthReport r = Feed(Obs({g}), 2);
+  EXPECT_EQ(r.state, HealthState::kDegraded);
+  EXPECT_EQ(r.reasons.size(), 2u);
+}
+
+TEST_F(HealthTest, NicDownFailsAndErrorBurstDegrades) {
+  NicSample up{.name = "eth0", .present = true, .carrier = true, .operstate = "up"};
+  Observation o = Obs({Healthy()});
+  o.nics = {up};
+  EXPECT_EQ(Feed(o, 2).state, HealthState::kHealthy);
+  o.nics[0].rx_errors = 500;
+  EXPECT_EQ(Feed(o).state, HealthState::kHealthy);
+  o.nics[0].rx_errors = 1000;
+  EXPECT_EQ(Feed(o).state, HealthState::kDegraded);
+  o.nics[0].carrier = false;
+  HealthReport r = Feed(o);
+  EXPECT_EQ(r.state, HealthState::kFailed);
+  EXPECT_THAT(r.reasons.back().detail, ::testing::HasSubstr("link down"));
+}
+
+TEST(HealthThresholdsTest, ReadsLevelsAndRejectsMalformedOnes) {
+  auto read = [](const char* yaml, HealthThresholds* t) {
+    auto doc = common::YamlDocument::LoadString(yaml, "agent.yaml");
+    common::YamlMap root = doc->Root();
+    ReadHealthThresholds(root.Map("thresholds"), t);
+    return root.Finish();
+  };
+  HealthThresholds t;
+  ASSERT_TRUE(read("thresholds: { temperature_c: { warn: 80, critical: 88 }, "
+                   "healthy_threshold: 3 }",
+                   &t)
+                  .ok());
+  EXPECT_EQ(t.temperature_c.warn, 80);
+  EXPECT_EQ(t.temperature_c.critical, 88);
+  EXPECT_EQ(t.healthy_threshold, 3);
+  absl::Status bad = read("thresholds: { temperature_c: { warn: 95, critical: 88 } }", &t);
+  EXPECT_THAT(std::string(bad.message()),
+              ::testing::HasSubstr("thresholds.temperature_c.warn: warn (95) is above critical (88)"));
+  bad = read("thresholds: { temprature_c: { warn: 1 } }", &t);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("did you mean 'temperature_c'"));
+  bad = read("thresholds: { power_pct_of_limit: { warn: hot } }", &t);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("expected a number, got 'hot'"));
+}
+
+}  // namespace
+}  // namespace gpuha::gpu

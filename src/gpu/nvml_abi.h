@@ -1,0 +1,99 @@
+// The slice of NVML's C ABI that gpuha uses, declared here so the build needs
+// neither CUDA nor nvml.h. Values and layouts follow NVIDIA's NVML API
+// reference (docs.nvidia.com/deploy/nvml-api, "Device Structs", "Error
+// reporting", "Event Handling Methods"); they have been stable since NVML 9.
+// The fake library in tests/fake_nvml exports the same functions.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+typedef int nvmlReturn_t;
+
+enum : int {
+  NVML_SUCCESS = 0,
+  NVML_ERROR_UNINITIALIZED = 1,
+  NVML_ERROR_INVALID_ARGUMENT = 2,
+  NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NO_PERMISSION = 4,
+  NVML_ERROR_NOT_FOUND = 6,
+  NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_TIMEOUT = 10,
+  NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_GPU_IS_LOST = 15,
+  NVML_ERROR_RESET_REQUIRED = 16,
+  NVML_ERROR_UNKNOWN = 999,
+};
+
+// nvmlTemperatureSensors_t
+enum : int { NVML_TEMPERATURE_GPU = 0 };
+// nvmlMemoryErrorType_t and nvmlEccCounterType_t
+enum : int { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
+enum : int { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
+// nvmlEnableState_t
+enum : int { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
+
+constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x0000000000000008ULL;
+constexpr unsigned int NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96;
+constexpr unsigned int NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
+
+typedef struct {
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+  unsigned int gpu;
+  unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // the XID for nvmlEventTypeXidCriticalError
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+}  // extern "C"
+
+// The signatures, one X-macro so the loader and the fake cannot drift apart:
+// X(name, return, (params)).
+#define GPUHA_NVML_FUNCTIONS(X)                                                              \
+  X(nvmlInit_v2, (void))                                                                     \
+  X(nvmlShutdown, (void))                                                                    \
+  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                            \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))               \
+  X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))               \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))               \
+  X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t* pci))                      \
+  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t* memory))                    \
+  X(nvmlDeviceGetTemperature, (nvmlDevice_t device, int sensor, unsigned int* temp))         \
+  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* milliwatts))                \
+  X(nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned int* milliwatts))        \
+  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t device, nvmlUtilization_t* utilization))    \
+  X(nvmlDeviceGetCurrentClocksThrottleReasons,                                               \
+    (nvmlDevice_t device, unsigned long long* reasons))                                      \
+  X(nvmlDeviceGetTotalEccErrors,                                                             \
+    (nvmlDevice_t device, int error_type, int counter_type, unsigned long long* count))      \
+  X(nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t device, int* is_pending))          \
+  X(nvmlEventSetCreate, (nvmlEventSet_t * set))                                              \
+  X(nvmlDeviceRegisterEvents,                                                                \
+    (nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set))               \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeout_ms)) \
+  X(nvmlEventSetFree, (nvmlEventSet_t set))

@@ -1,0 +1,203 @@
+#include "gpu/nvml_probe.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::gpu {
+
+absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& lib_path) {
+  void* handle = ::dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load NVML (", lib_path, "): ", why ? why : "unknown error",
+                     ". Is the NVIDIA driver installed? Use --gpu sim to run without a GPU."));
+  }
+  std::unique_ptr<NvmlProbe> probe(new NvmlProbe(handle, lib_path));
+  Api& api = probe->api_;
+  auto resolve = [&](const char* name, auto** slot) -> absl::Status {
+    void* sym = ::dlsym(handle, name);
+    if (sym == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          lib_path, " has no symbol ", name, "; the NVIDIA driver is too old for gpuha"));
+    }
+    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(sym);
+    return absl::OkStatus();
+  };
+#define GPUHA_NVML_RESOLVE(name, params) \
+  if (absl::Status s = resolve(#name, &api.name); !s.ok()) return s;
+  GPUHA_NVML_FUNCTIONS(GPUHA_NVML_RESOLVE)
+#undef GPUHA_NVML_RESOLVE
+  if (absl::Status s = resolve("nvmlErrorString", &api.nvmlErrorString); !s.ok()) return s;
+  api.nvmlDeviceGetRemappedRows = reinterpret_cast<decltype(api.nvmlDeviceGetRemappedRows)>(
+      ::dlsym(handle, "nvmlDeviceGetRemappedRows"));
+
+  if (nvmlReturn_t rc = api.nvmlInit_v2(); rc != NVML_SUCCESS) {
+    return absl::FailedPreconditionError(probe->Error("nvmlInit_v2", rc));
+  }
+  probe->initialized_ = true;
+  unsigned int count = 0;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetCount_v2(&count); rc != NVML_SUCCESS) {
+    return absl::FailedPreconditionError(probe->Error("nvmlDeviceGetCount_v2", rc));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NVML (", lib_path, ") found no GPU on this node; use --gpu sim to run "
+                     "without one"));
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByIndex_v2(i, &dev); rc != NVML_SUCCESS) {
+      return absl::FailedPreconditionError(
+          probe->Error(absl::StrCat("nvmlDeviceGetHandleByIndex_v2(", i, ")").c_str(), rc));
+    }
+    probe->devices_.push_back(dev);
+  }
+  if (nvmlReturn_t rc = api.nvmlEventSetCreate(&probe->events_); rc != NVML_SUCCESS) {
+    return absl::FailedPreconditionError(probe->Error("nvmlEventSetCreate", rc));
+  }
+  for (nvmlDevice_t dev : probe->devices_) {
+    nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
+    // Some boards (and vGPU guests) do not support XID events; sampling still works.
+    if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_GPU_IS_LOST) {
+      return absl::FailedPreconditionError(probe->Error("nvmlDeviceRegisterEvents", rc));
+    }
+  }
+  return probe;
+}
+
+NvmlProbe::~NvmlProbe() {
+  if (events_ != nullptr && api_.nvmlEventSetFree != nullptr) api_.nvmlEventSetFree(events_);
+  if (initialized_) api_.nvmlShutdown();
+  if (handle_ != nullptr) ::dlclose(handle_);
+}
+
+std::string NvmlProbe::Error(const char* call, nvmlReturn_t rc) const {
+  const char* text = api_.nvmlErrorString != nullptr ? api_.nvmlErrorString(rc) : nullptr;
+  return absl::StrCat(call, " failed: ", text ? text : "unknown error", " (NVML error ", rc, ")");
+}
+
+absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
+  std::vector<DeviceInfo> out;
+  for (uint32_t i = 0; i < devices_.size(); ++i) {
+    nvmlDevice_t dev = devices_[i];
+    DeviceInfo info;
+    info.index = i;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    nvmlPciInfo_t pci = {};
+    nvmlMemory_t mem = {};
+    if (api_.nvmlDeviceGetName(dev, name, sizeof(name)) == NVML_SUCCESS) info.name = name;
+    if (api_.nvmlDeviceGetUUID(dev, uuid, sizeof(uuid)) == NVML_SUCCESS) info.uuid = uuid;
+    if (api_.nvmlDeviceGetPciInfo_v3(dev, &pci) == NVML_SUCCESS) {
+      info.pci_bus_id.assign(pci.busId, strnlen(pci.busId, sizeof(pci.busId)));
+    }
+    if (api_.nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS) info.memory_total_bytes = mem.total;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
+  if (index >= devices_.size()) {
+    return absl::OutOfRangeError(absl::StrCat("GPU index ", index, " out of range"));
+  }
+  nvmlDevice_t dev = devices_[index];
+  GpuSample s;
+  s.index = index;
+  absl::Status failure;
+  // Each reading: success fills it, GPU_IS_LOST marks the device lost,
+  // NOT_SUPPORTED is noted, anything else is an error of the probe.
+  auto check = [&](const char* what, nvmlReturn_t rc) {
+    if (rc == NVML_SUCCESS) return true;
+    if (rc == NVML_ERROR_GPU_IS_LOST) {
+      s.lost = true;
+    } else if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_NO_PERMISSION) {
+      s.unsupported.push_back(what);
+    } else if (failure.ok()) {
+      failure = absl::UnavailableError(Error(what, rc));
+    }
+    return false;
+  };
+  unsigned int temp = 0, power = 0, limit = 0;
+  if (check("nvmlDeviceGetTemperature", api_.nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &temp))) {
+    s.temperature_c = temp;
+  }
+  if (s.lost) return s;
+  if (check("nvmlDeviceGetPowerUsage", api_.nvmlDeviceGetPowerUsage(dev, &power))) {
+    s.power_w = power / 1000.0;  // NVML reports milliwatts
+  }
+  if (check("nvmlDeviceGetEnforcedPowerLimit", api_.nvmlDeviceGetEnforcedPowerLimit(dev, &limit))) {
+    s.power_limit_w = limit / 1000.0;
+  }
+  nvmlMemory_t mem = {};
+  if (check("nvmlDeviceGetMemoryInfo", api_.nvmlDeviceGetMemoryInfo(dev, &mem))) {
+    s.memory_used_bytes = mem.used;
+    s.memory_total_bytes = mem.total;
+  }
+  nvmlUtilization_t util = {};
+  if (check("nvmlDeviceGetUtilizationRates", api_.nvmlDeviceGetUtilizationRates(dev, &util))) {
+    s.utilization_pct = util.gpu;
+  }
+  unsigned long long reasons = 0;
+  if (check("nvmlDeviceGetCurrentClocksThrottleReasons",
+            api_.nvmlDeviceGetCurrentClocksThrottleReasons(dev, &reasons))) {
+    s.throttle_reasons = reasons;
+  }
+  unsigned long long ecc = 0;
+  if (check("nvmlDeviceGetTotalEccErrors(corrected)",
+            api_.nvmlDeviceGetTotalEccErrors(dev, NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                                             NVML_VOLATILE_ECC, &ecc))) {
+    s.ecc_corrected = ecc;
+  }
+  if (check("nvmlDeviceGetTotalEccErrors(uncorrected)",
+            api_.nvmlDeviceGetTotalEccErrors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                             NVML_VOLATILE_ECC, &ecc))) {
+    s.ecc_uncorrected = ecc;
+  }
+  int pending = NVML_FEATURE_DISABLED;
+  if (check("nvmlDeviceGetRetiredPagesPendingStatus",
+            api_.nvmlDeviceGetRetiredPagesPendingStatus(dev, &pending))) {
+    s.pages_pending = pending == NVML_FEATURE_ENABLED ? 1 : 0;
+  }
+  if (api_.nvmlDeviceGetRemappedRows != nullptr) {
+    unsigned int corr = 0, unc = 0, is_pending = 0, failed = 0;
+    if (check("nvmlDeviceGetRemappedRows",
+              api_.nvmlDeviceGetRemappedRows(dev, &corr, &unc, &is_pending, &failed))) {
+      s.pages_pending += is_pending != 0 || failed != 0 ? 1 : 0;
+    }
+  }
+  if (s.lost) return s;
+  if (!failure.ok()) return failure;
+  return s;
+}
+
+absl::StatusOr<std::vector<XidEvent>> NvmlProbe::WaitForXids(std::chrono::milliseconds timeout) {
+  std::vector<XidEvent> out;
+  unsigned int wait_ms = static_cast<unsigned int>(std::max<int64_t>(0, timeout.count()));
+  while (true) {
+    nvmlEventData_t data = {};
+    nvmlReturn_t rc = api_.nvmlEventSetWait_v2(events_, &data, wait_ms);
+    if (rc == NVML_ERROR_TIMEOUT) break;
+    // A lost GPU shows up in its next sample; the event set itself still works.
+    if (rc == NVML_ERROR_GPU_IS_LOST) break;
+    if (rc != NVML_SUCCESS) return absl::UnavailableError(Error("nvmlEventSetWait_v2", rc));
+    if ((data.eventType & nvmlEventTypeXidCriticalError) != 0) {
+      uint32_t index = 0;
+      for (uint32_t i = 0; i < devices_.size(); ++i) {
+        if (devices_[i] == data.device) index = i;
+      }
+      out.push_back(XidEvent{index, static_cast<uint32_t>(data.eventData),
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count()});
+    }
+    wait_ms = 0;  // drain whatever else is queued, without waiting again
+  }
+  return out;
+}
+
+}  // namespace gpuha::gpu

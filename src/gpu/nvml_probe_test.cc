@@ -1,0 +1,99 @@
+// Runs NvmlProbe against the fake libnvidia-ml.so.1 built by tests/fake_nvml:
+// the dlopen, dlsym and call path are real; only the "driver" is scripted.
+#include "gpu/nvml_probe.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace gpuha::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+class NvmlProbeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = (std::filesystem::path(::testing::TempDir()) / "fake_nvml_state").string();
+    Write("count 2\ngpu0.temp 47\ngpu0.power_mw 31500\ngpu0.util 64\ngpu0.pending 0\n");
+    ::setenv("FAKE_NVML_STATE", state_.c_str(), 1);
+  }
+  void Write(const std::string& text) { std::ofstream(state_) << text; }
+  std::string state_;
+};
+
+TEST_F(NvmlProbeTest, ReadsDevicesAndSamplesThroughDlopen) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ((*probe)->Backend(), "nvml");
+  auto devices = (*probe)->Devices();
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 2u);
+  EXPECT_EQ((*devices)[0].name, "NVIDIA L4");
+  EXPECT_EQ((*devices)[1].pci_bus_id, "00000000:42:00.0");
+  EXPECT_EQ((*devices)[0].memory_total_bytes, 24ull << 30);
+  auto s = (*probe)->Sample(0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->temperature_c, 47);
+  EXPECT_DOUBLE_EQ(s->power_w, 31.5);
+  EXPECT_DOUBLE_EQ(s->power_limit_w, 72);
+  EXPECT_EQ(s->utilization_pct, 64u);
+  EXPECT_FALSE(s->lost);
+  // gpu1 has no "pending" key: the fake answers NOT_SUPPORTED, which is noted.
+  auto s1 = (*probe)->Sample(1);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_THAT(s1->unsupported, ::testing::Contains("nvmlDeviceGetRetiredPagesPendingStatus"));
+}
+
+TEST_F(NvmlProbeTest, GpuIsLostIsAHealthEventNotAnError) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok());
+  Write("count 2\ngpu1.lost 1\n");
+  auto s = (*probe)->Sample(1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->lost);
+  EXPECT_FALSE((*probe)->Sample(0)->lost);
+}
+
+TEST_F(NvmlProbeTest, XidEventsArriveThroughTheEventSet) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok());
+  EXPECT_TRUE((*probe)->WaitForXids(std::chrono::milliseconds(10))->empty());
+  Write("count 2\nxid_seq 1\nxid_gpu 1\nxid 79\n");
+  auto xids = (*probe)->WaitForXids(std::chrono::milliseconds(500));
+  ASSERT_TRUE(xids.ok()) << xids.status();
+  ASSERT_EQ(xids->size(), 1u);
+  EXPECT_EQ((*xids)[0].gpu_index, 1u);
+  EXPECT_EQ((*xids)[0].xid, 79u);
+}
+
+TEST_F(NvmlProbeTest, MissingLibraryIsAClearError) {
+  auto probe = NvmlProbe::Open("/nonexistent/libnvidia-ml.so.1");
+  ASSERT_FALSE(probe.ok());
+  EXPECT_THAT(std::string(probe.status().message()), HasSubstr("cannot load NVML"));
+  EXPECT_THAT(std::string(probe.status().message()), HasSubstr("--gpu sim"));
+}
+
+TEST_F(NvmlProbeTest, MissingSymbolIsNamed) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_PARTIAL);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_THAT(std::string(probe.status().message()), HasSubstr("no symbol nvmlEventSetWait_v2"));
+}
+
+TEST_F(NvmlProbeTest, DriverNotLoadedAndNoGpuAreClearErrors) {
+  Write("init_error 9\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_THAT(std::string(probe.status().message()),
+              HasSubstr("nvmlInit_v2 failed: Driver Not Loaded (NVML error 9)"));
+  Write("count 0\n");
+  probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_FALSE(probe.ok());
+  EXPECT_THAT(std::string(probe.status().message()), HasSubstr("found no GPU"));
+}
+
+}  // namespace
+}  // namespace gpuha::gpu

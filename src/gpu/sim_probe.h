@@ -1,0 +1,88 @@
+// SimProbe: N simulated GPUs of one model with realistic idle and loaded
+// values, driven by a fault script. Serves tests and the demo.
+//
+//   SimOptions o{.model = "L4", .count = 2, .faults = *ParseFaultScript(...)};
+//   auto probe = SimProbe::Create(o, RealClock::Get());
+//   (*probe)->Inject(Fault{.gpu = 0, .kind = FaultKind::kXid, .xid = 79});
+//
+// Time comes from the injected Clock; a fault at at_ms fires once the clock
+// passes start + at_ms. Thread-safety: all methods are safe to call
+// concurrently.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "common/clock.h"
+#include "gpu/fault_script.h"
+#include "gpu/gpu_models.h"
+#include "gpu/gpu_probe.h"
+
+namespace gpuha::gpu {
+
+struct SimOptions {
+  std::string model = "L4";
+  uint32_t count = 1;
+  double load = 0.5;  // 0..1, drives utilization, power, temperature
+  uint64_t seed = 1;  // noise is deterministic per seed
+  std::vector<Fault> faults;
+};
+
+class SimProbe : public GpuProbe {
+ public:
+  // Fails when the model is unknown or a fault names a GPU that does not exist.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SimProbe>> Create(SimOptions options,
+                                                                        common::Clock* clock);
+
+  std::string Backend() const override { return "sim"; }
+  absl::StatusOr<std::vector<DeviceInfo>> Devices() override;
+  absl::StatusOr<GpuSample> Sample(uint32_t index) override;
+  absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds timeout) override;
+
+  // Applies a fault now (at_ms is ignored). Fails for a GPU that does not exist.
+  [[nodiscard]] absl::Status Inject(Fault fault);
+  void SetLoad(double load);
+  // True while an agent_hang fault is in force.
+  bool AgentHung();
+
+ private:
+  struct GpuState {
+    bool lost = false;
+    uint64_t ecc_corrected = 0;
+    uint64_t ecc_uncorrected = 0;
+    uint32_t pages_pending = 0;
+    // Temperature ramp: from `ramp_from` at `ramp_start` to `ramp_to` over `ramp_over`.
+    bool ramping = false;
+    double ramp_from = 0, ramp_to = 0;
+    common::TimePoint ramp_start;
+    common::Duration ramp_over{};
+    double excursion_watts = 0;
+    common::TimePoint excursion_until;
+    std::mt19937_64 noise;
+  };
+  SimProbe(SimOptions options, const GpuModel* model, common::Clock* clock);
+  // Fires every fault due by now. Caller holds mu_.
+  void AdvanceLocked(common::TimePoint now);
+  void ApplyLocked(const Fault& f, common::TimePoint now);
+  double BaseTemperatureLocked() const;
+  double TemperatureLocked(GpuState& g, common::TimePoint now);
+
+  const SimOptions options_;
+  const GpuModel* const model_;
+  common::Clock* const clock_;
+  const common::TimePoint start_;
+
+  std::mutex mu_;
+  std::condition_variable xid_ready_;
+  double load_;                     // guarded by mu_
+  std::vector<GpuState> gpus_;      // guarded by mu_
+  std::deque<Fault> pending_;       // guarded by mu_, sorted by at_ms
+  std::vector<XidEvent> xids_;      // guarded by mu_
+  common::TimePoint hang_until_;    // guarded by mu_
+};
+
+}  // namespace gpuha::gpu

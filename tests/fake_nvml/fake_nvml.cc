@@ -1,0 +1,235 @@
+// A fake libnvidia-ml.so.1 for tests: exports the NVML functions gpuha uses
+// and serves values from a state file named by $FAKE_NVML_STATE, re-read on
+// every call so a test can change the "GPU" while the agent runs. Lines are
+// "key value":
+//
+//   count 2                 number of GPUs
+//   init_error 9            nvmlInit_v2 returns this (9 = driver not loaded)
+//   gpu0.temp 45            also: power_mw limit_mw mem_total mem_used util
+//                           throttle ecc_corr ecc_unc pending name uuid
+//   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
+//   xid_seq 3               when this grows, one XID event is delivered:
+//   xid_gpu 0               on this GPU
+//   xid 79                  with this XID
+//
+// Built twice: complete, and with -DFAKE_NVML_OMIT_EVENT_WAIT to test a driver
+// that lacks a required symbol.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "gpu/nvml_abi.h"
+
+namespace {
+
+struct FakeDevice {
+  int index;
+};
+FakeDevice g_devices[16] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7},
+                            {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+int g_event_set_token = 0;
+std::mutex g_mu;
+long g_delivered_xid_seq = 0;
+
+std::map<std::string, std::string> State() {
+  std::map<std::string, std::string> kv;
+  const char* path = std::getenv("FAKE_NVML_STATE");
+  if (path == nullptr) return kv;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key, value;
+    if (ls >> key) {
+      std::getline(ls >> std::ws, value);
+      kv[key] = value;
+    }
+  }
+  return kv;
+}
+
+long Num(const std::map<std::string, std::string>& kv, const std::string& key, long fallback) {
+  auto it = kv.find(key);
+  return it == kv.end() ? fallback : std::strtol(it->second.c_str(), nullptr, 10);
+}
+
+int IndexOf(nvmlDevice_t d) { return reinterpret_cast<FakeDevice*>(d)->index; }
+
+std::string Key(nvmlDevice_t d, const char* field) {
+  return "gpu" + std::to_string(IndexOf(d)) + "." + field;
+}
+
+bool Lost(const std::map<std::string, std::string>& kv, nvmlDevice_t d) {
+  return Num(kv, Key(d, "lost"), 0) != 0;
+}
+
+nvmlReturn_t CopyString(const std::string& s, char* out, unsigned int len) {
+  if (s.size() + 1 > len) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2(void) {
+  return static_cast<nvmlReturn_t>(Num(State(), "init_error", NVML_SUCCESS));
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown(void) { return NVML_SUCCESS; }
+__attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t rc) {
+  switch (rc) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    default: return "Unknown Error";
+  }
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  *count = static_cast<unsigned int>(Num(State(), "count", 1));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(
+    unsigned int index, nvmlDevice_t* device) {
+  if (index >= 16 || index >= Num(State(), "count", 1)) return NVML_ERROR_INVALID_ARGUMENT;
+  *device = reinterpret_cast<nvmlDevice_t>(&g_devices[index]);
+  return NVML_SUCCESS;
+}
+
+#define FAKE_LOST_CHECK(kv, d) \
+  if (Lost(kv, d)) return NVML_ERROR_GPU_IS_LOST;
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name,
+                                                                     unsigned int len) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  auto it = kv.find(Key(d, "name"));
+  return CopyString(it == kv.end() ? "NVIDIA L4" : it->second, name, len);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid,
+                                                                     unsigned int len) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  auto it = kv.find(Key(d, "uuid"));
+  return CopyString(it == kv.end() ? "GPU-fa4e0000-0000-0000-0000-00000000000" +
+                                         std::to_string(IndexOf(d))
+                                   : it->second,
+                    uuid, len);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d,
+                                                                           nvmlPciInfo_t* pci) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  std::memset(pci, 0, sizeof(*pci));
+  pci->bus = 0x41 + IndexOf(d);
+  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d,
+                                                                           nvmlMemory_t* m) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  m->total = static_cast<unsigned long long>(Num(kv, Key(d, "mem_total"), 24L << 30));
+  m->used = static_cast<unsigned long long>(Num(kv, Key(d, "mem_used"), 1L << 30));
+  m->free = m->total - m->used;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int,
+                                                                            unsigned int* t) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *t = static_cast<unsigned int>(Num(kv, Key(d, "temp"), 40));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d,
+                                                                           unsigned int* mw) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *mw = static_cast<unsigned int>(Num(kv, Key(d, "power_mw"), 30000));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(
+    nvmlDevice_t d, unsigned int* mw) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *mw = static_cast<unsigned int>(Num(kv, Key(d, "limit_mw"), 72000));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRates(
+    nvmlDevice_t d, nvmlUtilization_t* u) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  u->gpu = static_cast<unsigned int>(Num(kv, Key(d, "util"), 50));
+  u->memory = u->gpu / 2;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(
+    nvmlDevice_t d, unsigned long long* r) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *r = static_cast<unsigned long long>(Num(kv, Key(d, "throttle"), 0));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEccErrors(
+    nvmlDevice_t d, int type, int, unsigned long long* count) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *count = static_cast<unsigned long long>(
+      Num(kv, Key(d, type == NVML_MEMORY_ERROR_TYPE_CORRECTED ? "ecc_corr" : "ecc_unc"), 0));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(
+    nvmlDevice_t d, int* pending) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  if (Num(kv, Key(d, "pending"), -1) < 0) return NVML_ERROR_NOT_SUPPORTED;
+  *pending = Num(kv, Key(d, "pending"), 0) != 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  *set = reinterpret_cast<nvmlEventSet_t>(&g_event_set_token);
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t,
+                                                                            unsigned long long,
+                                                                            nvmlEventSet_t) {
+  return NVML_SUCCESS;
+}
+#ifndef FAKE_NVML_OMIT_EVENT_WAIT
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t,
+                                                                       nvmlEventData_t* data,
+                                                                       unsigned int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto kv = State();
+    long seq = Num(kv, "xid_seq", 0);
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (seq > g_delivered_xid_seq) {
+        g_delivered_xid_seq = seq;
+        int gpu = static_cast<int>(Num(kv, "xid_gpu", 0));
+        data->device = reinterpret_cast<nvmlDevice_t>(&g_devices[gpu & 15]);
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = static_cast<unsigned long long>(Num(kv, "xid", 0));
+        return NVML_SUCCESS;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return NVML_ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+#endif
+__attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t) {
+  return NVML_SUCCESS;
+}
+
+}  // extern "C"
