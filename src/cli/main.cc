@@ -1,9 +1,13 @@
 // gpuha: one binary, one subcommand per component (like etcd or consul).
 // main only parses the command line and hands over to a subcommand.
+#include <spdlog/sinks/stdout_color_sinks.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/agent_command.h"
 #include "cli/plan_command.h"
+#include "common/log.h"
 
 #ifndef GPUHA_VERSION
 #define GPUHA_VERSION "unknown"
@@ -14,6 +18,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", GPUHA_VERSION);
   app.require_subcommand(1);
   gpuha::cli::PlanCommand plan(app);
+  gpuha::cli::AgentCommand agent(app);
+  // Logs go to stderr; stdout carries reports and machine-read lines.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
 
   try {
     app.parse(argc, argv);
@@ -23,5 +30,6 @@ int main(int argc, char** argv) {
     return rc == 0 ? gpuha::cli::kExitOk : gpuha::cli::kExitBadInput;
   }
   if (plan.app()->parsed()) return plan.Run(std::cin, std::cout, std::cerr);
+  if (agent.app()->parsed()) return agent.Run();
   return gpuha::cli::kExitBadInput;
 }

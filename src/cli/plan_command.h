@@ -6,13 +6,9 @@
 #include <ostream>
 #include <string>
 
-namespace gpuha::cli {
+#include "cli/exit_codes.h"
 
-// Exit codes shared by the subcommands.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;   // I/O or internal error
-inline constexpr int kExitBadInput = 2;  // bad flags, config or input file
-inline constexpr int kExitWarnings = 3;  // --strict and the plan has warnings
+namespace gpuha::cli {
 
 class PlanCommand {
  public:

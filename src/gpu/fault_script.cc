@@ -17,9 +17,9 @@ struct KindName {
   const char* name;
 };
 constexpr KindName kKinds[] = {
-    {FaultKind::kTempRamp, "temp_ramp"},   {FaultKind::kXid, "xid"},
-    {FaultKind::kEccBurst, "ecc_burst"},   {FaultKind::kPowerExcursion, "power_excursion"},
-    {FaultKind::kLost, "lost"},            {FaultKind::kAgentHang, "agent_hang"},
+    {FaultKind::kTempRamp, "temp_ramp"}, {FaultKind::kXid, "xid"},
+    {FaultKind::kEccBurst, "ecc_burst"}, {FaultKind::kPowerExcursion, "power_excursion"},
+    {FaultKind::kLost, "lost"},          {FaultKind::kAgentHang, "agent_hang"},
     {FaultKind::kClear, "clear"},
 };
 

@@ -21,7 +21,7 @@ faults:
   - { at_ms: 600, kind: agent_hang, for_ms: 2000 }
   - { at_ms: 700, gpu: 0, kind: clear }
 )",
-                                                           "s.yaml");
+                                                          "s.yaml");
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_EQ(f->size(), 7u);
   EXPECT_EQ((*f)[0].kind, FaultKind::kTempRamp);

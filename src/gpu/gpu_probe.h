@@ -55,9 +55,9 @@ struct GpuSample {
   uint64_t memory_total_bytes = 0;
   uint32_t utilization_pct = 0;
   uint64_t throttle_reasons = 0;
-  uint64_t ecc_corrected = 0;    // volatile count since driver load
+  uint64_t ecc_corrected = 0;  // volatile count since driver load
   uint64_t ecc_uncorrected = 0;
-  uint32_t pages_pending = 0;    // retired or remapped pages waiting for a reset
+  uint32_t pages_pending = 0;  // retired or remapped pages waiting for a reset
   // A field the device did not support this time (e.g. ECC on a consumer GPU).
   std::vector<std::string> unsupported;
 };

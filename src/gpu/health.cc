@@ -10,10 +10,14 @@ namespace gpuha::gpu {
 
 const char* HealthStateName(HealthState s) {
   switch (s) {
-    case HealthState::kHealthy: return "healthy";
-    case HealthState::kDegraded: return "degraded";
-    case HealthState::kDraining: return "draining";
-    case HealthState::kFailed: return "failed";
+    case HealthState::kHealthy:
+      return "healthy";
+    case HealthState::kDegraded:
+      return "degraded";
+    case HealthState::kDraining:
+      return "draining";
+    case HealthState::kFailed:
+      return "failed";
   }
   return "failed";
 }
@@ -40,7 +44,8 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
   level("ecc_uncorrected", &out->ecc_uncorrected);
   level("pages_pending", &out->pages_pending);
   level("nic_errors_per_sample", &out->nic_errors_per_sample);
-  if (std::optional<bool> b = map.Bool("severe_throttle_degrades")) out->severe_throttle_degrades = *b;
+  if (std::optional<bool> b = map.Bool("severe_throttle_degrades"))
+    out->severe_throttle_degrades = *b;
   for (auto [key, field] : {std::pair{"unhealthy_threshold", &out->unhealthy_threshold},
                             std::pair{"healthy_threshold", &out->healthy_threshold}}) {
     if (std::optional<int64_t> v = map.Int(key)) {

@@ -155,8 +155,9 @@ TEST(HealthThresholdsTest, ReadsLevelsAndRejectsMalformedOnes) {
   EXPECT_EQ(t.temperature_c.critical, 88);
   EXPECT_EQ(t.healthy_threshold, 3);
   absl::Status bad = read("thresholds: { temperature_c: { warn: 95, critical: 88 } }", &t);
-  EXPECT_THAT(std::string(bad.message()),
-              ::testing::HasSubstr("thresholds.temperature_c.warn: warn (95) is above critical (88)"));
+  EXPECT_THAT(
+      std::string(bad.message()),
+      ::testing::HasSubstr("thresholds.temperature_c.warn: warn (95) is above critical (88)"));
   bad = read("thresholds: { temprature_c: { warn: 1 } }", &t);
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("did you mean 'temperature_c'"));
   bad = read("thresholds: { power_pct_of_limit: { warn: hot } }", &t);

@@ -9,9 +9,9 @@ namespace gpuha::gpu {
 
 struct NicSample {
   std::string name;
-  bool present = false;  // /sys/class/net/<name> exists
-  bool carrier = false;  // carrier == 1
-  std::string operstate; // "up", "down", "unknown", ...
+  bool present = false;   // /sys/class/net/<name> exists
+  bool carrier = false;   // carrier == 1
+  std::string operstate;  // "up", "down", "unknown", ...
   uint64_t rx_errors = 0;
   uint64_t tx_errors = 0;
   uint64_t rx_dropped = 0;

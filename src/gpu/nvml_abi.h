@@ -74,26 +74,25 @@ typedef struct {
 
 // The signatures, one X-macro so the loader and the fake cannot drift apart:
 // X(name, return, (params)).
-#define GPUHA_NVML_FUNCTIONS(X)                                                              \
-  X(nvmlInit_v2, (void))                                                                     \
-  X(nvmlShutdown, (void))                                                                    \
-  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                            \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))               \
-  X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))               \
-  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))               \
-  X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t* pci))                      \
-  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t* memory))                    \
-  X(nvmlDeviceGetTemperature, (nvmlDevice_t device, int sensor, unsigned int* temp))         \
-  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* milliwatts))                \
-  X(nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned int* milliwatts))        \
-  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t device, nvmlUtilization_t* utilization))    \
-  X(nvmlDeviceGetCurrentClocksThrottleReasons,                                               \
-    (nvmlDevice_t device, unsigned long long* reasons))                                      \
-  X(nvmlDeviceGetTotalEccErrors,                                                             \
-    (nvmlDevice_t device, int error_type, int counter_type, unsigned long long* count))      \
-  X(nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t device, int* is_pending))          \
-  X(nvmlEventSetCreate, (nvmlEventSet_t * set))                                              \
-  X(nvmlDeviceRegisterEvents,                                                                \
-    (nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set))               \
-  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeout_ms)) \
+#define GPUHA_NVML_FUNCTIONS(X)                                                                    \
+  X(nvmlInit_v2, (void))                                                                           \
+  X(nvmlShutdown, (void))                                                                          \
+  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                                  \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))                     \
+  X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))                     \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))                     \
+  X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t * pci))                           \
+  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t * memory))                         \
+  X(nvmlDeviceGetTemperature, (nvmlDevice_t device, int sensor, unsigned int* temp))               \
+  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* milliwatts))                      \
+  X(nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned int* milliwatts))              \
+  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t device, nvmlUtilization_t * utilization))         \
+  X(nvmlDeviceGetCurrentClocksThrottleReasons, (nvmlDevice_t device, unsigned long long* reasons)) \
+  X(nvmlDeviceGetTotalEccErrors,                                                                   \
+    (nvmlDevice_t device, int error_type, int counter_type, unsigned long long* count))            \
+  X(nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t device, int* is_pending))                \
+  X(nvmlEventSetCreate, (nvmlEventSet_t * set))                                                    \
+  X(nvmlDeviceRegisterEvents,                                                                      \
+    (nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set))                     \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeout_ms))    \
   X(nvmlEventSetFree, (nvmlEventSet_t set))

@@ -45,7 +45,8 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
   }
   if (count == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("NVML (", lib_path, ") found no GPU on this node; use --gpu sim to run "
+        absl::StrCat("NVML (", lib_path,
+                     ") found no GPU on this node; use --gpu sim to run "
                      "without one"));
   }
   for (unsigned int i = 0; i < count; ++i) {
@@ -60,7 +61,8 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
     return absl::FailedPreconditionError(probe->Error("nvmlEventSetCreate", rc));
   }
   for (nvmlDevice_t dev : probe->devices_) {
-    nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
+    nvmlReturn_t rc =
+        api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
     // Some boards (and vGPU guests) do not support XID events; sampling still works.
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_GPU_IS_LOST) {
       return absl::FailedPreconditionError(probe->Error("nvmlDeviceRegisterEvents", rc));
@@ -95,7 +97,8 @@ absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
     if (api_.nvmlDeviceGetPciInfo_v3(dev, &pci) == NVML_SUCCESS) {
       info.pci_bus_id.assign(pci.busId, strnlen(pci.busId, sizeof(pci.busId)));
     }
-    if (api_.nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS) info.memory_total_bytes = mem.total;
+    if (api_.nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS)
+      info.memory_total_bytes = mem.total;
     out.push_back(std::move(info));
   }
   return out;
@@ -123,7 +126,8 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     return false;
   };
   unsigned int temp = 0, power = 0, limit = 0;
-  if (check("nvmlDeviceGetTemperature", api_.nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &temp))) {
+  if (check("nvmlDeviceGetTemperature",
+            api_.nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &temp))) {
     s.temperature_c = temp;
   }
   if (s.lost) return s;

@@ -34,9 +34,8 @@ absl::StatusOr<std::unique_ptr<SimProbe>> SimProbe::Create(SimOptions options,
   for (size_t i = 0; i < options.faults.size(); ++i) {
     const Fault& f = options.faults[i];
     if (f.kind != FaultKind::kAgentHang && f.gpu >= options.count) {
-      return absl::InvalidArgumentError(absl::StrCat("faults[", i, "].gpu: GPU ", f.gpu,
-                                                     " does not exist (", options.count,
-                                                     " simulated)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "faults[", i, "].gpu: GPU ", f.gpu, " does not exist (", options.count, " simulated)"));
     }
   }
   return std::unique_ptr<SimProbe>(new SimProbe(std::move(options), model, clock));

@@ -78,11 +78,11 @@ class SimProbe : public GpuProbe {
 
   std::mutex mu_;
   std::condition_variable xid_ready_;
-  double load_;                     // guarded by mu_
-  std::vector<GpuState> gpus_;      // guarded by mu_
-  std::deque<Fault> pending_;       // guarded by mu_, sorted by at_ms
-  std::vector<XidEvent> xids_;      // guarded by mu_
-  common::TimePoint hang_until_;    // guarded by mu_
+  double load_;                   // guarded by mu_
+  std::vector<GpuState> gpus_;    // guarded by mu_
+  std::deque<Fault> pending_;     // guarded by mu_, sorted by at_ms
+  std::vector<XidEvent> xids_;    // guarded by mu_
+  common::TimePoint hang_until_;  // guarded by mu_
 };
 
 }  // namespace gpuha::gpu

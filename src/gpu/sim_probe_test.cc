@@ -47,8 +47,9 @@ TEST(SimProbeTest, HealthyValuesAreRealisticForAnL4) {
 
 TEST(SimProbeTest, TemperatureRampsOverTimeThenHolds) {
   common::FakeClock clock;
-  auto probe = Make(&clock, {Fault{.at_ms = 1000, .gpu = 0, .kind = FaultKind::kTempRamp,
-                                   .to_c = 95, .over_ms = 1000}});
+  auto probe = Make(
+      &clock,
+      {Fault{.at_ms = 1000, .gpu = 0, .kind = FaultKind::kTempRamp, .to_c = 95, .over_ms = 1000}});
   double before = probe->Sample(0)->temperature_c;
   clock.Advance(milliseconds(1500));
   double mid = probe->Sample(0)->temperature_c;
@@ -78,10 +79,17 @@ TEST(SimProbeTest, Xid79IsDeliveredAndLosesTheGpu) {
 
 TEST(SimProbeTest, EccBurstPowerExcursionAndClear) {
   common::FakeClock clock;
-  auto probe = Make(&clock, {
-      Fault{.at_ms = 0, .gpu = 0, .kind = FaultKind::kEccBurst, .corrected = 10, .uncorrected = 3},
-      Fault{.at_ms = 0, .gpu = 0, .kind = FaultKind::kPowerExcursion, .watts = 95, .for_ms = 100},
-  });
+  auto probe = Make(
+      &clock,
+      {
+          Fault{.at_ms = 0,
+                .gpu = 0,
+                .kind = FaultKind::kEccBurst,
+                .corrected = 10,
+                .uncorrected = 3},
+          Fault{
+              .at_ms = 0, .gpu = 0, .kind = FaultKind::kPowerExcursion, .watts = 95, .for_ms = 100},
+      });
   auto s = probe->Sample(0);
   EXPECT_EQ(s->ecc_corrected, 10u);
   EXPECT_EQ(s->ecc_uncorrected, 3u);

@@ -27,8 +27,7 @@ constexpr std::array kCatalog = {
     XidInfo{74, "NVLink error", C::kDrain},
     XidInfo{79, "GPU has fallen off the bus", C::kFailAndFence},
     XidInfo{92, "High single-bit ECC error rate", C::kAlert},
-    XidInfo{94, "Contained ECC error; affected applications must restart, reset soon",
-            C::kDrain},
+    XidInfo{94, "Contained ECC error; affected applications must restart, reset soon", C::kDrain},
     XidInfo{95, "Uncontained ECC error; every application on the GPU is affected",
             C::kFailAndFence},
     XidInfo{109, "Context switch timeout", C::kAlert},
@@ -43,10 +42,14 @@ constexpr std::array kCatalog = {
 
 absl::string_view XidConsequenceName(XidConsequence c) {
   switch (c) {
-    case C::kIgnore: return "ignore";
-    case C::kAlert: return "alert";
-    case C::kDrain: return "drain";
-    case C::kFailAndFence: return "fail-and-fence";
+    case C::kIgnore:
+      return "ignore";
+    case C::kAlert:
+      return "alert";
+    case C::kDrain:
+      return "drain";
+    case C::kFailAndFence:
+      return "fail-and-fence";
   }
   return "alert";
 }

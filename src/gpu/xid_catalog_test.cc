@@ -12,9 +12,9 @@ TEST(XidCatalogTest, IssueXidsHaveTheirConsequences) {
   EXPECT_EQ(ConsequenceOf(48), XidConsequence::kFailAndFence);  // double-bit ECC
   EXPECT_EQ(ConsequenceOf(63), XidConsequence::kDrain);         // row remapping recorded
   EXPECT_EQ(ConsequenceOf(64), XidConsequence::kDrain);
-  EXPECT_EQ(ConsequenceOf(94), XidConsequence::kDrain);         // contained ECC
-  EXPECT_EQ(ConsequenceOf(95), XidConsequence::kFailAndFence);  // uncontained ECC
-  EXPECT_EQ(ConsequenceOf(119), XidConsequence::kFailAndFence); // GSP RPC timeout
+  EXPECT_EQ(ConsequenceOf(94), XidConsequence::kDrain);          // contained ECC
+  EXPECT_EQ(ConsequenceOf(95), XidConsequence::kFailAndFence);   // uncontained ECC
+  EXPECT_EQ(ConsequenceOf(119), XidConsequence::kFailAndFence);  // GSP RPC timeout
   EXPECT_EQ(ConsequenceOf(120), XidConsequence::kFailAndFence);
   EXPECT_EQ(ConsequenceOf(43), XidConsequence::kIgnore);
   EXPECT_EQ(ConsequenceOf(13), XidConsequence::kAlert);

@@ -31,7 +31,7 @@ namespace {
 struct FakeDevice {
   int index;
 };
-FakeDevice g_devices[16] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7},
+FakeDevice g_devices[16] = {{0}, {1}, {2},  {3},  {4},  {5},  {6},  {7},
                             {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
 int g_event_set_token = 0;
 std::mutex g_mu;
@@ -85,12 +85,18 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2(void) {
 __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown(void) { return NVML_SUCCESS; }
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    default:
+      return "Unknown Error";
   }
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
@@ -108,24 +114,24 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v
   if (Lost(kv, d)) return NVML_ERROR_GPU_IS_LOST;
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name,
-                                                                     unsigned int len) {
+                                                                      unsigned int len) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "name"));
   return CopyString(it == kv.end() ? "NVIDIA L4" : it->second, name, len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid,
-                                                                     unsigned int len) {
+                                                                      unsigned int len) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "uuid"));
-  return CopyString(it == kv.end() ? "GPU-fa4e0000-0000-0000-0000-00000000000" +
-                                         std::to_string(IndexOf(d))
-                                   : it->second,
+  return CopyString(it == kv.end()
+                        ? "GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(IndexOf(d))
+                        : it->second,
                     uuid, len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d,
-                                                                           nvmlPciInfo_t* pci) {
+                                                                            nvmlPciInfo_t* pci) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   std::memset(pci, 0, sizeof(*pci));
@@ -135,7 +141,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvml
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d,
-                                                                           nvmlMemory_t* m) {
+                                                                            nvmlMemory_t* m) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   m->total = static_cast<unsigned long long>(Num(kv, Key(d, "mem_total"), 24L << 30));
@@ -144,14 +150,14 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int,
-                                                                            unsigned int* t) {
+                                                                             unsigned int* t) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *t = static_cast<unsigned int>(Num(kv, Key(d, "temp"), 40));
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d,
-                                                                           unsigned int* mw) {
+                                                                            unsigned int* mw) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *mw = static_cast<unsigned int>(Num(kv, Key(d, "power_mw"), 30000));
@@ -200,14 +206,14 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEvent
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t,
-                                                                            unsigned long long,
-                                                                            nvmlEventSet_t) {
+                                                                             unsigned long long,
+                                                                             nvmlEventSet_t) {
   return NVML_SUCCESS;
 }
 #ifndef FAKE_NVML_OMIT_EVENT_WAIT
 __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t,
-                                                                       nvmlEventData_t* data,
-                                                                       unsigned int timeout_ms) {
+                                                                        nvmlEventData_t* data,
+                                                                        unsigned int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     auto kv = State();

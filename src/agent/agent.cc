@@ -1,0 +1,530 @@
+#include "agent/agent.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/backoff.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/prometheus.h"
+#include "gpu/fault_script.h"
+
+namespace gpuha::agent {
+namespace {
+
+using std::chrono::milliseconds;
+
+v1::NodeHealth ToProto(gpu::HealthState s) {
+  switch (s) {
+    case gpu::HealthState::kHealthy:
+      return v1::NODE_HEALTH_HEALTHY;
+    case gpu::HealthState::kDegraded:
+      return v1::NODE_HEALTH_DEGRADED;
+    case gpu::HealthState::kDraining:
+      return v1::NODE_HEALTH_DRAINING;
+    case gpu::HealthState::kFailed:
+      return v1::NODE_HEALTH_FAILED;
+  }
+  return v1::NODE_HEALTH_UNSPECIFIED;
+}
+
+constexpr const char* kVersion = "0.1.0";
+
+std::function<bool()> ReadinessProbe(const std::string& url) {
+  if (url.empty()) return [] { return true; };
+  common::HttpUrl parsed = *common::ParseHttpUrl(url);  // validated with the config
+  return [parsed] {
+    auto r =
+        common::HttpCall("GET", parsed.host, parsed.port, parsed.target, "", milliseconds(300));
+    return r.ok() && r->status == 200;
+  };
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const AgentConfig& c) {
+  if (c.tls_ca.empty() && c.tls_cert.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  if (!c.tls_ca.empty()) o.pem_root_certs = common::ReadFile(c.tls_ca).value_or("");
+  if (!c.tls_cert.empty()) {
+    o.pem_cert_chain = common::ReadFile(c.tls_cert).value_or("");
+    o.pem_private_key = common::ReadFile(c.tls_key).value_or("");
+  }
+  return grpc::SslCredentials(o);
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
+             common::Clock* clock)
+    : config_(std::move(config)),
+      probe_(std::move(probe)),
+      sim_(dynamic_cast<gpu::SimProbe*>(probe_.get())),
+      clock_(clock),
+      supervisor_(config_.server, runner, clock, ReadinessProbe(config_.server.ready_url)),
+      evaluator_(config_.thresholds) {}
+
+Agent::~Agent() { Stop(); }
+
+absl::Status Agent::Start() {
+  auto devices = probe_->Devices();
+  if (!devices.ok()) return devices.status();
+  devices_ = *devices;
+  auto http =
+      common::HttpServer::Start({.address = config_.listen.host, .port = config_.listen.port},
+                                [this](const common::HttpRequest& r) { return HandleHttp(r); });
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  Evaluate({});
+  spdlog::info("agent {}: {} GPU(s) via {}, metrics on {}:{}", config_.node, devices_.size(),
+               probe_->Backend(), config_.listen.host, http_->port());
+  threads_.emplace_back([this] { SampleLoop(); });
+  threads_.emplace_back([this] { EventLoop(); });
+  threads_.emplace_back([this] { ConnectionLoop(); });
+  threads_.emplace_back([this] { SupervisorLoop(); });
+  return absl::OkStatus();
+}
+
+void Agent::Stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+  }
+  stop_cv_.notify_all();
+  heartbeat_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  supervisor_.Shutdown();
+  if (http_) http_->Stop();
+}
+
+void Agent::WaitFor(common::Duration d) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  stop_cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+}
+
+gpu::HealthState Agent::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_.state;
+}
+
+void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
+  std::lock_guard<std::mutex> sample_lock(sample_mu_);
+  gpu::Observation obs;
+  for (const gpu::DeviceInfo& d : devices_) {
+    auto s = probe_->Sample(d.index);
+    if (!s.ok()) {
+      counters_.probe_errors++;
+      spdlog::warn("agent: sampling GPU {} failed: {}", d.index, s.status().message());
+      continue;
+    }
+    obs.gpus.push_back(*s);
+  }
+  for (const std::string& nic : config_.nics)
+    obs.nics.push_back(gpu::ReadNic(config_.sysfs_net, nic));
+  obs.new_xids = xids;
+  gpu::HealthReport report = evaluator_.Update(obs, clock_->Now());
+  counters_.samples++;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    samples_ = std::move(obs.gpus);
+    nics_ = std::move(obs.nics);
+    for (const gpu::XidEvent& x : xids) {
+      last_xid_[x.gpu_index] = x.xid;
+      unsent_xids_.push_back(x);
+    }
+    if (report.changed) {
+      health_changed_unix_nanos_ = clock_->UnixNanos();
+      std::string why = report.reasons.empty()
+                            ? "all readings normal"
+                            : report.reasons.front().code + ": " + report.reasons.front().detail;
+      spdlog::warn("agent {}: health {} -> {} ({})", config_.node,
+                   gpu::HealthStateName(health_.state), gpu::HealthStateName(report.state), why);
+    }
+    wake = report.changed || !xids.empty();
+    urgent_ = urgent_ || wake;
+    health_ = std::move(report);
+  }
+  if (wake) heartbeat_cv_.notify_all();
+}
+
+void Agent::SampleLoop() {
+  while (!stopping_) {
+    WaitFor(milliseconds(config_.sample_ms));
+    if (stopping_) break;
+    Evaluate({});
+  }
+}
+
+void Agent::EventLoop() {
+  while (!stopping_) {
+    auto xids = probe_->WaitForXids(milliseconds(200));
+    if (!xids.ok()) {
+      counters_.probe_errors++;
+      spdlog::warn("agent: waiting for XID events failed: {}", xids.status().message());
+      WaitFor(milliseconds(1000));
+      continue;
+    }
+    if (xids->empty()) continue;
+    counters_.xid_events += xids->size();
+    for (const gpu::XidEvent& x : *xids) {
+      spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
+    }
+    Evaluate(std::move(*xids));
+  }
+}
+
+void Agent::SupervisorLoop() {
+  while (!stopping_) {
+    supervisor_.Tick();
+    WaitFor(milliseconds(100));
+  }
+}
+
+v1::AgentMessage Agent::BuildHello() const {
+  v1::AgentMessage m;
+  v1::Hello* h = m.mutable_hello();
+  h->set_node(config_.node);
+  h->set_agent_version(kVersion);
+  h->set_gpu_backend(probe_->Backend());
+  h->set_heartbeat_interval_ms(config_.heartbeat_ms);
+  h->set_last_epoch(epoch_.load());
+  h->set_fenced(fenced_.load());
+  for (const gpu::DeviceInfo& d : devices_) {
+    v1::GpuInfo* g = h->add_gpus();
+    g->set_index(d.index);
+    g->set_uuid(d.uuid);
+    g->set_name(d.name);
+    g->set_pci_bus_id(d.pci_bus_id);
+    g->set_memory_total_bytes(d.memory_total_bytes);
+  }
+  return m;
+}
+
+v1::AgentMessage Agent::BuildHeartbeat() {
+  v1::AgentMessage m;
+  v1::Heartbeat* hb = m.mutable_heartbeat();
+  hb->set_seq(++heartbeat_seq_);
+  hb->set_sent_unix_nanos(clock_->UnixNanos());
+  hb->set_epoch(epoch_.load());
+  hb->set_fenced(fenced_.load());
+  ServerState server = supervisor_.state();
+  v1::ServerStatus* ss = hb->mutable_server();
+  ss->set_running(server.running || !server.supervised);
+  ss->set_ready(server.supervised ? server.ready : !fenced_.load());
+  ss->set_pid(server.pid);
+  ss->set_restarts(server.restarts);
+  ss->set_last_exit(server.last_exit);
+  std::lock_guard<std::mutex> lock(mu_);
+  hb->set_health(ToProto(health_.state));
+  hb->set_health_changed_unix_nanos(health_changed_unix_nanos_);
+  for (const gpu::HealthReason& r : health_.reasons) {
+    v1::HealthReason* pr = hb->add_reasons();
+    pr->set_code(r.code);
+    pr->set_detail(r.detail);
+    pr->set_severity(ToProto(r.state));
+  }
+  for (const gpu::GpuSample& s : samples_) {
+    v1::GpuSample* g = hb->add_gpus();
+    g->set_index(s.index);
+    g->set_lost(s.lost);
+    g->set_temperature_c(s.temperature_c);
+    g->set_power_w(s.power_w);
+    g->set_power_limit_w(s.power_limit_w);
+    g->set_memory_used_bytes(s.memory_used_bytes);
+    g->set_memory_total_bytes(s.memory_total_bytes);
+    g->set_utilization_pct(s.utilization_pct);
+    g->set_throttle_reasons(s.throttle_reasons);
+    g->set_ecc_corrected(s.ecc_corrected);
+    g->set_ecc_uncorrected(s.ecc_uncorrected);
+    g->set_pages_pending(s.pages_pending);
+  }
+  for (const gpu::NicSample& n : nics_) {
+    v1::NicSample* pn = hb->add_nics();
+    pn->set_name(n.name);
+    pn->set_up(gpu::NicUp(n));
+    pn->set_operstate(n.operstate);
+    pn->set_rx_errors(n.rx_errors);
+    pn->set_tx_errors(n.tx_errors);
+  }
+  for (const gpu::XidEvent& x : unsent_xids_) {
+    v1::XidEvent* px = hb->add_xids();
+    px->set_gpu_index(x.gpu_index);
+    px->set_xid(x.xid);
+    px->set_unix_nanos(x.unix_nanos);
+  }
+  unsent_xids_.clear();
+  return m;
+}
+
+void Agent::Handle(const v1::ControllerMessage& m) {
+  auto stale = [&](uint64_t epoch, const char* what) {
+    if (epoch >= epoch_.load()) {
+      epoch_ = epoch;
+      return false;
+    }
+    counters_.stale_commands++;
+    spdlog::warn("agent {}: ignoring {} from epoch {}; this agent is at epoch {}", config_.node,
+                 what, epoch, epoch_.load());
+    return true;
+  };
+  switch (m.msg_case()) {
+    case v1::ControllerMessage::kWelcome:
+      if (stale(m.welcome().epoch(), "welcome")) return;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        role_ = m.welcome().role();
+      }
+      if (m.welcome().fenced() && !fenced_.exchange(true)) {
+        counters_.fences++;
+        supervisor_.Fence();
+      }
+      break;
+    case v1::ControllerMessage::kFence:
+      if (stale(m.fence().epoch(), "fence")) return;
+      spdlog::warn("agent {}: fenced at epoch {}: {}", config_.node, m.fence().epoch(),
+                   m.fence().reason());
+      if (!fenced_.exchange(true)) counters_.fences++;
+      supervisor_.Fence();
+      break;
+    case v1::ControllerMessage::kRejoin:
+      if (stale(m.rejoin().epoch(), "rejoin")) return;
+      spdlog::info("agent {}: rejoining as {} at epoch {}", config_.node, m.rejoin().role(),
+                   m.rejoin().epoch());
+      {
+        std::lock_guard<std::mutex> sample_lock(sample_mu_);
+        evaluator_.Reset();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        role_ = m.rejoin().role();
+      }
+      fenced_ = false;
+      supervisor_.Unfence();
+      break;
+    case v1::ControllerMessage::MSG_NOT_SET:
+      break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    urgent_ = true;
+  }
+  heartbeat_cv_.notify_all();
+}
+
+absl::Status Agent::RunStream(const HostPort& controller) {
+  grpc::ChannelArguments args;
+  // Notice a controller that vanished without closing the connection.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(controller.str(), Credentials(config_), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + milliseconds(1000))) {
+    return absl::UnavailableError("unreachable (no connection within 1 s)");
+  }
+  auto stub = v1::AgentService::NewStub(channel);
+  grpc::ClientContext ctx;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::CancelledError("stopping");
+    stream_ctx_ = &ctx;
+  }
+  auto stream = stub->Connect(&ctx);
+  std::atomic<bool> read_done{false};
+  std::thread reader;
+  if (stream->Write(BuildHello())) {
+    connected_ = true;
+    spdlog::info("agent {}: connected to controller {}", config_.node, controller.str());
+    reader = std::thread([&] {
+      v1::ControllerMessage m;
+      while (stream->Read(&m)) Handle(m);
+      read_done = true;
+      heartbeat_cv_.notify_all();
+    });
+    auto next = clock_->Now();
+    while (!stopping_ && !read_done) {
+      next += milliseconds(config_.heartbeat_ms);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        heartbeat_cv_.wait_for(lock, std::max(common::Duration(0), next - clock_->Now()),
+                               [&] { return urgent_ || stopping_ || read_done; });
+        urgent_ = false;
+      }
+      if (stopping_ || read_done) break;
+      if (clock_->Now() > next + milliseconds(config_.heartbeat_ms)) next = clock_->Now();
+      if (sim_ != nullptr && sim_->AgentHung()) continue;  // silent, connection kept open
+      if (!stream->Write(BuildHeartbeat())) break;
+      counters_.heartbeats_sent++;
+    }
+  }
+  connected_ = false;
+  ctx.TryCancel();
+  if (reader.joinable()) reader.join();
+  grpc::Status st = stream->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_ctx_ = nullptr;
+  }
+  if (stopping_) return absl::CancelledError("stopping");
+  return absl::UnavailableError(st.ok() ? "closed the stream"
+                                        : absl::StrCat("stream broke: ", st.error_message().empty()
+                                                                             ? "connection lost"
+                                                                             : st.error_message()));
+}
+
+void Agent::ConnectionLoop() {
+  common::Backoff backoff({.initial = milliseconds(100),
+                           .max = milliseconds(2000),
+                           .stable_after = milliseconds(5000),
+                           .jitter = 0.2,
+                           .seed = std::hash<std::string>()(config_.node)});
+  size_t next = 0;
+  while (!stopping_) {
+    const HostPort& c = config_.controllers[next % config_.controllers.size()];
+    ++next;
+    common::TimePoint started = clock_->Now();
+    absl::Status s = RunStream(c);
+    if (stopping_) break;
+    backoff.MaybeReset(started, clock_->Now());
+    common::Duration wait = backoff.Next();
+    counters_.reconnects++;
+    spdlog::warn("agent {}: controller {} {}; retrying with {} in {} ms", config_.node, c.str(),
+                 s.message(), config_.controllers[next % config_.controllers.size()].str(),
+                 common::ToMillis(wait));
+    WaitFor(wait);
+  }
+}
+
+std::string Agent::MetricsText() const {
+  common::PromText p;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto gpu_labels = [&](uint32_t index) {
+    const gpu::DeviceInfo* d = index < devices_.size() ? &devices_[index] : nullptr;
+    return common::PromLabels{{"gpu", std::to_string(index)},
+                              {"UUID", d ? d->uuid : ""},
+                              {"modelName", d ? d->name : ""},
+                              {"Hostname", config_.node}};
+  };
+  // dcgm-exporter's names and units, so existing Grafana dashboards work.
+  struct GpuFamily {
+    const char* name;
+    const char* help;
+    double (*value)(const gpu::GpuSample&);
+  };
+  static const GpuFamily kGpuFamilies[] = {
+      {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).",
+       [](const gpu::GpuSample& s) { return s.temperature_c; }},
+      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).",
+       [](const gpu::GpuSample& s) { return s.power_w; }},
+      {"DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
+       [](const gpu::GpuSample& s) { return s.power_limit_w; }},
+      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+       [](const gpu::GpuSample& s) { return double(s.memory_used_bytes >> 20); }},
+      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+       [](const gpu::GpuSample& s) {
+         return double((s.memory_total_bytes - s.memory_used_bytes) >> 20);
+       }},
+      {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).",
+       [](const gpu::GpuSample& s) { return double(s.utilization_pct); }},
+      {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask).",
+       [](const gpu::GpuSample& s) { return double(s.throttle_reasons); }},
+      {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total single-bit volatile ECC errors.",
+       [](const gpu::GpuSample& s) { return double(s.ecc_corrected); }},
+      {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total double-bit volatile ECC errors.",
+       [](const gpu::GpuSample& s) { return double(s.ecc_uncorrected); }},
+      {"DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement or row remapping.",
+       [](const gpu::GpuSample& s) { return double(s.pages_pending); }},
+  };
+  for (const GpuFamily& f : kGpuFamilies) {
+    p.Family(f.name, "gauge", f.help);
+    for (const gpu::GpuSample& s : samples_) {
+      if (!s.lost) p.Sample(f.name, gpu_labels(s.index), f.value(s));
+    }
+  }
+  p.Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.");
+  for (const gpu::DeviceInfo& d : devices_) {
+    auto it = last_xid_.find(d.index);
+    p.Sample("DCGM_FI_DEV_XID_ERRORS", gpu_labels(d.index), it == last_xid_.end() ? 0 : it->second);
+  }
+  p.Family("gpuha_agent_gpu_lost", "gauge", "1 when the GPU stopped answering.");
+  for (const gpu::GpuSample& s : samples_)
+    p.Sample("gpuha_agent_gpu_lost", gpu_labels(s.index), s.lost);
+  const common::PromLabels node{{"node", config_.node}};
+  p.Family("gpuha_agent_health_state", "gauge", "1 for the node's current health state.");
+  for (auto st : {gpu::HealthState::kHealthy, gpu::HealthState::kDegraded,
+                  gpu::HealthState::kDraining, gpu::HealthState::kFailed}) {
+    p.Sample("gpuha_agent_health_state",
+             {{"node", config_.node}, {"state", gpu::HealthStateName(st)}}, health_.state == st);
+  }
+  struct Counter {
+    const char* name;
+    const char* help;
+    const std::atomic<uint64_t>* value;
+  };
+  const Counter counters[] = {
+      {"gpuha_agent_heartbeats_sent_total", "Heartbeats written to a controller.",
+       &counters_.heartbeats_sent},
+      {"gpuha_agent_reconnects_total", "Controller streams that broke or never opened.",
+       &counters_.reconnects},
+      {"gpuha_agent_samples_total", "Telemetry samples taken.", &counters_.samples},
+      {"gpuha_agent_probe_errors_total", "GPU probe calls that failed.", &counters_.probe_errors},
+      {"gpuha_agent_xid_events_total", "XID events seen.", &counters_.xid_events},
+      {"gpuha_agent_fences_total", "Fence commands obeyed.", &counters_.fences},
+      {"gpuha_agent_stale_commands_total", "Commands ignored for carrying an old epoch.",
+       &counters_.stale_commands},
+  };
+  for (const Counter& c : counters) {
+    p.Family(c.name, "counter", c.help);
+    p.Sample(c.name, node, double(c.value->load()));
+  }
+  ServerState server = supervisor_.state();
+  p.Family("gpuha_agent_controller_connected", "gauge", "1 while a controller stream is open.");
+  p.Sample("gpuha_agent_controller_connected", node, connected_.load());
+  p.Family("gpuha_agent_fenced", "gauge", "1 while the node is fenced.");
+  p.Sample("gpuha_agent_fenced", node, fenced_.load());
+  p.Family("gpuha_agent_epoch", "gauge", "Highest cluster epoch seen.");
+  p.Sample("gpuha_agent_epoch", node, double(epoch_.load()));
+  p.Family("gpuha_agent_server_ready", "gauge", "1 while the inference server is ready.");
+  p.Sample("gpuha_agent_server_ready", node, server.ready);
+  p.Family("gpuha_agent_server_restarts_total", "counter", "Inference server restarts.");
+  p.Sample("gpuha_agent_server_restarts_total", node, server.restarts);
+  return p.str();
+}
+
+common::HttpResponse Agent::HandleHttp(const common::HttpRequest& r) {
+  common::HttpResponse out;
+  if (r.method == "GET" && r.path == "/metrics") {
+    out.content_type = common::PromText::kContentType;
+    out.body = MetricsText();
+  } else if (r.method == "GET" && r.path == "/healthz") {
+    out.content_type = "application/json";
+    out.body = absl::StrCat("{\"node\":\"", config_.node, "\",\"health\":\"",
+                            gpu::HealthStateName(health()),
+                            "\",\"connected\":", connected_ ? "true" : "false",
+                            ",\"fenced\":", fenced_ ? "true" : "false", "}\n");
+  } else if (r.method == "POST" && r.path == "/v1/sim/faults") {
+    // Live fault injection for drills and the demo; only the sim backend has it.
+    if (sim_ == nullptr) {
+      out.status = 404;
+      out.body = "fault injection needs --gpu sim\n";
+      return out;
+    }
+    auto fault = gpu::ParseFaultSpec(r.body);
+    absl::Status s = fault.ok() ? sim_->Inject(*fault) : fault.status();
+    out.status = s.ok() ? 202 : 400;
+    out.body = s.ok() ? "injected\n" : absl::StrCat(s.message(), "\n");
+    if (s.ok()) {
+      spdlog::warn("agent {}: injected fault {} on GPU {}", config_.node,
+                   gpu::FaultKindName(fault->kind), fault->gpu);
+      Evaluate({});
+    }
+  } else {
+    out.status = 404;
+    out.body = "not found\n";
+  }
+  return out;
+}
+
+}  // namespace gpuha::agent

@@ -1,0 +1,116 @@
+// Agent: one per GPU node. Samples the GPU probe and NICs, turns them into a
+// health state, keeps a heartbeat stream to a controller, supervises the
+// node's inference server and obeys fence/rejoin commands.
+//
+//   Agent agent(config, std::move(probe), &runner, RealClock::Get());
+//   RETURN_IF_ERROR(agent.Start());
+//   ...
+//   agent.Stop();
+//
+// Threads: sampling (every sample_ms), XID events (blocks in the probe),
+// connection (heartbeats every heartbeat_ms, reconnects with jittered backoff
+// over the controller list), supervisor (100 ms ticks), and the HTTP server
+// for /metrics and /healthz. Shared state sits under mu_.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/process.h"
+#include "agent/supervisor.h"
+#include "common/clock.h"
+#include "common/http_server.h"
+#include "gpu/gpu_probe.h"
+#include "gpu/health.h"
+#include "gpu/sim_probe.h"
+#include "gpuha/v1/agent.grpc.pb.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace gpuha::agent {
+
+struct AgentCounters {
+  std::atomic<uint64_t> heartbeats_sent{0};
+  std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> samples{0};
+  std::atomic<uint64_t> probe_errors{0};
+  std::atomic<uint64_t> xid_events{0};
+  std::atomic<uint64_t> fences{0};
+  std::atomic<uint64_t> stale_commands{0};
+};
+
+class Agent {
+ public:
+  Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
+        common::Clock* clock);
+  ~Agent();
+  // Reads the devices, binds the HTTP endpoint and starts the threads.
+  [[nodiscard]] absl::Status Start();
+  void Stop();
+
+  uint16_t http_port() const { return http_ ? http_->port() : 0; }
+  bool connected() const { return connected_.load(); }
+  gpu::HealthState health() const;
+  bool fenced() const { return fenced_.load(); }
+  const AgentCounters& counters() const { return counters_; }
+  std::string MetricsText() const;
+
+ private:
+  void SampleLoop();
+  void EventLoop();
+  void ConnectionLoop();
+  void SupervisorLoop();
+  // Samples every GPU and NIC and updates the health state; `xids` are new
+  // XID events. Wakes the heartbeat thread when the state changed.
+  void Evaluate(std::vector<gpu::XidEvent> xids);
+  absl::Status RunStream(const HostPort& controller);
+  v1::AgentMessage BuildHello() const;
+  v1::AgentMessage BuildHeartbeat();
+  void Handle(const v1::ControllerMessage& m);
+  common::HttpResponse HandleHttp(const common::HttpRequest& r);
+  // Sleeps up to `d`, returning early on Stop().
+  void WaitFor(common::Duration d);
+
+  const AgentConfig config_;
+  std::unique_ptr<gpu::GpuProbe> probe_;
+  gpu::SimProbe* const sim_;  // probe_ when it is the sim backend, else null
+  common::Clock* const clock_;
+  Supervisor supervisor_;
+  std::unique_ptr<common::HttpServer> http_;
+  AgentCounters counters_;
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> connected_{false};
+  std::atomic<bool> fenced_{false};
+  std::atomic<uint64_t> epoch_{0};
+  std::vector<std::thread> threads_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+
+  std::mutex sample_mu_;            // serialises probe sampling and the evaluator
+  gpu::HealthEvaluator evaluator_;  // guarded by sample_mu_
+
+  mutable std::mutex mu_;
+  std::condition_variable heartbeat_cv_;
+  bool urgent_ = false;                        // guarded by mu_
+  std::vector<gpu::DeviceInfo> devices_;       // fixed after Start()
+  std::vector<gpu::GpuSample> samples_;        // guarded by mu_
+  std::vector<gpu::NicSample> nics_;           // guarded by mu_
+  gpu::HealthReport health_;                   // guarded by mu_
+  int64_t health_changed_unix_nanos_ = 0;      // guarded by mu_
+  std::vector<gpu::XidEvent> unsent_xids_;     // guarded by mu_
+  std::map<uint32_t, uint32_t> last_xid_;      // guarded by mu_, per GPU index
+  std::string role_;                           // guarded by mu_
+  grpc::ClientContext* stream_ctx_ = nullptr;  // guarded by mu_
+  uint64_t heartbeat_seq_ = 0;                 // connection thread only
+};
+
+}  // namespace gpuha::agent

@@ -1,0 +1,164 @@
+#include "agent/agent_config.h"
+
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/http_server.h"
+#include "common/yaml_reader.h"
+#include "gpu/gpu_models.h"
+
+namespace gpuha::agent {
+
+std::string HostPort::str() const {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::string& field) {
+  HostPort hp;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not [HOST]:PORT"));
+    }
+    hp.host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not HOST:PORT"));
+    }
+    hp.host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": '", text, "' has a bad port '", port_text, "'"));
+  }
+  if (hp.host == "localhost") hp.host = "127.0.0.1";
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::string& source) {
+  auto doc = common::YamlDocument::LoadString(yaml, source);
+  if (!doc.ok()) return doc.status();
+  common::YamlMap root = doc->Root();
+  AgentConfig c;
+  if (auto v = root.String("node")) c.node = *v;
+  if (auto list = root.StringList("controllers")) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      auto hp = ParseHostPort((*list)[i], absl::StrCat("controllers[", i, "]"));
+      if (!hp.ok()) {
+        root.Fail("controllers", hp.status().message());
+        break;
+      }
+      c.controllers.push_back(*hp);
+    }
+  }
+  common::YamlMap gpu = root.Map("gpu");
+  if (auto v = gpu.Enum("backend", {"nvml", "sim"})) c.gpu_backend = *v;
+  if (auto v = gpu.String("nvml_lib")) c.nvml_lib = *v;
+  common::YamlMap sim = gpu.Map("sim");
+  if (auto v = sim.String("model")) {
+    if (gpu::FindGpuModel(*v) == nullptr)
+      sim.Fail("model", absl::StrCat("unknown GPU model '", *v, "'"));
+    c.sim.model = *v;
+  }
+  if (auto v = sim.Int("count")) {
+    if (*v < 1 || *v > 64) sim.Fail("count", "must be between 1 and 64");
+    c.sim.count = static_cast<uint32_t>(*v);
+  }
+  if (auto v = sim.Number("load")) {
+    if (*v < 0 || *v > 1) sim.Fail("load", "must be between 0 and 1");
+    c.sim.load = *v;
+  }
+  if (auto v = sim.Int("seed")) c.sim.seed = static_cast<uint64_t>(*v);
+  if (auto v = gpu.String("fault_script")) {
+    std::filesystem::path p(*v);
+    if (p.is_relative()) p = std::filesystem::path(source).parent_path() / p;
+    auto faults = gpu::LoadFaultScriptFile(p.string());
+    if (!faults.ok()) {
+      gpu.Fail("fault_script", faults.status().message());
+    } else {
+      c.sim.faults = *faults;
+    }
+  }
+  common::YamlMap intervals = root.Map("intervals");
+  if (auto v = intervals.Int("sample_ms")) {
+    if (*v < 10 || *v > 60000) intervals.Fail("sample_ms", "must be between 10 and 60000");
+    c.sample_ms = static_cast<int>(*v);
+  }
+  if (auto v = intervals.Int("heartbeat_ms")) {
+    if (*v < 5 || *v > 10000) intervals.Fail("heartbeat_ms", "must be between 5 and 10000");
+    c.heartbeat_ms = static_cast<int>(*v);
+  }
+  if (auto v = root.StringList("nics")) c.nics = *v;
+  if (auto v = root.String("sysfs_net")) c.sysfs_net = *v;
+  gpu::ReadHealthThresholds(root.Map("thresholds"), &c.thresholds);
+  common::YamlMap server = root.Map("server");
+  if (auto v = server.StringList("command")) {
+    if (v->empty()) server.Fail("command", "must name a program");
+    c.server.command = *v;
+  }
+  if (auto v = server.String("ready_url")) {
+    if (auto url = common::ParseHttpUrl(*v); !url.ok())
+      server.Fail("ready_url", url.status().message());
+    c.server.ready_url = *v;
+  }
+  if (auto v = server.Enum("fence_mode", {"stop", "unready"})) {
+    c.server.fence_mode = *v == "stop" ? FenceMode::kStop : FenceMode::kUnready;
+  }
+  if (auto v = server.Int("probe_interval_ms")) {
+    if (*v < 10) server.Fail("probe_interval_ms", "must be at least 10");
+    c.server.probe_interval = std::chrono::milliseconds(*v);
+  }
+  if (auto v = root.String("listen")) {
+    auto hp = ParseHostPort(*v, "listen");
+    if (!hp.ok())
+      root.Fail("listen", hp.status().message());
+    else
+      c.listen = *hp;
+  }
+  common::YamlMap tls = root.Map("tls");
+  if (auto v = tls.String("ca")) c.tls_ca = *v;
+  if (auto v = tls.String("cert")) c.tls_cert = *v;
+  if (auto v = tls.String("key")) c.tls_key = *v;
+  if ((c.tls_cert.empty() != c.tls_key.empty()) && tls.ok()) {
+    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls.cert and tls.key come together");
+  }
+  if (absl::Status s = root.Finish(); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
+  auto text = common::ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseAgentConfig(*text, path);
+}
+
+absl::Status ValidateAgentConfig(const AgentConfig& c) {
+  if (c.node.empty()) return absl::InvalidArgumentError("node: a node name is required (--node)");
+  for (char ch : c.node) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
+        ch != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node: '", c.node, "' may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  if (c.controllers.empty()) {
+    return absl::InvalidArgumentError(
+        "controllers: at least one controller is required (--controller)");
+  }
+  if (c.gpu_backend.empty()) {
+    return absl::InvalidArgumentError("gpu: choose a backend, --gpu nvml or --gpu sim");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpuha::agent

@@ -1,0 +1,61 @@
+// AgentConfig: everything `gpuha agent` needs, from a YAML file and/or flags.
+//
+//   node: gpu-1
+//   controllers: ["127.0.0.1:7400", "127.0.0.1:7401"]
+//   gpu: { backend: sim, nvml_lib: libnvidia-ml.so.1,
+//          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml }
+//   intervals: { sample_ms: 500, heartbeat_ms: 50 }
+//   nics: [eth0]
+//   thresholds: { temperature_c: { warn: 83, critical: 90 } }
+//   server: { command: [gpuha, worker, --port, "8001"],
+//             ready_url: "http://127.0.0.1:8001/v2/health/ready", fence_mode: stop }
+//   listen: 127.0.0.1:9400
+//   tls: { ca: ca.pem, cert: agent.pem, key: agent.key }
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/supervisor.h"
+#include "gpu/fault_script.h"
+#include "gpu/health.h"
+#include "gpu/sim_probe.h"
+
+namespace gpuha::agent {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const;
+};
+// "127.0.0.1:7400" or "[::1]:7400"; `field` names the input in errors.
+[[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
+                                                     const std::string& field);
+
+struct AgentConfig {
+  std::string node;
+  std::vector<HostPort> controllers;
+  std::string gpu_backend;  // "nvml" | "sim"
+  std::string nvml_lib = "libnvidia-ml.so.1";
+  gpu::SimOptions sim;
+  int sample_ms = 500;
+  int heartbeat_ms = 50;
+  std::vector<std::string> nics;
+  std::string sysfs_net = "/sys/class/net";
+  gpu::HealthThresholds thresholds;
+  SupervisorOptions server;
+  HostPort listen{"127.0.0.1", 0};
+  std::string tls_ca, tls_cert, tls_key;
+};
+
+// Reads a config file; fault_script paths resolve against the file's folder.
+[[nodiscard]] absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);
+[[nodiscard]] absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml,
+                                                           const std::string& source);
+// Checks what flags and file together must give: a node name, at least one
+// controller, a backend.
+[[nodiscard]] absl::Status ValidateAgentConfig(const AgentConfig& c);
+
+}  // namespace gpuha::agent

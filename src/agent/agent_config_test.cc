@@ -1,0 +1,94 @@
+#include "agent/agent_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace gpuha::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Err(const absl::StatusOr<AgentConfig>& c) {
+  EXPECT_FALSE(c.ok());
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(AgentConfigTest, ParsesAFullConfig) {
+  auto c = ParseAgentConfig(R"(
+node: gpu-1
+controllers: ["127.0.0.1:7400", "localhost:7401"]
+gpu: { backend: sim, sim: { model: T4, count: 2, load: 0.3, seed: 7 } }
+intervals: { sample_ms: 250, heartbeat_ms: 25 }
+nics: [eth0]
+thresholds: { temperature_c: { warn: 80, critical: 88 } }
+server: { command: [sleep, "100"], ready_url: "http://127.0.0.1:8001/v2/health/ready",
+          fence_mode: unready, probe_interval_ms: 200 }
+listen: 127.0.0.1:9400
+)",
+                            "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node, "gpu-1");
+  ASSERT_EQ(c->controllers.size(), 2u);
+  EXPECT_EQ(c->controllers[1].host, "127.0.0.1");
+  EXPECT_EQ(c->controllers[1].port, 7401);
+  EXPECT_EQ(c->gpu_backend, "sim");
+  EXPECT_EQ(c->sim.model, "T4");
+  EXPECT_EQ(c->sim.count, 2u);
+  EXPECT_EQ(c->heartbeat_ms, 25);
+  EXPECT_EQ(c->thresholds.temperature_c.critical, 88);
+  EXPECT_EQ(c->server.fence_mode, FenceMode::kUnready);
+  EXPECT_EQ(c->listen.port, 9400);
+  EXPECT_TRUE(ValidateAgentConfig(*c).ok());
+}
+
+TEST(AgentConfigTest, BadItemsAreNamed) {
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { model: GTX480 } }", "a.yaml")),
+              HasSubstr("gpu.sim.model: unknown GPU model 'GTX480'"));
+  EXPECT_THAT(Err(ParseAgentConfig("controllers: [nohost]", "a.yaml")),
+              HasSubstr("controllers[0]: 'nohost' is not HOST:PORT"));
+  EXPECT_THAT(Err(ParseAgentConfig("controllers: [\"h:99999\"]", "a.yaml")),
+              HasSubstr("bad port '99999'"));
+  EXPECT_THAT(Err(ParseAgentConfig("intervals: { heartbeat_ms: 1 }", "a.yaml")),
+              HasSubstr("intervals.heartbeat_ms: must be between 5 and 10000"));
+  EXPECT_THAT(Err(ParseAgentConfig("thresholds: { temperature_c: { warn: x } }", "a.yaml")),
+              HasSubstr("thresholds.temperature_c.warn: expected a number"));
+  EXPECT_THAT(Err(ParseAgentConfig("server: { ready_url: ftp://x }", "a.yaml")),
+              HasSubstr("server.ready_url: 'ftp://x' is not an http:// URL"));
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { backend: cuda }", "a.yaml")),
+              HasSubstr("gpu.backend: 'cuda' is not one of: nvml, sim"));
+  EXPECT_THAT(Err(ParseAgentConfig("hearbeat_ms: 5", "a.yaml")), HasSubstr("unknown key"));
+}
+
+TEST(AgentConfigTest, FaultScriptResolvesBesideTheConfigAndUnknownXidIsNamed) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "agentcfg";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "faults.yaml") << "faults:\n  - { at_ms: 10, kind: xid, xid: 9999 }\n";
+  std::ofstream(dir / "agent.yaml") << "gpu: { backend: sim, fault_script: faults.yaml }\n";
+  auto c = LoadAgentConfig((dir / "agent.yaml").string());
+  EXPECT_THAT(Err(c), HasSubstr("9999 is not a known XID"));
+}
+
+TEST(AgentConfigTest, ValidationNamesWhatIsMissing) {
+  AgentConfig c;
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("node"));
+  c.node = "bad node!";
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("may hold only"));
+  c.node = "n1";
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("--controller"));
+  c.controllers = {{"127.0.0.1", 1}};
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("--gpu"));
+}
+
+TEST(HostPortTest, ParsesIpv4Ipv6AndRejectsJunk) {
+  EXPECT_EQ(ParseHostPort("[::1]:80", "x")->host, "::1");
+  EXPECT_EQ(ParseHostPort("[::1]:80", "x")->str(), "[::1]:80");
+  EXPECT_FALSE(ParseHostPort(":80", "x").ok());
+  EXPECT_FALSE(ParseHostPort("[::1]80", "x").ok());
+  EXPECT_FALSE(ParseHostPort("h:port", "x").ok());
+}
+
+}  // namespace
+}  // namespace gpuha::agent

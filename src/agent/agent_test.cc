@@ -1,0 +1,196 @@
+// The agent against an in-test controller that speaks proto/gpuha/v1, with
+// simulated GPUs: hello, heartbeats, XID and thermal faults, fencing, epochs,
+// reconnection, the hang fault and the HTTP endpoints.
+#include "agent/agent.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/testing/fake_controller.h"
+
+namespace gpuha::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::FakeController;
+using ::testing::HasSubstr;
+
+class NoProcesses : public ProcessRunner {
+ public:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>&) override {
+    return absl::UnimplementedError("no processes in this test");
+  }
+  std::optional<std::string> Poll(pid_t) override { return "exit 0"; }
+  void Signal(pid_t, int) override {}
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentConfig Config(std::vector<int> ports) {
+    AgentConfig c;
+    c.node = "gpu-1";
+    for (int p : ports) c.controllers.push_back({"127.0.0.1", static_cast<uint16_t>(p)});
+    c.gpu_backend = "sim";
+    c.sim.count = 2;
+    c.sample_ms = 100;
+    c.heartbeat_ms = 20;
+    return c;
+  }
+  std::unique_ptr<Agent> Start(AgentConfig c) {
+    auto probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());
+    EXPECT_TRUE(probe.ok());
+    auto a = std::make_unique<Agent>(c, std::move(*probe), &runner_, common::RealClock::Get());
+    EXPECT_TRUE(a->Start().ok());
+    return a;
+  }
+  static v1::ControllerMessage FenceAt(uint64_t epoch) {
+    v1::ControllerMessage m;
+    m.mutable_fence()->set_epoch(epoch);
+    m.mutable_fence()->set_reason("test");
+    return m;
+  }
+  NoProcesses runner_;
+};
+
+TEST_F(AgentTest, SaysHelloWithItsGpusThenHeartbeats) {
+  FakeController controller;
+  auto agent = Start(Config({controller.port()}));
+  auto hello = controller.WaitForHello();
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->node(), "gpu-1");
+  EXPECT_EQ(hello->gpu_backend(), "sim");
+  ASSERT_EQ(hello->gpus_size(), 2);
+  EXPECT_EQ(hello->gpus(0).name(), "NVIDIA L4");
+  EXPECT_EQ(hello->heartbeat_interval_ms(), 20u);
+  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.seq() >= 5; });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_EQ(hb->heartbeat.health(), v1::NODE_HEALTH_HEALTHY);
+  EXPECT_EQ(hb->heartbeat.gpus_size(), 2);
+  EXPECT_GT(hb->heartbeat.gpus(0).temperature_c(), 30);
+  EXPECT_TRUE(agent->connected());
+}
+
+TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
+  FakeController controller;
+  auto agent = Start(Config({controller.port()}));
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=79,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 202) << r->body;
+  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    if (h.health() != v1::NODE_HEALTH_FAILED) return false;
+    for (const v1::HealthReason& r : h.reasons()) {
+      if (r.code() == "gpu1.xid79" && r.severity() == v1::NODE_HEALTH_FAILED) return true;
+    }
+    return false;
+  });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_TRUE(hb->heartbeat.gpus(1).lost());
+  EXPECT_FALSE(hb->heartbeat.gpus(0).lost());
+  auto with_xid = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.xids_size() > 0; }, milliseconds(2000), 0);
+  ASSERT_TRUE(with_xid.has_value());
+  EXPECT_EQ(with_xid->heartbeat.xids(0).xid(), 79u);
+}
+
+TEST_F(AgentTest, ThermalRampDrainsBeforeTheGpuFails) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.sim.faults = {gpu::Fault{
+      .at_ms = 0, .gpu = 0, .kind = gpu::FaultKind::kTempRamp, .to_c = 95, .over_ms = 300}};
+  auto agent = Start(c);
+  auto hb = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_DRAINING; });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_EQ(hb->heartbeat.reasons(0).code(), "gpu0.temperature");
+}
+
+TEST_F(AgentTest, FenceIsObeyedAndStaleEpochsAreIgnored) {
+  FakeController controller;
+  auto agent = Start(Config({controller.port()}));
+  ASSERT_TRUE(controller.WaitForHello());
+  controller.Send(FenceAt(5));
+  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.fenced(); });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_EQ(hb->heartbeat.epoch(), 5u);
+  EXPECT_FALSE(hb->heartbeat.server().ready());
+  v1::ControllerMessage rejoin;
+  rejoin.mutable_rejoin()->set_epoch(3);  // older than 5: must be ignored
+  controller.Send(rejoin);
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_TRUE(agent->fenced());
+  EXPECT_EQ(agent->counters().stale_commands.load(), 1u);
+  rejoin.mutable_rejoin()->set_epoch(6);
+  rejoin.mutable_rejoin()->set_role("passive");
+  controller.Send(rejoin);
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return !h.fenced() && h.epoch() == 6; }));
+}
+
+TEST_F(AgentTest, ReconnectsToTheNextControllerWhenOneDies) {
+  auto first = std::make_unique<FakeController>();
+  FakeController second;
+  auto agent = Start(Config({first->port(), second.port()}));
+  ASSERT_TRUE(first->WaitForHello());
+  first->Shutdown();
+  auto hello = second.WaitForHello(milliseconds(8000));
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_TRUE(second.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  EXPECT_GE(agent->counters().reconnects.load(), 1u);
+}
+
+TEST_F(AgentTest, UnreachableControllerIsRetried) {
+  FakeController later;
+  int port = later.port();
+  later.Shutdown();  // nobody listens on `port` yet
+  auto agent = Start(Config({port}));
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_FALSE(agent->connected());
+  EXPECT_GE(agent->counters().reconnects.load(), 1u);
+  FakeController up(port);
+  EXPECT_TRUE(up.WaitForHello(milliseconds(8000)).has_value());
+}
+
+TEST_F(AgentTest, HangFaultSilencesHeartbeatsButKeepsTheStream) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.sim.faults = {gpu::Fault{.at_ms = 300, .kind = gpu::FaultKind::kAgentHang, .for_ms = 500}};
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHello());
+  std::this_thread::sleep_for(milliseconds(1200));
+  auto beats = controller.heartbeats();
+  ASSERT_GT(beats.size(), 10u);
+  auto longest = milliseconds(0);
+  for (size_t i = 1; i < beats.size(); ++i) {
+    longest =
+        std::max(longest, std::chrono::duration_cast<milliseconds>(beats[i].at - beats[i - 1].at));
+  }
+  EXPECT_GE(longest.count(), 400);
+  EXPECT_EQ(controller.hello_count(), 1u) << "the stream must stay open through the hang";
+}
+
+TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
+  FakeController controller;
+  auto agent = Start(Config({controller.port()}));
+  auto m =
+      common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "", milliseconds(2000));
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m->body, HasSubstr("# TYPE DCGM_FI_DEV_GPU_TEMP gauge"));
+  EXPECT_THAT(m->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-"));
+  EXPECT_THAT(m->body, HasSubstr("modelName=\"NVIDIA L4\",Hostname=\"gpu-1\"}"));
+  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_health_state{node=\"gpu-1\",state=\"healthy\"} 1"));
+  auto h =
+      common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/healthz", "", milliseconds(2000));
+  EXPECT_THAT(h->body, HasSubstr("\"health\":\"healthy\""));
+  auto bad = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                              "kind=xid,xid=4242", milliseconds(2000));
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_THAT(bad->body, HasSubstr("4242 is not a known XID"));
+  auto wrong_gpu = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                                    "kind=lost,gpu=9", milliseconds(2000));
+  EXPECT_EQ(wrong_gpu->status, 400);
+}
+
+}  // namespace
+}  // namespace gpuha::agent

@@ -1,0 +1,35 @@
+// ProcessRunner: the agent's door to child processes, so the supervisor's
+// restart and fencing logic is tested without forking (FakeProcessRunner in
+// supervisor_test.cc) and e2e tests confirm it with real processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpuha::agent {
+
+class ProcessRunner {
+ public:
+  virtual ~ProcessRunner() = default;
+  // Starts argv[0] with argv in its own process group; returns the pid.
+  virtual absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) = 0;
+  // Returns "exit N" or "signal N" once the process has ended, else nullopt.
+  virtual std::optional<std::string> Poll(pid_t pid) = 0;
+  // Signals the process group.
+  virtual void Signal(pid_t pid, int signo) = 0;
+};
+
+// fork/exec with setsid; children die with the agent (PR_SET_PDEATHSIG).
+class RealProcessRunner : public ProcessRunner {
+ public:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) override;
+  std::optional<std::string> Poll(pid_t pid) override;
+  void Signal(pid_t pid, int signo) override;
+};
+
+}  // namespace gpuha::agent

@@ -1,0 +1,131 @@
+#include "agent/supervisor.h"
+
+#include <signal.h>
+
+#include "common/log.h"
+
+namespace gpuha::agent {
+
+Supervisor::Supervisor(SupervisorOptions options, ProcessRunner* runner, common::Clock* clock,
+                       std::function<bool()> probe)
+    : options_(std::move(options)),
+      runner_(runner),
+      clock_(clock),
+      probe_(std::move(probe)),
+      backoff_(options_.backoff) {
+  state_.supervised = !options_.command.empty();
+  next_start_ = clock_->Now();
+}
+
+Supervisor::~Supervisor() { Shutdown(); }
+
+void Supervisor::StopLocked(common::TimePoint now) {
+  if (!state_.running) return;
+  if (auto exit = runner_->Poll(state_.pid)) {
+    state_.running = false;
+    state_.last_exit = *exit;
+    term_sent_.reset();
+    spdlog::info("supervisor: server pid {} stopped ({})", state_.pid, *exit);
+    return;
+  }
+  if (!term_sent_) {
+    runner_->Signal(state_.pid, SIGTERM);
+    term_sent_ = now;
+  } else if (now - *term_sent_ >= options_.stop_grace) {
+    runner_->Signal(state_.pid, SIGKILL);
+  }
+}
+
+void Supervisor::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.supervised) return;
+  common::TimePoint now = clock_->Now();
+  if (shutdown_ || (state_.fenced && options_.fence_mode == FenceMode::kStop)) {
+    StopLocked(now);
+    state_.ready = false;
+    return;
+  }
+  if (state_.running) {
+    if (auto exit = runner_->Poll(state_.pid)) {
+      state_.running = false;
+      state_.ready = false;
+      probe_ok_ = false;
+      state_.last_exit = *exit;
+      ++state_.restarts;
+      backoff_.MaybeReset(started_at_, now);
+      common::Duration wait = backoff_.Next();
+      next_start_ = now + wait;
+      spdlog::warn("supervisor: server pid {} ended ({}); restart {} in {} ms", state_.pid, *exit,
+                   state_.restarts, common::ToMillis(wait));
+    }
+  }
+  if (!state_.running && now >= next_start_) {
+    absl::StatusOr<pid_t> pid = runner_->Spawn(options_.command);
+    if (pid.ok()) {
+      state_.running = true;
+      state_.pid = *pid;
+      started_at_ = now;
+      next_probe_ = now;
+      spdlog::info("supervisor: started server pid {}", *pid);
+    } else {
+      state_.last_exit = std::string(pid.status().message());
+      common::Duration wait = backoff_.Next();
+      next_start_ = now + wait;
+      spdlog::error("supervisor: {}; retry in {} ms", pid.status().message(),
+                    common::ToMillis(wait));
+    }
+  }
+  if (state_.running && now >= next_probe_) {
+    probe_ok_ = options_.ready_url.empty() || probe_();
+    next_probe_ = now + options_.probe_interval;
+  }
+  state_.ready = state_.running && probe_ok_ && !state_.fenced;
+}
+
+void Supervisor::Fence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.fenced) spdlog::warn("supervisor: fenced, server out of service");
+  state_.fenced = true;
+  state_.ready = false;
+}
+
+void Supervisor::Unfence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_.fenced) spdlog::info("supervisor: unfenced");
+  state_.fenced = false;
+  backoff_.Reset();
+  next_start_ = clock_->Now();
+}
+
+void Supervisor::Shutdown() {
+  std::unique_lock<std::mutex> lock(mu_);
+  shutdown_ = true;
+  if (!state_.running) return;
+  runner_->Signal(state_.pid, SIGTERM);
+  pid_t pid = state_.pid;
+  lock.unlock();
+  // Give the server its grace period, then make sure it is gone.
+  for (int i = 0; i < 50; ++i) {
+    if (runner_->Poll(pid)) {
+      std::lock_guard<std::mutex> relock(mu_);
+      state_.running = false;
+      return;
+    }
+    struct timespec ts = {0, 20'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  runner_->Signal(pid, SIGKILL);
+  for (int i = 0; i < 50 && !runner_->Poll(pid); ++i) {
+    struct timespec ts = {0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  std::lock_guard<std::mutex> relock(mu_);
+  state_.running = false;
+}
+
+ServerState Supervisor::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+}  // namespace gpuha::agent

@@ -1,0 +1,77 @@
+// Supervisor: keeps the node's inference server running, probes its
+// readiness, and stops serving on a fence (keepalived's child supervision).
+//
+//   Supervisor s(options, &runner, clock, probe);
+//   while (running) { s.Tick(); sleep(100ms); }   // on the supervisor thread
+//   s.Fence();    // from the connection thread, on a controller command
+//
+// Restarts follow 1, 2, 4 ... 60 s, reset after a stable minute. Thread-safety:
+// all methods lock; Tick() is meant for one thread.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/process.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+
+namespace gpuha::agent {
+
+enum class FenceMode { kStop, kUnready };
+
+struct SupervisorOptions {
+  std::vector<std::string> command;  // empty: no server to supervise
+  std::string ready_url;             // empty: a running server counts as ready
+  FenceMode fence_mode = FenceMode::kStop;
+  common::Duration probe_interval = std::chrono::milliseconds(500);
+  common::Duration stop_grace = std::chrono::seconds(2);
+  common::Backoff::Options backoff;
+};
+
+struct ServerState {
+  bool supervised = false;
+  bool running = false;
+  bool ready = false;  // probe passed and not fenced
+  bool fenced = false;
+  pid_t pid = 0;
+  uint32_t restarts = 0;
+  std::string last_exit;
+};
+
+class Supervisor {
+ public:
+  // `probe` answers whether the server is ready now; it may block briefly.
+  Supervisor(SupervisorOptions options, ProcessRunner* runner, common::Clock* clock,
+             std::function<bool()> probe);
+  ~Supervisor();
+  void Tick();
+  void Fence();
+  void Unfence();
+  // Stops the server for good (agent shutdown).
+  void Shutdown();
+  ServerState state() const;
+
+ private:
+  void StopLocked(common::TimePoint now);
+
+  const SupervisorOptions options_;
+  ProcessRunner* const runner_;
+  common::Clock* const clock_;
+  const std::function<bool()> probe_;
+
+  mutable std::mutex mu_;
+  ServerState state_;                           // guarded by mu_
+  common::Backoff backoff_;                     // guarded by mu_
+  common::TimePoint started_at_{};              // guarded by mu_
+  common::TimePoint next_start_{};              // guarded by mu_
+  common::TimePoint next_probe_{};              // guarded by mu_
+  std::optional<common::TimePoint> term_sent_;  // guarded by mu_
+  bool probe_ok_ = false;                       // guarded by mu_
+  bool shutdown_ = false;                       // guarded by mu_
+};
+
+}  // namespace gpuha::agent

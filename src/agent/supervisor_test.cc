@@ -1,0 +1,178 @@
+#include "agent/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+namespace gpuha::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Processes that live until the test ends them.
+class FakeProcessRunner : public ProcessRunner {
+ public:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) override {
+    if (fail_spawn) return absl::FailedPreconditionError("cannot run '" + argv[0] + "'");
+    ++spawns;
+    alive[++last_pid] = true;
+    return last_pid;
+  }
+  std::optional<std::string> Poll(pid_t pid) override {
+    if (alive[pid]) return std::nullopt;
+    return exit_text;
+  }
+  void Signal(pid_t pid, int signo) override {
+    signals.push_back(signo);
+    if (signo == SIGKILL || (signo == SIGTERM && dies_on_term)) alive[pid] = false;
+  }
+  void Crash(pid_t pid) { alive[pid] = false; }
+
+  std::map<pid_t, bool> alive;
+  pid_t last_pid = 100;
+  int spawns = 0;
+  bool fail_spawn = false;
+  bool dies_on_term = true;
+  std::string exit_text = "exit 1";
+  std::vector<int> signals;
+};
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  SupervisorOptions Options() {
+    SupervisorOptions o;
+    o.command = {"worker"};
+    o.ready_url = "http://127.0.0.1:1/ready";
+    o.probe_interval = milliseconds(100);
+    o.stop_grace = seconds(2);
+    return o;
+  }
+  common::FakeClock clock_;
+  FakeProcessRunner runner_;
+  bool ready_ = true;
+};
+
+TEST_F(SupervisorTest, StartsServerAndReportsReadiness) {
+  Supervisor s(Options(), &runner_, &clock_, [&] { return ready_; });
+  s.Tick();
+  EXPECT_TRUE(s.state().running);
+  EXPECT_TRUE(s.state().ready);
+  ready_ = false;
+  clock_.Advance(milliseconds(100));
+  s.Tick();
+  EXPECT_FALSE(s.state().ready);
+  EXPECT_TRUE(s.state().running);
+}
+
+TEST_F(SupervisorTest, RestartsWithDoublingBackoffThenResetsAfterStableMinute) {
+  Supervisor s(Options(), &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  std::vector<int64_t> waits;
+  for (int i = 0; i < 8; ++i) {
+    runner_.Crash(runner_.last_pid);
+    s.Tick();  // notices the exit
+    int spawns = runner_.spawns;
+    int64_t waited = 0;
+    while (runner_.spawns == spawns) {
+      clock_.Advance(milliseconds(500));
+      waited += 500;
+      s.Tick();
+    }
+    waits.push_back(waited);
+  }
+  EXPECT_EQ(waits, (std::vector<int64_t>{1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000}));
+  EXPECT_EQ(s.state().restarts, 8u);
+  EXPECT_EQ(s.state().last_exit, "exit 1");
+  clock_.Advance(seconds(61));  // a stable minute
+  runner_.Crash(runner_.last_pid);
+  s.Tick();
+  int spawns = runner_.spawns;
+  clock_.Advance(milliseconds(1000));
+  s.Tick();
+  EXPECT_EQ(runner_.spawns, spawns + 1);
+}
+
+TEST_F(SupervisorTest, FenceStopsTheServerWithTermThenKill) {
+  runner_.dies_on_term = false;
+  Supervisor s(Options(), &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  s.Fence();
+  EXPECT_FALSE(s.state().ready);
+  s.Tick();
+  EXPECT_EQ(runner_.signals, std::vector<int>{SIGTERM});
+  clock_.Advance(seconds(2));
+  s.Tick();
+  EXPECT_EQ(runner_.signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  s.Tick();
+  EXPECT_FALSE(s.state().running);
+  clock_.Advance(seconds(30));
+  s.Tick();
+  EXPECT_FALSE(s.state().running) << "a fenced server must not be restarted";
+  s.Unfence();
+  s.Tick();
+  EXPECT_TRUE(s.state().running);
+  EXPECT_TRUE(s.state().ready);
+}
+
+TEST_F(SupervisorTest, UnreadyFenceKeepsTheServerRunning) {
+  SupervisorOptions o = Options();
+  o.fence_mode = FenceMode::kUnready;
+  Supervisor s(o, &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  s.Fence();
+  s.Tick();
+  EXPECT_TRUE(s.state().running);
+  EXPECT_FALSE(s.state().ready);
+  EXPECT_TRUE(runner_.signals.empty());
+}
+
+TEST_F(SupervisorTest, SpawnFailureIsRetriedWithBackoff) {
+  runner_.fail_spawn = true;
+  Supervisor s(Options(), &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  EXPECT_FALSE(s.state().running);
+  EXPECT_EQ(s.state().last_exit, "cannot run 'worker'");
+  runner_.fail_spawn = false;
+  clock_.Advance(milliseconds(999));
+  s.Tick();
+  EXPECT_FALSE(s.state().running);
+  clock_.Advance(milliseconds(1));
+  s.Tick();
+  EXPECT_TRUE(s.state().running);
+}
+
+TEST_F(SupervisorTest, NoCommandMeansNothingSupervised) {
+  SupervisorOptions o;
+  Supervisor s(o, &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  EXPECT_FALSE(s.state().supervised);
+  EXPECT_EQ(runner_.spawns, 0);
+}
+
+TEST(RealProcessRunnerTest, RunsReportsExitAndSignals) {
+  RealProcessRunner r;
+  auto pid = r.Spawn({"sh", "-c", "exit 3"});
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  std::optional<std::string> exit;
+  for (int i = 0; i < 200 && !exit; ++i) {
+    exit = r.Poll(*pid);
+    usleep(10000);
+  }
+  EXPECT_EQ(exit, "exit 3");
+  auto sleeper = r.Spawn({"sleep", "30"});
+  ASSERT_TRUE(sleeper.ok());
+  r.Signal(*sleeper, SIGKILL);
+  exit.reset();
+  for (int i = 0; i < 200 && !exit; ++i) {
+    exit = r.Poll(*sleeper);
+    usleep(10000);
+  }
+  EXPECT_EQ(exit, "signal 9");
+  auto missing = r.Spawn({"/nonexistent/worker"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.status().message()).find("cannot run '/nonexistent/worker'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuha::agent

@@ -1,0 +1,145 @@
+// FakeController: a small in-test controller speaking proto/gpuha/v1's
+// AgentService, until the real controller exists. Records every hello and
+// heartbeat and can send commands down an agent's stream.
+//
+//   FakeController c;           // listens on 127.0.0.1, ephemeral port
+//   agent_config.controllers = {{"127.0.0.1", c.port()}};
+//   auto hb = c.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.xids_size() > 0; });
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpuha/v1/agent.grpc.pb.h"
+
+namespace gpuha::agent::testing {
+
+class FakeController final : public v1::AgentService::Service {
+ public:
+  explicit FakeController(uint16_t port = 0) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                       &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakeController() override { Shutdown(); }
+
+  int port() const { return port_; }
+  void Shutdown() {
+    if (!server_) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    server_.reset();
+  }
+
+  grpc::Status Connect(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
+    std::thread writer([&] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!ctx->IsCancelled() && !closing_) {
+        cv_.wait_for(lock, std::chrono::milliseconds(20));
+        while (!outbox_.empty()) {
+          v1::ControllerMessage m = outbox_.front();
+          outbox_.pop_front();
+          lock.unlock();
+          stream->Write(m);
+          lock.lock();
+        }
+      }
+    });
+    v1::AgentMessage m;
+    while (stream->Read(&m)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (m.has_hello()) hellos_.push_back(m.hello());
+      if (m.has_heartbeat())
+        heartbeats_.push_back({m.heartbeat(), std::chrono::steady_clock::now()});
+      cv_.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++streams_closed_;
+      closing_stream_ = true;
+    }
+    cv_.notify_all();
+    ctx->TryCancel();
+    writer.join();
+    return grpc::Status::OK;
+  }
+
+  void Send(const v1::ControllerMessage& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.push_back(m);
+    cv_.notify_all();
+  }
+
+  struct Received {
+    v1::Heartbeat heartbeat;
+    std::chrono::steady_clock::time_point at;
+  };
+
+  // Waits for a heartbeat received after call time that matches `pred`.
+  std::optional<Received> WaitForHeartbeat(
+      const std::function<bool(const v1::Heartbeat&)>& pred,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000), size_t from = SIZE_MAX) {
+    std::unique_lock<std::mutex> lock(mu_);
+    size_t i = from == SIZE_MAX ? heartbeats_.size() : from;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      for (; i < heartbeats_.size(); ++i) {
+        if (pred(heartbeats_[i].heartbeat)) return heartbeats_[i];
+      }
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && i >= heartbeats_.size()) {
+        return std::nullopt;
+      }
+    }
+  }
+
+  std::optional<v1::Hello> WaitForHello(
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !hellos_.empty(); })) return std::nullopt;
+    return hellos_.back();
+  }
+
+  size_t heartbeat_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_.size();
+  }
+  std::vector<Received> heartbeats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heartbeats_;
+  }
+  size_t hello_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hellos_.size();
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool closing_ = false;
+  bool closing_stream_ = false;
+  int streams_closed_ = 0;
+  std::vector<v1::Hello> hellos_;
+  std::vector<Received> heartbeats_;
+  std::deque<v1::ControllerMessage> outbox_;
+};
+
+}  // namespace gpuha::agent::testing

@@ -1,0 +1,11 @@
+// Exit codes shared by every subcommand.
+#pragma once
+
+namespace gpuha::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;   // I/O, missing GPU library, internal error
+inline constexpr int kExitBadInput = 2;  // bad flags, config or input file
+inline constexpr int kExitWarnings = 3;  // plan --strict and the plan has warnings
+
+}  // namespace gpuha::cli

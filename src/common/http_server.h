@@ -1,0 +1,90 @@
+// HttpServer: a small HTTP/1.1 server on Boost.Beast for the control-plane
+// endpoints (/metrics, /healthz, operator APIs). One event-loop thread; the
+// handler runs on it, so handlers must be quick and thread-safe against the
+// component's other threads.
+//
+//   auto server = HttpServer::Start({.address = "127.0.0.1", .port = 0},
+//       [](const HttpRequest& r) { return HttpResponse{200, "text/plain", "ok\n"}; });
+//   uint16_t port = (*server)->port();
+//
+// Bad requests (oversized headers or body, malformed syntax) get 400/413 and
+// the connection closes; nothing reaches the handler. Idle and slow
+// connections time out after `read_timeout`.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpuha::common {
+
+struct HttpRequest {
+  std::string method;                          // "GET"
+  std::string target;                          // "/metrics?x=1"
+  std::string path;                            // "/metrics"
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string peer;  // "127.0.0.1:53122"
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string address = "127.0.0.1";
+    uint16_t port = 0;  // 0 picks a free port
+    size_t max_header_bytes = 16 * 1024;
+    size_t max_body_bytes = 1 << 20;
+    std::chrono::milliseconds read_timeout{10000};
+  };
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Options options,
+                                                                         HttpHandler handler);
+  ~HttpServer();
+  uint16_t port() const { return port_; }
+  // Stops accepting and closes connections; idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  HttpServer() = default;
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  uint16_t port_ = 0;
+};
+
+// A blocking GET/POST for probes and tests. Returns the status and body, or an
+// error when the server cannot be reached within `timeout`.
+struct HttpResult {
+  int status = 0;
+  std::string body;
+};
+[[nodiscard]] absl::StatusOr<HttpResult> HttpCall(const std::string& method,
+                                                  const std::string& host, uint16_t port,
+                                                  const std::string& target,
+                                                  const std::string& body,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& bearer_token = "");
+
+// Splits "http://127.0.0.1:8000/v2/health/ready" into host, port and target.
+struct HttpUrl {
+  std::string host;
+  uint16_t port = 80;
+  std::string target = "/";
+};
+[[nodiscard]] absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url);
+
+}  // namespace gpuha::common

@@ -1,0 +1,105 @@
+#include "common/http_server.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+
+#include "common/prometheus.h"
+
+namespace gpuha::common {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::unique_ptr<HttpServer> Echo(HttpServer::Options o = {}) {
+  auto s = HttpServer::Start(o, [](const HttpRequest& r) {
+    HttpResponse out;
+    out.body = r.method + " " + r.path + " " + r.body;
+    if (r.path == "/missing") out.status = 404;
+    return out;
+  });
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+TEST(HttpServerTest, ServesRequestsOnAnEphemeralPort) {
+  auto server = Echo();
+  ASSERT_NE(server->port(), 0);
+  auto r = HttpCall("POST", "127.0.0.1", server->port(), "/x?y=1", "hi", milliseconds(2000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "POST /x hi");
+  auto missing = HttpCall("GET", "127.0.0.1", server->port(), "/missing", "", milliseconds(2000));
+  EXPECT_EQ(missing->status, 404);
+}
+
+TEST(HttpServerTest, OversizedBodyGets413) {
+  HttpServer::Options o;
+  o.max_body_bytes = 10;
+  auto server = Echo(o);
+  auto r =
+      HttpCall("POST", "127.0.0.1", server->port(), "/", std::string(100, 'x'), milliseconds(2000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 413);
+}
+
+TEST(HttpServerTest, GarbageGets400AndServerKeepsServing) {
+  auto server = Echo();
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock(io);
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), server->port()});
+  std::string junk = "\x16\x03\x01 NOT HTTP\r\n\r\n";
+  boost::asio::write(sock, boost::asio::buffer(junk));
+  std::string reply(256, '\0');
+  boost::system::error_code ec;
+  size_t n = sock.read_some(boost::asio::buffer(reply), ec);
+  reply.resize(n);
+  EXPECT_THAT(reply, ::testing::HasSubstr("400 Bad Request"));
+  auto ok = HttpCall("GET", "127.0.0.1", server->port(), "/", "", milliseconds(2000));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST(HttpServerTest, UnreachableServerIsAnError) {
+  uint16_t port;
+  {
+    auto server = Echo();
+    port = server->port();
+  }
+  auto r = HttpCall("GET", "127.0.0.1", port, "/", "", milliseconds(500));
+  EXPECT_FALSE(r.ok());
+}
+
+TEST(HttpServerTest, BadListenAddressIsNamed) {
+  HttpServer::Options o;
+  o.address = "not-an-ip";
+  auto s = HttpServer::Start(o, [](const HttpRequest&) { return HttpResponse{}; });
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("not-an-ip"));
+}
+
+TEST(HttpUrlTest, ParsesHostPortAndTarget) {
+  auto u = ParseHttpUrl("http://localhost:8001/v2/health/ready");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 8001);
+  EXPECT_EQ(u->target, "/v2/health/ready");
+  EXPECT_FALSE(ParseHttpUrl("https://x/").ok());
+  EXPECT_FALSE(ParseHttpUrl("http://x:99999/").ok());
+}
+
+TEST(PromTextTest, WritesFamiliesAndEscapedLabels) {
+  PromText p;
+  p.Family("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).");
+  p.Sample("DCGM_FI_DEV_GPU_TEMP", {{"gpu", "0"}, {"modelName", "NVIDIA \"L4\""}}, 47);
+  p.Sample("x", {}, 1.5);
+  EXPECT_EQ(p.str(),
+            "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n"
+            "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+            "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",modelName=\"NVIDIA \\\"L4\\\"\"} 47\n"
+            "x 1.5\n");
+}
+
+}  // namespace
+}  // namespace gpuha::common

@@ -1,0 +1,34 @@
+// PromText: writes the Prometheus text exposition format (version 0.0.4).
+// Each family is declared once with its HELP and TYPE, then its samples.
+//
+//   PromText p;
+//   p.Family("gpuha_agent_heartbeats_sent_total", "counter", "Heartbeats written");
+//   p.Sample("gpuha_agent_heartbeats_sent_total", {{"node", "n1"}}, 42);
+//   std::string body = p.str();
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace gpuha::common {
+
+using PromLabels = std::vector<std::pair<std::string, std::string>>;
+
+class PromText {
+ public:
+  void Family(absl::string_view name, absl::string_view type, absl::string_view help);
+  void Sample(absl::string_view name, const PromLabels& labels, double value);
+  const std::string& str() const { return out_; }
+  static constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+ private:
+  std::string out_;
+};
+
+// Escapes a label value: backslash, double quote and newline.
+std::string PromEscape(absl::string_view value);
+
+}  // namespace gpuha::common

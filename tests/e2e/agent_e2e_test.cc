@@ -1,0 +1,149 @@
+// The real `gpuha agent` binary: NVML through the fake libnvidia-ml.so.1,
+// supervision of a real server process, signals, and the agent's error paths.
+// The controller side is the in-test FakeController until the controller lands.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/testing/fake_controller.h"
+#include "common/http_server.h"
+#include "tests/e2e/child_process.h"
+
+namespace gpuha::e2e {
+namespace {
+
+using agent::testing::FakeController;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+const std::string kGpuha = GPUHA_BINARY;
+
+class AgentE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = (std::filesystem::path(::testing::TempDir()) / "e2e_nvml_state").string();
+    Write("count 2\ngpu0.temp 47\ngpu1.temp 52\n");
+  }
+  void Write(const std::string& s) {
+    std::ofstream(state_ + ".tmp") << s;
+    std::filesystem::rename(state_ + ".tmp", state_);
+  }
+  std::vector<std::string> NvmlAgent(int controller_port) {
+    return {kGpuha,           "agent",
+            "--node",         "e2e-1",
+            "--controller",   "127.0.0.1:" + std::to_string(controller_port),
+            "--gpu",          "nvml",
+            "--nvml-lib",     FAKE_NVML_COMPLETE,
+            "--heartbeat-ms", "20",
+            "--sample-ms",    "50"};
+  }
+  std::string state_;
+};
+
+TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
+  FakeController controller;
+  ChildProcess agent(NvmlAgent(controller.port()), {"FAKE_NVML_STATE=" + state_});
+  auto port = agent.WaitForLine("listening on 127.0.0.1:(\\d+)", milliseconds(10000));
+  ASSERT_TRUE(port.has_value()) << agent.err();
+  auto hello = controller.WaitForHello(milliseconds(10000));
+  ASSERT_TRUE(hello.has_value()) << agent.err();
+  EXPECT_EQ(hello->gpu_backend(), "nvml");
+  ASSERT_EQ(hello->gpus_size(), 2);
+  EXPECT_EQ(hello->gpus(1).pci_bus_id(), "00000000:42:00.0");
+
+  auto metrics = common::HttpCall("GET", "127.0.0.1", static_cast<uint16_t>(std::stoi(*port)),
+                                  "/metrics", "", milliseconds(2000));
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""));
+  EXPECT_THAT(metrics->body, HasSubstr("Hostname=\"e2e-1\"} 52"));
+
+  Write("count 2\ngpu0.temp 47\ngpu1.lost 1\n");
+  auto lost = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_FAILED; });
+  ASSERT_TRUE(lost.has_value()) << agent.err();
+  EXPECT_EQ(lost->heartbeat.reasons(0).code(), "gpu1.lost");
+
+  Write("count 2\ngpu0.temp 47\ngpu1.lost 1\nxid_seq 1\nxid_gpu 0\nxid 48\n");
+  auto xid = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.xids_size() > 0; });
+  ASSERT_TRUE(xid.has_value());
+  EXPECT_EQ(xid->heartbeat.xids(0).xid(), 48u);
+  EXPECT_EQ(xid->heartbeat.xids(0).gpu_index(), 0u);
+
+  agent.Signal(SIGTERM);
+  EXPECT_EQ(agent.Wait(milliseconds(5000)), 0);
+}
+
+TEST_F(AgentE2eTest, MissingNvmlExitsNonZeroWithAClearMessage) {
+  ChildProcess agent({kGpuha, "agent", "--node", "n", "--controller", "127.0.0.1:1", "--gpu",
+                      "nvml", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_EQ(agent.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(agent.err(), HasSubstr("cannot load NVML"));
+  EXPECT_THAT(agent.err(), HasSubstr("--gpu sim"));
+}
+
+TEST_F(AgentE2eTest, NoGpuExitsNonZero) {
+  Write("count 0\n");
+  ChildProcess agent({kGpuha, "agent", "--node", "n", "--controller", "127.0.0.1:1", "--gpu",
+                      "nvml", "--nvml-lib", FAKE_NVML_COMPLETE},
+                     {"FAKE_NVML_STATE=" + state_});
+  EXPECT_EQ(agent.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(agent.err(), HasSubstr("found no GPU"));
+}
+
+TEST_F(AgentE2eTest, OldDriverMissingSymbolExitsNonZero) {
+  ChildProcess agent({kGpuha, "agent", "--node", "n", "--controller", "127.0.0.1:1", "--gpu",
+                      "nvml", "--nvml-lib", FAKE_NVML_PARTIAL},
+                     {"FAKE_NVML_STATE=" + state_});
+  EXPECT_EQ(agent.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(agent.err(), HasSubstr("no symbol nvmlEventSetWait_v2"));
+}
+
+TEST_F(AgentE2eTest, BadFlagsAndConfigExitTwo) {
+  ChildProcess bad_gpu(
+      {kGpuha, "agent", "--node", "n", "--controller", "127.0.0.1:1", "--gpu", "cuda"});
+  EXPECT_EQ(bad_gpu.Wait(milliseconds(10000)), 2);
+  std::string cfg = (std::filesystem::path(::testing::TempDir()) / "bad_agent.yaml").string();
+  std::ofstream(cfg) << "node: n\nthresholds: { temperature_c: { warn: 99, critical: 90 } }\n";
+  ChildProcess bad_cfg({kGpuha, "agent", "--config", cfg});
+  EXPECT_EQ(bad_cfg.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(bad_cfg.err(),
+              HasSubstr("thresholds.temperature_c.warn: warn (99) is above critical (90)"));
+}
+
+TEST_F(AgentE2eTest, FenceStopsTheRealServerAndSigtermLeavesNoStrayProcess) {
+  FakeController controller;
+  ChildProcess agent({kGpuha, "agent", "--node", "srv", "--controller",
+                      "127.0.0.1:" + std::to_string(controller.port()), "--gpu", "sim",
+                      "--heartbeat-ms", "20", "--server-cmd", "sleep 300"});
+  ASSERT_TRUE(controller.WaitForHello(milliseconds(10000))) << agent.err();
+  auto running = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.server().running() && h.server().pid() > 0; });
+  ASSERT_TRUE(running.has_value()) << agent.err();
+  pid_t server = running->heartbeat.server().pid();
+  EXPECT_EQ(::kill(server, 0), 0);
+
+  v1::ControllerMessage fence;
+  fence.mutable_fence()->set_epoch(2);
+  fence.mutable_fence()->set_reason("e2e");
+  controller.Send(fence);
+  auto stopped = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.fenced() && !h.server().running(); });
+  ASSERT_TRUE(stopped.has_value()) << agent.err();
+  EXPECT_NE(::kill(server, 0), 0) << "the fenced server must be gone";
+
+  v1::ControllerMessage rejoin;
+  rejoin.mutable_rejoin()->set_epoch(3);
+  controller.Send(rejoin);
+  auto back = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return !h.fenced() && h.server().running(); });
+  ASSERT_TRUE(back.has_value());
+  pid_t second = back->heartbeat.server().pid();
+  agent.Signal(SIGTERM);
+  EXPECT_EQ(agent.Wait(milliseconds(10000)), 0);
+  EXPECT_NE(::kill(second, 0), 0) << "the agent left its server behind";
+}
+
+}  // namespace
+}  // namespace gpuha::e2e
