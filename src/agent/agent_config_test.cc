@@ -1,5 +1,7 @@
 #include "agent/agent_config.h"
 
+#include "common/testing/temp_dir.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -63,7 +65,7 @@ TEST(AgentConfigTest, BadItemsAreNamed) {
 }
 
 TEST(AgentConfigTest, FaultScriptResolvesBesideTheConfigAndUnknownXidIsNamed) {
-  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "agentcfg";
+  std::filesystem::path dir = gpuha::testing::TestTempDir();
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "faults.yaml") << "faults:\n  - { at_ms: 10, kind: xid, xid: 9999 }\n";
   std::ofstream(dir / "agent.yaml") << "gpu: { backend: sim, fault_script: faults.yaml }\n";

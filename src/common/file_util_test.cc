@@ -1,5 +1,7 @@
 #include "common/file_util.h"
 
+#include "common/testing/temp_dir.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +12,7 @@ namespace gpuha::common {
 namespace {
 
 std::string TempPath(const char* name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
+  return (gpuha::testing::TestTempDir() / name).string();
 }
 
 TEST(FileUtilTest, WriteThenReadRoundTrips) {

@@ -1,5 +1,7 @@
 #include "gpu/nic.h"
 
+#include "common/testing/temp_dir.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,8 +13,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path FakeSysfs() {
-  fs::path root = fs::path(::testing::TempDir()) / "sysfs_net";
-  fs::remove_all(root);
+  fs::path root = gpuha::testing::TestTempDir() / "sysfs_net";
   fs::create_directories(root / "eth0" / "statistics");
   std::ofstream(root / "eth0" / "carrier") << "1\n";
   std::ofstream(root / "eth0" / "operstate") << "up\n";

@@ -2,6 +2,8 @@
 // the dlopen, dlsym and call path are real; only the "driver" is scripted.
 #include "gpu/nvml_probe.h"
 
+#include "common/testing/temp_dir.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +19,7 @@ using ::testing::HasSubstr;
 class NvmlProbeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    state_ = (std::filesystem::path(::testing::TempDir()) / "fake_nvml_state").string();
+    state_ = (gpuha::testing::TestTempDir() / "nvml_state").string();
     Write("count 2\ngpu0.temp 47\ngpu0.power_mw 31500\ngpu0.util 64\ngpu0.pending 0\n");
     ::setenv("FAKE_NVML_STATE", state_.c_str(), 1);
   }

@@ -9,6 +9,7 @@
 
 #include "agent/testing/fake_controller.h"
 #include "common/http_server.h"
+#include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
 
 namespace gpuha::e2e {
@@ -23,7 +24,7 @@ const std::string kGpuha = GPUHA_BINARY;
 class AgentE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    state_ = (std::filesystem::path(::testing::TempDir()) / "e2e_nvml_state").string();
+    state_ = (gpuha::testing::TestTempDir() / "nvml_state").string();
     Write("count 2\ngpu0.temp 47\ngpu1.temp 52\n");
   }
   void Write(const std::string& s) {
@@ -104,7 +105,7 @@ TEST_F(AgentE2eTest, BadFlagsAndConfigExitTwo) {
   ChildProcess bad_gpu(
       {kGpuha, "agent", "--node", "n", "--controller", "127.0.0.1:1", "--gpu", "cuda"});
   EXPECT_EQ(bad_gpu.Wait(milliseconds(10000)), 2);
-  std::string cfg = (std::filesystem::path(::testing::TempDir()) / "bad_agent.yaml").string();
+  std::string cfg = (gpuha::testing::TestTempDir() / "bad_agent.yaml").string();
   std::ofstream(cfg) << "node: n\nthresholds: { temperature_c: { warn: 99, critical: 90 } }\n";
   ChildProcess bad_cfg({kGpuha, "agent", "--config", cfg});
   EXPECT_EQ(bad_cfg.Wait(milliseconds(10000)), 2);

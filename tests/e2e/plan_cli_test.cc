@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/testing/temp_dir.h"
 #include "tests/e2e/run_command.h"
 
 namespace gpuha::e2e {
@@ -17,7 +18,7 @@ const std::string kSrc = GPUHA_SOURCE_DIR;
 std::string Example(const char* name) { return kSrc + "/examples/" + name; }
 
 std::string TempFile(const char* name) {
-  return (std::filesystem::path(::testing::TempDir()) / name).string();
+  return (gpuha::testing::TestTempDir() / name).string();
 }
 
 nlohmann::json PlanJson(const char* example) {

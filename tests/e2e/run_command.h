@@ -2,6 +2,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+
+#include "common/testing/temp_dir.h"
 #include <sys/wait.h>
 
 #include <cstdlib>

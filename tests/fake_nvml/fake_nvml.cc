@@ -34,8 +34,8 @@ struct FakeDevice {
 FakeDevice g_devices[16] = {{0}, {1}, {2},  {3},  {4},  {5},  {6},  {7},
                             {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
 int g_event_set_token = 0;
-std::mutex g_mu;
-long g_delivered_xid_seq = 0;
+[[maybe_unused]] std::mutex g_mu;
+[[maybe_unused]] long g_delivered_xid_seq = 0;
 
 std::map<std::string, std::string> State() {
   std::map<std::string, std::string> kv;

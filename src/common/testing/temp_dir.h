@@ -1,0 +1,25 @@
+// TestTempDir: a fresh directory for the running test, unique across the
+// parallel processes ctest starts, so tests never share files.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace gpuha::testing {
+
+inline std::filesystem::path TestTempDir() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string("gpuha_") + info->test_suite_name() + "_" + info->name() + "_" +
+                     std::to_string(::getpid());
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace gpuha::testing
