@@ -37,6 +37,7 @@ bench: deps
 	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build build-release -j $(JOBS)
 	build-release/bench/plan_bench
+	build-release/bench/agent_bench build-release/gpuha 20 100
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -17,7 +17,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # agent/controller RPC
   libboost-dev        # Asio and Beast: HTTP endpoints and the router
   libssl-dev          # TLS
-  curl                # e2e tests probe HTTP endpoints like an operator would
+  openssl             # tests make their own CA and certificates for mTLS
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev    # micro benchmarks
   clang libclang-rt-14-dev   # sanitizers and libFuzzer

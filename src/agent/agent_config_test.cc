@@ -1,12 +1,12 @@
 #include "agent/agent_config.h"
 
-#include "common/testing/temp_dir.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::agent {
 namespace {

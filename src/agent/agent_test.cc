@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_replace.h"
 #include "agent/testing/fake_controller.h"
+#include "common/file_util.h"
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::agent {
 namespace {
@@ -190,6 +193,78 @@ TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
   auto wrong_gpu = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
                                     "kind=lost,gpu=9", milliseconds(2000));
   EXPECT_EQ(wrong_gpu->status, 400);
+}
+
+}  // namespace
+}  // namespace gpuha::agent
+
+namespace gpuha::agent {
+namespace {
+
+// Makes a CA, a server certificate for 127.0.0.1 and a client certificate
+// with the openssl command line.
+class MtlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = gpuha::testing::TestTempDir().string();
+    std::string script = R"(set -e
+cd ")" + dir_ + R"("
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key \
+  -out ca.pem -days 1 -subj /CN=gpuha-test-ca 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' > san.ext
+for who in server agent; do
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $who.key \
+    -out $who.csr -subj /CN=$who 2>/dev/null
+  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem \
+    -days 1 -extfile san.ext 2>/dev/null
+done)";
+    ASSERT_EQ(
+        std::system(("bash -c '" + absl::StrReplaceAll(script, {{"'", "'\\''"}}) + "'").c_str()),
+        0);
+  }
+  std::shared_ptr<grpc::ServerCredentials> ServerCreds() {
+    grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    o.pem_root_certs = *common::ReadFile(dir_ + "/ca.pem");
+    o.pem_key_cert_pairs.push_back(
+        {*common::ReadFile(dir_ + "/server.key"), *common::ReadFile(dir_ + "/server.pem")});
+    return grpc::SslServerCredentials(o);
+  }
+  AgentConfig Config(int port) {
+    AgentConfig c;
+    c.node = "tls-1";
+    c.controllers = {{"127.0.0.1", static_cast<uint16_t>(port)}};
+    c.gpu_backend = "sim";
+    c.heartbeat_ms = 20;
+    c.tls_ca = dir_ + "/ca.pem";
+    return c;
+  }
+  std::unique_ptr<Agent> Start(AgentConfig c) {
+    auto probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());
+    auto a = std::make_unique<Agent>(c, std::move(*probe), &runner_, common::RealClock::Get());
+    EXPECT_TRUE(a->Start().ok());
+    return a;
+  }
+  std::string dir_;
+  NoProcesses runner_;
+};
+
+TEST_F(MtlsTest, AgentWithClientCertificateConnects) {
+  FakeController controller(0, ServerCreds());
+  AgentConfig c = Config(controller.port());
+  c.tls_cert = dir_ + "/agent.pem";
+  c.tls_key = dir_ + "/agent.key";
+  auto agent = Start(c);
+  auto hello = controller.WaitForHello(milliseconds(8000));
+  ASSERT_TRUE(hello.has_value());
+  EXPECT_EQ(hello->node(), "tls-1");
+}
+
+TEST_F(MtlsTest, AgentWithoutClientCertificateIsRefused) {
+  FakeController controller(0, ServerCreds());
+  auto agent = Start(Config(controller.port()));
+  EXPECT_FALSE(controller.WaitForHello(milliseconds(2500)).has_value());
+  EXPECT_FALSE(agent->connected());
+  EXPECT_GE(agent->counters().reconnects.load(), 1u);
 }
 
 }  // namespace

@@ -25,10 +25,11 @@ namespace gpuha::agent::testing {
 
 class FakeController final : public v1::AgentService::Service {
  public:
-  explicit FakeController(uint16_t port = 0) {
+  explicit FakeController(uint16_t port = 0,
+                          std::shared_ptr<grpc::ServerCredentials> creds =
+                              grpc::InsecureServerCredentials()) {
     grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
-                       &port_);
+    b.AddListeningPort("127.0.0.1:" + std::to_string(port), creds, &port_);
     b.RegisterService(this);
     server_ = b.BuildAndStart();
   }

@@ -1,0 +1,78 @@
+// FailureDetector: decides from heartbeat arrivals alone when a node is
+// suspect or failed. Adaptive like phi-accrual: a node fails when it has been
+// silent longer than mean + k * stddev of its recent heartbeat intervals,
+// never sooner than `floor` (BFD's 3 x 50 ms) and never later than `ceiling`.
+// A broken stream (a crashed agent) makes the node suspect at once and failed
+// after `broken_grace` unless it reconnects.
+//
+//   FailureDetector d(options, &clock);
+//   d.Heartbeat("n1");                  // on every heartbeat
+//   d.StreamBroken("n1");               // when the gRPC stream ends
+//   for (auto& t : d.Check()) ...       // every few ms on the controller loop
+//
+// Time comes only from the injected Clock, so tests run with no sleeps.
+// Thread-safety: none; the controller's loop owns it.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace gpuha::controller {
+
+enum class Liveness { kAlive, kSuspect, kFailed };
+const char* LivenessName(Liveness l);
+
+struct DetectorOptions {
+  common::Duration floor = std::chrono::milliseconds(150);
+  common::Duration ceiling = std::chrono::seconds(3);
+  double k = 4;         // stddevs of tolerance above the mean interval
+  size_t window = 100;  // intervals remembered per node
+  // Silent this long past the mean interval, a node is suspect (not yet failed).
+  common::Duration suspect_after = std::chrono::milliseconds(100);
+  common::Duration broken_grace = std::chrono::milliseconds(30);
+};
+
+struct LivenessChange {
+  std::string node;
+  Liveness from;
+  Liveness to;
+  std::string reason;  // "stream broke", "silent 163 ms (threshold 150 ms)"
+  common::TimePoint last_heartbeat;
+};
+
+class FailureDetector {
+ public:
+  FailureDetector(DetectorOptions options, common::Clock* clock);
+  // Starts watching a node (its first heartbeat counts from now).
+  void Connected(const std::string& node);
+  void Heartbeat(const std::string& node);
+  void StreamBroken(const std::string& node);
+  // Stops watching (node removed or fenced for good).
+  void Forget(const std::string& node);
+  // Re-evaluates every node; returns the changes since the last call.
+  std::vector<LivenessChange> Check();
+  Liveness state(const std::string& node) const;
+  // The silence after which `node` fails now, from its interval history.
+  common::Duration Threshold(const std::string& node) const;
+
+ private:
+  struct NodeState {
+    Liveness liveness = Liveness::kAlive;
+    common::TimePoint last;
+    std::deque<double> intervals_ms;
+    double sum = 0, sum_sq = 0;
+    bool broken = false;
+    common::TimePoint broken_at;
+  };
+  common::Duration ThresholdOf(const NodeState& s) const;
+
+  const DetectorOptions options_;
+  common::Clock* const clock_;
+  std::map<std::string, NodeState> nodes_;
+};
+
+}  // namespace gpuha::controller

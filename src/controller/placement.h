@@ -1,0 +1,132 @@
+// Placement: streams on nodes under the N+k rule (seed 002 section 5), each with
+// a standby chosen in advance so a node's failure moves its streams
+// predictably, and the moves a failure makes.
+//
+//   Placement p(/*k=*/1);
+//   p.AddNode({"n1", Role::kActive, 10});  ... p.AddNode({"n4", Role::kPassive, 10});
+//   auto a = p.Admit({"cam-17", "acme", 1});   // 409-worthy error when N+k breaks
+//   auto moves = p.FailNode("n1");            // passive n4 takes n1's streams 1:1
+//
+// Primaries go on active nodes, least loaded first. A standby is a ready
+// passive node when there is one, else the node with the most spare capacity.
+// Thread-safety: none; the controller's loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpuha::controller {
+
+enum class Role { kActive, kPassive, kBuffer };
+const char* RoleName(Role r);
+
+struct NodeSpec {
+  std::string id;
+  Role role = Role::kActive;
+  int64_t capacity = 0;   // stream units
+  bool cpu_only = false;  // a CPU buffer: degraded capacity, outside the N+k sums
+};
+
+struct StreamSpec {
+  std::string id;
+  std::string tenant;
+  int64_t weight = 1;
+};
+
+struct Assignment {
+  std::string stream;
+  std::string primary;  // empty while the stream fits nowhere
+  std::string standby;  // empty when no other node can take it
+};
+
+// Live N+k figures, the same arithmetic `gpuha plan` does.
+struct CapacityFigures {
+  int64_t redundancy = 0;
+  int64_t total_units = 0;    // available GPU nodes, all roles
+  int64_t reserve_units = 0;  // the k largest available nodes
+  int64_t max_production_units = 0;
+  int64_t admitted_units = 0;
+  int64_t headroom_units = 0;
+  int64_t degraded_units = 0;  // CPU-only buffer capacity, not counted above
+  int64_t unplaced_streams = 0;
+};
+
+struct FailoverPlan {
+  std::string failed;
+  std::string promoted;                 // passive node that became active, if any
+  std::vector<Assignment> moved;        // new primaries for the failed node's streams
+  std::vector<Assignment> restandbyed;  // streams whose standby was the failed node
+  std::vector<std::string> unplaced;    // streams that fit nowhere
+};
+
+class Placement {
+ public:
+  explicit Placement(int64_t redundancy) : k_(redundancy) {}
+
+  [[nodiscard]] absl::Status AddNode(const NodeSpec& node);
+  // Admits a stream when the cluster still survives losing any k nodes;
+  // FailedPrecondition (HTTP 409) otherwise, with the arithmetic.
+  [[nodiscard]] absl::StatusOr<Assignment> Admit(const StreamSpec& stream);
+  [[nodiscard]] absl::Status Remove(const std::string& stream);
+  // Takes a node out (failure, fence, drain) and moves its streams.
+  FailoverPlan FailNode(const std::string& node);
+  // Checks whether taking `node` out now keeps N+k for the admitted load.
+  [[nodiscard]] absl::Status CanRemoveNode(const std::string& node) const;
+  // Brings a node back as passive (stickiness: nothing moves back to it).
+  [[nodiscard]] absl::Status RestoreNode(const std::string& node);
+  [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
+
+  CapacityFigures Capacity() const;
+  std::optional<Assignment> Find(const std::string& stream) const;
+  std::vector<Assignment> Assignments() const;
+  std::optional<Role> RoleOf(const std::string& node) const;
+  bool Available(const std::string& node) const;
+  int64_t LoadOf(const std::string& node) const;
+
+ private:
+  struct Node {
+    NodeSpec spec;
+    bool available = true;
+    int64_t load = 0;
+    std::set<std::string> primaries;
+    std::set<std::string> standbys;
+  };
+  struct Stream {
+    StreamSpec spec;
+    std::string primary;
+    std::string standby;
+  };
+  int64_t Free(const Node& n) const { return n.spec.capacity - n.load; }
+  bool Counts(const Node& n) const { return n.available && !n.spec.cpu_only; }
+  // Capacity the cluster keeps after losing its k largest nodes (and `without`).
+  int64_t SurvivableUnits(const std::string& without = "") const;
+  std::set<std::pair<int64_t, std::string>>* FreeIndex(const Node& n);
+  void IndexFree(Node& n);
+  void UnindexFree(Node& n);
+  void Count(const Node& n, bool add);
+  void ChangeRole(Node& n, Role role);
+  void SetPrimary(Stream& s, const std::string& node);
+  void SetStandby(Stream& s, const std::string& node);
+  std::string PickPrimary(int64_t weight, const std::string& avoid) const;
+  std::string PickStandby(const Stream& s) const;
+
+  const int64_t k_;
+  std::map<std::string, Node> nodes_;
+  std::map<std::string, Stream> streams_;
+  // Available active (and buffer) nodes by free capacity, most free last.
+  std::set<std::pair<int64_t, std::string>> active_free_;
+  std::set<std::pair<int64_t, std::string>> buffer_free_;
+  std::set<std::string> passive_ready_;  // available passive nodes
+  // Capacities of available GPU nodes, for the k-largest reserve.
+  std::multiset<int64_t> capacities_;
+  int64_t capacity_sum_ = 0;
+  int64_t admitted_units_ = 0;
+};
+
+}  // namespace gpuha::controller

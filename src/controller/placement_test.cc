@@ -1,0 +1,162 @@
+#include "controller/placement.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpuha::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Seed 002's example: three L4 nodes of 10 streams, N+1, plus a passive.
+Placement ThreeActiveOnePassive() {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) EXPECT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  EXPECT_TRUE(p.AddNode({"p1", Role::kPassive, 10}).ok());
+  return p;
+}
+
+TEST(PlacementTest, PrimariesSpreadLeastLoadedFirstAndStandbyIsThePassive) {
+  Placement p = ThreeActiveOnePassive();
+  std::map<std::string, int> per_node;
+  for (int i = 0; i < 9; ++i) {
+    auto a = p.Admit({"cam-" + std::to_string(i), "acme", 1});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->standby, "p1");
+    per_node[a->primary]++;
+  }
+  EXPECT_EQ(per_node, (std::map<std::string, int>{{"a1", 3}, {"a2", 3}, {"a3", 3}}));
+}
+
+TEST(PlacementTest, AdmissionRefusesTheStreamThatBreaksNPlusOne) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  auto refused = p.Admit({"s20", "t", 1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("20 admitted + 1 > 20 survivable (30 total - 10 reserve"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("no HA exists"));
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 30);
+  EXPECT_EQ(c.max_production_units, 20);
+  EXPECT_EQ(c.headroom_units, 0);
+}
+
+TEST(PlacementTest, NPlusTwoReservesTheTwoLargestNodes) {
+  Placement p(2);
+  ASSERT_TRUE(p.AddNode({"big", Role::kActive, 20}).ok());
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 50);
+  EXPECT_EQ(c.reserve_units, 30);
+  EXPECT_EQ(c.max_production_units, 20);
+}
+
+TEST(PlacementTest, CpuBufferIsDegradedCapacityOutsideTheSums) {
+  Placement p(1);
+  ASSERT_TRUE(p.AddNode({"a1", Role::kActive, 10}).ok());
+  ASSERT_TRUE(p.AddNode({"a2", Role::kActive, 10}).ok());
+  ASSERT_TRUE(p.AddNode({"cpu", Role::kBuffer, 4, /*cpu_only=*/true}).ok());
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 20);
+  EXPECT_EQ(c.degraded_units, 4);
+}
+
+TEST(PlacementTest, FailedNodeMovesOneToOneToThePassive) {
+  Placement p = ThreeActiveOnePassive();
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  int64_t a1_load = p.LoadOf("a1");
+  FailoverPlan plan = p.FailNode("a1");
+  EXPECT_EQ(plan.promoted, "p1");
+  EXPECT_EQ(static_cast<int64_t>(plan.moved.size()), a1_load);
+  for (const Assignment& a : plan.moved) {
+    EXPECT_EQ(a.primary, "p1");
+    EXPECT_NE(a.standby, "a1");
+    EXPECT_FALSE(a.standby.empty());
+  }
+  EXPECT_TRUE(plan.unplaced.empty());
+  EXPECT_EQ(p.RoleOf("p1"), Role::kActive);
+  // Every other stream lost its standby (p1 is serving now) and got a new one.
+  EXPECT_EQ(plan.restandbyed.size(), 9u - plan.moved.size());
+  for (const Assignment& a : p.Assignments()) {
+    EXPECT_NE(a.standby, a.primary);
+    EXPECT_NE(a.standby, "a1");
+    EXPECT_FALSE(a.standby.empty());
+  }
+}
+
+TEST(PlacementTest, WithoutAPassiveStreamsGoToTheirStandbys) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  std::map<std::string, std::string> standby_before;
+  for (const Assignment& a : p.Assignments()) standby_before[a.stream] = a.standby;
+  FailoverPlan plan = p.FailNode("a2");
+  EXPECT_TRUE(plan.promoted.empty());
+  ASSERT_EQ(plan.moved.size(), 4u);
+  for (const Assignment& a : plan.moved) EXPECT_EQ(a.primary, standby_before[a.stream]);
+  EXPECT_EQ(p.LoadOf("a1") + p.LoadOf("a3"), 12);
+}
+
+TEST(PlacementTest, TwoFailuresInNPlusOneReportTheOverflow) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  EXPECT_TRUE(p.FailNode("a1").unplaced.empty());
+  FailoverPlan second = p.FailNode("a2");
+  EXPECT_EQ(second.unplaced.size(), 10u);  // 20 streams, one node of 10 left
+  EXPECT_EQ(p.Capacity().unplaced_streams, 10);
+  for (const std::string& s : second.unplaced) EXPECT_EQ(p.Find(s)->primary, "");
+}
+
+TEST(PlacementTest, RecoveredNodeRejoinsAsPassiveAndNothingFlapsBack) {
+  Placement p = ThreeActiveOnePassive();
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  p.FailNode("a1");
+  auto before = p.Assignments();
+  ASSERT_TRUE(p.RestoreNode("a1").ok());
+  EXPECT_EQ(p.RoleOf("a1"), Role::kPassive);
+  for (const Assignment& a : p.Assignments()) EXPECT_NE(a.primary, "a1");
+  auto after = p.Assignments();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].primary, before[i].primary);
+}
+
+TEST(PlacementTest, RestoreCarriesStreamsThatHadNowhereToGo) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  p.FailNode("a1");
+  p.FailNode("a2");
+  ASSERT_TRUE(p.RestoreNode("a2").ok());
+  EXPECT_EQ(p.Capacity().unplaced_streams, 0);
+}
+
+TEST(PlacementTest, DrainIsRefusedWhenItBreaksNPlusK) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 11; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  absl::Status s = p.CanRemoveNode("a1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("11 admitted > 10 survivable without it"));
+  ASSERT_TRUE(p.Remove("s0").ok());
+  EXPECT_TRUE(p.CanRemoveNode("a1").ok());
+}
+
+TEST(PlacementTest, BadInputIsRefusedCleanly) {
+  Placement p = ThreeActiveOnePassive();
+  EXPECT_EQ(p.AddNode({"a1", Role::kActive, 10}).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(p.AddNode({"", Role::kActive, 10}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.Admit({"s", "t", 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(p.Admit({"s", "t", 1}).ok());
+  EXPECT_EQ(p.Admit({"s", "t", 1}).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(p.Remove("nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(p.CanRemoveNode("nope").code(), absl::StatusCode::kNotFound);
+  auto s = p.Find("s");
+  EXPECT_EQ(p.SetRole(s->primary, Role::kPassive).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(p.SetRole("p1", Role::kBuffer).ok());
+}
+
+}  // namespace
+}  // namespace gpuha::controller
