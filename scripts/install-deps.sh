@@ -13,6 +13,7 @@ PACKAGES=(
   libyaml-cpp-dev     # config and planner input
   nlohmann-json3-dev  # API bodies and JSON reports
   libspdlog-dev       # structured log lines
+  libsqlite3-dev      # the controller's embedded store
   libabsl-dev         # Status / StatusOr (also a gRPC dependency)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # agent/controller RPC
   libboost-dev        # Asio and Beast: HTTP endpoints and the router

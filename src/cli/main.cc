@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/agent_command.h"
+#include "cli/controller_command.h"
 #include "cli/plan_command.h"
 #include "common/log.h"
 
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   gpuha::cli::PlanCommand plan(app);
   gpuha::cli::AgentCommand agent(app);
+  gpuha::cli::ControllerCommand controller(app);
+  gpuha::cli::CtlCommand ctl(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
 
@@ -31,5 +34,7 @@ int main(int argc, char** argv) {
   }
   if (plan.app()->parsed()) return plan.Run(std::cin, std::cout, std::cerr);
   if (agent.app()->parsed()) return agent.Run();
+  if (controller.app()->parsed()) return controller.Run();
+  if (ctl.app()->parsed()) return ctl.Run();
   return gpuha::cli::kExitBadInput;
 }

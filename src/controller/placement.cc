@@ -71,7 +71,7 @@ int64_t Placement::SurvivableUnits(const std::string& without) const {
   return total - reserve;
 }
 
-absl::Status Placement::AddNode(const NodeSpec& spec) {
+absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
   if (spec.id.empty()) return absl::InvalidArgumentError("node id is empty");
   if (spec.capacity < 0) {
     return absl::InvalidArgumentError(absl::StrCat("node ", spec.id, ": capacity is negative"));
@@ -81,6 +81,7 @@ absl::Status Placement::AddNode(const NodeSpec& spec) {
   }
   Node& n = nodes_[spec.id];
   n.spec = spec;
+  n.available = available;
   IndexFree(n);
   Count(n, true);
   return absl::OkStatus();
@@ -155,6 +156,24 @@ absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
   return Assignment{spec.id, s.primary, s.standby};
 }
 
+absl::Status Placement::LoadStream(const StreamSpec& spec, const std::string& primary,
+                                   const std::string& standby) {
+  if (streams_.count(spec.id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("stream ", spec.id, " already exists"));
+  }
+  for (const std::string& n : {primary, standby}) {
+    if (!n.empty() && nodes_.count(n) == 0) {
+      return absl::NotFoundError(absl::StrCat("stream ", spec.id, " names unknown node ", n));
+    }
+  }
+  Stream& s = streams_[spec.id];
+  s.spec = spec;
+  SetPrimary(s, primary);
+  SetStandby(s, standby);
+  admitted_units_ += spec.weight;
+  return absl::OkStatus();
+}
+
 absl::Status Placement::Remove(const std::string& id) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return absl::NotFoundError(absl::StrCat("stream ", id, " not found"));
@@ -191,7 +210,7 @@ FailoverPlan Placement::FailNode(const std::string& id) {
 
   std::vector<std::string> moving(failed.primaries.begin(), failed.primaries.end());
   // A ready passive node big enough takes every stream 1:1 and becomes active.
-  for (const std::string& pid : passive_ready_) {
+  for (const std::string& pid : moving.empty() ? std::set<std::string>{} : passive_ready_) {
     Node& p = nodes_.at(pid);
     if (p.spec.capacity >= failed.load) {
       plan.promoted = pid;

@@ -69,7 +69,11 @@ class Placement {
  public:
   explicit Placement(int64_t redundancy) : k_(redundancy) {}
 
-  [[nodiscard]] absl::Status AddNode(const NodeSpec& node);
+  // `available` false loads a node that is out (failed, fenced or drained).
+  [[nodiscard]] absl::Status AddNode(const NodeSpec& node, bool available = true);
+  // Restores a stored assignment without admission (controller restart).
+  [[nodiscard]] absl::Status LoadStream(const StreamSpec& stream, const std::string& primary,
+                                        const std::string& standby);
   // Admits a stream when the cluster still survives losing any k nodes;
   // FailedPrecondition (HTTP 409) otherwise, with the arithmetic.
   [[nodiscard]] absl::StatusOr<Assignment> Admit(const StreamSpec& stream);

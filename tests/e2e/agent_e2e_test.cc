@@ -46,7 +46,7 @@ class AgentE2eTest : public ::testing::Test {
 TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
   FakeController controller;
   ChildProcess agent(NvmlAgent(controller.port()), {"FAKE_NVML_STATE=" + state_});
-  auto port = agent.WaitForLine("listening on 127.0.0.1:(\\d+)", milliseconds(10000));
+  auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
   ASSERT_TRUE(port.has_value()) << agent.err();
   auto hello = controller.WaitForHello(milliseconds(10000));
   ASSERT_TRUE(hello.has_value()) << agent.err();

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,10 +69,9 @@ class ChildProcess {
     }
     return exit_code_;
   }
-  // Waits for a stdout line matching `pattern`; returns its first capture group.
-  std::optional<std::string> WaitForLine(const std::string& pattern,
+  // Waits for a stdout line containing `marker`; returns the rest of that line.
+  std::optional<std::string> WaitForLine(const std::string& marker,
                                          std::chrono::milliseconds timeout) {
-    std::regex re(pattern);
     std::unique_lock<std::mutex> lock(mu_);
     size_t seen = 0;
     auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -82,8 +80,8 @@ class ChildProcess {
       while ((pos = out_.find('\n', seen)) != std::string::npos) {
         std::string line = out_.substr(seen, pos - seen);
         seen = pos + 1;
-        std::smatch m;
-        if (std::regex_search(line, m, re)) return m.size() > 1 ? m[1].str() : line;
+        size_t at = line.find(marker);
+        if (at != std::string::npos) return line.substr(at + marker.size());
       }
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
     }

@@ -17,9 +17,7 @@ const std::string kSrc = GPUHA_SOURCE_DIR;
 
 std::string Example(const char* name) { return kSrc + "/examples/" + name; }
 
-std::string TempFile(const char* name) {
-  return (gpuha::testing::TestTempDir() / name).string();
-}
+std::string TempFile(const char* name) { return (gpuha::testing::TestTempDir() / name).string(); }
 
 nlohmann::json PlanJson(const char* example) {
   CommandResult r = RunCommand(kGpuha + " plan --format json " + Example(example));

@@ -2,8 +2,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-
-#include "common/testing/temp_dir.h"
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -11,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::e2e {
 

@@ -1,0 +1,216 @@
+#include "cli/controller_command.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/exit_codes.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "controller/controller.h"
+#include "controller/service.h"
+
+namespace gpuha::cli {
+
+using nlohmann::json;
+
+ControllerCommand::ControllerCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand("controller",
+                               "Membership, failure detection, N+1 placement, failover, API");
+  app_->add_option("--config", config_path_, "Controller config YAML")->required();
+  app_->add_option("--grpc-listen", grpc_listen_, "HOST:PORT for agents and routers");
+  app_->add_option("--http-listen", http_listen_, "HOST:PORT for the API and /metrics");
+  app_->add_option("--store", store_path_, "SQLite file (overrides store.path)");
+}
+
+int ControllerCommand::Run() {
+  auto config = controller::LoadControllerConfig(config_path_);
+  if (!config.ok()) {
+    spdlog::error("controller: {}", config.status().message());
+    return kExitBadInput;
+  }
+  if (!grpc_listen_.empty()) config->grpc_listen = grpc_listen_;
+  if (!http_listen_.empty()) config->http_listen = http_listen_;
+  if (!store_path_.empty()) config->store_path = store_path_;
+  std::unique_ptr<controller::Store> store;
+  if (config->store_path.empty()) {
+    spdlog::warn("controller: no store.path: state lives in memory and dies with the process");
+    store = std::make_unique<controller::MemoryStore>();
+  } else {
+    auto sqlite = controller::SqliteStore::Open(config->store_path);
+    if (!sqlite.ok()) {
+      spdlog::error("controller: {}", sqlite.status().message());
+      return kExitFailure;
+    }
+    store = std::move(*sqlite);
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  controller::ShellFenceRunner fencer;
+  controller::Controller c(*config, std::move(store), common::RealClock::Get(), &fencer);
+  if (absl::Status s = c.Recover(); !s.ok()) {
+    spdlog::error("controller: recovering from the store: {}", s.message());
+    return kExitFailure;
+  }
+  controller::ControllerServer server(&c, *config);
+  if (absl::Status s = server.Start(); !s.ok()) {
+    spdlog::error("controller: {}", s.message());
+    return kExitFailure;
+  }
+  std::string host = config->http_listen.substr(0, config->http_listen.rfind(':'));
+  std::printf("gpuha controller grpc %s:%d http %s:%u\n", host.c_str(), server.grpc_port(),
+              host.c_str(), server.http_port());
+  std::fflush(stdout);
+  int signo = 0;
+  sigwait(&stop_signals, &signo);
+  spdlog::info("controller: signal {}, stopping", signo);
+  server.Stop();
+  return kExitOk;
+}
+
+CtlCommand::CtlCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand("ctl", "Operator CLI against the controller API");
+  app_->add_option("--controller", controller_, "Controller API URL")->envname("GPUHA_CONTROLLER");
+  app_->add_option("--token", token_, "Bearer token (or $GPUHA_TOKEN)")->envname("GPUHA_TOKEN");
+  app_->add_flag("--json", json_, "Print the API's JSON instead of a table");
+  app_->add_flag("--force", force_, "drain: even when it breaks N+k");
+  app_->add_option("--tenant", tenant_, "add-stream: the stream's tenant");
+  app_->add_option("--weight", weight_, "add-stream: stream units")->check(CLI::Range(1, 1000000));
+  app_->add_option("command", command_,
+                   "status | nodes | streams | events | capacity | tenants | drain NODE | "
+                   "undrain NODE | fail NODE | set-role NODE ROLE | add-stream ID | "
+                   "remove-stream ID | hash-token TOKEN")
+      ->required()
+      ->check(CLI::IsMember({"status", "nodes", "streams", "events", "capacity", "tenants", "drain",
+                             "undrain", "fail", "set-role", "add-stream", "remove-stream",
+                             "hash-token"}));
+  app_->add_option("args", args_, "Arguments of the command");
+}
+
+namespace {
+
+std::string Cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  if (v.is_null()) return "-";
+  return v.dump();
+}
+
+void Table(const json& rows, const std::vector<std::string>& columns) {
+  std::vector<size_t> width;
+  for (const std::string& c : columns) width.push_back(c.size());
+  for (const json& r : rows) {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      width[i] = std::max(width[i], Cell(r.value(columns[i], json())).size());
+    }
+  }
+  auto line = [&](auto cell) {
+    std::string out;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      out += absl::StrFormat("%-*s  ", static_cast<int>(width[i]), cell(i));
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    std::cout << out << "\n";
+  };
+  line([&](size_t i) { return absl::AsciiStrToUpper(columns[i]); });
+  for (const json& r : rows) line([&](size_t i) { return Cell(r.value(columns[i], json())); });
+}
+
+}  // namespace
+
+int CtlCommand::Run() {
+  if (command_ == "hash-token") {
+    if (args_.size() != 1) {
+      std::cerr << "gpuha ctl hash-token TOKEN\n";
+      return kExitBadInput;
+    }
+    std::cout << controller::Sha256Hex(args_[0]) << "\n";
+    return kExitOk;
+  }
+  auto url = common::ParseHttpUrl(controller_);
+  if (!url.ok()) {
+    std::cerr << "gpuha ctl: --controller: " << url.status().message() << "\n";
+    return kExitBadInput;
+  }
+  size_t needs = command_ == "set-role" ? 2
+                 : (command_ == "drain" || command_ == "undrain" || command_ == "fail" ||
+                    command_ == "add-stream" || command_ == "remove-stream")
+                     ? 1
+                     : 0;
+  if (args_.size() != needs) {
+    std::cerr << "gpuha ctl " << command_ << ": expects " << needs << " argument(s), got "
+              << args_.size() << "\n";
+    return kExitBadInput;
+  }
+  std::string method = "GET", path, body;
+  if (command_ == "status" || command_ == "nodes") path = "/api/v1/nodes";
+  if (command_ == "streams") path = "/api/v1/streams";
+  if (command_ == "events") path = "/api/v1/events";
+  if (command_ == "capacity") path = "/api/v1/capacity";
+  if (command_ == "tenants") path = "/api/v1/tenants";
+  if (command_ == "drain" || command_ == "undrain" || command_ == "fail") {
+    method = "POST";
+    path = absl::StrCat("/api/v1/nodes/", args_[0], "/", command_,
+                        command_ == "drain" && force_ ? "?force=true" : "");
+  }
+  if (command_ == "set-role") {
+    method = "POST";
+    path = absl::StrCat("/api/v1/nodes/", args_[0], "/role");
+    body = json{{"role", args_[1]}}.dump();
+  }
+  if (command_ == "add-stream") {
+    if (tenant_.empty()) {
+      std::cerr << "gpuha ctl add-stream: --tenant is required\n";
+      return kExitBadInput;
+    }
+    method = "POST";
+    path = "/api/v1/streams";
+    body = json{{"id", args_[0]}, {"tenant", tenant_}, {"weight", weight_}}.dump();
+  }
+  if (command_ == "remove-stream") {
+    method = "DELETE";
+    path = "/api/v1/streams/" + args_[0];
+  }
+  auto r =
+      common::HttpCall(method, url->host, url->port, path, body, std::chrono::seconds(10), token_);
+  if (!r.ok()) {
+    std::cerr << "gpuha ctl: controller " << controller_ << " unreachable: " << r.status().message()
+              << "\n";
+    return kExitFailure;
+  }
+  json j = json::parse(r->body, nullptr, false);
+  if (r->status >= 400) {
+    std::cerr << "gpuha ctl: " << r->status << ": "
+              << (j.is_object() && j.contains("error") ? j["error"].get<std::string>() : r->body)
+              << "\n";
+    return r->status == 400 || r->status == 404 || r->status == 409 ? kExitBadInput : kExitFailure;
+  }
+  if (json_ || j.is_discarded()) {
+    std::cout << r->body;
+    return kExitOk;
+  }
+  if (command_ == "status" || command_ == "nodes") {
+    Table(j, {"name", "role", "state", "health", "load", "capacity", "connected", "fenced"});
+  } else if (command_ == "streams") {
+    Table(j, {"id", "tenant", "weight", "primary", "standby", "placed"});
+  } else if (command_ == "events") {
+    Table(j, {"id", "mono_ms", "type", "node", "detail"});
+  } else if (command_ == "tenants") {
+    Table(j, {"name", "streams", "units"});
+  } else if (command_ == "capacity") {
+    for (auto& [k, v] : j.items()) std::cout << absl::StrFormat("%-24s %s\n", k, Cell(v));
+  } else {
+    std::cout << j.dump(2) << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace gpuha::cli

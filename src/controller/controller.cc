@@ -1,0 +1,750 @@
+#include "controller/controller.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/log.h"
+#include "common/prometheus.h"
+
+namespace gpuha::controller {
+namespace {
+
+using nlohmann::json;
+constexpr size_t kEventsKept = 10000;
+
+const char* HealthName(v1::NodeHealth h) {
+  switch (h) {
+    case v1::NODE_HEALTH_HEALTHY:
+      return "healthy";
+    case v1::NODE_HEALTH_DEGRADED:
+      return "degraded";
+    case v1::NODE_HEALTH_DRAINING:
+      return "draining";
+    case v1::NODE_HEALTH_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
+std::optional<Role> ParseRole(const std::string& r) {
+  if (r == "active") return Role::kActive;
+  if (r == "passive") return Role::kPassive;
+  if (r == "buffer") return Role::kBuffer;
+  return std::nullopt;
+}
+
+}  // namespace
+
+json EventJson(const Event& e) {
+  return {{"id", e.id},     {"mono_ms", e.mono_ms}, {"unix_ms", e.unix_ms}, {"type", e.type},
+          {"node", e.node}, {"epoch", e.epoch},     {"detail", e.detail}};
+}
+
+absl::Status ShellFenceRunner::Run(const std::string& command, common::Duration timeout) {
+  pid_t pid = ::fork();
+  if (pid < 0) return absl::ResourceExhaustedError("fork failed");
+  if (pid == 0) {
+    ::setsid();
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+      return absl::InternalError(absl::StrCat(
+          "fence hook '", command, "' failed (", WIFEXITED(status) ? "exit " : "signal ",
+          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), ")"));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return absl::DeadlineExceededError(absl::StrCat("fence hook '", command, "' timed out after ",
+                                                      common::ToMillis(timeout), " ms"));
+    }
+    ::usleep(5000);
+  }
+}
+
+Controller::Controller(ControllerConfig config, std::unique_ptr<Store> store, common::Clock* clock,
+                       FenceRunner* fencer)
+    : config_(std::move(config)),
+      store_(std::move(store)),
+      clock_(clock),
+      fencer_(fencer),
+      started_(clock->Now()),
+      grace_until_(started_),
+      placement_(config_.redundancy),
+      detector_(config_.detector, clock) {
+  for (const NodeConfig& nc : config_.nodes) nodes_[nc.spec.id].cfg = nc;
+}
+
+Controller::~Controller() {
+  for (std::thread& t : hooks_) t.join();
+}
+
+Controller::NodeState* Controller::FindLocked(const std::string& node) {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+void Controller::EventLocked(const std::string& type, const std::string& node,
+                             const std::string& detail, std::optional<int64_t> unix_ms) {
+  Event e;
+  e.id = next_event_id_++;
+  e.mono_ms = std::chrono::duration<double, std::milli>(clock_->Now() - started_).count();
+  e.unix_ms = unix_ms.value_or(clock_->UnixNanos() / 1'000'000);
+  e.type = type;
+  e.node = node;
+  e.epoch = epoch_;
+  e.detail = detail;
+  if (auto id = store_->AppendEvent(EventJson(e).dump()); !id.ok()) counters_.store_errors++;
+  spdlog::info("controller: {} {} {}", type, node, detail);
+  events_.push_back(std::move(e));
+  if (events_.size() > kEventsKept) events_.pop_front();
+}
+
+void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const {
+  std::optional<Role> role = placement_.RoleOf(n.cfg.spec.id);
+  json j = {{"role", RoleName(role.value_or(n.cfg.spec.role))},
+            {"available", placement_.Available(n.cfg.spec.id)},
+            {"fenced", n.fenced},
+            {"drained", n.drained},
+            {"held_out", n.held_out}};
+  batch->push_back({"node", n.cfg.spec.id, j.dump()});
+}
+
+void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const {
+  auto a = placement_.Find(id);
+  auto spec = specs_.find(id);
+  if (!a || spec == specs_.end()) {
+    batch->push_back({"stream", id, std::nullopt});
+    return;
+  }
+  json j = {{"tenant", spec->second.tenant},
+            {"weight", spec->second.weight},
+            {"primary", a->primary},
+            {"standby", a->standby}};
+  batch->push_back({"stream", id, j.dump()});
+}
+
+void Controller::CommitLocked(std::vector<StoreWrite> batch) {
+  batch.push_back({"meta", "epoch", std::to_string(epoch_)});
+  if (absl::Status s = store_->Apply(batch); !s.ok()) {
+    counters_.store_errors++;
+    spdlog::error("controller: store write failed: {}", s.message());
+  }
+}
+
+absl::Status Controller::Recover() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto meta = store_->Load("meta");
+  if (!meta.ok()) return meta.status();
+  if (auto it = meta->find("epoch"); it != meta->end()) epoch_ = std::stoull(it->second);
+  auto stored_nodes = store_->Load("node");
+  if (!stored_nodes.ok()) return stored_nodes.status();
+  for (auto& [id, n] : nodes_) {
+    NodeSpec spec = n.cfg.spec;
+    bool available = true;
+    if (auto it = stored_nodes->find(id); it != stored_nodes->end()) {
+      json j = json::parse(it->second, nullptr, false);
+      if (j.is_object()) {
+        if (auto r = ParseRole(j.value("role", ""))) spec.role = *r;
+        available = j.value("available", true);
+        n.fenced = j.value("fenced", false);
+        n.drained = j.value("drained", false);
+        n.held_out = j.value("held_out", false);
+      }
+    }
+    if (absl::Status s = placement_.AddNode(spec, available); !s.ok()) return s;
+  }
+  auto streams = store_->Load("stream");
+  if (!streams.ok()) return streams.status();
+  for (auto& [id, text] : *streams) {
+    json j = json::parse(text, nullptr, false);
+    if (!j.is_object())
+      return absl::DataLossError(absl::StrCat("store: stream ", id, " is corrupt"));
+    StreamSpec spec{id, j.value("tenant", ""), j.value("weight", int64_t{1})};
+    if (absl::Status s =
+            placement_.LoadStream(spec, j.value("primary", ""), j.value("standby", ""));
+        !s.ok()) {
+      return s;
+    }
+    specs_[id] = spec;
+  }
+  auto events = store_->LoadEvents(0, SIZE_MAX);
+  if (events.ok()) {
+    for (auto& [id, text] : *events) next_event_id_ = std::max(next_event_id_, id + 1);
+  }
+  // A restarted controller has heard from nobody yet: it waits one detection
+  // window for agents to reconnect before it fails anything over.
+  grace_until_ = clock_->Now() + config_.startup_grace;
+  for (auto& [id, n] : nodes_) {
+    if (placement_.Available(id)) detector_.Connected(id);
+  }
+  EventLocked(
+      "controller_started", "",
+      absl::StrCat(streams->size(), " stream(s), epoch ", epoch_, ", ", nodes_.size(), " node(s)"));
+  return absl::OkStatus();
+}
+
+absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(hello.node());
+  if (n == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("node '", hello.node(), "' is not in the controller's config"));
+  }
+  n->sink = std::move(sink);
+  n->healthy_since.reset();
+  if (placement_.Available(hello.node())) detector_.Connected(hello.node());
+  v1::ControllerMessage welcome;
+  welcome.mutable_welcome()->set_epoch(epoch_);
+  welcome.mutable_welcome()->set_role(
+      RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
+  welcome.mutable_welcome()->set_fenced(n->fenced);
+  n->sink->Send(welcome);
+  EventLocked("agent_connected", hello.node(),
+              absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
+                           n->fenced ? ", fenced" : ""));
+  return absl::OkStatus();
+}
+
+void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return;
+  counters_.heartbeats++;
+  n->last = hb;
+  v1::NodeHealth before = n->health;
+  n->health = hb.health();
+  n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
+  bool in_service = placement_.Available(node);
+  if (in_service) detector_.Heartbeat(node);
+  // An agent acting under an old epoch, or serving while fenced, is corrected.
+  if (n->fenced && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
+    counters_.stale_agents_corrected++;
+    FenceLocked(*n, "still serving while fenced");
+  }
+  std::string why = n->reasons.empty()
+                        ? HealthName(hb.health())
+                        : n->reasons.front().code() + ": " + n->reasons.front().detail();
+  if (hb.health() != before && hb.health() == v1::NODE_HEALTH_DEGRADED) {
+    EventLocked("alert", node, why);
+  }
+  if (hb.health() == v1::NODE_HEALTH_HEALTHY) {
+    if (!n->healthy_since) n->healthy_since = clock_->Now();
+  } else {
+    n->healthy_since.reset();
+  }
+  if (!in_service || clock_->Now() < grace_until_) return;
+  if (hb.health() == v1::NODE_HEALTH_FAILED) {
+    TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
+                  /*make_before_break=*/false, /*count_failure=*/true);
+  } else if (hb.health() == v1::NODE_HEALTH_DRAINING) {
+    TakeOutLocked(*n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
+                  /*make_before_break=*/true, /*count_failure=*/true);
+  }
+}
+
+void Controller::AgentDisconnected(const std::string& node, const AgentSink* sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
+  n->sink.reset();
+  n->healthy_since.reset();
+  detector_.StreamBroken(node);
+  EventLocked("agent_disconnected", node, "heartbeat stream closed");
+}
+
+void Controller::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LivenessChange> changes = detector_.Check();
+  bool grace = clock_->Now() < grace_until_;
+  for (const LivenessChange& c : changes) {
+    NodeState* n = FindLocked(c.node);
+    if (n == nullptr || !placement_.Available(c.node)) continue;
+    if (c.to == Liveness::kSuspect) {
+      EventLocked("suspect", c.node, c.reason);
+    } else if (c.to == Liveness::kFailed) {
+      if (grace) {
+        // Not yet: a restarted controller gives agents one window to return.
+        detector_.Connected(c.node);
+        continue;
+      }
+      int64_t last_ns = clock_->UnixNanos() - std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  clock_->Now() - c.last_heartbeat)
+                                                  .count();
+      TakeOutLocked(*n, "detector: " + c.reason, last_ns, /*make_before_break=*/false,
+                    /*count_failure=*/true);
+    }
+  }
+  // Recovery: a fenced node whose agent has been healthy for healthy_for rejoins.
+  for (auto& [id, n] : nodes_) {
+    if (!n.fenced || n.drained || n.held_out || !n.sink || !n.healthy_since) continue;
+    if (clock_->Now() - *n.healthy_since < config_.healthy_for) continue;
+    RejoinLocked(n, "healthy again");
+  }
+}
+
+void Controller::FenceLocked(NodeState& n, const std::string& why) {
+  n.fenced = true;
+  const std::string id = n.cfg.spec.id;
+  if (n.sink) {
+    v1::ControllerMessage m;
+    m.mutable_fence()->set_epoch(epoch_);
+    m.mutable_fence()->set_reason(why);
+    n.sink->Send(m);
+    EventLocked("fenced", id, "fence command sent to the agent");
+    return;
+  }
+  if (config_.fence_hook.empty()) {
+    EventLocked("fence_unconfirmed", id,
+                "agent unreachable and no fence hook configured; the node gets no work");
+    return;
+  }
+  std::string command = absl::StrReplaceAll(config_.fence_hook, {{"{node}", id}});
+  EventLocked("fence_hook_started", id, command);
+  hooks_.emplace_back([this, command, id] {
+    absl::Status s = fencer_->Run(command, config_.fence_timeout);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.ok()) {
+      EventLocked("fenced", id, "fence hook succeeded");
+      return;
+    }
+    counters_.fence_hook_failures++;
+    NodeState* n = FindLocked(id);
+    if (n != nullptr) n->held_out = true;  // never hand an unfenced node work again
+    EventLocked("fence_failed", id, absl::StrCat(s.message(), "; node held out"));
+    std::vector<StoreWrite> batch;
+    if (n != nullptr) PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
+  });
+}
+
+void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
+                               bool make_before_break, bool count_failure) {
+  const std::string id = n.cfg.spec.id;
+  if (!placement_.Available(id)) return;
+  ++epoch_;
+  counters_.failovers++;
+  n.healthy_since.reset();  // it must prove itself healthy again after the fence
+  if (fault_unix_ns > 0) EventLocked("fault_seen", id, why, fault_unix_ns / 1'000'000);
+  EventLocked("detected", id, why);
+  if (!make_before_break) FenceLocked(n, why);
+  FailoverPlan plan = placement_.FailNode(id);
+  detector_.Forget(id);
+  std::vector<StoreWrite> batch;
+  for (const Assignment& a : plan.moved) PersistStreamLocked(a.stream, &batch);
+  for (const Assignment& a : plan.restandbyed) PersistStreamLocked(a.stream, &batch);
+  for (const std::string& s : plan.unplaced) PersistStreamLocked(s, &batch);
+  if (count_failure) {
+    common::TimePoint now = clock_->Now();
+    n.failures.push_back(now);
+    while (!n.failures.empty() && now - n.failures.front() > config_.failure_window) {
+      n.failures.pop_front();
+    }
+    if (static_cast<int>(n.failures.size()) >= config_.max_failures) {
+      n.held_out = true;
+      EventLocked(
+          "held_out", id,
+          absl::StrCat(
+              n.failures.size(), " failures within ",
+              std::chrono::duration_cast<std::chrono::seconds>(config_.failure_window).count(),
+              " s; an operator must undrain it"));
+    }
+  }
+  std::string moved = absl::StrCat(plan.moved.size(), " stream(s) moved",
+                                   plan.promoted.empty() ? "" : " to passive " + plan.promoted);
+  EventLocked("streams_moved", id, moved);
+  if (!plan.unplaced.empty()) {
+    counters_.unplaced_streams_total += plan.unplaced.size();
+    EventLocked("streams_unplaced", id,
+                absl::StrCat(plan.unplaced.size(), " stream(s) fit nowhere under N+",
+                             config_.redundancy, "; they answer 503 until capacity returns"));
+  }
+  if (!plan.promoted.empty()) {
+    if (NodeState* p = FindLocked(plan.promoted)) PersistNodeLocked(*p, &batch);
+  }
+  PushRoutesLocked(absl::StrCat("failover of ", id));
+  if (make_before_break) FenceLocked(n, why);
+  PersistNodeLocked(n, &batch);
+  CommitLocked(std::move(batch));
+}
+
+void Controller::RejoinLocked(NodeState& n, const std::string& why) {
+  const std::string id = n.cfg.spec.id;
+  if (absl::Status s = placement_.RestoreNode(id); !s.ok()) return;
+  n.fenced = false;
+  ++epoch_;
+  detector_.Connected(id);
+  if (n.sink) {
+    v1::ControllerMessage m;
+    m.mutable_rejoin()->set_epoch(epoch_);
+    m.mutable_rejoin()->set_role(RoleName(placement_.RoleOf(id).value_or(Role::kPassive)));
+    n.sink->Send(m);
+  }
+  EventLocked(
+      "rejoined", id,
+      absl::StrCat(why, "; rejoins as ", RoleName(placement_.RoleOf(id).value_or(Role::kPassive))));
+  std::vector<StoreWrite> batch;
+  PersistNodeLocked(n, &batch);
+  for (const Assignment& a : placement_.Assignments()) PersistStreamLocked(a.stream, &batch);
+  PushRoutesLocked(absl::StrCat("rejoin of ", id));
+  CommitLocked(std::move(batch));
+}
+
+void Controller::PushRoutesLocked(const std::string& why) {
+  ++route_version_;
+  EventLocked("routes_pushed", "", absl::StrCat("version ", route_version_, " (", why, ")"));
+  routes_cv_.notify_all();
+}
+
+absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!config_.tenants.empty() && std::find(config_.tenants.begin(), config_.tenants.end(),
+                                            s.tenant) == config_.tenants.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant: '", s.tenant, "' is not a known tenant"));
+  }
+  auto a = placement_.Admit(s);
+  if (!a.ok()) {
+    if (a.status().code() == absl::StatusCode::kFailedPrecondition) counters_.admissions_refused++;
+    return a.status();
+  }
+  specs_[s.id] = s;
+  std::vector<StoreWrite> batch;
+  PersistStreamLocked(s.id, &batch);
+  if (NodeState* n = FindLocked(a->primary)) PersistNodeLocked(*n, &batch);
+  CommitLocked(std::move(batch));
+  EventLocked("stream_added", a->primary,
+              absl::StrCat(s.id, " (tenant ", s.tenant, ", standby ",
+                           a->standby.empty() ? "none" : a->standby, ")"));
+  PushRoutesLocked(absl::StrCat("stream ", s.id, " added"));
+  return a;
+}
+
+absl::Status Controller::RemoveStream(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = placement_.Remove(id); !s.ok()) return s;
+  specs_.erase(id);
+  std::vector<StoreWrite> batch;
+  PersistStreamLocked(id, &batch);
+  CommitLocked(std::move(batch));
+  EventLocked("stream_removed", "", id);
+  PushRoutesLocked(absl::StrCat("stream ", id, " removed"));
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Drain(const std::string& node, bool force) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (!force) {
+    if (absl::Status s = placement_.CanRemoveNode(node); !s.ok()) return s;
+  }
+  n->drained = true;
+  EventLocked("drain", node, force ? "operator drain (forced)" : "operator drain");
+  TakeOutLocked(*n, "operator drain", 0, /*make_before_break=*/true, /*count_failure=*/false);
+  std::vector<StoreWrite> batch;
+  PersistNodeLocked(*n, &batch);
+  CommitLocked(std::move(batch));
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Undrain(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  n->drained = false;
+  n->held_out = false;
+  n->failures.clear();
+  if (placement_.Available(node)) return absl::OkStatus();
+  RejoinLocked(*n, "operator undrain");
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Fail(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (!placement_.Available(node)) {
+    return absl::FailedPreconditionError(absl::StrCat("node ", node, " is already out of service"));
+  }
+  TakeOutLocked(*n, "operator fail (drill)", clock_->UnixNanos(), false, /*count_failure=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::SetRole(const std::string& node, Role role) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (absl::Status s = placement_.SetRole(node, role); !s.ok()) return s;
+  EventLocked("role_changed", node, RoleName(role));
+  std::vector<StoreWrite> batch;
+  PersistNodeLocked(*n, &batch);
+  CommitLocked(std::move(batch));
+  PushRoutesLocked(absl::StrCat("role of ", node));
+  return absl::OkStatus();
+}
+
+json Controller::NodeJsonLocked(const NodeState& n) const {
+  const std::string& id = n.cfg.spec.id;
+  std::string state = n.held_out                  ? "held-out"
+                      : n.drained                 ? "drained"
+                      : !placement_.Available(id) ? "failed"
+                      : !n.sink                   ? "disconnected"
+                                                  : LivenessName(detector_.state(id));
+  json gpus = json::array();
+  for (const v1::GpuSample& g : n.last.gpus()) {
+    gpus.push_back({{"index", g.index()},
+                    {"lost", g.lost()},
+                    {"temperature_c", g.temperature_c()},
+                    {"power_w", g.power_w()},
+                    {"utilization_pct", g.utilization_pct()}});
+  }
+  json reasons = json::array();
+  for (const v1::HealthReason& r : n.reasons)
+    reasons.push_back({{"code", r.code()}, {"detail", r.detail()}});
+  return {{"name", id},
+          {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))},
+          {"state", state},
+          {"health", HealthName(n.health)},
+          {"connected", n.sink != nullptr},
+          {"fenced", n.fenced},
+          {"drained", n.drained},
+          {"held_out", n.held_out},
+          {"capacity", n.cfg.spec.capacity},
+          {"cpu_only", n.cfg.spec.cpu_only},
+          {"load", placement_.LoadOf(id)},
+          {"address", n.cfg.address},
+          {"reasons", reasons},
+          {"gpus", gpus}};
+}
+
+json Controller::NodesJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (const auto& [id, n] : nodes_) out.push_back(NodeJsonLocked(n));
+  return out;
+}
+
+absl::StatusOr<json> Controller::NodeJson(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  return NodeJsonLocked(it->second);
+}
+
+json Controller::StreamsJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (const Assignment& a : placement_.Assignments()) {
+    const StreamSpec& s = specs_.at(a.stream);
+    out.push_back({{"id", a.stream},
+                   {"tenant", s.tenant},
+                   {"weight", s.weight},
+                   {"primary", a.primary},
+                   {"standby", a.standby},
+                   {"placed", !a.primary.empty()}});
+  }
+  return out;
+}
+
+absl::StatusOr<json> Controller::StreamJson(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto a = placement_.Find(id);
+  if (!a) return absl::NotFoundError(absl::StrCat("stream ", id, " not found"));
+  const StreamSpec& s = specs_.at(id);
+  return json{{"id", id},
+              {"tenant", s.tenant},
+              {"weight", s.weight},
+              {"primary", a->primary},
+              {"standby", a->standby},
+              {"placed", !a->primary.empty()}};
+}
+
+json Controller::CapacityJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CapacityFigures c = placement_.Capacity();
+  return {{"redundancy", c.redundancy},
+          {"total_units", c.total_units},
+          {"failover_reserve_units", c.reserve_units},
+          {"max_production_units", c.max_production_units},
+          {"admitted_units", c.admitted_units},
+          {"headroom_units", c.headroom_units},
+          {"survives_node_loss", c.headroom_units >= 0 && c.redundancy >= 1},
+          {"degraded_units", c.degraded_units},
+          {"unplaced_streams", c.unplaced_streams}};
+}
+
+json Controller::TenantsJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::pair<int, int64_t>> usage;
+  for (const std::string& t : config_.tenants) usage[t];
+  for (const auto& [id, s] : specs_) {
+    usage[s.tenant].first++;
+    usage[s.tenant].second += s.weight;
+  }
+  json out = json::array();
+  for (const auto& [t, u] : usage)
+    out.push_back({{"name", t}, {"streams", u.first}, {"units", u.second}});
+  return out;
+}
+
+bool Controller::HasTenant(const std::string& t) const {
+  return config_.tenants.empty() ||
+         std::find(config_.tenants.begin(), config_.tenants.end(), t) != config_.tenants.end();
+}
+
+json Controller::EventsJson(int64_t after_id, size_t limit) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (const Event& e : events_) {
+    if (e.id > after_id && out.size() < limit) out.push_back(EventJson(e));
+  }
+  return out;
+}
+
+std::vector<Event> Controller::EventsSince(int64_t after_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  for (const Event& e : events_) {
+    if (e.id > after_id) out.push_back(e);
+  }
+  return out;
+}
+
+v1::RouteSnapshot Controller::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::RouteSnapshot snap;
+  snap.set_version(route_version_);
+  snap.set_epoch(epoch_);
+  auto endpoint = [&](const std::string& node, v1::Endpoint* e) {
+    if (node.empty()) return;
+    e->set_node(node);
+    e->set_address(nodes_.at(node).cfg.address);
+  };
+  for (const Assignment& a : placement_.Assignments()) {
+    v1::Route* r = snap.add_routes();
+    const StreamSpec& s = specs_.at(a.stream);
+    r->set_stream(a.stream);
+    r->set_tenant(s.tenant);
+    r->set_weight(static_cast<uint64_t>(s.weight));
+    endpoint(a.primary, r->mutable_primary());
+    endpoint(a.standby, r->mutable_standby());
+  }
+  for (const auto& [id, n] : nodes_) {
+    if (placement_.Available(id) && placement_.RoleOf(id) != Role::kPassive) {
+      endpoint(id, snap.add_active());
+    }
+  }
+  return snap;
+}
+
+uint64_t Controller::route_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return route_version_;
+}
+
+uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known; });
+  return route_version_;
+}
+
+void Controller::RouterAck(const std::string& router, uint64_t version,
+                           const std::vector<std::string>& suspects) {
+  std::lock_guard<std::mutex> lock(mu_);
+  routers_[router] = version;
+  for (const std::string& s : suspects)
+    EventLocked("router_hint", s, absl::StrCat("from ", router));
+  if (version != route_version_ || acked_version_logged_ == version) return;
+  for (const auto& [r, v] : routers_) {
+    if (v != route_version_) return;
+  }
+  acked_version_logged_ = version;
+  EventLocked("routers_acked", "",
+              absl::StrCat("version ", version, " by ", routers_.size(), " router(s)"));
+}
+
+void Controller::RouterGone(const std::string& router) {
+  std::lock_guard<std::mutex> lock(mu_);
+  routers_.erase(router);
+}
+
+uint64_t Controller::epoch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return epoch_;
+}
+
+ControllerCounters Controller::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::string Controller::MetricsText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  common::PromText p;
+  CapacityFigures c = placement_.Capacity();
+  p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
+  p.Sample("gpuha_controller_epoch", {}, double(epoch_));
+  p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");
+  p.Sample("gpuha_controller_route_version", {}, double(route_version_));
+  p.Family("gpuha_controller_node_up", "gauge", "1 when the node serves or stands by.");
+  for (const auto& [id, n] : nodes_) {
+    p.Sample("gpuha_controller_node_up",
+             {{"node", id}, {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))}},
+             placement_.Available(id));
+  }
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double value;
+  };
+  const Gauge gauges[] = {
+      {"gpuha_controller_capacity_total_units", "Capacity of available GPU nodes.",
+       double(c.total_units)},
+      {"gpuha_controller_capacity_max_production_units",
+       "Load the cluster carries after losing k nodes.", double(c.max_production_units)},
+      {"gpuha_controller_admitted_units", "Stream units admitted.", double(c.admitted_units)},
+      {"gpuha_controller_headroom_units", "max_production - admitted.", double(c.headroom_units)},
+      {"gpuha_controller_unplaced_streams", "Admitted streams that fit nowhere now.",
+       double(c.unplaced_streams)},
+      {"gpuha_controller_degraded_units", "CPU-only buffer capacity (degraded).",
+       double(c.degraded_units)},
+  };
+  for (const Gauge& g : gauges) {
+    p.Family(g.name, "gauge", g.help);
+    p.Sample(g.name, {}, g.value);
+  }
+  const Gauge counters[] = {
+      {"gpuha_controller_failovers_total", "Nodes taken out of service.",
+       double(counters_.failovers)},
+      {"gpuha_controller_fence_hook_failures_total", "Fence hooks that failed or timed out.",
+       double(counters_.fence_hook_failures)},
+      {"gpuha_controller_heartbeats_total", "Agent heartbeats received.",
+       double(counters_.heartbeats)},
+      {"gpuha_controller_stale_agents_corrected_total",
+       "Agents re-fenced for serving while fenced.", double(counters_.stale_agents_corrected)},
+      {"gpuha_controller_admissions_refused_total", "Streams refused under N+k.",
+       double(counters_.admissions_refused)},
+      {"gpuha_controller_unplaced_streams_total", "Streams that found no node in a failover.",
+       double(counters_.unplaced_streams_total)},
+      {"gpuha_controller_store_errors_total", "Store writes that failed.",
+       double(counters_.store_errors)},
+  };
+  for (const Gauge& g : counters) {
+    p.Family(g.name, "counter", g.help);
+    p.Sample(g.name, {}, g.value);
+  }
+  return p.str();
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,178 @@
+// Controller: the brain of the active-passive cluster. Membership from agent
+// streams, failure detection, N+k placement, failover with fencing, recovery
+// as passive, operator commands, events, durable state and the route snapshots
+// routers watch.
+//
+//   Controller c(config, std::move(store), &clock, &fencer);
+//   RETURN_IF_ERROR(c.Recover());                // loads the store
+//   c.AgentConnected(hello, sink);               // from the gRPC service
+//   c.Tick();                                    // every few ms, on one thread
+//
+// Every state change goes through one function that applies its side effects,
+// records an event with monotonic and wall timestamps, and logs one line.
+// Thread-safety: all public methods lock mu_; sinks are called under it, so
+// AgentSink::Send must not block.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/controller_config.h"
+#include "controller/failure_detector.h"
+#include "controller/placement.h"
+#include "controller/store.h"
+#include "gpuha/v1/agent.pb.h"
+#include "gpuha/v1/routes.pb.h"
+
+namespace gpuha::controller {
+
+// Where the controller sends commands to one connected agent.
+class AgentSink {
+ public:
+  virtual ~AgentSink() = default;
+  virtual void Send(const v1::ControllerMessage& m) = 0;
+};
+
+// Runs the configured fence hook ("kubectl cordon {node}") with a timeout.
+class FenceRunner {
+ public:
+  virtual ~FenceRunner() = default;
+  [[nodiscard]] virtual absl::Status Run(const std::string& command, common::Duration timeout) = 0;
+};
+
+class ShellFenceRunner : public FenceRunner {
+ public:
+  absl::Status Run(const std::string& command, common::Duration timeout) override;
+};
+
+struct Event {
+  int64_t id = 0;
+  double mono_ms = 0;  // since the controller started; orders and times a failover
+  int64_t unix_ms = 0;
+  std::string type;  // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
+  std::string node;
+  uint64_t epoch = 0;
+  std::string detail;
+};
+nlohmann::json EventJson(const Event& e);
+
+struct ControllerCounters {
+  uint64_t failovers = 0;
+  uint64_t fence_hook_failures = 0;
+  uint64_t heartbeats = 0;
+  uint64_t stale_agents_corrected = 0;
+  uint64_t admissions_refused = 0;
+  uint64_t unplaced_streams_total = 0;
+  uint64_t store_errors = 0;
+};
+
+class Controller {
+ public:
+  Controller(ControllerConfig config, std::unique_ptr<Store> store, common::Clock* clock,
+             FenceRunner* fencer);
+  ~Controller();
+
+  // Loads nodes, streams, epoch and recent events from the store.
+  [[nodiscard]] absl::Status Recover();
+
+  // --- agents ---------------------------------------------------------------
+  // NotFound for a node that is not in the config.
+  [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello,
+                                            std::shared_ptr<AgentSink> sink);
+  void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb);
+  void AgentDisconnected(const std::string& node, const AgentSink* sink);
+  // Runs failure detection and recovery; call every few milliseconds.
+  void Tick();
+
+  // --- operator API (errors carry the HTTP meaning in their code) -----------
+  [[nodiscard]] absl::StatusOr<Assignment> AddStream(const StreamSpec& s);
+  [[nodiscard]] absl::Status RemoveStream(const std::string& id);
+  [[nodiscard]] absl::Status Drain(const std::string& node, bool force);
+  [[nodiscard]] absl::Status Undrain(const std::string& node);
+  [[nodiscard]] absl::Status Fail(const std::string& node);
+  [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
+  nlohmann::json NodesJson() const;
+  [[nodiscard]] absl::StatusOr<nlohmann::json> NodeJson(const std::string& node) const;
+  nlohmann::json StreamsJson() const;
+  [[nodiscard]] absl::StatusOr<nlohmann::json> StreamJson(const std::string& id) const;
+  nlohmann::json CapacityJson() const;
+  nlohmann::json TenantsJson() const;
+  nlohmann::json EventsJson(int64_t after_id, size_t limit) const;
+  std::string MetricsText() const;
+  bool HasTenant(const std::string& t) const;
+
+  // --- routers --------------------------------------------------------------
+  v1::RouteSnapshot Snapshot() const;
+  uint64_t route_version() const;
+  // Blocks until the route version passes `known` or `timeout` ends.
+  uint64_t WaitForRoutes(uint64_t known, common::Duration timeout);
+  void RouterAck(const std::string& router, uint64_t version,
+                 const std::vector<std::string>& suspects);
+  void RouterGone(const std::string& router);
+
+  uint64_t epoch() const;
+  ControllerCounters counters() const;
+  std::vector<Event> EventsSince(int64_t after_id) const;
+
+ private:
+  struct NodeState {
+    NodeConfig cfg;
+    std::shared_ptr<AgentSink> sink;
+    v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
+    std::vector<v1::HealthReason> reasons;
+    v1::Heartbeat last;     // telemetry, for the API
+    bool fenced = false;    // out of service until it rejoins
+    bool drained = false;   // an operator took it out
+    bool held_out = false;  // failed too often, or fencing failed
+    std::deque<common::TimePoint> failures;
+    std::optional<common::TimePoint> healthy_since;
+  };
+
+  // The one place a node is taken out. `fault_unix_ns` is when the fault was
+  // first seen (0 = unknown); `make_before_break` moves routes before fencing.
+  void TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
+                     bool make_before_break, bool count_failure);
+  void FenceLocked(NodeState& n, const std::string& why);
+  void RejoinLocked(NodeState& n, const std::string& why);
+  void PushRoutesLocked(const std::string& why);
+  void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
+  void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
+  void CommitLocked(std::vector<StoreWrite> batch);
+  void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
+                   std::optional<int64_t> unix_ms = std::nullopt);
+  nlohmann::json NodeJsonLocked(const NodeState& n) const;
+  NodeState* FindLocked(const std::string& node);
+
+  const ControllerConfig config_;
+  std::unique_ptr<Store> store_;
+  common::Clock* const clock_;
+  FenceRunner* const fencer_;
+  const common::TimePoint started_;
+  common::TimePoint grace_until_;
+
+  mutable std::mutex mu_;
+  std::condition_variable routes_cv_;
+  Placement placement_;                      // guarded by mu_
+  FailureDetector detector_;                 // guarded by mu_
+  std::map<std::string, NodeState> nodes_;   // guarded by mu_
+  std::map<std::string, StreamSpec> specs_;  // guarded by mu_
+  uint64_t epoch_ = 1;                       // guarded by mu_
+  uint64_t route_version_ = 1;               // guarded by mu_
+  std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
+  uint64_t acked_version_logged_ = 0;        // guarded by mu_
+  std::deque<Event> events_;                 // guarded by mu_; the newest 10000
+  int64_t next_event_id_ = 1;                // guarded by mu_
+  ControllerCounters counters_;              // guarded by mu_
+  std::vector<std::thread> hooks_;           // fence hooks in flight
+};
+
+}  // namespace gpuha::controller

@@ -1,0 +1,140 @@
+#include "controller/controller_config.h"
+
+#include <openssl/sha.h>
+
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/yaml_reader.h"
+
+namespace gpuha::controller {
+
+const char* ApiRoleName(ApiRole r) {
+  switch (r) {
+    case ApiRole::kViewer:
+      return "viewer";
+    case ApiRole::kOperator:
+      return "operator";
+    case ApiRole::kAdmin:
+      return "admin";
+  }
+  return "viewer";
+}
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
+
+absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
+                                                       const std::string& source) {
+  auto doc = common::YamlDocument::LoadString(yaml, source);
+  if (!doc.ok()) return doc.status();
+  common::YamlMap root = doc->Root();
+  ControllerConfig c;
+  common::YamlMap cluster = root.Map("cluster");
+  if (auto k = cluster.Int("redundancy")) {
+    if (*k < 0) cluster.Fail("redundancy", "must not be negative");
+    c.redundancy = *k;
+  }
+  root.Require("nodes");
+  std::set<std::string> names;
+  std::vector<common::YamlMap> nodes = root.MapList("nodes");
+  for (common::YamlMap& n : nodes) {
+    NodeConfig nc;
+    if (n.Require("name")) nc.spec.id = n.String("name").value_or("");
+    if (!nc.spec.id.empty() && !names.insert(nc.spec.id).second) {
+      n.Fail("name", absl::StrCat("node '", nc.spec.id, "' is listed twice"));
+    }
+    if (auto r = n.Enum("role", {"active", "passive", "buffer"})) {
+      nc.spec.role = *r == "active"    ? Role::kActive
+                     : *r == "passive" ? Role::kPassive
+                                       : Role::kBuffer;
+    }
+    if (n.Require("capacity")) {
+      int64_t cap = n.Int("capacity").value_or(0);
+      if (cap < 1 && n.ok()) n.Fail("capacity", "must be at least 1 stream unit");
+      nc.spec.capacity = cap;
+    }
+    if (auto b = n.Bool("cpu_only")) nc.spec.cpu_only = *b;
+    if (auto a = n.String("address")) nc.address = *a;
+    c.nodes.push_back(nc);
+  }
+  if (root.ok() && c.redundancy >= static_cast<int64_t>(c.nodes.size())) {
+    cluster.Fail("redundancy", absl::StrCat("k=", c.redundancy, " is impossible with ",
+                                            c.nodes.size(), " node(s): nodes must exceed k"));
+  }
+  if (auto t = root.StringList("tenants")) c.tenants = *t;
+  common::YamlMap listen = root.Map("listen");
+  if (auto g = listen.String("grpc")) c.grpc_listen = *g;
+  if (auto h = listen.String("http")) c.http_listen = *h;
+  common::YamlMap store = root.Map("store");
+  if (auto p = store.String("path")) c.store_path = *p;
+  for (common::YamlMap& t : root.MapList("tokens")) {
+    ApiToken token;
+    if (t.Require("name")) token.name = t.String("name").value_or("");
+    if (t.Require("role")) {
+      auto r = t.Enum("role", {"viewer", "operator", "admin"});
+      token.role = !r                 ? ApiRole::kViewer
+                   : *r == "admin"    ? ApiRole::kAdmin
+                   : *r == "operator" ? ApiRole::kOperator
+                                      : ApiRole::kViewer;
+    }
+    if (t.Require("sha256")) {
+      std::string hex = absl::AsciiStrToLower(t.String("sha256").value_or(""));
+      bool ok = hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!ok && t.ok()) t.Fail("sha256", "must be 64 hex digits (gpuha ctl hash-token TOKEN)");
+      c.tokens[hex] = token;
+    }
+  }
+  common::YamlMap fence = root.Map("fence");
+  if (auto h = fence.String("hook")) c.fence_hook = *h;
+  if (auto ms = fence.Int("timeout_ms")) {
+    if (*ms < 1) fence.Fail("timeout_ms", "must be at least 1");
+    c.fence_timeout = std::chrono::milliseconds(*ms);
+  }
+  common::YamlMap det = root.Map("detector");
+  auto ms_field = [](common::YamlMap& m, const char* key, common::Duration* out, int64_t min) {
+    if (auto v = m.Int(key)) {
+      if (*v < min) m.Fail(key, absl::StrCat("must be at least ", min));
+      *out = std::chrono::milliseconds(*v);
+    }
+  };
+  ms_field(det, "floor_ms", &c.detector.floor, 1);
+  ms_field(det, "ceiling_ms", &c.detector.ceiling, 1);
+  ms_field(det, "broken_grace_ms", &c.detector.broken_grace, 0);
+  ms_field(det, "suspect_after_ms", &c.detector.suspect_after, 1);
+  if (auto k = det.Number("k")) {
+    if (*k < 0) det.Fail("k", "must not be negative");
+    c.detector.k = *k;
+  }
+  if (det.ok() && c.detector.ceiling < c.detector.floor) {
+    det.Fail("ceiling_ms", "must not be below floor_ms");
+  }
+  common::YamlMap rec = root.Map("recovery");
+  ms_field(rec, "healthy_for_ms", &c.healthy_for, 0);
+  if (auto n = rec.Int("max_failures")) {
+    if (*n < 1) rec.Fail("max_failures", "must be at least 1");
+    c.max_failures = static_cast<int>(*n);
+  }
+  if (auto s = rec.Int("window_s")) {
+    if (*s < 1) rec.Fail("window_s", "must be at least 1");
+    c.failure_window = std::chrono::seconds(*s);
+  }
+  ms_field(root, "startup_grace_ms", &c.startup_grace, 0);
+  if (absl::Status s = root.Finish(); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
+  auto text = common::ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseControllerConfig(*text, path);
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,68 @@
+// ControllerConfig: the cluster the controller runs, from one YAML file.
+//
+//   cluster: { redundancy: 1 }
+//   nodes:
+//     - { name: gpu-1, role: active, capacity: 10, address: "127.0.0.1:8001" }
+//     - { name: gpu-4, role: passive, capacity: 10, address: "127.0.0.1:8004" }
+//     - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true, address: "127.0.0.1:8005" }
+//   tenants: [acme, globex]
+//   listen: { grpc: "127.0.0.1:7400", http: "127.0.0.1:7401" }
+//   store: { path: /var/lib/gpuha/controller.db }
+//   tokens:                       # SHA-256 of each bearer token: gpuha ctl hash-token
+//     - { name: ops, role: operator, sha256: "5e88..." }
+//   fence: { hook: "kubectl cordon {node}", timeout_ms: 5000 }
+//   detector: { floor_ms: 150, ceiling_ms: 3000, k: 4, broken_grace_ms: 30 }
+//   recovery: { healthy_for_ms: 1000, max_failures: 3, window_s: 600 }
+//
+// Duplicate nodes and an impossible k (not below the node count) are refused.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "controller/failure_detector.h"
+#include "controller/placement.h"
+
+namespace gpuha::controller {
+
+enum class ApiRole { kViewer = 0, kOperator = 1, kAdmin = 2 };
+const char* ApiRoleName(ApiRole r);
+
+struct NodeConfig {
+  NodeSpec spec;
+  std::string address;  // HOST:PORT of the node's inference server, for routers
+};
+
+struct ApiToken {
+  std::string name;
+  ApiRole role;
+};
+
+struct ControllerConfig {
+  int64_t redundancy = 1;
+  std::vector<NodeConfig> nodes;
+  std::vector<std::string> tenants;
+  std::string grpc_listen = "127.0.0.1:7400";
+  std::string http_listen = "127.0.0.1:7401";
+  std::string store_path;                  // empty: in-memory (tests and the demo's throwaway runs)
+  std::map<std::string, ApiToken> tokens;  // by lower-case hex SHA-256
+  std::string fence_hook;
+  common::Duration fence_timeout = std::chrono::seconds(5);
+  DetectorOptions detector;
+  common::Duration healthy_for = std::chrono::seconds(1);
+  int max_failures = 3;
+  common::Duration failure_window = std::chrono::minutes(10);
+  // After a restart, no failover until one detection window has passed.
+  common::Duration startup_grace = std::chrono::milliseconds(500);
+};
+
+[[nodiscard]] absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
+                                                                     const std::string& source);
+[[nodiscard]] absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path);
+
+// Lower-case hex SHA-256, as tokens are stored.
+std::string Sha256Hex(absl::string_view data);
+
+}  // namespace gpuha::controller

@@ -1,0 +1,69 @@
+#include "controller/controller_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpuha::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Err(absl::string_view yaml) {
+  auto c = ParseControllerConfig(yaml, "c.yaml");
+  EXPECT_FALSE(c.ok());
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ControllerConfigTest, ParsesAFullConfig) {
+  std::string admin = Sha256Hex("s3cret");
+  auto c = ParseControllerConfig(R"(
+cluster: { redundancy: 1 }
+nodes:
+  - { name: gpu-1, role: active, capacity: 10, address: "127.0.0.1:8001" }
+  - { name: gpu-2, role: passive, capacity: 10, address: "127.0.0.1:8002" }
+  - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true }
+tenants: [acme]
+listen: { grpc: "127.0.0.1:0", http: "127.0.0.1:0" }
+tokens:
+  - { name: ops, role: admin, sha256: ")" +
+                                     admin + R"(" }
+fence: { hook: "kubectl cordon {node}", timeout_ms: 2000 }
+detector: { floor_ms: 120, k: 3 }
+recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60 }
+)",
+                                 "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->nodes.size(), 3u);
+  EXPECT_EQ(c->nodes[1].spec.role, Role::kPassive);
+  EXPECT_TRUE(c->nodes[2].spec.cpu_only);
+  EXPECT_EQ(c->tokens.at(admin).role, ApiRole::kAdmin);
+  EXPECT_EQ(c->detector.floor, std::chrono::milliseconds(120));
+  EXPECT_EQ(c->max_failures, 2);
+  EXPECT_EQ(c->fence_hook, "kubectl cordon {node}");
+}
+
+TEST(ControllerConfigTest, DuplicateNodesAndImpossibleKAreRefused) {
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1 }\n  - { name: a, capacity: 1 }\n"),
+              HasSubstr("c.yaml:3:13: nodes[1].name: node 'a' is listed twice"));
+  EXPECT_THAT(Err("cluster: { redundancy: 2 }\nnodes:\n  - { name: a, capacity: 1 }\n"
+                  "  - { name: b, capacity: 1 }\n"),
+              HasSubstr("cluster.redundancy: k=2 is impossible with 2 node(s)"));
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 0 }\n"),
+              HasSubstr("nodes[0].capacity: must be at least 1"));
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1, role: standby }\n"),
+              HasSubstr("nodes[0].role: 'standby' is not one of"));
+  EXPECT_THAT(Err("cluster: {}\n"), HasSubstr("nodes: is required"));
+  EXPECT_THAT(Err("nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\n"
+                  "tokens: [{ name: t, role: admin, sha256: abc }]\n"),
+              HasSubstr("tokens[0].sha256: must be 64 hex digits"));
+  EXPECT_THAT(
+      Err("nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\nlisten: { rpc: x }\n"),
+      HasSubstr("listen.rpc: unknown key"));
+}
+
+TEST(ControllerConfigTest, Sha256MatchesAKnownVector) {
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace gpuha::controller

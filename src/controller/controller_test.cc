@@ -1,0 +1,364 @@
+// The controller's failover logic on a fake clock, a memory store, fake agent
+// sinks and a fake fence hook: no sockets, no sleeps.
+#include "controller/controller.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/testing/temp_dir.h"
+
+namespace gpuha::controller {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+class FakeSink : public AgentSink {
+ public:
+  void Send(const v1::ControllerMessage& m) override { sent.push_back(m); }
+  int fences() const {
+    int n = 0;
+    for (const auto& m : sent) n += m.has_fence();
+    return n;
+  }
+  int rejoins() const {
+    int n = 0;
+    for (const auto& m : sent) n += m.has_rejoin();
+    return n;
+  }
+  std::vector<v1::ControllerMessage> sent;
+};
+
+class FakeFencer : public FenceRunner {
+ public:
+  absl::Status Run(const std::string& command, common::Duration) override {
+    std::lock_guard<std::mutex> lock(mu);
+    commands.push_back(command);
+    return result;
+  }
+  std::mutex mu;
+  std::vector<std::string> commands;
+  absl::Status result = absl::OkStatus();
+};
+
+ControllerConfig ThreePlusOne() {
+  ControllerConfig c;
+  c.redundancy = 1;
+  for (int i = 1; i <= 3; ++i) {
+    c.nodes.push_back(
+        {{"a" + std::to_string(i), Role::kActive, 10}, "127.0.0.1:800" + std::to_string(i)});
+  }
+  c.nodes.push_back({{"p1", Role::kPassive, 10}, "127.0.0.1:8004"});
+  c.tenants = {"acme"};
+  c.startup_grace = milliseconds(0);
+  c.healthy_for = milliseconds(500);
+  return c;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void Start(ControllerConfig config = ThreePlusOne(), std::unique_ptr<Store> store = nullptr) {
+    if (!store) store = std::make_unique<MemoryStore>();
+    c_ = std::make_unique<Controller>(config, std::move(store), &clock_, &fencer_);
+    ASSERT_TRUE(c_->Recover().ok());
+    for (const NodeConfig& n : config.nodes) Connect(n.spec.id);
+  }
+  void Connect(const std::string& node) {
+    sinks_[node] = std::make_shared<FakeSink>();
+    v1::Hello hello;
+    hello.set_node(node);
+    ASSERT_TRUE(c_->AgentConnected(hello, sinks_[node]).ok());
+  }
+  void Beat(const std::string& node, v1::NodeHealth health = v1::NODE_HEALTH_HEALTHY,
+            bool fenced = false, uint64_t epoch = 0) {
+    v1::Heartbeat hb;
+    hb.set_health(health);
+    hb.set_fenced(fenced);
+    hb.set_epoch(epoch == 0 ? c_->epoch() : epoch);
+    if (health != v1::NODE_HEALTH_HEALTHY) {
+      auto* r = hb.add_reasons();
+      r->set_code("gpu0.test");
+      r->set_detail("injected");
+    }
+    c_->AgentHeartbeat(node, hb);
+  }
+  // Advances time in 10 ms steps; every node in `alive` heartbeats every 50 ms.
+  void Run(milliseconds d, const std::vector<std::string>& alive) {
+    for (milliseconds t(0); t < d; t += milliseconds(10)) {
+      clock_.Advance(milliseconds(10));
+      if ((elapsed_ += 10) % 50 == 0) {
+        for (const std::string& n : alive) Beat(n);
+      }
+      c_->Tick();
+    }
+  }
+  void AddStreams(int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(c_->AddStream({"cam-" + std::to_string(i), "acme", 1}).ok());
+    }
+  }
+  std::vector<std::string> EventTypes(const std::string& node = "") {
+    std::vector<std::string> out;
+    for (const Event& e : c_->EventsSince(0)) {
+      if (node.empty() || e.node == node || e.node.empty()) out.push_back(e.type);
+    }
+    return out;
+  }
+  int64_t IndexOf(const std::string& type) {
+    for (const Event& e : c_->EventsSince(0)) {
+      if (e.type == type) return e.id;
+    }
+    return -1;
+  }
+
+  common::FakeClock clock_;
+  FakeFencer fencer_;
+  std::unique_ptr<Controller> c_;
+  std::map<std::string, std::shared_ptr<FakeSink>> sinks_;
+  int64_t elapsed_ = 0;
+};
+
+TEST_F(ControllerTest, StreamsGoToActivesWithThePassiveAsStandby) {
+  Start();
+  AddStreams(6);
+  auto streams = c_->StreamsJson();
+  ASSERT_EQ(streams.size(), 6u);
+  for (const auto& s : streams) {
+    EXPECT_EQ(s["standby"], "p1");
+    EXPECT_NE(s["primary"], "p1");
+  }
+  v1::RouteSnapshot snap = c_->Snapshot();
+  EXPECT_EQ(snap.routes_size(), 6);
+  EXPECT_EQ(snap.routes(0).standby().address(), "127.0.0.1:8004");
+}
+
+TEST_F(ControllerTest, AdmissionPastNPlusOneIsRefusedWithTheArithmetic) {
+  Start();
+  AddStreams(30);
+  auto refused = c_->AddStream({"one-too-many", "acme", 1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("30 admitted + 1 > 30 survivable"));
+  EXPECT_EQ(c_->AddStream({"x", "nobody", 1}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControllerTest, HungAgentIsFencedAndItsStreamsMoveToThePassive) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  uint64_t epoch = c_->epoch();
+  uint64_t routes = c_->route_version();
+  // a1 goes silent (SIGSTOP) while its stream stays open.
+  Run(milliseconds(200), {"a2", "a3", "p1"});
+  auto node = c_->NodeJson("a1");
+  EXPECT_EQ((*node)["state"], "failed");
+  EXPECT_GT(c_->epoch(), epoch);
+  EXPECT_GT(c_->route_version(), routes);
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+  EXPECT_EQ((*c_->NodeJson("p1"))["role"], "active");
+  std::vector<std::string> types = EventTypes("a1");
+  EXPECT_THAT(types, ::testing::IsSupersetOf({"suspect", "fault_seen", "detected", "fenced",
+                                              "streams_moved", "routes_pushed"}));
+  EXPECT_LT(IndexOf("fenced"), IndexOf("streams_moved"));  // fence before moving (break)
+}
+
+TEST_F(ControllerTest, HangIsDetectedWithin200MsOfTheLastHeartbeat) {
+  Start();
+  Run(milliseconds(1000), {"a1", "a2", "a3", "p1"});
+  common::TimePoint last = clock_.Now();  // a1's last heartbeat was at the last 50 ms mark
+  milliseconds waited(0);
+  while ((*c_->NodeJson("a1"))["state"] != "failed" && waited < milliseconds(1000)) {
+    Run(milliseconds(10), {"a2", "a3", "p1"});
+    waited += milliseconds(10);
+  }
+  EXPECT_LE(std::chrono::duration_cast<milliseconds>(clock_.Now() - last).count(), 200);
+}
+
+TEST_F(ControllerTest, BrokenStreamFailsTheNodeWithin100Ms) {
+  Start();
+  AddStreams(3);
+  Run(milliseconds(200), {"a1", "a2", "a3", "p1"});
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  milliseconds waited(0);
+  while ((*c_->NodeJson("a1"))["state"] != "failed" && waited < milliseconds(1000)) {
+    Run(milliseconds(10), {"a2", "a3", "p1"});
+    waited += milliseconds(10);
+  }
+  EXPECT_LE(waited.count(), 100);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("fence_unconfirmed"));
+}
+
+TEST_F(ControllerTest, UnreachableNodeIsFencedByTheHook) {
+  ControllerConfig config = ThreePlusOne();
+  config.fence_hook = "ipmitool -H {node}-bmc chassis power off";
+  Start(config);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  c_->AgentDisconnected("a2", sinks_["a2"].get());
+  Run(milliseconds(100), {"a1", "a3", "p1"});
+  c_.reset();  // joins the hook thread
+  ASSERT_EQ(fencer_.commands.size(), 1u);
+  EXPECT_EQ(fencer_.commands[0], "ipmitool -H a2-bmc chassis power off");
+}
+
+TEST_F(ControllerTest, FailedFenceHookHoldsTheNodeOut) {
+  ControllerConfig config = ThreePlusOne();
+  config.fence_hook = "false";
+  fencer_.result = absl::DeadlineExceededError("fence hook 'false' timed out");
+  Start(config);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  c_->AgentDisconnected("a2", sinks_["a2"].get());
+  Run(milliseconds(100), {"a1", "a3", "p1"});
+  for (int i = 0; i < 200 && c_->counters().fence_hook_failures == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(1));  // the hook runs on its own thread
+  }
+  EXPECT_EQ(c_->counters().fence_hook_failures, 1u);
+  EXPECT_EQ((*c_->NodeJson("a2"))["held_out"], true);
+  // Even healthy again, it gets no work.
+  Connect("a2");
+  Run(milliseconds(2000), {"a1", "a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "held-out");
+}
+
+TEST_F(ControllerTest, AgentReportedFailureFailsOverAtOnce) {
+  Start();
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  Beat("a2", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "failed");
+  EXPECT_EQ(sinks_["a2"]->fences(), 1);
+}
+
+TEST_F(ControllerTest, DrainingIsMakeBeforeBreak) {
+  Start();
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  Beat("a3", v1::NODE_HEALTH_DRAINING);
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "failed");
+  int64_t pushed = -1, fenced = -1;
+  for (const Event& e : c_->EventsSince(0)) {
+    if (e.type == "routes_pushed" && e.detail.find("failover of a3") != std::string::npos)
+      pushed = e.id;
+    if (e.type == "fenced" && e.node == "a3") fenced = e.id;
+  }
+  ASSERT_GT(pushed, 0);
+  ASSERT_GT(fenced, 0);
+  EXPECT_LT(pushed, fenced) << "new routes must go out before the node stops serving";
+}
+
+TEST_F(ControllerTest, DegradedRaisesAnAlertOnly) {
+  Start();
+  AddStreams(3);
+  Beat("a1", v1::NODE_HEALTH_DEGRADED);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("alert"));
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+}
+
+TEST_F(ControllerTest, RecoveredNodeRejoinsAsPassiveAndWorkStays) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  auto before = c_->StreamsJson();
+  Connect("a1");
+  Run(milliseconds(1000), {"a1", "a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
+  EXPECT_EQ((*c_->NodeJson("a1"))["fenced"], false);
+  EXPECT_EQ(sinks_["a1"]->rejoins(), 1);
+  auto after = c_->StreamsJson();
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i]["primary"], before[i]["primary"]);
+}
+
+TEST_F(ControllerTest, FlappingNodeIsHeldOutAfterMaxFailures) {
+  Start();
+  for (int round = 0; round < 3; ++round) {
+    Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+    Beat("a1", v1::NODE_HEALTH_FAILED);
+    Connect("a1");
+    Run(milliseconds(700), {"a1", "a2", "a3", "p1"});
+  }
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "held-out");
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("held_out"));
+  EXPECT_EQ(sinks_["a1"]->rejoins(), 0);  // each Connect made a new sink; the last saw none
+  ASSERT_TRUE(c_->Undrain("a1").ok());
+  EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
+}
+
+TEST_F(ControllerTest, TwoFailuresInNPlusOneReportTheOverflow) {
+  Start();
+  AddStreams(30);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  Beat("a2", v1::NODE_HEALTH_FAILED);
+  auto cap = c_->CapacityJson();
+  EXPECT_EQ(cap["unplaced_streams"], 10);
+  EXPECT_THAT(EventTypes(), ::testing::Contains("streams_unplaced"));
+  int unplaced = 0;
+  v1::RouteSnapshot snap = c_->Snapshot();
+  for (const auto& r : snap.routes()) unplaced += r.primary().node().empty();
+  EXPECT_EQ(unplaced, 10);
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("gpuha_controller_unplaced_streams 10"));
+}
+
+TEST_F(ControllerTest, DrainIsRefusedAtPeakUnlessForced) {
+  ControllerConfig config = ThreePlusOne();
+  config.nodes.pop_back();  // no passive: three actives, N+1
+  Start(config);
+  AddStreams(20);
+  absl::Status s = c_->Drain("a1", false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("use force"));
+  EXPECT_TRUE(c_->Drain("a1", true).ok());
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "drained");
+  ASSERT_TRUE(c_->Undrain("a1").ok());
+  EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
+  EXPECT_EQ(c_->Drain("ghost", false).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ControllerTest, StaleAgentServingWhileFencedIsFencedAgain) {
+  Start();
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+  Beat("a1", v1::NODE_HEALTH_FAILED, /*fenced=*/false, /*epoch=*/1);
+  EXPECT_EQ(sinks_["a1"]->fences(), 2);
+  EXPECT_EQ(c_->counters().stale_agents_corrected, 1u);
+}
+
+TEST_F(ControllerTest, RouterAcksAreRecorded) {
+  Start();
+  AddStreams(1);
+  c_->RouterAck("r1", 0, {});
+  c_->RouterAck("r1", c_->route_version(), {});
+  EXPECT_THAT(EventTypes(), ::testing::Contains("routers_acked"));
+}
+
+TEST_F(ControllerTest, RestartKeepsRoutesAndEpochAndWaitsOutTheGrace) {
+  std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
+  ControllerConfig config = ThreePlusOne();
+  config.startup_grace = milliseconds(300);
+  Start(config, std::move(*SqliteStore::Open(db)));
+  AddStreams(6);
+  Run(milliseconds(350), {"a1", "a2", "a3", "p1"});  // past the first grace
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  ASSERT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  auto streams = c_->StreamsJson();
+  uint64_t epoch = c_->epoch();
+  c_.reset();  // kill: nothing but the store survives
+
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ(c_->StreamsJson(), streams);
+  EXPECT_EQ(c_->epoch(), epoch);
+  EXPECT_EQ((*c_->NodeJson("a1"))["fenced"], true);
+  // Nobody has reconnected yet; within the grace nothing fails over.
+  Run(milliseconds(250), {});
+  EXPECT_EQ((*c_->NodeJson("a2"))["role"], "active");
+  EXPECT_NE((*c_->NodeJson("a2"))["state"], "failed");
+  // Agents that come back in time keep their work.
+  for (const char* n : {"a2", "a3", "p1"}) Connect(n);
+  Run(milliseconds(500), {"a2", "a3", "p1"});
+  EXPECT_EQ(c_->StreamsJson(), streams);
+}
+
+}  // namespace
+}  // namespace gpuha::controller

@@ -1,0 +1,338 @@
+#include "controller/service.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+#include "common/prometheus.h"
+
+namespace gpuha::controller {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// One agent's stream. Send() may be called under the controller's lock, so it
+// only queues; the stream's own writer thread does the blocking Write.
+class StreamSink : public AgentSink {
+ public:
+  explicit StreamSink(grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream)
+      : stream_(stream), writer_([this] { WriteLoop(); }) {}
+  ~StreamSink() override { Close(); }
+  void Send(const v1::ControllerMessage& m) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) outbox_.push_back(m);
+    cv_.notify_all();
+  }
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+
+ private:
+  void WriteLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return closed_ || !outbox_.empty(); });
+      if (closed_) return;
+      v1::ControllerMessage m = std::move(outbox_.front());
+      outbox_.pop_front();
+      lock.unlock();
+      stream_->Write(m);
+      lock.lock();
+    }
+  }
+  grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ControllerMessage> outbox_;
+  bool closed_ = false;
+  std::thread writer_;
+};
+
+common::HttpResponse JsonResponse(int status, const json& body) {
+  common::HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = body.dump(2) + "\n";
+  return r;
+}
+
+common::HttpResponse Error(int status, const std::string& message) {
+  return JsonResponse(status, {{"error", message}});
+}
+
+int HttpCode(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+}  // namespace
+
+class ControllerServer::AgentServiceImpl final : public v1::AgentService::Service {
+ public:
+  explicit AgentServiceImpl(Controller* c) : controller_(c) {}
+  grpc::Status Connect(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
+    v1::AgentMessage first;
+    if (!stream->Read(&first)) return grpc::Status(grpc::StatusCode::CANCELLED, "no hello");
+    if (!first.has_hello() || first.hello().node().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the first message must be a hello naming the node");
+    }
+    const std::string node = first.hello().node();
+    auto sink = std::make_shared<StreamSink>(stream);
+    if (absl::Status s = controller_->AgentConnected(first.hello(), sink); !s.ok()) {
+      sink->Close();
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message()));
+    }
+    v1::AgentMessage m;
+    while (stream->Read(&m)) {
+      if (m.has_heartbeat()) controller_->AgentHeartbeat(node, m.heartbeat());
+    }
+    controller_->AgentDisconnected(node, sink.get());
+    sink->Close();
+    return grpc::Status::OK;
+  }
+
+ private:
+  Controller* const controller_;
+};
+
+class ControllerServer::RouteServiceImpl final : public v1::RouteService::Service {
+ public:
+  RouteServiceImpl(Controller* c, std::atomic<bool>* stopping)
+      : controller_(c), stopping_(stopping) {}
+  grpc::Status Watch(grpc::ServerContext* ctx,
+                     grpc::ServerReaderWriter<v1::RouteSnapshot, v1::RouteAck>* stream) override {
+    v1::RouteAck first;
+    if (!stream->Read(&first) || first.router().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first ack must name the router");
+    }
+    const std::string router = first.router();
+    std::atomic<bool> done{false};
+    std::thread reader([&] {
+      v1::RouteAck ack;
+      while (stream->Read(&ack)) {
+        controller_->RouterAck(router, ack.version(),
+                               {ack.suspect_nodes().begin(), ack.suspect_nodes().end()});
+      }
+      done = true;
+    });
+    uint64_t sent = 0;
+    while (!done && !ctx->IsCancelled() && !*stopping_) {
+      uint64_t version = controller_->route_version();
+      if (version != sent) {
+        if (!stream->Write(controller_->Snapshot())) break;
+        sent = version;
+      }
+      controller_->WaitForRoutes(sent, milliseconds(200));
+    }
+    ctx->TryCancel();
+    reader.join();
+    controller_->RouterGone(router);
+    return grpc::Status::OK;
+  }
+
+ private:
+  Controller* const controller_;
+  std::atomic<bool>* stopping_;
+};
+
+ControllerServer::ControllerServer(Controller* controller, const ControllerConfig& config)
+    : controller_(controller), config_(config) {}
+
+ControllerServer::~ControllerServer() { Stop(); }
+
+absl::Status ControllerServer::Start() {
+  agents_ = std::make_unique<AgentServiceImpl>(controller_);
+  routes_ = std::make_unique<RouteServiceImpl>(controller_, &stopping_);
+  grpc::ServerBuilder b;
+  b.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &grpc_port_);
+  b.RegisterService(agents_.get());
+  b.RegisterService(routes_.get());
+  // Agents send a keepalive every second; let them.
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  grpc_ = b.BuildAndStart();
+  if (!grpc_ || grpc_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", config_.grpc_listen));
+  }
+  std::vector<std::string> hp = absl::StrSplit(config_.http_listen, absl::MaxSplits(':', 1));
+  uint32_t port = 0;
+  if (hp.size() != 2 || !absl::SimpleAtoi(hp[1], &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen.http: '", config_.http_listen, "' is not HOST:PORT"));
+  }
+  auto http =
+      common::HttpServer::Start({.address = hp[0], .port = static_cast<uint16_t>(port)},
+                                [this](const common::HttpRequest& r) { return HandleHttp(r); });
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  ticker_ = std::thread([this] {
+    while (!stopping_) {
+      controller_->Tick();
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  });
+  return absl::OkStatus();
+}
+
+void ControllerServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (ticker_.joinable()) ticker_.join();
+  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  if (http_) http_->Stop();
+}
+
+common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) {
+  if (r.path == "/healthz")
+    return JsonResponse(200, {{"ok", true}, {"epoch", controller_->epoch()}});
+  if (r.path == "/metrics") {
+    common::HttpResponse m;
+    m.content_type = common::PromText::kContentType;
+    m.body = controller_->MetricsText();
+    return m;
+  }
+  if (r.path.rfind("/api/v1/", 0) != 0) return Error(404, "not found");
+
+  // Bearer tokens with roles: viewers read, operators act, admins change roles.
+  ApiRole role = ApiRole::kViewer;
+  if (!config_.tokens.empty()) {
+    auto auth = r.headers.find("authorization");
+    if (auth == r.headers.end() || auth->second.rfind("Bearer ", 0) != 0) {
+      common::HttpResponse e = Error(401, "missing bearer token");
+      e.headers.push_back({"WWW-Authenticate", "Bearer"});
+      return e;
+    }
+    auto token = config_.tokens.find(Sha256Hex(auth->second.substr(7)));
+    if (token == config_.tokens.end()) return Error(401, "unknown bearer token");
+    role = token->second.role;
+  } else {
+    role = ApiRole::kAdmin;  // no tokens configured: a loopback-only development setup
+  }
+  auto need = [&](ApiRole min) { return static_cast<int>(role) >= static_cast<int>(min); };
+  auto forbidden = [&](ApiRole min) {
+    return Error(403, absl::StrCat("this needs the ", ApiRoleName(min), " role; the token has ",
+                                   ApiRoleName(role)));
+  };
+
+  std::vector<std::string> parts = absl::StrSplit(r.path.substr(8), '/', absl::SkipEmpty());
+  if (parts.empty()) return Error(404, "not found");
+  const std::string& what = parts[0];
+  bool get = r.method == "GET";
+  bool post = r.method == "POST";
+  bool del = r.method == "DELETE";
+
+  if (what == "nodes" && parts.size() == 1 && get)
+    return JsonResponse(200, controller_->NodesJson());
+  if (what == "nodes" && parts.size() == 2 && get) {
+    auto n = controller_->NodeJson(parts[1]);
+    return n.ok() ? JsonResponse(200, *n) : Error(404, std::string(n.status().message()));
+  }
+  if (what == "nodes" && parts.size() == 3 && post) {
+    const std::string& node = parts[1];
+    const std::string& op = parts[2];
+    ApiRole min = op == "role" ? ApiRole::kAdmin : ApiRole::kOperator;
+    if (!need(min)) return forbidden(min);
+    absl::Status s;
+    if (op == "drain") {
+      s = controller_->Drain(node, r.target.find("force=true") != std::string::npos);
+    } else if (op == "undrain") {
+      s = controller_->Undrain(node);
+    } else if (op == "fail") {
+      s = controller_->Fail(node);
+    } else if (op == "role") {
+      json body = json::parse(r.body, nullptr, false);
+      if (!body.is_object() || !body.contains("role") || !body["role"].is_string()) {
+        return Error(400, "role: the body must be {\"role\": \"active|passive|buffer\"}");
+      }
+      std::string want = body["role"];
+      Role role_value = want == "active"    ? Role::kActive
+                        : want == "passive" ? Role::kPassive
+                                            : Role::kBuffer;
+      if (want != "active" && want != "passive" && want != "buffer") {
+        return Error(400, absl::StrCat("role: '", want, "' is not one of active, passive, buffer"));
+      }
+      s = controller_->SetRole(node, role_value);
+    } else {
+      return Error(404, absl::StrCat("no operation '", op, "' on nodes"));
+    }
+    if (!s.ok()) return Error(HttpCode(s), std::string(s.message()));
+    auto n = controller_->NodeJson(node);
+    return JsonResponse(200, n.ok() ? *n : json::object());
+  }
+  if (what == "streams" && parts.size() == 1 && get)
+    return JsonResponse(200, controller_->StreamsJson());
+  if (what == "streams" && parts.size() == 1 && post) {
+    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    json body = json::parse(r.body, nullptr, false);
+    if (!body.is_object()) return Error(400, "body: not a JSON object");
+    for (auto& [key, value] : body.items()) {
+      if (key != "id" && key != "tenant" && key != "weight") {
+        return Error(400, absl::StrCat(key, ": unknown field (expected id, tenant, weight)"));
+      }
+    }
+    if (!body.contains("id") || !body["id"].is_string() || body["id"].get<std::string>().empty()) {
+      return Error(400, "id: a non-empty string is required");
+    }
+    if (!body.contains("tenant") || !body["tenant"].is_string()) {
+      return Error(400, "tenant: a string is required");
+    }
+    int64_t weight = 1;
+    if (body.contains("weight")) {
+      if (!body["weight"].is_number_integer() || body["weight"].get<int64_t>() < 1) {
+        return Error(400, "weight: must be an integer of at least 1");
+      }
+      weight = body["weight"];
+    }
+    auto a = controller_->AddStream({body["id"], body["tenant"], weight});
+    if (!a.ok()) return Error(HttpCode(a.status()), std::string(a.status().message()));
+    return JsonResponse(201, {{"id", a->stream}, {"primary", a->primary}, {"standby", a->standby}});
+  }
+  if (what == "streams" && parts.size() == 2 && get) {
+    auto s = controller_->StreamJson(parts[1]);
+    return s.ok() ? JsonResponse(200, *s) : Error(404, std::string(s.status().message()));
+  }
+  if (what == "streams" && parts.size() == 2 && del) {
+    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    absl::Status s = controller_->RemoveStream(parts[1]);
+    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
+                  : Error(HttpCode(s), std::string(s.message()));
+  }
+  if (what == "tenants" && get) return JsonResponse(200, controller_->TenantsJson());
+  if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
+  if (what == "events" && get) {
+    int64_t after = 0;
+    size_t pos = r.target.find("after=");
+    if (pos != std::string::npos) {
+      std::string v = r.target.substr(pos + 6, r.target.find('&', pos) - pos - 6);
+      if (!absl::SimpleAtoi(v, &after))
+        return Error(400, absl::StrCat("after: '", v, "' is not an integer"));
+    }
+    return JsonResponse(200, controller_->EventsJson(after, 1000));
+  }
+  return Error(404, absl::StrCat("no ", r.method, " ", r.path));
+}
+
+}  // namespace gpuha::controller

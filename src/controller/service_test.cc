@@ -1,0 +1,195 @@
+// The controller's network faces: the HTTP API's auth and validation, and a
+// real agent (the library, in-process) and route watcher over gRPC.
+#include "controller/service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/agent.h"
+
+namespace gpuha::controller {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+ControllerConfig Config() {
+  ControllerConfig c;
+  c.redundancy = 1;
+  c.nodes = {{{"n1", Role::kActive, 4}, "127.0.0.1:9001"},
+             {{"n2", Role::kActive, 4}, "127.0.0.1:9002"},
+             {{"n3", Role::kPassive, 4}, "127.0.0.1:9003"}};
+  c.tenants = {"acme"};
+  c.grpc_listen = "127.0.0.1:0";
+  c.http_listen = "127.0.0.1:0";
+  c.startup_grace = milliseconds(0);
+  c.tokens[Sha256Hex("admin-token")] = {"admin", ApiRole::kAdmin};
+  c.tokens[Sha256Hex("op-token")] = {"ops", ApiRole::kOperator};
+  c.tokens[Sha256Hex("view-token")] = {"dash", ApiRole::kViewer};
+  return c;
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  ApiTest()
+      : config_(Config()),
+        controller_(config_, std::make_unique<MemoryStore>(), common::RealClock::Get(), &fencer_),
+        server_(&controller_, config_) {
+    EXPECT_TRUE(controller_.Recover().ok());
+  }
+  common::HttpResponse Call(const std::string& method, const std::string& target,
+                            const std::string& token, const std::string& body = "") {
+    common::HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.path = target.substr(0, target.find('?'));
+    if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
+    r.body = body;
+    return server_.HandleHttp(r);
+  }
+  ShellFenceRunner fencer_;
+  ControllerConfig config_;
+  Controller controller_;
+  ControllerServer server_;
+};
+
+TEST_F(ApiTest, TokensAndRolesGateTheApi) {
+  EXPECT_EQ(Call("GET", "/api/v1/nodes", "").status, 401);
+  EXPECT_EQ(Call("GET", "/api/v1/nodes", "wrong").status, 401);
+  EXPECT_EQ(Call("GET", "/api/v1/nodes", "view-token").status, 200);
+  auto r = Call("POST", "/api/v1/streams", "view-token", R"({"id":"s","tenant":"acme"})");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_THAT(r.body, HasSubstr("needs the operator role"));
+  EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/role", "op-token", R"({"role":"passive"})").status, 403);
+  EXPECT_EQ(Call("GET", "/metrics", "").status, 200);  // scrapers need no token
+}
+
+TEST_F(ApiTest, StreamsAreAddedValidatedAndRemoved) {
+  auto r =
+      Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-1","tenant":"acme","weight":2})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(json::parse(r.body)["standby"], "n3");
+  EXPECT_EQ(Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-1","tenant":"acme"})").status,
+            409);
+  r = Call("POST", "/api/v1/streams", "op-token", R"({"id":"x","tenant":"acme","weight":"2"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("weight: must be an integer"));
+  r = Call("POST", "/api/v1/streams", "op-token", R"({"id":"x","tenant":"acme","colour":1})");
+  EXPECT_THAT(r.body, HasSubstr("colour: unknown field"));
+  r = Call("POST", "/api/v1/streams", "op-token", R"({"tenant":"acme"})");
+  EXPECT_THAT(r.body, HasSubstr("id: a non-empty string is required"));
+  EXPECT_EQ(Call("POST", "/api/v1/streams", "op-token", "{not json").status, 400);
+  r = Call("POST", "/api/v1/streams", "op-token", R"({"id":"y","tenant":"initech"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("tenant: 'initech' is not a known tenant"));
+  EXPECT_EQ(Call("GET", "/api/v1/streams/cam-1", "view-token").status, 200);
+  EXPECT_EQ(Call("GET", "/api/v1/streams/nope", "view-token").status, 404);
+  EXPECT_EQ(Call("DELETE", "/api/v1/streams/cam-1", "op-token").status, 200);
+  EXPECT_EQ(Call("DELETE", "/api/v1/streams/cam-1", "op-token").status, 404);
+  // Nothing half-applied: the refused and invalid requests left no stream.
+  EXPECT_EQ(json::parse(Call("GET", "/api/v1/streams", "view-token").body).size(), 0u);
+}
+
+TEST_F(ApiTest, AdmissionPastNPlusOneIs409WithTheArithmetic) {
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(Call("POST", "/api/v1/streams", "op-token",
+                   json{{"id", "s" + std::to_string(i)}, {"tenant", "acme"}}.dump())
+                  .status,
+              201);
+  }
+  auto r = Call("POST", "/api/v1/streams", "op-token", R"({"id":"s8","tenant":"acme"})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_THAT(r.body, HasSubstr("8 admitted + 1 > 8 survivable"));
+  auto cap = json::parse(Call("GET", "/api/v1/capacity", "view-token").body);
+  EXPECT_EQ(cap["max_production_units"], 8);
+  EXPECT_EQ(cap["headroom_units"], 0);
+}
+
+TEST_F(ApiTest, NodeOperationsAndUnknownsAnswer404) {
+  EXPECT_EQ(Call("GET", "/api/v1/nodes/ghost", "view-token").status, 404);
+  EXPECT_EQ(Call("POST", "/api/v1/nodes/ghost/drain", "op-token").status, 404);
+  EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/explode", "op-token").status, 404);
+  EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/fail", "op-token").status, 200);
+  EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/fail", "op-token").status, 409);
+  auto r = Call("POST", "/api/v1/nodes/n2/role", "admin-token", R"({"role":"primary"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(r.body, HasSubstr("role: 'primary' is not one of"));
+  auto events = json::parse(Call("GET", "/api/v1/events?after=0", "view-token").body);
+  EXPECT_FALSE(events.empty());
+  EXPECT_EQ(Call("GET", "/api/v1/events?after=x", "view-token").status, 400);
+}
+
+class NoProcesses : public agent::ProcessRunner {
+ public:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>&) override {
+    return absl::UnimplementedError("none");
+  }
+  std::optional<std::string> Poll(pid_t) override { return "exit 0"; }
+  void Signal(pid_t, int) override {}
+};
+
+TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) {
+  ControllerConfig config = Config();
+  config.tokens.clear();
+  ShellFenceRunner fencer;
+  Controller controller(config, std::make_unique<MemoryStore>(), common::RealClock::Get(), &fencer);
+  ASSERT_TRUE(controller.Recover().ok());
+  ControllerServer server(&controller, config);
+  ASSERT_TRUE(server.Start().ok());
+  NoProcesses runner;
+  std::vector<std::unique_ptr<agent::Agent>> agents;
+  for (const char* name : {"n1", "n2", "n3"}) {
+    agent::AgentConfig ac;
+    ac.node = name;
+    ac.controllers = {{"127.0.0.1", static_cast<uint16_t>(server.grpc_port())}};
+    ac.gpu_backend = "sim";
+    ac.heartbeat_ms = 20;
+    auto probe = gpu::SimProbe::Create(ac.sim, common::RealClock::Get());
+    agents.push_back(
+        std::make_unique<agent::Agent>(ac, std::move(*probe), &runner, common::RealClock::Get()));
+    ASSERT_TRUE(agents.back()->Start().ok());
+  }
+  for (int i = 0;
+       i < 200 && !(agents[0]->connected() && agents[1]->connected() && agents[2]->connected());
+       ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(controller.AddStream({"s" + std::to_string(i), "acme", 1}).ok());
+  }
+  // A router watching routes.
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::RouteService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto watch = stub->Watch(&ctx);
+  v1::RouteAck hello;
+  hello.set_router("r1");
+  ASSERT_TRUE(watch->Write(hello));
+  v1::RouteSnapshot snap;
+  ASSERT_TRUE(watch->Read(&snap));
+  EXPECT_EQ(snap.routes_size(), 4);
+  v1::RouteAck ack;
+  ack.set_router("r1");
+  ack.set_version(snap.version());
+  ASSERT_TRUE(watch->Write(ack));
+
+  agents[0]->Stop();  // the stream breaks, as when the agent is killed
+  bool moved = false;
+  for (int i = 0; i < 50 && !moved; ++i) {
+    ASSERT_TRUE(watch->Read(&snap));
+    moved = true;
+    for (const auto& r : snap.routes()) moved = moved && r.primary().node() != "n1";
+  }
+  EXPECT_TRUE(moved);
+  auto node = controller.NodeJson("n1");
+  EXPECT_EQ((*node)["state"], "failed");
+  ctx.TryCancel();
+  watch->Finish().IgnoreError();
+  for (auto& a : agents) a->Stop();
+  server.Stop();
+}
+
+}  // namespace
+}  // namespace gpuha::controller

@@ -1,0 +1,77 @@
+// Store: the controller's durable state, behind an interface so a second
+// backend (etcd) can follow. Rows are JSON documents in named tables; a batch
+// of writes is atomic, and an acknowledged write survives kill -9.
+//
+//   auto store = SqliteStore::Open("/var/lib/gpuha/controller.db");
+//   RETURN_IF_ERROR((*store)->Apply({{"stream", "cam-17", json_text}}));
+//
+// Backends: SqliteStore (WAL, synchronous=FULL) and MemoryStore (tests; can
+// be told to fail writes, like a disk that lost power).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+struct sqlite3;
+
+namespace gpuha::controller {
+
+struct StoreWrite {
+  std::string table;
+  std::string key;
+  std::optional<std::string> value;  // nullopt deletes the row
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  [[nodiscard]] virtual absl::Status Apply(const std::vector<StoreWrite>& batch) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::map<std::string, std::string>> Load(
+      const std::string& table) = 0;
+  // Events are appended and read back in order; ids start at 1.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> AppendEvent(const std::string& json) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(
+      int64_t after_id, size_t limit) = 0;
+};
+
+class MemoryStore : public Store {
+ public:
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override;
+  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
+  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
+                                                                          size_t limit) override;
+  // Fault injection: every write fails until cleared, and nothing is applied.
+  void FailWrites(bool fail);
+
+ private:
+  std::mutex mu_;
+  bool fail_ = false;
+  std::map<std::string, std::map<std::string, std::string>> tables_;
+  std::vector<std::string> events_;
+};
+
+class SqliteStore : public Store {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  ~SqliteStore() override;
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override;
+  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
+  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
+                                                                          size_t limit) override;
+
+ private:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const char* sql);
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace gpuha::controller

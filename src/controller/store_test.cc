@@ -1,0 +1,87 @@
+// One suite, every backend: what the controller needs from a store.
+#include "controller/store.h"
+
+#include <gtest/gtest.h>
+
+#include "common/testing/temp_dir.h"
+
+namespace gpuha::controller {
+namespace {
+
+template <typename T>
+std::unique_ptr<Store> MakeStore(const std::string& path);
+template <>
+std::unique_ptr<Store> MakeStore<MemoryStore>(const std::string&) {
+  return std::make_unique<MemoryStore>();
+}
+template <>
+std::unique_ptr<Store> MakeStore<SqliteStore>(const std::string& path) {
+  auto s = SqliteStore::Open(path);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+template <typename T>
+class StoreTest : public ::testing::Test {
+ protected:
+  std::string path_ = (gpuha::testing::TestTempDir() / "controller.db").string();
+};
+using Backends = ::testing::Types<MemoryStore, SqliteStore>;
+TYPED_TEST_SUITE(StoreTest, Backends);
+
+TYPED_TEST(StoreTest, BatchWritesAndDeletesReadBack) {
+  auto store = MakeStore<TypeParam>(this->path_);
+  ASSERT_TRUE(
+      store
+          ->Apply(
+              {{"stream", "a", "{\"w\":1}"}, {"stream", "b", "{\"w\":2}"}, {"node", "n1", "{}"}})
+          .ok());
+  ASSERT_TRUE(store->Apply({{"stream", "a", std::nullopt}, {"stream", "b", "{\"w\":3}"}}).ok());
+  auto rows = store->Load("stream");
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(*rows, (std::map<std::string, std::string>{{"b", "{\"w\":3}"}}));
+  EXPECT_EQ(store->Load("node")->size(), 1u);
+  EXPECT_TRUE(store->Load("nothing")->empty());
+}
+
+TYPED_TEST(StoreTest, EventsComeBackInOrderAfterAnId) {
+  auto store = MakeStore<TypeParam>(this->path_);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(*store->AppendEvent("e" + std::to_string(i)), i + 1);
+  auto events = store->LoadEvents(2, 2);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0], (std::pair<int64_t, std::string>{3, "e2"}));
+  EXPECT_EQ((*events)[1].second, "e3");
+}
+
+TEST(SqliteStoreTest, CommittedStateSurvivesReopen) {
+  std::string path = (gpuha::testing::TestTempDir() / "reopen.db").string();
+  {
+    auto s = SqliteStore::Open(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Apply({{"meta", "epoch", "7"}}).ok());
+    ASSERT_TRUE((*s)->AppendEvent("{}").ok());
+  }
+  auto s = SqliteStore::Open(path);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*(*s)->Load("meta"))["epoch"], "7");
+  EXPECT_EQ((*s)->LoadEvents(0, 10)->size(), 1u);
+}
+
+TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
+  auto s = SqliteStore::Open("/nonexistent/dir/controller.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("/nonexistent/dir/controller.db"),
+            std::string::npos);
+}
+
+TEST(MemoryStoreTest, InjectedFailureAppliesNothing) {
+  MemoryStore s;
+  s.FailWrites(true);
+  EXPECT_FALSE(s.Apply({{"t", "k", "v"}}).ok());
+  s.FailWrites(false);
+  EXPECT_TRUE(s.Load("t")->empty());
+}
+
+}  // namespace
+}  // namespace gpuha::controller

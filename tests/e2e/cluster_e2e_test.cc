@@ -1,0 +1,226 @@
+// A real cluster on loopback: one `gpuha controller` and three `gpuha agent`
+// processes with simulated GPUs. Kills, hangs and restarts are real signals.
+// Timing figures are printed for bench/RESULTS.md, never asserted tightly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/http_server.h"
+#include "common/testing/temp_dir.h"
+#include "tests/e2e/child_process.h"
+#include "tests/e2e/run_command.h"
+
+namespace gpuha::e2e {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+const std::string kGpuha = GPUHA_BINARY;
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = gpuha::testing::TestTempDir();
+    grpc_ = FreePort();
+    http_ = FreePort();
+    std::ofstream(dir_ / "controller.yaml") << R"(cluster: { redundancy: 1 }
+nodes:
+  - { name: n1, role: active, capacity: 4, address: "127.0.0.1:9001" }
+  - { name: n2, role: active, capacity: 4, address: "127.0.0.1:9002" }
+  - { name: n3, role: passive, capacity: 4, address: "127.0.0.1:9003" }
+tenants: [acme]
+recovery: { healthy_for_ms: 500 }
+startup_grace_ms: 1000
+)";
+  }
+  void StartController() {
+    controller_ = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(), "--grpc-listen",
+        "127.0.0.1:" + std::to_string(grpc_), "--http-listen", "127.0.0.1:" + std::to_string(http_),
+        "--store", (dir_ / "c.db").string()});
+    ASSERT_TRUE(controller_->WaitForLine("gpuha controller grpc", milliseconds(10000)))
+        << controller_->err();
+  }
+  void StartAgent(const std::string& node) {
+    agents_[node] = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "agent", "--node", node, "--controller", "127.0.0.1:" + std::to_string(grpc_),
+        "--gpu", "sim", "--heartbeat-ms", "50", "--sample-ms", "100"});
+    auto port = agents_[node]->WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
+    ASSERT_TRUE(port.has_value()) << agents_[node]->err();
+    agent_http_[node] = static_cast<uint16_t>(std::stoi(*port));
+  }
+  json Api(const std::string& method, const std::string& path, const std::string& body = "") {
+    auto r = common::HttpCall(method, "127.0.0.1", http_, path, body, milliseconds(5000));
+    if (!r.ok()) return json{{"error", std::string(r.status().message())}};
+    last_status_ = r->status;
+    return json::parse(r->body, nullptr, false);
+  }
+  // Polls until pred(node json) or the timeout.
+  bool WaitNode(const std::string& node, const std::function<bool(const json&)>& pred,
+                milliseconds timeout = milliseconds(10000)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      json n = Api("GET", "/api/v1/nodes/" + node);
+      if (n.is_object() && n.contains("state") && pred(n)) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+  void StartCluster() {
+    StartController();
+    for (const char* n : {"n1", "n2", "n3"}) StartAgent(n);
+    for (const char* n : {"n1", "n2", "n3"}) {
+      ASSERT_TRUE(WaitNode(n, [](const json& j) { return j["connected"] == true; })) << n;
+    }
+    for (int i = 0; i < 4; ++i) {
+      json r = Api("POST", "/api/v1/streams",
+                   json{{"id", "cam-" + std::to_string(i)}, {"tenant", "acme"}}.dump());
+      ASSERT_EQ(last_status_, 201) << r.dump();
+    }
+  }
+  // Milliseconds between the first events of two types for a node.
+  double Between(const std::string& node, const std::string& from, const std::string& to) {
+    json events = Api("GET", "/api/v1/events");
+    double a = -1, b = -1;
+    for (const json& e : events) {
+      if (e["node"] != node && !(to == "routes_pushed" && e["node"] == "")) continue;
+      if (e["type"] == from && a < 0) a = e["mono_ms"];
+      if (e["type"] == to && a >= 0 && b < 0) b = e["mono_ms"];
+    }
+    return b - a;
+  }
+  bool NoPrimaryOn(const std::string& node) {
+    for (const json& s : Api("GET", "/api/v1/streams")) {
+      if (s["primary"] == node) return false;
+    }
+    return true;
+  }
+
+  std::filesystem::path dir_;
+  uint16_t grpc_ = 0, http_ = 0;
+  int last_status_ = 0;
+  std::unique_ptr<ChildProcess> controller_;
+  std::map<std::string, std::unique_ptr<ChildProcess>> agents_;
+  std::map<std::string, uint16_t> agent_http_;
+};
+
+TEST_F(ClusterTest, KilledAgentIsDetectedAndItsStreamsMoveToThePassive) {
+  StartCluster();
+  std::this_thread::sleep_for(milliseconds(1200));  // past the startup grace
+  agents_["n1"]->Signal(SIGKILL);
+  ASSERT_TRUE(WaitNode("n1", [](const json& j) { return j["state"] == "failed"; }))
+      << controller_->err();
+  EXPECT_TRUE(NoPrimaryOn("n1"));
+  json n3 = Api("GET", "/api/v1/nodes/n3");
+  EXPECT_EQ(n3["role"], "active");
+  std::printf("[figure] kill -9 agent: stream closed -> detected %.1f ms\n",
+              Between("n1", "agent_disconnected", "detected"));
+}
+
+TEST_F(ClusterTest, HungAgentIsFailedAndRejoinsAsPassiveWithoutWorkFlappingBack) {
+  StartCluster();
+  std::this_thread::sleep_for(milliseconds(1200));
+  json before = Api("GET", "/api/v1/streams");
+  agents_["n2"]->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitNode("n2", [](const json& j) { return j["state"] == "failed"; }));
+  std::printf("[figure] SIGSTOP agent: suspect -> detected %.1f ms\n",
+              Between("n2", "suspect", "detected"));
+  EXPECT_TRUE(NoPrimaryOn("n2"));
+  json moved = Api("GET", "/api/v1/streams");
+  agents_["n2"]->Signal(SIGCONT);
+  ASSERT_TRUE(WaitNode("n2", [](const json& j) {
+    return j["role"] == "passive" && j["fenced"] == false && j["state"] == "alive";
+  })) << controller_->err();
+  EXPECT_EQ(Api("GET", "/api/v1/streams"), moved) << "work flapped back";
+  (void)before;
+}
+
+TEST_F(ClusterTest, Xid79FailsTheNodeOver) {
+  StartCluster();
+  std::this_thread::sleep_for(milliseconds(1200));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent_http_["n1"], "/v1/sim/faults",
+                            "kind=xid,xid=79,gpu=0", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(WaitNode("n1", [](const json& j) { return j["state"] == "failed"; }));
+  EXPECT_TRUE(NoPrimaryOn("n1"));
+  json events = Api("GET", "/api/v1/events");
+  bool saw = false;
+  for (const json& e : events) {
+    saw = saw || (e["type"] == "detected" &&
+                  e["detail"].get<std::string>().find("xid79") != std::string::npos);
+  }
+  EXPECT_TRUE(saw);
+}
+
+TEST_F(ClusterTest, ControllerKill9AndRestartLosesNothing) {
+  StartCluster();
+  std::this_thread::sleep_for(milliseconds(1200));
+  json streams = Api("GET", "/api/v1/streams");
+  json cap = Api("GET", "/api/v1/capacity");
+  controller_->Signal(SIGKILL);
+  controller_->Wait(milliseconds(5000));
+  StartController();
+  EXPECT_EQ(Api("GET", "/api/v1/streams"), streams);
+  for (const char* n : {"n1", "n2", "n3"}) {
+    ASSERT_TRUE(WaitNode(n, [](const json& j) { return j["connected"] == true; })) << n;
+  }
+  std::this_thread::sleep_for(milliseconds(1500));  // past the restarted controller's grace
+  EXPECT_EQ(Api("GET", "/api/v1/streams"), streams) << "routes changed across a restart";
+  EXPECT_EQ(Api("GET", "/api/v1/capacity"), cap);
+  for (const char* n : {"n1", "n2", "n3"}) {
+    EXPECT_NE(Api("GET", std::string("/api/v1/nodes/") + n)["state"], "failed") << n;
+  }
+}
+
+TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
+  StartCluster();
+  for (int i = 4; i < 8; ++i) {
+    Api("POST", "/api/v1/streams",
+        json{{"id", "cam-" + std::to_string(i)}, {"tenant", "acme"}}.dump());
+  }
+  std::string ctl = kGpuha + " ctl --controller http://127.0.0.1:" + std::to_string(http_);
+  CommandResult nodes = RunCommand(ctl + " nodes");
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_THAT(nodes.out, HasSubstr("NAME  ROLE"));
+  EXPECT_THAT(nodes.out, HasSubstr("n3    passive"));
+  CommandResult drain = RunCommand(ctl + " drain n1");
+  EXPECT_EQ(drain.exit_code, 2);
+  EXPECT_THAT(drain.err, HasSubstr("409"));
+  EXPECT_THAT(drain.err, HasSubstr("use force"));
+  CommandResult cap = RunCommand(ctl + " capacity");
+  EXPECT_THAT(cap.out, HasSubstr("headroom_units"));
+  CommandResult bad = RunCommand(ctl + " add-stream cam-x");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--tenant is required"));
+}
+
+TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
+  std::ofstream(dir_ / "bad.yaml")
+      << "cluster: { redundancy: 1 }\nnodes:\n"
+         "  - { name: a, capacity: 1 }\n  - { name: a, capacity: 1 }\n";
+  ChildProcess c({kGpuha, "controller", "--config", (dir_ / "bad.yaml").string()});
+  EXPECT_EQ(c.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(c.err(), HasSubstr("node 'a' is listed twice"));
+}
+
+}  // namespace
+}  // namespace gpuha::e2e
