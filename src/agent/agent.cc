@@ -518,7 +518,8 @@ common::HttpResponse Agent::HandleHttp(const common::HttpRequest& r) {
     if (s.ok()) {
       spdlog::warn("agent {}: injected fault {} on GPU {}", config_.node,
                    gpu::FaultKindName(fault->kind), fault->gpu);
-      Evaluate({});
+      // An XID travels the real path (the event thread); other faults show at once.
+      if (fault->kind != gpu::FaultKind::kXid) Evaluate({});
     }
   } else {
     out.status = 404;

@@ -24,7 +24,9 @@ FailureDetector::FailureDetector(DetectorOptions options, common::Clock* clock)
 void FailureDetector::Connected(const std::string& node) {
   // A (re)connected agent starts a fresh history; whether a node that had
   // failed may serve again is the controller's call, not the detector's.
-  nodes_[node] = NodeState{.liveness = Liveness::kAlive, .last = clock_->Now()};
+  NodeState fresh;
+  fresh.last = clock_->Now();
+  nodes_[node] = std::move(fresh);
 }
 
 void FailureDetector::Heartbeat(const std::string& node) {
