@@ -38,6 +38,7 @@ bench: deps
 	cmake --build build-release -j $(JOBS)
 	build-release/bench/plan_bench
 	build-release/bench/agent_bench build-release/gpuha 20 100
+	build-release/bench/controller_bench build-release/gpuha 2000 15
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -67,3 +67,17 @@ TEST(ControllerConfigTest, Sha256MatchesAKnownVector) {
 
 }  // namespace
 }  // namespace gpuha::controller
+
+namespace gpuha::controller {
+namespace {
+
+TEST(ControllerConfigTest, ShippedExampleLoadsAndItsTokensMatchTheReadme) {
+  auto c = LoadControllerConfig(std::string(GPUHA_SOURCE_DIR) + "/examples/controller.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nodes.size(), 4u);
+  EXPECT_EQ(c->tokens.at(Sha256Hex("demo-admin")).role, ApiRole::kAdmin);
+  EXPECT_EQ(c->tokens.at(Sha256Hex("demo-viewer")).role, ApiRole::kViewer);
+}
+
+}  // namespace
+}  // namespace gpuha::controller

@@ -13,46 +13,61 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 // One agent's stream. Send() may be called under the controller's lock, so it
-// only queues; the stream's own writer thread does the blocking Write.
-class StreamSink : public AgentSink {
+// only queues; one sender thread shared by every stream does the blocking
+// Write, so a thousand agents cost no thousand extra threads.
+class StreamSink : public AgentSink, public std::enable_shared_from_this<StreamSink> {
  public:
-  explicit StreamSink(grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream)
-      : stream_(stream), writer_([this] { WriteLoop(); }) {}
-  ~StreamSink() override { Close(); }
-  void Send(const v1::ControllerMessage& m) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_) outbox_.push_back(m);
-    cv_.notify_all();
-  }
+  using Stream = grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>;
+  explicit StreamSink(Stream* stream) : stream_(stream) {}
+  void Send(const v1::ControllerMessage& m) override;
+  // After Close() returns no Write is in flight and none will start.
   void Close() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-    }
-    cv_.notify_all();
-    if (writer_.joinable()) writer_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  void WriteNow(const v1::ControllerMessage& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) stream_->Write(m);
   }
 
  private:
-  void WriteLoop() {
+  Stream* stream_;
+  std::mutex mu_;
+  bool closed_ = false;
+};
+
+class Sender {
+ public:
+  static Sender& Get() {
+    static Sender* sender = new Sender();  // lives for the process, like its thread
+    return *sender;
+  }
+  void Queue(std::shared_ptr<StreamSink> sink, const v1::ControllerMessage& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(sink), m);
+    cv_.notify_one();
+  }
+
+ private:
+  Sender() : thread_([this] { Loop(); }) { thread_.detach(); }
+  void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return closed_ || !outbox_.empty(); });
-      if (closed_) return;
-      v1::ControllerMessage m = std::move(outbox_.front());
-      outbox_.pop_front();
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      auto [sink, m] = std::move(queue_.front());
+      queue_.pop_front();
       lock.unlock();
-      stream_->Write(m);
+      sink->WriteNow(m);
       lock.lock();
     }
   }
-  grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::ControllerMessage> outbox_;
-  bool closed_ = false;
-  std::thread writer_;
+  std::deque<std::pair<std::shared_ptr<StreamSink>, v1::ControllerMessage>> queue_;
+  std::thread thread_;
 };
+
+void StreamSink::Send(const v1::ControllerMessage& m) { Sender::Get().Queue(shared_from_this(), m); }
 
 common::HttpResponse JsonResponse(int status, const json& body) {
   common::HttpResponse r;
