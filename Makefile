@@ -35,7 +35,7 @@ demo: build
 
 bench: deps
 	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
-	cmake --build build-release -j $(JOBS)
+	cmake --build build-release -j $(JOBS) --target gpuha plan_bench agent_bench controller_bench
 	build-release/bench/plan_bench
 	build-release/bench/agent_bench build-release/gpuha 20 100
 	build-release/bench/controller_bench build-release/gpuha 2000 15

@@ -6,10 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_replace.h"
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
 #include "common/testing/temp_dir.h"
+#include "common/testing/test_certs.h"
 
 namespace gpuha::agent {
 namespace {
@@ -207,20 +207,7 @@ class MtlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = gpuha::testing::TestTempDir().string();
-    std::string script = R"(set -e
-cd ")" + dir_ + R"("
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key \
-  -out ca.pem -days 1 -subj /CN=gpuha-test-ca 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' > san.ext
-for who in server agent; do
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $who.key \
-    -out $who.csr -subj /CN=$who 2>/dev/null
-  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem \
-    -days 1 -extfile san.ext 2>/dev/null
-done)";
-    ASSERT_EQ(
-        std::system(("bash -c '" + absl::StrReplaceAll(script, {{"'", "'\\''"}}) + "'").c_str()),
-        0);
+    ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir_));
   }
   std::shared_ptr<grpc::ServerCredentials> ServerCreds() {
     grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

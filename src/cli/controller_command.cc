@@ -84,14 +84,15 @@ CtlCommand::CtlCommand(CLI::App& parent) {
   app_->add_flag("--force", force_, "drain: even when it breaks N+k");
   app_->add_option("--tenant", tenant_, "add-stream: the stream's tenant");
   app_->add_option("--weight", weight_, "add-stream: stream units")->check(CLI::Range(1, 1000000));
-  app_->add_option("command", command_,
-                   "status | nodes | streams | events | capacity | tenants | drain NODE | "
-                   "undrain NODE | fail NODE | set-role NODE ROLE | add-stream ID | "
-                   "remove-stream ID | hash-token TOKEN")
+  app_->add_option(
+          "command", command_,
+          "status | nodes | streams | events | failovers | capacity | tenants | drain NODE | "
+          "undrain NODE | fail NODE | set-role NODE ROLE | add-stream ID | "
+          "remove-stream ID | hash-token TOKEN")
       ->required()
-      ->check(CLI::IsMember({"status", "nodes", "streams", "events", "capacity", "tenants", "drain",
-                             "undrain", "fail", "set-role", "add-stream", "remove-stream",
-                             "hash-token"}));
+      ->check(CLI::IsMember({"status", "nodes", "streams", "events", "failovers", "capacity",
+                             "tenants", "drain", "undrain", "fail", "set-role", "add-stream",
+                             "remove-stream", "hash-token"}));
   app_->add_option("args", args_, "Arguments of the command");
 }
 
@@ -154,6 +155,7 @@ int CtlCommand::Run() {
   if (command_ == "status" || command_ == "nodes") path = "/api/v1/nodes";
   if (command_ == "streams") path = "/api/v1/streams";
   if (command_ == "events") path = "/api/v1/events";
+  if (command_ == "failovers") path = "/api/v1/failovers";
   if (command_ == "capacity") path = "/api/v1/capacity";
   if (command_ == "tenants") path = "/api/v1/tenants";
   if (command_ == "drain" || command_ == "undrain" || command_ == "fail") {
@@ -205,8 +207,26 @@ int CtlCommand::Run() {
     Table(j, {"id", "mono_ms", "type", "node", "detail"});
   } else if (command_ == "tenants") {
     Table(j, {"name", "streams", "units"});
+  } else if (command_ == "failovers") {
+    Table(j, {"node", "epoch", "fault_to_detected_ms", "detected_to_fenced_ms",
+              "detected_to_routes_pushed_ms", "detected_to_routers_acked_ms", "reason"});
   } else if (command_ == "capacity") {
-    for (auto& [k, v] : j.items()) std::cout << absl::StrFormat("%-24s %s\n", k, Cell(v));
+    // The same figures, in the same words, as `gpuha plan`, from the live cluster.
+    int64_t k = j.value("redundancy", 0);
+    std::cout << absl::StrFormat("Capacity (N+%d, live)\n", k);
+    auto row = [](const std::string& label, const std::string& value) {
+      std::cout << absl::StrFormat("  %-30s %s\n", label, value);
+    };
+    row("total capacity", absl::StrCat(Cell(j["total_units"]), " units"));
+    row(absl::StrCat("failover reserve (k=", k, ")"),
+        absl::StrCat(Cell(j["failover_reserve_units"]), " units"));
+    row("max production load", absl::StrCat(Cell(j["max_production_units"]), " units"));
+    row("admitted load", absl::StrCat(Cell(j["admitted_units"]), " units"));
+    row("headroom", absl::StrCat(Cell(j["headroom_units"]), " units"));
+    row(absl::StrCat("survives loss of ", k, " node(s)"),
+        j.value("survives_node_loss", false) ? "yes" : "NO");
+    row("degraded (CPU buffer)", absl::StrCat(Cell(j["degraded_units"]), " units"));
+    row("unplaced streams", Cell(j["unplaced_streams"]));
   } else {
     std::cout << j.dump(2) << "\n";
   }

@@ -612,6 +612,38 @@ json Controller::EventsJson(int64_t after_id, size_t limit) const {
   return out;
 }
 
+json Controller::FailoversJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (auto d = events_.begin(); d != events_.end(); ++d) {
+    if (d->type != "detected") continue;
+    json f = {{"node", d->node}, {"epoch", d->epoch}, {"reason", d->detail}};
+    auto first_after = [&](const char* type, bool same_node) -> const Event* {
+      for (auto e = d; e != events_.end(); ++e) {
+        if (e->epoch < d->epoch) continue;
+        if (e->type == "detected" && e != d) break;  // the next failover begins
+        if (e->type == type && (!same_node || e->node == d->node)) return &*e;
+      }
+      return nullptr;
+    };
+    for (auto e = events_.begin(); e != d; ++e) {
+      if (e->type == "fault_seen" && e->node == d->node && e->epoch == d->epoch) {
+        f["fault_to_detected_ms"] = d->unix_ms - e->unix_ms;
+      }
+    }
+    if (const Event* e = first_after("fenced", true))
+      f["detected_to_fenced_ms"] = e->mono_ms - d->mono_ms;
+    if (const Event* e = first_after("routes_pushed", false)) {
+      f["detected_to_routes_pushed_ms"] = e->mono_ms - d->mono_ms;
+    }
+    if (const Event* e = first_after("routers_acked", false)) {
+      f["detected_to_routers_acked_ms"] = e->mono_ms - d->mono_ms;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 std::vector<Event> Controller::EventsSince(int64_t after_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out;

@@ -107,6 +107,9 @@ class Controller {
   nlohmann::json CapacityJson() const;
   nlohmann::json TenantsJson() const;
   nlohmann::json EventsJson(int64_t after_id, size_t limit) const;
+  // One entry per failover (a `detected` event), timed from its events:
+  // fault seen -> detected -> fenced -> routes pushed -> routers acknowledged.
+  nlohmann::json FailoversJson() const;
   std::string MetricsText() const;
   bool HasTenant(const std::string& t) const;
 

@@ -75,6 +75,14 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   if (auto h = listen.String("http")) c.http_listen = *h;
   common::YamlMap store = root.Map("store");
   if (auto p = store.String("path")) c.store_path = *p;
+  common::YamlMap tls = root.Map("tls");
+  if (auto v = tls.String("ca")) c.tls_ca = *v;
+  if (auto v = tls.String("cert")) c.tls_cert = *v;
+  if (auto v = tls.String("key")) c.tls_key = *v;
+  if (tls.ok() &&
+      (c.tls_cert.empty() != c.tls_key.empty() || (!c.tls_ca.empty() && c.tls_cert.empty()))) {
+    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls needs both cert and key");
+  }
   for (common::YamlMap& t : root.MapList("tokens")) {
     ApiToken token;
     if (t.Require("name")) token.name = t.String("name").value_or("");

@@ -8,6 +8,7 @@
 //   tenants: [acme, globex]
 //   listen: { grpc: "127.0.0.1:7400", http: "127.0.0.1:7401" }
 //   store: { path: /var/lib/gpuha/controller.db }
+//   tls: { ca: ca.pem, cert: controller.pem, key: controller.key }
 //   tokens:                       # SHA-256 of each bearer token: gpuha ctl hash-token
 //     - { name: ops, role: operator, sha256: "5e88..." }
 //   fence: { hook: "kubectl cordon {node}", timeout_ms: 5000 }
@@ -46,7 +47,10 @@ struct ControllerConfig {
   std::vector<std::string> tenants;
   std::string grpc_listen = "127.0.0.1:7400";
   std::string http_listen = "127.0.0.1:7401";
-  std::string store_path;                  // empty: in-memory (tests and the demo's throwaway runs)
+  std::string store_path;  // empty: in-memory (tests and the demo's throwaway runs)
+  // gRPC over TLS when cert and key are set; with ca, agents and routers must
+  // present a certificate it signed (mTLS).
+  std::string tls_ca, tls_cert, tls_key;
   std::map<std::string, ApiToken> tokens;  // by lower-case hex SHA-256
   std::string fence_hook;
   common::Duration fence_timeout = std::chrono::seconds(5);

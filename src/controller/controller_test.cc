@@ -162,6 +162,14 @@ TEST_F(ControllerTest, HungAgentIsFencedAndItsStreamsMoveToThePassive) {
   EXPECT_THAT(types, ::testing::IsSupersetOf({"suspect", "fault_seen", "detected", "fenced",
                                               "streams_moved", "routes_pushed"}));
   EXPECT_LT(IndexOf("fenced"), IndexOf("streams_moved"));  // fence before moving (break)
+  c_->RouterAck("r1", c_->route_version(), {});
+  nlohmann::json failovers = c_->FailoversJson();
+  ASSERT_EQ(failovers.size(), 1u);
+  EXPECT_EQ(failovers[0]["node"], "a1");
+  EXPECT_TRUE(failovers[0].contains("fault_to_detected_ms"));
+  EXPECT_GE(failovers[0]["fault_to_detected_ms"].get<int64_t>(), 150);
+  EXPECT_EQ(failovers[0]["detected_to_fenced_ms"], 0.0);
+  EXPECT_TRUE(failovers[0].contains("detected_to_routers_acked_ms"));
 }
 
 TEST_F(ControllerTest, HangIsDetectedWithin200MsOfTheLastHeartbeat) {

@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/prometheus.h"
 
@@ -67,7 +68,9 @@ class Sender {
   std::thread thread_;
 };
 
-void StreamSink::Send(const v1::ControllerMessage& m) { Sender::Get().Queue(shared_from_this(), m); }
+void StreamSink::Send(const v1::ControllerMessage& m) {
+  Sender::Get().Queue(shared_from_this(), m);
+}
 
 common::HttpResponse JsonResponse(int status, const json& body) {
   common::HttpResponse r;
@@ -181,8 +184,28 @@ ControllerServer::~ControllerServer() { Stop(); }
 absl::Status ControllerServer::Start() {
   agents_ = std::make_unique<AgentServiceImpl>(controller_);
   routes_ = std::make_unique<RouteServiceImpl>(controller_, &stopping_);
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!config_.tls_cert.empty()) {
+    auto read = [](const std::string& path) -> absl::StatusOr<std::string> {
+      return common::ReadFile(path);
+    };
+    auto cert = read(config_.tls_cert);
+    auto key = read(config_.tls_key);
+    if (!cert.ok()) return cert.status();
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions o(
+        config_.tls_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    if (!config_.tls_ca.empty()) {
+      auto ca = read(config_.tls_ca);
+      if (!ca.ok()) return ca.status();
+      o.pem_root_certs = *ca;
+    }
+    o.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(o);
+  }
   grpc::ServerBuilder b;
-  b.AddListeningPort(config_.grpc_listen, grpc::InsecureServerCredentials(), &grpc_port_);
+  b.AddListeningPort(config_.grpc_listen, creds, &grpc_port_);
   b.RegisterService(agents_.get());
   b.RegisterService(routes_.get());
   // Agents send a keepalive every second; let them.
@@ -336,6 +359,7 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
                   : Error(HttpCode(s), std::string(s.message()));
   }
   if (what == "tenants" && get) return JsonResponse(200, controller_->TenantsJson());
+  if (what == "failovers" && get) return JsonResponse(200, controller_->FailoversJson());
   if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
   if (what == "events" && get) {
     int64_t after = 0;

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/agent.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/test_certs.h"
 
 namespace gpuha::controller {
 namespace {
@@ -188,6 +190,49 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
   ctx.TryCancel();
   watch->Finish().IgnoreError();
   for (auto& a : agents) a->Stop();
+  server.Stop();
+}
+
+TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
+  std::string dir = gpuha::testing::TestTempDir().string();
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  ControllerConfig config = Config();
+  config.tls_ca = dir + "/ca.pem";
+  config.tls_cert = dir + "/server.pem";
+  config.tls_key = dir + "/server.key";
+  ShellFenceRunner fencer;
+  Controller controller(config, std::make_unique<MemoryStore>(), common::RealClock::Get(), &fencer);
+  ASSERT_TRUE(controller.Recover().ok());
+  ControllerServer server(&controller, config);
+  absl::Status started = server.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  NoProcesses runner;
+  auto make_agent = [&](const char* node, bool with_cert) {
+    agent::AgentConfig ac;
+    ac.node = node;
+    ac.controllers = {{"127.0.0.1", static_cast<uint16_t>(server.grpc_port())}};
+    ac.gpu_backend = "sim";
+    ac.tls_ca = dir + "/ca.pem";
+    if (with_cert) {
+      ac.tls_cert = dir + "/agent.pem";
+      ac.tls_key = dir + "/agent.key";
+    }
+    auto probe = gpu::SimProbe::Create(ac.sim, common::RealClock::Get());
+    auto a =
+        std::make_unique<agent::Agent>(ac, std::move(*probe), &runner, common::RealClock::Get());
+    EXPECT_TRUE(a->Start().ok());
+    return a;
+  };
+  auto trusted = make_agent("n1", true);
+  auto stranger = make_agent("n2", false);
+  for (int i = 0; i < 300 && !trusted->connected(); ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(trusted->connected());
+  EXPECT_FALSE(stranger->connected());
+  EXPECT_EQ((*controller.NodeJson("n1"))["connected"], true);
+  EXPECT_EQ((*controller.NodeJson("n2"))["connected"], false);
+  trusted->Stop();
+  stranger->Stop();
   server.Stop();
 }
 

@@ -134,6 +134,10 @@ TEST_F(ClusterTest, KilledAgentIsDetectedAndItsStreamsMoveToThePassive) {
   EXPECT_EQ(n3["role"], "active");
   std::printf("[figure] kill -9 agent: stream closed -> detected %.1f ms\n",
               Between("n1", "agent_disconnected", "detected"));
+  json failovers = Api("GET", "/api/v1/failovers");
+  ASSERT_EQ(failovers.size(), 1u);
+  EXPECT_EQ(failovers[0]["node"], "n1");
+  std::printf("[figure] kill -9 agent failover: %s\n", failovers[0].dump().c_str());
 }
 
 TEST_F(ClusterTest, HungAgentIsFailedAndRejoinsAsPassiveWithoutWorkFlappingBack) {
@@ -207,7 +211,8 @@ TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   EXPECT_THAT(drain.err, HasSubstr("409"));
   EXPECT_THAT(drain.err, HasSubstr("use force"));
   CommandResult cap = RunCommand(ctl + " capacity");
-  EXPECT_THAT(cap.out, HasSubstr("headroom_units"));
+  EXPECT_THAT(cap.out, HasSubstr("max production load            8 units"));
+  EXPECT_THAT(cap.out, HasSubstr("survives loss of 1 node(s)     yes"));
   CommandResult bad = RunCommand(ctl + " add-stream cam-x");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tenant is required"));
