@@ -129,6 +129,7 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
     std::lock_guard<std::mutex> lock(mu_);
     samples_ = std::move(obs.gpus);
     nics_ = std::move(obs.nics);
+    ++sample_seq_;
     for (const gpu::XidEvent& x : xids) {
       last_xid_[x.gpu_index] = x.xid;
       unsent_xids_.push_back(x);
@@ -224,7 +225,13 @@ v1::AgentMessage Agent::BuildHeartbeat() {
     pr->set_detail(r.detail);
     pr->set_severity(ToProto(r.state));
   }
-  for (const gpu::GpuSample& s : samples_) {
+  // Telemetry rides only on the first heartbeat after a new sample; the
+  // heartbeats in between stay small (seq, health, epoch, server state).
+  static const std::vector<gpu::GpuSample> kNoGpus;
+  static const std::vector<gpu::NicSample> kNoNics;
+  bool fresh = sample_seq_ != sent_sample_seq_;
+  sent_sample_seq_ = sample_seq_;
+  for (const gpu::GpuSample& s : fresh ? samples_ : kNoGpus) {
     v1::GpuSample* g = hb->add_gpus();
     g->set_index(s.index);
     g->set_lost(s.lost);
@@ -239,7 +246,7 @@ v1::AgentMessage Agent::BuildHeartbeat() {
     g->set_ecc_uncorrected(s.ecc_uncorrected);
     g->set_pages_pending(s.pages_pending);
   }
-  for (const gpu::NicSample& n : nics_) {
+  for (const gpu::NicSample& n : fresh ? nics_ : kNoNics) {
     v1::NicSample* pn = hb->add_nics();
     pn->set_name(n.name);
     pn->set_up(gpu::NicUp(n));
@@ -332,6 +339,7 @@ absl::Status Agent::RunStream(const HostPort& controller) {
     stream_ctx_ = &ctx;
   }
   auto stream = stub->Connect(&ctx);
+  sent_sample_seq_ = 0;  // a new controller gets full telemetry at once
   std::atomic<bool> read_done{false};
   std::thread reader;
   if (stream->Write(BuildHello())) {

@@ -111,6 +111,8 @@ class Agent {
   std::string role_;                           // guarded by mu_
   grpc::ClientContext* stream_ctx_ = nullptr;  // guarded by mu_
   uint64_t heartbeat_seq_ = 0;                 // connection thread only
+  uint64_t sample_seq_ = 0;                    // guarded by mu_; one per Evaluate()
+  uint64_t sent_sample_seq_ = 0;               // connection thread only
 };
 
 }  // namespace gpuha::agent

@@ -65,7 +65,8 @@ TEST_F(AgentTest, SaysHelloWithItsGpusThenHeartbeats) {
   ASSERT_EQ(hello->gpus_size(), 2);
   EXPECT_EQ(hello->gpus(0).name(), "NVIDIA L4");
   EXPECT_EQ(hello->heartbeat_interval_ms(), 20u);
-  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.seq() >= 5; });
+  auto hb = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.seq() >= 5 && h.gpus_size() > 0; });
   ASSERT_TRUE(hb.has_value());
   EXPECT_EQ(hb->heartbeat.health(), v1::NODE_HEALTH_HEALTHY);
   EXPECT_EQ(hb->heartbeat.gpus_size(), 2);
@@ -82,7 +83,7 @@ TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 202) << r->body;
   auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
-    if (h.health() != v1::NODE_HEALTH_FAILED) return false;
+    if (h.health() != v1::NODE_HEALTH_FAILED || h.gpus_size() == 0) return false;
     for (const v1::HealthReason& r : h.reasons()) {
       if (r.code() == "gpu1.xid79" && r.severity() == v1::NODE_HEALTH_FAILED) return true;
     }

@@ -1,11 +1,10 @@
 #include "cli/agent_command.h"
 
-#include <signal.h>
-
 #include "absl/strings/str_split.h"
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "cli/exit_codes.h"
+#include "cli/signals.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "gpu/nvml_probe.h"
@@ -38,6 +37,8 @@ AgentCommand::AgentCommand(CLI::App& parent) {
 }
 
 int AgentCommand::Run() {
+  // Before anything starts a thread (NVML and gRPC do): threads inherit the mask.
+  StopSignals stop_signals;
   agent::AgentConfig c;
   auto fail = [](const absl::Status& s) {
     spdlog::error("agent: {}", s.message());
@@ -110,13 +111,6 @@ int AgentCommand::Run() {
     probe = std::move(*sim);
   }
 
-  // Block the stop signals before any thread starts, then wait for one here.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
   agent::RealProcessRunner runner;
   agent::Agent a(c, std::move(probe), &runner, common::RealClock::Get());
   if (absl::Status s = a.Start(); !s.ok()) {
@@ -127,8 +121,7 @@ int AgentCommand::Run() {
   std::printf("gpuha agent %s listening on %s:%u\n", c.node.c_str(), c.listen.host.c_str(),
               a.http_port());
   std::fflush(stdout);
-  int signo = 0;
-  sigwait(&stop_signals, &signo);
+  int signo = stop_signals.Wait();
   spdlog::info("agent {}: signal {}, stopping", c.node, signo);
   a.Stop();
   return kExitOk;

@@ -1,7 +1,5 @@
 #include "cli/controller_command.h"
 
-#include <signal.h>
-
 #include <cstdlib>
 #include <iostream>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/exit_codes.h"
+#include "cli/signals.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "controller/controller.h"
@@ -28,6 +27,8 @@ ControllerCommand::ControllerCommand(CLI::App& parent) {
 }
 
 int ControllerCommand::Run() {
+  // Before anything starts a thread (NVML and gRPC do): threads inherit the mask.
+  StopSignals stop_signals;
   auto config = controller::LoadControllerConfig(config_path_);
   if (!config.ok()) {
     spdlog::error("controller: {}", config.status().message());
@@ -48,11 +49,6 @@ int ControllerCommand::Run() {
     }
     store = std::move(*sqlite);
   }
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   controller::ShellFenceRunner fencer;
   controller::Controller c(*config, std::move(store), common::RealClock::Get(), &fencer);
@@ -69,8 +65,7 @@ int ControllerCommand::Run() {
   std::printf("gpuha controller grpc %s:%d http %s:%u\n", host.c_str(), server.grpc_port(),
               host.c_str(), server.http_port());
   std::fflush(stdout);
-  int signo = 0;
-  sigwait(&stop_signals, &signo);
+  int signo = stop_signals.Wait();
   spdlog::info("controller: signal {}, stopping", signo);
   server.Stop();
   return kExitOk;

@@ -221,7 +221,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
   counters_.heartbeats++;
-  n->last = hb;
+  if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
   v1::NodeHealth before = n->health;
   n->health = hb.health();
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());

@@ -1,5 +1,7 @@
 #include "controller/placement.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpuha::controller {
@@ -209,6 +211,7 @@ FailoverPlan Placement::FailNode(const std::string& id) {
   failed.available = false;
 
   std::vector<std::string> moving(failed.primaries.begin(), failed.primaries.end());
+  std::sort(moving.begin(), moving.end());  // deterministic moves and events
   // A ready passive node big enough takes every stream 1:1 and becomes active.
   for (const std::string& pid : moving.empty() ? std::set<std::string>{} : passive_ready_) {
     Node& p = nodes_.at(pid);
@@ -244,6 +247,7 @@ FailoverPlan Placement::FailNode(const std::string& id) {
     const auto& was = nodes_.at(plan.promoted).standbys;
     orphaned.insert(orphaned.end(), was.begin(), was.end());
   }
+  std::sort(orphaned.begin(), orphaned.end());
   for (const std::string& sid : orphaned) {
     Stream& s = streams_.at(sid);
     if (s.primary.empty()) continue;
@@ -317,6 +321,8 @@ std::vector<Assignment> Placement::Assignments() const {
   std::vector<Assignment> out;
   out.reserve(streams_.size());
   for (const auto& [id, s] : streams_) out.push_back({id, s.primary, s.standby});
+  std::sort(out.begin(), out.end(),
+            [](const Assignment& a, const Assignment& b) { return a.stream < b.stream; });
   return out;
 }
 

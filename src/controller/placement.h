@@ -13,10 +13,11 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +89,7 @@ class Placement {
 
   CapacityFigures Capacity() const;
   std::optional<Assignment> Find(const std::string& stream) const;
+  // Sorted by stream id.
   std::vector<Assignment> Assignments() const;
   std::optional<Role> RoleOf(const std::string& node) const;
   bool Available(const std::string& node) const;
@@ -98,8 +100,8 @@ class Placement {
     NodeSpec spec;
     bool available = true;
     int64_t load = 0;
-    std::set<std::string> primaries;
-    std::set<std::string> standbys;
+    std::unordered_set<std::string> primaries;
+    std::unordered_set<std::string> standbys;
   };
   struct Stream {
     StreamSpec spec;
@@ -121,8 +123,9 @@ class Placement {
   std::string PickStandby(const Stream& s) const;
 
   const int64_t k_;
-  std::map<std::string, Node> nodes_;
-  std::map<std::string, Stream> streams_;
+  // Hash maps: admission of 100,000 streams must stay under 200 ms.
+  std::unordered_map<std::string, Node> nodes_;
+  std::unordered_map<std::string, Stream> streams_;
   // Available active (and buffer) nodes by free capacity, most free last.
   std::set<std::pair<int64_t, std::string>> active_free_;
   std::set<std::pair<int64_t, std::string>> buffer_free_;

@@ -13,63 +13,100 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-// One agent's stream. Send() may be called under the controller's lock, so it
-// only queues; one sender thread shared by every stream does the blocking
-// Write, so a thousand agents cost no thousand extra threads.
-class StreamSink : public AgentSink, public std::enable_shared_from_this<StreamSink> {
+class AgentReactor;
+
+// What the controller holds for one agent stream. Send() may be called under
+// the controller's lock from any thread: it queues, and starts a write when
+// none is in flight. Once the stream is done, sends are dropped.
+class ReactorSink : public AgentSink {
  public:
-  using Stream = grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>;
-  explicit StreamSink(Stream* stream) : stream_(stream) {}
+  explicit ReactorSink(AgentReactor* r) : reactor_(r) {}
   void Send(const v1::ControllerMessage& m) override;
-  // After Close() returns no Write is in flight and none will start.
-  void Close() {
+  void Detach() {
     std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-  }
-  void WriteNow(const v1::ControllerMessage& m) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_) stream_->Write(m);
+    reactor_ = nullptr;
   }
 
  private:
-  Stream* stream_;
+  friend class AgentReactor;
   std::mutex mu_;
-  bool closed_ = false;
+  AgentReactor* reactor_;                     // guarded by mu_
+  std::deque<v1::ControllerMessage> outbox_;  // guarded by mu_; front is being written
 };
 
-class Sender {
+// One agent's heartbeat stream on gRPC's callback API: no thread per agent,
+// so two thousand agents cost the controller a few pool threads.
+class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  static Sender& Get() {
-    static Sender* sender = new Sender();  // lives for the process, like its thread
-    return *sender;
+  explicit AgentReactor(Controller* c)
+      : controller_(c), sink_(std::make_shared<ReactorSink>(this)) {
+    StartRead(&in_);
   }
-  void Queue(std::shared_ptr<StreamSink> sink, const v1::ControllerMessage& m) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(std::move(sink), m);
-    cv_.notify_one();
+  void OnReadDone(bool ok) override {
+    if (!ok) return Done(grpc::Status::OK);
+    if (node_.empty()) {
+      if (!in_.has_hello() || in_.hello().node().empty()) {
+        return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "the first message must be a hello naming the node"));
+      }
+      if (absl::Status s = controller_->AgentConnected(in_.hello(), sink_); !s.ok()) {
+        return Done(grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message())));
+      }
+      node_ = in_.hello().node();
+    } else if (in_.has_heartbeat()) {
+      controller_->AgentHeartbeat(node_, in_.heartbeat());
+    }
+    StartRead(&in_);
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(sink_->mu_);
+    sink_->outbox_.pop_front();
+    if (!ok || finishing_) sink_->outbox_.clear();  // a broken or ending stream writes no more
+    if (finishing_) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(final_);
+      }
+      return;
+    }
+    if (!sink_->outbox_.empty()) StartWrite(&sink_->outbox_.front());
+  }
+  void OnDone() override {
+    sink_->Detach();
+    delete this;
+  }
+  // Called with sink_->mu_ held.
+  void WriteLocked() {
+    if (!finishing_ && sink_->outbox_.size() == 1) StartWrite(&sink_->outbox_.front());
   }
 
  private:
-  Sender() : thread_([this] { Loop(); }) { thread_.detach(); }
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return !queue_.empty(); });
-      auto [sink, m] = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      sink->WriteNow(m);
-      lock.lock();
+  // The stream ended (agent gone, or refused): tell the controller, then
+  // finish once no write is in flight.
+  void Done(grpc::Status status) {
+    if (!node_.empty()) controller_->AgentDisconnected(node_, sink_.get());
+    std::lock_guard<std::mutex> lock(sink_->mu_);
+    finishing_ = true;
+    final_ = std::move(status);
+    if (sink_->outbox_.empty() && !finished_) {
+      finished_ = true;
+      Finish(final_);
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::shared_ptr<StreamSink>, v1::ControllerMessage>> queue_;
-  std::thread thread_;
+  Controller* const controller_;
+  std::shared_ptr<ReactorSink> sink_;
+  v1::AgentMessage in_;
+  std::string node_;
+  bool finishing_ = false;  // guarded by sink_->mu_
+  bool finished_ = false;   // guarded by sink_->mu_
+  grpc::Status final_;      // guarded by sink_->mu_
 };
 
-void StreamSink::Send(const v1::ControllerMessage& m) {
-  Sender::Get().Queue(shared_from_this(), m);
+void ReactorSink::Send(const v1::ControllerMessage& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reactor_ == nullptr) return;
+  outbox_.push_back(m);
+  reactor_->WriteLocked();
 }
 
 common::HttpResponse JsonResponse(int status, const json& body) {
@@ -105,31 +142,12 @@ int HttpCode(const absl::Status& s) {
 
 }  // namespace
 
-class ControllerServer::AgentServiceImpl final : public v1::AgentService::Service {
+class ControllerServer::AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
   explicit AgentServiceImpl(Controller* c) : controller_(c) {}
-  grpc::Status Connect(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
-    v1::AgentMessage first;
-    if (!stream->Read(&first)) return grpc::Status(grpc::StatusCode::CANCELLED, "no hello");
-    if (!first.has_hello() || first.hello().node().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the first message must be a hello naming the node");
-    }
-    const std::string node = first.hello().node();
-    auto sink = std::make_shared<StreamSink>(stream);
-    if (absl::Status s = controller_->AgentConnected(first.hello(), sink); !s.ok()) {
-      sink->Close();
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message()));
-    }
-    v1::AgentMessage m;
-    while (stream->Read(&m)) {
-      if (m.has_heartbeat()) controller_->AgentHeartbeat(node, m.heartbeat());
-    }
-    controller_->AgentDisconnected(node, sink.get());
-    sink->Close();
-    return grpc::Status::OK;
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
+      grpc::CallbackServerContext*) override {
+    return new AgentReactor(controller_);
   }
 
  private:
