@@ -79,7 +79,7 @@ absl::Status Agent::Start() {
   threads_.emplace_back([this] { SampleLoop(); });
   threads_.emplace_back([this] { EventLoop(); });
   threads_.emplace_back([this] { ConnectionLoop(); });
-  threads_.emplace_back([this] { SupervisorLoop(); });
+  if (!config_.server.command.empty()) threads_.emplace_back([this] { SupervisorLoop(); });
   return absl::OkStatus();
 }
 
@@ -159,7 +159,8 @@ void Agent::SampleLoop() {
 
 void Agent::EventLoop() {
   while (!stopping_) {
-    auto xids = probe_->WaitForXids(milliseconds(200));
+    // The probe wakes at once for an XID; the timeout only bounds shutdown.
+    auto xids = probe_->WaitForXids(milliseconds(500));
     if (!xids.ok()) {
       counters_.probe_errors++;
       spdlog::warn("agent: waiting for XID events failed: {}", xids.status().message());

@@ -18,7 +18,21 @@ const char* RoleName(Role r) {
   return "active";
 }
 
-std::set<std::pair<int64_t, std::string>>* Placement::FreeIndex(const Node& n) {
+Placement::Node* Placement::FindNode(const std::string& id) {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+const Placement::Node* Placement::FindNode(const std::string& id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+Assignment Placement::ToAssignment(const Stream& s) {
+  return {s.spec.id, s.primary ? s.primary->spec.id : "", s.standby ? s.standby->spec.id : ""};
+}
+
+std::set<std::pair<int64_t, uint32_t>>* Placement::FreeIndex(const Node& n) {
   if (!n.available) return nullptr;
   if (n.spec.role == Role::kActive) return &active_free_;
   if (n.spec.role == Role::kBuffer) return &buffer_free_;
@@ -26,13 +40,13 @@ std::set<std::pair<int64_t, std::string>>* Placement::FreeIndex(const Node& n) {
 }
 
 void Placement::IndexFree(Node& n) {
-  if (auto* index = FreeIndex(n)) index->emplace(Free(n), n.spec.id);
-  if (n.available && n.spec.role == Role::kPassive) passive_ready_.insert(n.spec.id);
+  if (auto* index = FreeIndex(n)) index->emplace(Free(n), n.index);
+  if (n.available && n.spec.role == Role::kPassive) passive_ready_.insert(n.index);
 }
 
 void Placement::UnindexFree(Node& n) {
-  if (auto* index = FreeIndex(n)) index->erase({Free(n), n.spec.id});
-  passive_ready_.erase(n.spec.id);
+  if (auto* index = FreeIndex(n)) index->erase({Free(n), n.index});
+  passive_ready_.erase(n.index);
 }
 
 void Placement::ChangeRole(Node& n, Role role) {
@@ -52,13 +66,12 @@ void Placement::Count(const Node& n, bool add) {
   }
 }
 
-int64_t Placement::SurvivableUnits(const std::string& without) const {
+int64_t Placement::SurvivableUnits(const Node* without) const {
   int64_t total = capacity_sum_;
   int64_t skip = 0;  // `without`'s capacity, once, from the multiset
-  auto it = nodes_.find(without);
-  if (it != nodes_.end() && Counts(it->second)) {
-    total -= it->second.spec.capacity;
-    skip = it->second.spec.capacity;
+  if (without != nullptr && Counts(*without)) {
+    total -= without->spec.capacity;
+    skip = without->spec.capacity;
   }
   int64_t reserve = 0;
   int64_t taken = 0;
@@ -78,56 +91,78 @@ absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
   if (spec.capacity < 0) {
     return absl::InvalidArgumentError(absl::StrCat("node ", spec.id, ": capacity is negative"));
   }
-  if (nodes_.count(spec.id) != 0) {
+  auto [it, inserted] = nodes_.try_emplace(spec.id);
+  if (!inserted)
     return absl::AlreadyExistsError(absl::StrCat("node ", spec.id, " is listed twice"));
-  }
-  Node& n = nodes_[spec.id];
+  Node& n = it->second;
   n.spec = spec;
   n.available = available;
+  n.index = static_cast<uint32_t>(by_index_.size());
+  by_index_.push_back(&n);
   IndexFree(n);
   Count(n, true);
   return absl::OkStatus();
 }
 
-std::string Placement::PickPrimary(int64_t weight, const std::string& avoid) const {
+Placement::Node* Placement::PickPrimary(int64_t weight, const Node* avoid) const {
   for (const auto* index : {&active_free_, &buffer_free_}) {
     for (auto it = index->rbegin(); it != index->rend() && it->first >= weight; ++it) {
-      if (it->second != avoid) return it->second;
+      Node* n = by_index_[it->second];
+      if (n != avoid) return n;
     }
   }
-  return "";
+  return nullptr;
 }
 
-std::string Placement::PickStandby(const Stream& s) const {
+Placement::Node* Placement::PickStandby(const Stream& s) const {
   // A ready passive node first: a failure then moves the whole node 1:1.
-  for (const std::string& id : passive_ready_) {
-    if (id != s.primary && nodes_.at(id).spec.capacity >= s.spec.weight) return id;
+  for (uint32_t i : passive_ready_) {
+    Node* p = by_index_[i];
+    if (p != s.primary && p->spec.capacity >= s.spec.weight) return p;
   }
   return PickPrimary(s.spec.weight, s.primary);
 }
 
-void Placement::SetPrimary(Stream& s, const std::string& node) {
-  if (!s.primary.empty()) {
-    Node& old = nodes_.at(s.primary);
+namespace {
+
+// Membership of a stream in a node's list, by slot: O(1) join and leave.
+template <typename Stream>
+void Join(std::vector<Stream*>& list, Stream* s, size_t* slot) {
+  *slot = list.size();
+  list.push_back(s);
+}
+
+template <typename Stream>
+void Leave(std::vector<Stream*>& list, size_t slot, size_t Stream::*slot_of) {
+  Stream* last = list.back();
+  list[slot] = last;
+  last->*slot_of = slot;
+  list.pop_back();
+}
+
+}  // namespace
+
+void Placement::SetPrimary(Stream& s, Node* node) {
+  if (s.primary != nullptr) {
+    Node& old = *s.primary;
     UnindexFree(old);
     old.load -= s.spec.weight;
-    old.primaries.erase(s.spec.id);
+    Leave(old.primaries, s.primary_slot, &Stream::primary_slot);
     IndexFree(old);
   }
   s.primary = node;
-  if (!node.empty()) {
-    Node& n = nodes_.at(node);
-    UnindexFree(n);
-    n.load += s.spec.weight;
-    n.primaries.insert(s.spec.id);
-    IndexFree(n);
+  if (node != nullptr) {
+    UnindexFree(*node);
+    node->load += s.spec.weight;
+    Join(node->primaries, &s, &s.primary_slot);
+    IndexFree(*node);
   }
 }
 
-void Placement::SetStandby(Stream& s, const std::string& node) {
-  if (!s.standby.empty()) nodes_.at(s.standby).standbys.erase(s.spec.id);
+void Placement::SetStandby(Stream& s, Node* node) {
+  if (s.standby != nullptr) Leave(s.standby->standbys, s.standby_slot, &Stream::standby_slot);
   s.standby = node;
-  if (!node.empty()) nodes_.at(node).standbys.insert(s.spec.id);
+  if (node != nullptr) Join(node->standbys, &s, &s.standby_slot);
 }
 
 absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
@@ -136,7 +171,7 @@ absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
   if (streams_.count(spec.id) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("stream ", spec.id, " already exists"));
   }
-  int64_t survivable = SurvivableUnits();
+  int64_t survivable = SurvivableUnits();  // O(k)
   if (admitted_units_ + spec.weight > survivable) {
     return absl::FailedPreconditionError(absl::StrCat(
         "admitting stream ", spec.id, " (", spec.weight, " units) would break N+", k_, ": ",
@@ -144,8 +179,8 @@ absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
         capacity_sum_, " total - ", capacity_sum_ - survivable, " reserve for the ", k_,
         " largest node(s)). If you run all GPUs at 100%, no HA exists."));
   }
-  std::string primary = PickPrimary(spec.weight, "");
-  if (primary.empty()) {
+  Node* primary = PickPrimary(spec.weight, nullptr);
+  if (primary == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("no active or buffer node has ", spec.weight,
                                                       " free units for stream ", spec.id,
                                                       "; promote a passive node or add capacity"));
@@ -155,7 +190,7 @@ absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
   SetPrimary(s, primary);
   SetStandby(s, PickStandby(s));
   admitted_units_ += spec.weight;
-  return Assignment{spec.id, s.primary, s.standby};
+  return ToAssignment(s);
 }
 
 absl::Status Placement::LoadStream(const StreamSpec& spec, const std::string& primary,
@@ -163,15 +198,16 @@ absl::Status Placement::LoadStream(const StreamSpec& spec, const std::string& pr
   if (streams_.count(spec.id) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("stream ", spec.id, " already exists"));
   }
-  for (const std::string& n : {primary, standby}) {
-    if (!n.empty() && nodes_.count(n) == 0) {
-      return absl::NotFoundError(absl::StrCat("stream ", spec.id, " names unknown node ", n));
-    }
+  Node* p = primary.empty() ? nullptr : FindNode(primary);
+  Node* b = standby.empty() ? nullptr : FindNode(standby);
+  if ((!primary.empty() && p == nullptr) || (!standby.empty() && b == nullptr)) {
+    return absl::NotFoundError(absl::StrCat("stream ", spec.id, " names unknown node ",
+                                            p == nullptr && !primary.empty() ? primary : standby));
   }
   Stream& s = streams_[spec.id];
   s.spec = spec;
-  SetPrimary(s, primary);
-  SetStandby(s, standby);
+  SetPrimary(s, p);
+  SetStandby(s, b);
   admitted_units_ += spec.weight;
   return absl::OkStatus();
 }
@@ -179,18 +215,18 @@ absl::Status Placement::LoadStream(const StreamSpec& spec, const std::string& pr
 absl::Status Placement::Remove(const std::string& id) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return absl::NotFoundError(absl::StrCat("stream ", id, " not found"));
-  SetPrimary(it->second, "");
-  SetStandby(it->second, "");
+  SetPrimary(it->second, nullptr);
+  SetStandby(it->second, nullptr);
   admitted_units_ -= it->second.spec.weight;
   streams_.erase(it);
   return absl::OkStatus();
 }
 
 absl::Status Placement::CanRemoveNode(const std::string& id) const {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
-  if (!it->second.available) return absl::OkStatus();
-  int64_t survivable = SurvivableUnits(id);
+  const Node* n = FindNode(id);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  if (!n->available) return absl::OkStatus();
+  int64_t survivable = SurvivableUnits(n);
   if (admitted_units_ > survivable) {
     return absl::FailedPreconditionError(absl::StrCat(
         "taking ", id, " out would break N+", k_, ": ", admitted_units_, " admitted > ", survivable,
@@ -200,99 +236,106 @@ absl::Status Placement::CanRemoveNode(const std::string& id) const {
   return absl::OkStatus();
 }
 
+namespace {
+template <typename T>
+std::vector<T*> SortedById(const std::vector<T*>& list) {
+  std::vector<T*> out = list;
+  std::sort(out.begin(), out.end(), [](T* a, T* b) { return a->spec.id < b->spec.id; });
+  return out;
+}
+}  // namespace
+
 FailoverPlan Placement::FailNode(const std::string& id) {
   FailoverPlan plan;
   plan.failed = id;
-  auto nit = nodes_.find(id);
-  if (nit == nodes_.end() || !nit->second.available) return plan;
-  Node& failed = nit->second;
-  UnindexFree(failed);
-  Count(failed, false);
-  failed.available = false;
+  Node* failed = FindNode(id);
+  if (failed == nullptr || !failed->available) return plan;
+  UnindexFree(*failed);
+  Count(*failed, false);
+  failed->available = false;
 
-  std::vector<std::string> moving(failed.primaries.begin(), failed.primaries.end());
-  std::sort(moving.begin(), moving.end());  // deterministic moves and events
+  std::vector<Stream*> moving = SortedById(failed->primaries);  // deterministic moves
   // A ready passive node big enough takes every stream 1:1 and becomes active.
-  for (const std::string& pid : moving.empty() ? std::set<std::string>{} : passive_ready_) {
-    Node& p = nodes_.at(pid);
-    if (p.spec.capacity >= failed.load) {
-      plan.promoted = pid;
-      ChangeRole(p, Role::kActive);
+  Node* promoted = nullptr;
+  for (uint32_t i : moving.empty() ? std::set<uint32_t>{} : passive_ready_) {
+    if (by_index_[i]->spec.capacity >= failed->load) {
+      promoted = by_index_[i];
+      ChangeRole(*promoted, Role::kActive);
+      plan.promoted = promoted->spec.id;
       break;
     }
   }
-  for (const std::string& sid : moving) {
-    Stream& s = streams_.at(sid);
-    std::string target = plan.promoted;
-    if (target.empty() && !s.standby.empty()) {
-      Node& sb = nodes_.at(s.standby);
-      if (sb.available && Free(sb) >= s.spec.weight) {
-        if (sb.spec.role == Role::kPassive) ChangeRole(sb, Role::kActive);
-        target = s.standby;
-      }
+  for (Stream* s : moving) {
+    Node* target = promoted;
+    if (target == nullptr && s->standby != nullptr && s->standby->available &&
+        Free(*s->standby) >= s->spec.weight) {
+      if (s->standby->spec.role == Role::kPassive) ChangeRole(*s->standby, Role::kActive);
+      target = s->standby;
     }
-    if (target.empty()) target = PickPrimary(s.spec.weight, id);
-    SetPrimary(s, target);
-    if (target.empty()) {
-      plan.unplaced.push_back(sid);
-      SetStandby(s, "");
+    if (target == nullptr) target = PickPrimary(s->spec.weight, failed);
+    SetPrimary(*s, target);
+    if (target == nullptr) {
+      plan.unplaced.push_back(s->spec.id);
+      SetStandby(*s, nullptr);
       continue;
     }
-    SetStandby(s, PickStandby(s));
-    plan.moved.push_back({sid, s.primary, s.standby});
+    SetStandby(*s, PickStandby(*s));
+    plan.moved.push_back(ToAssignment(*s));
   }
-  std::vector<std::string> orphaned(failed.standbys.begin(), failed.standbys.end());
-  if (!plan.promoted.empty()) {
+  std::vector<Stream*> orphaned = SortedById(failed->standbys);
+  if (promoted != nullptr) {
     // The promoted node no longer stands by for anyone.
-    const auto& was = nodes_.at(plan.promoted).standbys;
+    std::vector<Stream*> was = SortedById(promoted->standbys);
     orphaned.insert(orphaned.end(), was.begin(), was.end());
   }
-  std::sort(orphaned.begin(), orphaned.end());
-  for (const std::string& sid : orphaned) {
-    Stream& s = streams_.at(sid);
-    if (s.primary.empty()) continue;
-    SetStandby(s, PickStandby(s));
-    plan.restandbyed.push_back({sid, s.primary, s.standby});
+  for (Stream* s : orphaned) {
+    if (s->primary == nullptr) continue;
+    SetStandby(*s, PickStandby(*s));
+    plan.restandbyed.push_back(ToAssignment(*s));
   }
   return plan;
 }
 
 absl::Status Placement::RestoreNode(const std::string& id) {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
-  Node& n = it->second;
-  if (n.available) return absl::OkStatus();
-  n.available = true;
-  if (n.spec.role == Role::kActive) n.spec.role = Role::kPassive;  // rejoin as standby
-  IndexFree(n);
-  Count(n, true);
+  Node* n = FindNode(id);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  if (n->available) return absl::OkStatus();
+  n->available = true;
+  if (n->spec.role == Role::kActive) n->spec.role = Role::kPassive;  // rejoin as standby
+  IndexFree(*n);
+  Count(*n, true);
   // Streams that fit nowhere during the outage are placed now; nothing else moves.
+  std::vector<Stream*> waiting;
   for (auto& [sid, s] : streams_) {
-    if (!s.primary.empty()) {
-      if (s.standby.empty()) SetStandby(s, PickStandby(s));
-      continue;
+    if (s.primary == nullptr) {
+      waiting.push_back(&s);
+    } else if (s.standby == nullptr) {
+      SetStandby(s, PickStandby(s));
     }
-    std::string target = PickPrimary(s.spec.weight, "");
-    if (target.empty() && n.spec.role == Role::kPassive && Free(n) >= s.spec.weight) {
-      ChangeRole(n, Role::kActive);
-      target = id;
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](Stream* a, Stream* b) { return a->spec.id < b->spec.id; });
+  for (Stream* s : waiting) {
+    Node* target = PickPrimary(s->spec.weight, nullptr);
+    if (target == nullptr && n->spec.role == Role::kPassive && Free(*n) >= s->spec.weight) {
+      ChangeRole(*n, Role::kActive);
+      target = n;
     }
-    if (target.empty()) continue;
-    SetPrimary(s, target);
-    SetStandby(s, PickStandby(s));
+    if (target == nullptr) continue;
+    SetPrimary(*s, target);
+    SetStandby(*s, PickStandby(*s));
   }
   return absl::OkStatus();
 }
 
 absl::Status Placement::SetRole(const std::string& id, Role role) {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
-  Node& n = it->second;
-  if (n.spec.role == Role::kActive && role != Role::kActive && !n.primaries.empty()) {
+  Node* n = FindNode(id);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  if (n->spec.role == Role::kActive && role != Role::kActive && !n->primaries.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "node ", id, " still serves ", n.primaries.size(), " stream(s); drain it first"));
+        "node ", id, " still serves ", n->primaries.size(), " stream(s); drain it first"));
   }
-  ChangeRole(n, role);
+  ChangeRole(*n, role);
   return absl::OkStatus();
 }
 
@@ -304,42 +347,42 @@ CapacityFigures Placement::Capacity() const {
   c.reserve_units = capacity_sum_ - c.max_production_units;
   c.admitted_units = admitted_units_;
   c.headroom_units = c.max_production_units - admitted_units_;
-  for (const auto& [id, n] : nodes_) {
-    if (n.available && n.spec.cpu_only) c.degraded_units += n.spec.capacity;
+  for (const Node* n : by_index_) {
+    if (n->available && n->spec.cpu_only) c.degraded_units += n->spec.capacity;
   }
-  for (const auto& [id, s] : streams_) c.unplaced_streams += s.primary.empty() ? 1 : 0;
+  for (const auto& [id, s] : streams_) c.unplaced_streams += s.primary == nullptr ? 1 : 0;
   return c;
 }
 
 std::optional<Assignment> Placement::Find(const std::string& id) const {
   auto it = streams_.find(id);
   if (it == streams_.end()) return std::nullopt;
-  return Assignment{id, it->second.primary, it->second.standby};
+  return ToAssignment(it->second);
 }
 
 std::vector<Assignment> Placement::Assignments() const {
   std::vector<Assignment> out;
   out.reserve(streams_.size());
-  for (const auto& [id, s] : streams_) out.push_back({id, s.primary, s.standby});
+  for (const auto& [id, s] : streams_) out.push_back(ToAssignment(s));
   std::sort(out.begin(), out.end(),
             [](const Assignment& a, const Assignment& b) { return a.stream < b.stream; });
   return out;
 }
 
 std::optional<Role> Placement::RoleOf(const std::string& id) const {
-  auto it = nodes_.find(id);
-  if (it == nodes_.end()) return std::nullopt;
-  return it->second.spec.role;
+  const Node* n = FindNode(id);
+  if (n == nullptr) return std::nullopt;
+  return n->spec.role;
 }
 
 bool Placement::Available(const std::string& id) const {
-  auto it = nodes_.find(id);
-  return it != nodes_.end() && it->second.available;
+  const Node* n = FindNode(id);
+  return n != nullptr && n->available;
 }
 
 int64_t Placement::LoadOf(const std::string& id) const {
-  auto it = nodes_.find(id);
-  return it == nodes_.end() ? 0 : it->second.load;
+  const Node* n = FindNode(id);
+  return n == nullptr ? 0 : n->load;
 }
 
 }  // namespace gpuha::controller

@@ -17,7 +17,6 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -96,40 +95,52 @@ class Placement {
   int64_t LoadOf(const std::string& node) const;
 
  private:
+  struct Stream;
+  // Nodes and streams live in node-based hash maps, so pointers to them stay
+  // valid; the indices below hold pointers and numbers, never copies of ids.
   struct Node {
     NodeSpec spec;
+    uint32_t index = 0;  // order of AddNode; breaks ties deterministically
     bool available = true;
     int64_t load = 0;
-    std::unordered_set<std::string> primaries;
-    std::unordered_set<std::string> standbys;
+    // Streams this node serves / stands by for; each stream knows its slot,
+    // so joining and leaving are O(1) swaps with no allocation.
+    std::vector<Stream*> primaries;
+    std::vector<Stream*> standbys;
   };
   struct Stream {
     StreamSpec spec;
-    std::string primary;
-    std::string standby;
+    Node* primary = nullptr;  // null while the stream fits nowhere
+    Node* standby = nullptr;
+    size_t primary_slot = 0;
+    size_t standby_slot = 0;
   };
   int64_t Free(const Node& n) const { return n.spec.capacity - n.load; }
   bool Counts(const Node& n) const { return n.available && !n.spec.cpu_only; }
   // Capacity the cluster keeps after losing its k largest nodes (and `without`).
-  int64_t SurvivableUnits(const std::string& without = "") const;
-  std::set<std::pair<int64_t, std::string>>* FreeIndex(const Node& n);
+  int64_t SurvivableUnits(const Node* without = nullptr) const;
+  std::set<std::pair<int64_t, uint32_t>>* FreeIndex(const Node& n);
   void IndexFree(Node& n);
   void UnindexFree(Node& n);
   void Count(const Node& n, bool add);
   void ChangeRole(Node& n, Role role);
-  void SetPrimary(Stream& s, const std::string& node);
-  void SetStandby(Stream& s, const std::string& node);
-  std::string PickPrimary(int64_t weight, const std::string& avoid) const;
-  std::string PickStandby(const Stream& s) const;
+  void SetPrimary(Stream& s, Node* node);
+  void SetStandby(Stream& s, Node* node);
+  Node* PickPrimary(int64_t weight, const Node* avoid) const;
+  Node* PickStandby(const Stream& s) const;
+  Node* FindNode(const std::string& id);
+  const Node* FindNode(const std::string& id) const;
+  static Assignment ToAssignment(const Stream& s);
 
   const int64_t k_;
   // Hash maps: admission of 100,000 streams must stay under 200 ms.
   std::unordered_map<std::string, Node> nodes_;
   std::unordered_map<std::string, Stream> streams_;
-  // Available active (and buffer) nodes by free capacity, most free last.
-  std::set<std::pair<int64_t, std::string>> active_free_;
-  std::set<std::pair<int64_t, std::string>> buffer_free_;
-  std::set<std::string> passive_ready_;  // available passive nodes
+  std::vector<Node*> by_index_;
+  // Available active (and buffer) nodes by (free capacity, index), most free last.
+  std::set<std::pair<int64_t, uint32_t>> active_free_;
+  std::set<std::pair<int64_t, uint32_t>> buffer_free_;
+  std::set<uint32_t> passive_ready_;  // available passive nodes, by index
   // Capacities of available GPU nodes, for the k-largest reserve.
   std::multiset<int64_t> capacities_;
   int64_t capacity_sum_ = 0;
