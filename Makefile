@@ -18,19 +18,22 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR)
 
-.PHONY: deps build test demo bench format clean
+.PHONY: deps configure build test demo bench format clean
 
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+configure: deps
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
 
-demo: build
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target gpuha
 	$(BUILD_DIR)/gpuha plan examples/iiot-edge.yaml
 
 bench: deps
