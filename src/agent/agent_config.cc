@@ -158,6 +158,15 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
   if (c.gpu_backend.empty()) {
     return absl::InvalidArgumentError("gpu: choose a backend, --gpu nvml or --gpu sim");
   }
+  // A certificate that cannot be read must stop the agent here, not surface
+  // later as an anonymous TLS handshake failure.
+  for (auto [field, path] : {std::pair{"tls.ca", &c.tls_ca}, std::pair{"tls.cert", &c.tls_cert},
+                             std::pair{"tls.key", &c.tls_key}}) {
+    if (path->empty()) continue;
+    if (auto text = common::ReadFile(*path); !text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", text.status().message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -82,6 +82,10 @@ TEST(AgentConfigTest, ValidationNamesWhatIsMissing) {
   EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("--controller"));
   c.controllers = {{"127.0.0.1", 1}};
   EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("--gpu"));
+  c.gpu_backend = "sim";
+  c.tls_ca = "/nonexistent/ca.pem";
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()),
+              HasSubstr("tls.ca: /nonexistent/ca.pem: cannot open"));
 }
 
 TEST(HostPortTest, ParsesIpv4Ipv6AndRejectsJunk) {

@@ -265,6 +265,17 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
 
 void Controller::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  // Ticks come every few ms. A long gap means this process was starved or
+  // blocked, and heartbeats may sit unread in its queues: a node's silence
+  // over the gap is the controller's, not the node's.
+  common::TimePoint now = clock_->Now();
+  if (last_tick_ && now - *last_tick_ > config_.detector.floor / 3) {
+    detector_.ForgiveSilence();
+    counters_.stalls++;
+    spdlog::warn("controller: tick delayed {} ms; not counting that silence against nodes",
+                 common::ToMillis(now - *last_tick_));
+  }
+  last_tick_ = now;
   std::vector<LivenessChange> changes = detector_.Check();
   bool grace = clock_->Now() < grace_until_;
   for (const LivenessChange& c : changes) {

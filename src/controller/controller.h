@@ -73,6 +73,7 @@ struct ControllerCounters {
   uint64_t admissions_refused = 0;
   uint64_t unplaced_streams_total = 0;
   uint64_t store_errors = 0;
+  uint64_t stalls = 0;
 };
 
 class Controller {
@@ -161,6 +162,7 @@ class Controller {
   FenceRunner* const fencer_;
   const common::TimePoint started_;
   common::TimePoint grace_until_;
+  std::optional<common::TimePoint> last_tick_;  // guarded by mu_
 
   mutable std::mutex mu_;
   std::condition_variable routes_cv_;

@@ -184,6 +184,27 @@ TEST_F(ControllerTest, HangIsDetectedWithin200MsOfTheLastHeartbeat) {
   EXPECT_LE(std::chrono::duration_cast<milliseconds>(clock_.Now() - last).count(), 200);
 }
 
+TEST_F(ControllerTest, AStalledControllerDoesNotBlameTheNodes) {
+  Start();
+  AddStreams(3);
+  Run(milliseconds(600), {"a1", "a2", "a3", "p1"});
+  clock_.Advance(milliseconds(400));  // the controller was starved: no tick, no heartbeat read
+  c_->Tick();
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  for (const char* n : {"a1", "a2", "a3", "p1"}) EXPECT_NE((*c_->NodeJson(n))["state"], "failed") << n;
+  EXPECT_EQ(c_->counters().stalls, 1u);
+  EXPECT_EQ(c_->counters().failovers, 0u);
+}
+
+TEST_F(ControllerTest, NewAgentGetsAWarmupBeforeSilenceCounts) {
+  Start();
+  Connect("a1");
+  Run(milliseconds(600), {"a2", "a3", "p1"});  // a1 connected but has not beaten yet
+  EXPECT_NE((*c_->NodeJson("a1"))["state"], "failed");
+  Run(milliseconds(600), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+}
+
 TEST_F(ControllerTest, BrokenStreamFailsTheNodeWithin100Ms) {
   Start();
   AddStreams(3);

@@ -57,8 +57,17 @@ void FailureDetector::StreamBroken(const std::string& node) {
 
 void FailureDetector::Forget(const std::string& node) { nodes_.erase(node); }
 
+void FailureDetector::ForgiveSilence() {
+  common::TimePoint now = clock_->Now();
+  for (auto& [node, s] : nodes_) {
+    if (s.liveness != Liveness::kFailed) s.last = now;
+  }
+}
+
 common::Duration FailureDetector::ThresholdOf(const NodeState& s) const {
-  if (s.intervals_ms.size() < 2) return options_.floor;
+  if (s.intervals_ms.size() < options_.warmup_intervals) {
+    return std::max(options_.floor, options_.warmup_threshold);
+  }
   double n = double(s.intervals_ms.size());
   double mean = s.sum / n;
   double var = std::max(0.0, s.sum_sq / n - mean * mean);

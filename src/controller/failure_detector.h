@@ -34,6 +34,10 @@ struct DetectorOptions {
   // Silent this long past the mean interval, a node is suspect (not yet failed).
   common::Duration suspect_after = std::chrono::milliseconds(100);
   common::Duration broken_grace = std::chrono::milliseconds(30);
+  // Until a node has shown this many intervals its rhythm is unknown (a new
+  // agent process is still starting): silence must reach warmup_threshold.
+  size_t warmup_intervals = 10;
+  common::Duration warmup_threshold = std::chrono::seconds(1);
 };
 
 struct LivenessChange {
@@ -55,6 +59,10 @@ class FailureDetector {
   void Forget(const std::string& node);
   // Re-evaluates every node; returns the changes since the last call.
   std::vector<LivenessChange> Check();
+  // The watcher itself was stalled (CPU starvation, a slow disk): silence it
+  // could not observe says nothing about the nodes. Restarts every node's
+  // silence from now; broken streams stay broken.
+  void ForgiveSilence();
   Liveness state(const std::string& node) const;
   // The silence after which `node` fails now, from its interval history.
   common::Duration Threshold(const std::string& node) const;

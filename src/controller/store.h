@@ -5,7 +5,7 @@
 //   auto store = SqliteStore::Open("/var/lib/gpuha/controller.db");
 //   RETURN_IF_ERROR((*store)->Apply({{"stream", "cam-17", json_text}}));
 //
-// Backends: SqliteStore (WAL, synchronous=FULL) and MemoryStore (tests; can
+// Backends: SqliteStore (WAL, synchronous=NORMAL: kill -9 safe) and MemoryStore (tests; can
 // be told to fail writes, like a disk that lost power).
 #pragma once
 
