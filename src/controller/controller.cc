@@ -185,8 +185,11 @@ absl::Status Controller::Recover() {
   // A restarted controller has heard from nobody yet: it waits one detection
   // window for agents to reconnect before it fails anything over.
   grace_until_ = clock_->Now() + config_.startup_grace;
+  // Only nodes seen before the restart are watched now; a node whose agent
+  // has never connected is watched from its first connection.
   for (auto& [id, n] : nodes_) {
-    if (placement_.Available(id)) detector_.Connected(id);
+    n.known = stored_nodes->count(id) != 0;
+    if (n.known && placement_.Available(id)) detector_.Connected(id);
   }
   EventLocked(
       "controller_started", "",
@@ -204,6 +207,12 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   n->sink = std::move(sink);
   n->healthy_since.reset();
   if (placement_.Available(hello.node())) detector_.Connected(hello.node());
+  if (!n->known) {
+    n->known = true;  // from now on a restarted controller expects it back
+    std::vector<StoreWrite> batch;
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
+  }
   v1::ControllerMessage welcome;
   welcome.mutable_welcome()->set_epoch(epoch_);
   welcome.mutable_welcome()->set_role(

@@ -137,6 +137,7 @@ class Controller {
     bool fenced = false;    // out of service until it rejoins
     bool drained = false;   // an operator took it out
     bool held_out = false;  // failed too often, or fencing failed
+    bool known = false;     // its agent has connected at least once (stored)
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
   };

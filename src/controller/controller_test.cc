@@ -205,6 +205,16 @@ TEST_F(ControllerTest, NewAgentGetsAWarmupBeforeSilenceCounts) {
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
 }
 
+TEST_F(ControllerTest, ANodeWhoseAgentNeverConnectedIsNotFailedOver) {
+  ControllerConfig config = ThreePlusOne();
+  c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  Connect("a1");
+  Run(milliseconds(2000), {"a1"});
+  EXPECT_EQ(c_->counters().failovers, 0u);
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "disconnected");
+}
+
 TEST_F(ControllerTest, BrokenStreamFailsTheNodeWithin100Ms) {
   Start();
   AddStreams(3);

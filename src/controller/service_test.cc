@@ -157,6 +157,11 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
        ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
+  for (const char* n : {"n1", "n2", "n3"}) {
+    for (int i = 0; i < 500 && (*controller.NodeJson(n))["connected"] != true; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(controller.AddStream({"s" + std::to_string(i), "acme", 1}).ok());
   }
@@ -225,8 +230,11 @@ TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
   };
   auto trusted = make_agent("n1", true);
   auto stranger = make_agent("n2", false);
-  for (int i = 0; i < 300 && !trusted->connected(); ++i)
+  // The agent's side says connected once its hello is written; wait for the
+  // controller to have read it too.
+  for (int i = 0; i < 500 && (*controller.NodeJson("n1"))["connected"] != true; ++i) {
     std::this_thread::sleep_for(milliseconds(10));
+  }
   EXPECT_TRUE(trusted->connected());
   EXPECT_FALSE(stranger->connected());
   EXPECT_EQ((*controller.NodeJson("n1"))["connected"], true);
