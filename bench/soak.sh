@@ -35,9 +35,10 @@ wall=$(( $(date +%s) - start ))
 c1=$(ticks "$cpid"); a1=0; for p in "${pids[@]:1}"; do a1=$((a1 + $(ticks "$p"))); done
 hz=$(getconf CLK_TCK)
 events=$("$gpuha" ctl --controller "http://127.0.0.1:$http" --json events)
-detected=$(grep -o '"type": "detected"' <<<"$events" | wc -l)
-suspects=$(grep -o '"type": "suspect"' <<<"$events" | wc -l)
-connected=$(grep -o '"type": "agent_connected"' <<<"$events" | wc -l)
+count() { grep -o "\"type\": \"$1\"" <<<"$events" | wc -l || true; }  # grep finds none: 0
+detected=$(count detected)
+suspects=$(count suspect)
+connected=$(count agent_connected)
 echo "soak: $agents agents, ${wall} s, agent connections $connected"
 echo "soak: failovers (detected events) $detected, suspect events $suspects"
 awk -v c=$((c1 - c0)) -v a=$((a1 - a0)) -v hz="$hz" -v w="$wall" -v n="$agents" 'BEGIN {
