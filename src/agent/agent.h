@@ -64,6 +64,7 @@ class Agent {
   std::string MetricsText() const;
 
  private:
+  class HeartbeatStream;
   void SampleLoop();
   void EventLoop();
   void ConnectionLoop();

@@ -230,6 +230,9 @@ absl::Status ControllerServer::Start() {
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Heartbeats are small and steady: bandwidth-delay probing would answer
+  // every burst of them with a PING the agent must wake up to acknowledge.
+  b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   grpc_ = b.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", config_.grpc_listen));

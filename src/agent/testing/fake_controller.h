@@ -31,6 +31,7 @@ class FakeController final : public v1::AgentService::Service {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:" + std::to_string(port), creds, &port_);
     b.RegisterService(this);
+    b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // as the real controller
     server_ = b.BuildAndStart();
   }
   ~FakeController() override { Shutdown(); }
