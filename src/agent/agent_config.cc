@@ -12,39 +12,6 @@
 
 namespace gpuha::agent {
 
-std::string HostPort::str() const {
-  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
-                                             : absl::StrCat(host, ":", port);
-}
-
-absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::string& field) {
-  HostPort hp;
-  std::string port_text;
-  if (!text.empty() && text[0] == '[') {
-    size_t close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not [HOST]:PORT"));
-    }
-    hp.host = text.substr(1, close - 1);
-    port_text = text.substr(close + 2);
-  } else {
-    size_t colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not HOST:PORT"));
-    }
-    hp.host = text.substr(0, colon);
-    port_text = text.substr(colon + 1);
-  }
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": '", text, "' has a bad port '", port_text, "'"));
-  }
-  if (hp.host == "localhost") hp.host = "127.0.0.1";
-  hp.port = static_cast<uint16_t>(port);
-  return hp;
-}
-
 absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::string& source) {
   auto doc = common::YamlDocument::LoadString(yaml, source);
   if (!doc.ok()) return doc.status();

@@ -19,20 +19,15 @@
 
 #include "absl/status/statusor.h"
 #include "agent/supervisor.h"
+#include "common/net_util.h"
 #include "gpu/fault_script.h"
 #include "gpu/health.h"
 #include "gpu/sim_probe.h"
 
 namespace gpuha::agent {
 
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-  std::string str() const;
-};
-// "127.0.0.1:7400" or "[::1]:7400"; `field` names the input in errors.
-[[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
-                                                     const std::string& field);
+using common::HostPort;
+using common::ParseHostPort;
 
 struct AgentConfig {
   std::string node;

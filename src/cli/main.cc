@@ -9,6 +9,7 @@
 #include "cli/agent_command.h"
 #include "cli/controller_command.h"
 #include "cli/plan_command.h"
+#include "cli/router_command.h"
 #include "common/log.h"
 
 #ifndef GPUHA_VERSION
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   gpuha::cli::PlanCommand plan(app);
   gpuha::cli::AgentCommand agent(app);
   gpuha::cli::ControllerCommand controller(app);
+  gpuha::cli::RouterCommand router(app);
   gpuha::cli::CtlCommand ctl(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
   if (plan.app()->parsed()) return plan.Run(std::cin, std::cout, std::cerr);
   if (agent.app()->parsed()) return agent.Run();
   if (controller.app()->parsed()) return controller.Run();
+  if (router.app()->parsed()) return router.Run();
   if (ctl.app()->parsed()) return ctl.Run();
   return gpuha::cli::kExitBadInput;
 }

@@ -10,13 +10,15 @@ namespace gpuha::cli {
 
 class StopSignals {
  public:
-  StopSignals() {
+  // `reload`: SIGHUP is also caught, and Wait() returns it.
+  explicit StopSignals(bool reload = false) {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
+    if (reload) sigaddset(&set_, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
   }
-  // Blocks until SIGINT or SIGTERM arrives; returns which.
+  // Blocks until a caught signal arrives; returns which.
   int Wait() {
     int signo = 0;
     sigwait(&set_, &signo);

@@ -1,7 +1,5 @@
 #include "controller/controller_config.h"
 
-#include <openssl/sha.h>
-
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -22,13 +20,6 @@ const char* ApiRoleName(ApiRole r) {
       return "admin";
   }
   return "viewer";
-}
-
-std::string Sha256Hex(absl::string_view data) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,

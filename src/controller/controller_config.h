@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/net_util.h"
 #include "controller/failure_detector.h"
 #include "controller/placement.h"
 
@@ -66,7 +67,6 @@ struct ControllerConfig {
                                                                      const std::string& source);
 [[nodiscard]] absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path);
 
-// Lower-case hex SHA-256, as tokens are stored.
-std::string Sha256Hex(absl::string_view data);
+using common::Sha256Hex;  // tokens are stored as its lower-case hex
 
 }  // namespace gpuha::controller

@@ -1,0 +1,92 @@
+#include "cli/router_command.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_split.h"
+#include "cli/exit_codes.h"
+#include "cli/signals.h"
+#include "common/log.h"
+#include "router/route_watch.h"
+#include "router/router.h"
+
+namespace gpuha::cli {
+
+RouterCommand::RouterCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand("router",
+                               "Data plane: routes streams, fails over to standbys, TLS, tenants");
+  app_->add_option("--config", config_path_, "Router config YAML")->required();
+  app_->add_option("--listen", listen_, "HOST:PORT for clients (overrides listen)");
+  app_->add_option("--admin", admin_, "HOST:PORT for /metrics, /healthz, /routes");
+  app_->add_option("--controller", controllers_,
+                   "HOST:PORT[,HOST:PORT...] route watch (overrides controllers)");
+  app_->add_option("--threads", threads_, "Event loops (0: one per core)")
+      ->check(CLI::Range(0, 256));
+}
+
+namespace {
+
+absl::StatusOr<router::RouterConfig> Load(const std::string& path, const std::string& listen,
+                                          const std::string& admin,
+                                          const std::string& controllers, int threads) {
+  auto c = router::LoadRouterConfig(path);
+  if (!c.ok()) return c.status();
+  if (!listen.empty()) {
+    auto hp = common::ParseHostPort(listen, "--listen");
+    if (!hp.ok()) return hp.status();
+    c->listen = *hp;
+  }
+  if (!admin.empty()) {
+    auto hp = common::ParseHostPort(admin, "--admin");
+    if (!hp.ok()) return hp.status();
+    c->admin = *hp;
+  }
+  if (!controllers.empty()) {
+    c->controllers.clear();
+    for (absl::string_view part : absl::StrSplit(controllers, ',')) {
+      auto hp = common::ParseHostPort(std::string(part), "--controller");
+      if (!hp.ok()) return hp.status();
+      c->controllers.push_back(*hp);
+    }
+  }
+  if (threads >= 0) c->threads = threads;
+  return c;
+}
+
+}  // namespace
+
+int RouterCommand::Run() {
+  StopSignals signals(/*reload=*/true);
+  auto config = Load(config_path_, listen_, admin_, controllers_, threads_);
+  if (!config.ok()) {
+    spdlog::error("router: {}", config.status().message());
+    return kExitBadInput;
+  }
+  router::Router r(*config);
+  if (absl::Status s = r.Start(); !s.ok()) {
+    spdlog::error("router: {}", s.message());
+    return s.code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+  }
+  std::unique_ptr<router::RouteWatch> watch;
+  if (!config->controllers.empty()) {
+    watch = std::make_unique<router::RouteWatch>(&r, *config);
+    watch->Start();
+  }
+  std::printf("gpuha router listening on %s:%u admin %s:%u\n", config->listen.host.c_str(),
+              r.port(), config->admin.host.c_str(), r.admin_port());
+  std::fflush(stdout);
+  for (;;) {
+    int signo = signals.Wait();
+    if (signo != SIGHUP) {
+      spdlog::info("router: signal {}, stopping", signo);
+      break;
+    }
+    auto fresh = Load(config_path_, listen_, admin_, controllers_, threads_);
+    absl::Status s = fresh.ok() ? r.Reload(*fresh) : fresh.status();
+    if (!s.ok()) spdlog::error("router: SIGHUP: reload refused, keeping the running config: {}", s.message());
+  }
+  if (watch) watch->Stop();
+  r.Stop();
+  return kExitOk;
+}
+
+}  // namespace gpuha::cli

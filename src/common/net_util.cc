@@ -1,0 +1,51 @@
+#include "common/net_util.h"
+
+#include <openssl/sha.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::common {
+
+std::string HostPort::str() const {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::string& field) {
+  HostPort hp;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not [HOST]:PORT"));
+    }
+    hp.host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '", text, "' is not HOST:PORT"));
+    }
+    hp.host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": '", text, "' has a bad port '", port_text, "'"));
+  }
+  if (hp.host == "localhost") hp.host = "127.0.0.1";
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+std::string Sha256Hex(absl::string_view data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+}
+
+}  // namespace gpuha::common

@@ -1,0 +1,26 @@
+// Small shared helpers for network addresses and secrets in config files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gpuha::common {
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string str() const;
+};
+// "127.0.0.1:7400" or "[::1]:7400"; "localhost" becomes 127.0.0.1. `field`
+// names the input in errors.
+[[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
+                                                     const std::string& field);
+
+// Lower-case hex SHA-256 of `data` (OpenSSL): how API keys and tokens are
+// stored in config files.
+std::string Sha256Hex(absl::string_view data);
+
+}  // namespace gpuha::common

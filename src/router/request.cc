@@ -1,0 +1,218 @@
+#include "router/request.h"
+
+#include <array>
+#include <cstdio>
+
+namespace gpuha::router {
+namespace {
+
+struct ReasonInfo {
+  int status;
+  const char* label;
+};
+constexpr std::array<ReasonInfo, static_cast<size_t>(Reason::kCount)> kReasons = {{
+    {400, "bad_request"},
+    {431, "header_too_large"},
+    {431, "too_many_headers"},
+    {413, "body_too_large"},
+    {400, "bad_stream_id"},
+    {401, "unauthorized"},
+    {404, "unknown_stream"},
+    {503, "no_capacity"},
+    {429, "rate_limited"},
+    {429, "over_quota"},
+    {502, "upstream_failed"},
+    {504, "upstream_timeout"},
+    {502, "not_replayable"},
+    {503, "retry_budget_exhausted"},
+    {503, "no_healthy_upstream"},
+}};
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+void AppendJsonString(std::string_view s, std::string* out) {
+  out->push_back('"');
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(static_cast<char>(c));
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out->append(buf);
+    } else {
+      out->push_back(static_cast<char>(c));
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendField(std::string_view name, std::string_view value, std::string* out) {
+  out->append(name);
+  out->append(": ");
+  out->append(value);
+  out->append("\r\n");
+}
+
+void AppendFraming(Framing framing, uint64_t length, std::string* out) {
+  if (framing == Framing::kLength) {
+    AppendField("Content-Length", std::to_string(length), out);
+  } else if (framing == Framing::kChunked) {
+    AppendField("Transfer-Encoding", "chunked", out);
+  }
+}
+
+}  // namespace
+
+int ReasonStatus(Reason r) { return kReasons[static_cast<size_t>(r)].status; }
+const char* ReasonLabel(Reason r) { return kReasons[static_cast<size_t>(r)].label; }
+
+bool ValidStreamId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+StreamRef ExtractStream(std::string_view header_value, std::string_view target) {
+  StreamRef r;
+  r.target = std::string(target);
+  constexpr std::string_view kPrefix = "/streams/";
+  if (target.substr(0, kPrefix.size()) == kPrefix) {
+    std::string_view rest = target.substr(kPrefix.size());
+    size_t end = rest.find_first_of("/?");
+    std::string_view id = rest.substr(0, end);
+    if (!ValidStreamId(id)) {
+      r.bad = true;
+      return r;
+    }
+    r.stream = std::string(id);
+    std::string_view tail = end == std::string_view::npos ? "" : rest.substr(end);
+    r.target = tail.empty() || tail[0] == '?' ? "/" + std::string(tail) : std::string(tail);
+  }
+  if (!header_value.empty()) {
+    if (!ValidStreamId(header_value) || (!r.stream.empty() && r.stream != header_value)) {
+      r.bad = true;
+      return r;
+    }
+    r.stream = std::string(header_value);
+  }
+  return r;
+}
+
+std::string_view ApiKey(const http::request_header<>& h) {
+  auto auth = h.find(http::field::authorization);
+  if (auth != h.end()) {
+    std::string_view v(auth->value().data(), auth->value().size());
+    if (v.size() > 7 && IEquals(v.substr(0, 7), "bearer ")) return v.substr(7);
+    return {};
+  }
+  auto key = h.find("x-api-key");
+  if (key != h.end()) return std::string_view(key->value().data(), key->value().size());
+  return {};
+}
+
+bool IsHopByHop(std::string_view n) {
+  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                             "proxy-authorization", "te", "trailer", "transfer-encoding",
+                             "upgrade", "content-length"}) {
+    if (IEquals(n, h)) return true;
+  }
+  return false;
+}
+
+void AppendUpstreamHead(const http::request_header<>& h, std::string_view target,
+                        std::string_view host, std::string_view tenant, std::string_view stream,
+                        std::string_view client_ip, Framing framing, uint64_t length,
+                        std::string* out) {
+  auto method = h.method_string();
+  out->append(method.data(), method.size());
+  out->push_back(' ');
+  out->append(target);
+  out->append(" HTTP/1.1\r\n");
+  AppendField("Host", host, out);
+  std::string forwarded(client_ip);
+  for (const auto& f : h) {
+    std::string_view name(f.name_string().data(), f.name_string().size());
+    if (IsHopByHop(name) || IEquals(name, "host") || IEquals(name, "expect") ||
+        IEquals(name, "authorization") || IEquals(name, "x-api-key") ||
+        IEquals(name, "x-gpuha-tenant") || IEquals(name, "x-gpuha-stream")) {
+      continue;
+    }
+    std::string_view value(f.value().data(), f.value().size());
+    if (IEquals(name, "x-forwarded-for")) {
+      forwarded = std::string(value) + ", " + std::string(client_ip);
+      continue;
+    }
+    AppendField(name, value, out);
+  }
+  AppendField("X-Forwarded-For", forwarded, out);
+  if (!tenant.empty()) AppendField("X-Gpuha-Tenant", tenant, out);
+  if (!stream.empty()) AppendField("X-Gpuha-Stream", stream, out);
+  AppendFraming(framing, length, out);
+  out->append("\r\n");
+}
+
+void AppendClientHead(const http::response_header<>& h, Framing framing, uint64_t length,
+                      bool keep_alive, std::string* out) {
+  out->append("HTTP/1.1 ");
+  out->append(std::to_string(h.result_int()));
+  out->push_back(' ');
+  auto reason = h.reason();
+  if (reason.empty()) reason = http::obsolete_reason(h.result());
+  out->append(reason.data(), reason.size());
+  out->append("\r\n");
+  for (const auto& f : h) {
+    std::string_view name(f.name_string().data(), f.name_string().size());
+    if (IsHopByHop(name)) continue;
+    AppendField(name, std::string_view(f.value().data(), f.value().size()), out);
+  }
+  AppendFraming(framing, length, out);
+  if (!keep_alive) AppendField("Connection", "close", out);
+  out->append("\r\n");
+}
+
+std::string ErrorResponse(Reason r, std::string_view detail, std::string_view stream,
+                          int retry_after_s, bool keep_alive) {
+  std::string body = "{\"error\":";
+  AppendJsonString(ReasonLabel(r), &body);
+  body += ",\"reason\":";
+  AppendJsonString(detail, &body);
+  if (!stream.empty()) {
+    body += ",\"stream\":";
+    AppendJsonString(stream, &body);
+  }
+  body += "}\n";
+  int status = ReasonStatus(r);
+  std::string out = "HTTP/1.1 " + std::to_string(status) + " ";
+  auto text = http::obsolete_reason(static_cast<http::status>(status));
+  out.append(text.data(), text.size());
+  out += "\r\nContent-Type: application/json\r\n";
+  AppendField("Content-Length", std::to_string(body.size()), &out);
+  AppendField("X-Gpuha-Error", ReasonLabel(r), &out);
+  if (retry_after_s > 0) AppendField("Retry-After", std::to_string(retry_after_s), &out);
+  if (!keep_alive) AppendField("Connection", "close", &out);
+  out += "\r\n";
+  out += body;
+  return out;
+}
+
+void AppendChunkHeader(uint64_t size, std::string* out) {
+  char buf[24];
+  int n = std::snprintf(buf, sizeof buf, "%llx\r\n", static_cast<unsigned long long>(size));
+  out->append(buf, static_cast<size_t>(n));
+}
+
+}  // namespace gpuha::router

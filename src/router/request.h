@@ -1,0 +1,75 @@
+// The router's request-path helpers: pure functions over a parsed HTTP head,
+// shared by the proxy and its libFuzzer target (fuzz/router_request_fuzz.cc).
+// No I/O, no global state; only the standard library and Beast's header types.
+#pragma once
+
+#include <boost/beast/http.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gpuha::router {
+
+namespace http = boost::beast::http;
+
+// Why the router itself answered instead of an upstream. Each has a status
+// and a label for /metrics.
+enum class Reason {
+  kBadRequest,       // 400: malformed HTTP
+  kHeaderTooLarge,   // 431
+  kTooManyHeaders,   // 431
+  kBodyTooLarge,     // 413
+  kBadStream,        // 400: stream id not [A-Za-z0-9._:-]{1,128}
+  kUnauthorized,     // 401: missing or unknown API key
+  kUnknownStream,    // 404: no such stream for this tenant (or another tenant's)
+  kNoCapacity,       // 503: the stream fits nowhere / tenant has no active node
+  kRateLimited,      // 429 with Retry-After
+  kOverQuota,        // 429: concurrent requests quota
+  kUpstreamFailed,   // 502: every upstream tried refused, reset or hung
+  kUpstreamTimeout,  // 504: no response head within response_timeout
+  kNotReplayable,    // 502: body streamed past the retry buffer, upstream failed
+  kRetryBudget,      // 503: retry budget exhausted
+  kNoUpstream,       // 503: every upstream of the stream is down or hung
+  kCount,
+};
+int ReasonStatus(Reason r);
+const char* ReasonLabel(Reason r);
+
+// The stream a request names: the X-Gpuha-Stream header wins, else a
+// /streams/ID/... path, whose prefix is then stripped for the upstream.
+struct StreamRef {
+  std::string stream;  // empty: the request names no stream
+  std::string target;  // what the upstream receives
+  bool bad = false;    // a stream was named but is not a valid id
+};
+StreamRef ExtractStream(std::string_view header_value, std::string_view target);
+bool ValidStreamId(std::string_view id);
+
+// The API key: "Authorization: Bearer KEY" or "X-Api-Key: KEY"; empty if none.
+std::string_view ApiKey(const http::request_header<>& h);
+
+bool IsHopByHop(std::string_view field_name);
+
+// How a body travels on one side: not at all, with Content-Length, chunked.
+enum class Framing { kNone, kLength, kChunked };
+
+// The head the upstream receives: hop-by-hop fields, Expect, Host and the API
+// key are dropped; X-Gpuha-Tenant, X-Gpuha-Stream and X-Forwarded-For added.
+void AppendUpstreamHead(const http::request_header<>& h, std::string_view target,
+                        std::string_view host, std::string_view tenant, std::string_view stream,
+                        std::string_view client_ip, Framing framing, uint64_t length,
+                        std::string* out);
+
+// The head the client receives from an upstream response.
+void AppendClientHead(const http::response_header<>& h, Framing framing, uint64_t length,
+                      bool keep_alive, std::string* out);
+
+// A complete router-made answer: JSON {"error","reason","stream"} with the
+// reason's status; Retry-After when retry_after_s > 0.
+std::string ErrorResponse(Reason r, std::string_view detail, std::string_view stream,
+                          int retry_after_s, bool keep_alive);
+
+// Chunked transfer-coding frame headers: "1a2b\r\n".
+void AppendChunkHeader(uint64_t size, std::string* out);
+
+}  // namespace gpuha::router

@@ -1,0 +1,58 @@
+#include "router/route_table.h"
+
+#include <set>
+
+namespace gpuha::router {
+
+std::shared_ptr<const RouteTable> RouteTable::FromSnapshot(const v1::RouteSnapshot& s) {
+  auto t = std::make_shared<RouteTable>();
+  t->version_ = s.version();
+  t->epoch_ = s.epoch();
+  for (const v1::Route& r : s.routes()) {
+    RouteEntry e{r.stream(), r.tenant(), {r.primary().node(), r.primary().address()},
+                 {r.standby().node(), r.standby().address()}};
+    t->streams_.emplace(r.stream(), std::move(e));
+  }
+  t->Index();
+  return t;
+}
+
+std::shared_ptr<const RouteTable> RouteTable::FromStatic(const std::vector<StaticRoute>& routes) {
+  auto t = std::make_shared<RouteTable>();
+  t->version_ = 1;
+  for (const StaticRoute& r : routes) {
+    t->streams_.emplace(r.stream,
+                        RouteEntry{r.stream, r.tenant, {r.primary, r.primary}, {r.standby, r.standby}});
+  }
+  t->Index();
+  return t;
+}
+
+void RouteTable::Index() {
+  std::set<std::string> seen;
+  std::map<std::string, std::set<std::string>> tenant_seen;
+  // Sorted, so every router builds the same order from the same routes.
+  std::map<std::string, const RouteEntry*> sorted;
+  for (const auto& [id, e] : streams_) sorted[id] = &e;
+  for (const auto& [id, e] : sorted) {
+    for (const Upstream* u : {&e->primary, &e->standby}) {
+      if (!u->empty() && seen.insert(u->address).second) upstreams_.push_back(*u);
+    }
+    if (!e->primary.empty() && tenant_seen[e->tenant].insert(e->primary.address).second) {
+      tenants_[e->tenant].push_back(e->primary);
+    }
+  }
+}
+
+const RouteEntry* RouteTable::Find(std::string_view stream) const {
+  auto it = streams_.find(stream);
+  return it == streams_.end() ? nullptr : &it->second;
+}
+
+const std::vector<Upstream>& RouteTable::TenantNodes(std::string_view tenant) const {
+  static const std::vector<Upstream> kNone;
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? kNone : it->second;
+}
+
+}  // namespace gpuha::router

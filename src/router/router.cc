@@ -1,0 +1,1147 @@
+#include "router/router.h"
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <chrono>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "common/prometheus.h"
+#include "router/request.h"
+#include "router/tenants.h"
+
+namespace gpuha::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using net::awaitable;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr size_t kChunk = 64 * 1024;
+constexpr size_t kMaxIdlePerUpstream = 256;
+
+auto Redirect(error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Upstream health as the prober sees it.
+enum class Health { kUp, kDown, kHung };
+
+struct UpConn {
+  explicit UpConn(net::any_io_executor ex) : s(ex) {}
+  beast::tcp_stream s;
+  beast::flat_buffer buf;
+  bool hung_cancel = false;  // cancelled because its upstream was judged hung
+};
+
+// One upstream as one loop sees it. Loop-local: no locks.
+struct UpstreamState {
+  std::string address;
+  std::string node;
+  tcp::endpoint endpoint;
+  bool resolvable = false;
+  std::vector<std::unique_ptr<UpConn>> idle;
+  std::unordered_set<UpConn*> waiting;  // awaiting a response head
+  int64_t in_flight = 0;
+  int failures = 0;  // consecutive connection-level failures
+  Clock::time_point ejected_until{};
+  Health health = Health::kUp;
+  bool usable(Clock::time_point now) const {
+    return resolvable && health == Health::kUp && now >= ejected_until;
+  }
+};
+
+struct Stats {
+  std::atomic<uint64_t> requests{0};
+  std::array<std::atomic<uint64_t>, 6> upstream_class{};  // 1xx..5xx from upstreams
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Reason::kCount)> router_answers{};
+  std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> hung_resends{0};
+  std::atomic<uint64_t> stale_resends{0};
+  std::atomic<uint64_t> ejections{0};
+  std::atomic<uint64_t> connects{0};
+  std::atomic<uint64_t> reuses{0};
+  std::atomic<uint64_t> client_aborts{0};
+  std::atomic<uint64_t> upstream_aborts{0};
+  std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> tls_handshake_failures{0};
+  std::atomic<int64_t> in_flight{0};
+};
+
+void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+}  // namespace
+
+struct Loop {
+  net::io_context ioc{1};
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::thread thread;
+  std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
+  // stream -> "primary|standby" it stuck to the standby under.
+  std::unordered_map<std::string, std::string> sticky;
+  std::shared_ptr<const RouteTable> routes;
+  uint64_t routes_gen = ~uint64_t{0};
+  std::shared_ptr<const TenantSet> tenants;
+  std::shared_ptr<ssl::context> tls;  // null: plain HTTP
+  int64_t in_flight = 0;
+  int64_t retries_in_flight = 0;
+  uint64_t round_robin = 0;
+  Stats stats;
+};
+
+struct Router::Impl {
+  explicit Impl(RouterConfig c) : config(std::move(c)) {}
+
+  RouterConfig config;
+  std::vector<std::unique_ptr<Loop>> loops;
+  std::unique_ptr<common::HttpServer> admin;
+  uint16_t port = 0;
+
+  mutable std::mutex routes_mu;
+  std::shared_ptr<const RouteTable> routes;  // guarded by routes_mu
+  std::atomic<uint64_t> routes_gen{0};
+
+  std::shared_ptr<const TenantSet> tenants;  // as last published to the loops
+  std::mutex suspects_mu;
+  std::vector<std::string> suspects;  // guarded by suspects_mu
+
+  // The prober: its own loop and thread.
+  net::io_context probe_ioc{1};
+  std::thread probe_thread;
+  std::unordered_map<std::string, Health> probe_state;  // prober thread only
+  std::atomic<uint64_t> probes{0}, probe_hangs{0}, probe_downs{0};
+
+  // --- start-up ---
+  absl::Status Listen();
+  absl::StatusOr<std::shared_ptr<ssl::context>> MakeTls(const RouterConfig& c);
+
+  // --- per-loop request path ---
+  awaitable<void> Accept(Loop& L);
+  template <class Stream>
+  awaitable<void> Serve(Loop& L, Stream& client, std::string peer_ip);
+  template <class Stream>
+  awaitable<bool> Handle(Loop& L, Stream& client, beast::flat_buffer& buf,
+                         http::request_parser<http::buffer_body>& p, const std::string& peer_ip,
+                         std::shared_ptr<Tenant>& cached_tenant, std::string& cached_key);
+  struct Forwarded;
+  template <class Stream>
+  awaitable<void> Forward(Loop& L, Stream& client, beast::flat_buffer& client_buf,
+                          http::request_parser<http::buffer_body>& p, UpstreamState& up,
+                          const std::string& head, const std::string& body, bool body_complete,
+                          Framing up_framing, bool keep_alive, Forwarded& out);
+  UpstreamState& Upstream(Loop& L, const Upstream& u);
+  void RefreshRoutes(Loop& L);
+  void ConnectionFailed(Loop& L, UpstreamState& up);
+  void SetHealth(Loop& L, const std::string& address, Health h);
+
+  // --- prober ---
+  awaitable<void> ProbeLoop();
+  awaitable<void> Probe(std::string address);
+  void Broadcast(const std::string& address, Health h);
+
+  std::string Metrics() const;
+};
+
+// ---------------------------------------------------------------------------
+// Start-up
+
+absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeTls(const RouterConfig& c) {
+  if (c.tls_cert.empty()) return std::shared_ptr<ssl::context>();
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::single_dh_use);
+  error_code ec;
+  ctx->use_certificate_chain_file(c.tls_cert, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("tls.cert: ", c.tls_cert, ": ", ec.message()));
+  ctx->use_private_key_file(c.tls_key, ssl::context::pem, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("tls.key: ", c.tls_key, ": ", ec.message()));
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return absl::InvalidArgumentError("tls.key: does not match tls.cert");
+  }
+  return ctx;
+}
+
+absl::Status Router::Impl::Listen() {
+  error_code ec;
+  auto addr = net::ip::make_address(config.listen.host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("listen: bad address '", config.listen.host, "'"));
+  uint16_t bind_port = config.listen.port;
+  for (auto& L : loops) {
+    auto a = std::make_unique<tcp::acceptor>(L->ioc);
+    tcp::endpoint ep(addr, bind_port);
+    a->open(ep.protocol(), ec);
+    if (!ec) a->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) {
+      int one = 1;
+      if (setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+        return absl::InternalError("listen: SO_REUSEPORT unavailable");
+      }
+    }
+    if (!ec) a->bind(ep, ec);
+    if (!ec) a->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("listen: cannot listen on ", ep.address().to_string(), ":", bind_port, ": ",
+                       ec.message()));
+    }
+    bind_port = a->local_endpoint().port();  // the other loops share the port
+    L->acceptor = std::move(a);
+  }
+  port = bind_port;
+  return absl::OkStatus();
+}
+
+Router::Router(RouterConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Router::~Router() { Stop(); }
+
+absl::Status Router::Start() {
+  Impl& I = *impl_;
+  int threads = I.config.threads > 0 ? I.config.threads
+                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto tls = I.MakeTls(I.config);
+  if (!tls.ok()) return tls.status();
+  I.tenants = TenantSet::Build(I.config.tenants, nullptr);
+  if (!I.tenants->auth_required()) {
+    spdlog::warn("router: no tenants configured: requests need no API key and reach every stream");
+  }
+  for (int i = 0; i < threads; ++i) {
+    auto L = std::make_unique<Loop>();
+    L->tls = *tls;
+    L->tenants = I.tenants;
+    I.loops.push_back(std::move(L));
+  }
+  if (absl::Status s = I.Listen(); !s.ok()) return s;
+  if (!I.config.routes.empty() || I.config.controllers.empty()) {
+    SetRoutes(RouteTable::FromStatic(I.config.routes));
+  }
+  auto admin = common::HttpServer::Start(
+      {.address = I.config.admin.host, .port = I.config.admin.port},
+      [this](const common::HttpRequest& r) -> common::HttpResponse {
+        if (r.path == "/metrics") {
+          return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText(), {}};
+        }
+        if (r.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n", {}};
+        if (r.path == "/routes") {
+          auto t = routes();
+          std::string out = absl::StrCat("{\"version\":", t ? t->version() : 0,
+                                         ",\"epoch\":", t ? t->epoch() : 0, ",\"streams\":",
+                                         t ? t->size() : 0, "}\n");
+          return {200, "application/json", out, {}};
+        }
+        return {404, "text/plain; charset=utf-8", "not found\n", {}};
+      });
+  if (!admin.ok()) return admin.status();
+  I.admin = std::move(*admin);
+  for (auto& L : I.loops) {
+    Loop* lp = L.get();
+    net::co_spawn(lp->ioc, I.Accept(*lp), net::detached);
+    lp->thread = std::thread([lp] { lp->ioc.run(); });
+  }
+  if (I.config.probe_interval.count() > 0) {
+    net::co_spawn(I.probe_ioc, I.ProbeLoop(), net::detached);
+    I.probe_thread = std::thread([&I] { I.probe_ioc.run(); });
+  }
+  spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
+               I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
+  return absl::OkStatus();
+}
+
+void Router::Stop() {
+  if (!impl_) return;
+  Impl& I = *impl_;
+  I.probe_ioc.stop();
+  if (I.probe_thread.joinable()) I.probe_thread.join();
+  for (auto& L : I.loops) L->ioc.stop();
+  for (auto& L : I.loops) {
+    if (L->thread.joinable()) L->thread.join();
+  }
+  if (I.admin) I.admin->Stop();
+}
+
+uint16_t Router::port() const { return impl_->port; }
+uint16_t Router::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
+
+void Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->routes_mu);
+    impl_->routes = std::move(table);
+  }
+  impl_->routes_gen.fetch_add(1, std::memory_order_release);
+}
+
+std::shared_ptr<const RouteTable> Router::routes() const {
+  std::lock_guard<std::mutex> lock(impl_->routes_mu);
+  return impl_->routes;
+}
+
+absl::Status Router::Reload(const RouterConfig& config) {
+  Impl& I = *impl_;
+  auto tls = I.MakeTls(config);
+  if (!tls.ok()) return tls.status();
+  if (I.loops.empty()) return absl::FailedPreconditionError("router not started");
+  if (static_cast<bool>(*tls) != static_cast<bool>(I.loops[0]->tls)) {
+    return absl::InvalidArgumentError("tls: turning TLS on or off needs a restart");
+  }
+  std::shared_ptr<const TenantSet> tenants = TenantSet::Build(config.tenants, I.tenants.get());
+  I.tenants = tenants;
+  for (auto& L : I.loops) {
+    net::post(L->ioc, [lp = L.get(), tls = *tls, tenants] {
+      lp->tls = tls;
+      lp->tenants = tenants;
+    });
+  }
+  if (I.config.controllers.empty()) SetRoutes(RouteTable::FromStatic(config.routes));
+  spdlog::info("router: reloaded ({} tenant(s){})", config.tenants.size(),
+               *tls ? ", new certificate" : "");
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Router::TakeSuspects() {
+  std::lock_guard<std::mutex> lock(impl_->suspects_mu);
+  return std::exchange(impl_->suspects, {});
+}
+
+// ---------------------------------------------------------------------------
+// Loop-local state
+
+void Router::Impl::RefreshRoutes(Loop& L) {
+  uint64_t gen = routes_gen.load(std::memory_order_acquire);
+  if (gen == L.routes_gen) return;
+  std::lock_guard<std::mutex> lock(routes_mu);
+  L.routes = routes;
+  L.routes_gen = gen;
+}
+
+UpstreamState& Router::Impl::Upstream(Loop& L, const router::Upstream& u) {
+  auto it = L.upstreams.find(u.address);
+  if (it != L.upstreams.end()) return *it->second;
+  auto up = std::make_unique<UpstreamState>();
+  up->address = u.address;
+  up->node = u.node;
+  auto hp = common::ParseHostPort(u.address, "upstream");
+  error_code ec;
+  if (hp.ok()) {
+    auto a = net::ip::make_address(hp->host, ec);
+    if (!ec) {
+      up->endpoint = tcp::endpoint(a, hp->port);
+      up->resolvable = true;
+    }
+  }
+  if (!up->resolvable) spdlog::warn("router: upstream '{}' is not IP:PORT; skipped", u.address);
+  return *L.upstreams.emplace(u.address, std::move(up)).first->second;
+}
+
+void Router::Impl::ConnectionFailed(Loop& L, UpstreamState& up) {
+  up.failures++;
+  auto backoff = config.ejection_base * (1 << std::min(up.failures - 1, 10));
+  up.ejected_until = Clock::now() + std::min<milliseconds>(backoff, config.ejection_max);
+  for (auto& c : up.idle) c->s.close();
+  up.idle.clear();
+  Inc(L.stats.ejections);
+  std::lock_guard<std::mutex> lock(suspects_mu);
+  if (suspects.size() < 1024) suspects.push_back(up.node);
+}
+
+void Router::Impl::SetHealth(Loop& L, const std::string& address, Health h) {
+  auto it = L.upstreams.find(address);
+  if (it == L.upstreams.end()) return;
+  UpstreamState& up = *it->second;
+  up.health = h;
+  if (h == Health::kUp) {
+    up.failures = 0;
+    up.ejected_until = {};
+    return;
+  }
+  // Down or hung: requests waiting on it are re-sent to their standby now.
+  for (UpConn* c : up.waiting) {
+    c->hung_cancel = true;
+    c->s.cancel();
+  }
+  for (auto& c : up.idle) c->s.close();
+  up.idle.clear();
+}
+
+// ---------------------------------------------------------------------------
+// Accept and serve
+
+awaitable<void> Router::Impl::Accept(Loop& L) {
+  for (;;) {
+    error_code ec;
+    tcp::socket sock = co_await L.acceptor->async_accept(Redirect(ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted) co_return;
+      spdlog::warn("router: accept: {}", ec.message());
+      continue;
+    }
+    Inc(L.stats.connections);
+    sock.set_option(tcp::no_delay(true), ec);
+    std::string peer_ip = sock.remote_endpoint(ec).address().to_string();
+    if (!L.tls) {
+      net::co_spawn(
+          L.ioc,
+          [this, &L, s = beast::tcp_stream(std::move(sock)),
+           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            co_await Serve(L, s, std::move(peer_ip));
+          },
+          net::detached);
+    } else {
+      net::co_spawn(
+          L.ioc,
+          [this, &L, ctx = L.tls, s = beast::ssl_stream<beast::tcp_stream>(std::move(sock), *L.tls),
+           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            error_code hec;
+            beast::get_lowest_layer(s).expires_after(config.limits.header_timeout);
+            co_await s.async_handshake(ssl::stream_base::server, Redirect(hec));
+            if (hec) {
+              Inc(L.stats.tls_handshake_failures);
+              co_return;
+            }
+            co_await Serve(L, s, std::move(peer_ip));
+            beast::get_lowest_layer(s).expires_after(milliseconds(1000));
+            co_await s.async_shutdown(Redirect(hec));
+          },
+          net::detached);
+    }
+  }
+}
+
+template <class Stream>
+awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, std::string peer_ip) {
+  beast::flat_buffer buf;
+  std::shared_ptr<Tenant> cached_tenant;
+  std::string cached_key;
+  auto& lowest = beast::get_lowest_layer(client);
+  for (bool first = true;; first = false) {
+    error_code ec;
+    if (!first && buf.size() == 0) {
+      // Between requests: the idle timeout. The head itself then gets the
+      // (shorter) header timeout, against slowloris.
+      lowest.expires_after(config.limits.idle_timeout);
+      size_t n = co_await client.async_read_some(buf.prepare(4096), Redirect(ec));
+      if (ec) co_return;
+      buf.commit(n);
+    }
+    http::request_parser<http::buffer_body> p;
+    p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
+    p.body_limit(config.limits.max_body_bytes);
+    lowest.expires_after(config.limits.header_timeout);
+    co_await http::async_read_header(client, buf, p, Redirect(ec));
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+          ec == net::error::eof || ec == net::error::connection_reset ||
+          ec == net::error::operation_aborted || buf.size() == 0) {
+        co_return;  // closed, reset or silent: nothing to answer
+      }
+      Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge : Reason::kBadRequest;
+      Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+      std::string out = ErrorResponse(r, absl::StrCat("malformed request: ", ec.message()), "", 0,
+                                      /*keep_alive=*/false);
+      lowest.expires_after(milliseconds(1000));
+      co_await net::async_write(client, net::buffer(out), Redirect(ec));
+      co_return;
+    }
+    bool keep = co_await Handle(L, client, buf, p, peer_ip, cached_tenant, cached_key);
+    if (!keep) co_return;
+  }
+}
+
+struct Router::Impl::Forwarded {
+  bool started = false;      // the response head went to the client
+  bool client_gone = false;  // the client vanished; close quietly
+  bool body_consumed = false;  // the request body was streamed and cannot be re-sent
+  bool retryable = false;    // failed before the response started
+  bool timeout = false;
+  bool close_client = false;  // the response could not be completed
+  std::string why;
+};
+
+template <class Stream>
+awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer& buf,
+                                     http::request_parser<http::buffer_body>& p,
+                                     const std::string& peer_ip,
+                                     std::shared_ptr<Tenant>& cached_tenant,
+                                     std::string& cached_key) {
+  Inc(L.stats.requests);
+  auto& req = p.get();
+  auto& lowest = beast::get_lowest_layer(client);
+  bool keep_alive = req.keep_alive();
+  std::string stream_id;
+  error_code ec;
+
+  // Every early answer goes through here: counted, written, done.
+  auto answer = [&](Reason r, std::string detail, int retry_after = 0) -> awaitable<bool> {
+    Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+    // An unread request body would be taken for the next request: close.
+    bool keep = keep_alive && p.is_done();
+    std::string out = ErrorResponse(r, detail, stream_id, retry_after, keep);
+    error_code wec;
+    lowest.expires_after(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(out), Redirect(wec));
+    co_return keep && !wec;
+  };
+
+  size_t fields = 0;
+  for (auto it = req.begin(); it != req.end(); ++it) ++fields;
+  if (fields > config.limits.max_headers) {
+    keep_alive = false;
+    co_return co_await answer(Reason::kTooManyHeaders,
+                              absl::StrCat(fields, " header fields; the limit is ",
+                                           config.limits.max_headers));
+  }
+
+  // Tenant.
+  std::shared_ptr<Tenant> tenant;
+  if (!L.tenants->auth_required()) {
+    tenant = L.tenants->open_tenant();
+  } else {
+    std::string_view key = ApiKey(req);
+    if (!key.empty() && cached_tenant && key == cached_key) {
+      tenant = cached_tenant;
+    } else if (!key.empty()) {
+      tenant = L.tenants->Lookup(key);
+      if (tenant) {
+        cached_tenant = tenant;
+        cached_key = std::string(key);
+      }
+    }
+    if (!tenant) {
+      co_return co_await answer(Reason::kUnauthorized,
+                                key.empty() ? "no API key (Authorization: Bearer KEY or X-Api-Key)"
+                                            : "unknown API key");
+    }
+  }
+
+  // Route.
+  auto hv = req["x-gpuha-stream"];
+  auto target = req.target();
+  StreamRef ref = ExtractStream(std::string_view(hv.data(), hv.size()),
+                                std::string_view(target.data(), target.size()));
+  if (ref.bad) {
+    co_return co_await answer(Reason::kBadStream,
+                              "stream id must be 1-128 of [A-Za-z0-9._:-], and the header and "
+                              "path must agree");
+  }
+  stream_id = ref.stream;
+  RefreshRoutes(L);
+  std::shared_ptr<const RouteTable> routes = L.routes;  // this request's version
+  std::vector<UpstreamState*> order;
+  std::string sticky_key;
+  auto now = Clock::now();
+  if (!stream_id.empty()) {
+    const RouteEntry* e = routes ? routes->Find(stream_id) : nullptr;
+    // Another tenant's stream is "unknown": its existence does not leak.
+    if (e == nullptr || (L.tenants->auth_required() && e->tenant != tenant->name)) {
+      co_return co_await answer(Reason::kUnknownStream, "no such stream");
+    }
+    if (e->primary.empty()) {
+      co_return co_await answer(Reason::kNoCapacity,
+                                "the stream is not placed: the cluster is over capacity", 1);
+    }
+    UpstreamState* primary = &Upstream(L, e->primary);
+    UpstreamState* standby = e->standby.empty() ? nullptr : &Upstream(L, e->standby);
+    sticky_key = absl::StrCat(e->primary.address, "|", e->standby.address);
+    auto st = L.sticky.find(stream_id);
+    bool stuck = false;
+    if (st != L.sticky.end()) {
+      if (st->second == sticky_key) {
+        stuck = true;
+      } else {
+        L.sticky.erase(st);  // the controller moved the stream: its routes win
+      }
+    }
+    if (standby != nullptr && (stuck || !primary->usable(now))) {
+      order = {standby, primary};
+    } else {
+      order = {primary};
+      if (standby != nullptr) order.push_back(standby);
+    }
+  } else {
+    const std::vector<router::Upstream>& nodes =
+        routes ? routes->TenantNodes(tenant->name) : std::vector<router::Upstream>{};
+    if (nodes.empty()) {
+      co_return co_await answer(Reason::kNoCapacity, "the tenant has no active node", 1);
+    }
+    // Least loaded first (in this loop), round-robin among equals.
+    size_t start = L.round_robin++ % nodes.size();
+    for (size_t i = 0; i < nodes.size(); ++i) order.push_back(&Upstream(L, nodes[(start + i) % nodes.size()]));
+    std::stable_sort(order.begin(), order.end(), [&](UpstreamState* a, UpstreamState* b) {
+      if (a->usable(now) != b->usable(now)) return a->usable(now);
+      return a->in_flight < b->in_flight;
+    });
+    if (order.size() > 2) order.resize(2);
+  }
+  // Down or hung upstreams are skipped; ejected ones stay as a last resort.
+  std::erase_if(order, [](UpstreamState* u) { return !u->resolvable || u->health != Health::kUp; });
+  std::stable_partition(order.begin(), order.end(),
+                        [&](UpstreamState* u) { return u->usable(now); });
+  if (order.empty()) {
+    co_return co_await answer(Reason::kNoUpstream, "every upstream of the stream is down or hung",
+                              1);
+  }
+
+  // Tenant limits.
+  if (tenant->limiter) {
+    int64_t wait_ns = 0;
+    if (!tenant->limiter->Allow(NowNanos(), &wait_ns)) {
+      int secs = static_cast<int>(std::max<int64_t>(1, (wait_ns + 999'999'999) / 1'000'000'000));
+      co_return co_await answer(Reason::kRateLimited, "tenant request rate limit", secs);
+    }
+  }
+  struct Release {
+    std::atomic<int64_t>* c;
+    ~Release() { c->fetch_sub(1, std::memory_order_relaxed); }
+  };
+  int64_t mine = tenant->in_flight->fetch_add(1, std::memory_order_relaxed) + 1;
+  Release release{tenant->in_flight.get()};
+  if (tenant->max_concurrent > 0 && mine > tenant->max_concurrent) {
+    co_return co_await answer(Reason::kOverQuota, "tenant concurrent request quota", 1);
+  }
+
+  // Body: buffered up to the retry buffer, so it can be re-sent.
+  if (req[http::field::expect] == "100-continue" && !p.is_done()) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    lowest.expires_after(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(kContinue), Redirect(ec));
+    if (ec) co_return false;
+  }
+  std::string body;
+  std::unique_ptr<char[]> chunk;
+  while (!p.is_done() && body.size() < config.limits.retry_buffer_bytes) {
+    if (!chunk) chunk = std::make_unique<char[]>(kChunk);
+    req.body().data = chunk.get();
+    req.body().size = kChunk;
+    lowest.expires_after(config.limits.body_timeout);
+    co_await http::async_read_some(client, buf, p, Redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      if (ec == http::error::body_limit) {
+        keep_alive = false;
+        co_return co_await answer(Reason::kBodyTooLarge,
+                                  absl::StrCat("body over ", config.limits.max_body_bytes, " bytes"));
+      }
+      Inc(L.stats.client_aborts);
+      co_return false;  // the client went away mid-body
+    }
+    body.append(chunk.get(), kChunk - req.body().size);
+  }
+  bool complete = p.is_done();
+  Framing framing = Framing::kNone;
+  uint64_t length = 0;
+  if (complete) {
+    if (!body.empty() || p.content_length() || p.chunked()) {
+      framing = Framing::kLength;
+      length = body.size();
+    }
+  } else if (p.content_length()) {
+    framing = Framing::kLength;
+    length = *p.content_length();
+  } else {
+    framing = Framing::kChunked;
+  }
+
+  L.in_flight++;
+  L.stats.in_flight.fetch_add(1, std::memory_order_relaxed);
+  Forwarded f;
+  bool retried = false;
+  std::string last_failure;
+  bool any_timeout = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    UpstreamState& up = *order[i];
+    if (i > 0) {
+      if (f.body_consumed) break;
+      double budget = std::max<double>(static_cast<double>(config.retry_min_concurrency),
+                                       config.retry_budget_percent / 100.0 * double(L.in_flight));
+      if (double(L.retries_in_flight) + 1 > budget) {
+        L.in_flight--;
+        L.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        co_return co_await answer(Reason::kRetryBudget,
+                                  absl::StrCat("retry budget exhausted after: ", last_failure), 1);
+      }
+      Inc(L.stats.retries);
+      if (f.why == "hung") Inc(L.stats.hung_resends);
+      retried = true;
+      L.retries_in_flight++;
+    }
+    std::string head;
+    head.reserve(512);
+    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, peer_ip, framing,
+                       length, &head);
+    f = Forwarded{};
+    co_await Forward(L, client, buf, p, up, head, body, complete, framing, keep_alive, f);
+    if (i > 0) L.retries_in_flight--;
+    if (!f.retryable) break;
+    last_failure = absl::StrCat(up.node, ": ", f.why);
+    any_timeout = any_timeout || f.timeout;
+    if (i == 0 && !stream_id.empty() && order.size() > 1) L.sticky[stream_id] = sticky_key;
+  }
+  L.in_flight--;
+  L.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  (void)retried;
+  if (f.client_gone) {
+    Inc(L.stats.client_aborts);
+    co_return false;
+  }
+  if (f.started) co_return keep_alive && !f.close_client;
+  if (f.body_consumed) {
+    keep_alive = false;
+    co_return co_await answer(Reason::kNotReplayable,
+                              absl::StrCat("the request body was streamed past the ",
+                                           config.limits.retry_buffer_bytes,
+                                           "-byte retry buffer and the upstream failed (",
+                                           last_failure, "); not retried"));
+  }
+  co_return co_await answer(any_timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamFailed,
+                            absl::StrCat("every upstream failed; last: ", last_failure));
+}
+
+template <class Stream>
+awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffer& client_buf,
+                                      http::request_parser<http::buffer_body>& p,
+                                      UpstreamState& up, const std::string& head,
+                                      const std::string& body, bool body_complete,
+                                      Framing up_framing, bool keep_alive, Forwarded& out) {
+  auto& lowest = beast::get_lowest_layer(client);
+  error_code ec;
+  std::unique_ptr<UpConn> conn;
+  bool pooled = false;
+  up.in_flight++;
+  struct Dec {
+    int64_t* v;
+    ~Dec() { --*v; }
+  } dec{&up.in_flight};
+
+  auto fail = [&](const std::string& why, bool connection_level) {
+    out.retryable = true;
+    out.why = why;
+    if (connection_level) ConnectionFailed(L, up);
+  };
+
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    pooled = false;
+    conn.reset();
+    if (!up.idle.empty()) {
+      conn = std::move(up.idle.back());
+      up.idle.pop_back();
+      pooled = true;
+      Inc(L.stats.reuses);
+    } else {
+      conn = std::make_unique<UpConn>(L.ioc.get_executor());
+      conn->s.expires_after(config.limits.connect_timeout);
+      co_await conn->s.async_connect(up.endpoint, Redirect(ec));
+      Inc(L.stats.connects);
+      if (ec) {
+        fail(ec == beast::error::timeout ? "connect timeout" : "connect: " + ec.message(), true);
+        co_return;
+      }
+      conn->s.socket().set_option(tcp::no_delay(true), ec);
+    }
+    // Head and buffered body in one write.
+    std::array<net::const_buffer, 4> bufs;
+    size_t nb = 0;
+    std::string chunk_head;
+    bufs[nb++] = net::buffer(head);
+    if (!body.empty()) {
+      if (up_framing == Framing::kChunked) {
+        AppendChunkHeader(body.size(), &chunk_head);
+        bufs[nb++] = net::buffer(chunk_head);
+        bufs[nb++] = net::buffer(body);
+        bufs[nb++] = net::buffer("\r\n", 2);
+      } else {
+        bufs[nb++] = net::buffer(body);
+      }
+    }
+    conn->s.expires_after(config.limits.body_timeout);
+    co_await net::async_write(conn->s, std::vector<net::const_buffer>(bufs.begin(), bufs.begin() + nb),
+                              Redirect(ec));
+    if (ec) {
+      if (pooled) {  // the upstream closed an idle connection: use a fresh one
+        Inc(L.stats.stale_resends);
+        continue;
+      }
+      fail("write: " + ec.message(), true);
+      co_return;
+    }
+    break;
+  }
+  if (!conn || ec) {
+    fail("write: " + ec.message(), true);
+    co_return;
+  }
+
+  // The rest of a large body streams through; from here it cannot be re-sent.
+  if (!body_complete) {
+    out.body_consumed = true;
+    auto& req = p.get();
+    auto chunk = std::make_unique<char[]>(kChunk);
+    while (!p.is_done()) {
+      req.body().data = chunk.get();
+      req.body().size = kChunk;
+      lowest.expires_after(config.limits.body_timeout);
+      co_await http::async_read_some(client, client_buf, p, Redirect(ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        out.client_gone = true;  // also covers body_limit mid-stream: close
+        co_return;
+      }
+      size_t n = kChunk - req.body().size;
+      if (n == 0) continue;
+      std::string ch;
+      std::vector<net::const_buffer> wb;
+      if (up_framing == Framing::kChunked) {
+        AppendChunkHeader(n, &ch);
+        wb = {net::buffer(ch), net::buffer(chunk.get(), n), net::buffer("\r\n", 2)};
+      } else {
+        wb = {net::buffer(chunk.get(), n)};
+      }
+      conn->s.expires_after(config.limits.body_timeout);
+      co_await net::async_write(conn->s, wb, Redirect(ec));
+      if (ec) {
+        out.retryable = true;
+        out.why = "write: " + ec.message();
+        ConnectionFailed(L, up);
+        co_return;
+      }
+    }
+    if (up_framing == Framing::kChunked) {
+      co_await net::async_write(conn->s, net::buffer("0\r\n\r\n", 5), Redirect(ec));
+      if (ec) {
+        fail("write: " + ec.message(), true);
+        co_return;
+      }
+    }
+  }
+
+  // The response head: the window in which a failure is still retryable.
+  auto& method_req = p.get();
+  bool head_request = method_req.method() == http::verb::head;
+  std::optional<http::response_parser<http::buffer_body>> rp;
+  for (;;) {
+    rp.emplace();
+    rp->body_limit(std::numeric_limits<uint64_t>::max());
+    if (head_request) rp->skip(true);
+    conn->s.expires_after(config.limits.response_timeout);
+    up.waiting.insert(conn.get());
+    co_await http::async_read_header(conn->s, conn->buf, *rp, Redirect(ec));
+    up.waiting.erase(conn.get());
+    if (ec) break;
+    int status = rp->get().result_int();
+    if (status / 100 != 1 || status == 101) break;  // skip interim 1xx answers
+  }
+  if (ec) {
+    if (conn->hung_cancel) {
+      fail("hung", false);  // the prober judged it; already ejected
+    } else if (ec == beast::error::timeout) {
+      out.timeout = true;
+      fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
+           true);
+    } else {
+      fail("read: " + ec.message(), true);
+    }
+    co_return;
+  }
+  if (rp->get().result_int() == 101) {
+    fail("protocol upgrades are not proxied", false);
+    out.retryable = false;
+    co_return;
+  }
+
+  // Relay the response. From the first byte on, the client owns the outcome.
+  up.failures = 0;
+  auto& res = rp->get();
+  int status = res.result_int();
+  Inc(L.stats.upstream_class[std::min(5, status / 100)]);
+  Framing down = Framing::kNone;
+  uint64_t len = 0;
+  bool upstream_reusable = rp->keep_alive();
+  if (head_request || status == 204 || status == 304) {
+    if (rp->content_length()) {
+      down = Framing::kLength;
+      len = *rp->content_length();
+    }
+  } else if (rp->chunked()) {
+    down = Framing::kChunked;
+  } else if (rp->content_length()) {
+    down = Framing::kLength;
+    len = *rp->content_length();
+  } else {
+    down = Framing::kChunked;  // body until close: re-framed for keep-alive
+    upstream_reusable = false;
+  }
+  std::string pending;
+  pending.reserve(512);
+  AppendClientHead(res, down, len, keep_alive, &pending);
+  auto chunk = std::make_unique<char[]>(kChunk);
+  bool head_only = head_request || status == 204 || status == 304;
+  bool ok = true;
+  while (!head_only && !rp->is_done()) {
+    res.body().data = chunk.get();
+    res.body().size = kChunk;
+    conn->s.expires_after(config.limits.response_timeout);
+    co_await http::async_read_some(conn->s, conn->buf, *rp, Redirect(ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
+      ec = {};  // body delimited by close: done
+      break;
+    }
+    if (ec) {
+      ok = false;
+      break;
+    }
+    size_t n = kChunk - res.body().size;
+    if (n == 0) continue;
+    if (down == Framing::kChunked) {
+      AppendChunkHeader(n, &pending);
+      pending.append(chunk.get(), n);
+      pending.append("\r\n");
+    } else {
+      pending.append(chunk.get(), n);
+    }
+    if (pending.size() >= kChunk || rp->is_done()) {
+      lowest.expires_after(config.limits.body_timeout);
+      co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+      out.started = true;
+      pending.clear();
+      if (ec) {
+        out.client_gone = true;
+        co_return;
+      }
+    }
+  }
+  if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
+  if (!pending.empty()) {
+    lowest.expires_after(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+    out.started = true;
+    if (ec) {
+      out.client_gone = true;
+      co_return;
+    }
+  }
+  out.started = true;
+  if (!ok) {
+    // The upstream broke mid-response: the only honest signal left is to
+    // close the client connection before the body completes.
+    Inc(L.stats.upstream_aborts);
+    out.close_client = true;
+    ConnectionFailed(L, up);
+    co_return;
+  }
+  if (upstream_reusable && up.idle.size() < kMaxIdlePerUpstream && up.health == Health::kUp) {
+    conn->s.expires_never();
+    up.idle.push_back(std::move(conn));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Prober: a GET to every upstream every probe_interval on one kept-alive
+// connection each. No answer within hang_after: hung. Refused: down.
+
+void Router::Impl::Broadcast(const std::string& address, Health h) {
+  for (auto& L : loops) {
+    net::post(L->ioc, [this, lp = L.get(), address, h] { SetHealth(*lp, address, h); });
+  }
+}
+
+awaitable<void> Router::Impl::Probe(std::string address) {
+  auto hp = common::ParseHostPort(address, "upstream");
+  error_code ec;
+  if (!hp.ok()) co_return;
+  auto a = net::ip::make_address(hp->host, ec);
+  if (ec) co_return;
+  tcp::endpoint ep(a, hp->port);
+  auto ex = co_await net::this_coro::executor;
+  std::unique_ptr<beast::tcp_stream> s;
+  beast::flat_buffer buf;
+  std::string request = absl::StrCat("GET ", config.probe_path, " HTTP/1.1\r\nHost: ", address,
+                                     "\r\nUser-Agent: gpuha-router-probe\r\n\r\n");
+  net::steady_timer tick(ex);
+  auto set = [&](Health h) {
+    Health& cur = probe_state[address];
+    if (cur == h) return;
+    cur = h;
+    if (h == Health::kHung) probe_hangs++;
+    if (h == Health::kDown) probe_downs++;
+    spdlog::warn("router: upstream {} is {}", address,
+                 h == Health::kUp ? "up" : h == Health::kDown ? "down (refused)" : "hung (no answer)");
+    Broadcast(address, h);
+  };
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(routes_mu);
+      bool still = false;
+      if (routes) {
+        for (const auto& u : routes->upstreams()) still = still || u.address == address;
+      }
+      if (!still) {
+        probe_state.erase(address);
+        co_return;
+      }
+    }
+    auto started = Clock::now();
+    if (!s) {
+      s = std::make_unique<beast::tcp_stream>(ex);
+      s->expires_after(config.hang_after);
+      co_await s->async_connect(ep, Redirect(ec));
+      if (ec) {
+        s.reset();
+        set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
+      }
+    }
+    if (s) {
+      s->expires_after(config.hang_after - std::chrono::duration_cast<milliseconds>(Clock::now() - started));
+      co_await net::async_write(*s, net::buffer(request), Redirect(ec));
+      http::response_parser<http::string_body> rp;
+      rp.body_limit(64 * 1024);
+      if (!ec) co_await http::async_read(*s, buf, rp, Redirect(ec));
+      probes++;
+      if (ec) {
+        // A probe connection the upstream closed is not a verdict; a silent
+        // one is.
+        bool silent = ec == beast::error::timeout;
+        s.reset();
+        buf.clear();
+        if (silent) set(Health::kHung);
+      } else {
+        set(Health::kUp);  // any answer at all: the server is alive
+        if (!rp.keep_alive()) s.reset();
+      }
+    }
+    tick.expires_at(started + config.probe_interval);
+    co_await tick.async_wait(Redirect(ec));
+  }
+}
+
+awaitable<void> Router::Impl::ProbeLoop() {
+  auto ex = co_await net::this_coro::executor;
+  net::steady_timer t(ex);
+  std::unordered_set<std::string> probing;
+  for (;;) {
+    std::vector<std::string> fresh;
+    {
+      std::lock_guard<std::mutex> lock(routes_mu);
+      if (routes) {
+        for (const auto& u : routes->upstreams()) {
+          if (!probe_state.count(u.address) && probing.insert(u.address).second) {
+            fresh.push_back(u.address);
+          }
+        }
+      }
+    }
+    for (std::string& a : fresh) {
+      probe_state[a] = Health::kUp;
+      net::co_spawn(ex, [this, a, &probing]() -> awaitable<void> {
+        co_await Probe(a);
+        probing.erase(a);
+      }, net::detached);
+    }
+    t.expires_after(milliseconds(100));
+    error_code ec;
+    co_await t.async_wait(Redirect(ec));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+std::string Router::MetricsText() const { return impl_->Metrics(); }
+
+std::string Router::Impl::Metrics() const {
+  common::PromText p;
+  auto sum = [&](auto field) {
+    uint64_t total = 0;
+    for (const auto& L : loops) total += field(L->stats).load(std::memory_order_relaxed);
+    return total;
+  };
+  p.Family("gpuha_router_requests_total", "counter", "Requests read from clients.");
+  p.Sample("gpuha_router_requests_total", {}, double(sum([](Stats& s) -> auto& { return s.requests; })));
+  p.Family("gpuha_router_responses_total", "counter",
+           "Final answers: from an upstream (by status class) or from the router (by reason).");
+  for (int c = 1; c <= 5; ++c) {
+    p.Sample("gpuha_router_responses_total",
+             {{"source", "upstream"}, {"code", absl::StrCat(c, "xx")}, {"reason", ""}},
+             double(sum([c](Stats& s) -> auto& { return s.upstream_class[c]; })));
+  }
+  for (size_t r = 0; r < static_cast<size_t>(Reason::kCount); ++r) {
+    p.Sample("gpuha_router_responses_total",
+             {{"source", "router"},
+              {"code", std::to_string(ReasonStatus(static_cast<Reason>(r)))},
+              {"reason", ReasonLabel(static_cast<Reason>(r))}},
+             double(sum([r](Stats& s) -> auto& { return s.router_answers[r]; })));
+  }
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::atomic<uint64_t> Stats::*field;
+  };
+  for (const Counter& c : std::initializer_list<Counter>{
+           {"gpuha_router_retries_total", "Requests re-sent to another upstream.", &Stats::retries},
+           {"gpuha_router_hung_resends_total",
+            "Requests re-sent because their upstream was judged hung.", &Stats::hung_resends},
+           {"gpuha_router_stale_resends_total",
+            "Requests re-sent on a fresh connection after a pooled one was closed.",
+            &Stats::stale_resends},
+           {"gpuha_router_ejections_total", "Upstreams ejected after a connection failure.",
+            &Stats::ejections},
+           {"gpuha_router_upstream_connects_total", "New upstream connections.", &Stats::connects},
+           {"gpuha_router_upstream_reuses_total", "Requests sent on a pooled connection.",
+            &Stats::reuses},
+           {"gpuha_router_client_aborts_total", "Clients that left before their answer.",
+            &Stats::client_aborts},
+           {"gpuha_router_upstream_aborts_total",
+            "Responses cut because the upstream broke mid-body.", &Stats::upstream_aborts},
+           {"gpuha_router_connections_total", "Client connections accepted.", &Stats::connections},
+           {"gpuha_router_tls_handshake_failures_total", "Failed TLS handshakes.",
+            &Stats::tls_handshake_failures}}) {
+    p.Family(c.name, "counter", c.help);
+    p.Sample(c.name, {}, double(sum([&c](Stats& s) -> auto& { return s.*(c.field); })));
+  }
+  int64_t in_flight = 0;
+  for (const auto& L : loops) in_flight += L->stats.in_flight.load(std::memory_order_relaxed);
+  p.Family("gpuha_router_requests_in_flight", "gauge", "Requests being forwarded.");
+  p.Sample("gpuha_router_requests_in_flight", {}, double(in_flight));
+  p.Family("gpuha_router_probes_total", "counter", "Upstream liveness probes answered or failed.");
+  p.Sample("gpuha_router_probes_total", {}, double(probes.load()));
+  p.Family("gpuha_router_probe_verdicts_total", "counter", "Upstreams judged hung or down.");
+  p.Sample("gpuha_router_probe_verdicts_total", {{"verdict", "hung"}}, double(probe_hangs.load()));
+  p.Sample("gpuha_router_probe_verdicts_total", {{"verdict", "down"}}, double(probe_downs.load()));
+  std::shared_ptr<const RouteTable> t;
+  {
+    std::lock_guard<std::mutex> lock(routes_mu);
+    t = routes;
+  }
+  p.Family("gpuha_router_route_version", "gauge", "Route table version in use.");
+  p.Sample("gpuha_router_route_version", {}, double(t ? t->version() : 0));
+  p.Family("gpuha_router_routes", "gauge", "Streams in the route table.");
+  p.Sample("gpuha_router_routes", {}, double(t ? t->size() : 0));
+  return p.str();
+}
+
+}  // namespace gpuha::router

@@ -1,0 +1,58 @@
+// Router: `gpuha router`, the data plane. An HTTP/1.1 reverse proxy with one
+// event loop per thread (SO_REUSEPORT, nothing shared on the request path but
+// atomics), keep-alive pools per upstream and loop, streamed bodies, and
+// real-time failover: a request whose primary refuses, resets or hangs before
+// the response starts is re-sent to the stream's standby at once.
+//
+//   Router router(config);
+//   RETURN_IF_ERROR(router.Start());   // binds; routes from config or controller
+//   router.SetRoutes(RouteTable::FromSnapshot(snapshot));
+//   ...
+//   router.Stop();
+//
+// See docs/ARCHITECTURE.md ("router") for the request path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "router/route_table.h"
+#include "router/router_config.h"
+
+namespace gpuha::router {
+
+class Router {
+ public:
+  explicit Router(RouterConfig config);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  [[nodiscard]] absl::Status Start();
+  void Stop();
+
+  uint16_t port() const;
+  uint16_t admin_port() const;
+
+  // Publishes a new route version; requests already running keep theirs.
+  void SetRoutes(std::shared_ptr<const RouteTable> table);
+  std::shared_ptr<const RouteTable> routes() const;
+  // SIGHUP: new TLS certificate and key, tenants and (without a controller)
+  // static routes. Open connections keep going; listen address and threads
+  // need a restart.
+  [[nodiscard]] absl::Status Reload(const RouterConfig& config);
+  // Nodes that refused or reset connections since the last call: hints for
+  // the controller.
+  std::vector<std::string> TakeSuspects();
+  std::string MetricsText() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuha::router

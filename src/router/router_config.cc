@@ -1,0 +1,203 @@
+#include "router/router_config.h"
+
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/yaml_reader.h"
+
+namespace gpuha::router {
+namespace {
+
+bool IsSha256Hex(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) return false;
+  }
+  return true;
+}
+
+// Reads `key` as a positive integer count of milliseconds into `out`.
+void ReadMillis(common::YamlMap& m, absl::string_view key, std::chrono::milliseconds* out,
+                bool allow_zero = false) {
+  if (auto v = m.Int(key)) {
+    if (*v < 0 || (*v == 0 && !allow_zero)) {
+      m.Fail(key, allow_zero ? "must not be negative" : "must be a positive number of ms");
+      return;
+    }
+    *out = std::chrono::milliseconds(*v);
+  }
+}
+
+template <typename T>
+void ReadPositive(common::YamlMap& m, absl::string_view key, T* out) {
+  if (auto v = m.Int(key)) {
+    if (*v < 1) {
+      m.Fail(key, "must be at least 1");
+      return;
+    }
+    *out = static_cast<T>(*v);
+  }
+}
+
+void ReadAddress(common::YamlMap& m, absl::string_view key, common::HostPort* out) {
+  if (auto s = m.String(key)) {
+    auto hp = common::ParseHostPort(*s, m.FieldPath(key));
+    if (!hp.ok()) {
+      m.Fail(key, absl::StrCat("'", *s, "' is not HOST:PORT"));
+      return;
+    }
+    *out = *hp;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std::string& source) {
+  auto doc = common::YamlDocument::LoadString(yaml, source);
+  if (!doc.ok()) return doc.status();
+  common::YamlMap root = doc->Root();
+  RouterConfig c;
+  ReadAddress(root, "listen", &c.listen);
+  ReadAddress(root, "admin", &c.admin);
+  if (auto t = root.Int("threads")) {
+    if (*t < 0 || *t > 256) root.Fail("threads", "must be 0 (one per core) to 256");
+    c.threads = static_cast<int>(*t);
+  }
+  if (auto id = root.String("id")) c.router_id = *id;
+  if (auto list = root.StringList("controllers")) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      auto hp = common::ParseHostPort((*list)[i], absl::StrCat("controllers[", i, "]"));
+      if (!hp.ok()) {
+        root.Fail("controllers", hp.status().message());
+        break;
+      }
+      c.controllers.push_back(*hp);
+    }
+  }
+  std::set<std::string> streams;
+  for (common::YamlMap& r : root.MapList("routes")) {
+    StaticRoute s;
+    if (r.Require("stream")) s.stream = r.String("stream").value_or("");
+    if (!s.stream.empty() && !streams.insert(s.stream).second) {
+      r.Fail("stream", absl::StrCat("stream '", s.stream, "' is listed twice"));
+    }
+    s.tenant = r.String("tenant").value_or("");
+    common::HostPort hp;
+    if (r.Require("primary")) {
+      ReadAddress(r, "primary", &hp);
+      s.primary = hp.str();
+    }
+    if (r.Has("standby")) {
+      ReadAddress(r, "standby", &hp);
+      s.standby = hp.str();
+    }
+    c.routes.push_back(s);
+  }
+  common::YamlMap tls = root.Map("tls");
+  if (auto v = tls.String("cert")) c.tls_cert = *v;
+  if (auto v = tls.String("key")) c.tls_key = *v;
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls needs both cert and key");
+  }
+  common::YamlMap ctls = root.Map("controller_tls");
+  if (auto v = ctls.String("ca")) c.controller_ca = *v;
+  if (auto v = ctls.String("cert")) c.controller_cert = *v;
+  if (auto v = ctls.String("key")) c.controller_key = *v;
+
+  std::set<std::string> names, hashes;
+  for (common::YamlMap& t : root.MapList("tenants")) {
+    TenantConfig tc;
+    if (t.Require("name")) tc.name = t.String("name").value_or("");
+    if (!tc.name.empty() && !names.insert(tc.name).second) {
+      t.Fail("name", absl::StrCat("tenant '", tc.name, "' is listed twice"));
+    }
+    if (t.Require("api_keys_sha256")) {
+      auto keys = t.StringList("api_keys_sha256").value_or(std::vector<std::string>{});
+      if (keys.empty() && t.ok()) t.Fail("api_keys_sha256", "needs at least one key hash");
+      for (const std::string& k : keys) {
+        if (!IsSha256Hex(k)) {
+          t.Fail("api_keys_sha256",
+                 absl::StrCat("'", k,
+                              "' is not a lower-case hex SHA-256 (make one with "
+                              "`gpuha ctl hash-token KEY`)"));
+          break;
+        }
+        if (!hashes.insert(k).second) {
+          t.Fail("api_keys_sha256", "the same key hash is given to two tenants");
+          break;
+        }
+        tc.key_hashes.push_back(k);
+      }
+    }
+    if (auto v = t.Number("requests_per_second")) {
+      if (*v < 0) t.Fail("requests_per_second", "must not be negative");
+      tc.requests_per_second = *v;
+    }
+    if (auto v = t.Number("burst")) {
+      if (*v < 1) t.Fail("burst", "must be at least 1");
+      tc.burst = *v;
+    }
+    if (auto v = t.Int("max_concurrent")) {
+      if (*v < 0) t.Fail("max_concurrent", "must not be negative");
+      tc.max_concurrent = *v;
+    }
+    c.tenants.push_back(tc);
+  }
+  for (const StaticRoute& r : c.routes) {
+    if (!c.tenants.empty() && !names.count(r.tenant)) {
+      root.Fail("routes", absl::StrCat("stream '", r.stream, "' names tenant '", r.tenant,
+                                       "', which is not in tenants"));
+      break;
+    }
+  }
+
+  common::YamlMap limits = root.Map("limits");
+  ReadPositive(limits, "max_header_bytes", &c.limits.max_header_bytes);
+  ReadPositive(limits, "max_headers", &c.limits.max_headers);
+  ReadPositive(limits, "max_body_bytes", &c.limits.max_body_bytes);
+  if (auto v = limits.Int("retry_buffer_bytes")) {
+    if (*v < 0) limits.Fail("retry_buffer_bytes", "must not be negative");
+    c.limits.retry_buffer_bytes = static_cast<size_t>(*v);
+  }
+  ReadMillis(limits, "header_timeout_ms", &c.limits.header_timeout);
+  ReadMillis(limits, "idle_timeout_ms", &c.limits.idle_timeout);
+  ReadMillis(limits, "body_timeout_ms", &c.limits.body_timeout);
+  ReadMillis(limits, "connect_timeout_ms", &c.limits.connect_timeout);
+  ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout);
+
+  common::YamlMap failover = root.Map("failover");
+  if (auto v = failover.Number("retry_budget_percent")) {
+    if (*v < 0 || *v > 100) failover.Fail("retry_budget_percent", "must be 0 to 100");
+    c.retry_budget_percent = *v;
+  }
+  if (auto v = failover.Int("retry_min_concurrency")) {
+    if (*v < 0) failover.Fail("retry_min_concurrency", "must not be negative");
+    c.retry_min_concurrency = *v;
+  }
+  ReadMillis(failover, "ejection_base_ms", &c.ejection_base);
+  ReadMillis(failover, "ejection_max_ms", &c.ejection_max);
+  if (auto p = failover.String("probe_path")) {
+    if (p->empty() || (*p)[0] != '/') failover.Fail("probe_path", "must start with '/'");
+    c.probe_path = *p;
+  }
+  ReadMillis(failover, "probe_interval_ms", &c.probe_interval, /*allow_zero=*/true);
+  ReadMillis(failover, "hang_after_ms", &c.hang_after);
+  if (c.probe_interval.count() > 0 && c.hang_after < c.probe_interval && failover.ok()) {
+    failover.Fail("hang_after_ms", "must be at least probe_interval_ms");
+  }
+  if (absl::Status s = root.Finish(); !s.ok()) return s;
+  if (c.limits.retry_buffer_bytes > c.limits.max_body_bytes) {
+    c.limits.retry_buffer_bytes = c.limits.max_body_bytes;
+  }
+  return c;
+}
+
+absl::StatusOr<RouterConfig> LoadRouterConfig(const std::string& path) {
+  auto text = common::ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseRouterConfig(*text, path);
+}
+
+}  // namespace gpuha::router

@@ -1,0 +1,83 @@
+// RouterConfig: what `gpuha router --config FILE` reads. Every field has a
+// production default; see examples/router.yaml for a commented file.
+//
+//   listen: 127.0.0.1:8443
+//   threads: 2                       # one event loop per thread
+//   controllers: [127.0.0.1:7400]    # route watch; or static `routes:`
+//   tls: {cert: server.pem, key: server.key}
+//   tenants:
+//     - name: acme
+//       api_keys_sha256: [<hex of sha256(key)>]
+//       requests_per_second: 500
+//       burst: 1000
+//       max_concurrent: 64
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/net_util.h"
+
+namespace gpuha::router {
+
+struct TenantConfig {
+  std::string name;
+  std::vector<std::string> key_hashes;  // lower-case hex SHA-256 of each API key
+  double requests_per_second = 0;       // 0: unlimited
+  double burst = 0;                     // bucket size; 0: one second's worth
+  int64_t max_concurrent = 0;           // requests in flight; 0: unlimited
+};
+
+// A route given in the file instead of by a controller (labs, benchmarks).
+struct StaticRoute {
+  std::string stream;
+  std::string tenant;
+  std::string primary;  // HOST:PORT
+  std::string standby;  // HOST:PORT or empty
+};
+
+struct RouterLimits {
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_headers = 100;
+  uint64_t max_body_bytes = 64ull << 20;   // 413 beyond this
+  size_t retry_buffer_bytes = 1 << 20;     // bodies up to this can be re-sent
+  std::chrono::milliseconds header_timeout{10000};  // whole request head
+  std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests
+  std::chrono::milliseconds body_timeout{30000};    // between body reads/writes
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds response_timeout{60000};  // to the response head
+};
+
+struct RouterConfig {
+  common::HostPort listen{"127.0.0.1", 8080};
+  common::HostPort admin{"127.0.0.1", 0};  // /metrics, /healthz, /routes
+  int threads = 0;                         // 0: one per core
+  std::string router_id = "router";
+  std::vector<common::HostPort> controllers;
+  std::vector<StaticRoute> routes;
+  std::string tls_cert, tls_key;                    // client side, optional
+  std::string controller_ca, controller_cert, controller_key;  // mTLS to the controller
+  std::vector<TenantConfig> tenants;  // empty: no auth, one implicit tenant ""
+  RouterLimits limits;
+  // Real-time failover.
+  double retry_budget_percent = 20;  // retries in flight / requests in flight
+  int64_t retry_min_concurrency = 3;
+  std::chrono::milliseconds ejection_base{1000};
+  std::chrono::milliseconds ejection_max{30000};
+  // The router's own liveness probe of every upstream: a probe with no answer
+  // after hang_after marks the upstream hung, which re-sends its waiting
+  // requests to their standby. 0 interval turns probing off.
+  std::string probe_path = "/v2/health/ready";
+  std::chrono::milliseconds probe_interval{25};
+  std::chrono::milliseconds hang_after{100};
+};
+
+[[nodiscard]] absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml,
+                                                             const std::string& source);
+[[nodiscard]] absl::StatusOr<RouterConfig> LoadRouterConfig(const std::string& path);
+
+}  // namespace gpuha::router

@@ -1,0 +1,162 @@
+#include "router/testing/test_backend.h"
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gpuha::router::testing {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+struct TestBackend::Impl {
+  std::string name;
+  std::vector<std::unique_ptr<net::io_context>> loops;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::shared_ptr<std::atomic<uint64_t>> requests;
+
+  net::awaitable<void> Serve(tcp::socket sock) {
+    beast::tcp_stream s(std::move(sock));
+    beast::flat_buffer buf;
+    auto chunk = std::make_unique<char[]>(64 * 1024);
+    for (;;) {
+      error_code ec;
+      http::request_parser<http::buffer_body> p;
+      p.body_limit(std::numeric_limits<uint64_t>::max());
+      co_await http::async_read_header(s, buf, p, net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
+      uint64_t body_bytes = 0;
+      while (!p.is_done()) {
+        p.get().body().data = chunk.get();
+        p.get().body().size = 64 * 1024;
+        co_await http::async_read_some(s, buf, p, net::redirect_error(net::use_awaitable, ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) co_return;
+        body_bytes += 64 * 1024 - p.get().body().size;
+      }
+      requests->fetch_add(1);
+      auto& req = p.get();
+      std::string target(req.target());
+      std::string path = target.substr(0, target.find('?'));
+      int64_t delay_ms = 0, size = -1, status = 200;
+      bool chunked = false;
+      if (auto q = target.find('?'); q != std::string::npos) {
+        for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&')) {
+          std::pair<std::string, std::string> p2 = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+          if (p2.first == "delay_ms") (void)absl::SimpleAtoi(p2.second, &delay_ms);
+          if (p2.first == "size") (void)absl::SimpleAtoi(p2.second, &size);
+          if (p2.first == "status") (void)absl::SimpleAtoi(p2.second, &status);
+          if (p2.first == "chunked") chunked = p2.second == "1";
+        }
+      }
+      std::string body;
+      if (path == "/v2/health/ready" || path == "/v2/health/live") {
+        body = "ready\n";
+      } else if (size >= 0) {
+        body.assign(static_cast<size_t>(size), 'x');
+      } else {
+        body = absl::StrCat("{\"backend\":\"", name, "\",\"method\":\"",
+                            std::string(req.method_string()), "\",\"target\":\"", target,
+                            "\",\"body_bytes\":", body_bytes, ",\"tenant\":\"",
+                            std::string(req["x-gpuha-tenant"]), "\",\"stream\":\"",
+                            std::string(req["x-gpuha-stream"]), "\",\"api_key\":\"",
+                            std::string(req["x-api-key"]), "\"}\n");
+      }
+      if (delay_ms > 0) {
+        net::steady_timer t(s.get_executor());
+        t.expires_after(std::chrono::milliseconds(delay_ms));
+        co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+      }
+      std::string out = absl::StrCat("HTTP/1.1 ", status, " ",
+                                     std::string(http::obsolete_reason(http::int_to_status(status))),
+                                     "\r\nContent-Type: text/plain\r\nX-Backend: ", name, "\r\n");
+      if (chunked) {
+        out += "Transfer-Encoding: chunked\r\n\r\n";
+        // Two chunks, to exercise re-framing.
+        size_t half = body.size() / 2;
+        for (std::string_view part : {std::string_view(body).substr(0, half),
+                                      std::string_view(body).substr(half)}) {
+          if (part.empty()) continue;
+          char hex[24];
+          std::snprintf(hex, sizeof hex, "%zx\r\n", part.size());
+          out += hex;
+          out += part;
+          out += "\r\n";
+        }
+        out += "0\r\n\r\n";
+      } else {
+        out += absl::StrCat("Content-Length: ", body.size(), "\r\n\r\n", body);
+      }
+      co_await net::async_write(s, net::buffer(out), net::redirect_error(net::use_awaitable, ec));
+      if (ec || !req.keep_alive()) co_return;
+    }
+  }
+
+  net::awaitable<void> Accept(tcp::acceptor& a) {
+    for (;;) {
+      error_code ec;
+      tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
+      sock.set_option(tcp::no_delay(true), ec);
+      net::co_spawn(a.get_executor(), Serve(std::move(sock)), net::detached);
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
+  std::unique_ptr<TestBackend> b(new TestBackend());
+  b->impl_ = std::make_unique<Impl>();
+  b->impl_->name = o.name;
+  b->impl_->requests = b->requests_;
+  error_code ec;
+  auto addr = net::ip::make_address(o.address, ec);
+  if (ec) return absl::InvalidArgumentError("bad address " + o.address);
+  uint16_t port = o.port;
+  for (int i = 0; i < std::max(1, o.threads); ++i) {
+    auto ioc = std::make_unique<net::io_context>(1);
+    auto a = std::make_unique<tcp::acceptor>(*ioc);
+    tcp::endpoint ep(addr, port);
+    a->open(ep.protocol(), ec);
+    int one = 1;
+    setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    a->set_option(net::socket_base::reuse_address(true), ec);
+    a->bind(ep, ec);
+    if (!ec) a->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return absl::UnavailableError("test backend: " + ec.message());
+    port = a->local_endpoint().port();
+    net::co_spawn(*ioc, b->impl_->Accept(*a), net::detached);
+    b->impl_->acceptors.push_back(std::move(a));
+    b->impl_->loops.push_back(std::move(ioc));
+  }
+  b->port_ = port;
+  for (auto& l : b->impl_->loops) {
+    net::io_context* ioc = l.get();
+    b->threads_.emplace_back([ioc] { ioc->run(); });
+  }
+  return b;
+}
+
+void TestBackend::Stop() {
+  if (!impl_) return;
+  for (auto& l : impl_->loops) l->stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+  impl_.reset();
+}
+
+TestBackend::~TestBackend() { Stop(); }
+
+}  // namespace gpuha::router::testing

@@ -1,0 +1,49 @@
+// TestBackend: a small HTTP/1.1 upstream for router tests and benchmarks.
+// Async (Asio coroutines), keep-alive, one thread per loop.
+//
+//   GET /v2/health/ready          -> 200 "ready"
+//   ANY /...?delay_ms=N&size=N&chunked=1&status=N
+//        -> after delay_ms, `status` (200) with a body of `size` bytes (or a
+//           short JSON echo: backend name, method, target, body bytes, tenant
+//           and stream headers), chunked if asked.
+//
+// The request body is read in full and counted (streamed, never stored).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpuha::router::testing {
+
+class TestBackend {
+ public:
+  struct Options {
+    std::string name = "backend";
+    std::string address = "127.0.0.1";
+    uint16_t port = 0;
+    int threads = 1;
+  };
+  static absl::StatusOr<std::unique_ptr<TestBackend>> Start(Options o);
+  ~TestBackend();
+  void Stop();
+  uint16_t port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  uint64_t requests() const { return requests_->load(); }
+
+  struct Impl;
+
+ private:
+  TestBackend() = default;
+  std::unique_ptr<Impl> impl_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> requests_ = std::make_shared<std::atomic<uint64_t>>(0);
+};
+
+}  // namespace gpuha::router::testing
