@@ -22,6 +22,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev    # micro benchmarks
   clang libclang-rt-14-dev   # sanitizers and libFuzzer
+  curl                # tests and the demo talk to the router like a user would
+  nginx-light haproxy wrk    # benchmark peers of the router (bench/), never run by tests
 )
 
 missing=()

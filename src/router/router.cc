@@ -39,6 +39,8 @@ using net::awaitable;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+struct Loop;
+
 namespace {
 
 constexpr size_t kChunk = 64 * 1024;
@@ -54,9 +56,38 @@ int64_t NowNanos() {
 // Upstream health as the prober sees it.
 enum class Health { kUp, kDown, kHung };
 
+// A coarse deadline on one socket. Arm() only stores a time; the loop's sweep
+// (every kSweep) cancels the socket's pending operations once it has passed.
+// No timer per operation: no timerfd churn on the request path.
+class Deadline {
+ public:
+  Deadline(Loop& loop, tcp::socket& s);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+  void Arm(milliseconds d);
+  void Disarm() { at_ = Clock::time_point::max(); }
+  bool expired() const { return expired_; }
+  // Called by the sweep.
+  void Check(Clock::time_point now) {
+    if (now < at_) return;
+    expired_ = true;
+    at_ = Clock::time_point::max();
+    error_code ec;
+    s_.cancel(ec);
+  }
+
+ private:
+  Loop& loop_;
+  tcp::socket& s_;
+  Clock::time_point at_ = Clock::time_point::max();
+  bool expired_ = false;
+};
+
 struct UpConn {
-  explicit UpConn(net::any_io_executor ex) : s(ex) {}
-  beast::tcp_stream s;
+  UpConn(Loop& loop, net::any_io_executor ex) : s(ex), deadline(loop, s) {}
+  tcp::socket s;
+  Deadline deadline;
   beast::flat_buffer buf;
   bool hung_cancel = false;  // cancelled because its upstream was judged hung
 };
@@ -99,8 +130,23 @@ void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); 
 
 }  // namespace
 
+constexpr milliseconds kSweep{20};
+
 struct Loop {
-  net::io_context ioc{1};
+  Loop() : ioc_owner(std::make_unique<net::io_context>(1)), ioc(*ioc_owner) {}
+  ~Loop() {
+    // Pooled sockets first, while the io_context lives; then the io_context,
+    // whose destruction frees suspended request frames, which still touch
+    // the members below.
+    acceptor.reset();
+    for (auto& [address, up] : upstreams) up->idle.clear();
+    ioc_owner.reset();
+  }
+  std::unique_ptr<net::io_context> ioc_owner;
+  net::io_context& ioc;
+  Clock::time_point now = Clock::now();  // updated by the sweep
+  std::unordered_set<Deadline*> deadlines;
+  std::vector<std::unique_ptr<char[]>> free_chunks;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::thread thread;
   std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
@@ -115,6 +161,49 @@ struct Loop {
   uint64_t round_robin = 0;
   Stats stats;
 };
+
+Deadline::Deadline(Loop& loop, tcp::socket& s) : loop_(loop), s_(s) { loop_.deadlines.insert(this); }
+Deadline::~Deadline() { loop_.deadlines.erase(this); }
+void Deadline::Arm(milliseconds d) {
+  at_ = loop_.now + d;
+  expired_ = false;
+}
+
+// A 64 KiB relay buffer from the loop's free list; returned on destruction.
+class Chunk {
+ public:
+  explicit Chunk(Loop& loop) : loop_(loop) {
+    if (loop.free_chunks.empty()) {
+      p_.reset(new char[kChunk]);  // not value-initialised: no memset per request
+    } else {
+      p_ = std::move(loop.free_chunks.back());
+      loop.free_chunks.pop_back();
+    }
+  }
+  ~Chunk() {
+    if (loop_.free_chunks.size() < 64) loop_.free_chunks.push_back(std::move(p_));
+  }
+  char* get() const { return p_.get(); }
+
+ private:
+  Loop& loop_;
+  std::unique_ptr<char[]> p_;
+};
+
+awaitable<void> Sweep(Loop& L) {
+  net::steady_timer t(L.ioc);
+  for (;;) {
+    t.expires_after(kSweep);
+    error_code ec;
+    co_await t.async_wait(Redirect(ec));
+    if (ec) co_return;
+    L.now = Clock::now();
+    // Check() may not erase; copying keeps the walk safe and is cheap next
+    // to the sweep interval.
+    std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
+    for (Deadline* d : all) d->Check(L.now);
+  }
+}
 
 struct Router::Impl {
   explicit Impl(RouterConfig c) : config(std::move(c)) {}
@@ -145,14 +234,14 @@ struct Router::Impl {
   // --- per-loop request path ---
   awaitable<void> Accept(Loop& L);
   template <class Stream>
-  awaitable<void> Serve(Loop& L, Stream& client, std::string peer_ip);
+  awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip);
   template <class Stream>
-  awaitable<bool> Handle(Loop& L, Stream& client, beast::flat_buffer& buf,
+  awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, beast::flat_buffer& buf,
                          http::request_parser<http::buffer_body>& p, const std::string& peer_ip,
                          std::shared_ptr<Tenant>& cached_tenant, std::string& cached_key);
   struct Forwarded;
   template <class Stream>
-  awaitable<void> Forward(Loop& L, Stream& client, beast::flat_buffer& client_buf,
+  awaitable<void> Forward(Loop& L, Stream& client, Deadline& lowest, beast::flat_buffer& client_buf,
                           http::request_parser<http::buffer_body>& p, UpstreamState& up,
                           const std::string& head, const std::string& body, bool body_complete,
                           Framing up_framing, bool keep_alive, Forwarded& out);
@@ -263,6 +352,7 @@ absl::Status Router::Start() {
   for (auto& L : I.loops) {
     Loop* lp = L.get();
     net::co_spawn(lp->ioc, I.Accept(*lp), net::detached);
+    net::co_spawn(lp->ioc, Sweep(*lp), net::detached);
     lp->thread = std::thread([lp] { lp->ioc.run(); });
   }
   if (I.config.probe_interval.count() > 0) {
@@ -363,7 +453,6 @@ void Router::Impl::ConnectionFailed(Loop& L, UpstreamState& up) {
   up.failures++;
   auto backoff = config.ejection_base * (1 << std::min(up.failures - 1, 10));
   up.ejected_until = Clock::now() + std::min<milliseconds>(backoff, config.ejection_max);
-  for (auto& c : up.idle) c->s.close();
   up.idle.clear();
   Inc(L.stats.ejections);
   std::lock_guard<std::mutex> lock(suspects_mu);
@@ -383,9 +472,9 @@ void Router::Impl::SetHealth(Loop& L, const std::string& address, Health h) {
   // Down or hung: requests waiting on it are re-sent to their standby now.
   for (UpConn* c : up.waiting) {
     c->hung_cancel = true;
-    c->s.cancel();
+    error_code ec;
+    c->s.cancel(ec);
   }
-  for (auto& c : up.idle) c->s.close();
   up.idle.clear();
 }
 
@@ -407,25 +496,26 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
     if (!L.tls) {
       net::co_spawn(
           L.ioc,
-          [this, &L, s = beast::tcp_stream(std::move(sock)),
-           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
-            co_await Serve(L, s, std::move(peer_ip));
+          [this, &L, s = std::move(sock), peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            Deadline d(L, s);
+            co_await Serve(L, s, d, std::move(peer_ip));
           },
           net::detached);
     } else {
       net::co_spawn(
           L.ioc,
-          [this, &L, ctx = L.tls, s = beast::ssl_stream<beast::tcp_stream>(std::move(sock), *L.tls),
+          [this, &L, ctx = L.tls, s = beast::ssl_stream<tcp::socket>(std::move(sock), *L.tls),
            peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            Deadline d(L, beast::get_lowest_layer(s));
             error_code hec;
-            beast::get_lowest_layer(s).expires_after(config.limits.header_timeout);
+            d.Arm(config.limits.header_timeout);
             co_await s.async_handshake(ssl::stream_base::server, Redirect(hec));
             if (hec) {
               Inc(L.stats.tls_handshake_failures);
               co_return;
             }
-            co_await Serve(L, s, std::move(peer_ip));
-            beast::get_lowest_layer(s).expires_after(milliseconds(1000));
+            co_await Serve(L, s, d, std::move(peer_ip));
+            d.Arm(milliseconds(1000));
             co_await s.async_shutdown(Redirect(hec));
           },
           net::detached);
@@ -434,17 +524,17 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
 }
 
 template <class Stream>
-awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, std::string peer_ip) {
+awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
+                                    std::string peer_ip) {
   beast::flat_buffer buf;
   std::shared_ptr<Tenant> cached_tenant;
   std::string cached_key;
-  auto& lowest = beast::get_lowest_layer(client);
   for (bool first = true;; first = false) {
     error_code ec;
     if (!first && buf.size() == 0) {
       // Between requests: the idle timeout. The head itself then gets the
       // (shorter) header timeout, against slowloris.
-      lowest.expires_after(config.limits.idle_timeout);
+      lowest.Arm(config.limits.idle_timeout);
       size_t n = co_await client.async_read_some(buf.prepare(4096), Redirect(ec));
       if (ec) co_return;
       buf.commit(n);
@@ -452,10 +542,10 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, std::string peer_ip
     http::request_parser<http::buffer_body> p;
     p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
     p.body_limit(config.limits.max_body_bytes);
-    lowest.expires_after(config.limits.header_timeout);
+    lowest.Arm(config.limits.header_timeout);
     co_await http::async_read_header(client, buf, p, Redirect(ec));
     if (ec) {
-      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+      if (ec == http::error::end_of_stream || lowest.expired() ||
           ec == net::error::eof || ec == net::error::connection_reset ||
           ec == net::error::operation_aborted || buf.size() == 0) {
         co_return;  // closed, reset or silent: nothing to answer
@@ -464,11 +554,11 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, std::string peer_ip
       Inc(L.stats.router_answers[static_cast<size_t>(r)]);
       std::string out = ErrorResponse(r, absl::StrCat("malformed request: ", ec.message()), "", 0,
                                       /*keep_alive=*/false);
-      lowest.expires_after(milliseconds(1000));
+      lowest.Arm(milliseconds(1000));
       co_await net::async_write(client, net::buffer(out), Redirect(ec));
       co_return;
     }
-    bool keep = co_await Handle(L, client, buf, p, peer_ip, cached_tenant, cached_key);
+    bool keep = co_await Handle(L, client, lowest, buf, p, peer_ip, cached_tenant, cached_key);
     if (!keep) co_return;
   }
 }
@@ -484,14 +574,14 @@ struct Router::Impl::Forwarded {
 };
 
 template <class Stream>
-awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer& buf,
+awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
+                                     beast::flat_buffer& buf,
                                      http::request_parser<http::buffer_body>& p,
                                      const std::string& peer_ip,
                                      std::shared_ptr<Tenant>& cached_tenant,
                                      std::string& cached_key) {
   Inc(L.stats.requests);
   auto& req = p.get();
-  auto& lowest = beast::get_lowest_layer(client);
   bool keep_alive = req.keep_alive();
   std::string stream_id;
   error_code ec;
@@ -503,7 +593,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer
     bool keep = keep_alive && p.is_done();
     std::string out = ErrorResponse(r, detail, stream_id, retry_after, keep);
     error_code wec;
-    lowest.expires_after(config.limits.body_timeout);
+    lowest.Arm(config.limits.body_timeout);
     co_await net::async_write(client, net::buffer(out), Redirect(wec));
     co_return keep && !wec;
   };
@@ -628,17 +718,17 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer
   // Body: buffered up to the retry buffer, so it can be re-sent.
   if (req[http::field::expect] == "100-continue" && !p.is_done()) {
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    lowest.expires_after(config.limits.body_timeout);
+    lowest.Arm(config.limits.body_timeout);
     co_await net::async_write(client, net::buffer(kContinue), Redirect(ec));
     if (ec) co_return false;
   }
   std::string body;
-  std::unique_ptr<char[]> chunk;
+  std::unique_ptr<Chunk> chunk;
   while (!p.is_done() && body.size() < config.limits.retry_buffer_bytes) {
-    if (!chunk) chunk = std::make_unique<char[]>(kChunk);
-    req.body().data = chunk.get();
+    if (!chunk) chunk = std::make_unique<Chunk>(L);
+    req.body().data = chunk->get();
     req.body().size = kChunk;
-    lowest.expires_after(config.limits.body_timeout);
+    lowest.Arm(config.limits.body_timeout);
     co_await http::async_read_some(client, buf, p, Redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
@@ -650,7 +740,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer
       Inc(L.stats.client_aborts);
       co_return false;  // the client went away mid-body
     }
-    body.append(chunk.get(), kChunk - req.body().size);
+    body.append(chunk->get(), kChunk - req.body().size);
   }
   bool complete = p.is_done();
   Framing framing = Framing::kNone;
@@ -695,7 +785,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer
     AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, peer_ip, framing,
                        length, &head);
     f = Forwarded{};
-    co_await Forward(L, client, buf, p, up, head, body, complete, framing, keep_alive, f);
+    co_await Forward(L, client, lowest, buf, p, up, head, body, complete, framing, keep_alive, f);
     if (i > 0) L.retries_in_flight--;
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
@@ -723,12 +813,12 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, beast::flat_buffer
 }
 
 template <class Stream>
-awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffer& client_buf,
+awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
+                                      beast::flat_buffer& client_buf,
                                       http::request_parser<http::buffer_body>& p,
                                       UpstreamState& up, const std::string& head,
                                       const std::string& body, bool body_complete,
                                       Framing up_framing, bool keep_alive, Forwarded& out) {
-  auto& lowest = beast::get_lowest_layer(client);
   error_code ec;
   std::unique_ptr<UpConn> conn;
   bool pooled = false;
@@ -753,15 +843,15 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
       pooled = true;
       Inc(L.stats.reuses);
     } else {
-      conn = std::make_unique<UpConn>(L.ioc.get_executor());
-      conn->s.expires_after(config.limits.connect_timeout);
+      conn = std::make_unique<UpConn>(L, L.ioc.get_executor());
+      conn->deadline.Arm(config.limits.connect_timeout);
       co_await conn->s.async_connect(up.endpoint, Redirect(ec));
       Inc(L.stats.connects);
       if (ec) {
-        fail(ec == beast::error::timeout ? "connect timeout" : "connect: " + ec.message(), true);
+        fail(conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message(), true);
         co_return;
       }
-      conn->s.socket().set_option(tcp::no_delay(true), ec);
+      conn->s.set_option(tcp::no_delay(true), ec);
     }
     // Head and buffered body in one write.
     std::array<net::const_buffer, 4> bufs;
@@ -778,7 +868,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
         bufs[nb++] = net::buffer(body);
       }
     }
-    conn->s.expires_after(config.limits.body_timeout);
+    conn->deadline.Arm(config.limits.body_timeout);
     co_await net::async_write(conn->s, std::vector<net::const_buffer>(bufs.begin(), bufs.begin() + nb),
                               Redirect(ec));
     if (ec) {
@@ -800,11 +890,11 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
   if (!body_complete) {
     out.body_consumed = true;
     auto& req = p.get();
-    auto chunk = std::make_unique<char[]>(kChunk);
+    Chunk chunk(L);
     while (!p.is_done()) {
       req.body().data = chunk.get();
       req.body().size = kChunk;
-      lowest.expires_after(config.limits.body_timeout);
+      lowest.Arm(config.limits.body_timeout);
       co_await http::async_read_some(client, client_buf, p, Redirect(ec));
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
@@ -821,7 +911,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
       } else {
         wb = {net::buffer(chunk.get(), n)};
       }
-      conn->s.expires_after(config.limits.body_timeout);
+      conn->deadline.Arm(config.limits.body_timeout);
       co_await net::async_write(conn->s, wb, Redirect(ec));
       if (ec) {
         out.retryable = true;
@@ -847,7 +937,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
     rp.emplace();
     rp->body_limit(std::numeric_limits<uint64_t>::max());
     if (head_request) rp->skip(true);
-    conn->s.expires_after(config.limits.response_timeout);
+    conn->deadline.Arm(config.limits.response_timeout);
     up.waiting.insert(conn.get());
     co_await http::async_read_header(conn->s, conn->buf, *rp, Redirect(ec));
     up.waiting.erase(conn.get());
@@ -858,7 +948,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
   if (ec) {
     if (conn->hung_cancel) {
       fail("hung", false);  // the prober judged it; already ejected
-    } else if (ec == beast::error::timeout) {
+    } else if (conn->deadline.expired()) {
       out.timeout = true;
       fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
            true);
@@ -898,13 +988,13 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
   std::string pending;
   pending.reserve(512);
   AppendClientHead(res, down, len, keep_alive, &pending);
-  auto chunk = std::make_unique<char[]>(kChunk);
+  Chunk chunk(L);
   bool head_only = head_request || status == 204 || status == 304;
   bool ok = true;
   while (!head_only && !rp->is_done()) {
     res.body().data = chunk.get();
     res.body().size = kChunk;
-    conn->s.expires_after(config.limits.response_timeout);
+    conn->deadline.Arm(config.limits.response_timeout);
     co_await http::async_read_some(conn->s, conn->buf, *rp, Redirect(ec));
     if (ec == http::error::need_buffer) ec = {};
     if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
@@ -925,7 +1015,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
       pending.append(chunk.get(), n);
     }
     if (pending.size() >= kChunk || rp->is_done()) {
-      lowest.expires_after(config.limits.body_timeout);
+      lowest.Arm(config.limits.body_timeout);
       co_await net::async_write(client, net::buffer(pending), Redirect(ec));
       out.started = true;
       pending.clear();
@@ -937,7 +1027,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
   }
   if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
   if (!pending.empty()) {
-    lowest.expires_after(config.limits.body_timeout);
+    lowest.Arm(config.limits.body_timeout);
     co_await net::async_write(client, net::buffer(pending), Redirect(ec));
     out.started = true;
     if (ec) {
@@ -955,7 +1045,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, beast::flat_buffe
     co_return;
   }
   if (upstream_reusable && up.idle.size() < kMaxIdlePerUpstream && up.health == Health::kUp) {
-    conn->s.expires_never();
+    conn->deadline.Disarm();
     up.idle.push_back(std::move(conn));
   }
 }
