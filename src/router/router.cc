@@ -550,10 +550,17 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
           ec == net::error::operation_aborted || buf.size() == 0) {
         co_return;  // closed, reset or silent: nothing to answer
       }
-      Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge : Reason::kBadRequest;
+      Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge
+                 : ec == http::error::body_limit  ? Reason::kBodyTooLarge
+                                                  : Reason::kBadRequest;
       Inc(L.stats.router_answers[static_cast<size_t>(r)]);
-      std::string out = ErrorResponse(r, absl::StrCat("malformed request: ", ec.message()), "", 0,
-                                      /*keep_alive=*/false);
+      std::string detail =
+          r == Reason::kBodyTooLarge
+              ? absl::StrCat("Content-Length over ", config.limits.max_body_bytes, " bytes")
+          : r == Reason::kHeaderTooLarge
+              ? absl::StrCat("request head over ", config.limits.max_header_bytes, " bytes")
+              : absl::StrCat("malformed request: ", ec.message());
+      std::string out = ErrorResponse(r, detail, "", 0, /*keep_alive=*/false);
       lowest.Arm(milliseconds(1000));
       co_await net::async_write(client, net::buffer(out), Redirect(ec));
       co_return;

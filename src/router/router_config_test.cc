@@ -1,1 +1,97 @@
+#include "router/router_config.h"
+
 #include <gtest/gtest.h>
+
+#include "common/net_util.h"
+
+namespace gpuha::router {
+namespace {
+
+std::string Hash(const std::string& k) { return common::Sha256Hex(k); }
+
+TEST(RouterConfigTest, ParsesAFullFile) {
+  std::string yaml = R"(listen: 127.0.0.1:8443
+admin: 127.0.0.1:9901
+threads: 2
+id: edge-1
+controllers: [127.0.0.1:7400, "localhost:7410"]
+tls: {cert: s.pem, key: s.key}
+tenants:
+  - name: acme
+    api_keys_sha256: [)" + Hash("k1") + R"(]
+    requests_per_second: 100
+    burst: 20
+    max_concurrent: 8
+routes:
+  - {stream: cam-1, tenant: acme, primary: 127.0.0.1:9001, standby: 127.0.0.1:9002}
+limits: {max_header_bytes: 8192, retry_buffer_bytes: 4096, response_timeout_ms: 2000}
+failover: {retry_budget_percent: 10, probe_interval_ms: 20, hang_after_ms: 80}
+)";
+  auto c = ParseRouterConfig(yaml, "r.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.port, 8443);
+  EXPECT_EQ(c->admin.port, 9901);
+  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->router_id, "edge-1");
+  ASSERT_EQ(c->controllers.size(), 2u);
+  EXPECT_EQ(c->controllers[1].str(), "127.0.0.1:7410");
+  ASSERT_EQ(c->tenants.size(), 1u);
+  EXPECT_EQ(c->tenants[0].key_hashes[0], Hash("k1"));
+  EXPECT_EQ(c->tenants[0].max_concurrent, 8);
+  EXPECT_DOUBLE_EQ(c->tenants[0].burst, 20);
+  ASSERT_EQ(c->routes.size(), 1u);
+  EXPECT_EQ(c->routes[0].standby, "127.0.0.1:9002");
+  EXPECT_EQ(c->limits.max_header_bytes, 8192u);
+  EXPECT_EQ(c->limits.retry_buffer_bytes, 4096u);
+  EXPECT_EQ(c->limits.response_timeout.count(), 2000);
+  EXPECT_EQ(c->hang_after.count(), 80);
+}
+
+TEST(RouterConfigTest, DefaultsAreUsable) {
+  auto c = ParseRouterConfig("", "empty.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen.str(), "127.0.0.1:8080");
+  EXPECT_TRUE(c->tenants.empty());
+  EXPECT_GT(c->probe_interval.count(), 0);
+}
+
+struct BadCase {
+  std::string yaml;
+  std::string expect;  // substring of the error
+};
+
+TEST(RouterConfigTest, BadInputNamesTheField) {
+  std::vector<BadCase> cases = {
+      {"listen: nowhere", "listen"},
+      {"threads: -1", "threads"},
+      {"tenants:\n  - name: a\n    api_keys_sha256: [abc]", "tenants[0].api_keys_sha256"},
+      {"tenants:\n  - name: a\n    api_keys_sha256: [" + std::string(64, 'A') + "]",
+       "lower-case hex"},
+      {"tenants:\n  - api_keys_sha256: [" + Hash("x") + "]", "name"},
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "]}\n  - {name: b, "
+       "api_keys_sha256: [" + Hash("x") + "]}",
+       "two tenants"},
+      {"routes:\n  - {stream: s, primary: 1.2.3.4}", "routes[0].primary"},
+      {"routes:\n  - {stream: s, primary: 127.0.0.1:1}\n  - {stream: s, primary: 127.0.0.1:2}",
+       "listed twice"},
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
+           "]}\nroutes:\n  - {stream: s, tenant: b, primary: 127.0.0.1:1}",
+       "tenant 'b'"},
+      {"limits: {max_headers: 0}", "limits.max_headers"},
+      {"limits: {header_timeout_ms: soon}", "limits.header_timeout_ms"},
+      {"failover: {probe_interval_ms: 50, hang_after_ms: 20}", "hang_after_ms"},
+      {"failover: {probe_path: health}", "probe_path"},
+      {"tls: {cert: a.pem}", "tls"},
+      {"listn: 127.0.0.1:80", "listn"},
+  };
+  for (const BadCase& b : cases) {
+    auto c = ParseRouterConfig(b.yaml, "r.yaml");
+    ASSERT_FALSE(c.ok()) << b.yaml;
+    EXPECT_NE(c.status().message().find(b.expect), std::string::npos)
+        << "yaml: " << b.yaml << "\nerror: " << c.status().message();
+    EXPECT_NE(c.status().message().find("r.yaml"), std::string::npos) << c.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace gpuha::router

@@ -1,1 +1,383 @@
+// The router in-process against TestBackends on loopback: routing, tenants,
+// failover (refused, hung, stale), limits, bad input, TLS, reload, metrics.
+#include "router/router.h"
+
 #include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <map>
+#include <thread>
+
+#include "common/net_util.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/test_certs.h"
+#include "router/testing/test_backend.h"
+
+namespace gpuha::router {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+using router::testing::TestBackend;
+using std::chrono::milliseconds;
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+  std::string error;  // transport error, if any
+};
+
+// One request on a fresh connection (or `sock` if given), raw bytes out.
+template <class Stream>
+Reply Exchange(Stream& s, const std::string& raw) {
+  Reply r;
+  boost::system::error_code ec;
+  net::write(s, net::buffer(raw), ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  beast::flat_buffer buf;
+  beast::http::response_parser<beast::http::string_body> p;
+  p.body_limit(64 << 20);
+  beast::http::read(s, buf, p, ec);
+  if (ec) {
+    r.error = ec.message();
+    return r;
+  }
+  r.status = p.get().result_int();
+  for (const auto& f : p.get()) r.headers[std::string(f.name_string())] = std::string(f.value());
+  r.body = p.get().body();
+  return r;
+}
+
+Reply Send(uint16_t port, const std::string& raw) {
+  net::io_context ioc;
+  tcp::socket s(ioc);
+  boost::system::error_code ec;
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return Reply{0, {}, "", ec.message()};
+  struct timeval tv = {10, 0};
+  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return Exchange(s, raw);
+}
+
+std::string Get(const std::string& target, const std::string& key = "k-acme",
+                const std::string& extra = "") {
+  return "GET " + target + " HTTP/1.1\r\nHost: r\r\n" +
+         (key.empty() ? "" : "X-Api-Key: " + key + "\r\n") + extra + "\r\n";
+}
+
+// Accepts connections (the kernel does) and never answers: a hung server.
+class Blackhole {
+ public:
+  Blackhole() : a_(ioc_, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0)) {}
+  std::string address() const { return "127.0.0.1:" + std::to_string(a_.local_endpoint().port()); }
+
+ private:
+  net::io_context ioc_;
+  tcp::acceptor a_;
+};
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = *TestBackend::Start({.name = "a"});
+    b_ = *TestBackend::Start({.name = "b"});
+    config_.listen = {"127.0.0.1", 0};
+    config_.threads = 2;
+    config_.probe_interval = milliseconds(10);
+    config_.hang_after = milliseconds(80);
+    config_.tenants = {{"acme", {common::Sha256Hex("k-acme")}, 0, 0, 0},
+                       {"other", {common::Sha256Hex("k-other")}, 0, 0, 0}};
+    config_.routes = {{"cam-1", "acme", a_->address(), b_->address()},
+                      {"cam-2", "other", b_->address(), a_->address()}};
+  }
+  void StartRouter() {
+    router_ = std::make_unique<Router>(config_);
+    ASSERT_TRUE(router_->Start().ok());
+  }
+  uint16_t port() const { return router_->port(); }
+
+  std::unique_ptr<TestBackend> a_, b_;
+  RouterConfig config_;
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(RouterTest, RoutesAStreamToItsPrimaryWithTenantHeaders) {
+  StartRouter();
+  Reply r = Send(port(), Get("/streams/cam-1/v2/models/m/infer?x=1"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("target":"/v2/models/m/infer?x=1")"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("tenant":"acme","stream":"cam-1","api_key":"")"), std::string::npos)
+      << r.body;
+  // The header form reaches the same primary.
+  r = Send(port(), Get("/x", "k-acme", "X-Gpuha-Stream: cam-1\r\n"));
+  EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos) << r.body;
+}
+
+TEST_F(RouterTest, TenantsSeeOnlyTheirOwnStreams) {
+  StartRouter();
+  Reply r = Send(port(), Get("/streams/cam-2/x", "k-acme"));
+  EXPECT_EQ(r.status, 404);  // exists, but not acme's: 404, not 403
+  EXPECT_NE(r.body.find(R"("error":"unknown_stream")"), std::string::npos) << r.body;
+  EXPECT_EQ(Send(port(), Get("/streams/nope/x", "k-acme")).status, 404);
+  EXPECT_EQ(Send(port(), Get("/streams/cam-2/x", "k-other")).status, 200);
+  r = Send(port(), Get("/streams/cam-1/x", ""));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.body.find("no API key"), std::string::npos);
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x", "wrong")).status, 401);
+  // No stream: the tenant's own least-loaded active node.
+  r = Send(port(), Get("/v2/models/m", "k-other"));
+  EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+}
+
+TEST_F(RouterTest, RefusedPrimaryFailsOverToStandbyAndSticks) {
+  StartRouter();
+  ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->Stop();
+  for (int i = 0; i < 20; ++i) {
+    Reply r = Send(port(), Get("/streams/cam-1/x"));
+    ASSERT_EQ(r.status, 200) << i << " " << r.error << r.body;
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos);
+  }
+  std::string m = router_->MetricsText();
+  EXPECT_NE(m.find("gpuha_router_ejections_total"), std::string::npos);
+  EXPECT_NE(router_->TakeSuspects().size(), 0u);  // a hint for the controller
+}
+
+TEST_F(RouterTest, HungPrimaryRequestsAreResentToTheStandby) {
+  Blackhole hole;
+  config_.routes = {{"cam-1", "acme", hole.address(), b_->address()}};
+  StartRouter();
+  auto t0 = std::chrono::steady_clock::now();
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos);
+  EXPECT_LT(took, std::chrono::seconds(5));
+  std::printf("hung primary: answered by the standby after %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<milliseconds>(took).count()));
+}
+
+TEST_F(RouterTest, SlowButHealthyRequestsAreNotCut) {
+  StartRouter();
+  Reply r = Send(port(), Get("/streams/cam-1/x?delay_ms=600"));
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos);
+  EXPECT_EQ(b_->requests(), 0u);  // never duplicated to the standby
+  EXPECT_NE(router_->MetricsText().find("gpuha_router_retries_total 0"), std::string::npos);
+}
+
+TEST_F(RouterTest, AllUpstreamsDownGetAClearAnswer) {
+  StartRouter();
+  a_->Stop();
+  b_->Stop();
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  EXPECT_TRUE(r.status == 502 || r.status == 503) << r.status;
+  EXPECT_NE(r.body.find(R"("reason":)"), std::string::npos) << r.body;
+  EXPECT_EQ(r.headers["Content-Type"], "application/json");
+}
+
+TEST_F(RouterTest, EmptyRouteTableAndUnplacedStreams) {
+  config_.routes.clear();
+  StartRouter();
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 404);
+  Reply r = Send(port(), Get("/v2/models/m"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("no active node"), std::string::npos);
+  v1::RouteSnapshot s;
+  s.set_version(2);
+  v1::Route* route = s.add_routes();
+  route->set_stream("cam-9");
+  route->set_tenant("acme");  // no primary: over capacity
+  router_->SetRoutes(RouteTable::FromSnapshot(s));
+  r = Send(port(), Get("/streams/cam-9/x"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.headers["Retry-After"], "1");
+}
+
+TEST_F(RouterTest, RouteSwapMovesNewRequests) {
+  StartRouter();
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a")"),
+            std::string::npos);
+  v1::RouteSnapshot s;
+  s.set_version(5);
+  v1::Route* route = s.add_routes();
+  route->set_stream("cam-1");
+  route->set_tenant("acme");
+  route->mutable_primary()->set_node("b");
+  route->mutable_primary()->set_address(b_->address());
+  router_->SetRoutes(RouteTable::FromSnapshot(s));
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"),
+            std::string::npos);
+  EXPECT_NE(router_->MetricsText().find("gpuha_router_route_version 5"), std::string::npos);
+}
+
+TEST_F(RouterTest, RateLimitAndQuotaAnswer429WithRetryAfter) {
+  config_.tenants[0].requests_per_second = 1;
+  config_.tenants[0].burst = 2;
+  config_.tenants[1].max_concurrent = 1;
+  StartRouter();
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.headers["Retry-After"], "1");
+  EXPECT_NE(r.body.find("rate_limited"), std::string::npos);
+  // Quota: one slow request in flight, a second is refused.
+  std::thread slow([&] { Send(port(), Get("/streams/cam-2/x?delay_ms=500", "k-other")); });
+  std::this_thread::sleep_for(milliseconds(150));
+  r = Send(port(), Get("/streams/cam-2/x", "k-other"));
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(r.body.find("over_quota"), std::string::npos);
+  slow.join();
+  EXPECT_EQ(Send(port(), Get("/streams/cam-2/x", "k-other")).status, 200);
+}
+
+TEST_F(RouterTest, BadRequestsGetClearErrorsAndNeverCrashIt) {
+  config_.limits.max_header_bytes = 1024;
+  config_.limits.max_headers = 10;
+  config_.limits.max_body_bytes = 1000;
+  StartRouter();
+  Reply r = Send(port(), "GARBAGE\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("malformed request"), std::string::npos) << r.body;
+  r = Send(port(), Get("/streams/cam-1/x", "k-acme", "X-Big: " + std::string(2000, 'a') + "\r\n"));
+  EXPECT_EQ(r.status, 431);
+  std::string many;
+  for (int i = 0; i < 12; ++i) many += "X-H" + std::to_string(i) + ": v\r\n";
+  r = Send(port(), Get("/streams/cam-1/x", "k-acme", many));
+  EXPECT_EQ(r.status, 431);
+  EXPECT_NE(r.body.find("too_many_headers"), std::string::npos);
+  r = Send(port(), "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
+                       std::string(5000, 'x'));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(Send(port(), Get("/streams/bad%20id/x")).status, 400);
+  r = Send(port(), "GET /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  // Still serving.
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+}
+
+TEST_F(RouterTest, StreamsLargeAndChunkedBodiesBothWays) {
+  config_.limits.retry_buffer_bytes = 64 * 1024;
+  StartRouter();
+  // 3 MB chunked request body: past the retry buffer, streamed through.
+  std::string raw = "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n";
+  std::string piece(100000, 'z');
+  for (int i = 0; i < 30; ++i) raw += "186a0\r\n" + piece + "\r\n";
+  raw += "0\r\n\r\n";
+  Reply r = Send(port(), raw);
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("body_bytes":3000000)"), std::string::npos) << r.body;
+  // A 1 MiB chunked response arrives whole.
+  r = Send(port(), Get("/streams/cam-1/x?size=1048576&chunked=1"));
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.body.size(), 1048576u);
+  // Keep-alive: several requests on one connection.
+  net::io_context ioc;
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+  for (int i = 0; i < 5; ++i) {
+    Reply k = Exchange(s, Get("/streams/cam-1/x?size=70000"));
+    ASSERT_EQ(k.status, 200) << i << k.error;
+    EXPECT_EQ(k.body.size(), 70000u);
+  }
+}
+
+TEST_F(RouterTest, BodyStreamedPastTheBufferIsNotRetried) {
+  Blackhole hole;
+  config_.routes = {{"cam-1", "acme", hole.address(), b_->address()}};
+  config_.limits.retry_buffer_bytes = 1024;
+  config_.probe_interval = milliseconds(0);  // no prober: the hang shows as a timeout
+  config_.limits.response_timeout = milliseconds(300);
+  StartRouter();
+  std::string raw = "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+                    "Content-Length: 100000\r\n\r\n" + std::string(100000, 'q');
+  Reply r = Send(port(), raw);
+  EXPECT_EQ(r.status, 502) << r.error << r.body;
+  EXPECT_NE(r.body.find("not_replayable"), std::string::npos) << r.body;
+  EXPECT_EQ(b_->requests(), 0u);
+  // A small body in the same situation is re-sent.
+  r = Send(port(), "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+                   "Content-Length: 3\r\n\r\nabc");
+  EXPECT_EQ(r.status, 200) << r.error << r.body;
+}
+
+TEST_F(RouterTest, ClientLeavingMidBodyIsCountedAndHarmless) {
+  StartRouter();
+  {
+    net::io_context ioc;
+    tcp::socket s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    std::string head = "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+                       "Content-Length: 100000\r\n\r\nabc";
+    net::write(s, net::buffer(head));
+  }  // closed mid-body
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  EXPECT_NE(router_->MetricsText().find("gpuha_router_client_aborts_total 1"), std::string::npos);
+}
+
+TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
+  const std::string dir = gpuha::testing::TestTempDir().string();
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  config_.tls_cert = dir + "/server.pem";
+  config_.tls_key = dir + "/server.key";
+  StartRouter();
+  auto tls_get = [&](int max_version) -> Reply {
+    net::io_context ioc;
+    net::ssl::context ctx(net::ssl::context::tls_client);
+    ctx.load_verify_file(dir + "/ca.pem");
+    ctx.set_verify_mode(net::ssl::verify_peer);
+    SSL_CTX_set_max_proto_version(ctx.native_handle(), max_version);
+    SSL_CTX_set_min_proto_version(ctx.native_handle(), TLS1_VERSION);
+    SSL_CTX_set_security_level(ctx.native_handle(), 0);
+    beast::ssl_stream<tcp::socket> s(ioc, ctx);
+    s.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    boost::system::error_code ec;
+    s.handshake(net::ssl::stream_base::client, ec);
+    if (ec) return Reply{0, {}, "", "handshake: " + ec.message()};
+    return Exchange(s, Get("/streams/cam-1/x"));
+  };
+  Reply r = tls_get(TLS1_3_VERSION);
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(tls_get(TLS1_2_VERSION).status, 200);
+  EXPECT_EQ(tls_get(TLS1_1_VERSION).status, 0);  // refused: TLS 1.2 or later only
+  // Reload with the agent certificate (same CA): new handshakes use it.
+  RouterConfig next = config_;
+  next.tls_cert = dir + "/agent.pem";
+  next.tls_key = dir + "/agent.key";
+  next.tenants.push_back({"late", {common::Sha256Hex("k-late")}, 0, 0, 0});
+  ASSERT_TRUE(router_->Reload(next).ok());
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
+  // A bad reload is refused and changes nothing.
+  next.tls_key = dir + "/missing.key";
+  absl::Status s = router_->Reload(next);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tls.key"), std::string::npos) << s;
+  EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
+}
+
+TEST_F(RouterTest, BadTlsFilesFailStart) {
+  config_.tls_cert = "/nonexistent/cert.pem";
+  config_.tls_key = "/nonexistent/key.pem";
+  Router r(config_);
+  absl::Status s = r.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tls.cert"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace gpuha::router

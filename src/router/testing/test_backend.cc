@@ -45,10 +45,10 @@ struct TestBackend::Impl {
         if (ec) co_return;
         body_bytes += 64 * 1024 - p.get().body().size;
       }
-      requests->fetch_add(1);
       auto& req = p.get();
       std::string target(req.target());
       std::string path = target.substr(0, target.find('?'));
+      if (path.rfind("/v2/health/", 0) != 0) requests->fetch_add(1);  // probes not counted
       int64_t delay_ms = 0, size = -1, status = 200;
       bool chunked = false;
       if (auto q = target.find('?'); q != std::string::npos) {

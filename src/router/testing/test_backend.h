@@ -34,6 +34,7 @@ class TestBackend {
   void Stop();
   uint16_t port() const { return port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Requests served, health probes excluded.
   uint64_t requests() const { return requests_->load(); }
 
   struct Impl;
