@@ -15,6 +15,7 @@
 #include "common/net_util.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
+#include "router/testing/raw_http.h"
 #include "router/testing/test_backend.h"
 
 namespace gpuha::router {
@@ -23,55 +24,15 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 using tcp = net::ip::tcp;
+using router::testing::Exchange;
+using router::testing::Reply;
+using router::testing::Send;
 using router::testing::TestBackend;
 using std::chrono::milliseconds;
 
-struct Reply {
-  int status = 0;
-  std::map<std::string, std::string> headers;
-  std::string body;
-  std::string error;  // transport error, if any
-};
-
-// One request on a fresh connection (or `sock` if given), raw bytes out.
-template <class Stream>
-Reply Exchange(Stream& s, const std::string& raw) {
-  Reply r;
-  boost::system::error_code ec;
-  net::write(s, net::buffer(raw), ec);
-  if (ec) {
-    r.error = ec.message();
-    return r;
-  }
-  beast::flat_buffer buf;
-  beast::http::response_parser<beast::http::string_body> p;
-  p.body_limit(64 << 20);
-  beast::http::read(s, buf, p, ec);
-  if (ec) {
-    r.error = ec.message();
-    return r;
-  }
-  r.status = p.get().result_int();
-  for (const auto& f : p.get()) r.headers[std::string(f.name_string())] = std::string(f.value());
-  r.body = p.get().body();
-  return r;
-}
-
-Reply Send(uint16_t port, const std::string& raw) {
-  net::io_context ioc;
-  tcp::socket s(ioc);
-  boost::system::error_code ec;
-  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port), ec);
-  if (ec) return Reply{0, {}, "", ec.message()};
-  struct timeval tv = {10, 0};
-  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return Exchange(s, raw);
-}
-
 std::string Get(const std::string& target, const std::string& key = "k-acme",
                 const std::string& extra = "") {
-  return "GET " + target + " HTTP/1.1\r\nHost: r\r\n" +
-         (key.empty() ? "" : "X-Api-Key: " + key + "\r\n") + extra + "\r\n";
+  return router::testing::Get(target, key, extra);
 }
 
 // Accepts connections (the kernel does) and never answers: a hung server.

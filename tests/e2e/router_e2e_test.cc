@@ -1,0 +1,302 @@
+// `gpuha router` as a real process in front of real upstream processes
+// (gpuha-test-backend), on loopback: kill -9 and SIGSTOP of a primary under
+// load, SIGHUP reload, bad config, and routes that follow a real controller
+// while its nodes fail. Gaps are printed for bench/RESULTS.md, not asserted.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/http_server.h"
+#include "common/net_util.h"
+#include "common/testing/temp_dir.h"
+#include "router/testing/raw_http.h"
+#include "tests/e2e/child_process.h"
+
+namespace gpuha::e2e {
+namespace {
+
+using nlohmann::json;
+using router::testing::Exchange;
+using router::testing::Get;
+using router::testing::Reply;
+using router::testing::Send;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+const std::string kGpuha = GPUHA_BINARY;
+const std::string kBackend = GPUHA_TEST_BACKEND;
+
+struct LoadResult {
+  int ok = 0;
+  int failed = 0;
+  double max_gap_ms = 0;
+  std::map<std::string, int> by_backend;
+  std::string first_failure;
+};
+
+// `clients` keep-alive connections each sending back-to-back requests for
+// `stream` until `stop`; a transport error or non-200 is a failure.
+LoadResult RunLoad(uint16_t port, const std::string& key, const std::string& stream, int clients,
+                   const std::atomic<bool>& stop) {
+  std::mutex mu;
+  LoadResult total;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      namespace net = boost::asio;
+      LoadResult mine;
+      net::io_context ioc;
+      std::unique_ptr<net::ip::tcp::socket> s;
+      auto last = Clock::now();
+      while (!stop) {
+        if (!s) {
+          s = std::make_unique<net::ip::tcp::socket>(ioc);
+          boost::system::error_code ec;
+          s->connect({net::ip::make_address("127.0.0.1"), port}, ec);
+          struct timeval tv = {10, 0};
+          setsockopt(s->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        }
+        Reply r = Exchange(*s, Get("/streams/" + stream + "/v2/models/m/infer", key));
+        if (r.status == 200) {
+          mine.ok++;
+          mine.by_backend[r.headers["X-Backend"]]++;
+          auto now = Clock::now();
+          mine.max_gap_ms = std::max(
+              mine.max_gap_ms, std::chrono::duration<double, std::milli>(now - last).count());
+          last = now;
+        } else {
+          mine.failed++;
+          if (mine.first_failure.empty()) {
+            mine.first_failure = r.error.empty() ? std::to_string(r.status) + " " + r.body : r.error;
+          }
+          s.reset();
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      total.ok += mine.ok;
+      total.failed += mine.failed;
+      total.max_gap_ms = std::max(total.max_gap_ms, mine.max_gap_ms);
+      for (auto& [b, n] : mine.by_backend) total.by_backend[b] += n;
+      if (total.first_failure.empty()) total.first_failure = mine.first_failure;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return total;
+}
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class RouterE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = gpuha::testing::TestTempDir(); }
+
+  std::string StartBackend(const std::string& name, uint16_t port = 0) {
+    backends_[name] = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kBackend, "--name", name, "--port", std::to_string(port)});
+    auto p = backends_[name]->WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
+    EXPECT_TRUE(p.has_value()) << backends_[name]->err();
+    return "127.0.0.1:" + p.value_or("0");
+  }
+  void WriteConfig(const std::string& yaml) { std::ofstream(dir_ / "router.yaml") << yaml; }
+  void StartRouter(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {kGpuha, "router", "--config", (dir_ / "router.yaml").string(),
+                                     "--listen", "127.0.0.1:0", "--threads", "2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    router_ = std::make_unique<ChildProcess>(argv);
+    auto rest = router_->WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
+    ASSERT_TRUE(rest.has_value()) << router_->err();
+    port_ = static_cast<uint16_t>(std::stoi(*rest));
+    admin_ = static_cast<uint16_t>(std::stoi(rest->substr(rest->rfind(':') + 1)));
+  }
+  std::string TwoStreamConfig(const std::string& a, const std::string& b) {
+    return "tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") +
+           "]}\nfailover: {probe_interval_ms: 20, hang_after_ms: 100}\nroutes:\n"
+           "  - {stream: s1, tenant: acme, primary: \"" + a + "\", standby: \"" + b + "\"}\n"
+           "  - {stream: s2, tenant: acme, primary: \"" + b + "\", standby: \"" + a + "\"}\n";
+  }
+  // Load on s1 while `fault` runs after 300 ms; 1.5 s in all.
+  LoadResult LoadAround(const std::function<void()>& fault) {
+    std::atomic<bool> stop{false};
+    LoadResult r;
+    std::thread load([&] { r = RunLoad(port_, "k1", "s1", 4, stop); });
+    std::this_thread::sleep_for(milliseconds(300));
+    fault();
+    std::this_thread::sleep_for(milliseconds(1200));
+    stop = true;
+    load.join();
+    return r;
+  }
+
+  std::filesystem::path dir_;
+  std::map<std::string, std::unique_ptr<ChildProcess>> backends_;
+  std::unique_ptr<ChildProcess> router_;
+  uint16_t port_ = 0, admin_ = 0;
+};
+
+TEST_F(RouterE2eTest, KillDashNineOfThePrimaryLosesNoRequest) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  StartRouter();
+  LoadResult r = LoadAround([&] { backends_["a"]->Signal(SIGKILL); });
+  std::printf("kill -9 primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok,
+              r.failed, r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.by_backend["a"], 0);
+  EXPECT_GT(r.by_backend["b"], 0);
+}
+
+TEST_F(RouterE2eTest, HungPrimaryLosesNoRequest) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  StartRouter();
+  LoadResult r = LoadAround([&] { backends_["a"]->Signal(SIGSTOP); });
+  backends_["a"]->Signal(SIGCONT);
+  std::printf("SIGSTOP primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok,
+              r.failed, r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.by_backend["b"], 0);
+  auto m = common::HttpCall("GET", "127.0.0.1", admin_, "/metrics", "", milliseconds(2000));
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("gpuha_router_probe_verdicts_total{verdict=\"hung\"} 1"),
+            std::string::npos)
+      << m->body;
+}
+
+TEST_F(RouterE2eTest, SighupReloadsTenantsWithoutDroppingConnections) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  StartRouter();
+  // A keep-alive connection opened before the reload keeps working.
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::socket s(ioc);
+  s.connect({net::ip::make_address("127.0.0.1"), port_});
+  ASSERT_EQ(Exchange(s, Get("/streams/s1/x", "k1")).status, 200);
+  std::string cfg = TwoStreamConfig(a, b);
+  cfg.replace(cfg.find(common::Sha256Hex("k1")), 64, common::Sha256Hex("k2"));
+  WriteConfig(cfg);
+  router_->Signal(SIGHUP);
+  bool reloaded = false;
+  for (int i = 0; i < 200 && !reloaded; ++i) {
+    reloaded = Send(port_, Get("/streams/s1/x", "k2")).status == 200;
+    if (!reloaded) std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_TRUE(reloaded) << router_->err();
+  EXPECT_EQ(Send(port_, Get("/streams/s1/x", "k1")).status, 401);
+  EXPECT_EQ(Exchange(s, Get("/streams/s1/x", "k2")).status, 200);  // same connection
+  // A broken file is refused and the running config stays.
+  WriteConfig("tenants: [oops");
+  router_->Signal(SIGHUP);
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(Send(port_, Get("/streams/s1/x", "k2")).status, 200);
+  EXPECT_NE(router_->err().find("reload refused"), std::string::npos) << router_->err();
+}
+
+TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
+  WriteConfig("limits: {max_headers: lots}\n");
+  ChildProcess p({kGpuha, "router", "--config", (dir_ / "router.yaml").string()});
+  EXPECT_EQ(p.Wait(milliseconds(10000)), 2);
+  EXPECT_NE(p.err().find("limits.max_headers"), std::string::npos) << p.err();
+  WriteConfig("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n");
+  ChildProcess q({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
+                  "127.0.0.1:0"});
+  EXPECT_EQ(q.Wait(milliseconds(10000)), 2);
+  EXPECT_NE(q.err().find("tls.cert"), std::string::npos) << q.err();
+}
+
+// The whole path: controller, agents, upstreams and a router watching routes.
+TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
+  std::map<std::string, uint16_t> ports = {{"n1", FreePort()}, {"n2", FreePort()}, {"n3", FreePort()}};
+  for (auto& [n, p] : ports) StartBackend(n, p);
+  uint16_t grpc = FreePort(), http = FreePort();
+  std::string nodes;
+  for (auto& [n, p] : ports) {
+    nodes += "  - { name: " + n + ", role: " + (n == "n3" ? "passive" : "active") +
+             ", capacity: 4, address: \"127.0.0.1:" + std::to_string(p) + "\" }\n";
+  }
+  std::ofstream(dir_ / "controller.yaml")
+      << "cluster: { redundancy: 1 }\nnodes:\n" + nodes +
+             "tenants: [acme]\nrecovery: { healthy_for_ms: 500 }\nstartup_grace_ms: 1000\n";
+  ChildProcess controller({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
+                           "--grpc-listen", "127.0.0.1:" + std::to_string(grpc), "--http-listen",
+                           "127.0.0.1:" + std::to_string(http), "--store",
+                           (dir_ / "c.db").string()});
+  ASSERT_TRUE(controller.WaitForLine("gpuha controller grpc", milliseconds(10000)));
+  std::map<std::string, std::unique_ptr<ChildProcess>> agents;
+  for (auto& [n, p] : ports) {
+    agents[n] = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "agent", "--node", n, "--controller", "127.0.0.1:" + std::to_string(grpc), "--gpu",
+        "sim", "--heartbeat-ms", "50"});
+    ASSERT_TRUE(agents[n]->WaitForLine("listening on", milliseconds(10000)));
+  }
+  auto api = [&](const std::string& method, const std::string& path, const std::string& body) {
+    auto r = common::HttpCall(method, "127.0.0.1", http, path, body, milliseconds(5000));
+    return r.ok() ? json::parse(r->body, nullptr, false) : json();
+  };
+  // Wait for every agent, then admit a stream.
+  for (int i = 0; i < 400; ++i) {
+    json all = api("GET", "/api/v1/nodes", "");
+    int connected = 0;
+    for (const json& n : all) connected += n.value("connected", false) ? 1 : 0;
+    if (connected == 3) break;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  api("POST", "/api/v1/streams", json{{"id", "s1"}, {"tenant", "acme"}}.dump());
+  WriteConfig("tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") + "]}\n");
+  StartRouter({"--controller", "127.0.0.1:" + std::to_string(grpc)});
+  Reply first;
+  for (int i = 0; i < 200 && first.status != 200; ++i) {
+    first = Send(port_, Get("/streams/s1/x", "k1"));
+    if (first.status != 200) std::this_thread::sleep_for(milliseconds(25));
+  }
+  ASSERT_EQ(first.status, 200) << first.body << router_->err();
+  std::string primary = first.headers["X-Backend"];
+  ASSERT_TRUE(ports.count(primary)) << primary;
+
+  // Crash the whole primary node: its agent and its server.
+  std::atomic<bool> stop{false};
+  LoadResult r;
+  std::thread load([&] { r = RunLoad(port_, "k1", "s1", 2, stop); });
+  std::this_thread::sleep_for(milliseconds(300));
+  agents[primary]->Signal(SIGKILL);
+  backends_[primary]->Signal(SIGKILL);
+  std::string moved_to;
+  for (int i = 0; i < 200 && moved_to.empty(); ++i) {
+    for (const json& s : api("GET", "/api/v1/streams", "")) {
+      if (s.value("id", "") == "s1" && s.value("primary", "") != primary) {
+        moved_to = s.value("primary", "");
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  stop = true;
+  load.join();
+  std::printf("node crash behind the router: %d ok, %d failed, longest gap %.1f ms, moved %s -> %s\n",
+              r.ok, r.failed, r.max_gap_ms, primary.c_str(), moved_to.c_str());
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  ASSERT_FALSE(moved_to.empty());
+  // The router now follows the controller's route, not only its own stickiness.
+  Reply after = Send(port_, Get("/streams/s1/x", "k1"));
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.headers["X-Backend"], moved_to);
+}
+
+}  // namespace
+}  // namespace gpuha::e2e
