@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/agent_command.h"
 #include "cli/controller_command.h"
+#include "cli/load_command.h"
 #include "cli/plan_command.h"
 #include "cli/router_command.h"
 #include "common/log.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   gpuha::cli::AgentCommand agent(app);
   gpuha::cli::ControllerCommand controller(app);
   gpuha::cli::RouterCommand router(app);
+  gpuha::cli::LoadCommand load(app);
   gpuha::cli::CtlCommand ctl(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   if (agent.app()->parsed()) return agent.Run();
   if (controller.app()->parsed()) return controller.Run();
   if (router.app()->parsed()) return router.Run();
+  if (load.app()->parsed()) return load.Run();
   if (ctl.app()->parsed()) return ctl.Run();
   return gpuha::cli::kExitBadInput;
 }

@@ -47,6 +47,13 @@ failover: {retry_budget_percent: 10, probe_interval_ms: 20, hang_after_ms: 80}
   EXPECT_EQ(c->hang_after.count(), 80);
 }
 
+TEST(RouterConfigTest, TheExampleFileLoads) {
+  auto c = LoadRouterConfig(GPUHA_SOURCE_DIR "/examples/router.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tenants.size(), 2u);
+  EXPECT_EQ(c->controllers.size(), 1u);
+}
+
 TEST(RouterConfigTest, DefaultsAreUsable) {
   auto c = ParseRouterConfig("", "empty.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Failover under open-loop load, gpuha router against nginx and HAProxy with a
+# backup server (each at its defaults and tuned), in one run.
+#
+# 20 streams at RATE req/s in all; cam-0..9 have primary A, cam-10..19 primary
+# B, all have standby C (upstreams are gpuha-test-backend processes). 2% of
+# requests take 1.5 s on a healthy backend. FAULT_AT seconds in, A gets
+# kill -9 (crash) or SIGSTOP (hang). Each peer and fault gets fresh upstreams.
+#   bench/router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
+set -euo pipefail
+gpuha="$(realpath "${1:?usage: router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]}")"
+backend="$(realpath "${2:?test backend binary}")"
+secs="${3:-12}"
+rate="${4:-1000}"
+fault_at=4
+for tool in nginx haproxy; do
+  command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
+done
+work="$(mktemp -d /tmp/gpuha-failover.XXXXXX)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+A=19401 B=19402 C=19403 PROXY=19410
+
+start_backends() {
+  backend_pids=()
+  for p in $A $B $C; do
+    "$backend" --name "$p" --port "$p" --threads 1 >/dev/null & backend_pids+=($!); pids+=($!)
+  done
+  sleep 0.3
+}
+stop_all() {
+  for p in "${backend_pids[@]}" "${proxy_pid:-}"; do
+    [[ -n "$p" ]] || continue
+    kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  sleep 0.3
+}
+
+nginx_conf() {  # $1 = default|tuned
+  local extra="" server_opts=""
+  if [[ $1 == tuned ]]; then
+    extra="proxy_read_timeout 500ms; proxy_connect_timeout 100ms; proxy_next_upstream error timeout http_502 http_503; proxy_next_upstream_tries 2;"
+    server_opts="max_fails=1 fail_timeout=1s"
+  fi
+  cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  upstream ga { server 127.0.0.1:$A $server_opts; server 127.0.0.1:$C backup; keepalive 64; }
+  upstream gb { server 127.0.0.1:$B $server_opts; server 127.0.0.1:$C backup; keepalive 64; }
+  server {
+    listen 127.0.0.1:$PROXY;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    $extra
+    location ~ ^/streams/cam-1[0-9]/ { proxy_pass http://gb; }
+    location ~ ^/streams/cam-[0-9]/ { proxy_pass http://ga; }
+  }
+}
+CONF
+  nginx -p "$work" -c "$work/nginx.conf" & proxy_pid=$!; pids+=($!)
+}
+
+haproxy_conf() {  # $1 = default|tuned
+  local check="check inter 2s fall 3" timeouts="timeout server 30s" retry="retries 3"
+  if [[ $1 == tuned ]]; then
+    check="check inter 100ms fall 2"
+    timeouts="timeout server 500ms"
+    retry="retries 3
+  retry-on all-retryable-errors"
+  fi
+  cat > "$work/haproxy.cfg" <<CONF
+global
+  nbthread 1
+  maxconn 20000
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  $timeouts
+  option http-keep-alive
+  option redispatch
+  $retry
+frontend fe
+  bind 127.0.0.1:$PROXY
+  acl gb path_reg ^/streams/cam-1[0-9]/
+  use_backend gb if gb
+  default_backend ga
+backend ga
+  option httpchk GET /v2/health/ready
+  server a 127.0.0.1:$A $check
+  server c 127.0.0.1:$C $check backup
+backend gb
+  option httpchk GET /v2/health/ready
+  server b 127.0.0.1:$B $check
+  server c 127.0.0.1:$C $check backup
+CONF
+  haproxy -f "$work/haproxy.cfg" -db 2>"$work/haproxy.err" & proxy_pid=$!; pids+=($!)
+}
+
+router_conf() {
+  {
+    echo "listen: 127.0.0.1:$PROXY"
+    echo "threads: 1"
+    echo "routes:"
+    for i in $(seq 0 19); do
+      primary=$([[ $i -lt 10 ]] && echo $A || echo $B)
+      echo "  - {stream: cam-$i, primary: 127.0.0.1:$primary, standby: 127.0.0.1:$C}"
+    done
+  } > "$work/router.yaml"
+  "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & proxy_pid=$!; pids+=($!)
+}
+
+run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang
+  start_backends
+  $2
+  sleep 1
+  "$gpuha" load --target 127.0.0.1:$PROXY --streams 20 --rate "$rate" --seconds "$secs" \
+    --timeout 5 --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet \
+    --json "$work/out.json" >/dev/null 2>&1 &
+  local load=$!
+  sleep "$fault_at"
+  if [[ $3 == crash ]]; then kill -9 "${backend_pids[0]}"; else kill -STOP "${backend_pids[0]}"; fi
+  wait "$load" || true
+  python3 - "$1" "$3" "$work/out.json" <<'PY'
+import json, sys
+peer, fault, path = sys.argv[1:]
+r = json.load(open(path))
+fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
+print(f"| {peer} | {fault} | {r['sent']} | {r['failed']} | {r['max_gap_ms']:.1f} | "
+      f"{r['slow_sent'] - r['slow_ok']} of {r['slow_sent']} | {r['latency_ms']['p99']:.1f} | {fails} |")
+PY
+  stop_all
+}
+
+echo "| peer | fault | sent | failed | longest gap ms | slow requests failed | p99 ms | failures |"
+echo "|---|---|---|---|---|---|---|---|"
+for fault in crash hang; do
+  run_one "gpuha router" router_conf "$fault"
+  run_one "nginx (backup, defaults)" "nginx_conf default" "$fault"
+  run_one "nginx (tuned: read 500ms, next_upstream timeout)" "nginx_conf tuned" "$fault"
+  run_one "HAProxy (inter 2s fall 3, redispatch, retries 3)" "haproxy_conf default" "$fault"
+  run_one "HAProxy (tuned: inter 100ms fall 2, server 500ms, retry-on)" "haproxy_conf tuned" "$fault"
+done

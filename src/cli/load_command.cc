@@ -1,0 +1,74 @@
+#include "cli/load_command.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/exit_codes.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/net_util.h"
+
+namespace gpuha::cli {
+
+LoadCommand::LoadCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand("load", "Load through the router: N streams, T seconds, checked");
+  app_->add_option("--target", target_, "Router HOST:PORT")->capture_default_str();
+  app_->add_option("--streams", o_.streams, "Streams PREFIX0..PREFIX{N-1}")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app_->add_option("--stream-prefix", o_.stream_prefix, "Stream id prefix")->capture_default_str();
+  app_->add_option("--rate", o_.rate, "Requests/s in all, open loop; 0: closed loop")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app_->add_option("--concurrency", o_.concurrency, "Closed loop: clients")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  app_->add_option("--seconds", seconds_, "How long to send")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  app_->add_option("--timeout", timeout_s_, "Per-request timeout, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 3600.0));
+  app_->add_option("--key", o_.api_key, "Tenant API key (or $GPUHA_API_KEY)")->envname("GPUHA_API_KEY");
+  app_->add_option("--path", o_.path, "Path after /streams/ID")->capture_default_str();
+  app_->add_option("--method", o_.method, "HTTP method")->capture_default_str();
+  app_->add_option("--body", o_.body, "Request body");
+  app_->add_option("--slow-fraction", o_.slow_fraction,
+                   "Share of requests sent with --slow-query (legitimately slow work)")
+      ->check(CLI::Range(0.0, 1.0));
+  app_->add_option("--slow-query", o_.slow_query, "Query appended to slow requests");
+  app_->add_option("--json", json_path_, "Also write the report as JSON here");
+  app_->add_flag("--quiet", quiet_, "No progress line");
+}
+
+int LoadCommand::Run() {
+  auto hp = common::ParseHostPort(target_, "--target");
+  if (!hp.ok()) {
+    spdlog::error("load: {}", hp.status().message());
+    return kExitBadInput;
+  }
+  if (o_.path.empty() || o_.path[0] != '/') {
+    spdlog::error("load: --path: must start with '/'");
+    return kExitBadInput;
+  }
+  o_.host = hp->host;
+  o_.port = hp->port;
+  o_.duration = std::chrono::milliseconds(static_cast<int64_t>(seconds_ * 1000));
+  o_.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  o_.progress = !quiet_;
+  auto report = load::RunLoad(o_);
+  if (!report.ok()) {
+    spdlog::error("load: {}", report.status().message());
+    return kExitBadInput;
+  }
+  std::cout << report->Text();
+  if (!json_path_.empty()) {
+    if (absl::Status s = common::WriteFileAtomic(json_path_, report->Json() + "\n"); !s.ok()) {
+      spdlog::error("load: {}", s.message());
+      return kExitFailure;
+    }
+  }
+  return report->failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace gpuha::cli

@@ -1,0 +1,249 @@
+#include "load/load.h"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace gpuha::load {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct StreamState {
+  std::string id;
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  Clock::time_point last_answer;
+  StreamReport report;
+};
+
+class Runner {
+ public:
+  Runner(const LoadOptions& o, net::io_context& ioc) : o_(o), ioc_(ioc), rng_(42) {
+    for (int i = 0; i < o.streams; ++i) {
+      streams_.push_back(std::make_unique<StreamState>());
+      streams_.back()->id = o.stream_prefix + std::to_string(i);
+      streams_.back()->report.stream = streams_.back()->id;
+    }
+  }
+
+  net::awaitable<void> OpenLoop() {
+    net::steady_timer t(ioc_);
+    auto interval = std::chrono::nanoseconds(static_cast<int64_t>(1e9 / o_.rate));
+    auto next = start_;
+    size_t i = 0;
+    while (Clock::now() < end_) {
+      next += interval;
+      StreamState& s = *streams_[i++ % streams_.size()];
+      net::co_spawn(ioc_, One(s), net::detached);
+      if (next > Clock::now()) {
+        t.expires_at(next);
+        error_code ec;
+        co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+      }
+    }
+  }
+
+  net::awaitable<void> ClosedLoop(size_t client) {
+    while (Clock::now() < end_) {
+      co_await One(*streams_[client % streams_.size()]);
+    }
+  }
+
+  net::awaitable<void> One(StreamState& s) {
+    bool slow = o_.slow_fraction > 0 && std::uniform_real_distribution<>(0, 1)(rng_) < o_.slow_fraction;
+    report_.sent++;
+    in_flight_++;
+    if (slow) report_.slow_sent++;
+    std::string target = "/streams/" + s.id + o_.path;
+    if (slow) target += (target.find('?') == std::string::npos ? "?" : "&") + o_.slow_query;
+    std::string req = absl::StrCat(o_.method, " ", target, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
+                                   o_.api_key.empty() ? "" : "X-Api-Key: " + o_.api_key + "\r\n",
+                                   o_.body.empty() && o_.method == "GET"
+                                       ? ""
+                                       : absl::StrCat("Content-Length: ", o_.body.size(), "\r\n"),
+                                   "\r\n", o_.body);
+    auto sent_at = Clock::now();
+    std::string failure;
+    std::unique_ptr<beast::tcp_stream> c;
+    error_code ec;
+    if (!s.idle.empty()) {
+      c = std::move(s.idle.back());
+      s.idle.pop_back();
+    } else {
+      c = std::make_unique<beast::tcp_stream>(ioc_);
+      c->expires_after(o_.timeout);
+      co_await c->async_connect(tcp::endpoint(net::ip::make_address(o_.host), o_.port),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec) failure = "connect: " + ec.message();
+    }
+    bool keep = false;
+    if (failure.empty()) {
+      c->expires_after(o_.timeout);
+      co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
+      beast::flat_buffer buf;
+      http::response_parser<http::string_body> p;
+      p.body_limit(64 << 20);
+      if (!ec) co_await http::async_read(*c, buf, p, net::redirect_error(net::use_awaitable, ec));
+      if (ec == beast::error::timeout) {
+        failure = "timeout";
+      } else if (ec) {
+        failure = "read: " + ec.message();
+      } else if (p.get().result_int() != 200) {
+        failure = absl::StrCat("http_", p.get().result_int());
+      } else {
+        keep = p.keep_alive();
+      }
+    }
+    auto now = Clock::now();
+    in_flight_--;
+    if (failure.empty()) {
+      report_.ok++;
+      s.report.ok++;
+      if (slow) report_.slow_ok++;
+      latencies_.push_back(Ms(now - sent_at));
+      if (now <= end_) {
+        s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
+        s.last_answer = now;
+      }
+      if (keep) {
+        c->expires_never();
+        s.idle.push_back(std::move(c));
+      }
+    } else {
+      report_.failed++;
+      s.report.failed++;
+      report_.failures[failure]++;
+    }
+  }
+
+  net::awaitable<void> Progress() {
+    net::steady_timer t(ioc_);
+    while (Clock::now() < end_ || in_flight_ > 0) {
+      t.expires_after(std::chrono::seconds(1));
+      error_code ec;
+      co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (o_.progress) {
+        std::fprintf(stderr, "\r[%5.1fs] sent %llu  ok %llu  failed %llu  in flight %lld   ",
+                     Ms(Clock::now() - start_) / 1000, (unsigned long long)report_.sent,
+                     (unsigned long long)report_.ok, (unsigned long long)report_.failed,
+                     (long long)in_flight_);
+      }
+      if (Clock::now() > end_ + o_.timeout + std::chrono::seconds(1)) break;
+    }
+    if (o_.progress) std::fprintf(stderr, "\n");
+    // Whatever is still open after the grace is over is left to die.
+    ioc_.stop();
+  }
+
+  LoadReport Run() {
+    start_ = Clock::now();
+    end_ = start_ + o_.duration;
+    for (auto& s : streams_) s->last_answer = start_;
+    if (o_.rate > 0) {
+      net::co_spawn(ioc_, OpenLoop(), net::detached);
+    } else {
+      for (int c = 0; c < o_.concurrency; ++c) net::co_spawn(ioc_, ClosedLoop(c), net::detached);
+    }
+    net::co_spawn(ioc_, Progress(), net::detached);
+    ioc_.run();
+    if (in_flight_ > 0) {  // still unanswered after the timeout's grace
+      report_.failed += static_cast<uint64_t>(in_flight_);
+      report_.failures["no answer"] += static_cast<uint64_t>(in_flight_);
+    }
+    report_.seconds = Ms(std::min(Clock::now(), end_) - start_) / 1000;
+    std::sort(latencies_.begin(), latencies_.end());
+    auto pct = [&](double p) {
+      if (latencies_.empty()) return 0.0;
+      return latencies_[std::min(latencies_.size() - 1, size_t(p * double(latencies_.size())))];
+    };
+    report_.p50_ms = pct(0.5);
+    report_.p99_ms = pct(0.99);
+    report_.p999_ms = pct(0.999);
+    report_.max_ms = latencies_.empty() ? 0 : latencies_.back();
+    for (auto& s : streams_) {
+      // A stream silent at the end counts the silence up to the end.
+      s->report.max_gap_ms = std::max(s->report.max_gap_ms, Ms(end_ - s->last_answer));
+      report_.max_gap_ms = std::max(report_.max_gap_ms, s->report.max_gap_ms);
+      report_.streams.push_back(s->report);
+    }
+    return report_;
+  }
+
+ private:
+  const LoadOptions& o_;
+  net::io_context& ioc_;
+  std::mt19937 rng_;
+  std::vector<std::unique_ptr<StreamState>> streams_;
+  std::vector<double> latencies_;
+  LoadReport report_;
+  int64_t in_flight_ = 0;
+  Clock::time_point start_, end_;
+};
+
+}  // namespace
+
+absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
+  if (o.streams < 1) return absl::InvalidArgumentError("--streams: must be at least 1");
+  if (o.rate < 0) return absl::InvalidArgumentError("--rate: must not be negative");
+  if (o.rate == 0 && o.concurrency < 1) {
+    return absl::InvalidArgumentError("--concurrency: must be at least 1 in closed loop");
+  }
+  if (o.slow_fraction < 0 || o.slow_fraction > 1) {
+    return absl::InvalidArgumentError("--slow-fraction: must be 0 to 1");
+  }
+  error_code ec;
+  net::ip::make_address(o.host, ec);
+  if (ec) return absl::InvalidArgumentError("--target: host must be an IP address");
+  net::io_context ioc(1);
+  Runner r(o, ioc);
+  return r.Run();
+}
+
+std::string LoadReport::Json() const {
+  std::vector<std::string> f, s;
+  for (const auto& [reason, n] : failures) f.push_back(absl::StrFormat("\"%s\":%d", reason, n));
+  for (const StreamReport& st : streams) {
+    s.push_back(absl::StrFormat(R"({"stream":"%s","ok":%d,"failed":%d,"max_gap_ms":%.3f})",
+                                st.stream, st.ok, st.failed, st.max_gap_ms));
+  }
+  return absl::StrFormat(
+      R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
+      R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
+      R"("seconds":%.3f,"streams":[%s]})",
+      sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms,
+      max_ms, max_gap_ms, seconds, absl::StrJoin(s, ","));
+}
+
+std::string LoadReport::Text() const {
+  std::string out = absl::StrFormat(
+      "sent %d  ok %d  failed %d  (%.1f s, %.0f req/s answered)\n"
+      "latency ms: p50 %.2f  p99 %.2f  p999 %.2f  max %.2f\n"
+      "longest stretch with no answer, worst stream: %.1f ms\n",
+      sent, ok, failed, seconds, seconds > 0 ? double(ok) / seconds : 0, p50_ms, p99_ms, p999_ms,
+      max_ms, max_gap_ms);
+  if (slow_sent > 0) out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
+  for (const auto& [reason, n] : failures) out += absl::StrFormat("  failed: %-30s %d\n", reason, n);
+  return out;
+}
+
+}  // namespace gpuha::load
