@@ -841,7 +841,10 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     if (connection_level) ConnectionFailed(L, up);
   };
 
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  auto& method_req = p.get();
+  bool head_request = method_req.method() == http::verb::head;
+  std::optional<http::response_parser<http::buffer_body>> rp;
+  for (int attempt = 0;; ++attempt) {
     pooled = false;
     conn.reset();
     if (!up.idle.empty()) {
@@ -860,6 +863,10 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       }
       conn->s.set_option(tcp::no_delay(true), ec);
     }
+    // A pooled connection the upstream has meanwhile closed fails on write
+    // or at once on read with nothing received: not the upstream's failure.
+    // Re-send once on a fresh connection, if the body can be re-sent.
+    const bool may_resend = pooled && attempt == 0 && body_complete;
     // Head and buffered body in one write.
     std::array<net::const_buffer, 4> bufs;
     size_t nb = 0;
@@ -879,86 +886,81 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     co_await net::async_write(conn->s, std::vector<net::const_buffer>(bufs.begin(), bufs.begin() + nb),
                               Redirect(ec));
     if (ec) {
-      if (pooled) {  // the upstream closed an idle connection: use a fresh one
+      if (may_resend) {
         Inc(L.stats.stale_resends);
         continue;
       }
       fail("write: " + ec.message(), true);
       co_return;
     }
-    break;
-  }
-  if (!conn || ec) {
-    fail("write: " + ec.message(), true);
-    co_return;
-  }
 
-  // The rest of a large body streams through; from here it cannot be re-sent.
-  if (!body_complete) {
-    out.body_consumed = true;
-    auto& req = p.get();
-    Chunk chunk(L);
-    while (!p.is_done()) {
-      req.body().data = chunk.get();
-      req.body().size = kChunk;
-      lowest.Arm(config.limits.body_timeout);
-      co_await http::async_read_some(client, client_buf, p, Redirect(ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        out.client_gone = true;  // also covers body_limit mid-stream: close
-        co_return;
+    // The rest of a large body streams through; from here it cannot be re-sent.
+    if (!body_complete) {
+      out.body_consumed = true;
+      auto& req = p.get();
+      Chunk chunk(L);
+      while (!p.is_done()) {
+        req.body().data = chunk.get();
+        req.body().size = kChunk;
+        lowest.Arm(config.limits.body_timeout);
+        co_await http::async_read_some(client, client_buf, p, Redirect(ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) {
+          out.client_gone = true;  // also covers body_limit mid-stream: close
+          co_return;
+        }
+        size_t n = kChunk - req.body().size;
+        if (n == 0) continue;
+        std::string ch;
+        std::vector<net::const_buffer> wb;
+        if (up_framing == Framing::kChunked) {
+          AppendChunkHeader(n, &ch);
+          wb = {net::buffer(ch), net::buffer(chunk.get(), n), net::buffer("\r\n", 2)};
+        } else {
+          wb = {net::buffer(chunk.get(), n)};
+        }
+        conn->deadline.Arm(config.limits.body_timeout);
+        co_await net::async_write(conn->s, wb, Redirect(ec));
+        if (ec) {
+          out.retryable = true;
+          out.why = "write: " + ec.message();
+          ConnectionFailed(L, up);
+          co_return;
+        }
       }
-      size_t n = kChunk - req.body().size;
-      if (n == 0) continue;
-      std::string ch;
-      std::vector<net::const_buffer> wb;
       if (up_framing == Framing::kChunked) {
-        AppendChunkHeader(n, &ch);
-        wb = {net::buffer(ch), net::buffer(chunk.get(), n), net::buffer("\r\n", 2)};
-      } else {
-        wb = {net::buffer(chunk.get(), n)};
-      }
-      conn->deadline.Arm(config.limits.body_timeout);
-      co_await net::async_write(conn->s, wb, Redirect(ec));
-      if (ec) {
-        out.retryable = true;
-        out.why = "write: " + ec.message();
-        ConnectionFailed(L, up);
-        co_return;
+        co_await net::async_write(conn->s, net::buffer("0\r\n\r\n", 5), Redirect(ec));
+        if (ec) {
+          fail("write: " + ec.message(), true);
+          co_return;
+        }
       }
     }
-    if (up_framing == Framing::kChunked) {
-      co_await net::async_write(conn->s, net::buffer("0\r\n\r\n", 5), Redirect(ec));
-      if (ec) {
-        fail("write: " + ec.message(), true);
-        co_return;
-      }
-    }
-  }
 
-  // The response head: the window in which a failure is still retryable.
-  auto& method_req = p.get();
-  bool head_request = method_req.method() == http::verb::head;
-  std::optional<http::response_parser<http::buffer_body>> rp;
-  for (;;) {
-    rp.emplace();
-    rp->body_limit(std::numeric_limits<uint64_t>::max());
-    if (head_request) rp->skip(true);
-    conn->deadline.Arm(config.limits.response_timeout);
-    up.waiting.insert(conn.get());
-    co_await http::async_read_header(conn->s, conn->buf, *rp, Redirect(ec));
-    up.waiting.erase(conn.get());
-    if (ec) break;
-    int status = rp->get().result_int();
-    if (status / 100 != 1 || status == 101) break;  // skip interim 1xx answers
-  }
-  if (ec) {
+    // The response head: the window in which a failure is still retryable.
+    for (;;) {
+      rp.emplace();
+      rp->body_limit(std::numeric_limits<uint64_t>::max());
+      if (head_request) rp->skip(true);
+      conn->deadline.Arm(config.limits.response_timeout);
+      up.waiting.insert(conn.get());
+      co_await http::async_read_header(conn->s, conn->buf, *rp, Redirect(ec));
+      up.waiting.erase(conn.get());
+      if (ec) break;
+      int status = rp->get().result_int();
+      if (status / 100 != 1 || status == 101) break;  // skip interim 1xx answers
+    }
+    if (!ec) break;
     if (conn->hung_cancel) {
-      fail("hung", false);  // the prober judged it; already ejected
+      fail("hung", false);  // the prober judged it; already marked
     } else if (conn->deadline.expired()) {
       out.timeout = true;
       fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
            true);
+    } else if (may_resend && conn->buf.size() == 0 &&
+               (ec == http::error::end_of_stream || ec == net::error::connection_reset)) {
+      Inc(L.stats.stale_resends);
+      continue;
     } else {
       fail("read: " + ec.message(), true);
     }
@@ -992,9 +994,16 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     down = Framing::kChunked;  // body until close: re-framed for keep-alive
     upstream_reusable = false;
   }
+  bool client_keep = keep_alive;
+  if (down == Framing::kChunked && method_req.version() < 11) {
+    // HTTP/1.0 clients know no chunking: the body ends when we close.
+    down = Framing::kNone;
+    client_keep = false;
+    out.close_client = true;
+  }
   std::string pending;
   pending.reserve(512);
-  AppendClientHead(res, down, len, keep_alive, &pending);
+  AppendClientHead(res, down, len, client_keep, &pending);
   Chunk chunk(L);
   bool head_only = head_request || status == 204 || status == 304;
   bool ok = true;

@@ -331,6 +331,30 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
   EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
 }
 
+TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
+  config_.probe_interval = milliseconds(0);  // only the request path sees the restart
+  StartRouter();
+  ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);  // pools a connection to a
+  uint16_t a_port = a_->port();
+  a_->Stop();  // closes the pooled connection under the router
+  auto restarted = TestBackend::Start({.name = "a2", .port = a_port});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"a2")"), std::string::npos) << r.body;
+  std::string m = router_->MetricsText();
+  EXPECT_NE(m.find("gpuha_router_stale_resends_total 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpuha_router_ejections_total 0"), std::string::npos) << m;
+}
+
+TEST_F(RouterTest, Http10ClientsGetCloseDelimitedBodies) {
+  StartRouter();
+  Reply r = Send(port(), "GET /streams/cam-1/x?size=1000&chunked=1 HTTP/1.0\r\nX-Api-Key: k-acme\r\n\r\n");
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.body.size(), 1000u);
+  EXPECT_EQ(r.headers.count("Transfer-Encoding"), 0u);
+}
+
 TEST_F(RouterTest, BadTlsFilesFailStart) {
   config_.tls_cert = "/nonexistent/cert.pem";
   config_.tls_key = "/nonexistent/key.pem";
