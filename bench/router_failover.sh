@@ -78,7 +78,7 @@ haproxy_conf() {  # $1 = default|tuned
   cat > "$work/haproxy.cfg" <<CONF
 global
   nbthread 1
-  maxconn 20000
+  maxconn 8000
 defaults
   mode http
   timeout connect 1s

@@ -13,6 +13,7 @@ for tool in nginx haproxy wrk; do
   command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
 done
 work="$(mktemp -d /tmp/gpuha-bench.XXXXXX)"
+chmod 755 "$work"  # nginx workers run as nobody
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -61,7 +62,7 @@ CONF
   cat > "$work/haproxy.cfg" <<CONF
 global
   nbthread $t
-  maxconn 20000
+  maxconn 8000
 defaults
   mode http
   timeout connect 1s
@@ -96,6 +97,7 @@ measure() {
   rps="$(awk '/Requests\/sec/ {print $2}' <<<"$out")"
   p99="$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' <<<"$out")"
   if grep -q "Non-2xx" <<<"$out"; then echo "non-2xx answers from $1" >&2; exit 1; fi
+  if [[ -z "$rps" ]]; then echo "wrk failed on $1: $out" >&2; exit 1; fi
   echo "$rps $p99"
 }
 

@@ -190,6 +190,40 @@ class Chunk {
   std::unique_ptr<char[]> p_;
 };
 
+// Feeds `p` from `buf`, reading the socket only when the buffered bytes do
+// not let the parser advance, and returns after any progress (some bytes
+// parsed), completion or an error. Parsing in place skips Beast's composed
+// read operations, each of which costs a trip through the scheduler even when
+// the bytes are already buffered: a small keep-alive request and its response
+// usually arrive whole.
+template <class Stream, class Parser>
+awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_code& ec) {
+  for (;;) {
+    if (buf.size() > 0) {
+      size_t n = p.put(buf.data(), ec);
+      buf.consume(n);
+      if (ec == http::error::need_more) ec = {};
+      if (ec == http::error::need_buffer) {  // the body buffer is full
+        ec = {};
+        co_return;
+      }
+      if (ec || n > 0 || p.is_done()) co_return;
+    }
+    size_t got = co_await s.async_read_some(buf.prepare(16 * 1024), Redirect(ec));
+    if (ec == net::error::eof) {
+      ec = {};
+      if (!p.got_some()) {
+        ec = http::error::end_of_stream;  // closed between messages
+      } else {
+        p.put_eof(ec);  // completes a body delimited by close, else partial_message
+      }
+      co_return;
+    }
+    if (ec) co_return;
+    buf.commit(got);
+  }
+}
+
 awaitable<void> Sweep(Loop& L) {
   net::steady_timer t(L.ioc);
   for (;;) {
@@ -543,7 +577,7 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
     p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
     p.body_limit(config.limits.max_body_bytes);
     lowest.Arm(config.limits.header_timeout);
-    co_await http::async_read_header(client, buf, p, Redirect(ec));
+    while (!ec && !p.is_header_done()) co_await ReadSome(client, buf, p, ec);
     if (ec) {
       if (ec == http::error::end_of_stream || lowest.expired() ||
           ec == net::error::eof || ec == net::error::connection_reset ||
@@ -736,8 +770,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     req.body().data = chunk->get();
     req.body().size = kChunk;
     lowest.Arm(config.limits.body_timeout);
-    co_await http::async_read_some(client, buf, p, Redirect(ec));
-    if (ec == http::error::need_buffer) ec = {};
+    co_await ReadSome(client, buf, p, ec);
     if (ec) {
       if (ec == http::error::body_limit) {
         keep_alive = false;
@@ -903,8 +936,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
         req.body().data = chunk.get();
         req.body().size = kChunk;
         lowest.Arm(config.limits.body_timeout);
-        co_await http::async_read_some(client, client_buf, p, Redirect(ec));
-        if (ec == http::error::need_buffer) ec = {};
+        co_await ReadSome(client, client_buf, p, ec);
         if (ec) {
           out.client_gone = true;  // also covers body_limit mid-stream: close
           co_return;
@@ -944,7 +976,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       if (head_request) rp->skip(true);
       conn->deadline.Arm(config.limits.response_timeout);
       up.waiting.insert(conn.get());
-      co_await http::async_read_header(conn->s, conn->buf, *rp, Redirect(ec));
+      while (!ec && !rp->is_header_done()) co_await ReadSome(conn->s, conn->buf, *rp, ec);
       up.waiting.erase(conn.get());
       if (ec) break;
       int status = rp->get().result_int();
@@ -1011,8 +1043,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     res.body().data = chunk.get();
     res.body().size = kChunk;
     conn->deadline.Arm(config.limits.response_timeout);
-    co_await http::async_read_some(conn->s, conn->buf, *rp, Redirect(ec));
-    if (ec == http::error::need_buffer) ec = {};
+    co_await ReadSome(conn->s, conn->buf, *rp, ec);
     if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
       ec = {};  // body delimited by close: done
       break;

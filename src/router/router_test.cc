@@ -333,6 +333,7 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
 
 TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
   config_.probe_interval = milliseconds(0);  // only the request path sees the restart
+  config_.threads = 1;                       // pools are per loop: one loop, one pool
   StartRouter();
   ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);  // pools a connection to a
   uint16_t a_port = a_->port();
