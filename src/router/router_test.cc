@@ -356,6 +356,23 @@ TEST_F(RouterTest, Http10ClientsGetCloseDelimitedBodies) {
   EXPECT_EQ(r.headers.count("Transfer-Encoding"), 0u);
 }
 
+TEST_F(RouterTest, SlowHeadersAreCutOff) {
+  config_.limits.header_timeout = milliseconds(200);
+  StartRouter();
+  net::io_context ioc;
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+  net::write(s, net::buffer(std::string("GET /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k")));
+  auto t0 = std::chrono::steady_clock::now();
+  char c;
+  boost::system::error_code ec;
+  s.read_some(net::buffer(&c, 1), ec);  // blocks until the router gives up
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+  EXPECT_LT(waited, std::chrono::seconds(5));
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+}
+
 TEST_F(RouterTest, BadTlsFilesFailStart) {
   config_.tls_cert = "/nonexistent/cert.pem";
   config_.tls_key = "/nonexistent/key.pem";
