@@ -414,6 +414,7 @@ absl::Status Agent::RunStream(const HostPort& controller) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // small steady messages; no probing
+  args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);    // no per-message filters we do not use
   auto channel = grpc::CreateCustomChannel(controller.str(), Credentials(config_), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + milliseconds(1000))) {
     return absl::UnavailableError("unreachable (no connection within 1 s)");

@@ -156,7 +156,6 @@ struct Loop {
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
   std::shared_ptr<ssl::context> tls;  // null: plain HTTP
-  int64_t in_flight = 0;
   int64_t retries_in_flight = 0;
   uint64_t round_robin = 0;
   Stats stats;
@@ -797,10 +796,12 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     framing = Framing::kChunked;
   }
 
-  L.in_flight++;
-  L.stats.in_flight.fetch_add(1, std::memory_order_relaxed);
+  struct InFlight {  // also the retry budget's base
+    std::atomic<int64_t>& n;
+    explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
+    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } in_flight(L.stats.in_flight);
   Forwarded f;
-  bool retried = false;
   std::string last_failure;
   bool any_timeout = false;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -808,16 +809,14 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     if (i > 0) {
       if (f.body_consumed) break;
       double budget = std::max<double>(static_cast<double>(config.retry_min_concurrency),
-                                       config.retry_budget_percent / 100.0 * double(L.in_flight));
+                                       config.retry_budget_percent / 100.0 *
+                                           double(in_flight.n.load(std::memory_order_relaxed)));
       if (double(L.retries_in_flight) + 1 > budget) {
-        L.in_flight--;
-        L.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
         co_return co_await answer(Reason::kRetryBudget,
                                   absl::StrCat("retry budget exhausted after: ", last_failure), 1);
       }
       Inc(L.stats.retries);
       if (f.why == "hung") Inc(L.stats.hung_resends);
-      retried = true;
       L.retries_in_flight++;
     }
     std::string head;
@@ -832,9 +831,6 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     any_timeout = any_timeout || f.timeout;
     if (i == 0 && !stream_id.empty() && order.size() > 1) L.sticky[stream_id] = sticky_key;
   }
-  L.in_flight--;
-  L.stats.in_flight.fetch_sub(1, std::memory_order_relaxed);
-  (void)retried;
   if (f.client_gone) {
     Inc(L.stats.client_aborts);
     co_return false;
