@@ -12,7 +12,7 @@ gpuha="$(realpath "${1:?usage: router_failover.sh GPUHA_BINARY TEST_BACKEND [SEC
 backend="$(realpath "${2:?test backend binary}")"
 secs="${3:-12}"
 rate="${4:-1000}"
-fault_at=4
+fault_at="${FAULT_AT:-4}"
 for tool in nginx haproxy; do
   command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
 done
@@ -30,11 +30,10 @@ start_backends() {
   sleep 0.3
 }
 stop_all() {
-  for p in "${backend_pids[@]}" "${proxy_pid:-}"; do
-    [[ -n "$p" ]] || continue
-    kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
+  # The proxy gets SIGTERM: nginx's master then takes its workers with it.
+  [[ -n "${proxy_pid:-}" ]] && kill -TERM "$proxy_pid" 2>/dev/null || true
+  for p in "${backend_pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done
+  wait "${backend_pids[@]}" "$proxy_pid" 2>/dev/null || true
   sleep 0.3
 }
 
@@ -118,16 +117,18 @@ router_conf() {
 }
 
 run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang
+  rm -f "$work/out.json"
   start_backends
   $2
   sleep 1
   "$gpuha" load --target 127.0.0.1:$PROXY --streams 20 --rate "$rate" --seconds "$secs" \
     --timeout 5 --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet \
-    --json "$work/out.json" >/dev/null 2>&1 &
+    --json "$work/out.json" >"$work/load.out" 2>&1 &
   local load=$!
   sleep "$fault_at"
   if [[ $3 == crash ]]; then kill -9 "${backend_pids[0]}"; else kill -STOP "${backend_pids[0]}"; fi
   wait "$load" || true
+  [[ -s "$work/out.json" ]] || { echo "load produced no report for $1 / $3" >&2; exit 1; }
   python3 - "$1" "$3" "$work/out.json" <<'PY'
 import json, sys
 peer, fault, path = sys.argv[1:]

@@ -156,7 +156,9 @@ struct Loop {
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
   std::shared_ptr<ssl::context> tls;  // null: plain HTTP
-  int64_t retries_in_flight = 0;
+  double retry_tokens = 0;  // the retry budget's balance (see RouterConfig)
+  double retry_per_second = 0;
+  double retry_burst = 0;
   uint64_t round_robin = 0;
   Stats stats;
 };
@@ -230,7 +232,11 @@ awaitable<void> Sweep(Loop& L) {
     error_code ec;
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
-    L.now = Clock::now();
+    auto now = Clock::now();
+    L.retry_tokens = std::min(L.retry_burst,
+                              L.retry_tokens + L.retry_per_second *
+                                                   std::chrono::duration<double>(now - L.now).count());
+    L.now = now;
     // Check() may not erase; copying keeps the walk safe and is cheap next
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
@@ -356,6 +362,9 @@ absl::Status Router::Start() {
   }
   for (int i = 0; i < threads; ++i) {
     auto L = std::make_unique<Loop>();
+    L->retry_per_second = I.config.retry_min_per_second;
+    L->retry_burst = I.config.retry_burst;
+    L->retry_tokens = I.config.retry_min_per_second;  // a second's worth to start
     L->tls = *tls;
     L->tenants = I.tenants;
     I.loops.push_back(std::move(L));
@@ -796,7 +805,8 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     framing = Framing::kChunked;
   }
 
-  struct InFlight {  // also the retry budget's base
+  L.retry_tokens = std::min(config.retry_burst, L.retry_tokens + config.retry_budget_percent / 100);
+  struct InFlight {
     std::atomic<int64_t>& n;
     explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
     ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
@@ -808,16 +818,13 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     UpstreamState& up = *order[i];
     if (i > 0) {
       if (f.body_consumed) break;
-      double budget = std::max<double>(static_cast<double>(config.retry_min_concurrency),
-                                       config.retry_budget_percent / 100.0 *
-                                           double(in_flight.n.load(std::memory_order_relaxed)));
-      if (double(L.retries_in_flight) + 1 > budget) {
+      if (L.retry_tokens < 1) {
         co_return co_await answer(Reason::kRetryBudget,
                                   absl::StrCat("retry budget exhausted after: ", last_failure), 1);
       }
       Inc(L.stats.retries);
       if (f.why == "hung") Inc(L.stats.hung_resends);
-      L.retries_in_flight++;
+      L.retry_tokens -= 1;
     }
     std::string head;
     head.reserve(512);
@@ -825,7 +832,6 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
                        length, &head);
     f = Forwarded{};
     co_await Forward(L, client, lowest, buf, p, up, head, body, complete, framing, keep_alive, f);
-    if (i > 0) L.retries_in_flight--;
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;

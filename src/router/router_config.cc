@@ -172,9 +172,13 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     if (*v < 0 || *v > 100) failover.Fail("retry_budget_percent", "must be 0 to 100");
     c.retry_budget_percent = *v;
   }
-  if (auto v = failover.Int("retry_min_concurrency")) {
-    if (*v < 0) failover.Fail("retry_min_concurrency", "must not be negative");
-    c.retry_min_concurrency = *v;
+  if (auto v = failover.Number("retry_min_per_second")) {
+    if (*v < 0) failover.Fail("retry_min_per_second", "must not be negative");
+    c.retry_min_per_second = *v;
+  }
+  if (auto v = failover.Number("retry_burst")) {
+    if (*v < 1) failover.Fail("retry_burst", "must be at least 1");
+    c.retry_burst = *v;
   }
   ReadMillis(failover, "ejection_base_ms", &c.ejection_base);
   ReadMillis(failover, "ejection_max_ms", &c.ejection_max);

@@ -64,8 +64,14 @@ struct RouterConfig {
   std::vector<TenantConfig> tenants;  // empty: no auth, one implicit tenant ""
   RouterLimits limits;
   // Real-time failover.
-  double retry_budget_percent = 20;  // retries in flight / requests in flight
-  int64_t retry_min_concurrency = 3;
+  // Retry budget (Finagle's): every request deposits retry_budget_percent/100
+  // of a retry, time deposits retry_min_per_second, a retry withdraws one,
+  // and the balance is capped at retry_burst. A node failing over all its
+  // in-flight requests at once is a burst the balance covers; a dying
+  // cluster is held to ~20% extra load.
+  double retry_budget_percent = 20;
+  double retry_min_per_second = 10;
+  double retry_burst = 1000;
   std::chrono::milliseconds ejection_base{1000};
   std::chrono::milliseconds ejection_max{30000};
   // The router's own liveness probe of every upstream: a probe with no answer

@@ -25,7 +25,8 @@ tenants:
 routes:
   - {stream: cam-1, tenant: acme, primary: 127.0.0.1:9001, standby: 127.0.0.1:9002}
 limits: {max_header_bytes: 8192, retry_buffer_bytes: 4096, response_timeout_ms: 2000}
-failover: {retry_budget_percent: 10, probe_interval_ms: 20, hang_after_ms: 80}
+failover: {retry_budget_percent: 10, retry_min_per_second: 5, retry_burst: 50,
+           probe_interval_ms: 20, hang_after_ms: 80}
 )";
   auto c = ParseRouterConfig(yaml, "r.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -45,6 +46,8 @@ failover: {retry_budget_percent: 10, probe_interval_ms: 20, hang_after_ms: 80}
   EXPECT_EQ(c->limits.retry_buffer_bytes, 4096u);
   EXPECT_EQ(c->limits.response_timeout.count(), 2000);
   EXPECT_EQ(c->hang_after.count(), 80);
+  EXPECT_DOUBLE_EQ(c->retry_min_per_second, 5);
+  EXPECT_DOUBLE_EQ(c->retry_burst, 50);
 }
 
 TEST(RouterConfigTest, TheExampleFileLoads) {
@@ -88,6 +91,7 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"limits: {header_timeout_ms: soon}", "limits.header_timeout_ms"},
       {"failover: {probe_interval_ms: 50, hang_after_ms: 20}", "hang_after_ms"},
       {"failover: {probe_path: health}", "probe_path"},
+      {"failover: {retry_burst: 0}", "failover.retry_burst"},
       {"tls: {cert: a.pem}", "tls"},
       {"listn: 127.0.0.1:80", "listn"},
   };

@@ -114,6 +114,18 @@ TEST_F(RouterTest, RefusedPrimaryFailsOverToStandbyAndSticks) {
   EXPECT_NE(router_->TakeSuspects().size(), 0u);  // a hint for the controller
 }
 
+TEST_F(RouterTest, RetryBudgetBoundsResends) {
+  config_.retry_budget_percent = 0;  // nothing earned ...
+  config_.retry_min_per_second = 0;  // ... and nothing granted: no retry at all
+  config_.probe_interval = milliseconds(0);
+  StartRouter();
+  a_->Stop();
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("retry_budget_exhausted"), std::string::npos) << r.body;
+  EXPECT_EQ(b_->requests(), 0u);
+}
+
 TEST_F(RouterTest, HungPrimaryRequestsAreResentToTheStandby) {
   Blackhole hole;
   config_.routes = {{"cam-1", "acme", hole.address(), b_->address()}};
