@@ -13,6 +13,7 @@
 #include "common/http_server.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
+#include "tests/e2e/free_port.h"
 #include "tests/e2e/run_command.h"
 
 namespace gpuha::e2e {
@@ -23,18 +24,6 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 const std::string kGpuha = GPUHA_BINARY;
-
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 class ClusterTest : public ::testing::Test {
  protected:

@@ -17,6 +17,7 @@
 #include "common/testing/temp_dir.h"
 #include "router/testing/raw_http.h"
 #include "tests/e2e/child_process.h"
+#include "tests/e2e/free_port.h"
 
 namespace gpuha::e2e {
 namespace {
@@ -88,18 +89,6 @@ LoadResult RunLoad(uint16_t port, const std::string& key, const std::string& str
   }
   for (auto& t : threads) t.join();
   return total;
-}
-
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 class RouterE2eTest : public ::testing::Test {
