@@ -60,14 +60,19 @@ TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
   EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""));
   EXPECT_THAT(metrics->body, HasSubstr("Hostname=\"e2e-1\"} 52"));
 
+  // Count first: the heartbeat can arrive before the wait starts.
+  size_t from = controller.heartbeat_count();
   Write("count 2\ngpu0.temp 47\ngpu1.lost 1\n");
   auto lost = controller.WaitForHeartbeat(
-      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_FAILED; });
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_FAILED; },
+      milliseconds(5000), from);
   ASSERT_TRUE(lost.has_value()) << agent.err();
   EXPECT_EQ(lost->heartbeat.reasons(0).code(), "gpu1.lost");
 
+  from = controller.heartbeat_count();
   Write("count 2\ngpu0.temp 47\ngpu1.lost 1\nxid_seq 1\nxid_gpu 0\nxid 48\n");
-  auto xid = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.xids_size() > 0; });
+  auto xid = controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.xids_size() > 0; },
+                                         milliseconds(5000), from);
   ASSERT_TRUE(xid.has_value());
   EXPECT_EQ(xid->heartbeat.xids(0).xid(), 48u);
   EXPECT_EQ(xid->heartbeat.xids(0).gpu_index(), 0u);
