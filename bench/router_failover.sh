@@ -38,10 +38,11 @@ stop_all() {
 }
 
 nginx_conf() {  # $1 = default|tuned
-  local extra="" server_opts=""
+  local extra="" server_opts="" backup_opts=""
   if [[ $1 == tuned ]]; then
     extra="proxy_read_timeout 500ms; proxy_connect_timeout 100ms; proxy_next_upstream error timeout http_502 http_503; proxy_next_upstream_tries 2;"
     server_opts="max_fails=1 fail_timeout=1s"
+    backup_opts="max_fails=0"  # else slow requests cut on the backup take it out too
   fi
   cat > "$work/nginx.conf" <<CONF
 worker_processes 1;
@@ -51,8 +52,8 @@ error_log $work/nginx.err warn;
 events { worker_connections 8192; }
 http {
   access_log off;
-  upstream ga { server 127.0.0.1:$A $server_opts; server 127.0.0.1:$C backup; keepalive 64; }
-  upstream gb { server 127.0.0.1:$B $server_opts; server 127.0.0.1:$C backup; keepalive 64; }
+  upstream ga { server 127.0.0.1:$A $server_opts; server 127.0.0.1:$C backup $backup_opts; keepalive 64; }
+  upstream gb { server 127.0.0.1:$B $server_opts; server 127.0.0.1:$C backup $backup_opts; keepalive 64; }
   server {
     listen 127.0.0.1:$PROXY;
     proxy_http_version 1.1;

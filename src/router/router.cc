@@ -1038,50 +1038,88 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
   std::string pending;
   pending.reserve(512);
   AppendClientHead(res, down, len, client_keep, &pending);
-  Chunk chunk(L);
   bool head_only = head_request || status == 204 || status == 304;
   bool ok = true;
-  while (!head_only && !rp->is_done()) {
-    res.body().data = chunk.get();
-    res.body().size = kChunk;
-    conn->deadline.Arm(config.limits.response_timeout);
-    co_await ReadSome(conn->s, conn->buf, *rp, ec);
-    if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
-      ec = {};  // body delimited by close: done
-      break;
-    }
+  Chunk chunk(L);
+  if (!head_only && down == Framing::kLength && rp->content_length()) {
+    // A Content-Length body is relayed as raw bytes: no parser and no copy
+    // into an intermediate string. The head and the body bytes that came
+    // with it leave in one gather write; the rest goes socket to socket
+    // through one pooled 64 KiB buffer.
+    uint64_t remaining = len;
+    size_t first = static_cast<size_t>(std::min<uint64_t>(remaining, conn->buf.size()));
+    std::array<net::const_buffer, 2> parts = {net::buffer(pending),
+                                              net::buffer(conn->buf.data().data(), first)};
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, parts, Redirect(ec));
+    out.started = true;
     if (ec) {
-      ok = false;
-      break;
+      out.client_gone = true;
+      co_return;
     }
-    size_t n = kChunk - res.body().size;
-    if (n == 0) continue;
-    if (down == Framing::kChunked) {
-      AppendChunkHeader(n, &pending);
-      pending.append(chunk.get(), n);
-      pending.append("\r\n");
-    } else {
-      pending.append(chunk.get(), n);
-    }
-    if (pending.size() >= kChunk || rp->is_done()) {
+    conn->buf.consume(first);
+    remaining -= first;
+    while (remaining > 0) {
+      conn->deadline.Arm(config.limits.response_timeout);
+      size_t n = co_await conn->s.async_read_some(
+          net::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, kChunk))),
+          Redirect(ec));
+      if (ec) {
+        ok = false;
+        break;
+      }
+      remaining -= n;
       lowest.Arm(config.limits.body_timeout);
-      co_await net::async_write(client, net::buffer(pending), Redirect(ec));
-      out.started = true;
-      pending.clear();
+      co_await net::async_write(client, net::buffer(chunk.get(), n), Redirect(ec));
       if (ec) {
         out.client_gone = true;
         co_return;
       }
     }
-  }
-  if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
-  if (!pending.empty()) {
-    lowest.Arm(config.limits.body_timeout);
-    co_await net::async_write(client, net::buffer(pending), Redirect(ec));
-    out.started = true;
-    if (ec) {
-      out.client_gone = true;
-      co_return;
+    pending.clear();
+  } else {
+    while (!head_only && !rp->is_done()) {
+      res.body().data = chunk.get();
+      res.body().size = kChunk;
+      conn->deadline.Arm(config.limits.response_timeout);
+      co_await ReadSome(conn->s, conn->buf, *rp, ec);
+      if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
+        ec = {};  // body delimited by close: done
+        break;
+      }
+      if (ec) {
+        ok = false;
+        break;
+      }
+      size_t n = kChunk - res.body().size;
+      if (n == 0) continue;
+      if (down == Framing::kChunked) {
+        AppendChunkHeader(n, &pending);
+        pending.append(chunk.get(), n);
+        pending.append("\r\n");
+      } else {
+        pending.append(chunk.get(), n);
+      }
+      if (pending.size() >= kChunk || rp->is_done()) {
+        lowest.Arm(config.limits.body_timeout);
+        co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+        out.started = true;
+        pending.clear();
+        if (ec) {
+          out.client_gone = true;
+          co_return;
+        }
+      }
+    }
+    if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
+    if (!pending.empty()) {
+      lowest.Arm(config.limits.body_timeout);
+      co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+      out.started = true;
+      if (ec) {
+        out.client_gone = true;
+        co_return;
+      }
     }
   }
   out.started = true;
