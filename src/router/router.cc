@@ -264,6 +264,7 @@ struct Router::Impl {
   net::io_context probe_ioc{1};
   std::thread probe_thread;
   std::unordered_map<std::string, Health> probe_state;  // prober thread only
+  std::unordered_set<std::string> probe_wanted;         // prober thread only
   std::atomic<uint64_t> probes{0}, probe_hangs{0}, probe_downs{0};
 
   // --- start-up ---
@@ -618,6 +619,7 @@ struct Router::Impl::Forwarded {
   bool body_consumed = false;  // the request body was streamed and cannot be re-sent
   bool retryable = false;    // failed before the response started
   bool timeout = false;
+  bool hung = false;  // cancelled because the prober judged the upstream hung
   bool close_client = false;  // the response could not be completed
   std::string why;
 };
@@ -823,7 +825,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
                                   absl::StrCat("retry budget exhausted after: ", last_failure), 1);
       }
       Inc(L.stats.retries);
-      if (f.why == "hung") Inc(L.stats.hung_resends);
+      if (f.hung) Inc(L.stats.hung_resends);
       L.retry_tokens -= 1;
     }
     std::string head;
@@ -986,6 +988,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     }
     if (!ec) break;
     if (conn->hung_cancel) {
+      out.hung = true;
       fail("hung", false);  // the prober judged it; already marked
     } else if (conn->deadline.expired()) {
       out.timeout = true;
@@ -1171,16 +1174,9 @@ awaitable<void> Router::Impl::Probe(std::string address) {
     Broadcast(address, h);
   };
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(routes_mu);
-      bool still = false;
-      if (routes) {
-        for (const auto& u : routes->upstreams()) still = still || u.address == address;
-      }
-      if (!still) {
-        probe_state.erase(address);
-        co_return;
-      }
+    if (!probe_wanted.count(address)) {  // no longer in the routes
+      probe_state.erase(address);
+      co_return;
     }
     auto started = Clock::now();
     if (!s) {
@@ -1219,25 +1215,18 @@ awaitable<void> Router::Impl::Probe(std::string address) {
 awaitable<void> Router::Impl::ProbeLoop() {
   auto ex = co_await net::this_coro::executor;
   net::steady_timer t(ex);
-  std::unordered_set<std::string> probing;
   for (;;) {
-    std::vector<std::string> fresh;
+    // One scan of the routes per tick; each probe checks the set, not the table.
+    probe_wanted.clear();
     {
       std::lock_guard<std::mutex> lock(routes_mu);
       if (routes) {
-        for (const auto& u : routes->upstreams()) {
-          if (!probe_state.count(u.address) && probing.insert(u.address).second) {
-            fresh.push_back(u.address);
-          }
-        }
+        for (const auto& u : routes->upstreams()) probe_wanted.insert(u.address);
       }
     }
-    for (std::string& a : fresh) {
-      probe_state[a] = Health::kUp;
-      net::co_spawn(ex, [this, a, &probing]() -> awaitable<void> {
-        co_await Probe(a);
-        probing.erase(a);
-      }, net::detached);
+    for (const std::string& a : probe_wanted) {
+      // probe_state holds exactly the addresses with a running probe.
+      if (probe_state.emplace(a, Health::kUp).second) net::co_spawn(ex, Probe(a), net::detached);
     }
     t.expires_after(milliseconds(100));
     error_code ec;
