@@ -11,6 +11,7 @@
 #include "cli/load_command.h"
 #include "cli/plan_command.h"
 #include "cli/router_command.h"
+#include "cli/worker_command.h"
 #include "common/log.h"
 
 #ifndef GPUHA_VERSION
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   gpuha::cli::ControllerCommand controller(app);
   gpuha::cli::RouterCommand router(app);
   gpuha::cli::LoadCommand load(app);
+  gpuha::cli::WorkerCommand worker(app);
   gpuha::cli::CtlCommand ctl(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   if (controller.app()->parsed()) return controller.Run();
   if (router.app()->parsed()) return router.Run();
   if (load.app()->parsed()) return load.Run();
+  if (worker.app()->parsed()) return worker.Run();
   if (ctl.app()->parsed()) return ctl.Run();
   return gpuha::cli::kExitBadInput;
 }

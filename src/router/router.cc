@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
+#include "common/listen.h"
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "router/request.h"
@@ -319,32 +320,15 @@ absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeTls(const Router
 }
 
 absl::Status Router::Impl::Listen() {
-  error_code ec;
-  auto addr = net::ip::make_address(config.listen.host, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("listen: bad address '", config.listen.host, "'"));
-  uint16_t bind_port = config.listen.port;
-  for (auto& L : loops) {
-    auto a = std::make_unique<tcp::acceptor>(L->ioc);
-    tcp::endpoint ep(addr, bind_port);
-    a->open(ep.protocol(), ec);
-    if (!ec) a->set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) {
-      int one = 1;
-      if (setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
-        return absl::InternalError("listen: SO_REUSEPORT unavailable");
-      }
-    }
-    if (!ec) a->bind(ep, ec);
-    if (!ec) a->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) {
-      return absl::UnavailableError(
-          absl::StrCat("listen: cannot listen on ", ep.address().to_string(), ":", bind_port, ": ",
-                       ec.message()));
-    }
-    bind_port = a->local_endpoint().port();  // the other loops share the port
-    L->acceptor = std::move(a);
+  std::vector<net::io_context*> iocs;
+  for (auto& L : loops) iocs.push_back(&L->ioc);
+  auto acceptors = common::ListenReusePort(iocs, config.listen.host, config.listen.port);
+  if (!acceptors.ok()) {
+    return absl::Status(acceptors.status().code(),
+                        absl::StrCat("listen: ", acceptors.status().message()));
   }
-  port = bind_port;
+  for (size_t i = 0; i < loops.size(); ++i) loops[i]->acceptor = std::move((*acceptors)[i]);
+  port = loops.front()->acceptor->local_endpoint().port();
   return absl::OkStatus();
 }
 

@@ -15,7 +15,7 @@
 #include "common/net_util.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
-#include "router/testing/raw_http.h"
+#include "common/testing/raw_http.h"
 #include "router/testing/test_backend.h"
 
 namespace gpuha::router {
@@ -24,15 +24,15 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 using tcp = net::ip::tcp;
-using router::testing::Exchange;
-using router::testing::Reply;
-using router::testing::Send;
+using gpuha::testing::Exchange;
+using gpuha::testing::Reply;
+using gpuha::testing::Send;
 using router::testing::TestBackend;
 using std::chrono::milliseconds;
 
 std::string Get(const std::string& target, const std::string& key = "k-acme",
                 const std::string& extra = "") {
-  return router::testing::Get(target, key, extra);
+  return gpuha::testing::Get(target, key, extra);
 }
 
 // Accepts connections (the kernel does) and never answers: a hung server.

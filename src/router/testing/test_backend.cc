@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/listen.h"
 
 namespace gpuha::router::testing {
 
@@ -119,26 +120,18 @@ absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
   b->impl_ = std::make_unique<Impl>();
   b->impl_->name = o.name;
   b->impl_->requests = b->requests_;
-  error_code ec;
-  auto addr = net::ip::make_address(o.address, ec);
-  if (ec) return absl::InvalidArgumentError("bad address " + o.address);
-  uint16_t port = o.port;
   for (int i = 0; i < std::max(1, o.threads); ++i) {
-    auto ioc = std::make_unique<net::io_context>(1);
-    auto a = std::make_unique<tcp::acceptor>(*ioc);
-    tcp::endpoint ep(addr, port);
-    a->open(ep.protocol(), ec);
-    int one = 1;
-    setsockopt(a->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    a->set_option(net::socket_base::reuse_address(true), ec);
-    a->bind(ep, ec);
-    if (!ec) a->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) return absl::UnavailableError("test backend: " + ec.message());
-    port = a->local_endpoint().port();
-    net::co_spawn(*ioc, b->impl_->Accept(*a), net::detached);
-    b->impl_->acceptors.push_back(std::move(a));
-    b->impl_->loops.push_back(std::move(ioc));
+    b->impl_->loops.push_back(std::make_unique<net::io_context>(1));
   }
+  std::vector<net::io_context*> iocs;
+  for (auto& l : b->impl_->loops) iocs.push_back(l.get());
+  auto acceptors = common::ListenReusePort(iocs, o.address, o.port);
+  if (!acceptors.ok()) return acceptors.status();
+  b->impl_->acceptors = std::move(*acceptors);
+  for (auto& a : b->impl_->acceptors) {
+    net::co_spawn(a->get_executor(), b->impl_->Accept(*a), net::detached);
+  }
+  uint16_t port = b->impl_->acceptors.front()->local_endpoint().port();
   b->port_ = port;
   for (auto& l : b->impl_->loops) {
     net::io_context* ioc = l.get();

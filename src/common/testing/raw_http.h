@@ -1,5 +1,5 @@
-// RawHttp: blocking HTTP/1.1 exchanges with exact bytes on the wire, for
-// router tests (malformed input, keep-alive, TLS). Test-only.
+// RawHttp: blocking HTTP/1.1 exchanges with exact bytes on the wire, for tests
+// of the router and the worker (malformed input, keep-alive, TLS).
 #pragma once
 
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-namespace gpuha::router::testing {
+namespace gpuha::testing {
 
 struct Reply {
   int status = 0;
@@ -64,4 +64,4 @@ inline std::string Get(const std::string& target, const std::string& key,
          (key.empty() ? "" : "X-Api-Key: " + key + "\r\n") + extra + "\r\n";
 }
 
-}  // namespace gpuha::router::testing
+}  // namespace gpuha::testing

@@ -1,0 +1,24 @@
+// `gpuha worker`: the reference KServe v2 inference server (worker/worker.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "worker/worker.h"
+
+namespace gpuha::cli {
+
+class WorkerCommand {
+ public:
+  explicit WorkerCommand(CLI::App& app);
+  int Run();
+  CLI::App* app() const { return app_; }
+
+ private:
+  CLI::App* app_;
+  worker::WorkerOptions o_;
+  std::string listen_ = "127.0.0.1:8000";
+  int latency_ms_ = 5;
+};
+
+}  // namespace gpuha::cli

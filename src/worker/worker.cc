@@ -1,0 +1,265 @@
+#include "worker/worker.h"
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/listen.h"
+#include "common/prometheus.h"
+#include "worker/model.h"
+
+namespace gpuha::worker {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  bool gpu = false;  // an inference ran: the answer waits for the modelled GPU time
+  int64_t extra_delay_ms = 0;
+};
+
+Reply Error(int status, const std::string& message) {
+  return {status, json{{"error", message}}.dump(), "application/json", false, 0};
+}
+
+}  // namespace
+
+struct Worker::Impl {
+  WorkerOptions o;
+  WorkerCounters counters;
+  std::vector<std::unique_ptr<net::io_context>> loops;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+
+  std::string Metrics() const {
+    common::PromText p;
+    common::PromLabels l = {{"model", kModelName}, {"version", kModelVersion}};
+    p.Family("nv_inference_request_success", "counter", "Successful inference requests.");
+    p.Sample("nv_inference_request_success", l, double(counters.success.load()));
+    p.Family("nv_inference_request_failure", "counter", "Failed inference requests.");
+    p.Sample("nv_inference_request_failure", l,
+             double(counters.failure.load() + counters.at_capacity.load()));
+    p.Family("nv_inference_count", "counter", "Inferences performed.");
+    p.Sample("nv_inference_count", l, double(counters.success.load()));
+    p.Family("nv_inference_request_duration_us", "counter",
+             "Cumulative inference request duration, microseconds.");
+    p.Sample("nv_inference_request_duration_us", l, double(counters.duration_us.load()));
+    p.Family("gpuha_worker_rejected_at_capacity_total", "counter",
+             "Requests answered 503 because the worker was at --capacity.");
+    p.Sample("gpuha_worker_rejected_at_capacity_total", {}, double(counters.at_capacity.load()));
+    p.Family("gpuha_worker_in_service", "gauge", "Inference requests in service now.");
+    p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
+    return p.str();
+  }
+
+  // Everything but the waiting: which endpoint, and the model's answer.
+  Reply Route(const http::request<http::string_body>& req) {
+    std::string target(req.target());
+    std::string path = target.substr(0, target.find('?'));
+    bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+    if (path == "/v2/health/live" || path == "/v2/health/ready") {
+      if (!get) return Error(405, absl::StrCat(path, " takes GET"));
+      return {200, "", "text/plain", false, 0};
+    }
+    if (path == "/metrics") return {200, Metrics(), common::PromText::kContentType, false, 0};
+    if (path == "/v2") {
+      return {200,
+              json{{"name", "gpuha-worker"},
+                   {"version", "0.1.0"},
+                   {"extensions", {"binary_tensor_data"}}}
+                  .dump(),
+              "application/json", false, 0};
+    }
+    std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+    // v2 models NAME [versions V] [ready|infer]
+    if (parts.size() < 3 || parts[0] != "v2" || parts[1] != "models") {
+      return Error(404, absl::StrCat("no endpoint ", path));
+    }
+    const std::string& model = parts[2];
+    size_t next = 3;
+    if (parts.size() > 4 && parts[3] == "versions") {
+      if (parts[4] != kModelVersion) {
+        return Error(404, absl::StrCat("request for unknown model: '", model, "' version ",
+                                       parts[4], " is not found"));
+      }
+      next = 5;
+    }
+    if (model != kModelName) {
+      return Error(404, absl::StrCat("request for unknown model: '", model, "' is not found"));
+    }
+    std::string op = next < parts.size() ? parts[next] : "";
+    if (next + 1 < parts.size() || (op != "" && op != "ready" && op != "infer")) {
+      return Error(404, absl::StrCat("no endpoint ", path));
+    }
+    if (op.empty()) {
+      if (!get) return Error(405, "model metadata takes GET");
+      return {200, ModelMetadataJson(), "application/json", false, 0};
+    }
+    if (op == "ready") return {200, "", "text/plain", false, 0};
+    if (req.method() != http::verb::post) return Error(405, "infer takes POST");
+    std::optional<size_t> json_length;
+    if (auto h = req.find("Inference-Header-Content-Length"); h != req.end()) {
+      uint64_t n = 0;
+      if (!absl::SimpleAtoi(absl::string_view(h->value().data(), h->value().size()), &n)) {
+        return Error(400, "Inference-Header-Content-Length: not a byte count");
+      }
+      json_length = n;
+    }
+    auto parsed = ParseInferRequest(req.body(), json_length);
+    if (!parsed.ok()) return Error(400, std::string(parsed.status().message()));
+    auto result = RunCv(*parsed);
+    if (!result.ok()) return Error(400, std::string(result.status().message()));
+    Reply r{200, InferResponseJson(parsed->id, *result), "application/json", true, 0};
+    if (auto q = target.find('?'); q != std::string::npos) {
+      for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&')) {
+        std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+        if (p.first == "delay_ms" && !absl::SimpleAtoi(p.second, &r.extra_delay_ms)) {
+          return Error(400, absl::StrCat("delay_ms: '", p.second, "' is not an integer"));
+        }
+      }
+    }
+    return r;
+  }
+
+  net::awaitable<void> Serve(tcp::socket sock) {
+    beast::tcp_stream s(std::move(sock));
+    beast::flat_buffer buf;
+    for (;;) {
+      error_code ec;
+      http::request_parser<http::string_body> p;
+      p.header_limit(16 * 1024);
+      p.body_limit(o.max_body_bytes);
+      s.expires_after(std::chrono::seconds(60));  // idle and slow clients
+      co_await http::async_read(s, buf, p, net::redirect_error(net::use_awaitable, ec));
+      Reply reply;
+      bool close = false;
+      auto started = SteadyClock::now();
+      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+        co_return;
+      } else if (ec == http::error::body_limit) {
+        reply = Error(413, absl::StrCat("body: more than ", o.max_body_bytes, " bytes"));
+        close = true;
+      } else if (ec == http::error::header_limit) {
+        reply = Error(431, "headers: more than 16384 bytes");
+        close = true;
+      } else if (ec) {
+        reply = Error(400, "malformed request: " + ec.message());
+        close = true;
+      } else {
+        auto& req = p.get();
+        close = !req.keep_alive();
+        std::string_view target(req.target().data(), req.target().size());
+        bool infer = target.find("/infer") != std::string_view::npos;
+        if (infer && counters.in_service.fetch_add(1) >= o.capacity) {
+          counters.in_service.fetch_sub(1);
+          counters.at_capacity++;
+          reply = Error(503, absl::StrCat("worker at capacity (", o.capacity,
+                                          " requests in service)"));
+          infer = false;
+        } else {
+          reply = Route(req);
+        }
+        if (reply.gpu) {
+          net::steady_timer t(s.get_executor());
+          t.expires_after(o.latency + std::chrono::milliseconds(reply.extra_delay_ms));
+          co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+        }
+        if (infer) {
+          counters.in_service.fetch_sub(1);
+          if (reply.status == 200) {
+            counters.success++;
+            counters.duration_us += static_cast<uint64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started)
+                    .count());
+          } else {
+            counters.failure++;
+          }
+        }
+        if (req.method() == http::verb::head) reply.body.clear();
+      }
+      std::string out = absl::StrCat(
+          "HTTP/1.1 ", reply.status, " ",
+          std::string(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)))),
+          "\r\nContent-Type: ", reply.content_type, "\r\nContent-Length: ", reply.body.size(),
+          "\r\n", o.node.empty() ? "" : absl::StrCat("X-Gpuha-Node: ", o.node, "\r\n"),
+          reply.status == 503 ? "Retry-After: 1\r\n" : "", close ? "Connection: close\r\n" : "",
+          "\r\n", reply.body);
+      s.expires_after(std::chrono::seconds(60));
+      co_await net::async_write(s, net::buffer(out), net::redirect_error(net::use_awaitable, ec));
+      if (ec || close) {
+        s.socket().shutdown(tcp::socket::shutdown_send, ec);
+        co_return;
+      }
+    }
+  }
+
+  net::awaitable<void> Accept(tcp::acceptor& a) {
+    for (;;) {
+      error_code ec;
+      tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
+      if (ec == net::error::operation_aborted) co_return;
+      if (ec) continue;  // EMFILE and friends: keep accepting
+      sock.set_option(tcp::no_delay(true), ec);
+      net::co_spawn(a.get_executor(), Serve(std::move(sock)), net::detached);
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
+  if (o.threads < 1) return absl::InvalidArgumentError("--threads: must be at least 1");
+  if (o.capacity < 1) return absl::InvalidArgumentError("--capacity: must be at least 1");
+  if (o.latency.count() < 0) return absl::InvalidArgumentError("--latency: must not be negative");
+  std::unique_ptr<Worker> w(new Worker());
+  w->impl_ = std::make_unique<Impl>();
+  w->impl_->o = o;
+  std::vector<net::io_context*> iocs;
+  for (int i = 0; i < o.threads; ++i) {
+    w->impl_->loops.push_back(std::make_unique<net::io_context>(1));
+    iocs.push_back(w->impl_->loops.back().get());
+  }
+  auto acceptors = common::ListenReusePort(iocs, o.address, o.port);
+  if (!acceptors.ok()) return acceptors.status();
+  w->impl_->acceptors = std::move(*acceptors);
+  for (auto& a : w->impl_->acceptors) {
+    net::co_spawn(a->get_executor(), w->impl_->Accept(*a), net::detached);
+  }
+  w->port_ = w->impl_->acceptors.front()->local_endpoint().port();
+  for (net::io_context* ioc : iocs) w->threads_.emplace_back([ioc] { ioc->run(); });
+  return w;
+}
+
+const WorkerCounters& Worker::counters() const { return impl_->counters; }
+
+void Worker::Stop() {
+  if (!impl_) return;
+  for (auto& l : impl_->loops) l->stop();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+Worker::~Worker() {
+  Stop();
+  impl_.reset();
+}
+
+}  // namespace gpuha::worker

@@ -1,0 +1,147 @@
+#include "worker/worker.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/raw_http.h"
+#include "worker/model.h"
+
+namespace gpuha::worker {
+namespace {
+
+using gpuha::testing::Reply;
+using gpuha::testing::Send;
+using std::chrono::milliseconds;
+
+std::string Post(const std::string& target, const std::string& body,
+                 const std::string& extra = "") {
+  return absl::StrCat("POST ", target, " HTTP/1.1\r\nHost: w\r\nContent-Length: ", body.size(),
+                      "\r\n", extra, "\r\n", body);
+}
+WorkerOptions Options(int latency_ms, int capacity = 64, size_t max_body = 1 << 20) {
+  WorkerOptions o;
+  o.port = 0;
+  o.latency = milliseconds(latency_ms);
+  o.capacity = capacity;
+  o.max_body_bytes = max_body;
+  return o;
+}
+std::string GetReq(const std::string& target) {
+  return "GET " + target + " HTTP/1.1\r\nHost: w\r\n\r\n";
+}
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void StartWorker(WorkerOptions o) {
+    o.port = 0;
+    auto w = Worker::Start(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    worker_ = std::move(*w);
+  }
+  uint16_t port() const { return worker_->port(); }
+  std::unique_ptr<Worker> worker_;
+};
+
+TEST_F(WorkerTest, HealthMetadataAndReadiness) {
+  WorkerOptions o = Options(0);
+  o.node = "gpu-7";
+  StartWorker(o);
+  for (const char* path : {"/v2/health/live", "/v2/health/ready", "/v2/models/cv/ready",
+                           "/v2/models/cv/versions/1/ready"}) {
+    Reply r = Send(port(), GetReq(path));
+    EXPECT_EQ(r.status, 200) << path;
+    EXPECT_EQ(r.headers["X-Gpuha-Node"], "gpu-7") << path;
+  }
+  Reply meta = Send(port(), GetReq("/v2/models/cv"));
+  EXPECT_EQ(meta.status, 200);
+  EXPECT_NE(meta.body.find("\"IMAGE\""), std::string::npos);
+  Reply server = Send(port(), GetReq("/v2"));
+  EXPECT_NE(server.body.find("binary_tensor_data"), std::string::npos);
+  Reply unknown = Send(port(), GetReq("/v2/models/resnet/ready"));
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("unknown model: 'resnet'"), std::string::npos);
+  EXPECT_EQ(Send(port(), GetReq("/v2/models/cv/versions/9")).status, 404);
+  EXPECT_EQ(Send(port(), GetReq("/nothing")).status, 404);
+  EXPECT_EQ(Send(port(), GetReq("/v2/models/cv/infer")).status, 405);
+}
+
+TEST_F(WorkerTest, InferJsonAndBinaryGiveTheModelsAnswer) {
+  StartWorker(Options(0));
+  std::vector<uint8_t> img(8 * 8 * 3);
+  for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<uint8_t>(i * 13);
+  Reply r = Send(port(), Post("/v2/models/cv/infer", MakeInferRequestJson("q1", img, nullptr, 8, 8)));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("\"id\":\"q1\""), std::string::npos);
+  auto got = ParseInferResponse(r.body);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, ComputeCv(img.data(), nullptr, 8, 8, 3));
+
+  std::string head =
+      R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[8,8,3],"parameters":{"binary_data_size":192}}]})";
+  Reply b = Send(port(), Post("/v2/models/cv/versions/1/infer",
+                              head + std::string(img.begin(), img.end()),
+                              absl::StrCat("Inference-Header-Content-Length: ", head.size(), "\r\n")));
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(*ParseInferResponse(b.body), *got);
+  EXPECT_EQ(worker_->counters().success.load(), 2u);
+}
+
+TEST_F(WorkerTest, BadTensorsAndBadHttpGetReasons) {
+  StartWorker(Options(0, 64, 4096));
+  Reply shape = Send(port(), Post("/v2/models/cv/infer",
+                                  R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[2,2],"data":[1]}]})"));
+  EXPECT_EQ(shape.status, 400);
+  EXPECT_NE(shape.body.find("{\"error\":\"input 'IMAGE': unexpected number of elements 1"),
+            std::string::npos)
+      << shape.body;
+  Reply dtype = Send(port(), Post("/v2/models/cv/infer",
+                                  R"({"inputs":[{"name":"IMAGE","datatype":"INT64","shape":[1,1],"data":[1]}]})"));
+  EXPECT_EQ(dtype.status, 400);
+  EXPECT_NE(dtype.body.find("datatype INT64"), std::string::npos);
+  Reply hdr = Send(port(), Post("/v2/models/cv/infer", "{}", "Inference-Header-Content-Length: x\r\n"));
+  EXPECT_EQ(hdr.status, 400);
+  EXPECT_NE(hdr.body.find("Inference-Header-Content-Length"), std::string::npos);
+  Reply big = Send(port(), Post("/v2/models/cv/infer", std::string(5000, ' ')));
+  EXPECT_EQ(big.status, 413);
+  Reply garbage = Send(port(), "NOT HTTP\r\n\r\n");
+  EXPECT_EQ(garbage.status, 400);
+  EXPECT_EQ(worker_->counters().failure.load(), 3u);
+  // Still serving.
+  EXPECT_EQ(Send(port(), GetReq("/v2/health/ready")).status, 200);
+}
+
+TEST_F(WorkerTest, LatencyModelsGpuTimeAndCapacityBoundsWork) {
+  StartWorker(Options(300, 1));
+  std::vector<uint8_t> img(3, 9);
+  std::string req = Post("/v2/models/cv/infer", MakeInferRequestJson("", img, nullptr, 1, 1));
+  auto started = std::chrono::steady_clock::now();
+  auto first = std::async(std::launch::async, [&] { return Send(port(), req); });
+  // Wait until the first request is in service, then a second is refused.
+  while (worker_->counters().in_service.load() == 0) std::this_thread::sleep_for(milliseconds(1));
+  Reply second = Send(port(), req);
+  EXPECT_EQ(second.status, 503);
+  EXPECT_EQ(second.headers["Retry-After"], "1");
+  EXPECT_NE(second.body.find("at capacity (1"), std::string::npos);
+  Reply r = first.get();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(300));
+  Reply metrics = Send(port(), GetReq("/metrics"));
+  EXPECT_NE(metrics.body.find("nv_inference_request_success{model=\"cv\",version=\"1\"} 1"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("gpuha_worker_rejected_at_capacity_total 1"), std::string::npos);
+}
+
+TEST_F(WorkerTest, BadOptionsAreRefused) {
+  EXPECT_NE(Worker::Start(Options(0, 0)).status().message().find("--capacity"),
+            std::string::npos);
+  WorkerOptions o = Options(0);
+  o.address = "nowhere";
+  EXPECT_NE(Worker::Start(o).status().message().find("nowhere"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuha::worker
