@@ -37,6 +37,12 @@ LoadCommand::LoadCommand(CLI::App& parent) {
                    "Share of requests sent with --slow-query (legitimately slow work)")
       ->check(CLI::Range(0.0, 1.0));
   app_->add_option("--slow-query", o_.slow_query, "Query appended to slow requests");
+  app_->add_flag("--infer", o_.infer,
+                 "KServe v2 inference on the worker's 'cv' model, every answer checked "
+                 "(POST /v2/models/cv/infer unless --path is given)");
+  app_->add_option("--image-side", o_.image_side, "--infer: image side in pixels (RGB)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_flag("--quiet", quiet_, "No progress line");
 }
@@ -51,6 +57,7 @@ int LoadCommand::Run() {
     spdlog::error("load: --path: must start with '/'");
     return kExitBadInput;
   }
+  if (o_.infer && app_->count("--path") == 0) o_.path = "/v2/models/cv/infer";
   o_.host = hp->host;
   o_.port = hp->port;
   o_.duration = std::chrono::milliseconds(static_cast<int64_t>(seconds_ * 1000));

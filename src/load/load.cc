@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "worker/model.h"
 
 namespace gpuha::load {
 
@@ -29,6 +30,41 @@ namespace {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Infer mode: a few frames made once, each request sends frame i with frame
+// i-1 as its previous one, and the expected answer is the model run here.
+struct Frame {
+  std::string body;
+  worker::CvResult expected;
+};
+
+std::vector<Frame> MakeFrames(int side) {
+  constexpr int kFrames = 8;
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint8_t>> images(kFrames, std::vector<uint8_t>(size_t(side) * side * 3));
+  for (auto& img : images) {
+    for (uint8_t& b : img) b = static_cast<uint8_t>(rng());
+  }
+  std::vector<Frame> frames;
+  for (int i = 0; i < kFrames; ++i) {
+    const auto& img = images[i];
+    const auto& prev = images[(i + kFrames - 1) % kFrames];
+    frames.push_back({worker::MakeInferRequestJson(absl::StrCat("frame-", i), img, &prev, side, side),
+                      worker::ComputeCv(img.data(), prev.data(), side, side, 3)});
+  }
+  return frames;
+}
+
+bool SameAnswer(const worker::CvResult& a, const worker::CvResult& b) {
+  return a.histogram == b.histogram && std::abs(a.brightness - b.brightness) < 1e-3f &&
+         std::abs(a.motion - b.motion) < 1e-5f;
+}
+
 struct StreamState {
   std::string id;
   std::vector<std::unique_ptr<beast::tcp_stream>> idle;
@@ -39,6 +75,7 @@ struct StreamState {
 class Runner {
  public:
   Runner(const LoadOptions& o, net::io_context& ioc) : o_(o), ioc_(ioc), rng_(42) {
+    if (o.infer) frames_ = MakeFrames(o.image_side);
     for (int i = 0; i < o.streams; ++i) {
       streams_.push_back(std::make_unique<StreamState>());
       streams_.back()->id = o.stream_prefix + std::to_string(i);
@@ -76,12 +113,16 @@ class Runner {
     if (slow) report_.slow_sent++;
     std::string target = "/streams/" + s.id + o_.path;
     if (slow) target += (target.find('?') == std::string::npos ? "?" : "&") + o_.slow_query;
-    std::string req = absl::StrCat(o_.method, " ", target, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
+    const Frame* frame = frames_.empty() ? nullptr : &frames_[report_.sent % frames_.size()];
+    const std::string& body = frame ? frame->body : o_.body;
+    const std::string& method = frame ? kPost : o_.method;
+    std::string req = absl::StrCat(method, " ", target, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
                                    o_.api_key.empty() ? "" : "X-Api-Key: " + o_.api_key + "\r\n",
-                                   o_.body.empty() && o_.method == "GET"
+                                   body.empty() && method == "GET"
                                        ? ""
-                                       : absl::StrCat("Content-Length: ", o_.body.size(), "\r\n"),
-                                   "\r\n", o_.body);
+                                       : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
+                                   frame ? "Content-Type: application/json\r\n" : "", "\r\n",
+                                   body);
     auto sent_at = Clock::now();
     std::string failure;
     std::unique_ptr<beast::tcp_stream> c;
@@ -97,6 +138,7 @@ class Runner {
       if (ec) failure = "connect: " + ec.message();
     }
     bool keep = false;
+    std::string node;
     if (failure.empty()) {
       c->expires_after(o_.timeout);
       co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
@@ -108,14 +150,23 @@ class Runner {
         failure = "timeout";
       } else if (ec) {
         failure = "read: " + ec.message();
-      } else if (p.get().result_int() != 200) {
-        failure = absl::StrCat("http_", p.get().result_int());
       } else {
-        keep = p.keep_alive();
+        node = std::string(p.get()["X-Gpuha-Node"]);
+        if (p.get().result_int() != 200) {
+          failure = absl::StrCat("http_", p.get().result_int());
+          // The router's own errors say why in X-Gpuha-Error.
+          if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
+        } else if (frame != nullptr) {
+          auto got = worker::ParseInferResponse(p.get().body());
+          if (!got.ok() || !SameAnswer(*got, frame->expected)) failure = "wrong answer";
+        }
+        keep = failure.empty() && p.keep_alive();
       }
     }
     auto now = Clock::now();
     in_flight_--;
+    if (!node.empty() && failure.empty()) report_.served_by[node]++;
+    if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
     if (failure.empty()) {
       report_.ok++;
       s.report.ok++;
@@ -190,8 +241,10 @@ class Runner {
   }
 
  private:
+  static inline const std::string kPost = "POST";
   const LoadOptions& o_;
   net::io_context& ioc_;
+  std::vector<Frame> frames_;
   std::mt19937 rng_;
   std::vector<std::unique_ptr<StreamState>> streams_;
   std::vector<double> latencies_;
@@ -208,6 +261,9 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
   if (o.rate == 0 && o.concurrency < 1) {
     return absl::InvalidArgumentError("--concurrency: must be at least 1 in closed loop");
   }
+  if (o.infer && (o.image_side < 1 || o.image_side > 1024)) {
+    return absl::InvalidArgumentError("--image-side: must be 1 to 1024");
+  }
   if (o.slow_fraction < 0 || o.slow_fraction > 1) {
     return absl::InvalidArgumentError("--slow-fraction: must be 0 to 1");
   }
@@ -220,8 +276,9 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
 }
 
 std::string LoadReport::Json() const {
-  std::vector<std::string> f, s;
+  std::vector<std::string> f, s, b;
   for (const auto& [reason, n] : failures) f.push_back(absl::StrFormat("\"%s\":%d", reason, n));
+  for (const auto& [node, n] : served_by) b.push_back(absl::StrFormat("\"%s\":%d", node, n));
   for (const StreamReport& st : streams) {
     s.push_back(absl::StrFormat(R"({"stream":"%s","ok":%d,"failed":%d,"max_gap_ms":%.3f})",
                                 st.stream, st.ok, st.failed, st.max_gap_ms));
@@ -229,9 +286,9 @@ std::string LoadReport::Json() const {
   return absl::StrFormat(
       R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
-      R"("seconds":%.3f,"streams":[%s]})",
+      R"("seconds":%.3f,"served_by":{%s},"streams":[%s]})",
       sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms,
-      max_ms, max_gap_ms, seconds, absl::StrJoin(s, ","));
+      max_ms, max_gap_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
 }
 
 std::string LoadReport::Text() const {
@@ -243,6 +300,7 @@ std::string LoadReport::Text() const {
       max_ms, max_gap_ms);
   if (slow_sent > 0) out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
   for (const auto& [reason, n] : failures) out += absl::StrFormat("  failed: %-30s %d\n", reason, n);
+  for (const auto& [node, n] : served_by) out += absl::StrFormat("  served by %-20s %d\n", node, n);
   return out;
 }
 

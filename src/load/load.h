@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +15,16 @@
 #include "absl/status/statusor.h"
 
 namespace gpuha::load {
+
+// One answered (or failed) request, for callers that follow answers live
+// (`gpuha demo` times "first request served by the standby" from these).
+struct Answer {
+  const std::string* stream = nullptr;
+  int64_t unix_nanos = 0;  // when the answer (or the failure) arrived
+  bool ok = false;
+  std::string node;     // X-Gpuha-Node of the server that answered, if any
+  std::string failure;  // reason when !ok
+};
 
 struct LoadOptions {
   std::string host = "127.0.0.1";
@@ -31,6 +42,13 @@ struct LoadOptions {
   double slow_fraction = 0;   // this share of requests gets slow_query appended
   std::string slow_query;     // e.g. "delay_ms=1500"
   bool progress = true;       // a progress line on stderr every second
+  // KServe v2 inference on the reference worker's "cv" model: each request
+  // carries a generated image and previous frame (POST, JSON tensors), and
+  // each answer's histogram, brightness and motion are checked against the
+  // model run here. A wrong answer is a failure ("wrong answer").
+  bool infer = false;
+  int image_side = 16;  // infer: images are side x side x 3
+  std::function<void(const Answer&)> on_answer;  // called on the load thread
 };
 
 struct StreamReport {
@@ -50,6 +68,7 @@ struct LoadReport {
   double max_gap_ms = 0;  // worst stream
   double seconds = 0;
   std::vector<StreamReport> streams;
+  std::map<std::string, uint64_t> served_by;  // node (X-Gpuha-Node) -> answers
   std::string Json() const;
   std::string Text() const;
 };
