@@ -252,7 +252,19 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   } else {
     n->healthy_since.reset();
   }
+  // A server that was ready and stops answering its readiness probe while the
+  // node serves (a CUDA call stuck on a hung GPU, a crashed server) takes the
+  // node out even though the agent itself is healthy. A server that has not
+  // become ready yet (starting, rejoining) does not.
+  bool server_was_ready = n->server_ready;
+  n->server_ready = hb.server().ready() && !hb.fenced();
   if (!in_service || clock_->Now() < grace_until_) return;
+  if (server_was_ready && !n->server_ready && !hb.fenced() &&
+      hb.health() != v1::NODE_HEALTH_FAILED) {
+    TakeOutLocked(*n, "inference server not ready (agent's readiness probe)", clock_->UnixNanos(),
+                  /*make_before_break=*/false, /*count_failure=*/true);
+    return;
+  }
   if (hb.health() == v1::NODE_HEALTH_FAILED) {
     TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
                   /*make_before_break=*/false, /*count_failure=*/true);

@@ -138,6 +138,7 @@ class Controller {
     bool drained = false;   // an operator took it out
     bool held_out = false;  // failed too often, or fencing failed
     bool known = false;     // its agent has connected at least once (stored)
+    bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
   };

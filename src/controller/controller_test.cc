@@ -269,6 +269,31 @@ TEST_F(ControllerTest, AgentReportedFailureFailsOverAtOnce) {
   EXPECT_EQ(sinks_["a2"]->fences(), 1);
 }
 
+TEST_F(ControllerTest, HungInferenceServerOnAHealthyAgentFailsOver) {
+  Start();
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  auto beat_server = [&](const std::string& node, bool ready) {
+    v1::Heartbeat hb;
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_running(true);
+    hb.mutable_server()->set_ready(ready);
+    c_->AgentHeartbeat(node, hb);
+  };
+  // Not ready while starting: no failover.
+  beat_server("a2", false);
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "alive");
+  beat_server("a2", true);
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "alive");
+  // Ready, then not: the node goes, its streams move to the passive.
+  beat_server("a2", false);
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "failed");
+  EXPECT_EQ(sinks_["a2"]->fences(), 1);
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a2") << s.dump();
+  EXPECT_NE(c_->EventsJson(0, 100).dump().find("inference server not ready"), std::string::npos);
+}
+
 TEST_F(ControllerTest, DrainingIsMakeBeforeBreak) {
   Start();
   AddStreams(3);
