@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/agent_command.h"
 #include "cli/controller_command.h"
+#include "cli/demo_command.h"
 #include "cli/load_command.h"
 #include "cli/plan_command.h"
 #include "cli/router_command.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   gpuha::cli::RouterCommand router(app);
   gpuha::cli::LoadCommand load(app);
   gpuha::cli::WorkerCommand worker(app);
+  gpuha::cli::DemoCommand demo(app);
   gpuha::cli::CtlCommand ctl(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   if (router.app()->parsed()) return router.Run();
   if (load.app()->parsed()) return load.Run();
   if (worker.app()->parsed()) return worker.Run();
+  if (demo.app()->parsed()) return demo.Run();
   if (ctl.app()->parsed()) return ctl.Run();
   return gpuha::cli::kExitBadInput;
 }

@@ -19,6 +19,10 @@ struct HostPort {
 [[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
                                                      const std::string& field);
 
+// A loopback TCP port that was free a moment ago (0 if none), for processes
+// whose listen address must be known before they start.
+uint16_t FreeLoopbackPort();
+
 // Lower-case hex SHA-256 of `data` (OpenSSL): how API keys and tokens are
 // stored in config files.
 std::string Sha256Hex(absl::string_view data);

@@ -95,11 +95,11 @@ Controller::NodeState* Controller::FindLocked(const std::string& node) {
 }
 
 void Controller::EventLocked(const std::string& type, const std::string& node,
-                             const std::string& detail, std::optional<int64_t> unix_ms) {
+                             const std::string& detail, std::optional<double> unix_ms) {
   Event e;
   e.id = next_event_id_++;
   e.mono_ms = std::chrono::duration<double, std::milli>(clock_->Now() - started_).count();
-  e.unix_ms = unix_ms.value_or(clock_->UnixNanos() / 1'000'000);
+  e.unix_ms = unix_ms.value_or(static_cast<double>(clock_->UnixNanos()) / 1e6);
   e.type = type;
   e.node = node;
   e.epoch = epoch_;
@@ -367,7 +367,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   ++epoch_;
   counters_.failovers++;
   n.healthy_since.reset();  // it must prove itself healthy again after the fence
-  if (fault_unix_ns > 0) EventLocked("fault_seen", id, why, fault_unix_ns / 1'000'000);
+  if (fault_unix_ns > 0) EventLocked("fault_seen", id, why, static_cast<double>(fault_unix_ns) / 1e6);
   EventLocked("detected", id, why);
   if (!make_before_break) FenceLocked(n, why);
   FailoverPlan plan = placement_.FailNode(id);

@@ -57,7 +57,7 @@ class ShellFenceRunner : public FenceRunner {
 struct Event {
   int64_t id = 0;
   double mono_ms = 0;  // since the controller started; orders and times a failover
-  int64_t unix_ms = 0;
+  double unix_ms = 0;  // wall clock, fractional: other processes time faults against it
   std::string type;  // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
   std::string node;
   uint64_t epoch = 0;
@@ -154,7 +154,7 @@ class Controller {
   void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
   void CommitLocked(std::vector<StoreWrite> batch);
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
-                   std::optional<int64_t> unix_ms = std::nullopt);
+                   std::optional<double> unix_ms = std::nullopt);
   nlohmann::json NodeJsonLocked(const NodeState& n) const;
   NodeState* FindLocked(const std::string& node);
 

@@ -88,7 +88,7 @@ class Runner {
     auto interval = std::chrono::nanoseconds(static_cast<int64_t>(1e9 / o_.rate));
     auto next = start_;
     size_t i = 0;
-    while (Clock::now() < end_) {
+    while (Running()) {
       next += interval;
       StreamState& s = *streams_[i++ % streams_.size()];
       net::co_spawn(ioc_, One(s), net::detached);
@@ -101,9 +101,16 @@ class Runner {
   }
 
   net::awaitable<void> ClosedLoop(size_t client) {
-    while (Clock::now() < end_) {
+    while (Running()) {
       co_await One(*streams_[client % streams_.size()]);
     }
+  }
+
+  // False once the duration is over or the caller asked to stop; a stop
+  // ends the run (and its gap accounting) now.
+  bool Running() {
+    if (o_.stop != nullptr && o_.stop->load() && Clock::now() < end_) end_ = Clock::now();
+    return Clock::now() < end_;
   }
 
   net::awaitable<void> One(StreamState& s) {

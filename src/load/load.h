@@ -5,6 +5,7 @@
 // latency distribution and, per stream, the longest stretch with no answer.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -49,6 +50,8 @@ struct LoadOptions {
   bool infer = false;
   int image_side = 16;  // infer: images are side x side x 3
   std::function<void(const Answer&)> on_answer;  // called on the load thread
+  // When set, load stops early once it turns true (checked before each send).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct StreamReport {

@@ -1,0 +1,88 @@
+#include "cli/demo_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/exit_codes.h"
+#include "common/file_util.h"
+#include "common/log.h"
+
+namespace gpuha::cli {
+
+DemoCommand::DemoCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand(
+      "demo", "The whole system on loopback: 4 simulated GPU nodes, load, faults, timelines");
+  faults_ = absl::StrJoin(demo::kAllFaults, ",");
+  app_->add_option("--faults", faults_, "Faults to inject, in order (comma-separated)")
+      ->capture_default_str();
+  app_->add_option("--streams", o_.streams, "Camera streams admitted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 30));
+  app_->add_option("--rate", o_.rate, "Requests/s through the router")
+      ->capture_default_str()
+      ->check(CLI::Range(10.0, 5000.0));
+  app_->add_option("--latency", o_.latency_ms, "Workers' modelled GPU time, ms")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  app_->add_option("--observe-ms", o_.observe_ms, "How long each fault is watched before repair")
+      ->capture_default_str()
+      ->check(CLI::Range(500, 60000));
+  app_->add_flag("--keep", o_.keep, "Leave the cluster running after the faults (Ctrl-C stops it)");
+  app_->add_option("--json", json_path_, "Also write the report as JSON here");
+  app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
+}
+
+int DemoCommand::Run() {
+  std::vector<std::string> faults = absl::StrSplit(faults_, ',', absl::SkipWhitespace());
+  o_.faults = faults;
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) {
+    spdlog::error("demo: cannot find this binary (/proc/self/exe)");
+    return kExitFailure;
+  }
+  o_.exe.assign(exe, static_cast<size_t>(n));
+  // Ctrl-C and SIGTERM stop the demo and every process it started. They are
+  // blocked here (threads inherit the mask; children get a clean one) and
+  // taken by one watcher thread.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::atomic<bool> stop{false}, done{false};
+  std::thread watcher([&] {
+    timespec tick{0, 100 * 1000 * 1000};
+    while (!done) {
+      if (sigtimedwait(&set, nullptr, &tick) > 0) {
+        std::cerr << "\ngpuha demo: stopping every process it started...\n";
+        stop = true;
+      }
+    }
+  });
+  o_.stop = &stop;
+  auto report = demo::RunDemo(o_, std::cout);
+  done = true;
+  watcher.join();
+  if (!report.ok()) {
+    spdlog::error("demo: {}", report.status().message());
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput
+                                                                         : kExitFailure;
+  }
+  if (!json_path_.empty()) {
+    if (absl::Status s = common::WriteFileAtomic(json_path_, report->Json() + "\n"); !s.ok()) {
+      spdlog::error("demo: {}", s.message());
+      return kExitFailure;
+    }
+  }
+  if (stop) return 130;
+  return report->load.failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace gpuha::cli

@@ -1,0 +1,686 @@
+#include "demo/demo.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/http_server.h"
+#include "common/net_util.h"
+#include "common/subprocess.h"
+
+namespace gpuha::demo {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kApiKey = "demo-acme-key";
+constexpr int kNodes = 4;
+
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Every answer the load saw, for timelines after the fact.
+struct AnswerLog {
+  struct Rec {
+    int64_t ns;
+    std::string stream;
+    std::string node;
+    bool ok;
+  };
+  std::mutex mu;
+  std::vector<Rec> recs;
+  std::atomic<uint64_t> ok{0}, failed{0};
+  void Add(const load::Answer& a) {
+    (a.ok ? ok : failed)++;
+    std::lock_guard<std::mutex> lock(mu);
+    recs.push_back({a.unix_nanos, *a.stream, a.node, a.ok});
+  }
+  std::vector<Rec> Snapshot() {
+    std::lock_guard<std::mutex> lock(mu);
+    return recs;
+  }
+};
+
+struct Node {
+  std::string name;
+  uint16_t worker_port = 0;
+  uint16_t agent_port = 0;
+  std::string config;
+  pid_t agent = -1;
+};
+
+// The processes of one demo cluster, all on loopback.
+class Cluster {
+ public:
+  Cluster(const DemoOptions& o, std::string dir) : o_(o), dir_(std::move(dir)) {}
+  ~Cluster() { Stop(); }
+
+  absl::Status Start() {
+    ctl_grpc_ = common::FreeLoopbackPort();
+    ctl_http_ = common::FreeLoopbackPort();
+    router_ = common::FreeLoopbackPort();
+    router_admin_ = common::FreeLoopbackPort();
+    for (int i = 0; i < kNodes; ++i) {
+      Node n;
+      n.name = absl::StrCat("gpu-", i + 1);
+      n.worker_port = common::FreeLoopbackPort();
+      n.agent_port = common::FreeLoopbackPort();
+      nodes_.push_back(n);
+    }
+    if (absl::Status s = WriteConfigs(); !s.ok()) return s;
+    if (absl::Status s = StartController(); !s.ok()) return s;
+    for (Node& n : nodes_) {
+      if (absl::Status s = StartAgent(n); !s.ok()) return s;
+    }
+    auto router = Spawn({o_.exe, "router", "--config", dir_ + "/router.yaml"}, "router");
+    if (!router.ok()) return router.status();
+    router_pid_ = *router;
+    return absl::OkStatus();
+  }
+
+  absl::Status StartController() {
+    auto pid = Spawn({o_.exe, "controller", "--config", dir_ + "/controller.yaml"}, "controller");
+    if (!pid.ok()) return pid.status();
+    controller_pid_ = *pid;
+    if (!WaitFor([&] { return Api("GET", "/healthz").ok(); }, milliseconds(10000))) {
+      return absl::UnavailableError(
+          absl::StrCat("the controller did not answer in 10 s; see ", dir_, "/controller.log"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status StartAgent(Node& n) {
+    auto pid = Spawn({o_.exe, "agent", "--config", n.config}, n.name);
+    if (!pid.ok()) return pid.status();
+    n.agent = *pid;
+    return absl::OkStatus();
+  }
+
+  // SIGKILL to a node's agent and its worker (a crashed or rebooted host).
+  void KillNode(Node& n) {
+    pid_t w = WorkerPid(n);
+    if (w > 0) ::kill(w, SIGKILL);
+    if (n.agent > 0) ::kill(n.agent, SIGKILL);
+    Reap();
+    n.agent = -1;
+  }
+  void KillController() {
+    ::kill(controller_pid_, SIGKILL);
+    Reap();
+  }
+
+  // The worker is the agent's child, in its own session.
+  pid_t WorkerPid(const Node& n) const {
+    if (n.agent <= 0) return -1;
+    std::error_code ec;
+    for (const auto& task :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", n.agent, "/task"), ec)) {
+      auto children = common::ReadFile(task.path().string() + "/children");
+      if (!children.ok()) continue;
+      pid_t pid = 0;
+      if (std::sscanf(children->c_str(), "%d", &pid) == 1 && pid > 0) return pid;
+    }
+    return -1;
+  }
+
+  absl::StatusOr<json> Api(const std::string& method, const std::string& target,
+                           const std::string& body = "") const {
+    auto r = common::HttpCall(method, "127.0.0.1", ctl_http_, target, body, milliseconds(2000));
+    if (!r.ok()) return r.status();
+    if (r->status / 100 != 2) {
+      return absl::UnavailableError(absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
+    }
+    json j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded()) return absl::InternalError(target + ": not JSON");
+    return j;
+  }
+
+  absl::Status InjectSimFault(const Node& n, const std::string& spec) const {
+    auto r = common::HttpCall("POST", "127.0.0.1", n.agent_port, "/v1/sim/faults", spec,
+                              milliseconds(2000));
+    if (!r.ok()) return r.status();
+    if (r->status != 202) return absl::InternalError(absl::StrCat("inject ", spec, ": ", r->body));
+    return absl::OkStatus();
+  }
+
+  // Waits for `done` (polled every 20 ms) or a stop; false on timeout or stop.
+  bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+    auto deadline = SteadyClock::now() + timeout;
+    while (!Stopping()) {
+      Reap();
+      if (done()) return true;
+      if (SteadyClock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+  bool Sleep(milliseconds d) {
+    return !WaitFor([] { return false; }, d) && !Stopping();
+  }
+  bool Stopping() const { return o_.stop != nullptr && o_.stop->load(); }
+
+  // Every process this demo started, and their workers, stopped: SIGTERM,
+  // then SIGKILL to what is left after 3 s. SIGCONT first, for hung ones.
+  void Stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    std::vector<pid_t> pids;
+    if (router_pid_ > 0) pids.push_back(router_pid_);
+    for (const Node& n : nodes_) {
+      pid_t w = WorkerPid(n);
+      if (w > 0) pids.push_back(w);
+      if (n.agent > 0) pids.push_back(n.agent);
+    }
+    if (controller_pid_ > 0) pids.push_back(controller_pid_);
+    for (pid_t p : pids) {
+      ::kill(p, SIGCONT);
+      ::kill(p, SIGTERM);
+    }
+    auto deadline = SteadyClock::now() + milliseconds(3000);
+    auto alive = [&] {
+      Reap();
+      return std::any_of(pids.begin(), pids.end(), [](pid_t p) { return ::kill(p, 0) == 0; });
+    };
+    while (alive() && SteadyClock::now() < deadline) std::this_thread::sleep_for(milliseconds(20));
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    while (alive() && SteadyClock::now() < deadline + milliseconds(2000)) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+
+  // Collects exited children, including workers orphaned by a killed agent
+  // (this process is their subreaper).
+  static void Reap() {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+  }
+
+  std::vector<Node>& nodes() { return nodes_; }
+  Node* FindNode(const std::string& name) {
+    for (Node& n : nodes_) {
+      if (n.name == name) return &n;
+    }
+    return nullptr;
+  }
+  uint16_t router_port() const { return router_; }
+  uint16_t router_admin_port() const { return router_admin_; }
+  uint16_t api_port() const { return ctl_http_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name) {
+    return common::SpawnProcess(argv, absl::StrCat(dir_, "/", name, ".log"));
+  }
+
+  absl::Status WriteConfigs() {
+    std::string nodes;
+    for (int i = 0; i < kNodes; ++i) {
+      absl::StrAppend(&nodes, "  - { name: ", nodes_[i].name, ", role: ",
+                      i < kNodes - 1 ? "active" : "passive",
+                      ", capacity: 10, address: \"127.0.0.1:", nodes_[i].worker_port, "\" }\n");
+    }
+    std::string controller = absl::StrCat(
+        "# written by gpuha demo: 3 active nodes and 1 passive (N+1)\n"
+        "cluster: { redundancy: 1 }\nnodes:\n",
+        nodes, "tenants: [acme]\nlisten: { grpc: \"127.0.0.1:", ctl_grpc_, "\", http: \"127.0.0.1:",
+        ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
+        "recovery: { healthy_for_ms: 1000, max_failures: 20, window_s: 600 }\n");
+    if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", controller); !s.ok())
+      return s;
+    for (Node& n : nodes_) {
+      n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
+      std::string agent = absl::StrCat(
+          "node: ", n.name, "\ncontrollers: [\"127.0.0.1:", ctl_grpc_, "\"]\n",
+          "gpu: { backend: sim, sim: { model: L4, count: 1, load: 0.6 } }\n",
+          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: 127.0.0.1:", n.agent_port,
+          "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"127.0.0.1:", n.worker_port,
+          "\", --node, ", n.name, ", --latency, \"", o_.latency_ms, "\"],\n",
+          "          ready_url: \"http://127.0.0.1:", n.worker_port,
+          "/v2/health/ready\", fence_mode: stop, probe_interval_ms: 100 }\n");
+      if (absl::Status s = common::WriteFileAtomic(n.config, agent); !s.ok()) return s;
+    }
+    std::string router = absl::StrCat(
+        "listen: 127.0.0.1:", router_, "\nadmin: 127.0.0.1:", router_admin_,
+        "\nthreads: 1\nid: demo-router\ncontrollers: [\"127.0.0.1:", ctl_grpc_, "\"]\n",
+        "tenants:\n  - { name: acme, api_keys_sha256: [", common::Sha256Hex(kApiKey),
+        "], requests_per_second: 100000, burst: 100000, max_concurrent: 4096 }\n");
+    return common::WriteFileAtomic(dir_ + "/router.yaml", router);
+  }
+
+  const DemoOptions& o_;
+  std::string dir_;
+  uint16_t ctl_grpc_ = 0, ctl_http_ = 0, router_ = 0, router_admin_ = 0;
+  std::vector<Node> nodes_;
+  pid_t controller_pid_ = -1, router_pid_ = -1;
+  bool stopped_ = false;
+};
+
+std::map<std::string, std::string> Primaries(const json& streams) {
+  std::map<std::string, std::string> out;
+  if (!streams.is_array()) return out;
+  for (const json& s : streams) out[s.value("id", "")] = s.value("primary", "");
+  return out;
+}
+
+std::string Ms(const std::optional<double>& v) {
+  return v ? absl::StrFormat("%.1f", *v) : std::string("-");
+}
+
+class Demo {
+ public:
+  Demo(const DemoOptions& o, Cluster& c, std::ostream& out) : o_(o), c_(c), out_(out) {}
+
+  absl::Status WaitReady() {
+    // Every node connected and in service, then every stream answering.
+    bool nodes_up = c_.WaitFor(
+        [&] {
+          auto nodes = c_.Api("GET", "/api/v1/nodes");
+          if (!nodes.ok() || !nodes->is_array() || nodes->size() != kNodes) return false;
+          for (const json& n : *nodes) {
+            if (n.value("state", "") != "alive") return false;
+          }
+          return true;
+        },
+        milliseconds(20000));
+    if (!nodes_up) {
+      return absl::UnavailableError(
+          absl::StrCat("the agents did not all connect in 20 s; see ", c_.dir(), "/gpu-*.log"));
+    }
+    for (int i = 0; i < o_.streams; ++i) {
+      auto r = c_.Api("POST", "/api/v1/streams",
+                      json{{"id", absl::StrCat("cam-", i)}, {"tenant", "acme"}}.dump());
+      if (!r.ok()) return absl::InternalError(absl::StrCat("admitting cam-", i, ": ", r.status().message()));
+    }
+    // Through the router: each stream's worker answers a real inference.
+    load::LoadOptions probe;
+    probe.port = c_.router_port();
+    probe.streams = o_.streams;
+    probe.rate = 200;
+    probe.duration = milliseconds(300);
+    probe.timeout = milliseconds(2000);
+    probe.api_key = kApiKey;
+    probe.infer = true;
+    probe.path = "/v2/models/cv/infer";
+    probe.progress = false;
+    bool ready = c_.WaitFor(
+        [&] {
+          auto r = load::RunLoad(probe);
+          return r.ok() && r->failed == 0 && r->ok > 0;
+        },
+        milliseconds(20000));
+    if (!ready) {
+      return absl::UnavailableError(
+          absl::StrCat("streams did not answer through the router in 20 s; see ", c_.dir(),
+                       "/router.log and gpu-*.log"));
+    }
+    return absl::OkStatus();
+  }
+
+  void StartLoad() {
+    lo_.port = c_.router_port();
+    lo_.streams = o_.streams;
+    lo_.rate = o_.rate;
+    lo_.duration = std::chrono::hours(24);  // until stop_load_
+    lo_.timeout = milliseconds(10000);
+    lo_.api_key = kApiKey;
+    lo_.infer = true;
+    lo_.path = "/v2/models/cv/infer";
+    lo_.progress = false;
+    lo_.stop = &stop_load_;
+    lo_.on_answer = [this](const load::Answer& a) { answers_.Add(a); };
+    load_thread_ = std::thread([this] {
+      auto r = load::RunLoad(lo_);
+      if (r.ok()) report_.load = *r;
+    });
+    status_thread_ = std::thread([this] { StatusLine(); });
+  }
+  void StopLoad() {
+    stop_load_ = true;
+    if (load_thread_.joinable()) load_thread_.join();
+    status_done_ = true;
+    if (status_thread_.joinable()) status_thread_.join();
+  }
+
+  // One fault: inject, watch, repair, wait for the node to rejoin as spare.
+  FaultTimeline Run(const std::string& fault) {
+    FaultTimeline t;
+    t.fault = fault;
+    auto before = c_.Api("GET", "/api/v1/streams");
+    std::map<std::string, std::string> primaries = Primaries(before.ok() ? *before : json());
+    std::map<std::string, size_t> load_of;
+    for (const auto& [s, p] : primaries) load_of[p]++;
+    Node* node = nullptr;
+    for (Node& n : c_.nodes()) {
+      if (node == nullptr || load_of[n.name] > load_of[node->name]) node = &n;
+    }
+    std::set<std::string> hit;
+    for (const auto& [s, p] : primaries) {
+      if (fault == "controller-restart" || p == node->name) hit.insert(s);
+    }
+    t.node = fault == "controller-restart" ? "controller" : node->name;
+    t.streams_hit = hit.size();
+    int64_t last_event = 0;
+    if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
+      last_event = ev->back().value("id", int64_t{0});
+    }
+    out_ << absl::StrFormat("\n== %s on %s (%d streams) ==\n", fault, t.node, t.streams_hit);
+    out_.flush();
+    int64_t t0 = UnixNanos();
+    absl::Status injected = Inject(fault, *node);
+    if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
+    c_.Sleep(milliseconds(o_.observe_ms));
+
+    if (fault != "controller-restart") {
+      auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
+      Timeline(events.ok() ? *events : json::array(), node->name, t0, &t);
+    }
+    absl::Status repaired = Repair(fault, *node, primaries, &t);
+    if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
+    int64_t t_end = UnixNanos();
+    Count(t0, t_end, hit, fault == "controller-restart" ? "" : node->name, &t);
+    PrintTimeline(t);
+    return t;
+  }
+
+  DemoReport& report() { return report_; }
+
+ private:
+  absl::Status Inject(const std::string& fault, Node& n) {
+    if (fault == "crash") {
+      c_.KillNode(n);
+      return absl::OkStatus();
+    }
+    if (fault == "xid79") return c_.InjectSimFault(n, "gpu=0,kind=xid,xid=79");
+    if (fault == "thermal") return c_.InjectSimFault(n, "gpu=0,kind=temp_ramp,to_c=95,over_ms=600");
+    if (fault == "agent-hang") {
+      ::kill(n.agent, SIGSTOP);
+      return absl::OkStatus();
+    }
+    if (fault == "server-hang") {
+      hung_worker_ = c_.WorkerPid(n);
+      if (hung_worker_ <= 0) return absl::InternalError("no worker process found");
+      ::kill(hung_worker_, SIGSTOP);
+      return absl::OkStatus();
+    }
+    if (fault == "controller-restart") {
+      c_.KillController();
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError("unknown fault " + fault);
+  }
+
+  absl::Status Repair(const std::string& fault, Node& n,
+                      const std::map<std::string, std::string>& primaries, FaultTimeline* t) {
+    if (fault == "controller-restart") {
+      if (absl::Status s = c_.StartController(); !s.ok()) return s;
+      // The restarted controller must hold the same routes.
+      auto after = c_.Api("GET", "/api/v1/streams");
+      t->routes_unchanged = after.ok() && Primaries(*after) == primaries;
+      c_.Sleep(milliseconds(1000));  // agents and the router reconnect
+      return absl::OkStatus();
+    }
+    if (fault == "crash") {
+      if (absl::Status s = c_.StartAgent(n); !s.ok()) return s;
+    } else if (fault == "xid79" || fault == "thermal") {
+      c_.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
+      if (absl::Status s = c_.StartAgent(n); !s.ok()) return s;
+    } else if (fault == "agent-hang") {
+      ::kill(n.agent, SIGCONT);
+    } else if (fault == "server-hang") {
+      ::kill(hung_worker_, SIGCONT);
+    }
+    bool back = c_.WaitFor(
+        [&] {
+          auto j = c_.Api("GET", "/api/v1/nodes/" + n.name);
+          return j.ok() && j->value("state", "") == "alive" && !j->value("fenced", true);
+        },
+        milliseconds(15000));
+    if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");
+    c_.Sleep(milliseconds(300));  // its worker comes up as the new spare
+    return absl::OkStatus();
+  }
+
+  void Timeline(const json& events, const std::string& node, int64_t t0, FaultTimeline* t) {
+    auto ms = [t0](const json& e) { return e.value("unix_ms", 0.0) - double(t0) / 1e6; };
+    int64_t detected_id = -1;
+    for (const json& e : events) {
+      std::string type = e.value("type", "");
+      if (detected_id < 0) {
+        if (type == "detected" && e.value("node", "") == node) {
+          detected_id = e.value("id", int64_t{0});
+          t->detected_ms = ms(e);
+        }
+        continue;
+      }
+      if (!t->fenced_ms && (type == "fenced" || type == "fence_unconfirmed") &&
+          e.value("node", "") == node) {
+        t->fenced_ms = ms(e);
+      }
+      if (!t->routes_pushed_ms && type == "routes_pushed") t->routes_pushed_ms = ms(e);
+      if (t->routes_pushed_ms && !t->routers_acked_ms && type == "routers_acked") {
+        t->routers_acked_ms = ms(e);
+      }
+    }
+  }
+
+  void Count(int64_t t0, int64_t t_end, const std::set<std::string>& hit, const std::string& node,
+             FaultTimeline* t) {
+    std::map<std::string, int64_t> last;  // stream -> last ok answer before now
+    // "Served by the standby" counts only streams the failed node was really
+    // serving when the fault hit (the router may already have moved some).
+    std::map<std::string, std::string> served_at_t0;
+    for (const AnswerLog::Rec& r : answers_.Snapshot()) {
+      if (r.ns > t_end) break;
+      bool in = r.ns >= t0;
+      if (!in && r.ok) served_at_t0[r.stream] = r.node;
+      if (in) {
+        t->answered++;
+        if (!r.ok) t->failed++;
+        if (r.ok && hit.count(r.stream) && !node.empty() && served_at_t0[r.stream] == node &&
+            !r.node.empty() && r.node != node && !t->first_standby_ms) {
+          t->first_standby_ms = double(r.ns - t0) / 1e6;
+        }
+      }
+      if (!r.ok || !hit.count(r.stream)) continue;
+      auto it = last.find(r.stream);
+      if (in && it != last.end()) {
+        t->max_gap_ms = std::max(t->max_gap_ms, double(r.ns - it->second) / 1e6);
+      }
+      last[r.stream] = r.ns;
+    }
+  }
+
+  void PrintTimeline(const FaultTimeline& t) {
+    if (t.fault == "controller-restart") {
+      out_ << absl::StrFormat("  controller killed and restarted; routes %s\n",
+                              t.routes_unchanged ? "unchanged" : "CHANGED");
+    } else {
+      out_ << absl::StrFormat("  %-34s %8s ms\n", "fault injected", "0.0")
+           << absl::StrFormat("  %-34s %8s ms\n", "detected by the controller", Ms(t.detected_ms))
+           << absl::StrFormat("  %-34s %8s ms\n", "fenced", Ms(t.fenced_ms))
+           << absl::StrFormat("  %-34s %8s ms\n", "routes pushed", Ms(t.routes_pushed_ms))
+           << absl::StrFormat("  %-34s %8s ms\n", "routers acknowledged", Ms(t.routers_acked_ms))
+           << absl::StrFormat("  %-34s %8s ms\n", "first request served by the standby",
+                              Ms(t.first_standby_ms));
+    }
+    out_ << absl::StrFormat("  answers %d, failed %d, longest gap on a hit stream %.1f ms\n",
+                            t.answered, t.failed, t.max_gap_ms);
+    if (!t.note.empty()) out_ << "  note: " << t.note << "\n";
+    out_.flush();
+  }
+
+  void StatusLine() {
+    bool tty = ::isatty(2) != 0;
+    auto started = SteadyClock::now();
+    while (!status_done_) {
+      std::this_thread::sleep_for(milliseconds(250));
+      if (!tty) continue;
+      std::string nodes;
+      if (auto j = c_.Api("GET", "/api/v1/nodes"); j.ok() && j->is_array()) {
+        for (const json& n : *j) {
+          absl::StrAppend(&nodes, " ", n.value("name", ""), ":", n.value("role", ""), "/",
+                          n.value("state", ""));
+        }
+      } else {
+        nodes = " controller unreachable";
+      }
+      std::fprintf(stderr, "\r\033[K[%5.1fs] ok %llu failed %llu |%s",
+                   std::chrono::duration<double>(SteadyClock::now() - started).count(),
+                   (unsigned long long)answers_.ok.load(), (unsigned long long)answers_.failed.load(),
+                   nodes.c_str());
+    }
+    if (tty) std::fprintf(stderr, "\r\033[K");
+  }
+
+  const DemoOptions& o_;
+  Cluster& c_;
+  std::ostream& out_;
+  DemoReport report_;
+  AnswerLog answers_;
+  load::LoadOptions lo_;
+  std::atomic<bool> stop_load_{false};
+  std::atomic<bool> status_done_{false};
+  std::thread load_thread_, status_thread_;
+  pid_t hung_worker_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
+  for (const std::string& f : o.faults) {
+    if (std::find(kAllFaults.begin(), kAllFaults.end(), f) == kAllFaults.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--faults: unknown fault '", f, "' (",
+                                                     absl::StrJoin(kAllFaults, ", "), ")"));
+    }
+  }
+  if (o.streams < 1 || o.streams > 30) {
+    return absl::InvalidArgumentError("--streams: must be 1 to 30 (3 active nodes x 10)");
+  }
+  std::string dir = o.workdir;
+  bool made_dir = false;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/gpuha-demo-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+    dir = tmpl;
+    made_dir = true;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--workdir: ", dir, ": ", ec.message()));
+  // Workers orphaned by a killed agent come to this process, to be reaped.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  Cluster cluster(o, dir);
+  out << "gpuha demo: controller, router and 4 agents (3 active + 1 passive, simulated L4) "
+         "with workers, in "
+      << dir << "\n";
+  out.flush();
+  absl::Status s = cluster.Start();
+  Demo demo(o, cluster, out);
+  if (s.ok()) s = demo.WaitReady();
+  if (!s.ok()) {
+    cluster.Stop();
+    return s;
+  }
+  out << absl::StrFormat("ready: %d streams admitted; load %.0f req/s through the router at "
+                         "127.0.0.1:%d (KServe v2, every answer checked)\n",
+                         o.streams, o.rate, cluster.router_port());
+  out.flush();
+  demo.StartLoad();
+  cluster.Sleep(milliseconds(1000));
+  for (const std::string& f : o.faults) {
+    if (cluster.Stopping()) break;
+    demo.report().faults.push_back(demo.Run(f));
+  }
+  cluster.Sleep(milliseconds(500));
+  demo.StopLoad();
+  DemoReport report = demo.report();
+  out << "\n" << report.Text();
+  out.flush();
+  if (o.keep && !cluster.Stopping()) {
+    out << absl::StrFormat(
+        "\nThe cluster keeps running (--keep); Ctrl-C stops it.\n"
+        "  router:      http://127.0.0.1:%d/streams/cam-0/v2/models/cv/infer "
+        "(X-Api-Key: %s)\n"
+        "  operator API: http://127.0.0.1:%d/api/v1/nodes  (streams, events, failovers, "
+        "capacity)\n"
+        "  metrics:     http://127.0.0.1:%d/metrics (router), http://127.0.0.1:%d/metrics "
+        "(controller)\n"
+        "  dashboard:   not built yet; the operator API above serves the same data\n"
+        "  logs and configs: %s\n",
+        cluster.router_port(), kApiKey, cluster.api_port(), cluster.router_admin_port(),
+        cluster.api_port(), dir);
+    out.flush();
+    cluster.WaitFor([] { return false; }, std::chrono::hours(24 * 365));
+  }
+  cluster.Stop();
+  if (made_dir && !o.keep) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  return report;
+}
+
+std::string DemoReport::Text() const {
+  std::string out = absl::StrFormat(
+      "%-19s %-10s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams", "detected",
+      "fenced", "routes", "acked", "standby", "failed", "gap");
+  for (const FaultTimeline& t : faults) {
+    absl::StrAppend(
+        &out, absl::StrFormat("%-19s %-10s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
+                              t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms),
+                              Ms(t.routes_pushed_ms), Ms(t.routers_acked_ms),
+                              Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
+  }
+  absl::StrAppend(&out, "(milliseconds after the fault; standby = first request served by the "
+                        "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
+  absl::StrAppend(&out, load.Text());
+  absl::StrAppend(&out, absl::StrFormat("requests lost: %d\n", load.failed));
+  return out;
+}
+
+std::string DemoReport::Json() const {
+  json faults_json = json::array();
+  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  for (const FaultTimeline& t : faults) {
+    faults_json.push_back({{"fault", t.fault},
+                           {"node", t.node},
+                           {"streams_hit", t.streams_hit},
+                           {"detected_ms", opt(t.detected_ms)},
+                           {"fenced_ms", opt(t.fenced_ms)},
+                           {"routes_pushed_ms", opt(t.routes_pushed_ms)},
+                           {"routers_acked_ms", opt(t.routers_acked_ms)},
+                           {"first_standby_ms", opt(t.first_standby_ms)},
+                           {"answered", t.answered},
+                           {"failed", t.failed},
+                           {"max_gap_ms", t.max_gap_ms},
+                           {"routes_unchanged", t.routes_unchanged},
+                           {"note", t.note}});
+  }
+  return json{{"faults", faults_json},
+              {"load", json::parse(load.Json(), nullptr, false)},
+              {"lost", load.failed}}
+      .dump(2);
+}
+
+}  // namespace gpuha::demo

@@ -1,0 +1,73 @@
+// `gpuha demo`: the whole system on loopback in one command. It starts a
+// controller (SQLite store in a temporary folder), a router and four agents
+// with one simulated L4 each (three active, one passive: N+1), each agent
+// supervising a `gpuha worker`; admits streams; runs checked KServe load
+// through the router; injects faults one after another; and prints, per
+// fault, a timeline (injected, detected, fenced, routes pushed, routers
+// acknowledged, first request served by the standby) and the requests lost.
+//
+// Faults (in this order by default):
+//   crash        kill -9 of a node's agent and its worker
+//   xid79        XID 79 (GPU fallen off the bus) on the node's GPU
+//   thermal      a temperature ramp to 95 C: a proactive drain
+//   agent-hang   SIGSTOP of the agent (its worker keeps running)
+//   server-hang  SIGSTOP of the worker alone, its agent healthy
+//   controller-restart  kill -9 of the controller and a restart: routes
+//                must not change and no request may fail
+// Each fault hits the node serving the most streams; between faults the node
+// is repaired (agent restarted, or SIGCONT) and waits to rejoin as the spare.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "load/load.h"
+
+namespace gpuha::demo {
+
+inline const std::vector<std::string> kAllFaults = {"crash",      "xid79",       "thermal",
+                                                    "agent-hang", "server-hang", "controller-restart"};
+
+struct DemoOptions {
+  std::string exe;  // the gpuha binary, run for every component
+  std::vector<std::string> faults = kAllFaults;
+  int streams = 20;
+  double rate = 400;     // requests/s through the router, open loop
+  int latency_ms = 5;    // the workers' modelled GPU time
+  int observe_ms = 2500; // after each fault, before the node is repaired
+  bool keep = false;     // leave everything running until stop
+  std::string workdir;   // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
+  const std::atomic<bool>* stop = nullptr;  // Ctrl-C
+};
+
+// Milliseconds after the fault was injected; nullopt when it did not happen
+// inside the observation window.
+struct FaultTimeline {
+  std::string fault;
+  std::string node;         // the node hit
+  size_t streams_hit = 0;   // streams it was primary for
+  std::optional<double> detected_ms, fenced_ms, routes_pushed_ms, routers_acked_ms,
+      first_standby_ms;
+  uint64_t answered = 0;    // answers from injection until the next fault
+  uint64_t failed = 0;      // failed answers in the same span
+  double max_gap_ms = 0;    // longest stretch with no answer on a hit stream
+  bool routes_unchanged = true;  // controller-restart: same primaries after
+  std::string note;
+};
+
+struct DemoReport {
+  std::vector<FaultTimeline> faults;
+  load::LoadReport load;
+  std::string Text() const;
+  std::string Json() const;
+};
+
+// Errors: a component that would not start (with its log's path).
+[[nodiscard]] absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out);
+
+}  // namespace gpuha::demo
