@@ -34,7 +34,7 @@ test: build
 
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target gpuha
-	$(BUILD_DIR)/gpuha plan examples/iiot-edge.yaml
+	$(BUILD_DIR)/gpuha demo
 
 bench: deps
 	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/exit_codes.h"
@@ -18,8 +19,8 @@ namespace gpuha::cli {
 DemoCommand::DemoCommand(CLI::App& parent) {
   app_ = parent.add_subcommand(
       "demo", "The whole system on loopback: 4 simulated GPU nodes, load, faults, timelines");
-  faults_ = absl::StrJoin(demo::kAllFaults, ",");
-  app_->add_option("--faults", faults_, "Faults to inject, in order (comma-separated)")
+  faults_ = absl::StrJoin(demo::kDefaultFaults, ",");
+  app_->add_option("--faults", faults_, absl::StrCat("Faults to inject, in order, comma-separated, from: ", absl::StrJoin(demo::kAllFaults, ", ")))
       ->capture_default_str();
   app_->add_option("--streams", o_.streams, "Camera streams admitted")
       ->capture_default_str()
@@ -82,7 +83,7 @@ int DemoCommand::Run() {
     }
   }
   if (stop) return 130;
-  return report->load.failed == 0 ? kExitOk : kExitFailure;
+  return report->Lost() == 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace gpuha::cli

@@ -370,15 +370,22 @@ class Demo {
     std::map<std::string, std::string> primaries = Primaries(before.ok() ? *before : json());
     std::map<std::string, size_t> load_of;
     for (const auto& [s, p] : primaries) load_of[p]++;
-    Node* node = nullptr;
-    for (Node& n : c_.nodes()) {
-      if (node == nullptr || load_of[n.name] > load_of[node->name]) node = &n;
-    }
+    // The busiest node (and, for double-crash, the next busiest too).
+    std::vector<Node*> by_load;
+    for (Node& n : c_.nodes()) by_load.push_back(&n);
+    std::stable_sort(by_load.begin(), by_load.end(),
+                     [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
+    Node* node = by_load[0];
+    second_ = fault == "double-crash" ? by_load[1] : nullptr;
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
-      if (fault == "controller-restart" || p == node->name) hit.insert(s);
+      if (fault == "controller-restart" || p == node->name || (second_ && p == second_->name)) {
+        hit.insert(s);
+      }
     }
-    t.node = fault == "controller-restart" ? "controller" : node->name;
+    t.node = fault == "controller-restart" ? "controller"
+             : second_                     ? node->name + "+" + second_->name
+                                           : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -394,8 +401,24 @@ class Demo {
     if (fault != "controller-restart") {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
       Timeline(events.ok() ? *events : json::array(), node->name, t0, &t);
+      if (auto cap = c_.Api("GET", "/api/v1/capacity"); cap.ok()) {
+        t.unplaced_streams = cap->value("unplaced_streams", int64_t{0});
+      }
+    }
+    // Streams with no home during the fault go wherever capacity returns.
+    auto during = c_.Api("GET", "/api/v1/streams");
+    for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
+      if (p.empty()) hit.erase(s);
     }
     absl::Status repaired = Repair(fault, *node, primaries, &t);
+    if (repaired.ok() && second_ != nullptr) repaired = Repair(fault, *second_, primaries, &t);
+    if (fault != "controller-restart") {
+      // A node that came back is the spare: the work it lost stays where it went.
+      auto after = c_.Api("GET", "/api/v1/streams");
+      for (const auto& [s, p] : Primaries(after.ok() ? *after : json())) {
+        if (hit.count(s) && (p == node->name || (second_ && p == second_->name))) t.moved_back++;
+      }
+    }
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
     Count(t0, t_end, hit, fault == "controller-restart" ? "" : node->name, &t);
@@ -407,8 +430,9 @@ class Demo {
 
  private:
   absl::Status Inject(const std::string& fault, Node& n) {
-    if (fault == "crash") {
+    if (fault == "crash" || fault == "double-crash") {
       c_.KillNode(n);
+      if (second_ != nullptr) c_.KillNode(*second_);
       return absl::OkStatus();
     }
     if (fault == "xid79") return c_.InjectSimFault(n, "gpu=0,kind=xid,xid=79");
@@ -440,7 +464,7 @@ class Demo {
       c_.Sleep(milliseconds(1000));  // agents and the router reconnect
       return absl::OkStatus();
     }
-    if (fault == "crash") {
+    if (fault == "crash" || fault == "double-crash") {
       if (absl::Status s = c_.StartAgent(n); !s.ok()) return s;
     } else if (fault == "xid79" || fault == "thermal") {
       c_.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
@@ -526,6 +550,14 @@ class Demo {
     }
     out_ << absl::StrFormat("  answers %d, failed %d, longest gap on a hit stream %.1f ms\n",
                             t.answered, t.failed, t.max_gap_ms);
+    if (t.unplaced_streams > 0) {
+      out_ << absl::StrFormat("  over capacity: %d stream(s) unplaced, answered 503 no_capacity\n",
+                              t.unplaced_streams);
+    }
+    if (t.moved_back > 0) {
+      out_ << absl::StrFormat("  %d stream(s) moved back to the node after it rejoined\n",
+                              t.moved_back);
+    }
     if (!t.note.empty()) out_ << "  note: " << t.note << "\n";
     out_.flush();
   }
@@ -563,6 +595,7 @@ class Demo {
   std::atomic<bool> status_done_{false};
   std::thread load_thread_, status_thread_;
   pid_t hung_worker_ = -1;
+  Node* second_ = nullptr;  // double-crash's second node
 };
 
 }  // namespace
@@ -655,8 +688,22 @@ std::string DemoReport::Text() const {
   absl::StrAppend(&out, "(milliseconds after the fault; standby = first request served by the "
                         "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
   absl::StrAppend(&out, load.Text());
-  absl::StrAppend(&out, absl::StrFormat("requests lost: %d\n", load.failed));
+  absl::StrAppend(&out, absl::StrFormat("requests lost: %d", Lost()));
+  if (load.failed > Lost()) {
+    absl::StrAppend(&out, absl::StrFormat(" (%d more answered 503 no_capacity: streams past "
+                                          "what N+1 covers, by design)",
+                                          load.failed - Lost()));
+  }
+  absl::StrAppend(&out, "\n");
   return out;
+}
+
+uint64_t DemoReport::Lost() const {
+  uint64_t by_design = 0;
+  for (const auto& [reason, n] : load.failures) {
+    if (reason.rfind("http_503 no_capacity", 0) == 0) by_design += n;
+  }
+  return load.failed - by_design;
 }
 
 std::string DemoReport::Json() const {
@@ -675,11 +722,13 @@ std::string DemoReport::Json() const {
                            {"failed", t.failed},
                            {"max_gap_ms", t.max_gap_ms},
                            {"routes_unchanged", t.routes_unchanged},
+                           {"moved_back", t.moved_back},
+                           {"unplaced_streams", t.unplaced_streams},
                            {"note", t.note}});
   }
   return json{{"faults", faults_json},
               {"load", json::parse(load.Json(), nullptr, false)},
-              {"lost", load.failed}}
+              {"lost", Lost()}}
       .dump(2);
 }
 

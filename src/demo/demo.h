@@ -14,6 +14,9 @@
 //   server-hang  SIGSTOP of the worker alone, its agent healthy
 //   controller-restart  kill -9 of the controller and a restart: routes
 //                must not change and no request may fail
+//   double-crash kill -9 of the two busiest nodes at once: more than N+1
+//                covers. Streams beyond what is left get the router's 503
+//                (no_capacity) and the controller reports them unplaced.
 // Each fault hits the node serving the most streams; between faults the node
 // is repaired (agent restarted, or SIGCONT) and waits to rejoin as the spare.
 #pragma once
@@ -30,12 +33,15 @@
 
 namespace gpuha::demo {
 
-inline const std::vector<std::string> kAllFaults = {"crash",      "xid79",       "thermal",
-                                                    "agent-hang", "server-hang", "controller-restart"};
+// The default sequence; "double-crash" (two nodes at once, past N+1) is extra.
+inline const std::vector<std::string> kDefaultFaults = {
+    "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
+inline const std::vector<std::string> kAllFaults = {
+    "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart", "double-crash"};
 
 struct DemoOptions {
   std::string exe;  // the gpuha binary, run for every component
-  std::vector<std::string> faults = kAllFaults;
+  std::vector<std::string> faults = kDefaultFaults;
   int streams = 20;
   double rate = 400;     // requests/s through the router, open loop
   int latency_ms = 5;    // the workers' modelled GPU time
@@ -57,12 +63,17 @@ struct FaultTimeline {
   uint64_t failed = 0;      // failed answers in the same span
   double max_gap_ms = 0;    // longest stretch with no answer on a hit stream
   bool routes_unchanged = true;  // controller-restart: same primaries after
+  size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
+  int64_t unplaced_streams = 0;  // the controller's count while the fault lasted
   std::string note;
 };
 
 struct DemoReport {
   std::vector<FaultTimeline> faults;
   load::LoadReport load;
+  // Failed requests other than the router's clear 503 no_capacity for streams
+  // past what the cluster can place (double-crash): expected to be 0.
+  uint64_t Lost() const;
   std::string Text() const;
   std::string Json() const;
 };
