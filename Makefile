@@ -38,12 +38,12 @@ demo: configure
 
 bench: deps
 	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
-	cmake --build build-release -j $(JOBS) --target gpuha gpuha-test-backend plan_bench agent_bench controller_bench
+	cmake --build build-release -j $(JOBS) --target gpuha gpuha-test-backend plan_bench agent_bench controller_bench failover_bench
 	build-release/bench/plan_bench
 	build-release/bench/agent_bench build-release/gpuha 20 100
 	build-release/bench/controller_bench build-release/gpuha 2000 15
 	bench/router_throughput.sh build-release/gpuha 10 64
-	bench/router_failover.sh build-release/gpuha build-release/gpuha-test-backend 12 1000
+	bench/failover.sh build-release 10
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

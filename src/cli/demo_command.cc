@@ -34,6 +34,10 @@ DemoCommand::DemoCommand(CLI::App& parent) {
   app_->add_option("--observe-ms", o_.observe_ms, "How long each fault is watched before repair")
       ->capture_default_str()
       ->check(CLI::Range(500, 60000));
+  app_->add_option("--slow-fraction", o_.slow_fraction,
+                   "Share of requests with 1.5 s of GPU time: legitimately slow work that no "
+                   "failover may cut")
+      ->check(CLI::Range(0.0, 0.5));
   app_->add_flag("--keep", o_.keep, "Leave the cluster running after the faults (Ctrl-C stops it)");
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");

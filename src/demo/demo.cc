@@ -348,6 +348,8 @@ class Demo {
     lo_.path = "/v2/models/cv/infer";
     lo_.progress = false;
     lo_.stop = &stop_load_;
+    lo_.slow_fraction = o_.slow_fraction;
+    lo_.slow_query = "delay_ms=1500";
     lo_.on_answer = [this](const load::Answer& a) { answers_.Add(a); };
     load_thread_ = std::thread([this] {
       auto r = load::RunLoad(lo_);

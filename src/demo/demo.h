@@ -46,6 +46,7 @@ struct DemoOptions {
   double rate = 400;     // requests/s through the router, open loop
   int latency_ms = 5;    // the workers' modelled GPU time
   int observe_ms = 2500; // after each fault, before the node is repaired
+  double slow_fraction = 0;  // share of requests that take 1.5 s of GPU time (healthy work)
   bool keep = false;     // leave everything running until stop
   std::string workdir;   // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
