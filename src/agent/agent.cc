@@ -30,12 +30,12 @@ v1::NodeHealth ToProto(gpu::HealthState s) {
 
 constexpr const char* kVersion = "0.1.0";
 
-std::function<bool()> ReadinessProbe(const std::string& url) {
+std::function<bool()> ReadinessProbe(const std::string& url, common::Duration timeout) {
   if (url.empty()) return [] { return true; };
   common::HttpUrl parsed = *common::ParseHttpUrl(url);  // validated with the config
-  return [parsed] {
-    auto r =
-        common::HttpCall("GET", parsed.host, parsed.port, parsed.target, "", milliseconds(300));
+  auto ms = std::chrono::duration_cast<milliseconds>(timeout);
+  return [parsed, ms] {
+    auto r = common::HttpCall("GET", parsed.host, parsed.port, parsed.target, "", ms);
     return r.ok() && r->status == 200;
   };
 }
@@ -59,7 +59,7 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       probe_(std::move(probe)),
       sim_(dynamic_cast<gpu::SimProbe*>(probe_.get())),
       clock_(clock),
-      supervisor_(config_.server, runner, clock, ReadinessProbe(config_.server.ready_url)),
+      supervisor_(config_.server, runner, clock, ReadinessProbe(config_.server.ready_url, config_.server.probe_timeout)),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }

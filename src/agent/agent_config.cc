@@ -85,6 +85,10 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     if (*v < 10) server.Fail("probe_interval_ms", "must be at least 10");
     c.server.probe_interval = std::chrono::milliseconds(*v);
   }
+  if (auto v = server.Int("probe_timeout_ms")) {
+    if (*v < 10 || *v > 60000) server.Fail("probe_timeout_ms", "must be 10 to 60000");
+    c.server.probe_timeout = std::chrono::milliseconds(*v);
+  }
   if (auto v = root.String("listen")) {
     auto hp = ParseHostPort(*v, "listen");
     if (!hp.ok())

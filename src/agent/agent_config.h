@@ -8,7 +8,8 @@
 //   nics: [eth0]
 //   thresholds: { temperature_c: { warn: 83, critical: 90 } }
 //   server: { command: [gpuha, worker, --port, "8001"],
-//             ready_url: "http://127.0.0.1:8001/v2/health/ready", fence_mode: stop }
+//             ready_url: "http://127.0.0.1:8001/v2/health/ready", fence_mode: stop,
+//             probe_interval_ms: 500, probe_timeout_ms: 300 }
 //   listen: 127.0.0.1:9400
 //   tls: { ca: ca.pem, cert: agent.pem, key: agent.key }
 #pragma once

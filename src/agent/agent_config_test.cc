@@ -27,7 +27,7 @@ intervals: { sample_ms: 250, heartbeat_ms: 25 }
 nics: [eth0]
 thresholds: { temperature_c: { warn: 80, critical: 88 } }
 server: { command: [sleep, "100"], ready_url: "http://127.0.0.1:8001/v2/health/ready",
-          fence_mode: unready, probe_interval_ms: 200 }
+          fence_mode: unready, probe_interval_ms: 200, probe_timeout_ms: 150 }
 listen: 127.0.0.1:9400
 )",
                             "agent.yaml");
@@ -42,6 +42,7 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(c->heartbeat_ms, 25);
   EXPECT_EQ(c->thresholds.temperature_c.critical, 88);
   EXPECT_EQ(c->server.fence_mode, FenceMode::kUnready);
+  EXPECT_EQ(c->server.probe_timeout, std::chrono::milliseconds(150));
   EXPECT_EQ(c->listen.port, 9400);
   EXPECT_TRUE(ValidateAgentConfig(*c).ok());
 }
@@ -57,6 +58,8 @@ TEST(AgentConfigTest, BadItemsAreNamed) {
               HasSubstr("intervals.heartbeat_ms: must be between 5 and 10000"));
   EXPECT_THAT(Err(ParseAgentConfig("thresholds: { temperature_c: { warn: x } }", "a.yaml")),
               HasSubstr("thresholds.temperature_c.warn: expected a number"));
+  EXPECT_THAT(Err(ParseAgentConfig("server: { probe_timeout_ms: 5 }", "a.yaml")),
+              HasSubstr("server.probe_timeout_ms: must be 10 to 60000"));
   EXPECT_THAT(Err(ParseAgentConfig("server: { ready_url: ftp://x }", "a.yaml")),
               HasSubstr("server.ready_url: 'ftp://x' is not an http:// URL"));
   EXPECT_THAT(Err(ParseAgentConfig("gpu: { backend: cuda }", "a.yaml")),

@@ -28,6 +28,7 @@ struct SupervisorOptions {
   std::string ready_url;             // empty: a running server counts as ready
   FenceMode fence_mode = FenceMode::kStop;
   common::Duration probe_interval = std::chrono::milliseconds(500);
+  common::Duration probe_timeout = std::chrono::milliseconds(300);  // no answer: not ready
   common::Duration stop_grace = std::chrono::seconds(2);
   common::Backoff::Options backoff;
 };

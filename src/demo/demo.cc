@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
@@ -35,11 +36,7 @@ namespace {
 constexpr const char* kApiKey = "demo-acme-key";
 constexpr int kNodes = 4;
 
-int64_t UnixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
 
 // Every answer the load saw, for timelines after the fact.
 struct AnswerLog {
@@ -65,6 +62,8 @@ struct AnswerLog {
 
 struct Node {
   std::string name;
+  std::string host = "127.0.0.1";  // its worker's and agent's address
+  bool netns = false;              // runs in the demo's partition namespace
   uint16_t worker_port = 0;
   uint16_t agent_port = 0;
   std::string config;
@@ -74,8 +73,14 @@ struct Node {
 // The processes of one demo cluster, all on loopback.
 class Cluster {
  public:
-  Cluster(const DemoOptions& o, std::string dir) : o_(o), dir_(std::move(dir)) {}
+  Cluster(const DemoOptions& o, std::string dir) : o_(o), dir_(std::move(dir)) {
+    partition_ = std::find(o.faults.begin(), o.faults.end(), "partition") != o.faults.end();
+  }
   ~Cluster() { Stop(); }
+
+  // Cuts (or restores) the partitioned node's only link: packets are dropped
+  // both ways, with no reset, as when a switch port or cable fails.
+  absl::Status SetLink(bool up) { return Ip({"ip", "link", "set", veth_, up ? "up" : "down"}); }
 
   absl::Status Start() {
     ctl_grpc_ = common::FreeLoopbackPort();
@@ -88,6 +93,9 @@ class Cluster {
       n.worker_port = common::FreeLoopbackPort();
       n.agent_port = common::FreeLoopbackPort();
       nodes_.push_back(n);
+    }
+    if (partition_) {
+      if (absl::Status s = SetUpPartitionNetns(); !s.ok()) return s;
     }
     if (absl::Status s = WriteConfigs(); !s.ok()) return s;
     if (absl::Status s = StartController(); !s.ok()) return s;
@@ -111,7 +119,10 @@ class Cluster {
     return absl::OkStatus();
   }
   absl::Status StartAgent(Node& n) {
-    auto pid = Spawn({o_.exe, "agent", "--config", n.config}, n.name);
+    std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
+    // `ip netns exec` enters the namespace and execs the agent (same pid).
+    if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
+    auto pid = Spawn(argv, n.name);
     if (!pid.ok()) return pid.status();
     n.agent = *pid;
     return absl::OkStatus();
@@ -157,7 +168,7 @@ class Cluster {
   }
 
   absl::Status InjectSimFault(const Node& n, const std::string& spec) const {
-    auto r = common::HttpCall("POST", "127.0.0.1", n.agent_port, "/v1/sim/faults", spec,
+    auto r = common::HttpCall("POST", n.host, n.agent_port, "/v1/sim/faults", spec,
                               milliseconds(2000));
     if (!r.ok()) return r.status();
     if (r->status != 202) return absl::InternalError(absl::StrCat("inject ", spec, ": ", r->body));
@@ -207,6 +218,7 @@ class Cluster {
     while (alive() && SteadyClock::now() < deadline + milliseconds(2000)) {
       std::this_thread::sleep_for(milliseconds(20));
     }
+    if (netns_made_) (void)Ip({"ip", "netns", "del", netns_});  // takes the veth pair too
   }
 
   // Collects exited children, including workers orphaned by a killed agent
@@ -227,10 +239,51 @@ class Cluster {
   uint16_t router_admin_port() const { return router_admin_; }
   uint16_t api_port() const { return ctl_http_; }
   const std::string& dir() const { return dir_; }
+  bool partition() const { return partition_; }
 
  private:
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name) {
     return common::SpawnProcess(argv, absl::StrCat(dir_, "/", name, ".log"));
+  }
+
+  // Runs one `ip` command; its output goes to the demo's netns log.
+  absl::Status Ip(const std::vector<std::string>& argv) {
+    auto pid = common::SpawnProcess(argv, dir_ + "/netns.log");
+    if (!pid.ok()) return pid.status();
+    int status = 0;
+    ::waitpid(*pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("'", absl::StrJoin(argv, " "),
+                                                        "' failed; see ", dir_, "/netns.log"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SetUpPartitionNetns() {
+    if (::geteuid() != 0) {
+      return absl::FailedPreconditionError(
+          "the partition fault needs root (it makes a network namespace and a veth pair)");
+    }
+    std::string id = std::to_string(::getpid() % 100000);
+    netns_ = "gpuha-demo-" + id;
+    veth_ = "gpuha" + id;  // 15 characters at most
+    std::string peer = "gpuhn" + id;
+    const std::string here = "10.213.0.1", there = "10.213.0.2";
+    for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+             {"ip", "netns", "add", netns_},
+             {"ip", "link", "add", veth_, "type", "veth", "peer", "name", peer, "netns", netns_},
+             {"ip", "addr", "add", here + "/30", "dev", veth_},
+             {"ip", "link", "set", veth_, "up"},
+             {"ip", "netns", "exec", netns_, "ip", "addr", "add", there + "/30", "dev", peer},
+             {"ip", "netns", "exec", netns_, "ip", "link", "set", peer, "up"},
+             {"ip", "netns", "exec", netns_, "ip", "link", "set", "lo", "up"}}) {
+      if (absl::Status s = Ip(cmd); !s.ok()) return s;
+      netns_made_ = true;
+    }
+    ctl_host_ = here;
+    nodes_[0].netns = true;
+    nodes_[0].host = there;
+    return absl::OkStatus();
   }
 
   absl::Status WriteConfigs() {
@@ -238,12 +291,13 @@ class Cluster {
     for (int i = 0; i < kNodes; ++i) {
       absl::StrAppend(&nodes, "  - { name: ", nodes_[i].name, ", role: ",
                       i < kNodes - 1 ? "active" : "passive",
-                      ", capacity: 10, address: \"127.0.0.1:", nodes_[i].worker_port, "\" }\n");
+                      ", capacity: 10, address: \"", nodes_[i].host, ":", nodes_[i].worker_port,
+                      "\" }\n");
     }
     std::string controller = absl::StrCat(
         "# written by gpuha demo: 3 active nodes and 1 passive (N+1)\n"
         "cluster: { redundancy: 1 }\nnodes:\n",
-        nodes, "tenants: [acme]\nlisten: { grpc: \"127.0.0.1:", ctl_grpc_, "\", http: \"127.0.0.1:",
+        nodes, "tenants: [acme]\nlisten: { grpc: \"", ctl_host_, ":", ctl_grpc_, "\", http: \"127.0.0.1:",
         ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
         "recovery: { healthy_for_ms: 1000, max_failures: 20, window_s: 600 }\n");
     if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", controller); !s.ok())
@@ -251,18 +305,19 @@ class Cluster {
     for (Node& n : nodes_) {
       n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
       std::string agent = absl::StrCat(
-          "node: ", n.name, "\ncontrollers: [\"127.0.0.1:", ctl_grpc_, "\"]\n",
+          "node: ", n.name, "\ncontrollers: [\"", ctl_host_, ":", ctl_grpc_, "\"]\n",
           "gpu: { backend: sim, sim: { model: L4, count: 1, load: 0.6 } }\n",
-          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: 127.0.0.1:", n.agent_port,
-          "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"127.0.0.1:", n.worker_port,
+          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: ", n.host, ":", n.agent_port,
+          "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"", n.host, ":", n.worker_port,
           "\", --node, ", n.name, ", --latency, \"", o_.latency_ms, "\"],\n",
-          "          ready_url: \"http://127.0.0.1:", n.worker_port,
-          "/v2/health/ready\", fence_mode: stop, probe_interval_ms: 100 }\n");
+          "          ready_url: \"http://", n.host, ":", n.worker_port,
+          "/v2/health/ready\", fence_mode: stop, probe_interval_ms: 100,\n",
+          "          probe_timeout_ms: 100 }\n");
       if (absl::Status s = common::WriteFileAtomic(n.config, agent); !s.ok()) return s;
     }
     std::string router = absl::StrCat(
         "listen: 127.0.0.1:", router_, "\nadmin: 127.0.0.1:", router_admin_,
-        "\nthreads: 1\nid: demo-router\ncontrollers: [\"127.0.0.1:", ctl_grpc_, "\"]\n",
+        "\nthreads: 1\nid: demo-router\ncontrollers: [\"", ctl_host_, ":", ctl_grpc_, "\"]\n",
         "tenants:\n  - { name: acme, api_keys_sha256: [", common::Sha256Hex(kApiKey),
         "], requests_per_second: 100000, burst: 100000, max_concurrent: 4096 }\n");
     return common::WriteFileAtomic(dir_ + "/router.yaml", router);
@@ -271,6 +326,12 @@ class Cluster {
   const DemoOptions& o_;
   std::string dir_;
   uint16_t ctl_grpc_ = 0, ctl_http_ = 0, router_ = 0, router_admin_ = 0;
+  // The partition fault: gpu-1 runs in its own network namespace, joined to
+  // this one by a veth pair; the controller listens on this side's address.
+  bool partition_ = false;
+  std::string ctl_host_ = "127.0.0.1";
+  std::string netns_, veth_;
+  bool netns_made_ = false;
   std::vector<Node> nodes_;
   pid_t controller_pid_ = -1, router_pid_ = -1;
   bool stopped_ = false;
@@ -378,6 +439,7 @@ class Demo {
     std::stable_sort(by_load.begin(), by_load.end(),
                      [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
     Node* node = by_load[0];
+    if (fault == "partition") node = &c_.nodes()[0];  // the node in its own namespace
     second_ = fault == "double-crash" ? by_load[1] : nullptr;
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
@@ -453,6 +515,7 @@ class Demo {
       c_.KillController();
       return absl::OkStatus();
     }
+    if (fault == "partition") return c_.SetLink(false);
     return absl::InvalidArgumentError("unknown fault " + fault);
   }
 
@@ -475,6 +538,8 @@ class Demo {
       ::kill(n.agent, SIGCONT);
     } else if (fault == "server-hang") {
       ::kill(hung_worker_, SIGCONT);
+    } else if (fault == "partition") {
+      if (absl::Status s = c_.SetLink(true); !s.ok()) return s;
     }
     bool back = c_.WaitFor(
         [&] {

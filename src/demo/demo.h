@@ -17,6 +17,11 @@
 //   double-crash kill -9 of the two busiest nodes at once: more than N+1
 //                covers. Streams beyond what is left get the router's 503
 //                (no_capacity) and the controller reports them unplaced.
+//   partition    (root only) gpu-1 runs in its own network namespace, linked
+//                by a veth pair; its link goes down, so packets vanish both
+//                ways with no reset. The controller then listens on the
+//                veth's 10.213.0.1: run the demo inside a namespace of its
+//                own (`ip netns exec`) to keep the host's network untouched.
 // Each fault hits the node serving the most streams; between faults the node
 // is repaired (agent restarted, or SIGCONT) and waits to rejoin as the spare.
 #pragma once
@@ -37,7 +42,8 @@ namespace gpuha::demo {
 inline const std::vector<std::string> kDefaultFaults = {
     "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
 inline const std::vector<std::string> kAllFaults = {
-    "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart", "double-crash"};
+    "crash",       "xid79",        "thermal",  "agent-hang", "server-hang",
+    "controller-restart", "double-crash", "partition"};
 
 struct DemoOptions {
   std::string exe;  // the gpuha binary, run for every component

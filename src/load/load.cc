@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/clock.h"
 #include "worker/model.h"
 
 namespace gpuha::load {
@@ -30,11 +31,7 @@ namespace {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-int64_t UnixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
 
 // Infer mode: a few frames made once, each request sends frame i with frame
 // i-1 as its previous one, and the expected answer is the model run here.

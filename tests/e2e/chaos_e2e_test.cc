@@ -48,12 +48,17 @@ class ChaosTest : public ::testing::Test {
   static void SetUpTestSuite() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
   // `expect_exit` < 0: any exit status.
-  json RunDemo(const std::string& faults, int streams = 20, int expect_exit = 0) {
+  // `prefix`: argv that runs the demo (e.g. inside a network namespace).
+  json RunDemo(const std::string& faults, int streams = 20, int expect_exit = 0,
+               std::vector<std::string> prefix = {}) {
     auto dir = gpuha::testing::TestTempDir();
     std::string report = (dir / "demo.json").string();
-    ChildProcess demo({kGpuha, "demo", "--faults", faults, "--streams", std::to_string(streams),
-                       "--rate", "300", "--observe-ms", "1500", "--json", report, "--workdir",
-                       (dir / "cluster").string()});
+    std::vector<std::string> argv = {kGpuha, "demo", "--faults", faults, "--streams",
+                                     std::to_string(streams), "--rate", "300", "--observe-ms",
+                                     "1500", "--json", report, "--workdir",
+                                     (dir / "cluster").string()};
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    ChildProcess demo(argv);
     auto rc = demo.Wait(milliseconds(120000));
     EXPECT_TRUE(rc.has_value()) << "the demo did not finish in 120 s\n" << demo.out();
     std::cout << demo.out();
@@ -145,6 +150,28 @@ TEST_F(ChaosTest, TwoNodesLostPastNPlusOneGetAClear503) {
     EXPECT_EQ(reason.rfind("http_503 ", 0), 0u) << reason << ": " << n;
   }
   EXPECT_GT(r["load"]["failures"].value("http_503 no_capacity", 0), 0);
+}
+
+// A partition: gpu-1 in a network namespace of its own, its veth link cut.
+// Nothing on the host's network is touched: the whole demo runs inside a
+// namespace this test makes, and the demo makes gpu-1's inside that.
+TEST_F(ChaosTest, NetworkPartitionOfOneNodeLosesNothing) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "the partition test needs root (network namespaces); run make test as root";
+  }
+  std::string ip = std::filesystem::exists("/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip";
+  std::string ns = "gpuha-chaos-" + std::to_string(::getpid());
+  ChildProcess add({ip, "netns", "add", ns});
+  if (add.Wait(milliseconds(10000)).value_or(-1) != 0) {
+    GTEST_SKIP() << "cannot make a network namespace here (" << add.err()
+                 << "); the partition test needs CAP_SYS_ADMIN and CAP_NET_ADMIN";
+  }
+  ChildProcess lo({ip, "netns", "exec", ns, ip, "link", "set", "lo", "up"});
+  EXPECT_EQ(lo.Wait(milliseconds(10000)).value_or(-1), 0) << lo.err();
+  json r = RunDemo("partition", 20, 0, {ip, "netns", "exec", ns});
+  ChildProcess del({ip, "netns", "del", ns});
+  EXPECT_EQ(del.Wait(milliseconds(10000)).value_or(-1), 0) << del.err();
+  ExpectLosslessFailover(r);
 }
 
 TEST_F(ChaosTest, CtrlCStopsEveryProcessTheDemoStarted) {
