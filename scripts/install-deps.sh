@@ -24,6 +24,8 @@ PACKAGES=(
   clang libclang-rt-14-dev   # sanitizers and libFuzzer
   curl                # tests and the demo talk to the router like a user would
   nginx-light haproxy wrk    # benchmark peers of the router (bench/), never run by tests
+  iproute2            # the partition chaos test: network namespaces and veth pairs
+  chromium-headless-shell    # the dashboard test loads the page in a real browser
 )
 
 missing=()

@@ -6,6 +6,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "controller/dashboard.h"
 
 namespace gpuha::controller {
 namespace {
@@ -267,6 +268,10 @@ void ControllerServer::Stop() {
 common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) {
   if (r.path == "/healthz")
     return JsonResponse(200, {{"ok", true}, {"epoch", controller_->epoch()}});
+  if (r.path == "/" || r.path == "/dashboard") {
+    if (r.method != "GET") return Error(405, "the dashboard takes GET");
+    return common::HttpResponse{200, "text/html; charset=utf-8", DashboardHtml(), {}};
+  }
   if (r.path == "/metrics") {
     common::HttpResponse m;
     m.content_type = common::PromText::kContentType;

@@ -726,10 +726,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
         "capacity)\n"
         "  metrics:     http://127.0.0.1:%d/metrics (router), http://127.0.0.1:%d/metrics "
         "(controller)\n"
-        "  dashboard:   not built yet; the operator API above serves the same data\n"
+        "  dashboard:   http://127.0.0.1:%d/\n"
         "  logs and configs: %s\n",
         cluster.router_port(), kApiKey, cluster.api_port(), cluster.router_admin_port(),
-        cluster.api_port(), dir);
+        cluster.api_port(), cluster.api_port(), dir);
     out.flush();
     cluster.WaitFor([] { return false; }, std::chrono::hours(24 * 365));
   }

@@ -216,5 +216,52 @@ TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
   EXPECT_THAT(c.err(), HasSubstr("node 'a' is listed twice"));
 }
 
+
+// The dashboard in a real headless Chromium: the page at `/` renders the
+// cluster from /api/v1 (nodes, streams, failovers, events) with its own JS.
+std::string DumpDom(const std::string& url) {
+  const std::string chromium = "/usr/bin/chromium-headless-shell";
+  if (!std::filesystem::exists(chromium)) {
+    ADD_FAILURE() << chromium << " is missing: run scripts/install-deps.sh";
+    return "";
+  }
+  // --virtual-time-budget runs the page's timers and waits out its fetches.
+  ChildProcess browser({chromium, "--no-sandbox", "--disable-gpu", "--no-first-run",
+                        "--user-data-dir=" + gpuha::testing::TestTempDir().string() + "/chromium",
+                        "--virtual-time-budget=3000", "--dump-dom", url});
+  EXPECT_EQ(browser.Wait(milliseconds(60000)).value_or(-1), 0) << browser.err();
+  return browser.out();
+}
+
+TEST_F(ClusterTest, DashboardShowsNodesStreamsAndAFailoverInARealBrowser) {
+  StartCluster();
+  agents_["n2"]->Signal(SIGKILL);
+  ASSERT_TRUE(WaitNode("n2", [](const json& j) { return j["state"] == "failed"; }));
+  std::string dom = DumpDom("http://127.0.0.1:" + std::to_string(http_) + "/");
+  EXPECT_THAT(dom, HasSubstr("<title>gpuha cluster</title>"));
+  EXPECT_THAT(dom, HasSubstr("updated "));  // the API calls succeeded
+  for (const char* want : {"<td>n1</td>", "<td>n3</td>", "<td>cam-0</td>", "<td>cam-3</td>",
+                           "nodes up: 2 / 3", "streams: 4", "stream_added", "detected"}) {
+    EXPECT_THAT(dom, HasSubstr(want)) << want;
+  }
+  // The failover row: n2, with its reason.
+  EXPECT_THAT(dom, HasSubstr("failed, fenced"));
+  EXPECT_THAT(dom, ::testing::ContainsRegex("<td>n2</td><td>detector: [^<]+</td>"));
+}
+
+TEST_F(ClusterTest, DashboardUsesTheBearerTokenFromTheUrl) {
+  std::filesystem::copy_file(std::string(GPUHA_SOURCE_DIR) + "/examples/controller.yaml",
+                             dir_ / "controller.yaml",
+                             std::filesystem::copy_options::overwrite_existing);
+  StartController();
+  std::string base = "http://127.0.0.1:" + std::to_string(http_) + "/";
+  std::string without = DumpDom(base);
+  EXPECT_THAT(without, ::testing::ContainsRegex("API error: [a-z]+: HTTP 401 \\(open this page as "
+                                                "/#token=YOUR_TOKEN\\)"));
+  std::string with = DumpDom(base + "#token=demo-viewer");
+  EXPECT_THAT(with, HasSubstr("<td>gpu-1</td>"));
+  EXPECT_THAT(with, HasSubstr("updated "));
+}
+
 }  // namespace
 }  // namespace gpuha::e2e

@@ -1,0 +1,127 @@
+#include "controller/dashboard.h"
+
+namespace gpuha::controller {
+
+const char* DashboardHtml() {
+  // Data goes into the page through textContent only, never as HTML.
+  return R"html(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>gpuha cluster</title>
+<style>
+  body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #1b1f24; }
+  h1 { font-size: 1.3em; margin: 0 0 .2em; }
+  h2 { font-size: 1.05em; margin: 1.4em 0 .4em; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: .25em .6em; border-bottom: 1px solid #e3e6ea; }
+  th { background: #f4f6f8; font-weight: 600; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  .ok { color: #1a7f37; } .warn { color: #9a6700; } .bad { color: #cf222e; font-weight: 600; }
+  #status { color: #57606a; }
+  #summary span { margin-right: 1.5em; }
+</style>
+</head>
+<body>
+<h1>gpuha cluster</h1>
+<div id="status">loading...</div>
+<div id="summary"></div>
+<h2>Nodes</h2>
+<table id="nodes"><thead><tr><th>node</th><th>role</th><th>state</th><th>health</th>
+<th>load / capacity</th><th>GPUs</th><th>reasons</th></tr></thead><tbody></tbody></table>
+<h2>Failovers</h2>
+<table id="failovers"><thead><tr><th>node</th><th>reason</th><th>fault &rarr; detected ms</th>
+<th>detected &rarr; fenced ms</th><th>&rarr; routes pushed ms</th><th>&rarr; routers acked ms</th>
+</tr></thead><tbody></tbody></table>
+<h2>Streams</h2>
+<table id="streams"><thead><tr><th>stream</th><th>tenant</th><th>primary</th><th>standby</th>
+</tr></thead><tbody></tbody></table>
+<h2>Recent events</h2>
+<table id="events"><thead><tr><th>time</th><th>event</th><th>node</th><th>detail</th></tr></thead>
+<tbody></tbody></table>
+<script>
+"use strict";
+const m = location.hash.match(/token=([^&]+)/);
+if (m) sessionStorage.setItem("gpuha-token", decodeURIComponent(m[1]));
+const token = sessionStorage.getItem("gpuha-token");
+
+async function api(path) {
+  const headers = token ? { Authorization: "Bearer " + token } : {};
+  const r = await fetch("/api/v1/" + path, { headers });
+  if (!r.ok) {
+    const hint = r.status === 401 ? " (open this page as /#token=YOUR_TOKEN)" : "";
+    throw new Error(path + ": HTTP " + r.status + hint);
+  }
+  return r.json();
+}
+
+function cell(text, cls, num) {
+  const td = document.createElement("td");
+  td.textContent = text === undefined || text === null ? "-" : String(text);
+  if (cls) td.className = cls;
+  if (num) td.classList.add("num");
+  return td;
+}
+
+function fill(id, rows) {
+  const body = document.querySelector("#" + id + " tbody");
+  body.replaceChildren(...rows.map(cells => {
+    const tr = document.createElement("tr");
+    tr.append(...cells);
+    return tr;
+  }));
+}
+
+const ms = v => (typeof v === "number" ? v.toFixed(1) : "-");
+const stateClass = s => (s === "alive" ? "ok" : s === "suspect" ? "warn" : "bad");
+const healthClass = h => (h === "healthy" ? "ok" : h === "degraded" ? "warn" : "bad");
+
+async function refresh() {
+  try {
+    const [nodes, streams, capacity, failovers, events] = await Promise.all([
+      api("nodes"), api("streams"), api("capacity"), api("failovers"), api("events")]);
+    fill("nodes", nodes.map(n => [
+      cell(n.name), cell(n.role), cell(n.state + (n.fenced ? ", fenced" : ""), stateClass(n.state)),
+      cell(n.health, healthClass(n.health)), cell(n.load + " / " + n.capacity, null, true),
+      cell(n.gpus.map(g => "gpu" + g.index + (g.lost ? " lost" : " " + g.temperature_c.toFixed(0) + " C")).join(", ")),
+      cell(n.reasons.map(r => r.code + ": " + r.detail).join("; "))]));
+    fill("streams", streams.map(s => [cell(s.id), cell(s.tenant),
+      cell(s.primary || "unplaced", s.primary ? null : "bad"), cell(s.standby)]));
+    fill("failovers", failovers.slice(-20).reverse().map(f => [cell(f.node), cell(f.reason),
+      cell(ms(f.fault_to_detected_ms), null, true), cell(ms(f.detected_to_fenced_ms), null, true),
+      cell(ms(f.detected_to_routes_pushed_ms), null, true),
+      cell(ms(f.detected_to_routers_acked_ms), null, true)]));
+    fill("events", events.slice(-30).reverse().map(e => [
+      cell(new Date(e.unix_ms).toISOString().replace("T", " ").slice(0, 23)), cell(e.type),
+      cell(e.node), cell(e.detail)]));
+    const summary = document.getElementById("summary");
+    summary.replaceChildren(...[
+      "nodes up: " + nodes.filter(n => n.state === "alive").length + " / " + nodes.length,
+      "streams: " + streams.length,
+      "unplaced: " + capacity.unplaced_streams,
+      "headroom units: " + capacity.headroom_units,
+      capacity.survives_node_loss ? "survives a node loss" : "NO N+1 HEADROOM"].map(t => {
+        const s = document.createElement("span");
+        s.textContent = t;
+        if (t === "NO N+1 HEADROOM" || (t.startsWith("unplaced") && capacity.unplaced_streams > 0)) s.className = "bad";
+        return s;
+      }));
+    const st = document.getElementById("status");
+    st.textContent = "updated " + new Date().toLocaleTimeString();
+    st.className = "";
+  } catch (err) {
+    const st = document.getElementById("status");
+    st.textContent = "API error: " + err.message;
+    st.className = "bad";
+  }
+}
+refresh();
+setInterval(refresh, 1000);
+</script>
+</body>
+</html>
+)html";
+}
+
+}  // namespace gpuha::controller
