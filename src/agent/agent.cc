@@ -59,7 +59,8 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       probe_(std::move(probe)),
       sim_(dynamic_cast<gpu::SimProbe*>(probe_.get())),
       clock_(clock),
-      supervisor_(config_.server, runner, clock, ReadinessProbe(config_.server.ready_url, config_.server.probe_timeout)),
+      supervisor_(config_.server, runner, clock,
+                  ReadinessProbe(config_.server.ready_url, config_.server.probe_timeout)),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }

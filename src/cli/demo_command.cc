@@ -20,7 +20,9 @@ DemoCommand::DemoCommand(CLI::App& parent) {
   app_ = parent.add_subcommand(
       "demo", "The whole system on loopback: 4 simulated GPU nodes, load, faults, timelines");
   faults_ = absl::StrJoin(demo::kDefaultFaults, ",");
-  app_->add_option("--faults", faults_, absl::StrCat("Faults to inject, in order, comma-separated, from: ", absl::StrJoin(demo::kAllFaults, ", ")))
+  app_->add_option("--faults", faults_,
+                   absl::StrCat("Faults to inject, in order, comma-separated, from: ",
+                                absl::StrJoin(demo::kAllFaults, ", ")))
       ->capture_default_str();
   app_->add_option("--streams", o_.streams, "Camera streams admitted")
       ->capture_default_str()
@@ -78,7 +80,7 @@ int DemoCommand::Run() {
   if (!report.ok()) {
     spdlog::error("demo: {}", report.status().message());
     return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput
-                                                                         : kExitFailure;
+                                                                        : kExitFailure;
   }
   if (!json_path_.empty()) {
     if (absl::Status s = common::WriteFileAtomic(json_path_, report->Json() + "\n"); !s.ok()) {

@@ -29,7 +29,8 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--timeout", timeout_s_, "Per-request timeout, seconds")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 3600.0));
-  app_->add_option("--key", o_.api_key, "Tenant API key (or $GPUHA_API_KEY)")->envname("GPUHA_API_KEY");
+  app_->add_option("--key", o_.api_key, "Tenant API key (or $GPUHA_API_KEY)")
+      ->envname("GPUHA_API_KEY");
   app_->add_option("--path", o_.path, "Path after /streams/ID")->capture_default_str();
   app_->add_option("--method", o_.method, "HTTP method")->capture_default_str();
   app_->add_option("--body", o_.body, "Request body");

@@ -23,7 +23,8 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
   if (!log_path.empty()) {
     log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) {
-      return absl::UnavailableError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
     }
   }
   // Report exec failure through a close-on-exec pipe: EOF means exec worked.

@@ -367,7 +367,8 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   ++epoch_;
   counters_.failovers++;
   n.healthy_since.reset();  // it must prove itself healthy again after the fence
-  if (fault_unix_ns > 0) EventLocked("fault_seen", id, why, static_cast<double>(fault_unix_ns) / 1e6);
+  if (fault_unix_ns > 0)
+    EventLocked("fault_seen", id, why, static_cast<double>(fault_unix_ns) / 1e6);
   EventLocked("detected", id, why);
   if (!make_before_break) FenceLocked(n, why);
   FailoverPlan plan = placement_.FailNode(id);

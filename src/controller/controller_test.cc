@@ -191,7 +191,8 @@ TEST_F(ControllerTest, AStalledControllerDoesNotBlameTheNodes) {
   clock_.Advance(milliseconds(400));  // the controller was starved: no tick, no heartbeat read
   c_->Tick();
   Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
-  for (const char* n : {"a1", "a2", "a3", "p1"}) EXPECT_NE((*c_->NodeJson(n))["state"], "failed") << n;
+  for (const char* n : {"a1", "a2", "a3", "p1"})
+    EXPECT_NE((*c_->NodeJson(n))["state"], "failed") << n;
   EXPECT_EQ(c_->counters().stalls, 1u);
   EXPECT_EQ(c_->counters().failovers, 0u);
 }

@@ -160,7 +160,8 @@ class Cluster {
     auto r = common::HttpCall(method, "127.0.0.1", ctl_http_, target, body, milliseconds(2000));
     if (!r.ok()) return r.status();
     if (r->status / 100 != 2) {
-      return absl::UnavailableError(absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
+      return absl::UnavailableError(
+          absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
     }
     json j = json::parse(r->body, nullptr, false);
     if (j.is_discarded()) return absl::InternalError(target + ": not JSON");
@@ -168,8 +169,8 @@ class Cluster {
   }
 
   absl::Status InjectSimFault(const Node& n, const std::string& spec) const {
-    auto r = common::HttpCall("POST", n.host, n.agent_port, "/v1/sim/faults", spec,
-                              milliseconds(2000));
+    auto r =
+        common::HttpCall("POST", n.host, n.agent_port, "/v1/sim/faults", spec, milliseconds(2000));
     if (!r.ok()) return r.status();
     if (r->status != 202) return absl::InternalError(absl::StrCat("inject ", spec, ": ", r->body));
     return absl::OkStatus();
@@ -253,8 +254,8 @@ class Cluster {
     int status = 0;
     ::waitpid(*pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("'", absl::StrJoin(argv, " "),
-                                                        "' failed; see ", dir_, "/netns.log"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", absl::StrJoin(argv, " "), "' failed; see ", dir_, "/netns.log"));
     }
     return absl::OkStatus();
   }
@@ -289,16 +290,15 @@ class Cluster {
   absl::Status WriteConfigs() {
     std::string nodes;
     for (int i = 0; i < kNodes; ++i) {
-      absl::StrAppend(&nodes, "  - { name: ", nodes_[i].name, ", role: ",
-                      i < kNodes - 1 ? "active" : "passive",
-                      ", capacity: 10, address: \"", nodes_[i].host, ":", nodes_[i].worker_port,
-                      "\" }\n");
+      absl::StrAppend(
+          &nodes, "  - { name: ", nodes_[i].name, ", role: ", i < kNodes - 1 ? "active" : "passive",
+          ", capacity: 10, address: \"", nodes_[i].host, ":", nodes_[i].worker_port, "\" }\n");
     }
     std::string controller = absl::StrCat(
         "# written by gpuha demo: 3 active nodes and 1 passive (N+1)\n"
         "cluster: { redundancy: 1 }\nnodes:\n",
-        nodes, "tenants: [acme]\nlisten: { grpc: \"", ctl_host_, ":", ctl_grpc_, "\", http: \"127.0.0.1:",
-        ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
+        nodes, "tenants: [acme]\nlisten: { grpc: \"", ctl_host_, ":", ctl_grpc_,
+        "\", http: \"127.0.0.1:", ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
         "recovery: { healthy_for_ms: 1000, max_failures: 20, window_s: 600 }\n");
     if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", controller); !s.ok())
       return s;
@@ -307,9 +307,9 @@ class Cluster {
       std::string agent = absl::StrCat(
           "node: ", n.name, "\ncontrollers: [\"", ctl_host_, ":", ctl_grpc_, "\"]\n",
           "gpu: { backend: sim, sim: { model: L4, count: 1, load: 0.6 } }\n",
-          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: ", n.host, ":", n.agent_port,
-          "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"", n.host, ":", n.worker_port,
-          "\", --node, ", n.name, ", --latency, \"", o_.latency_ms, "\"],\n",
+          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: ", n.host, ":",
+          n.agent_port, "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"", n.host, ":",
+          n.worker_port, "\", --node, ", n.name, ", --latency, \"", o_.latency_ms, "\"],\n",
           "          ready_url: \"http://", n.host, ":", n.worker_port,
           "/v2/health/ready\", fence_mode: stop, probe_interval_ms: 100,\n",
           "          probe_timeout_ms: 100 }\n");
@@ -371,19 +371,11 @@ class Demo {
     for (int i = 0; i < o_.streams; ++i) {
       auto r = c_.Api("POST", "/api/v1/streams",
                       json{{"id", absl::StrCat("cam-", i)}, {"tenant", "acme"}}.dump());
-      if (!r.ok()) return absl::InternalError(absl::StrCat("admitting cam-", i, ": ", r.status().message()));
+      if (!r.ok())
+        return absl::InternalError(absl::StrCat("admitting cam-", i, ": ", r.status().message()));
     }
     // Through the router: each stream's worker answers a real inference.
-    load::LoadOptions probe;
-    probe.port = c_.router_port();
-    probe.streams = o_.streams;
-    probe.rate = 200;
-    probe.duration = milliseconds(300);
-    probe.timeout = milliseconds(2000);
-    probe.api_key = kApiKey;
-    probe.infer = true;
-    probe.path = "/v2/models/cv/infer";
-    probe.progress = false;
+    load::LoadOptions probe = Load(200, milliseconds(300), milliseconds(2000));
     bool ready = c_.WaitFor(
         [&] {
           auto r = load::RunLoad(probe);
@@ -398,16 +390,23 @@ class Demo {
     return absl::OkStatus();
   }
 
+  // Checked KServe inference on every stream through the router.
+  load::LoadOptions Load(double rate, milliseconds duration, milliseconds timeout) const {
+    load::LoadOptions l;
+    l.port = c_.router_port();
+    l.streams = o_.streams;
+    l.rate = rate;
+    l.duration = duration;
+    l.timeout = timeout;
+    l.api_key = kApiKey;
+    l.infer = true;
+    l.path = "/v2/models/cv/infer";
+    l.progress = false;
+    return l;
+  }
+
   void StartLoad() {
-    lo_.port = c_.router_port();
-    lo_.streams = o_.streams;
-    lo_.rate = o_.rate;
-    lo_.duration = std::chrono::hours(24);  // until stop_load_
-    lo_.timeout = milliseconds(10000);
-    lo_.api_key = kApiKey;
-    lo_.infer = true;
-    lo_.path = "/v2/models/cv/infer";
-    lo_.progress = false;
+    lo_ = Load(o_.rate, std::chrono::hours(24), milliseconds(10000));  // runs until stop_load_
     lo_.stop = &stop_load_;
     lo_.slow_fraction = o_.slow_fraction;
     lo_.slow_query = "delay_ms=1500";
@@ -646,8 +645,8 @@ class Demo {
       }
       std::fprintf(stderr, "\r\033[K[%5.1fs] ok %llu failed %llu |%s",
                    std::chrono::duration<double>(SteadyClock::now() - started).count(),
-                   (unsigned long long)answers_.ok.load(), (unsigned long long)answers_.failed.load(),
-                   nodes.c_str());
+                   (unsigned long long)answers_.ok.load(),
+                   (unsigned long long)answers_.failed.load(), nodes.c_str());
     }
     if (tty) std::fprintf(stderr, "\r\033[K");
   }
@@ -702,9 +701,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
     cluster.Stop();
     return s;
   }
-  out << absl::StrFormat("ready: %d streams admitted; load %.0f req/s through the router at "
-                         "127.0.0.1:%d (KServe v2, every answer checked)\n",
-                         o.streams, o.rate, cluster.router_port());
+  out << absl::StrFormat(
+      "ready: %d streams admitted; load %.0f req/s through the router at "
+      "127.0.0.1:%d (KServe v2, every answer checked)\n",
+      o.streams, o.rate, cluster.router_port());
   out.flush();
   demo.StartLoad();
   cluster.Sleep(milliseconds(1000));
@@ -742,18 +742,19 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
 }
 
 std::string DemoReport::Text() const {
-  std::string out = absl::StrFormat(
-      "%-19s %-10s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams", "detected",
-      "fenced", "routes", "acked", "standby", "failed", "gap");
+  std::string out =
+      absl::StrFormat("%-19s %-10s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams",
+                      "detected", "fenced", "routes", "acked", "standby", "failed", "gap");
   for (const FaultTimeline& t : faults) {
     absl::StrAppend(
-        &out, absl::StrFormat("%-19s %-10s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
-                              t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms),
-                              Ms(t.routes_pushed_ms), Ms(t.routers_acked_ms),
-                              Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
+        &out,
+        absl::StrFormat("%-19s %-10s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
+                        t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms), Ms(t.routes_pushed_ms),
+                        Ms(t.routers_acked_ms), Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
   }
-  absl::StrAppend(&out, "(milliseconds after the fault; standby = first request served by the "
-                        "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
+  absl::StrAppend(&out,
+                  "(milliseconds after the fault; standby = first request served by the "
+                  "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
   absl::StrAppend(&out, load.Text());
   absl::StrAppend(&out, absl::StrFormat("requests lost: %d", Lost()));
   if (load.failed > Lost()) {
@@ -793,9 +794,8 @@ std::string DemoReport::Json() const {
                            {"unplaced_streams", t.unplaced_streams},
                            {"note", t.note}});
   }
-  return json{{"faults", faults_json},
-              {"load", json::parse(load.Json(), nullptr, false)},
-              {"lost", Lost()}}
+  return json{
+      {"faults", faults_json}, {"load", json::parse(load.Json(), nullptr, false)}, {"lost", Lost()}}
       .dump(2);
 }
 

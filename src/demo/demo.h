@@ -42,19 +42,19 @@ namespace gpuha::demo {
 inline const std::vector<std::string> kDefaultFaults = {
     "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
 inline const std::vector<std::string> kAllFaults = {
-    "crash",       "xid79",        "thermal",  "agent-hang", "server-hang",
-    "controller-restart", "double-crash", "partition"};
+    "crash",        "xid79",    "thermal", "agent-hang", "server-hang", "controller-restart",
+    "double-crash", "partition"};
 
 struct DemoOptions {
   std::string exe;  // the gpuha binary, run for every component
   std::vector<std::string> faults = kDefaultFaults;
   int streams = 20;
-  double rate = 400;     // requests/s through the router, open loop
-  int latency_ms = 5;    // the workers' modelled GPU time
-  int observe_ms = 2500; // after each fault, before the node is repaired
+  double rate = 400;         // requests/s through the router, open loop
+  int latency_ms = 5;        // the workers' modelled GPU time
+  int observe_ms = 2500;     // after each fault, before the node is repaired
   double slow_fraction = 0;  // share of requests that take 1.5 s of GPU time (healthy work)
-  bool keep = false;     // leave everything running until stop
-  std::string workdir;   // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
+  bool keep = false;         // leave everything running until stop
+  std::string workdir;       // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };
 
@@ -62,13 +62,13 @@ struct DemoOptions {
 // inside the observation window.
 struct FaultTimeline {
   std::string fault;
-  std::string node;         // the node hit
-  size_t streams_hit = 0;   // streams it was primary for
+  std::string node;        // the node hit
+  size_t streams_hit = 0;  // streams it was primary for
   std::optional<double> detected_ms, fenced_ms, routes_pushed_ms, routers_acked_ms,
       first_standby_ms;
-  uint64_t answered = 0;    // answers from injection until the next fault
-  uint64_t failed = 0;      // failed answers in the same span
-  double max_gap_ms = 0;    // longest stretch with no answer on a hit stream
+  uint64_t answered = 0;         // answers from injection until the next fault
+  uint64_t failed = 0;           // failed answers in the same span
+  double max_gap_ms = 0;         // longest stretch with no answer on a hit stream
   bool routes_unchanged = true;  // controller-restart: same primaries after
   size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
   int64_t unplaced_streams = 0;  // the controller's count while the fault lasted

@@ -51,8 +51,9 @@ std::vector<Frame> MakeFrames(int side) {
   for (int i = 0; i < kFrames; ++i) {
     const auto& img = images[i];
     const auto& prev = images[(i + kFrames - 1) % kFrames];
-    frames.push_back({worker::MakeInferRequestJson(absl::StrCat("frame-", i), img, &prev, side, side),
-                      worker::ComputeCv(img.data(), prev.data(), side, side, 3)});
+    frames.push_back(
+        {worker::MakeInferRequestJson(absl::StrCat("frame-", i), img, &prev, side, side),
+         worker::ComputeCv(img.data(), prev.data(), side, side, 3)});
   }
   return frames;
 }
@@ -111,7 +112,8 @@ class Runner {
   }
 
   net::awaitable<void> One(StreamState& s) {
-    bool slow = o_.slow_fraction > 0 && std::uniform_real_distribution<>(0, 1)(rng_) < o_.slow_fraction;
+    bool slow =
+        o_.slow_fraction > 0 && std::uniform_real_distribution<>(0, 1)(rng_) < o_.slow_fraction;
     report_.sent++;
     in_flight_++;
     if (slow) report_.slow_sent++;
@@ -125,8 +127,7 @@ class Runner {
                                    body.empty() && method == "GET"
                                        ? ""
                                        : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
-                                   frame ? "Content-Type: application/json\r\n" : "", "\r\n",
-                                   body);
+                                   frame ? "Content-Type: application/json\r\n" : "", "\r\n", body);
     auto sent_at = Clock::now();
     std::string failure;
     std::unique_ptr<beast::tcp_stream> c;
@@ -291,8 +292,8 @@ std::string LoadReport::Json() const {
       R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
       R"("seconds":%.3f,"served_by":{%s},"streams":[%s]})",
-      sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms,
-      max_ms, max_gap_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
+      sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
+      max_gap_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
 }
 
 std::string LoadReport::Text() const {
@@ -302,8 +303,10 @@ std::string LoadReport::Text() const {
       "longest stretch with no answer, worst stream: %.1f ms\n",
       sent, ok, failed, seconds, seconds > 0 ? double(ok) / seconds : 0, p50_ms, p99_ms, p999_ms,
       max_ms, max_gap_ms);
-  if (slow_sent > 0) out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
-  for (const auto& [reason, n] : failures) out += absl::StrFormat("  failed: %-30s %d\n", reason, n);
+  if (slow_sent > 0)
+    out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
+  for (const auto& [reason, n] : failures)
+    out += absl::StrFormat("  failed: %-30s %d\n", reason, n);
   for (const auto& [node, n] : served_by) out += absl::StrFormat("  served by %-20s %d\n", node, n);
   return out;
 }

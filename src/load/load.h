@@ -40,15 +40,15 @@ struct LoadOptions {
   std::string path = "/v2/models/m/infer";  // sent as /streams/ID<path>
   std::string method = "GET";
   std::string body;
-  double slow_fraction = 0;   // this share of requests gets slow_query appended
-  std::string slow_query;     // e.g. "delay_ms=1500"
-  bool progress = true;       // a progress line on stderr every second
+  double slow_fraction = 0;  // this share of requests gets slow_query appended
+  std::string slow_query;    // e.g. "delay_ms=1500"
+  bool progress = true;      // a progress line on stderr every second
   // KServe v2 inference on the reference worker's "cv" model: each request
   // carries a generated image and previous frame (POST, JSON tensors), and
   // each answer's histogram, brightness and motion are checked against the
   // model run here. A wrong answer is a failure ("wrong answer").
   bool infer = false;
-  int image_side = 16;  // infer: images are side x side x 3
+  int image_side = 16;                           // infer: images are side x side x 3
   std::function<void(const Answer&)> on_answer;  // called on the load thread
   // When set, load stops early once it turns true (checked before each send).
   const std::atomic<bool>* stop = nullptr;

@@ -38,8 +38,8 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                std::optional<size_t> json_length) {
   if (json_length && *json_length > body.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Inference-Header-Content-Length: ", *json_length,
-                     " is more than the body's ", body.size(), " bytes"));
+        absl::StrCat("Inference-Header-Content-Length: ", *json_length, " is more than the body's ",
+                     body.size(), " bytes"));
   }
   std::string_view head = json_length ? body.substr(0, *json_length) : body;
   std::string_view binary = json_length ? body.substr(*json_length) : std::string_view();
@@ -85,12 +85,11 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
       }
     }
     if (t.datatype != "UINT8") {
-      return absl::InvalidArgumentError(absl::StrCat("input '", t.name, "': datatype ",
-                                                     t.datatype, " is not supported (UINT8)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", t.name, "': datatype ", t.datatype, " is not supported (UINT8)"));
     }
-    const json* params = in.contains("parameters") && in["parameters"].is_object()
-                             ? &in["parameters"]
-                             : nullptr;
+    const json* params =
+        in.contains("parameters") && in["parameters"].is_object() ? &in["parameters"] : nullptr;
     if (params != nullptr && params->contains("binary_data_size")) {
       const json& n = (*params)["binary_data_size"];
       if (!n.is_number_integer() || n.get<int64_t>() < 0) {
@@ -108,9 +107,9 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                        size, " runs past the body's end"));
       }
       if (static_cast<int64_t>(size) != elements) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", t.name, "': unexpected byte size ", size, ", expecting ", elements,
-            " for shape ", ShapeStr(t.shape), " of ", t.datatype));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", t.name, "': unexpected byte size ", size, ", expecting ",
+                         elements, " for shape ", ShapeStr(t.shape), " of ", t.datatype));
       }
       t.data.assign(binary.begin() + static_cast<ptrdiff_t>(offset),
                     binary.begin() + static_cast<ptrdiff_t>(offset + size));
@@ -122,22 +121,21 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
       t.data.reserve(static_cast<size_t>(elements));
       if (absl::Status s = FlattenUint8(in["data"], t.name, t.data); !s.ok()) return s;
       if (static_cast<int64_t>(t.data.size()) != elements) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", t.name, "': unexpected number of elements ", t.data.size(), ", expecting ",
-            elements, " for shape ", ShapeStr(t.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", t.name, "': unexpected number of elements ", t.data.size(),
+                         ", expecting ", elements, " for shape ", ShapeStr(t.shape)));
       }
     }
     r.inputs.push_back(std::move(t));
   }
   if (json_length && offset != binary.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("body: ", binary.size() - offset,
-                                                   " bytes of binary data belong to no input"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("body: ", binary.size() - offset, " bytes of binary data belong to no input"));
   }
   return r;
 }
 
-CvResult ComputeCv(const uint8_t* image, const uint8_t* previous, int64_t h, int64_t w,
-                   int64_t c) {
+CvResult ComputeCv(const uint8_t* image, const uint8_t* previous, int64_t h, int64_t w, int64_t c) {
   CvResult r;
   auto luma = [c](const uint8_t* p) -> uint32_t {
     return c == 3 ? (77u * p[0] + 150u * p[1] + 29u * p[2]) >> 8 : p[0];
@@ -176,8 +174,8 @@ absl::StatusOr<CvResult> RunCv(const InferRequest& r) {
   if (image == nullptr) return absl::InvalidArgumentError("input 'IMAGE': missing");
   const std::vector<int64_t>& s = image->shape;
   if (s.size() != 2 && s.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input 'IMAGE': unexpected shape ", ShapeStr(s), ", expecting [H,W] or [H,W,C]"));
+    return absl::InvalidArgumentError(absl::StrCat("input 'IMAGE': unexpected shape ", ShapeStr(s),
+                                                   ", expecting [H,W] or [H,W,C]"));
   }
   int64_t c = s.size() == 3 ? s[2] : 1;
   if (c != 1 && c != 3) {
@@ -214,7 +212,9 @@ std::string ModelMetadataJson() {
             {"platform", "gpuha_cv"},
             {"inputs",
              {{{"name", "IMAGE"}, {"datatype", "UINT8"}, {"shape", {-1, -1, -1}}},
-              {{"name", "PREVIOUS"}, {"datatype", "UINT8"}, {"shape", {-1, -1, -1}},
+              {{"name", "PREVIOUS"},
+               {"datatype", "UINT8"},
+               {"shape", {-1, -1, -1}},
                {"optional", true}}}},
             {"outputs",
              {{{"name", "HISTOGRAM"}, {"datatype", "UINT32"}, {"shape", {16}}},
@@ -226,7 +226,8 @@ std::string ModelMetadataJson() {
 std::string MakeInferRequestJson(const std::string& id, const std::vector<uint8_t>& image,
                                  const std::vector<uint8_t>* previous, int64_t h, int64_t w) {
   json inputs = json::array();
-  inputs.push_back({{"name", "IMAGE"}, {"datatype", "UINT8"}, {"shape", {h, w, 3}}, {"data", image}});
+  inputs.push_back(
+      {{"name", "IMAGE"}, {"datatype", "UINT8"}, {"shape", {h, w, 3}}, {"data", image}});
   if (previous != nullptr) {
     inputs.push_back(
         {{"name", "PREVIOUS"}, {"datatype", "UINT8"}, {"shape", {h, w, 3}}, {"data", *previous}});
@@ -261,7 +262,8 @@ absl::StatusOr<CvResult> ParseInferResponse(std::string_view body) {
       found |= 4;
     }
   }
-  if (found != 7) return absl::InvalidArgumentError("response: HISTOGRAM, BRIGHTNESS or MOTION missing");
+  if (found != 7)
+    return absl::InvalidArgumentError("response: HISTOGRAM, BRIGHTNESS or MOTION missing");
   return r;
 }
 

@@ -43,7 +43,8 @@ TEST(ModelTest, BinaryTensorDataMatchesJson) {
   auto bad = ParseInferRequest(short_body, head.size());
   EXPECT_NE(bad.status().message().find("runs past the body's end"), std::string::npos)
       << bad.status();
-  std::string big = R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[1,3],"parameters":{"binary_data_size":4}}]})";
+  std::string big =
+      R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[1,3],"parameters":{"binary_data_size":4}}]})";
   bad = ParseInferRequest(big + "abcd", big.size());
   EXPECT_NE(bad.status().message().find("unexpected byte size 4, expecting 3"), std::string::npos)
       << bad.status();

@@ -151,8 +151,9 @@ struct Worker::Impl {
       Reply reply;
       bool close = false;
       auto started = SteadyClock::now();
-      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-          ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+      if (ec == http::error::end_of_stream || ec == net::error::eof ||
+          ec == beast::error::timeout || ec == net::error::connection_reset ||
+          ec == net::error::operation_aborted) {
         co_return;
       } else if (ec == http::error::body_limit) {
         reply = Error(413, absl::StrCat("body: more than ", o.max_body_bytes, " bytes"));
@@ -171,8 +172,8 @@ struct Worker::Impl {
         if (infer && counters.in_service.fetch_add(1) >= o.capacity) {
           counters.in_service.fetch_sub(1);
           counters.at_capacity++;
-          reply = Error(503, absl::StrCat("worker at capacity (", o.capacity,
-                                          " requests in service)"));
+          reply =
+              Error(503, absl::StrCat("worker at capacity (", o.capacity, " requests in service)"));
           infer = false;
         } else {
           reply = Route(req);
@@ -197,7 +198,8 @@ struct Worker::Impl {
       }
       std::string out = absl::StrCat(
           "HTTP/1.1 ", reply.status, " ",
-          std::string(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)))),
+          std::string(
+              http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)))),
           "\r\nContent-Type: ", reply.content_type, "\r\nContent-Length: ", reply.body.size(),
           "\r\n", o.node.empty() ? "" : absl::StrCat("X-Gpuha-Node: ", o.node, "\r\n"),
           reply.status == 503 ? "Retry-After: 1\r\n" : "", close ? "Connection: close\r\n" : "",

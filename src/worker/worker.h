@@ -43,9 +43,9 @@ struct WorkerOptions {
 
 struct WorkerCounters {
   std::atomic<uint64_t> success{0};
-  std::atomic<uint64_t> failure{0};       // 4xx on infer
-  std::atomic<uint64_t> at_capacity{0};   // 503
-  std::atomic<uint64_t> duration_us{0};   // request to answer, successes
+  std::atomic<uint64_t> failure{0};      // 4xx on infer
+  std::atomic<uint64_t> at_capacity{0};  // 503
+  std::atomic<uint64_t> duration_us{0};  // request to answer, successes
   std::atomic<int64_t> in_service{0};
 };
 

@@ -72,7 +72,8 @@ TEST_F(WorkerTest, InferJsonAndBinaryGiveTheModelsAnswer) {
   StartWorker(Options(0));
   std::vector<uint8_t> img(8 * 8 * 3);
   for (size_t i = 0; i < img.size(); ++i) img[i] = static_cast<uint8_t>(i * 13);
-  Reply r = Send(port(), Post("/v2/models/cv/infer", MakeInferRequestJson("q1", img, nullptr, 8, 8)));
+  Reply r =
+      Send(port(), Post("/v2/models/cv/infer", MakeInferRequestJson("q1", img, nullptr, 8, 8)));
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_NE(r.body.find("\"id\":\"q1\""), std::string::npos);
   auto got = ParseInferResponse(r.body);
@@ -81,9 +82,9 @@ TEST_F(WorkerTest, InferJsonAndBinaryGiveTheModelsAnswer) {
 
   std::string head =
       R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[8,8,3],"parameters":{"binary_data_size":192}}]})";
-  Reply b = Send(port(), Post("/v2/models/cv/versions/1/infer",
-                              head + std::string(img.begin(), img.end()),
-                              absl::StrCat("Inference-Header-Content-Length: ", head.size(), "\r\n")));
+  Reply b = Send(port(),
+                 Post("/v2/models/cv/versions/1/infer", head + std::string(img.begin(), img.end()),
+                      absl::StrCat("Inference-Header-Content-Length: ", head.size(), "\r\n")));
   ASSERT_EQ(b.status, 200) << b.body;
   EXPECT_EQ(*ParseInferResponse(b.body), *got);
   EXPECT_EQ(worker_->counters().success.load(), 2u);
@@ -91,17 +92,20 @@ TEST_F(WorkerTest, InferJsonAndBinaryGiveTheModelsAnswer) {
 
 TEST_F(WorkerTest, BadTensorsAndBadHttpGetReasons) {
   StartWorker(Options(0, 64, 4096));
-  Reply shape = Send(port(), Post("/v2/models/cv/infer",
-                                  R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[2,2],"data":[1]}]})"));
+  Reply shape = Send(
+      port(), Post("/v2/models/cv/infer",
+                   R"({"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[2,2],"data":[1]}]})"));
   EXPECT_EQ(shape.status, 400);
   EXPECT_NE(shape.body.find("{\"error\":\"input 'IMAGE': unexpected number of elements 1"),
             std::string::npos)
       << shape.body;
-  Reply dtype = Send(port(), Post("/v2/models/cv/infer",
-                                  R"({"inputs":[{"name":"IMAGE","datatype":"INT64","shape":[1,1],"data":[1]}]})"));
+  Reply dtype = Send(
+      port(), Post("/v2/models/cv/infer",
+                   R"({"inputs":[{"name":"IMAGE","datatype":"INT64","shape":[1,1],"data":[1]}]})"));
   EXPECT_EQ(dtype.status, 400);
   EXPECT_NE(dtype.body.find("datatype INT64"), std::string::npos);
-  Reply hdr = Send(port(), Post("/v2/models/cv/infer", "{}", "Inference-Header-Content-Length: x\r\n"));
+  Reply hdr =
+      Send(port(), Post("/v2/models/cv/infer", "{}", "Inference-Header-Content-Length: x\r\n"));
   EXPECT_EQ(hdr.status, 400);
   EXPECT_NE(hdr.body.find("Inference-Header-Content-Length"), std::string::npos);
   Reply big = Send(port(), Post("/v2/models/cv/infer", std::string(5000, ' ')));
@@ -136,8 +140,7 @@ TEST_F(WorkerTest, LatencyModelsGpuTimeAndCapacityBoundsWork) {
 }
 
 TEST_F(WorkerTest, BadOptionsAreRefused) {
-  EXPECT_NE(Worker::Start(Options(0, 0)).status().message().find("--capacity"),
-            std::string::npos);
+  EXPECT_NE(Worker::Start(Options(0, 0)).status().message().find("--capacity"), std::string::npos);
   WorkerOptions o = Options(0);
   o.address = "nowhere";
   EXPECT_NE(Worker::Start(o).status().message().find("nowhere"), std::string::npos);

@@ -53,10 +53,13 @@ class ChaosTest : public ::testing::Test {
                std::vector<std::string> prefix = {}) {
     auto dir = gpuha::testing::TestTempDir();
     std::string report = (dir / "demo.json").string();
-    std::vector<std::string> argv = {kGpuha, "demo", "--faults", faults, "--streams",
-                                     std::to_string(streams), "--rate", "300", "--observe-ms",
-                                     "1500", "--json", report, "--workdir",
-                                     (dir / "cluster").string()};
+    std::vector<std::string> argv = {kGpuha,         "demo",
+                                     "--faults",     faults,
+                                     "--streams",    std::to_string(streams),
+                                     "--rate",       "300",
+                                     "--observe-ms", "1500",
+                                     "--json",       report,
+                                     "--workdir",    (dir / "cluster").string()};
     argv.insert(argv.begin(), prefix.begin(), prefix.end());
     ChildProcess demo(argv);
     auto rc = demo.Wait(milliseconds(120000));

@@ -216,7 +216,6 @@ TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
   EXPECT_THAT(c.err(), HasSubstr("node 'a' is listed twice"));
 }
 
-
 // The dashboard in a real headless Chromium: the page at `/` renders the
 // cluster from /api/v1 (nodes, streams, failovers, events) with its own JS.
 std::string DumpDom(const std::string& url) {

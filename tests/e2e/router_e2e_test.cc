@@ -14,19 +14,19 @@
 
 #include "common/http_server.h"
 #include "common/net_util.h"
+#include "common/testing/raw_http.h"
 #include "common/testing/temp_dir.h"
-#include "router/testing/raw_http.h"
 #include "tests/e2e/child_process.h"
 #include "tests/e2e/free_port.h"
 
 namespace gpuha::e2e {
 namespace {
 
+using gpuha::testing::Exchange;
+using gpuha::testing::Get;
+using gpuha::testing::Reply;
+using gpuha::testing::Send;
 using nlohmann::json;
-using router::testing::Exchange;
-using router::testing::Get;
-using router::testing::Reply;
-using router::testing::Send;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 

@@ -79,15 +79,15 @@ struct TestBackend::Impl {
         t.expires_after(std::chrono::milliseconds(delay_ms));
         co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
       }
-      std::string out = absl::StrCat("HTTP/1.1 ", status, " ",
-                                     std::string(http::obsolete_reason(http::int_to_status(status))),
-                                     "\r\nContent-Type: text/plain\r\nX-Backend: ", name, "\r\n");
+      std::string out = absl::StrCat(
+          "HTTP/1.1 ", status, " ", std::string(http::obsolete_reason(http::int_to_status(status))),
+          "\r\nContent-Type: text/plain\r\nX-Backend: ", name, "\r\n");
       if (chunked) {
         out += "Transfer-Encoding: chunked\r\n\r\n";
         // Two chunks, to exercise re-framing.
         size_t half = body.size() / 2;
-        for (std::string_view part : {std::string_view(body).substr(0, half),
-                                      std::string_view(body).substr(half)}) {
+        for (std::string_view part :
+             {std::string_view(body).substr(0, half), std::string_view(body).substr(half)}) {
           if (part.empty()) continue;
           char hex[24];
           std::snprintf(hex, sizeof hex, "%zx\r\n", part.size());
