@@ -547,7 +547,15 @@ class Demo {
         },
         milliseconds(15000));
     if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");
-    c_.Sleep(milliseconds(300));  // its worker comes up as the new spare
+    // Its agent starts the worker on rejoin: the spare is ready when it answers.
+    bool ready = c_.WaitFor(
+        [&] {
+          auto r = common::HttpCall("GET", n.host, n.worker_port, "/v2/health/ready", "",
+                                    milliseconds(500));
+          return r.ok() && r->status == 200;
+        },
+        milliseconds(10000));
+    if (!ready) return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
     return absl::OkStatus();
   }
 

@@ -152,7 +152,11 @@ struct Loop {
   std::thread thread;
   std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
   // stream -> "primary|standby" it stuck to the standby under.
-  std::unordered_map<std::string, std::string> sticky;
+  struct Sticky {
+    std::string routes;  // "primary|standby" when the stream failed over
+    Clock::time_point since;
+  };
+  std::unordered_map<std::string, Sticky> sticky;
   std::shared_ptr<const RouteTable> routes;
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
@@ -696,10 +700,12 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     auto st = L.sticky.find(stream_id);
     bool stuck = false;
     if (st != L.sticky.end()) {
-      if (st->second == sticky_key) {
-        stuck = true;
-      } else {
+      if (st->second.routes != sticky_key) {
         L.sticky.erase(st);  // the controller moved the stream: its routes win
+      } else if (now - st->second.since >= config.sticky && primary->usable(now)) {
+        L.sticky.erase(st);  // the primary the controller kept is back
+      } else {
+        stuck = true;
       }
     }
     if (standby != nullptr && (stuck || !primary->usable(now))) {
@@ -821,7 +827,9 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;
-    if (i == 0 && !stream_id.empty() && order.size() > 1) L.sticky[stream_id] = sticky_key;
+    if (i == 0 && !stream_id.empty() && order.size() > 1) {
+      L.sticky[stream_id] = {sticky_key, Clock::now()};
+    }
   }
   if (f.client_gone) {
     Inc(L.stats.client_aborts);
@@ -1159,6 +1167,10 @@ awaitable<void> Router::Impl::Probe(std::string address) {
   };
   for (;;) {
     if (!probe_wanted.count(address)) {  // no longer in the routes
+      // Its verdict goes with it: an upstream that returns to the routes
+      // starts clean (its next probe starts from "up" and is only broadcast
+      // when it differs).
+      if (probe_state[address] != Health::kUp) Broadcast(address, Health::kUp);
       probe_state.erase(address);
       co_return;
     }

@@ -182,6 +182,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   }
   ReadMillis(failover, "ejection_base_ms", &c.ejection_base);
   ReadMillis(failover, "ejection_max_ms", &c.ejection_max);
+  ReadMillis(failover, "sticky_ms", &c.sticky);
   if (auto p = failover.String("probe_path")) {
     if (p->empty() || (*p)[0] != '/') failover.Fail("probe_path", "must start with '/'");
     c.probe_path = *p;

@@ -74,6 +74,11 @@ struct RouterConfig {
   double retry_burst = 1000;
   std::chrono::milliseconds ejection_base{1000};
   std::chrono::milliseconds ejection_max{30000};
+  // A stream that failed over in the router stays on its standby until the
+  // controller's routes for it change, or until this long has passed and its
+  // primary is usable again (probed up, not ejected): a primary that only
+  // blinked, and that the controller kept, gets its work back.
+  std::chrono::milliseconds sticky{10000};
   // The router's own liveness probe of every upstream: a probe with no answer
   // after hang_after marks the upstream hung, which re-sends its waiting
   // requests to their standby. 0 interval turns probing off.

@@ -100,6 +100,48 @@ TEST_F(RouterTest, TenantsSeeOnlyTheirOwnStreams) {
   EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
 }
 
+// A node that failed, left the routes, came back on the same address and
+// was routed to again gets its traffic back: the prober's old "down" verdict
+// does not outlive the routes it was made for.
+TEST_F(RouterTest, UpstreamThatLeftTheRoutesAndCameBackIsUsedAgain) {
+  StartRouter();
+  // Every event loop (2) has used `a`, so each holds state for it.
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  std::string a_address = a_->address();
+  uint16_t a_port = a_->port();
+  a_->Stop();
+  // The prober sees `a` refuse, and says so to every loop.
+  auto until_metric = [&](const std::string& want) {
+    for (int i = 0; i < 200 && router_->MetricsText().find(want) == std::string::npos; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return router_->MetricsText().find(want) != std::string::npos;
+  };
+  ASSERT_TRUE(until_metric("gpuha_router_probe_verdicts_total{verdict=\"down\"} 1"));
+  auto routes = [&](const std::string& primary_node, const std::string& primary,
+                    uint64_t version) {
+    v1::RouteSnapshot s;
+    s.set_version(version);
+    v1::Route* r = s.add_routes();
+    r->set_stream("cam-1");
+    r->set_tenant("acme");
+    r->mutable_primary()->set_node(primary_node);
+    r->mutable_primary()->set_address(primary);
+    router_->SetRoutes(RouteTable::FromSnapshot(s));
+  };
+  routes("b", b_->address(), 2);  // the controller takes `a` out
+  std::this_thread::sleep_for(milliseconds(300));  // the prober (100 ms scans) lets `a` go
+  TestBackend::Options back;
+  back.name = "a-again";
+  back.port = a_port;
+  a_ = *TestBackend::Start(back);
+  routes("a", a_address, 3);  // `a` rejoined and is a primary again
+  std::this_thread::sleep_for(milliseconds(300));
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"a-again")"), std::string::npos) << r.body;
+}
+
 TEST_F(RouterTest, RefusedPrimaryFailsOverToStandbyAndSticks) {
   StartRouter();
   ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
@@ -112,6 +154,31 @@ TEST_F(RouterTest, RefusedPrimaryFailsOverToStandbyAndSticks) {
   std::string m = router_->MetricsText();
   EXPECT_NE(m.find("gpuha_router_ejections_total"), std::string::npos);
   EXPECT_NE(router_->TakeSuspects().size(), 0u);  // a hint for the controller
+}
+
+TEST_F(RouterTest, StickyStreamReturnsToItsPrimaryOnceItIsBackAndTheHoldIsOver) {
+  config_.sticky = milliseconds(300);
+  config_.threads = 1;  // sticky state is per event loop
+  StartRouter();
+  uint16_t a_port = a_->port();
+  a_->Stop();
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos);  // failed over, sticky
+  TestBackend::Options back;
+  back.name = "a-again";
+  back.port = a_port;
+  a_ = *TestBackend::Start(back);
+  // Until the hold is over the stream stays on the standby; then it returns.
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"),
+            std::string::npos);
+  bool back_on_primary = false;
+  for (int i = 0; i < 100 && !back_on_primary; ++i) {
+    std::this_thread::sleep_for(milliseconds(20));
+    back_on_primary = Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a-again")") !=
+                      std::string::npos;
+  }
+  EXPECT_TRUE(back_on_primary);
 }
 
 TEST_F(RouterTest, RetryBudgetBoundsResends) {
