@@ -368,6 +368,16 @@ class Demo {
       return absl::UnavailableError(
           absl::StrCat("the agents did not all connect in 20 s; see ", c_.dir(), "/gpu-*.log"));
     }
+    // Every worker up before any stream is placed: a stream whose first
+    // request finds its primary still starting fails over in the router and
+    // stays on its standby for failover.sticky_ms, which would blur the
+    // first fault's timeline.
+    for (const Node& n : c_.nodes()) {
+      if (!WorkerReady(n, milliseconds(20000))) {
+        return absl::UnavailableError(absl::StrCat(
+            n.name, "'s worker did not become ready in 20 s; see ", c_.dir(), "/", n.name, ".log"));
+      }
+    }
     for (int i = 0; i < o_.streams; ++i) {
       auto r = c_.Api("POST", "/api/v1/streams",
                       json{{"id", absl::StrCat("cam-", i)}, {"tenant", "acme"}}.dump());
@@ -492,6 +502,16 @@ class Demo {
   DemoReport& report() { return report_; }
 
  private:
+  bool WorkerReady(const Node& n, milliseconds timeout) {
+    return c_.WaitFor(
+        [&] {
+          auto r = common::HttpCall("GET", n.host, n.worker_port, "/v2/health/ready", "",
+                                    milliseconds(500));
+          return r.ok() && r->status == 200;
+        },
+        timeout);
+  }
+
   absl::Status Inject(const std::string& fault, Node& n) {
     if (fault == "crash" || fault == "double-crash") {
       c_.KillNode(n);
@@ -548,14 +568,9 @@ class Demo {
         milliseconds(15000));
     if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");
     // Its agent starts the worker on rejoin: the spare is ready when it answers.
-    bool ready = c_.WaitFor(
-        [&] {
-          auto r = common::HttpCall("GET", n.host, n.worker_port, "/v2/health/ready", "",
-                                    milliseconds(500));
-          return r.ok() && r->status == 200;
-        },
-        milliseconds(10000));
-    if (!ready) return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
+    if (!WorkerReady(n, milliseconds(10000))) {
+      return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
+    }
     return absl::OkStatus();
   }
 
