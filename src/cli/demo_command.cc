@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/exit_codes.h"
+#include "cli/signals.h"
 #include "common/file_util.h"
 #include "common/log.h"
 
@@ -58,16 +59,11 @@ int DemoCommand::Run() {
   // Ctrl-C and SIGTERM stop the demo and every process it started. They are
   // blocked here (threads inherit the mask; children get a clean one) and
   // taken by one watcher thread.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  StopSignals signals;
   std::atomic<bool> stop{false}, done{false};
   std::thread watcher([&] {
-    timespec tick{0, 100 * 1000 * 1000};
     while (!done) {
-      if (sigtimedwait(&set, nullptr, &tick) > 0) {
+      if (signals.WaitFor(100) != 0) {
         std::cerr << "\ngpuha demo: stopping every process it started...\n";
         stop = true;
       }

@@ -24,6 +24,12 @@ class StopSignals {
     sigwait(&set_, &signo);
     return signo;
   }
+  // As Wait, for at most `ms` milliseconds; 0 when none came.
+  int WaitFor(long ms) {
+    timespec t{ms / 1000, (ms % 1000) * 1000 * 1000};
+    int signo = sigtimedwait(&set_, nullptr, &t);
+    return signo > 0 ? signo : 0;
+  }
 
  private:
   sigset_t set_;

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -71,6 +73,18 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
         absl::StrCat("cannot run '", argv[0], "': ", std::strerror(err)));
   }
   return pid;
+}
+
+std::vector<pid_t> ChildPids(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child;
+    while (in >> child) out.push_back(child);
+  }
+  return out;
 }
 
 }  // namespace gpuha::common

@@ -19,4 +19,8 @@ namespace gpuha::common {
 [[nodiscard]] absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
                                                  const std::string& log_path = "");
 
+// The direct children of `pid` (from /proc/PID/task/*/children), in no
+// particular order; empty when it has none or is gone.
+std::vector<pid_t> ChildPids(pid_t pid);
+
 }  // namespace gpuha::common

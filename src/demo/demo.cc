@@ -144,15 +144,8 @@ class Cluster {
   // The worker is the agent's child, in its own session.
   pid_t WorkerPid(const Node& n) const {
     if (n.agent <= 0) return -1;
-    std::error_code ec;
-    for (const auto& task :
-         std::filesystem::directory_iterator(absl::StrCat("/proc/", n.agent, "/task"), ec)) {
-      auto children = common::ReadFile(task.path().string() + "/children");
-      if (!children.ok()) continue;
-      pid_t pid = 0;
-      if (std::sscanf(children->c_str(), "%d", &pid) == 1 && pid > 0) return pid;
-    }
-    return -1;
+    std::vector<pid_t> children = common::ChildPids(n.agent);
+    return children.empty() ? -1 : children.front();
   }
 
   absl::StatusOr<json> Api(const std::string& method, const std::string& target,

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
 
@@ -31,18 +32,7 @@ const std::string kGpuha = GPUHA_BINARY;
 
 // Processes left behind are reparented to this test (a subreaper), so a
 // stray is one of our children once the demo has exited.
-std::vector<pid_t> Strays() {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    auto children = common::ReadFile(task.path().string() + "/children");
-    if (!children.ok()) continue;
-    std::istringstream in(*children);
-    pid_t p;
-    while (in >> p) out.push_back(p);
-  }
-  return out;
-}
+std::vector<pid_t> Strays() { return common::ChildPids(::getpid()); }
 
 class ChaosTest : public ::testing::Test {
  protected:
