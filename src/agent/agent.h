@@ -13,6 +13,9 @@
 // for /metrics and /healthz. Shared state sits under mu_.
 #pragma once
 
+#include <grpcpp/alarm.h>
+#include <grpcpp/completion_queue.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -64,7 +67,6 @@ class Agent {
   std::string MetricsText() const;
 
  private:
-  class HeartbeatStream;
   void SampleLoop();
   void EventLoop();
   void ConnectionLoop();
@@ -72,6 +74,8 @@ class Agent {
   // Samples every GPU and NIC and updates the health state; `xids` are new
   // XID events. Wakes the heartbeat thread when the state changed.
   void Evaluate(std::vector<gpu::XidEvent> xids);
+  // Asks the connection thread for a heartbeat now (urgent_ must be set).
+  void WakeHeartbeat();
   absl::Status RunStream(const HostPort& controller);
   v1::AgentMessage BuildHello() const;
   v1::AgentMessage BuildHeartbeat();
@@ -100,7 +104,6 @@ class Agent {
   gpu::HealthEvaluator evaluator_;  // guarded by sample_mu_
 
   mutable std::mutex mu_;
-  std::condition_variable heartbeat_cv_;
   bool urgent_ = false;                        // guarded by mu_
   std::vector<gpu::DeviceInfo> devices_;       // fixed after Start()
   std::vector<gpu::GpuSample> samples_;        // guarded by mu_
@@ -114,6 +117,13 @@ class Agent {
   uint64_t heartbeat_seq_ = 0;                 // connection thread only
   uint64_t sample_seq_ = 0;                    // guarded by mu_; one per Evaluate()
   uint64_t sent_sample_seq_ = 0;               // connection thread only
+
+  // Wakes the connection thread, which sleeps in its stream's completion
+  // queue: an alarm set to now posts kWake there.
+  std::mutex wake_mu_;
+  grpc::CompletionQueue* wake_cq_ = nullptr;  // guarded by wake_mu_; set while a stream runs
+  grpc::Alarm wake_alarm_;                    // guarded by wake_mu_
+  bool wake_pending_ = false;                 // guarded by wake_mu_
 };
 
 }  // namespace gpuha::agent
