@@ -4,6 +4,7 @@
 // client head, error answer). Built and run by scripts/fuzz-router.sh.
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <string>
 
 #include "router/request.h"
@@ -16,8 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   boost::system::error_code ec;
   const bool response = data[0] & 1;
   boost::asio::const_buffer in(data + 1, size - 1);
+  // Fields in a small arena that spills to the heap, as the proxy has them.
+  alignas(std::max_align_t) char arena_buf[512];
+  std::pmr::monotonic_buffer_resource arena(arena_buf, sizeof arena_buf);
+  auto fields = std::make_tuple(gpuha::router::Fields::allocator_type(&arena));
   if (!response) {
-    http::request_parser<http::empty_body> p;
+    gpuha::router::RequestParser<http::empty_body> p(std::piecewise_construct, std::make_tuple(),
+                                                     fields);
     p.header_limit(16 * 1024);
     p.body_limit(1 << 20);
     p.eager(false);
@@ -30,17 +36,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       gpuha::router::StreamRef ref = gpuha::router::ExtractStream(
           std::string_view(hv.data(), hv.size()), std::string_view(target.data(), target.size()));
       std::string_view key = gpuha::router::ApiKey(req);
-      gpuha::router::AppendUpstreamHead(req, ref.target, "127.0.0.1:1", key, ref.stream,
-                                        "127.0.0.1", p.chunked() ? Framing::kChunked
-                                                                 : Framing::kLength,
-                                        p.content_length().value_or(0), &out);
+      gpuha::router::AppendUpstreamHead(
+          req, ref.target, "127.0.0.1:1", key, ref.stream, "127.0.0.1",
+          p.chunked() ? Framing::kChunked : Framing::kLength, p.content_length().value_or(0), &out);
       if (out.find("\r\n\r\n") + 4 != out.size()) __builtin_trap();  // one head, well ended
     }
     out = gpuha::router::ErrorResponse(gpuha::router::Reason::kBadRequest, ec.message(),
                                        std::string_view(reinterpret_cast<const char*>(data), size),
                                        1, false);
   } else {
-    http::response_parser<http::empty_body> p;
+    gpuha::router::ResponseParser<http::empty_body> p(std::piecewise_construct, std::make_tuple(),
+                                                      fields);
     p.header_limit(16 * 1024);
     p.eager(false);
     p.put(in, ec);

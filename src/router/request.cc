@@ -88,7 +88,6 @@ bool ValidStreamId(std::string_view id) {
 
 StreamRef ExtractStream(std::string_view header_value, std::string_view target) {
   StreamRef r;
-  r.target = std::string(target);
   constexpr std::string_view kPrefix = "/streams/";
   if (target.substr(0, kPrefix.size()) == kPrefix) {
     std::string_view rest = target.substr(kPrefix.size());
@@ -100,7 +99,10 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target) 
     }
     r.stream = std::string(id);
     std::string_view tail = end == std::string_view::npos ? "" : rest.substr(end);
-    r.target = tail.empty() || tail[0] == '?' ? "/" + std::string(tail) : std::string(tail);
+    if (tail.empty() || tail[0] == '?') r.target.push_back('/');
+    r.target.append(tail);
+  } else {
+    r.target = std::string(target);
   }
   if (!header_value.empty()) {
     if (!ValidStreamId(header_value) || (!r.stream.empty() && r.stream != header_value)) {
@@ -112,7 +114,7 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target) 
   return r;
 }
 
-std::string_view ApiKey(const http::request_header<>& h) {
+std::string_view ApiKey(const RequestHeader& h) {
   auto auth = h.find(http::field::authorization);
   if (auth != h.end()) {
     std::string_view v(auth->value().data(), auth->value().size());
@@ -125,16 +127,16 @@ std::string_view ApiKey(const http::request_header<>& h) {
 }
 
 bool IsHopByHop(std::string_view n) {
-  for (std::string_view h : {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-                             "proxy-authorization", "te", "trailer", "transfer-encoding",
-                             "upgrade", "content-length"}) {
+  for (std::string_view h :
+       {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+        "te", "trailer", "transfer-encoding", "upgrade", "content-length"}) {
     if (IEquals(n, h)) return true;
   }
   return false;
 }
 
-void AppendUpstreamHead(const http::request_header<>& h, std::string_view target,
-                        std::string_view host, std::string_view tenant, std::string_view stream,
+void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::string_view host,
+                        std::string_view tenant, std::string_view stream,
                         std::string_view client_ip, Framing framing, uint64_t length,
                         std::string* out) {
   auto method = h.method_string();
@@ -165,8 +167,8 @@ void AppendUpstreamHead(const http::request_header<>& h, std::string_view target
   out->append("\r\n");
 }
 
-void AppendClientHead(const http::response_header<>& h, Framing framing, uint64_t length,
-                      bool keep_alive, std::string* out) {
+void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length, bool keep_alive,
+                      std::string* out) {
   out->append("HTTP/1.1 ");
   out->append(std::to_string(h.result_int()));
   out->push_back(' ');

@@ -5,12 +5,24 @@
 
 #include <boost/beast/http.hpp>
 #include <cstdint>
+#include <memory_resource>
 #include <string>
 #include <string_view>
 
 namespace gpuha::router {
 
 namespace http = boost::beast::http;
+
+// Header fields are allocated from a memory resource. The proxy gives each
+// request an arena on its connection (one pointer bump per field, nothing to
+// free) instead of a malloc and free per field; elsewhere it is the heap.
+using Fields = http::basic_fields<std::pmr::polymorphic_allocator<char>>;
+using RequestHeader = http::request_header<Fields>;
+using ResponseHeader = http::response_header<Fields>;
+template <class Body>
+using RequestParser = http::parser<true, Body, std::pmr::polymorphic_allocator<char>>;
+template <class Body>
+using ResponseParser = http::parser<false, Body, std::pmr::polymorphic_allocator<char>>;
 
 // Why the router itself answered instead of an upstream. Each has a status
 // and a label for /metrics.
@@ -46,7 +58,7 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target);
 bool ValidStreamId(std::string_view id);
 
 // The API key: "Authorization: Bearer KEY" or "X-Api-Key: KEY"; empty if none.
-std::string_view ApiKey(const http::request_header<>& h);
+std::string_view ApiKey(const RequestHeader& h);
 
 bool IsHopByHop(std::string_view field_name);
 
@@ -55,14 +67,14 @@ enum class Framing { kNone, kLength, kChunked };
 
 // The head the upstream receives: hop-by-hop fields, Expect, Host and the API
 // key are dropped; X-Gpuha-Tenant, X-Gpuha-Stream and X-Forwarded-For added.
-void AppendUpstreamHead(const http::request_header<>& h, std::string_view target,
-                        std::string_view host, std::string_view tenant, std::string_view stream,
+void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::string_view host,
+                        std::string_view tenant, std::string_view stream,
                         std::string_view client_ip, Framing framing, uint64_t length,
                         std::string* out);
 
 // The head the client receives from an upstream response.
-void AppendClientHead(const http::response_header<>& h, Framing framing, uint64_t length,
-                      bool keep_alive, std::string* out);
+void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length, bool keep_alive,
+                      std::string* out);
 
 // A complete router-made answer: JSON {"error","reason","stream"} with the
 // reason's status; Retry-After when retry_after_s > 0.

@@ -5,8 +5,8 @@
 namespace gpuha::router {
 namespace {
 
-http::request_header<> Parse(const std::string& text) {
-  http::request_parser<http::empty_body> p;
+RequestHeader Parse(const std::string& text) {
+  RequestParser<http::empty_body> p;
   boost::system::error_code ec;
   p.put(boost::asio::buffer(text), ec);
   EXPECT_FALSE(ec) << ec.message();
@@ -48,8 +48,8 @@ TEST(RequestTest, UpstreamHeadDropsHopByHopAndSecrets) {
       "X-Api-Key: secret\r\nAuthorization: Bearer secret\r\nX-Gpuha-Tenant: forged\r\n"
       "Transfer-Encoding: chunked\r\nX-Forwarded-For: 10.0.0.1\r\nContent-Type: a/b\r\n\r\n");
   std::string out;
-  AppendUpstreamHead(h, "/infer", "127.0.0.1:9001", "acme", "s", "127.0.0.2", Framing::kLength,
-                     42, &out);
+  AppendUpstreamHead(h, "/infer", "127.0.0.1:9001", "acme", "s", "127.0.0.2", Framing::kLength, 42,
+                     &out);
   EXPECT_EQ(out.rfind("POST /infer HTTP/1.1\r\nHost: 127.0.0.1:9001\r\n", 0), 0u) << out;
   EXPECT_EQ(out.find("secret"), std::string::npos) << out;
   EXPECT_EQ(out.find("forged"), std::string::npos) << out;

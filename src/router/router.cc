@@ -13,14 +13,18 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <boost/intrusive/list.hpp>
 #include <chrono>
 #include <limits>
+#include <memory_resource>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
 #include "common/listen.h"
@@ -91,7 +95,15 @@ struct UpConn {
   Deadline deadline;
   beast::flat_buffer buf;
   bool hung_cancel = false;  // cancelled because its upstream was judged hung
+  // In its upstream's `waiting` list while it awaits a response head; leaves
+  // it by itself when destroyed.
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
+      waiting_hook;
 };
+using WaitingList = boost::intrusive::list<
+    UpConn,
+    boost::intrusive::member_hook<UpConn, decltype(UpConn::waiting_hook), &UpConn::waiting_hook>,
+    boost::intrusive::constant_time_size<false>>;
 
 // One upstream as one loop sees it. Loop-local: no locks.
 struct UpstreamState {
@@ -100,7 +112,7 @@ struct UpstreamState {
   tcp::endpoint endpoint;
   bool resolvable = false;
   std::vector<std::unique_ptr<UpConn>> idle;
-  std::unordered_set<UpConn*> waiting;  // awaiting a response head
+  WaitingList waiting;  // awaiting a response head (no allocation per request)
   int64_t in_flight = 0;
   int failures = 0;  // consecutive connection-level failures
   Clock::time_point ejected_until{};
@@ -129,6 +141,16 @@ struct Stats {
 
 void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
 
+// Insertion sort: stable, and no temporary buffer (std::stable_sort and
+// std::stable_partition allocate one per call) for the few upstreams a request
+// chooses among.
+template <class V, class Less>
+void SmallStableSort(V& v, Less less) {
+  for (size_t i = 1; i < v.size(); ++i) {
+    for (size_t j = i; j > 0 && less(v[j], v[j - 1]); --j) std::swap(v[j], v[j - 1]);
+  }
+}
+
 }  // namespace
 
 constexpr milliseconds kSweep{20};
@@ -153,7 +175,7 @@ struct Loop {
   std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
   // stream -> "primary|standby" it stuck to the standby under.
   struct Sticky {
-    std::string routes;  // "primary|standby" when the stream failed over
+    std::string primary, standby;  // the stream's routes when it failed over
     Clock::time_point since;
   };
   std::unordered_map<std::string, Sticky> sticky;
@@ -161,14 +183,16 @@ struct Loop {
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
   std::shared_ptr<ssl::context> tls;  // null: plain HTTP
-  double retry_tokens = 0;  // the retry budget's balance (see RouterConfig)
+  double retry_tokens = 0;            // the retry budget's balance (see RouterConfig)
   double retry_per_second = 0;
   double retry_burst = 0;
   uint64_t round_robin = 0;
   Stats stats;
 };
 
-Deadline::Deadline(Loop& loop, tcp::socket& s) : loop_(loop), s_(s) { loop_.deadlines.insert(this); }
+Deadline::Deadline(Loop& loop, tcp::socket& s) : loop_(loop), s_(s) {
+  loop_.deadlines.insert(this);
+}
 Deadline::~Deadline() { loop_.deadlines.erase(this); }
 void Deadline::Arm(milliseconds d) {
   at_ = loop_.now + d;
@@ -238,9 +262,9 @@ awaitable<void> Sweep(Loop& L) {
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
     auto now = Clock::now();
-    L.retry_tokens = std::min(L.retry_burst,
-                              L.retry_tokens + L.retry_per_second *
-                                                   std::chrono::duration<double>(now - L.now).count());
+    L.retry_tokens = std::min(
+        L.retry_burst,
+        L.retry_tokens + L.retry_per_second * std::chrono::duration<double>(now - L.now).count());
     L.now = now;
     // Check() may not erase; copying keeps the walk safe and is cheap next
     // to the sweep interval.
@@ -280,16 +304,16 @@ struct Router::Impl {
   awaitable<void> Accept(Loop& L);
   template <class Stream>
   awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip);
+  struct ClientConn;
   template <class Stream>
-  awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, beast::flat_buffer& buf,
-                         http::request_parser<http::buffer_body>& p, const std::string& peer_ip,
-                         std::shared_ptr<Tenant>& cached_tenant, std::string& cached_key);
+  awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                         RequestParser<http::buffer_body>& p);
   struct Forwarded;
   template <class Stream>
-  awaitable<void> Forward(Loop& L, Stream& client, Deadline& lowest, beast::flat_buffer& client_buf,
-                          http::request_parser<http::buffer_body>& p, UpstreamState& up,
-                          const std::string& head, const std::string& body, bool body_complete,
-                          Framing up_framing, bool keep_alive, Forwarded& out);
+  awaitable<void> Forward(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                          RequestParser<http::buffer_body>& p, UpstreamState& up,
+                          const std::string& body, bool body_complete, Framing up_framing,
+                          bool keep_alive, Forwarded& out);
   UpstreamState& Upstream(Loop& L, const Upstream& u);
   void RefreshRoutes(Loop& L);
   void ConnectionFailed(Loop& L, UpstreamState& up);
@@ -314,9 +338,11 @@ absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeTls(const Router
                    ssl::context::no_sslv3 | ssl::context::single_dh_use);
   error_code ec;
   ctx->use_certificate_chain_file(c.tls_cert, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("tls.cert: ", c.tls_cert, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("tls.cert: ", c.tls_cert, ": ", ec.message()));
   ctx->use_private_key_file(c.tls_key, ssl::context::pem, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("tls.key: ", c.tls_key, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("tls.key: ", c.tls_key, ": ", ec.message()));
   if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
     return absl::InvalidArgumentError("tls.key: does not match tls.cert");
   }
@@ -341,8 +367,9 @@ Router::~Router() { Stop(); }
 
 absl::Status Router::Start() {
   Impl& I = *impl_;
-  int threads = I.config.threads > 0 ? I.config.threads
-                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = I.config.threads > 0
+                    ? I.config.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto tls = I.MakeTls(I.config);
   if (!tls.ok()) return tls.status();
   I.tenants = TenantSet::Build(I.config.tenants, nullptr);
@@ -371,9 +398,9 @@ absl::Status Router::Start() {
         if (r.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n", {}};
         if (r.path == "/routes") {
           auto t = routes();
-          std::string out = absl::StrCat("{\"version\":", t ? t->version() : 0,
-                                         ",\"epoch\":", t ? t->epoch() : 0, ",\"streams\":",
-                                         t ? t->size() : 0, "}\n");
+          std::string out =
+              absl::StrCat("{\"version\":", t ? t->version() : 0, ",\"epoch\":", t ? t->epoch() : 0,
+                           ",\"streams\":", t ? t->size() : 0, "}\n");
           return {200, "application/json", out, {}};
         }
         return {404, "text/plain; charset=utf-8", "not found\n", {}};
@@ -501,10 +528,10 @@ void Router::Impl::SetHealth(Loop& L, const std::string& address, Health h) {
     return;
   }
   // Down or hung: requests waiting on it are re-sent to their standby now.
-  for (UpConn* c : up.waiting) {
-    c->hung_cancel = true;
+  for (UpConn& c : up.waiting) {
+    c.hung_cancel = true;
     error_code ec;
-    c->s.cancel(ec);
+    c.s.cancel(ec);
   }
   up.idle.clear();
 }
@@ -527,7 +554,8 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
     if (!L.tls) {
       net::co_spawn(
           L.ioc,
-          [this, &L, s = std::move(sock), peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+          [this, &L, s = std::move(sock),
+           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
             Deadline d(L, s);
             co_await Serve(L, s, d, std::move(peer_ip));
           },
@@ -554,12 +582,27 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
   }
 }
 
+// What one client connection keeps from one request to the next.
+struct Router::Impl::ClientConn {
+  beast::flat_buffer buf;  // bytes read from the client, not yet parsed
+  std::string peer_ip;
+  std::shared_ptr<Tenant> cached_tenant;  // the last API key's tenant
+  std::string cached_key;
+  // Keep their capacity: no allocation per request.
+  std::string head;     // the head sent upstream
+  std::string pending;  // the answer for the client, before it is written
+  // The request's and the response's header fields are allocated from here
+  // (an arena per request over this storage, spilling to the heap).
+  alignas(std::max_align_t) std::array<char, 2048> field_storage;
+  std::pmr::memory_resource* fields = nullptr;  // the current request's arena
+};
+
 template <class Stream>
 awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
                                     std::string peer_ip) {
-  beast::flat_buffer buf;
-  std::shared_ptr<Tenant> cached_tenant;
-  std::string cached_key;
+  ClientConn cc;
+  cc.peer_ip = std::move(peer_ip);
+  beast::flat_buffer& buf = cc.buf;
   for (bool first = true;; first = false) {
     error_code ec;
     if (!first && buf.size() == 0) {
@@ -570,20 +613,23 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
       if (ec) co_return;
       buf.commit(n);
     }
-    http::request_parser<http::buffer_body> p;
+    std::pmr::monotonic_buffer_resource arena(cc.field_storage.data(), cc.field_storage.size());
+    cc.fields = &arena;
+    RequestParser<http::buffer_body> p(std::piecewise_construct, std::make_tuple(),
+                                       std::make_tuple(Fields::allocator_type(&arena)));
     p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
     p.body_limit(config.limits.max_body_bytes);
     lowest.Arm(config.limits.header_timeout);
     while (!ec && !p.is_header_done()) co_await ReadSome(client, buf, p, ec);
     if (ec) {
-      if (ec == http::error::end_of_stream || lowest.expired() ||
-          ec == net::error::eof || ec == net::error::connection_reset ||
-          ec == net::error::operation_aborted || buf.size() == 0) {
+      if (ec == http::error::end_of_stream || lowest.expired() || ec == net::error::eof ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+          buf.size() == 0) {
         co_return;  // closed, reset or silent: nothing to answer
       }
       Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge
-                 : ec == http::error::body_limit  ? Reason::kBodyTooLarge
-                                                  : Reason::kBadRequest;
+                 : ec == http::error::body_limit ? Reason::kBodyTooLarge
+                                                 : Reason::kBadRequest;
       Inc(L.stats.router_answers[static_cast<size_t>(r)]);
       std::string detail =
           r == Reason::kBodyTooLarge
@@ -596,29 +642,28 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
       co_await net::async_write(client, net::buffer(out), Redirect(ec));
       co_return;
     }
-    bool keep = co_await Handle(L, client, lowest, buf, p, peer_ip, cached_tenant, cached_key);
+    bool keep = co_await Handle(L, client, lowest, cc, p);
     if (!keep) co_return;
+    // A large chunked answer grew them: an idle connection keeps no more.
+    if (cc.pending.capacity() > 4096) std::string().swap(cc.pending);
   }
 }
 
 struct Router::Impl::Forwarded {
-  bool started = false;      // the response head went to the client
-  bool client_gone = false;  // the client vanished; close quietly
+  bool started = false;        // the response head went to the client
+  bool client_gone = false;    // the client vanished; close quietly
   bool body_consumed = false;  // the request body was streamed and cannot be re-sent
-  bool retryable = false;    // failed before the response started
+  bool retryable = false;      // failed before the response started
   bool timeout = false;
-  bool hung = false;  // cancelled because the prober judged the upstream hung
+  bool hung = false;          // cancelled because the prober judged the upstream hung
   bool close_client = false;  // the response could not be completed
   std::string why;
 };
 
 template <class Stream>
-awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
-                                     beast::flat_buffer& buf,
-                                     http::request_parser<http::buffer_body>& p,
-                                     const std::string& peer_ip,
-                                     std::shared_ptr<Tenant>& cached_tenant,
-                                     std::string& cached_key) {
+awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                                     RequestParser<http::buffer_body>& p) {
+  beast::flat_buffer& buf = cc.buf;
   Inc(L.stats.requests);
   auto& req = p.get();
   bool keep_alive = req.keep_alive();
@@ -641,9 +686,9 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
   for (auto it = req.begin(); it != req.end(); ++it) ++fields;
   if (fields > config.limits.max_headers) {
     keep_alive = false;
-    co_return co_await answer(Reason::kTooManyHeaders,
-                              absl::StrCat(fields, " header fields; the limit is ",
-                                           config.limits.max_headers));
+    co_return co_await answer(
+        Reason::kTooManyHeaders,
+        absl::StrCat(fields, " header fields; the limit is ", config.limits.max_headers));
   }
 
   // Tenant.
@@ -652,19 +697,19 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     tenant = L.tenants->open_tenant();
   } else {
     std::string_view key = ApiKey(req);
-    if (!key.empty() && cached_tenant && key == cached_key) {
-      tenant = cached_tenant;
+    if (!key.empty() && cc.cached_tenant && key == cc.cached_key) {
+      tenant = cc.cached_tenant;
     } else if (!key.empty()) {
       tenant = L.tenants->Lookup(key);
       if (tenant) {
-        cached_tenant = tenant;
-        cached_key = std::string(key);
+        cc.cached_tenant = tenant;
+        cc.cached_key = std::string(key);
       }
     }
     if (!tenant) {
-      co_return co_await answer(Reason::kUnauthorized,
-                                key.empty() ? "no API key (Authorization: Bearer KEY or X-Api-Key)"
-                                            : "unknown API key");
+      co_return co_await answer(
+          Reason::kUnauthorized,
+          key.empty() ? "no API key (Authorization: Bearer KEY or X-Api-Key)" : "unknown API key");
     }
   }
 
@@ -681,11 +726,11 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
   stream_id = ref.stream;
   RefreshRoutes(L);
   std::shared_ptr<const RouteTable> routes = L.routes;  // this request's version
-  std::vector<UpstreamState*> order;
-  std::string sticky_key;
+  absl::InlinedVector<UpstreamState*, 4> order;
+  const RouteEntry* e = nullptr;  // the stream's route, if it names one
   auto now = Clock::now();
   if (!stream_id.empty()) {
-    const RouteEntry* e = routes ? routes->Find(stream_id) : nullptr;
+    e = routes ? routes->Find(stream_id) : nullptr;
     // Another tenant's stream is "unknown": its existence does not leak.
     if (e == nullptr || (L.tenants->auth_required() && e->tenant != tenant->name)) {
       co_return co_await answer(Reason::kUnknownStream, "no such stream");
@@ -696,11 +741,10 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     }
     UpstreamState* primary = &Upstream(L, e->primary);
     UpstreamState* standby = e->standby.empty() ? nullptr : &Upstream(L, e->standby);
-    sticky_key = absl::StrCat(e->primary.address, "|", e->standby.address);
     auto st = L.sticky.find(stream_id);
     bool stuck = false;
     if (st != L.sticky.end()) {
-      if (st->second.routes != sticky_key) {
+      if (st->second.primary != e->primary.address || st->second.standby != e->standby.address) {
         L.sticky.erase(st);  // the controller moved the stream: its routes win
       } else if (now - st->second.since >= config.sticky && primary->usable(now)) {
         L.sticky.erase(st);  // the primary the controller kept is back
@@ -722,17 +766,21 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     }
     // Least loaded first (in this loop), round-robin among equals.
     size_t start = L.round_robin++ % nodes.size();
-    for (size_t i = 0; i < nodes.size(); ++i) order.push_back(&Upstream(L, nodes[(start + i) % nodes.size()]));
-    std::stable_sort(order.begin(), order.end(), [&](UpstreamState* a, UpstreamState* b) {
+    for (size_t i = 0; i < nodes.size(); ++i)
+      order.push_back(&Upstream(L, nodes[(start + i) % nodes.size()]));
+    SmallStableSort(order, [&](UpstreamState* a, UpstreamState* b) {
       if (a->usable(now) != b->usable(now)) return a->usable(now);
       return a->in_flight < b->in_flight;
     });
     if (order.size() > 2) order.resize(2);
   }
   // Down or hung upstreams are skipped; ejected ones stay as a last resort.
-  std::erase_if(order, [](UpstreamState* u) { return !u->resolvable || u->health != Health::kUp; });
-  std::stable_partition(order.begin(), order.end(),
-                        [&](UpstreamState* u) { return u->usable(now); });
+  order.erase(
+      std::remove_if(order.begin(), order.end(),
+                     [](UpstreamState* u) { return !u->resolvable || u->health != Health::kUp; }),
+      order.end());
+  SmallStableSort(
+      order, [&](UpstreamState* a, UpstreamState* b) { return a->usable(now) && !b->usable(now); });
   if (order.empty()) {
     co_return co_await answer(Reason::kNoUpstream, "every upstream of the stream is down or hung",
                               1);
@@ -774,8 +822,9 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
     if (ec) {
       if (ec == http::error::body_limit) {
         keep_alive = false;
-        co_return co_await answer(Reason::kBodyTooLarge,
-                                  absl::StrCat("body over ", config.limits.max_body_bytes, " bytes"));
+        co_return co_await answer(
+            Reason::kBodyTooLarge,
+            absl::StrCat("body over ", config.limits.max_body_bytes, " bytes"));
       }
       Inc(L.stats.client_aborts);
       co_return false;  // the client went away mid-body
@@ -818,17 +867,16 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
       if (f.hung) Inc(L.stats.hung_resends);
       L.retry_tokens -= 1;
     }
-    std::string head;
-    head.reserve(512);
-    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, peer_ip, framing,
-                       length, &head);
+    cc.head.clear();
+    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip, framing,
+                       length, &cc.head);
     f = Forwarded{};
-    co_await Forward(L, client, lowest, buf, p, up, head, body, complete, framing, keep_alive, f);
+    co_await Forward(L, client, lowest, cc, p, up, body, complete, framing, keep_alive, f);
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;
-    if (i == 0 && !stream_id.empty() && order.size() > 1) {
-      L.sticky[stream_id] = {sticky_key, Clock::now()};
+    if (i == 0 && e != nullptr && order.size() > 1) {
+      L.sticky[stream_id] = {e->primary.address, e->standby.address, Clock::now()};
     }
   }
   if (f.client_gone) {
@@ -838,23 +886,23 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest,
   if (f.started) co_return keep_alive && !f.close_client;
   if (f.body_consumed) {
     keep_alive = false;
-    co_return co_await answer(Reason::kNotReplayable,
-                              absl::StrCat("the request body was streamed past the ",
-                                           config.limits.retry_buffer_bytes,
-                                           "-byte retry buffer and the upstream failed (",
-                                           last_failure, "); not retried"));
+    co_return co_await answer(
+        Reason::kNotReplayable,
+        absl::StrCat("the request body was streamed past the ", config.limits.retry_buffer_bytes,
+                     "-byte retry buffer and the upstream failed (", last_failure,
+                     "); not retried"));
   }
   co_return co_await answer(any_timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamFailed,
                             absl::StrCat("every upstream failed; last: ", last_failure));
 }
 
 template <class Stream>
-awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
-                                      beast::flat_buffer& client_buf,
-                                      http::request_parser<http::buffer_body>& p,
-                                      UpstreamState& up, const std::string& head,
+awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                                      RequestParser<http::buffer_body>& p, UpstreamState& up,
                                       const std::string& body, bool body_complete,
                                       Framing up_framing, bool keep_alive, Forwarded& out) {
+  beast::flat_buffer& client_buf = cc.buf;
+  const std::string& head = cc.head;
   error_code ec;
   std::unique_ptr<UpConn> conn;
   bool pooled = false;
@@ -872,7 +920,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
 
   auto& method_req = p.get();
   bool head_request = method_req.method() == http::verb::head;
-  std::optional<http::response_parser<http::buffer_body>> rp;
+  std::optional<ResponseParser<http::buffer_body>> rp;
   for (int attempt = 0;; ++attempt) {
     pooled = false;
     conn.reset();
@@ -912,7 +960,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       }
     }
     conn->deadline.Arm(config.limits.body_timeout);
-    co_await net::async_write(conn->s, std::vector<net::const_buffer>(bufs.begin(), bufs.begin() + nb),
+    co_await net::async_write(conn->s, std::span<const net::const_buffer>(bufs.data(), nb),
                               Redirect(ec));
     if (ec) {
       if (may_resend) {
@@ -967,13 +1015,14 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
 
     // The response head: the window in which a failure is still retryable.
     for (;;) {
-      rp.emplace();
+      rp.emplace(std::piecewise_construct, std::make_tuple(),
+                 std::make_tuple(Fields::allocator_type(cc.fields)));
       rp->body_limit(std::numeric_limits<uint64_t>::max());
       if (head_request) rp->skip(true);
       conn->deadline.Arm(config.limits.response_timeout);
-      up.waiting.insert(conn.get());
+      up.waiting.push_back(*conn);
       while (!ec && !rp->is_header_done()) co_await ReadSome(conn->s, conn->buf, *rp, ec);
-      up.waiting.erase(conn.get());
+      conn->waiting_hook.unlink();
       if (ec) break;
       int status = rp->get().result_int();
       if (status / 100 != 1 || status == 101) break;  // skip interim 1xx answers
@@ -1030,8 +1079,8 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     client_keep = false;
     out.close_client = true;
   }
-  std::string pending;
-  pending.reserve(512);
+  std::string& pending = cc.pending;
+  pending.clear();
   AppendClientHead(res, down, len, client_keep, &pending);
   bool head_only = head_request || status == 204 || status == 304;
   bool ok = true;
@@ -1162,7 +1211,9 @@ awaitable<void> Router::Impl::Probe(std::string address) {
     if (h == Health::kHung) probe_hangs++;
     if (h == Health::kDown) probe_downs++;
     spdlog::warn("router: upstream {} is {}", address,
-                 h == Health::kUp ? "up" : h == Health::kDown ? "down (refused)" : "hung (no answer)");
+                 h == Health::kUp     ? "up"
+                 : h == Health::kDown ? "down (refused)"
+                                      : "hung (no answer)");
     Broadcast(address, h);
   };
   for (;;) {
@@ -1185,7 +1236,8 @@ awaitable<void> Router::Impl::Probe(std::string address) {
       }
     }
     if (s) {
-      s->expires_after(config.hang_after - std::chrono::duration_cast<milliseconds>(Clock::now() - started));
+      s->expires_after(config.hang_after -
+                       std::chrono::duration_cast<milliseconds>(Clock::now() - started));
       co_await net::async_write(*s, net::buffer(request), Redirect(ec));
       http::response_parser<http::string_body> rp;
       rp.body_limit(64 * 1024);
@@ -1243,20 +1295,21 @@ std::string Router::Impl::Metrics() const {
     return total;
   };
   p.Family("gpuha_router_requests_total", "counter", "Requests read from clients.");
-  p.Sample("gpuha_router_requests_total", {}, double(sum([](Stats& s) -> auto& { return s.requests; })));
+  p.Sample("gpuha_router_requests_total", {},
+           double(sum([](Stats & s) -> auto& { return s.requests; })));
   p.Family("gpuha_router_responses_total", "counter",
            "Final answers: from an upstream (by status class) or from the router (by reason).");
   for (int c = 1; c <= 5; ++c) {
     p.Sample("gpuha_router_responses_total",
              {{"source", "upstream"}, {"code", absl::StrCat(c, "xx")}, {"reason", ""}},
-             double(sum([c](Stats& s) -> auto& { return s.upstream_class[c]; })));
+             double(sum([c](Stats & s) -> auto& { return s.upstream_class[c]; })));
   }
   for (size_t r = 0; r < static_cast<size_t>(Reason::kCount); ++r) {
     p.Sample("gpuha_router_responses_total",
              {{"source", "router"},
               {"code", std::to_string(ReasonStatus(static_cast<Reason>(r)))},
               {"reason", ReasonLabel(static_cast<Reason>(r))}},
-             double(sum([r](Stats& s) -> auto& { return s.router_answers[r]; })));
+             double(sum([r](Stats & s) -> auto& { return s.router_answers[r]; })));
   }
   struct Counter {
     const char* name;
@@ -1283,7 +1336,7 @@ std::string Router::Impl::Metrics() const {
            {"gpuha_router_tls_handshake_failures_total", "Failed TLS handshakes.",
             &Stats::tls_handshake_failures}}) {
     p.Family(c.name, "counter", c.help);
-    p.Sample(c.name, {}, double(sum([&c](Stats& s) -> auto& { return s.*(c.field); })));
+    p.Sample(c.name, {}, double(sum([&c](Stats & s) -> auto& { return s.*(c.field); })));
   }
   int64_t in_flight = 0;
   for (const auto& L : loops) in_flight += L->stats.in_flight.load(std::memory_order_relaxed);
