@@ -40,9 +40,16 @@ namespace beast = boost::beast;
 namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
-using net::awaitable;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// Coroutines, sockets and timers on the io_context's own executor type rather
+// than any_io_executor: no type-erased executor call per operation.
+using Executor = net::io_context::executor_type;
+template <class T>
+using awaitable = net::awaitable<T, Executor>;
+using Socket = net::basic_stream_socket<tcp, Executor>;
+using Timer = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
 
 struct Loop;
 
@@ -51,7 +58,7 @@ namespace {
 constexpr size_t kChunk = 64 * 1024;
 constexpr size_t kMaxIdlePerUpstream = 256;
 
-auto Redirect(error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
+auto Redirect(error_code& ec) { return net::redirect_error(net::use_awaitable_t<Executor>(), ec); }
 
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -66,7 +73,7 @@ enum class Health { kUp, kDown, kHung };
 // No timer per operation: no timerfd churn on the request path.
 class Deadline {
  public:
-  Deadline(Loop& loop, tcp::socket& s);
+  Deadline(Loop& loop, Socket& s);
   ~Deadline();
   Deadline(const Deadline&) = delete;
   Deadline& operator=(const Deadline&) = delete;
@@ -84,14 +91,14 @@ class Deadline {
 
  private:
   Loop& loop_;
-  tcp::socket& s_;
+  Socket& s_;
   Clock::time_point at_ = Clock::time_point::max();
   bool expired_ = false;
 };
 
 struct UpConn {
-  UpConn(Loop& loop, net::any_io_executor ex) : s(ex), deadline(loop, s) {}
-  tcp::socket s;
+  UpConn(Loop& loop, Executor ex) : s(ex), deadline(loop, s) {}
+  Socket s;
   Deadline deadline;
   beast::flat_buffer buf;
   bool hung_cancel = false;  // cancelled because its upstream was judged hung
@@ -190,9 +197,7 @@ struct Loop {
   Stats stats;
 };
 
-Deadline::Deadline(Loop& loop, tcp::socket& s) : loop_(loop), s_(s) {
-  loop_.deadlines.insert(this);
-}
+Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) { loop_.deadlines.insert(this); }
 Deadline::~Deadline() { loop_.deadlines.erase(this); }
 void Deadline::Arm(milliseconds d) {
   at_ = loop_.now + d;
@@ -255,7 +260,7 @@ awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_co
 }
 
 awaitable<void> Sweep(Loop& L) {
-  net::steady_timer t(L.ioc);
+  Timer t(L.ioc);
   for (;;) {
     t.expires_after(kSweep);
     error_code ec;
@@ -542,7 +547,7 @@ void Router::Impl::SetHealth(Loop& L, const std::string& address, Health h) {
 awaitable<void> Router::Impl::Accept(Loop& L) {
   for (;;) {
     error_code ec;
-    tcp::socket sock = co_await L.acceptor->async_accept(Redirect(ec));
+    Socket sock = co_await L.acceptor->async_accept(L.ioc.get_executor(), Redirect(ec));
     if (ec) {
       if (ec == net::error::operation_aborted) co_return;
       spdlog::warn("router: accept: {}", ec.message());
@@ -563,7 +568,7 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
     } else {
       net::co_spawn(
           L.ioc,
-          [this, &L, ctx = L.tls, s = beast::ssl_stream<tcp::socket>(std::move(sock), *L.tls),
+          [this, &L, ctx = L.tls, s = beast::ssl_stream<Socket>(std::move(sock), *L.tls),
            peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
             Deadline d(L, beast::get_lowest_layer(s));
             error_code hec;
@@ -1203,7 +1208,7 @@ awaitable<void> Router::Impl::Probe(std::string address) {
   beast::flat_buffer buf;
   std::string request = absl::StrCat("GET ", config.probe_path, " HTTP/1.1\r\nHost: ", address,
                                      "\r\nUser-Agent: gpuha-router-probe\r\n\r\n");
-  net::steady_timer tick(ex);
+  Timer tick(ex);
   auto set = [&](Health h) {
     Health& cur = probe_state[address];
     if (cur == h) return;
@@ -1262,7 +1267,7 @@ awaitable<void> Router::Impl::Probe(std::string address) {
 
 awaitable<void> Router::Impl::ProbeLoop() {
   auto ex = co_await net::this_coro::executor;
-  net::steady_timer t(ex);
+  Timer t(ex);
   for (;;) {
     // One scan of the routes per tick; each probe checks the set, not the table.
     probe_wanted.clear();
