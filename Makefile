@@ -42,7 +42,7 @@ bench: deps
 	build-release/bench/plan_bench
 	build-release/bench/agent_bench build-release/gpuha 20 100
 	build-release/bench/controller_bench build-release/gpuha 2000 15
-	bench/router_throughput.sh build-release/gpuha 10 64
+	bench/router_throughput.sh build-release/gpuha 5 64 5
 	bench/failover.sh build-release 10
 
 format:

@@ -3,12 +3,15 @@
 # proxies in front of the same fast backend (nginx serving fixed bodies),
 # all driven by wrk on loopback, in one run. Also wrk straight to the backend:
 # the ceiling. Each proxy gets the same number of worker threads (1, then 2).
-#   bench/router_throughput.sh GPUHA_BINARY [SECONDS] [CONNECTIONS]
+#   bench/router_throughput.sh GPUHA_BINARY [SECONDS] [CONNECTIONS] [ROUNDS]
+# SECONDS is the length of one wrk run; each cell takes ROUNDS runs per peer.
 # Prints a Markdown table for bench/RESULTS.md.
 set -euo pipefail
-gpuha="$(realpath "${1:?usage: router_throughput.sh GPUHA_BINARY [SECONDS] [CONNECTIONS]}")"
-secs="${2:-10}"
+gpuha="$(realpath "${1:?usage: router_throughput.sh GPUHA_BINARY [SECONDS] [CONNECTIONS] [ROUNDS]}")"
+secs="${2:-5}"
 conns="${3:-64}"
+rounds="${4:-5}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
 for tool in nginx haproxy wrk; do
   command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
 done
@@ -101,20 +104,45 @@ measure() {
   echo "$rps $p99"
 }
 
-echo "| body | threads | peer | req/s | p99 ms | vs nginx (req/s) | p99 vs nginx |"
-echo "|---|---|---|---|---|---|---|"
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# Each cell is measured in `rounds` rounds; within a round the four targets
+# run one after the other, so a noisy moment on this shared machine lands on
+# one round of every peer rather than on all of one peer's. The table gives
+# the medians; the last column is the router's ratio to nginx round by round.
+echo "| body | threads | peer | req/s (median of $rounds) | p99 ms (median) | vs nginx (req/s) | p99 vs nginx | router/nginx by round |"
+echo "|---|---|---|---|---|---|---|---|"
 for t in 1 2; do
   start_peers "$t"
   for body in small big; do
     label=$([[ $body == small ]] && echo "100 B" || echo "64 KiB")
-    read -r d_rps d_p99 < <(measure "http://127.0.0.1:$BACKEND/$body")
-    read -r n_rps n_p99 < <(measure "http://127.0.0.1:$NGINX/$body")
-    read -r h_rps h_p99 < <(measure "http://127.0.0.1:$HAPROXY/$body")
-    read -r g_rps g_p99 < <(measure "http://127.0.0.1:$ROUTER/streams/s1/$body")
-    for row in "wrk -> backend (limit)|$d_rps|$d_p99" "nginx|$n_rps|$n_p99" "HAProxy|$h_rps|$h_p99" "gpuha router|$g_rps|$g_p99"; do
-      IFS='|' read -r name rps p99 <<<"$row"
-      awk -v b="$label" -v t="$t" -v n="$name" -v r="$rps" -v p="$p99" -v nr="$n_rps" -v np="$n_p99" \
-        'BEGIN { printf "| %s | %d | %s | %.0f | %.2f | %.2fx | %.2fx |\n", b, t, n, r, p, r/nr, p/np }'
+    declare -A rps=() p99=() last=()
+    by_round=""
+    for ((r = 1; r <= rounds; r++)); do
+      for name in backend nginx haproxy router; do
+        case "$name" in
+          backend) url="http://127.0.0.1:$BACKEND/$body" ;;
+          nginx) url="http://127.0.0.1:$NGINX/$body" ;;
+          haproxy) url="http://127.0.0.1:$HAPROXY/$body" ;;
+          router) url="http://127.0.0.1:$ROUTER/streams/s1/$body" ;;
+        esac
+        read -r x y < <(measure "$url")
+        rps[$name]+="$x "
+        p99[$name]+="$y "
+        last[$name]="$x"
+      done
+      by_round+="$(awk -v a="${last[router]}" -v b="${last[nginx]}" 'BEGIN {printf "%.2f ", a/b}')"
+    done
+    n_rps="$(median <<<"${rps[nginx]}")"
+    n_p99="$(median <<<"${p99[nginx]}")"
+    for row in "wrk -> backend (limit)|backend" "nginx|nginx" "HAProxy|haproxy" "gpuha router|router"; do
+      IFS='|' read -r title name <<<"$row"
+      r_med="$(median <<<"${rps[$name]}")"
+      p_med="$(median <<<"${p99[$name]}")"
+      extra=$([[ $name == router ]] && echo "$by_round" || echo "")
+      awk -v b="$label" -v t="$t" -v n="$title" -v r="$r_med" -v p="$p_med" -v nr="$n_rps" \
+        -v np="$n_p99" -v x="$extra" \
+        'BEGIN { printf "| %s | %d | %s | %.0f | %.2f | %.2fx | %.2fx | %s |\n", b, t, n, r, p, r/nr, p/np, x }'
     done
   done
   stop_peers

@@ -163,7 +163,12 @@ void SmallStableSort(V& v, Less less) {
 constexpr milliseconds kSweep{20};
 
 struct Loop {
-  Loop() : ioc_owner(std::make_unique<net::io_context>(1)), ioc(*ioc_owner) {}
+  // One thread runs this io_context and every socket on it is touched only
+  // from that thread (other threads post to it), so the reactor's
+  // per-socket locking is off.
+  Loop()
+      : ioc_owner(std::make_unique<net::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
+        ioc(*ioc_owner) {}
   ~Loop() {
     // Pooled sockets first, while the io_context lives; then the io_context,
     // whose destruction frees suspended request frames, which still touch
@@ -225,37 +230,55 @@ class Chunk {
   std::unique_ptr<char[]> p_;
 };
 
+// Parsing happens in place: bytes are read into a flat buffer and fed to the
+// parser here, skipping Beast's composed read operations, each of which costs
+// a trip through the scheduler even when the bytes are already buffered (a
+// small keep-alive request and its response usually arrive whole).
+constexpr size_t kReadAhead = 16 * 1024;
+
+// Feeds `p` from `buf`. True when that moved the parser (bytes parsed,
+// completion, a full body buffer or an error): no read is needed yet.
+template <class Parser>
+bool ParseBuffered(beast::flat_buffer& buf, Parser& p, error_code& ec) {
+  if (buf.size() == 0) return false;
+  size_t n = p.put(buf.data(), ec);
+  buf.consume(n);
+  if (ec == http::error::need_more) ec = {};
+  if (ec == http::error::need_buffer) {  // the body buffer is full
+    ec = {};
+    return true;
+  }
+  return ec || n > 0 || p.is_done();
+}
+
+// Settles a read of `got` bytes into `buf` that ended with `ec`: the bytes are
+// committed, or an end of stream becomes what the parser makes of it.
+template <class Parser>
+void AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
+  if (ec == net::error::eof) {
+    ec = {};
+    if (!p.got_some()) {
+      ec = http::error::end_of_stream;  // closed between messages
+    } else {
+      p.put_eof(ec);  // completes a body delimited by close, else partial_message
+    }
+    return;
+  }
+  if (!ec) buf.commit(got);
+}
+
 // Feeds `p` from `buf`, reading the socket only when the buffered bytes do
-// not let the parser advance, and returns after any progress (some bytes
-// parsed), completion or an error. Parsing in place skips Beast's composed
-// read operations, each of which costs a trip through the scheduler even when
-// the bytes are already buffered: a small keep-alive request and its response
-// usually arrive whole.
+// not let the parser advance, and returns after any progress, completion or
+// an error. The two heads on every request's path inline this loop instead:
+// a coroutine call costs a frame allocation.
 template <class Stream, class Parser>
 awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_code& ec) {
   for (;;) {
-    if (buf.size() > 0) {
-      size_t n = p.put(buf.data(), ec);
-      buf.consume(n);
-      if (ec == http::error::need_more) ec = {};
-      if (ec == http::error::need_buffer) {  // the body buffer is full
-        ec = {};
-        co_return;
-      }
-      if (ec || n > 0 || p.is_done()) co_return;
-    }
-    size_t got = co_await s.async_read_some(buf.prepare(16 * 1024), Redirect(ec));
-    if (ec == net::error::eof) {
-      ec = {};
-      if (!p.got_some()) {
-        ec = http::error::end_of_stream;  // closed between messages
-      } else {
-        p.put_eof(ec);  // completes a body delimited by close, else partial_message
-      }
-      co_return;
-    }
-    if (ec) co_return;
-    buf.commit(got);
+    if (ParseBuffered(buf, p, ec)) co_return;
+    size_t got = co_await s.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
+    bool eof = ec == net::error::eof;
+    AfterRead(buf, p, got, ec);
+    if (ec || eof) co_return;
   }
 }
 
@@ -625,7 +648,11 @@ awaitable<void> Router::Impl::Serve(Loop& L, Stream& client, Deadline& lowest,
     p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
     p.body_limit(config.limits.max_body_bytes);
     lowest.Arm(config.limits.header_timeout);
-    while (!ec && !p.is_header_done()) co_await ReadSome(client, buf, p, ec);
+    while (!ec && !p.is_header_done()) {
+      if (ParseBuffered(buf, p, ec)) continue;
+      size_t got = co_await client.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
+      AfterRead(buf, p, got, ec);
+    }
     if (ec) {
       if (ec == http::error::end_of_stream || lowest.expired() || ec == net::error::eof ||
           ec == net::error::connection_reset || ec == net::error::operation_aborted ||
@@ -1026,7 +1053,11 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       if (head_request) rp->skip(true);
       conn->deadline.Arm(config.limits.response_timeout);
       up.waiting.push_back(*conn);
-      while (!ec && !rp->is_header_done()) co_await ReadSome(conn->s, conn->buf, *rp, ec);
+      while (!ec && !rp->is_header_done()) {
+        if (ParseBuffered(conn->buf, *rp, ec)) continue;
+        size_t got = co_await conn->s.async_read_some(conn->buf.prepare(kReadAhead), Redirect(ec));
+        AfterRead(conn->buf, *rp, got, ec);
+      }
       conn->waiting_hook.unlink();
       if (ec) break;
       int status = rp->get().result_int();
