@@ -18,7 +18,12 @@ done
 work="$(mktemp -d /tmp/gpuha-bench.XXXXXX)"
 chmod 755 "$work"  # nginx workers run as nobody
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+peer_pids=()
+cleanup() {
+  for p in "${pids[@]}" "${peer_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 BACKEND=19301 NGINX=19302 HAPROXY=19303 ROUTER=19304
@@ -29,7 +34,7 @@ cat > "$work/backend.conf" <<CONF
 worker_processes 1;
 daemon off;
 pid $work/backend.pid;
-error_log $work/backend.err warn;
+error_log $work/backend.err notice;
 events { worker_connections 8192; }
 http {
   access_log off;

@@ -9,7 +9,9 @@ std::shared_ptr<const RouteTable> RouteTable::FromSnapshot(const v1::RouteSnapsh
   t->version_ = s.version();
   t->epoch_ = s.epoch();
   for (const v1::Route& r : s.routes()) {
-    RouteEntry e{r.stream(), r.tenant(), {r.primary().node(), r.primary().address()},
+    RouteEntry e{r.stream(),
+                 r.tenant(),
+                 {r.primary().node(), r.primary().address()},
                  {r.standby().node(), r.standby().address()}};
     t->streams_.emplace(r.stream(), std::move(e));
   }
@@ -21,8 +23,8 @@ std::shared_ptr<const RouteTable> RouteTable::FromStatic(const std::vector<Stati
   auto t = std::make_shared<RouteTable>();
   t->version_ = 1;
   for (const StaticRoute& r : routes) {
-    t->streams_.emplace(r.stream,
-                        RouteEntry{r.stream, r.tenant, {r.primary, r.primary}, {r.standby, r.standby}});
+    t->streams_.emplace(
+        r.stream, RouteEntry{r.stream, r.tenant, {r.primary, r.primary}, {r.standby, r.standby}});
   }
   t->Index();
   return t;

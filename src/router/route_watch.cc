@@ -17,7 +17,9 @@ RouteWatch::RouteWatch(Router* router, const RouterConfig& config)
 
 RouteWatch::~RouteWatch() { Stop(); }
 
-void RouteWatch::Start() { thread_ = std::thread([this] { Run(); }); }
+void RouteWatch::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void RouteWatch::Stop() {
   stopping_ = true;

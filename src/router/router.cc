@@ -68,6 +68,16 @@ int64_t NowNanos() {
 // Upstream health as the prober sees it.
 enum class Health { kUp, kDown, kHung };
 
+// Starts TLS on a connected upstream socket: SNI for a DNS name, and the
+// certificate must chain to upstream_tls.ca and carry `name`.
+template <class TlsStream>
+void PrepareUpstreamTls(TlsStream& tls, const std::string& name) {
+  error_code ec;
+  net::ip::make_address(name, ec);
+  if (ec) SSL_set_tlsext_host_name(tls.native_handle(), name.c_str());  // not an IP
+  tls.set_verify_callback(ssl::host_name_verification(name));
+}
+
 // A coarse deadline on one socket. Arm() only stores a time; the loop's sweep
 // (every kSweep) cancels the socket's pending operations once it has passed.
 // No timer per operation: no timerfd churn on the request path.
@@ -106,6 +116,22 @@ struct UpConn {
   // it by itself when destroyed.
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
       waiting_hook;
+  // TLS over `s` when upstream_tls is configured (declared last: destroyed
+  // before the socket it runs on).
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<Socket&>> tls;
+
+  // I/O on whichever of the two carries the connection. Plain functions that
+  // hand back the operation's awaitable: no coroutine frame of their own.
+  template <class Buffers>
+  awaitable<size_t> Write(const Buffers& b, error_code& ec) {
+    return tls ? net::async_write(*tls, b, Redirect(ec)) : net::async_write(s, b, Redirect(ec));
+  }
+  template <class Token>
+  auto async_read_some(const net::mutable_buffer& b, Token&& token) {
+    return tls ? tls->async_read_some(b, std::forward<Token>(token))
+               : s.async_read_some(b, std::forward<Token>(token));
+  }
 };
 using WaitingList = boost::intrusive::list<
     UpConn,
@@ -194,8 +220,9 @@ struct Loop {
   std::shared_ptr<const RouteTable> routes;
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
-  std::shared_ptr<ssl::context> tls;  // null: plain HTTP
-  double retry_tokens = 0;            // the retry budget's balance (see RouterConfig)
+  std::shared_ptr<ssl::context> tls;           // null: plain HTTP
+  std::shared_ptr<ssl::context> upstream_tls;  // null: plain HTTP to upstreams
+  double retry_tokens = 0;                     // the retry budget's balance (see RouterConfig)
   double retry_per_second = 0;
   double retry_burst = 0;
   uint64_t round_robin = 0;
@@ -255,7 +282,8 @@ bool ParseBuffered(beast::flat_buffer& buf, Parser& p, error_code& ec) {
 // committed, or an end of stream becomes what the parser makes of it.
 template <class Parser>
 void AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
-  if (ec == net::error::eof) {
+  // A TLS peer that closes without close_notify has ended the stream too.
+  if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
     ec = {};
     if (!p.got_some()) {
       ec = http::error::end_of_stream;  // closed between messages
@@ -276,7 +304,7 @@ awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_co
   for (;;) {
     if (ParseBuffered(buf, p, ec)) co_return;
     size_t got = co_await s.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
-    bool eof = ec == net::error::eof;
+    bool eof = ec == net::error::eof || ec == ssl::error::stream_truncated;
     AfterRead(buf, p, got, ec);
     if (ec || eof) co_return;
   }
@@ -310,6 +338,7 @@ struct Router::Impl {
   uint16_t port = 0;
 
   mutable std::mutex routes_mu;
+  std::shared_ptr<ssl::context> probe_tls;   // guarded by routes_mu; the prober's upstream_tls
   std::shared_ptr<const RouteTable> routes;  // guarded by routes_mu
   std::atomic<uint64_t> routes_gen{0};
 
@@ -327,6 +356,12 @@ struct Router::Impl {
   // --- start-up ---
   absl::Status Listen();
   absl::StatusOr<std::shared_ptr<ssl::context>> MakeTls(const RouterConfig& c);
+  absl::StatusOr<std::shared_ptr<ssl::context>> MakeUpstreamTls(const RouterConfig& c);
+  // The name an upstream's certificate must carry: upstream_server_name, or
+  // the upstream's own IP.
+  std::string UpstreamTlsName(const std::string& host) const {
+    return config.upstream_server_name.empty() ? host : config.upstream_server_name;
+  }
 
   // --- per-loop request path ---
   awaitable<void> Accept(Loop& L);
@@ -377,6 +412,35 @@ absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeTls(const Router
   return ctx;
 }
 
+absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeUpstreamTls(const RouterConfig& c) {
+  if (c.upstream_ca.empty()) return std::shared_ptr<ssl::context>();
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  error_code ec;
+  ctx->load_verify_file(c.upstream_ca, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upstream_tls.ca: ", c.upstream_ca, ": ", ec.message()));
+  }
+  ctx->set_verify_mode(ssl::verify_peer);
+  if (!c.upstream_cert.empty()) {
+    ctx->use_certificate_chain_file(c.upstream_cert, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("upstream_tls.cert: ", c.upstream_cert, ": ", ec.message()));
+    }
+    ctx->use_private_key_file(c.upstream_key, ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("upstream_tls.key: ", c.upstream_key, ": ", ec.message()));
+    }
+    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+      return absl::InvalidArgumentError("upstream_tls.key: does not match upstream_tls.cert");
+    }
+  }
+  return ctx;
+}
+
 absl::Status Router::Impl::Listen() {
   std::vector<net::io_context*> iocs;
   for (auto& L : loops) iocs.push_back(&L->ioc);
@@ -400,6 +464,9 @@ absl::Status Router::Start() {
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto tls = I.MakeTls(I.config);
   if (!tls.ok()) return tls.status();
+  auto upstream_tls = I.MakeUpstreamTls(I.config);
+  if (!upstream_tls.ok()) return upstream_tls.status();
+  I.probe_tls = *upstream_tls;
   I.tenants = TenantSet::Build(I.config.tenants, nullptr);
   if (!I.tenants->auth_required()) {
     spdlog::warn("router: no tenants configured: requests need no API key and reach every stream");
@@ -410,6 +477,7 @@ absl::Status Router::Start() {
     L->retry_burst = I.config.retry_burst;
     L->retry_tokens = I.config.retry_min_per_second;  // a second's worth to start
     L->tls = *tls;
+    L->upstream_tls = *upstream_tls;
     L->tenants = I.tenants;
     I.loops.push_back(std::move(L));
   }
@@ -486,11 +554,25 @@ absl::Status Router::Reload(const RouterConfig& config) {
   if (static_cast<bool>(*tls) != static_cast<bool>(I.loops[0]->tls)) {
     return absl::InvalidArgumentError("tls: turning TLS on or off needs a restart");
   }
+  auto upstream_tls = I.MakeUpstreamTls(config);
+  if (!upstream_tls.ok()) return upstream_tls.status();
+  if (config.upstream_server_name != I.config.upstream_server_name ||
+      static_cast<bool>(*upstream_tls) != static_cast<bool>(I.loops[0]->upstream_tls)) {
+    return absl::InvalidArgumentError(
+        "upstream_tls: turning it on or off, or a new server_name, needs a restart");
+  }
+  {
+    std::lock_guard<std::mutex> lock(I.routes_mu);
+    I.probe_tls = *upstream_tls;
+  }
   std::shared_ptr<const TenantSet> tenants = TenantSet::Build(config.tenants, I.tenants.get());
   I.tenants = tenants;
   for (auto& L : I.loops) {
-    net::post(L->ioc, [lp = L.get(), tls = *tls, tenants] {
+    // New upstream connections use the new certificates; pooled ones finish
+    // their life on the old.
+    net::post(L->ioc, [lp = L.get(), tls = *tls, upstream_tls = *upstream_tls, tenants] {
       lp->tls = tls;
+      lp->upstream_tls = upstream_tls;
       lp->tenants = tenants;
     });
   }
@@ -971,6 +1053,18 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
         co_return;
       }
       conn->s.set_option(tcp::no_delay(true), ec);
+      if (L.upstream_tls) {
+        conn->tls_ctx = L.upstream_tls;
+        conn->tls = std::make_unique<ssl::stream<Socket&>>(conn->s, *conn->tls_ctx);
+        PrepareUpstreamTls(*conn->tls, UpstreamTlsName(up.endpoint.address().to_string()));
+        co_await conn->tls->async_handshake(ssl::stream_base::client, Redirect(ec));
+        if (ec) {
+          fail(
+              conn->deadline.expired() ? "TLS handshake timeout" : "TLS handshake: " + ec.message(),
+              true);
+          co_return;
+        }
+      }
     }
     // A pooled connection the upstream has meanwhile closed fails on write
     // or at once on read with nothing received: not the upstream's failure.
@@ -992,8 +1086,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       }
     }
     conn->deadline.Arm(config.limits.body_timeout);
-    co_await net::async_write(conn->s, std::span<const net::const_buffer>(bufs.data(), nb),
-                              Redirect(ec));
+    co_await conn->Write(std::span<const net::const_buffer>(bufs.data(), nb), ec);
     if (ec) {
       if (may_resend) {
         Inc(L.stats.stale_resends);
@@ -1028,7 +1121,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
           wb = {net::buffer(chunk.get(), n)};
         }
         conn->deadline.Arm(config.limits.body_timeout);
-        co_await net::async_write(conn->s, wb, Redirect(ec));
+        co_await conn->Write(wb, ec);
         if (ec) {
           out.retryable = true;
           out.why = "write: " + ec.message();
@@ -1037,7 +1130,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
         }
       }
       if (up_framing == Framing::kChunked) {
-        co_await net::async_write(conn->s, net::buffer("0\r\n\r\n", 5), Redirect(ec));
+        co_await conn->Write(net::buffer("0\r\n\r\n", 5), ec);
         if (ec) {
           fail("write: " + ec.message(), true);
           co_return;
@@ -1055,7 +1148,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       up.waiting.push_back(*conn);
       while (!ec && !rp->is_header_done()) {
         if (ParseBuffered(conn->buf, *rp, ec)) continue;
-        size_t got = co_await conn->s.async_read_some(conn->buf.prepare(kReadAhead), Redirect(ec));
+        size_t got = co_await conn->async_read_some(conn->buf.prepare(kReadAhead), Redirect(ec));
         AfterRead(conn->buf, *rp, got, ec);
       }
       conn->waiting_hook.unlink();
@@ -1141,7 +1234,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     remaining -= first;
     while (remaining > 0) {
       conn->deadline.Arm(config.limits.response_timeout);
-      size_t n = co_await conn->s.async_read_some(
+      size_t n = co_await conn->async_read_some(
           net::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, kChunk))),
           Redirect(ec));
       if (ec) {
@@ -1162,7 +1255,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       res.body().data = chunk.get();
       res.body().size = kChunk;
       conn->deadline.Arm(config.limits.response_timeout);
-      co_await ReadSome(conn->s, conn->buf, *rp, ec);
+      co_await ReadSome(*conn, conn->buf, *rp, ec);
       if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
         ec = {};  // body delimited by close: done
         break;
@@ -1236,6 +1329,12 @@ awaitable<void> Router::Impl::Probe(std::string address) {
   tcp::endpoint ep(a, hp->port);
   auto ex = co_await net::this_coro::executor;
   std::unique_ptr<beast::tcp_stream> s;
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<beast::tcp_stream&>> tls;  // over *s with upstream_tls
+  auto close = [&] {
+    tls.reset();
+    s.reset();
+  };
   beast::flat_buffer buf;
   std::string request = absl::StrCat("GET ", config.probe_path, " HTTP/1.1\r\nHost: ", address,
                                      "\r\nUser-Agent: gpuha-router-probe\r\n\r\n");
@@ -1266,29 +1365,52 @@ awaitable<void> Router::Impl::Probe(std::string address) {
       s = std::make_unique<beast::tcp_stream>(ex);
       s->expires_after(config.hang_after);
       co_await s->async_connect(ep, Redirect(ec));
+      {
+        std::lock_guard<std::mutex> lock(routes_mu);
+        tls_ctx = probe_tls;
+      }
+      if (!ec && tls_ctx) {
+        tls = std::make_unique<ssl::stream<beast::tcp_stream&>>(*s, *tls_ctx);
+        PrepareUpstreamTls(*tls, UpstreamTlsName(hp->host));
+        co_await tls->async_handshake(ssl::stream_base::client, Redirect(ec));
+        if (ec && ec != beast::error::timeout) {
+          spdlog::warn("router: probe of {}: TLS handshake: {}", address, ec.message());
+        }
+      }
       if (ec) {
-        s.reset();
+        close();
         set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
       }
     }
     if (s) {
       s->expires_after(config.hang_after -
                        std::chrono::duration_cast<milliseconds>(Clock::now() - started));
-      co_await net::async_write(*s, net::buffer(request), Redirect(ec));
+      // (Plain if/else: GCC 12 mishandles co_await on a conditional expression.)
+      if (tls) {
+        co_await net::async_write(*tls, net::buffer(request), Redirect(ec));
+      } else {
+        co_await net::async_write(*s, net::buffer(request), Redirect(ec));
+      }
       http::response_parser<http::string_body> rp;
       rp.body_limit(64 * 1024);
-      if (!ec) co_await http::async_read(*s, buf, rp, Redirect(ec));
+      if (!ec) {
+        if (tls) {
+          co_await http::async_read(*tls, buf, rp, Redirect(ec));
+        } else {
+          co_await http::async_read(*s, buf, rp, Redirect(ec));
+        }
+      }
       probes++;
       if (ec) {
         // A probe connection the upstream closed is not a verdict; a silent
         // one is.
         bool silent = ec == beast::error::timeout;
-        s.reset();
+        close();
         buf.clear();
         if (silent) set(Health::kHung);
       } else {
         set(Health::kUp);  // any answer at all: the server is alive
-        if (!rp.keep_alive()) s.reset();
+        if (!rp.keep_alive()) close();
       }
     }
     tick.expires_at(started + config.probe_interval);

@@ -105,6 +105,19 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   if (auto v = ctls.String("ca")) c.controller_ca = *v;
   if (auto v = ctls.String("cert")) c.controller_cert = *v;
   if (auto v = ctls.String("key")) c.controller_key = *v;
+  if (root.Has("upstream_tls")) {
+    common::YamlMap utls = root.Map("upstream_tls");
+    if (auto v = utls.String("ca")) c.upstream_ca = *v;
+    if (auto v = utls.String("cert")) c.upstream_cert = *v;
+    if (auto v = utls.String("key")) c.upstream_key = *v;
+    if (auto v = utls.String("server_name")) c.upstream_server_name = *v;
+    if (c.upstream_ca.empty()) {
+      utls.Fail("ca", "upstream_tls needs the CA that signed the upstreams' certificates");
+    } else if (c.upstream_cert.empty() != c.upstream_key.empty()) {
+      utls.Fail(c.upstream_cert.empty() ? "cert" : "key",
+                "upstream_tls needs both cert and key for mTLS (or neither)");
+    }
+  }
 
   std::set<std::string> names, hashes;
   for (common::YamlMap& t : root.MapList("tenants")) {
@@ -118,10 +131,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
       if (keys.empty() && t.ok()) t.Fail("api_keys_sha256", "needs at least one key hash");
       for (const std::string& k : keys) {
         if (!IsSha256Hex(k)) {
-          t.Fail("api_keys_sha256",
-                 absl::StrCat("'", k,
-                              "' is not a lower-case hex SHA-256 (make one with "
-                              "`gpuha ctl hash-token KEY`)"));
+          t.Fail("api_keys_sha256", absl::StrCat("'", k,
+                                                 "' is not a lower-case hex SHA-256 (make one with "
+                                                 "`gpuha ctl hash-token KEY`)"));
           break;
         }
         if (!hashes.insert(k).second) {

@@ -5,6 +5,7 @@
 //   threads: 2                       # one event loop per thread
 //   controllers: [127.0.0.1:7400]    # route watch; or static `routes:`
 //   tls: {cert: server.pem, key: server.key}
+//   upstream_tls: {ca: ca.pem, cert: router.pem, key: router.key}   # mTLS to upstreams
 //   tenants:
 //     - name: acme
 //       api_keys_sha256: [<hex of sha256(key)>]
@@ -43,8 +44,8 @@ struct StaticRoute {
 struct RouterLimits {
   size_t max_header_bytes = 16 * 1024;
   size_t max_headers = 100;
-  uint64_t max_body_bytes = 64ull << 20;   // 413 beyond this
-  size_t retry_buffer_bytes = 1 << 20;     // bodies up to this can be re-sent
+  uint64_t max_body_bytes = 64ull << 20;            // 413 beyond this
+  size_t retry_buffer_bytes = 1 << 20;              // bodies up to this can be re-sent
   std::chrono::milliseconds header_timeout{10000};  // whole request head
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests
   std::chrono::milliseconds body_timeout{30000};    // between body reads/writes
@@ -59,8 +60,14 @@ struct RouterConfig {
   std::string router_id = "router";
   std::vector<common::HostPort> controllers;
   std::vector<StaticRoute> routes;
-  std::string tls_cert, tls_key;                    // client side, optional
+  std::string tls_cert, tls_key;                               // client side, optional
   std::string controller_ca, controller_cert, controller_key;  // mTLS to the controller
+  // TLS to the upstreams (inference servers), optional. With upstream_ca set,
+  // every upstream connection is TLS 1.2+, and the upstream's certificate
+  // must chain to that CA and name upstream_server_name (default: the
+  // upstream's IP). upstream_cert/key add the router's client certificate
+  // (mTLS). The router's own probes use the same settings.
+  std::string upstream_ca, upstream_cert, upstream_key, upstream_server_name;
   std::vector<TenantConfig> tenants;  // empty: no auth, one implicit tenant ""
   RouterLimits limits;
   // Real-time failover.

@@ -16,9 +16,11 @@ threads: 2
 id: edge-1
 controllers: [127.0.0.1:7400, "localhost:7410"]
 tls: {cert: s.pem, key: s.key}
+upstream_tls: {ca: ca.pem, cert: r.pem, key: r.key, server_name: infer.internal}
 tenants:
   - name: acme
-    api_keys_sha256: [)" + Hash("k1") + R"(]
+    api_keys_sha256: [)" +
+                     Hash("k1") + R"(]
     requests_per_second: 100
     burst: 20
     max_concurrent: 8
@@ -48,6 +50,10 @@ failover: {retry_budget_percent: 10, retry_min_per_second: 5, retry_burst: 50,
   EXPECT_EQ(c->hang_after.count(), 80);
   EXPECT_DOUBLE_EQ(c->retry_min_per_second, 5);
   EXPECT_DOUBLE_EQ(c->retry_burst, 50);
+  EXPECT_EQ(c->upstream_ca, "ca.pem");
+  EXPECT_EQ(c->upstream_cert, "r.pem");
+  EXPECT_EQ(c->upstream_key, "r.key");
+  EXPECT_EQ(c->upstream_server_name, "infer.internal");
 }
 
 TEST(RouterConfigTest, TheExampleFileLoads) {
@@ -78,8 +84,10 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"tenants:\n  - name: a\n    api_keys_sha256: [" + std::string(64, 'A') + "]",
        "lower-case hex"},
       {"tenants:\n  - api_keys_sha256: [" + Hash("x") + "]", "name"},
-      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "]}\n  - {name: b, "
-       "api_keys_sha256: [" + Hash("x") + "]}",
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
+           "]}\n  - {name: b, "
+           "api_keys_sha256: [" +
+           Hash("x") + "]}",
        "two tenants"},
       {"routes:\n  - {stream: s, primary: 1.2.3.4}", "routes[0].primary"},
       {"routes:\n  - {stream: s, primary: 127.0.0.1:1}\n  - {stream: s, primary: 127.0.0.1:2}",
@@ -93,6 +101,9 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"failover: {probe_path: health}", "probe_path"},
       {"failover: {retry_burst: 0}", "failover.retry_burst"},
       {"tls: {cert: a.pem}", "tls"},
+      {"upstream_tls: {cert: r.pem, key: r.key}", "upstream_tls.ca"},
+      {"upstream_tls: {ca: ca.pem, cert: r.pem}", "upstream_tls.key"},
+      {"upstream_tls: {ca: ca.pem, sni: x}", "upstream_tls.sni"},
       {"listn: 127.0.0.1:80", "listn"},
   };
   for (const BadCase& b : cases) {

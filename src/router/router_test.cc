@@ -9,13 +9,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <filesystem>
 #include <map>
 #include <thread>
 
 #include "common/net_util.h"
+#include "common/testing/raw_http.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
-#include "common/testing/raw_http.h"
 #include "router/testing/test_backend.h"
 
 namespace gpuha::router {
@@ -33,6 +34,13 @@ using std::chrono::milliseconds;
 std::string Get(const std::string& target, const std::string& key = "k-acme",
                 const std::string& extra = "") {
   return gpuha::testing::Get(target, key, extra);
+}
+
+// The value of an unlabelled sample in Prometheus text; -1 when absent.
+double MetricValue(const std::string& text, const std::string& name) {
+  size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
 }
 
 // Accepts connections (the kernel does) and never answers: a hung server.
@@ -118,8 +126,7 @@ TEST_F(RouterTest, UpstreamThatLeftTheRoutesAndCameBackIsUsedAgain) {
     return router_->MetricsText().find(want) != std::string::npos;
   };
   ASSERT_TRUE(until_metric("gpuha_router_probe_verdicts_total{verdict=\"down\"} 1"));
-  auto routes = [&](const std::string& primary_node, const std::string& primary,
-                    uint64_t version) {
+  auto routes = [&](const std::string& primary_node, const std::string& primary, uint64_t version) {
     v1::RouteSnapshot s;
     s.set_version(version);
     v1::Route* r = s.add_routes();
@@ -129,7 +136,7 @@ TEST_F(RouterTest, UpstreamThatLeftTheRoutesAndCameBackIsUsedAgain) {
     r->mutable_primary()->set_address(primary);
     router_->SetRoutes(RouteTable::FromSnapshot(s));
   };
-  routes("b", b_->address(), 2);  // the controller takes `a` out
+  routes("b", b_->address(), 2);                   // the controller takes `a` out
   std::this_thread::sleep_for(milliseconds(300));  // the prober (100 ms scans) lets `a` go
   TestBackend::Options back;
   back.name = "a-again";
@@ -170,8 +177,7 @@ TEST_F(RouterTest, StickyStreamReturnsToItsPrimaryOnceItIsBackAndTheHoldIsOver) 
   back.port = a_port;
   a_ = *TestBackend::Start(back);
   // Until the hold is over the stream stays on the standby; then it returns.
-  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"),
-            std::string::npos);
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
   bool back_on_primary = false;
   for (int i = 0; i < 100 && !back_on_primary; ++i) {
     std::this_thread::sleep_for(milliseconds(20));
@@ -204,8 +210,7 @@ TEST_F(RouterTest, HungPrimaryRequestsAreResentToTheStandby) {
   EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos);
   EXPECT_LT(took, std::chrono::seconds(5));
   std::printf("hung primary: answered by the standby after %lld ms\n",
-              static_cast<long long>(
-                  std::chrono::duration_cast<milliseconds>(took).count()));
+              static_cast<long long>(std::chrono::duration_cast<milliseconds>(took).count()));
 }
 
 TEST_F(RouterTest, SlowButHealthyRequestsAreNotCut) {
@@ -247,8 +252,7 @@ TEST_F(RouterTest, EmptyRouteTableAndUnplacedStreams) {
 
 TEST_F(RouterTest, RouteSwapMovesNewRequests) {
   StartRouter();
-  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a")"),
-            std::string::npos);
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a")"), std::string::npos);
   v1::RouteSnapshot s;
   s.set_version(5);
   v1::Route* route = s.add_routes();
@@ -257,8 +261,7 @@ TEST_F(RouterTest, RouteSwapMovesNewRequests) {
   route->mutable_primary()->set_node("b");
   route->mutable_primary()->set_address(b_->address());
   router_->SetRoutes(RouteTable::FromSnapshot(s));
-  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"),
-            std::string::npos);
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
   EXPECT_NE(router_->MetricsText().find("gpuha_router_route_version 5"), std::string::npos);
 }
 
@@ -298,8 +301,9 @@ TEST_F(RouterTest, BadRequestsGetClearErrorsAndNeverCrashIt) {
   r = Send(port(), Get("/streams/cam-1/x", "k-acme", many));
   EXPECT_EQ(r.status, 431);
   EXPECT_NE(r.body.find("too_many_headers"), std::string::npos);
-  r = Send(port(), "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
-                       std::string(5000, 'x'));
+  r = Send(port(),
+           "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
+               std::string(5000, 'x'));
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(Send(port(), Get("/streams/bad%20id/x")).status, 400);
   r = Send(port(), "GET /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
@@ -312,8 +316,9 @@ TEST_F(RouterTest, StreamsLargeAndChunkedBodiesBothWays) {
   config_.limits.retry_buffer_bytes = 64 * 1024;
   StartRouter();
   // 3 MB chunked request body: past the retry buffer, streamed through.
-  std::string raw = "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
-                    "Transfer-Encoding: chunked\r\n\r\n";
+  std::string raw =
+      "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
   std::string piece(100000, 'z');
   for (int i = 0; i < 30; ++i) raw += "186a0\r\n" + piece + "\r\n";
   raw += "0\r\n\r\n";
@@ -342,15 +347,18 @@ TEST_F(RouterTest, BodyStreamedPastTheBufferIsNotRetried) {
   config_.probe_interval = milliseconds(0);  // no prober: the hang shows as a timeout
   config_.limits.response_timeout = milliseconds(300);
   StartRouter();
-  std::string raw = "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
-                    "Content-Length: 100000\r\n\r\n" + std::string(100000, 'q');
+  std::string raw =
+      "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+      "Content-Length: 100000\r\n\r\n" +
+      std::string(100000, 'q');
   Reply r = Send(port(), raw);
   EXPECT_EQ(r.status, 502) << r.error << r.body;
   EXPECT_NE(r.body.find("not_replayable"), std::string::npos) << r.body;
   EXPECT_EQ(b_->requests(), 0u);
   // A small body in the same situation is re-sent.
-  r = Send(port(), "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
-                   "Content-Length: 3\r\n\r\nabc");
+  r = Send(port(),
+           "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+           "Content-Length: 3\r\n\r\nabc");
   EXPECT_EQ(r.status, 200) << r.error << r.body;
 }
 
@@ -360,8 +368,9 @@ TEST_F(RouterTest, ClientLeavingMidBodyIsCountedAndHarmless) {
     net::io_context ioc;
     tcp::socket s(ioc);
     s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
-    std::string head = "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
-                       "Content-Length: 100000\r\n\r\nabc";
+    std::string head =
+        "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+        "Content-Length: 100000\r\n\r\nabc";
     net::write(s, net::buffer(head));
   }  // closed mid-body
   std::this_thread::sleep_for(milliseconds(100));
@@ -410,6 +419,88 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
   EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
 }
 
+// mTLS to the upstreams: the router verifies the upstream against the CA and
+// presents its own certificate; the upstream requires one. The prober speaks
+// TLS too, or it would call a TLS-only upstream down.
+TEST_F(RouterTest, UpstreamMtlsPresentsTheRoutersCertificate) {
+  const std::string dir = gpuha::testing::TestTempDir().string();
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  auto up = TestBackend::Start({.name = "secure",
+                                .tls_cert = dir + "/server.pem",
+                                .tls_key = dir + "/server.key",
+                                .tls_client_ca = dir + "/ca.pem"});
+  ASSERT_TRUE(up.ok()) << up.status();
+  config_.routes = {{"cam-1", "acme", (*up)->address(), ""}};
+  config_.upstream_ca = dir + "/ca.pem";
+  config_.upstream_cert = dir + "/agent.pem";
+  config_.upstream_key = dir + "/agent.key";
+  StartRouter();
+  for (int i = 0; i < 3; ++i) {
+    Reply r = Send(port(), Get("/streams/cam-1/x?size=70000&chunked=1"));
+    ASSERT_EQ(r.status, 200) << r.error << r.body;
+    EXPECT_EQ(r.body.size(), 70000u);
+  }
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"secure")"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("client_cn":"agent")"), std::string::npos) << r.body;
+  std::this_thread::sleep_for(milliseconds(100));  // several probe rounds
+  std::string m = router_->MetricsText();
+  // Pooled TLS connections are reused: at most one handshake per loop.
+  EXPECT_LE(MetricValue(m, "gpuha_router_upstream_connects_total"), 2) << m;
+  EXPECT_GE(MetricValue(m, "gpuha_router_upstream_reuses_total"), 2) << m;
+  EXPECT_NE(m.find("gpuha_router_probe_verdicts_total{verdict=\"down\"} 0"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("gpuha_router_probe_verdicts_total{verdict=\"hung\"} 0"), std::string::npos)
+      << m;
+}
+
+TEST_F(RouterTest, UpstreamTlsFailuresAreAnsweredWithTheReason) {
+  const std::string dir = gpuha::testing::TestTempDir().string();
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  const std::string other = dir + "/other";
+  std::filesystem::create_directories(other);
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(other));  // an unrelated CA
+  auto up = TestBackend::Start({.name = "secure",
+                                .tls_cert = dir + "/server.pem",
+                                .tls_key = dir + "/server.key",
+                                .tls_client_ca = dir + "/ca.pem"});
+  ASSERT_TRUE(up.ok()) << up.status();
+  config_.routes = {{"cam-1", "acme", (*up)->address(), ""}};
+  config_.probe_interval = milliseconds(0);  // the request path alone
+  {
+    // No client certificate: the upstream refuses it (under TLS 1.3 its
+    // alert arrives after the client's side of the handshake, at the read).
+    config_.upstream_ca = dir + "/ca.pem";
+    StartRouter();
+    Reply r = Send(port(), Get("/streams/cam-1/x"));
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_NE(r.body.find("upstream_failed"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("certificate required"), std::string::npos) << r.body;
+    router_->Stop();
+  }
+  {
+    // The upstream's certificate is not from the CA the router trusts.
+    config_.upstream_ca = other + "/ca.pem";
+    config_.upstream_cert = dir + "/agent.pem";
+    config_.upstream_key = dir + "/agent.key";
+    StartRouter();
+    Reply r = Send(port(), Get("/streams/cam-1/x"));
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_NE(r.body.find("certificate verify failed"), std::string::npos) << r.body;
+    router_->Stop();
+  }
+  {
+    // The certificate chains, but names 127.0.0.1, not the name asked for.
+    config_.upstream_ca = dir + "/ca.pem";
+    config_.upstream_server_name = "infer.example";
+    StartRouter();
+    Reply r = Send(port(), Get("/streams/cam-1/x"));
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_NE(r.body.find("certificate verify failed"), std::string::npos) << r.body;
+  }
+}
+
 TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
   config_.probe_interval = milliseconds(0);  // only the request path sees the restart
   config_.threads = 1;                       // pools are per loop: one loop, one pool
@@ -429,7 +520,8 @@ TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
 
 TEST_F(RouterTest, Http10ClientsGetCloseDelimitedBodies) {
   StartRouter();
-  Reply r = Send(port(), "GET /streams/cam-1/x?size=1000&chunked=1 HTTP/1.0\r\nX-Api-Key: k-acme\r\n\r\n");
+  Reply r = Send(port(),
+                 "GET /streams/cam-1/x?size=1000&chunked=1 HTTP/1.0\r\nX-Api-Key: k-acme\r\n\r\n");
   ASSERT_EQ(r.status, 200) << r.error;
   EXPECT_EQ(r.body.size(), 1000u);
   EXPECT_EQ(r.headers.count("Transfer-Encoding"), 0u);
@@ -459,6 +551,14 @@ TEST_F(RouterTest, BadTlsFilesFailStart) {
   absl::Status s = r.Start();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tls.cert"), std::string::npos) << s;
+}
+
+TEST_F(RouterTest, BadUpstreamTlsFilesFailStart) {
+  config_.upstream_ca = "/nonexistent/ca.pem";
+  Router r(config_);
+  absl::Status s = r.Start();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("upstream_tls.ca: /nonexistent/ca.pem"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ class RateLimiter {
   bool Allow(int64_t now_ns, int64_t* retry_after_ns);
 
  private:
-  int64_t interval_ns_;   // 1 / rate
-  int64_t tolerance_ns_;  // (burst - 1) / rate
+  int64_t interval_ns_;          // 1 / rate
+  int64_t tolerance_ns_;         // (burst - 1) / rate
   std::atomic<int64_t> tat_{0};  // theoretical arrival time
 };
 

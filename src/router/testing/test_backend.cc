@@ -4,9 +4,11 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,9 +28,10 @@ struct TestBackend::Impl {
   std::vector<std::unique_ptr<net::io_context>> loops;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::shared_ptr<std::atomic<uint64_t>> requests;
+  std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP
 
-  net::awaitable<void> Serve(tcp::socket sock) {
-    beast::tcp_stream s(std::move(sock));
+  template <class Stream>
+  net::awaitable<void> Serve(Stream& s, std::string client_cn) {
     beast::flat_buffer buf;
     auto chunk = std::make_unique<char[]>(64 * 1024);
     for (;;) {
@@ -67,12 +70,12 @@ struct TestBackend::Impl {
       } else if (size >= 0) {
         body.assign(static_cast<size_t>(size), 'x');
       } else {
-        body = absl::StrCat("{\"backend\":\"", name, "\",\"method\":\"",
-                            std::string(req.method_string()), "\",\"target\":\"", target,
-                            "\",\"body_bytes\":", body_bytes, ",\"tenant\":\"",
-                            std::string(req["x-gpuha-tenant"]), "\",\"stream\":\"",
-                            std::string(req["x-gpuha-stream"]), "\",\"api_key\":\"",
-                            std::string(req["x-api-key"]), "\"}\n");
+        body = absl::StrCat(
+            "{\"backend\":\"", name, "\",\"method\":\"", std::string(req.method_string()),
+            "\",\"target\":\"", target, "\",\"body_bytes\":", body_bytes, ",\"tenant\":\"",
+            std::string(req["x-gpuha-tenant"]), "\",\"stream\":\"",
+            std::string(req["x-gpuha-stream"]), "\",\"api_key\":\"", std::string(req["x-api-key"]),
+            "\"", tls ? absl::StrCat(",\"client_cn\":\"", client_cn, "\"") : "", "}\n");
       }
       if (delay_ms > 0) {
         net::steady_timer t(s.get_executor());
@@ -110,8 +113,29 @@ struct TestBackend::Impl {
       tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return;
       sock.set_option(tcp::no_delay(true), ec);
-      net::co_spawn(a.get_executor(), Serve(std::move(sock)), net::detached);
+      net::co_spawn(a.get_executor(), Connection(std::move(sock)), net::detached);
     }
+  }
+
+  net::awaitable<void> Connection(tcp::socket sock) {
+    if (!tls) {
+      beast::tcp_stream s(std::move(sock));
+      co_await Serve(s, "");
+      co_return;
+    }
+    beast::ssl_stream<beast::tcp_stream> s(std::move(sock), *tls);
+    error_code ec;
+    co_await s.async_handshake(net::ssl::stream_base::server,
+                               net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;  // e.g. no client certificate: the client sees the alert
+    std::string cn;
+    if (X509* peer = SSL_get_peer_certificate(s.native_handle())) {
+      char name[256] = {};
+      X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, name, sizeof name);
+      cn = name;
+      X509_free(peer);
+    }
+    co_await Serve(s, cn);
   }
 };
 
@@ -120,6 +144,18 @@ absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
   b->impl_ = std::make_unique<Impl>();
   b->impl_->name = o.name;
   b->impl_->requests = b->requests_;
+  if (!o.tls_cert.empty()) {
+    auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
+    error_code ec;
+    ctx->use_certificate_chain_file(o.tls_cert, ec);
+    if (!ec) ctx->use_private_key_file(o.tls_key, net::ssl::context::pem, ec);
+    if (!ec && !o.tls_client_ca.empty()) {
+      ctx->load_verify_file(o.tls_client_ca, ec);
+      ctx->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+    }
+    if (ec) return absl::InvalidArgumentError("test backend TLS files: " + ec.message());
+    b->impl_->tls = std::move(ctx);
+  }
   for (int i = 0; i < std::max(1, o.threads); ++i) {
     b->impl_->loops.push_back(std::make_unique<net::io_context>(1));
   }

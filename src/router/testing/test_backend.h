@@ -8,6 +8,8 @@
 //           and stream headers), chunked if asked.
 //
 // The request body is read in full and counted (streamed, never stored).
+// With tls_cert/tls_key it speaks TLS; with tls_client_ca too it requires a
+// client certificate from that CA and puts its CN in the echo ("client_cn").
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,9 @@ class TestBackend {
     std::string address = "127.0.0.1";
     uint16_t port = 0;
     int threads = 1;
+    std::string tls_cert = {};  // PEM; empty: plain HTTP
+    std::string tls_key = {};
+    std::string tls_client_ca = {};  // set: require a client certificate from this CA
   };
   static absl::StatusOr<std::unique_ptr<TestBackend>> Start(Options o);
   ~TestBackend();
