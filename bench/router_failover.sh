@@ -135,14 +135,14 @@ import json, sys
 peer, fault, path = sys.argv[1:]
 r = json.load(open(path))
 fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "-"
-print(f"| {peer} | {fault} | {r['sent']} | {r['failed']} | {r['max_gap_ms']:.1f} | "
+print(f"| {peer} | {fault} | {r['sent']} | {r['failed']} | {r['max_gap_ms']:.1f} | {r['max_stall_ms']:.1f} | "
       f"{r['slow_sent'] - r['slow_ok']} of {r['slow_sent']} | {r['latency_ms']['p99']:.1f} | {fails} |")
 PY
   stop_all
 }
 
-echo "| peer | fault | sent | failed | longest gap ms | slow requests failed | p99 ms | failures |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| peer | fault | sent | failed | longest gap ms | longest stall ms | slow requests failed | p99 ms | failures |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for fault in crash hang; do
   run_one "gpuha router" router_conf "$fault"
   run_one "nginx (backup, defaults)" "nginx_conf default" "$fault"

@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdio>
+#include <optional>
 #include <memory>
 #include <random>
 
@@ -67,6 +68,10 @@ struct StreamState {
   std::string id;
   std::vector<std::unique_ptr<beast::tcp_stream>> idle;
   Clock::time_point last_answer;
+  // Stall accounting (see StreamReport::max_stall_ms): requests out that are
+  // not deliberately slow, and since when the stream has waited for an answer.
+  int outstanding = 0;
+  std::optional<Clock::time_point> stalled_since;
   StreamReport report;
 };
 
@@ -129,6 +134,10 @@ class Runner {
                                        : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
                                    frame ? "Content-Type: application/json\r\n" : "", "\r\n", body);
     auto sent_at = Clock::now();
+    if (!slow) {
+      s.outstanding++;
+      if (!s.stalled_since) s.stalled_since = sent_at;
+    }
     std::string failure;
     std::unique_ptr<beast::tcp_stream> c;
     error_code ec;
@@ -170,6 +179,17 @@ class Runner {
     }
     auto now = Clock::now();
     in_flight_--;
+    if (!slow) {
+      s.outstanding--;
+      // A failure leaves the stream waiting; an answer ends the wait, and
+      // requests still out start the next one now.
+      if (failure.empty() && s.stalled_since) {
+        if (now <= end_) {
+          s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
+        }
+        s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
+      }
+    }
     if (!node.empty() && failure.empty()) report_.served_by[node]++;
     if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
     if (failure.empty()) {
@@ -240,6 +260,10 @@ class Runner {
       // A stream silent at the end counts the silence up to the end.
       s->report.max_gap_ms = std::max(s->report.max_gap_ms, Ms(end_ - s->last_answer));
       report_.max_gap_ms = std::max(report_.max_gap_ms, s->report.max_gap_ms);
+      if (s->stalled_since && *s->stalled_since < end_) {  // still waiting at the end
+        s->report.max_stall_ms = std::max(s->report.max_stall_ms, Ms(end_ - *s->stalled_since));
+      }
+      report_.max_stall_ms = std::max(report_.max_stall_ms, s->report.max_stall_ms);
       report_.streams.push_back(s->report);
     }
     return report_;
@@ -285,24 +309,26 @@ std::string LoadReport::Json() const {
   for (const auto& [reason, n] : failures) f.push_back(absl::StrFormat("\"%s\":%d", reason, n));
   for (const auto& [node, n] : served_by) b.push_back(absl::StrFormat("\"%s\":%d", node, n));
   for (const StreamReport& st : streams) {
-    s.push_back(absl::StrFormat(R"({"stream":"%s","ok":%d,"failed":%d,"max_gap_ms":%.3f})",
-                                st.stream, st.ok, st.failed, st.max_gap_ms));
+    s.push_back(absl::StrFormat(
+        R"({"stream":"%s","ok":%d,"failed":%d,"max_gap_ms":%.3f,"max_stall_ms":%.3f})", st.stream,
+        st.ok, st.failed, st.max_gap_ms, st.max_stall_ms));
   }
   return absl::StrFormat(
       R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
-      R"("seconds":%.3f,"served_by":{%s},"streams":[%s]})",
+      R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},"streams":[%s]})",
       sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
-      max_gap_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
+      max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
 }
 
 std::string LoadReport::Text() const {
   std::string out = absl::StrFormat(
       "sent %d  ok %d  failed %d  (%.1f s, %.0f req/s answered)\n"
       "latency ms: p50 %.2f  p99 %.2f  p999 %.2f  max %.2f\n"
-      "longest stretch with no answer, worst stream: %.1f ms\n",
+      "longest stretch with no answer, worst stream: %.1f ms\n"
+      "longest stall (a request out, no answer; slow requests aside), worst stream: %.1f ms\n",
       sent, ok, failed, seconds, seconds > 0 ? double(ok) / seconds : 0, p50_ms, p99_ms, p999_ms,
-      max_ms, max_gap_ms);
+      max_ms, max_gap_ms, max_stall_ms);
   if (slow_sent > 0)
     out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
   for (const auto& [reason, n] : failures)

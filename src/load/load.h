@@ -59,6 +59,11 @@ struct StreamReport {
   uint64_t ok = 0;
   uint64_t failed = 0;
   double max_gap_ms = 0;  // longest stretch between answers while load ran
+  // Longest time the stream had a request out (not a deliberately slow one)
+  // with no answer coming back, failures included: what a failover cost it.
+  // Unlike max_gap_ms it has no floor from the holes slow requests leave in
+  // the stream of answers.
+  double max_stall_ms = 0;
 };
 
 struct LoadReport {
@@ -68,7 +73,8 @@ struct LoadReport {
   std::map<std::string, uint64_t> failures;  // reason -> count
   uint64_t slow_sent = 0, slow_ok = 0;
   double p50_ms = 0, p99_ms = 0, p999_ms = 0, max_ms = 0;
-  double max_gap_ms = 0;  // worst stream
+  double max_gap_ms = 0;    // worst stream
+  double max_stall_ms = 0;  // worst stream
   double seconds = 0;
   std::vector<StreamReport> streams;
   std::map<std::string, uint64_t> served_by;  // node (X-Gpuha-Node) -> answers
