@@ -1069,6 +1069,8 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     // A pooled connection the upstream has meanwhile closed fails on write
     // or at once on read with nothing received: not the upstream's failure.
     // Re-send once on a fresh connection, if the body can be re-sent.
+    // Not once the upstream has been seen failing (ejected or judged down):
+    // then the stale-looking connection is its death, and the standby is next.
     const bool may_resend = pooled && attempt == 0 && body_complete;
     // Head and buffered body in one write.
     std::array<net::const_buffer, 4> bufs;
@@ -1088,7 +1090,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     conn->deadline.Arm(config.limits.body_timeout);
     co_await conn->Write(std::span<const net::const_buffer>(bufs.data(), nb), ec);
     if (ec) {
-      if (may_resend) {
+      if (may_resend && up.usable(Clock::now())) {
         Inc(L.stats.stale_resends);
         continue;
       }
@@ -1164,7 +1166,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       out.timeout = true;
       fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
            true);
-    } else if (may_resend && conn->buf.size() == 0 &&
+    } else if (may_resend && up.usable(Clock::now()) && conn->buf.size() == 0 &&
                (ec == http::error::end_of_stream || ec == net::error::connection_reset)) {
       Inc(L.stats.stale_resends);
       continue;
