@@ -371,6 +371,10 @@ absl::Status Agent::RunStream(const HostPort& controller) {
   bool reading = false;
   bool writing = true;  // the hello, until the call has started and it is written
   bool broken = false;
+  auto woken = [this] {  // kWake came back: the next WakeHeartbeat() may set the alarm
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_pending_ = false;
+  };
   stream->StartCall(Tag(StreamOp::kStart));
   auto next = clock_->Now();
   while (!broken && !stopping_) {
@@ -384,7 +388,8 @@ absl::Status Agent::RunStream(const HostPort& controller) {
     if (st == grpc::CompletionQueue::GOT_EVENT) {
       switch (OpOf(tag)) {
         case StreamOp::kStart:
-          if (!ok) {
+          if (!ok) {  // the call never started: the hello will not be written
+            writing = false;
             broken = true;
             break;
           }
@@ -411,11 +416,9 @@ absl::Status Agent::RunStream(const HostPort& controller) {
           reading = true;
           stream->Read(&in, Tag(StreamOp::kRead));
           break;
-        case StreamOp::kWake: {
-          std::lock_guard<std::mutex> lock(wake_mu_);
-          wake_pending_ = false;
+        case StreamOp::kWake:
+          woken();
           break;
-        }
         case StreamOp::kFinish:
           break;
       }
@@ -466,11 +469,9 @@ absl::Status Agent::RunStream(const HostPort& controller) {
         case StreamOp::kRead:
           reading = false;
           break;
-        case StreamOp::kWake: {
-          std::lock_guard<std::mutex> lock(wake_mu_);
-          wake_pending_ = false;
+        case StreamOp::kWake:
+          woken();
           break;
-        }
         case StreamOp::kFinish:
           return;
       }

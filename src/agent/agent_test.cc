@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
 #include "common/testing/temp_dir.h"
@@ -172,6 +175,17 @@ TEST_F(AgentTest, HangFaultSilencesHeartbeatsButKeepsTheStream) {
   }
   EXPECT_GE(longest.count(), 400);
   EXPECT_EQ(controller.hello_count(), 1u) << "the stream must stay open through the hang";
+}
+
+// Stop() may land while the stream is still starting: the call is cancelled
+// before it began, and the agent must not wait for a hello it never wrote.
+TEST_F(AgentTest, StopWhileTheStreamStartsDoesNotHang) {
+  FakeController controller;
+  for (int i = 0; i < 30; ++i) {
+    auto agent = Start(Config({controller.port()}));
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 10)));
+    agent->Stop();
+  }
 }
 
 TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {

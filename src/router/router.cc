@@ -279,9 +279,10 @@ bool ParseBuffered(beast::flat_buffer& buf, Parser& p, error_code& ec) {
 }
 
 // Settles a read of `got` bytes into `buf` that ended with `ec`: the bytes are
-// committed, or an end of stream becomes what the parser makes of it.
+// committed, or an end of stream becomes what the parser makes of it. True
+// when the peer ended the stream.
 template <class Parser>
-void AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
+bool AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
   // A TLS peer that closes without close_notify has ended the stream too.
   if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
     ec = {};
@@ -290,9 +291,10 @@ void AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
     } else {
       p.put_eof(ec);  // completes a body delimited by close, else partial_message
     }
-    return;
+    return true;
   }
   if (!ec) buf.commit(got);
+  return false;
 }
 
 // Feeds `p` from `buf`, reading the socket only when the buffered bytes do
@@ -304,9 +306,7 @@ awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_co
   for (;;) {
     if (ParseBuffered(buf, p, ec)) co_return;
     size_t got = co_await s.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
-    bool eof = ec == net::error::eof || ec == ssl::error::stream_truncated;
-    AfterRead(buf, p, got, ec);
-    if (ec || eof) co_return;
+    if (AfterRead(buf, p, got, ec) || ec) co_return;
   }
 }
 

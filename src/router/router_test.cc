@@ -419,18 +419,26 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
   EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
 }
 
+// An upstream that speaks only TLS and wants a client certificate from the
+// test CA in `dir`.
+std::unique_ptr<TestBackend> StartTlsOnlyBackend(const std::string& dir) {
+  auto up = TestBackend::Start({.name = "secure",
+                                .tls_cert = dir + "/server.pem",
+                                .tls_key = dir + "/server.key",
+                                .tls_client_ca = dir + "/ca.pem"});
+  EXPECT_TRUE(up.ok()) << up.status();
+  return up.ok() ? std::move(*up) : nullptr;
+}
+
 // mTLS to the upstreams: the router verifies the upstream against the CA and
 // presents its own certificate; the upstream requires one. The prober speaks
 // TLS too, or it would call a TLS-only upstream down.
 TEST_F(RouterTest, UpstreamMtlsPresentsTheRoutersCertificate) {
   const std::string dir = gpuha::testing::TestTempDir().string();
   ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
-  auto up = TestBackend::Start({.name = "secure",
-                                .tls_cert = dir + "/server.pem",
-                                .tls_key = dir + "/server.key",
-                                .tls_client_ca = dir + "/ca.pem"});
-  ASSERT_TRUE(up.ok()) << up.status();
-  config_.routes = {{"cam-1", "acme", (*up)->address(), ""}};
+  std::unique_ptr<TestBackend> up = StartTlsOnlyBackend(dir);
+  ASSERT_NE(up, nullptr);
+  config_.routes = {{"cam-1", "acme", up->address(), ""}};
   config_.upstream_ca = dir + "/ca.pem";
   config_.upstream_cert = dir + "/agent.pem";
   config_.upstream_key = dir + "/agent.key";
@@ -461,12 +469,9 @@ TEST_F(RouterTest, UpstreamTlsFailuresAreAnsweredWithTheReason) {
   const std::string other = dir + "/other";
   std::filesystem::create_directories(other);
   ASSERT_TRUE(gpuha::testing::MakeTestCerts(other));  // an unrelated CA
-  auto up = TestBackend::Start({.name = "secure",
-                                .tls_cert = dir + "/server.pem",
-                                .tls_key = dir + "/server.key",
-                                .tls_client_ca = dir + "/ca.pem"});
-  ASSERT_TRUE(up.ok()) << up.status();
-  config_.routes = {{"cam-1", "acme", (*up)->address(), ""}};
+  std::unique_ptr<TestBackend> up = StartTlsOnlyBackend(dir);
+  ASSERT_NE(up, nullptr);
+  config_.routes = {{"cam-1", "acme", up->address(), ""}};
   config_.probe_interval = milliseconds(0);  // the request path alone
   {
     // No client certificate: the upstream refuses it (under TLS 1.3 its
