@@ -83,15 +83,27 @@ class Cluster {
   absl::Status SetLink(bool up) { return Ip({"ip", "link", "set", veth_, up ? "up" : "down"}); }
 
   absl::Status Start() {
-    ctl_grpc_ = common::FreeLoopbackPort();
-    ctl_http_ = common::FreeLoopbackPort();
-    router_ = common::FreeLoopbackPort();
-    router_admin_ = common::FreeLoopbackPort();
+    // FreeLoopbackPort can hand out the same free port twice in a row (the
+    // controller and an agent once got one port, and the agent could not
+    // listen): every port here is distinct.
+    std::set<uint16_t> used;
+    auto port = [&used] {
+      uint16_t p = 0;
+      for (int tries = 0; tries < 100; ++tries) {
+        p = common::FreeLoopbackPort();
+        if (p != 0 && used.insert(p).second) break;
+      }
+      return p;
+    };
+    ctl_grpc_ = port();
+    ctl_http_ = port();
+    router_ = port();
+    router_admin_ = port();
     for (int i = 0; i < kNodes; ++i) {
       Node n;
       n.name = absl::StrCat("gpu-", i + 1);
-      n.worker_port = common::FreeLoopbackPort();
-      n.agent_port = common::FreeLoopbackPort();
+      n.worker_port = port();
+      n.agent_port = port();
       nodes_.push_back(n);
     }
     if (partition_) {
