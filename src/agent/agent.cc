@@ -355,11 +355,10 @@ absl::Status Agent::RunStream(const HostPort& controller) {
   // write completion woke another gRPC thread: a third of the agent's CPU.)
   grpc::ClientContext ctx;
   grpc::CompletionQueue cq;
-  auto stream = stub->PrepareAsyncConnect(&ctx, &cq);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::CancelledError("stopping");
-    stream_ctx_ = &ctx;
+    stream_ctx_ = &ctx;  // from here Stop() cancels the call (or the call to be)
   }
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
@@ -375,6 +374,9 @@ absl::Status Agent::RunStream(const HostPort& controller) {
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_pending_ = false;
   };
+  // The call is created and started together; kStart reports the start.
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<v1::AgentMessage, v1::ControllerMessage>> stream =
+      stub->PrepareAsyncConnect(&ctx, &cq);
   stream->StartCall(Tag(StreamOp::kStart));
   auto next = clock_->Now();
   while (!broken && !stopping_) {

@@ -15,6 +15,7 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/intrusive/list.hpp>
 #include <chrono>
+#include <latch>
 #include <limits>
 #include <memory_resource>
 #include <mutex>
@@ -393,22 +394,31 @@ struct Router::Impl {
 // ---------------------------------------------------------------------------
 // Start-up
 
+// Loads a certificate chain and its key into `ctx`; errors name the config
+// fields (`section`.cert, `section`.key).
+absl::Status UseCertificate(ssl::context& ctx, const std::string& cert, const std::string& key,
+                            const char* section) {
+  error_code ec;
+  ctx.use_certificate_chain_file(cert, ec);
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat(section, ".cert: ", cert, ": ", ec.message()));
+  ctx.use_private_key_file(key, ssl::context::pem, ec);
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat(section, ".key: ", key, ": ", ec.message()));
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(section, ".key: does not match ", section, ".cert"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeTls(const RouterConfig& c) {
   if (c.tls_cert.empty()) return std::shared_ptr<ssl::context>();
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
   SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
   ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                    ssl::context::no_sslv3 | ssl::context::single_dh_use);
-  error_code ec;
-  ctx->use_certificate_chain_file(c.tls_cert, ec);
-  if (ec)
-    return absl::InvalidArgumentError(absl::StrCat("tls.cert: ", c.tls_cert, ": ", ec.message()));
-  ctx->use_private_key_file(c.tls_key, ssl::context::pem, ec);
-  if (ec)
-    return absl::InvalidArgumentError(absl::StrCat("tls.key: ", c.tls_key, ": ", ec.message()));
-  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
-    return absl::InvalidArgumentError("tls.key: does not match tls.cert");
-  }
+  if (absl::Status s = UseCertificate(*ctx, c.tls_cert, c.tls_key, "tls"); !s.ok()) return s;
   return ctx;
 }
 
@@ -424,19 +434,8 @@ absl::StatusOr<std::shared_ptr<ssl::context>> Router::Impl::MakeUpstreamTls(cons
   }
   ctx->set_verify_mode(ssl::verify_peer);
   if (!c.upstream_cert.empty()) {
-    ctx->use_certificate_chain_file(c.upstream_cert, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("upstream_tls.cert: ", c.upstream_cert, ": ", ec.message()));
-    }
-    ctx->use_private_key_file(c.upstream_key, ssl::context::pem, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("upstream_tls.key: ", c.upstream_key, ": ", ec.message()));
-    }
-    if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
-      return absl::InvalidArgumentError("upstream_tls.key: does not match upstream_tls.cert");
-    }
+    absl::Status s = UseCertificate(*ctx, c.upstream_cert, c.upstream_key, "upstream_tls");
+    if (!s.ok()) return s;
   }
   return ctx;
 }
@@ -567,15 +566,20 @@ absl::Status Router::Reload(const RouterConfig& config) {
   }
   std::shared_ptr<const TenantSet> tenants = TenantSet::Build(config.tenants, I.tenants.get());
   I.tenants = tenants;
+  // Every loop takes the new settings on its own thread; Reload returns once
+  // all have, so a request after "reloaded" meets them on any loop. New
+  // upstream connections use the new certificates; pooled ones finish their
+  // life on the old.
+  auto applied = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(I.loops.size()));
   for (auto& L : I.loops) {
-    // New upstream connections use the new certificates; pooled ones finish
-    // their life on the old.
-    net::post(L->ioc, [lp = L.get(), tls = *tls, upstream_tls = *upstream_tls, tenants] {
+    net::post(L->ioc, [lp = L.get(), tls = *tls, upstream_tls = *upstream_tls, tenants, applied] {
       lp->tls = tls;
       lp->upstream_tls = upstream_tls;
       lp->tenants = tenants;
+      applied->count_down();
     });
   }
+  applied->wait();
   if (I.config.controllers.empty()) SetRoutes(RouteTable::FromStatic(config.routes));
   spdlog::info("router: reloaded ({} tenant(s){})", config.tenants.size(),
                *tls ? ", new certificate" : "");
