@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/yaml_reader.h"
@@ -57,14 +58,11 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     }
   }
   common::YamlMap intervals = root.Map("intervals");
-  if (auto v = intervals.Int("sample_ms")) {
-    if (*v < 10 || *v > 60000) intervals.Fail("sample_ms", "must be between 10 and 60000");
-    c.sample_ms = static_cast<int>(*v);
-  }
-  if (auto v = intervals.Int("heartbeat_ms")) {
-    if (*v < 5 || *v > 10000) intervals.Fail("heartbeat_ms", "must be between 5 and 10000");
-    c.heartbeat_ms = static_cast<int>(*v);
-  }
+  std::chrono::milliseconds sample(c.sample_ms), heartbeat(c.heartbeat_ms);
+  common::ReadMillis(intervals, "sample_ms", &sample, {.min = 10, .max = 60000});
+  common::ReadMillis(intervals, "heartbeat_ms", &heartbeat, {.min = 5, .max = 10000});
+  c.sample_ms = static_cast<int>(sample.count());
+  c.heartbeat_ms = static_cast<int>(heartbeat.count());
   if (auto v = root.StringList("nics")) c.nics = *v;
   if (auto v = root.String("sysfs_net")) c.sysfs_net = *v;
   gpu::ReadHealthThresholds(root.Map("thresholds"), &c.thresholds);
@@ -81,14 +79,9 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   if (auto v = server.Enum("fence_mode", {"stop", "unready"})) {
     c.server.fence_mode = *v == "stop" ? FenceMode::kStop : FenceMode::kUnready;
   }
-  if (auto v = server.Int("probe_interval_ms")) {
-    if (*v < 10) server.Fail("probe_interval_ms", "must be at least 10");
-    c.server.probe_interval = std::chrono::milliseconds(*v);
-  }
-  if (auto v = server.Int("probe_timeout_ms")) {
-    if (*v < 10 || *v > 60000) server.Fail("probe_timeout_ms", "must be 10 to 60000");
-    c.server.probe_timeout = std::chrono::milliseconds(*v);
-  }
+  common::ReadMillis(server, "probe_interval_ms", &c.server.probe_interval, {.min = 10});
+  common::ReadMillis(server, "probe_timeout_ms", &c.server.probe_timeout,
+                     {.min = 10, .max = 60000});
   if (auto v = root.String("listen")) {
     auto hp = ParseHostPort(*v, "listen");
     if (!hp.ok())

@@ -59,7 +59,7 @@ TEST(AgentConfigTest, BadItemsAreNamed) {
   EXPECT_THAT(Err(ParseAgentConfig("thresholds: { temperature_c: { warn: x } }", "a.yaml")),
               HasSubstr("thresholds.temperature_c.warn: expected a number"));
   EXPECT_THAT(Err(ParseAgentConfig("server: { probe_timeout_ms: 5 }", "a.yaml")),
-              HasSubstr("server.probe_timeout_ms: must be 10 to 60000"));
+              HasSubstr("server.probe_timeout_ms: must be between 10 and 60000"));
   EXPECT_THAT(Err(ParseAgentConfig("server: { ready_url: ftp://x }", "a.yaml")),
               HasSubstr("server.ready_url: 'ftp://x' is not an http:// URL"));
   EXPECT_THAT(Err(ParseAgentConfig("gpu: { backend: cuda }", "a.yaml")),

@@ -3,7 +3,7 @@
 //
 //   Backoff b({.initial = 1s, .max = 60s, .stable_after = 60s});
 //   Duration wait = b.Next();      // 1s, 2s, 4s ... 60s
-//   b.Succeeded(started_at, now);  // resets once the run lasted stable_after
+//   b.MaybeReset(started_at, now); // resets once the run lasted stable_after
 //
 // Jitter comes from the caller's seeded generator, so tests repeat.
 // Thread-safety: none.

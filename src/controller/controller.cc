@@ -1,9 +1,5 @@
 #include "controller/controller.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/log.h"
@@ -42,34 +38,6 @@ std::optional<Role> ParseRole(const std::string& r) {
 json EventJson(const Event& e) {
   return {{"id", e.id},     {"mono_ms", e.mono_ms}, {"unix_ms", e.unix_ms}, {"type", e.type},
           {"node", e.node}, {"epoch", e.epoch},     {"detail", e.detail}};
-}
-
-absl::Status ShellFenceRunner::Run(const std::string& command, common::Duration timeout) {
-  pid_t pid = ::fork();
-  if (pid < 0) return absl::ResourceExhaustedError("fork failed");
-  if (pid == 0) {
-    ::setsid();
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    int status = 0;
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-      return absl::InternalError(absl::StrCat(
-          "fence hook '", command, "' failed (", WIFEXITED(status) ? "exit " : "signal ",
-          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), ")"));
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      return absl::DeadlineExceededError(absl::StrCat("fence hook '", command, "' timed out after ",
-                                                      common::ToMillis(timeout), " ms"));
-    }
-    ::usleep(5000);
-  }
 }
 
 Controller::Controller(ControllerConfig config, std::unique_ptr<Store> store, common::Clock* clock,
@@ -147,6 +115,13 @@ absl::Status Controller::Recover() {
   auto meta = store_->Load("meta");
   if (!meta.ok()) return meta.status();
   if (auto it = meta->find("epoch"); it != meta->end()) epoch_ = std::stoull(it->second);
+  // A restarted controller starts a new epoch: its route versions count from
+  // 1 again, and routers take a newer epoch's snapshot over any older one.
+  ++epoch_;
+  if (absl::Status s = store_->Apply({{"meta", "epoch", std::to_string(epoch_)}}); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("store: cannot record the new epoch: ", s.message()));
+  }
   auto stored_nodes = store_->Load("node");
   if (!stored_nodes.ok()) return stored_nodes.status();
   for (auto& [id, n] : nodes_) {
@@ -397,7 +372,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
                                    plan.promoted.empty() ? "" : " to passive " + plan.promoted);
   EventLocked("streams_moved", id, moved);
   if (!plan.unplaced.empty()) {
-    counters_.unplaced_streams_total += plan.unplaced.size();
+    counters_.unplaced_streams += plan.unplaced.size();
     EventLocked("streams_unplaced", id,
                 absl::StrCat(plan.unplaced.size(), " stream(s) fit nowhere under N+",
                              config_.redundancy, "; they answer 503 until capacity returns"));
@@ -789,26 +764,11 @@ std::string Controller::MetricsText() const {
     p.Family(g.name, "gauge", g.help);
     p.Sample(g.name, {}, g.value);
   }
-  const Gauge counters[] = {
-      {"gpuha_controller_failovers_total", "Nodes taken out of service.",
-       double(counters_.failovers)},
-      {"gpuha_controller_fence_hook_failures_total", "Fence hooks that failed or timed out.",
-       double(counters_.fence_hook_failures)},
-      {"gpuha_controller_heartbeats_total", "Agent heartbeats received.",
-       double(counters_.heartbeats)},
-      {"gpuha_controller_stale_agents_corrected_total",
-       "Agents re-fenced for serving while fenced.", double(counters_.stale_agents_corrected)},
-      {"gpuha_controller_admissions_refused_total", "Streams refused under N+k.",
-       double(counters_.admissions_refused)},
-      {"gpuha_controller_unplaced_streams_total", "Streams that found no node in a failover.",
-       double(counters_.unplaced_streams_total)},
-      {"gpuha_controller_store_errors_total", "Store writes that failed.",
-       double(counters_.store_errors)},
-  };
-  for (const Gauge& g : counters) {
-    p.Family(g.name, "counter", g.help);
-    p.Sample(g.name, {}, g.value);
-  }
+#define GPUHA_FAMILY(name, help)                                 \
+  p.Family("gpuha_controller_" #name "_total", "counter", help); \
+  p.Sample("gpuha_controller_" #name "_total", {}, double(counters_.name));
+  GPUHA_CONTROLLER_COUNTERS(GPUHA_FAMILY)
+#undef GPUHA_FAMILY
   return p.str();
 }
 

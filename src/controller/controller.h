@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "controller/controller_config.h"
 #include "controller/failure_detector.h"
+#include "controller/fence_runner.h"
 #include "controller/placement.h"
 #include "controller/store.h"
 #include "gpuha/v1/agent.pb.h"
@@ -42,38 +43,33 @@ class AgentSink {
   virtual void Send(const v1::ControllerMessage& m) = 0;
 };
 
-// Runs the configured fence hook ("kubectl cordon {node}") with a timeout.
-class FenceRunner {
- public:
-  virtual ~FenceRunner() = default;
-  [[nodiscard]] virtual absl::Status Run(const std::string& command, common::Duration timeout) = 0;
-};
-
-class ShellFenceRunner : public FenceRunner {
- public:
-  absl::Status Run(const std::string& command, common::Duration timeout) override;
-};
-
 struct Event {
   int64_t id = 0;
   double mono_ms = 0;  // since the controller started; orders and times a failover
   double unix_ms = 0;  // wall clock, fractional: other processes time faults against it
-  std::string type;  // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
+  std::string type;    // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
   std::string node;
   uint64_t epoch = 0;
   std::string detail;
 };
 nlohmann::json EventJson(const Event& e);
 
+// Every counter of the controller, declared once: the list makes both the
+// fields and their /metrics families (gpuha_controller_<field>_total).
+#define GPUHA_CONTROLLER_COUNTERS(X)                                      \
+  X(failovers, "Nodes taken out of service.")                             \
+  X(fence_hook_failures, "Fence hooks that failed or timed out.")         \
+  X(heartbeats, "Agent heartbeats received.")                             \
+  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.") \
+  X(admissions_refused, "Streams refused under N+k.")                     \
+  X(unplaced_streams, "Streams that found no node in a failover.")        \
+  X(store_errors, "Store writes that failed.")                            \
+  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")
+
 struct ControllerCounters {
-  uint64_t failovers = 0;
-  uint64_t fence_hook_failures = 0;
-  uint64_t heartbeats = 0;
-  uint64_t stale_agents_corrected = 0;
-  uint64_t admissions_refused = 0;
-  uint64_t unplaced_streams_total = 0;
-  uint64_t store_errors = 0;
-  uint64_t stalls = 0;
+#define GPUHA_FIELD(name, help) uint64_t name = 0;
+  GPUHA_CONTROLLER_COUNTERS(GPUHA_FIELD)
+#undef GPUHA_FIELD
 };
 
 class Controller {
@@ -133,11 +129,11 @@ class Controller {
     std::shared_ptr<AgentSink> sink;
     v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
     std::vector<v1::HealthReason> reasons;
-    v1::Heartbeat last;     // telemetry, for the API
-    bool fenced = false;    // out of service until it rejoins
-    bool drained = false;   // an operator took it out
-    bool held_out = false;  // failed too often, or fencing failed
-    bool known = false;     // its agent has connected at least once (stored)
+    v1::Heartbeat last;         // telemetry, for the API
+    bool fenced = false;        // out of service until it rejoins
+    bool drained = false;       // an operator took it out
+    bool held_out = false;      // failed too often, or fencing failed
+    bool known = false;         // its agent has connected at least once (stored)
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;

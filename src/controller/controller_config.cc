@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/yaml_reader.h"
 
@@ -85,29 +86,18 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
                                       : ApiRole::kViewer;
     }
     if (t.Require("sha256")) {
-      std::string hex = absl::AsciiStrToLower(t.String("sha256").value_or(""));
-      bool ok = hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
-      if (!ok && t.ok()) t.Fail("sha256", "must be 64 hex digits (gpuha ctl hash-token TOKEN)");
-      c.tokens[hex] = token;
+      if (std::optional<std::string> hex = common::ReadSha256Hex(t, "sha256"))
+        c.tokens[*hex] = token;
     }
   }
   common::YamlMap fence = root.Map("fence");
   if (auto h = fence.String("hook")) c.fence_hook = *h;
-  if (auto ms = fence.Int("timeout_ms")) {
-    if (*ms < 1) fence.Fail("timeout_ms", "must be at least 1");
-    c.fence_timeout = std::chrono::milliseconds(*ms);
-  }
+  common::ReadMillis(fence, "timeout_ms", &c.fence_timeout);
   common::YamlMap det = root.Map("detector");
-  auto ms_field = [](common::YamlMap& m, const char* key, common::Duration* out, int64_t min) {
-    if (auto v = m.Int(key)) {
-      if (*v < min) m.Fail(key, absl::StrCat("must be at least ", min));
-      *out = std::chrono::milliseconds(*v);
-    }
-  };
-  ms_field(det, "floor_ms", &c.detector.floor, 1);
-  ms_field(det, "ceiling_ms", &c.detector.ceiling, 1);
-  ms_field(det, "broken_grace_ms", &c.detector.broken_grace, 0);
-  ms_field(det, "suspect_after_ms", &c.detector.suspect_after, 1);
+  common::ReadMillis(det, "floor_ms", &c.detector.floor);
+  common::ReadMillis(det, "ceiling_ms", &c.detector.ceiling);
+  common::ReadMillis(det, "broken_grace_ms", &c.detector.broken_grace, {.min = 0});
+  common::ReadMillis(det, "suspect_after_ms", &c.detector.suspect_after);
   if (auto k = det.Number("k")) {
     if (*k < 0) det.Fail("k", "must not be negative");
     c.detector.k = *k;
@@ -116,7 +106,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     det.Fail("ceiling_ms", "must not be below floor_ms");
   }
   common::YamlMap rec = root.Map("recovery");
-  ms_field(rec, "healthy_for_ms", &c.healthy_for, 0);
+  common::ReadMillis(rec, "healthy_for_ms", &c.healthy_for, {.min = 0});
   if (auto n = rec.Int("max_failures")) {
     if (*n < 1) rec.Fail("max_failures", "must be at least 1");
     c.max_failures = static_cast<int>(*n);
@@ -125,7 +115,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     if (*s < 1) rec.Fail("window_s", "must be at least 1");
     c.failure_window = std::chrono::seconds(*s);
   }
-  ms_field(root, "startup_grace_ms", &c.startup_grace, 0);
+  common::ReadMillis(root, "startup_grace_ms", &c.startup_grace, {.min = 0});
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   return c;
 }

@@ -196,6 +196,8 @@ TEST_F(ControllerTest, AStalledControllerDoesNotBlameTheNodes) {
     EXPECT_NE((*c_->NodeJson(n))["state"], "failed") << n;
   EXPECT_EQ(c_->counters().stalls, 1u);
   EXPECT_EQ(c_->counters().failovers, 0u);
+  // Regression: the stall counter was counted but never shown in /metrics.
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_stalls_total 1\n"));
 }
 
 TEST_F(ControllerTest, NewAgentGetsAWarmupBeforeSilenceCounts) {
@@ -334,6 +336,11 @@ TEST_F(ControllerTest, RecoveredNodeRejoinsAsPassiveAndWorkStays) {
   EXPECT_EQ(sinks_["a1"]->rejoins(), 1);
   auto after = c_->StreamsJson();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i]["primary"], before[i]["primary"]);
+  // Regression: the rejoined passive is every stream's standby again, in
+  // the routes routers get.
+  for (const auto& s : after) EXPECT_EQ(s["standby"], "a1") << s.dump();
+  v1::RouteSnapshot snap = c_->Snapshot();
+  for (const auto& r : snap.routes()) EXPECT_EQ(r.standby().node(), "a1");
 }
 
 TEST_F(ControllerTest, FlappingNodeIsHeldOutAfterMaxFailures) {
@@ -398,7 +405,7 @@ TEST_F(ControllerTest, RouterAcksAreRecorded) {
   EXPECT_THAT(EventTypes(), ::testing::Contains("routers_acked"));
 }
 
-TEST_F(ControllerTest, RestartKeepsRoutesAndEpochAndWaitsOutTheGrace) {
+TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
   ControllerConfig config = ThreePlusOne();
   config.startup_grace = milliseconds(300);
@@ -414,7 +421,9 @@ TEST_F(ControllerTest, RestartKeepsRoutesAndEpochAndWaitsOutTheGrace) {
   c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
   ASSERT_TRUE(c_->Recover().ok());
   EXPECT_EQ(c_->StreamsJson(), streams);
-  EXPECT_EQ(c_->epoch(), epoch);
+  // A new epoch: routers holding the old controller's later versions still
+  // take the restarted one's snapshots.
+  EXPECT_EQ(c_->epoch(), epoch + 1);
   EXPECT_EQ((*c_->NodeJson("a1"))["fenced"], true);
   // Nobody has reconnected yet; within the grace nothing fails over.
   Run(milliseconds(250), {});

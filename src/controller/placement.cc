@@ -325,6 +325,16 @@ absl::Status Placement::RestoreNode(const std::string& id) {
     SetPrimary(*s, target);
     SetStandby(*s, PickStandby(*s));
   }
+  // A node back as passive is the standby again for streams that had to
+  // stand by on an active node meanwhile: a failure then moves 1:1 again.
+  if (n->spec.role == Role::kPassive) {
+    for (auto& [sid, s] : streams_) {
+      if (s.primary != nullptr && s.standby != nullptr && s.standby->spec.role != Role::kPassive &&
+          n->spec.capacity >= s.spec.weight) {
+        SetStandby(s, n);
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -123,6 +123,25 @@ TEST(PlacementTest, RecoveredNodeRejoinsAsPassiveAndNothingFlapsBack) {
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].primary, before[i].primary);
 }
 
+// Regression: after a failed node rejoined as passive, streams kept the
+// standbys they got on active nodes while the passive was serving.
+TEST(PlacementTest, RejoinedPassiveBecomesTheStandbyAgain) {
+  Placement p = ThreeActiveOnePassive();
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  p.FailNode("a1");  // p1 becomes active; every standby is now an active node
+  for (const Assignment& a : p.Assignments()) EXPECT_NE(a.standby, "a1");
+  ASSERT_TRUE(p.RestoreNode("a1").ok());
+  ASSERT_EQ(p.RoleOf("a1"), Role::kPassive);
+  for (const Assignment& a : p.Assignments()) {
+    EXPECT_EQ(a.standby, "a1") << a.stream;
+    EXPECT_NE(a.primary, "a1") << a.stream;
+  }
+  // And the next failure moves a node's streams 1:1 onto it.
+  FailoverPlan plan = p.FailNode("a2");
+  EXPECT_EQ(plan.promoted, "a1");
+  for (const Assignment& a : plan.moved) EXPECT_EQ(a.primary, "a1");
+}
+
 TEST(PlacementTest, RestoreCarriesStreamsThatHadNowhereToGo) {
   Placement p(1);
   for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());

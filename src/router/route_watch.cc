@@ -113,13 +113,15 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
     });
     v1::RouteSnapshot snap;
     while (stream->Read(&snap)) {
-      auto table = RouteTable::FromSnapshot(snap);
-      router_->SetRoutes(table);
-      spdlog::info("router: routes v{} (epoch {}, {} streams)", snap.version(), snap.epoch(),
-                   snap.routes_size());
-      v1::RouteAck ack;
+      if (absl::Status s = router_->SetRoutes(RouteTable::FromSnapshot(snap)); !s.ok()) {
+        spdlog::warn("router: {}; kept", s.message());
+      } else {
+        spdlog::info("router: routes v{} (epoch {}, {} streams)", snap.version(), snap.epoch(),
+                     snap.routes_size());
+      }
+      v1::RouteAck ack;  // the version it holds, applied or kept
       ack.set_router(config_.router_id);
-      ack.set_version(snap.version());
+      ack.set_version(router_->routes() ? router_->routes()->version() : 0);
       std::lock_guard<std::mutex> w(write_mu);
       if (!stream->Write(ack)) break;
     }

@@ -31,8 +31,12 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "router/admission.h"
 #include "router/request.h"
+#include "router/retry_budget.h"
 #include "router/tenants.h"
+#include "router/upstream_health.h"
+#include "router/upstream_selector.h"
 
 namespace gpuha::router {
 
@@ -41,7 +45,8 @@ namespace beast = boost::beast;
 namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
-using Clock = std::chrono::steady_clock;
+using Clock = std::chrono::steady_clock;  // Asio timers; policy time comes from common::Clock
+using common::TimePoint;
 using std::chrono::milliseconds;
 
 // Coroutines, sockets and timers on the io_context's own executor type rather
@@ -60,14 +65,6 @@ constexpr size_t kChunk = 64 * 1024;
 constexpr size_t kMaxIdlePerUpstream = 256;
 
 auto Redirect(error_code& ec) { return net::redirect_error(net::use_awaitable_t<Executor>(), ec); }
-
-int64_t NowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-// Upstream health as the prober sees it.
-enum class Health { kUp, kDown, kHung };
 
 // Starts TLS on a connected upstream socket: SNI for a DNS name, and the
 // certificate must chain to upstream_tls.ca and carry `name`.
@@ -89,13 +86,13 @@ class Deadline {
   Deadline(const Deadline&) = delete;
   Deadline& operator=(const Deadline&) = delete;
   void Arm(milliseconds d);
-  void Disarm() { at_ = Clock::time_point::max(); }
+  void Disarm() { at_ = TimePoint::max(); }
   bool expired() const { return expired_; }
   // Called by the sweep.
-  void Check(Clock::time_point now) {
+  void Check(TimePoint now) {
     if (now < at_) return;
     expired_ = true;
-    at_ = Clock::time_point::max();
+    at_ = TimePoint::max();
     error_code ec;
     s_.cancel(ec);
   }
@@ -103,7 +100,7 @@ class Deadline {
  private:
   Loop& loop_;
   Socket& s_;
-  Clock::time_point at_ = Clock::time_point::max();
+  TimePoint at_ = TimePoint::max();
   bool expired_ = false;
 };
 
@@ -139,51 +136,42 @@ using WaitingList = boost::intrusive::list<
     boost::intrusive::member_hook<UpConn, decltype(UpConn::waiting_hook), &UpConn::waiting_hook>,
     boost::intrusive::constant_time_size<false>>;
 
-// One upstream as one loop sees it. Loop-local: no locks.
-struct UpstreamState {
+// One upstream as one loop sees it: its policy state (UpstreamHealth) and
+// its connections. Loop-local: no locks.
+struct UpstreamState : UpstreamHealth {
+  using UpstreamHealth::UpstreamHealth;
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
-  bool resolvable = false;
   std::vector<std::unique_ptr<UpConn>> idle;
   WaitingList waiting;  // awaiting a response head (no allocation per request)
-  int64_t in_flight = 0;
-  int failures = 0;  // consecutive connection-level failures
-  Clock::time_point ejected_until{};
-  Health health = Health::kUp;
-  bool usable(Clock::time_point now) const {
-    return resolvable && health == Health::kUp && now >= ejected_until;
-  }
 };
 
+// Every plain counter of a loop, declared once: the list makes both the
+// fields and their /metrics families (gpuha_router_<field>_total).
+#define GPUHA_ROUTER_COUNTERS(X)                                                            \
+  X(requests, "Requests read from clients.")                                                \
+  X(retries, "Requests re-sent to another upstream.")                                       \
+  X(hung_resends, "Requests re-sent because their upstream was judged hung.")               \
+  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.") \
+  X(ejections, "Upstreams ejected after a connection failure.")                             \
+  X(upstream_connects, "New upstream connections.")                                         \
+  X(upstream_reuses, "Requests sent on a pooled connection.")                               \
+  X(client_aborts, "Clients that left before their answer.")                                \
+  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                  \
+  X(connections, "Client connections accepted.")                                            \
+  X(tls_handshake_failures, "Failed TLS handshakes.")
+
 struct Stats {
-  std::atomic<uint64_t> requests{0};
+#define GPUHA_FIELD(name, help) std::atomic<uint64_t> name{0};
+  GPUHA_ROUTER_COUNTERS(GPUHA_FIELD)
+#undef GPUHA_FIELD
   std::array<std::atomic<uint64_t>, 6> upstream_class{};  // 1xx..5xx from upstreams
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Reason::kCount)> router_answers{};
-  std::atomic<uint64_t> retries{0};
-  std::atomic<uint64_t> hung_resends{0};
-  std::atomic<uint64_t> stale_resends{0};
-  std::atomic<uint64_t> ejections{0};
-  std::atomic<uint64_t> connects{0};
-  std::atomic<uint64_t> reuses{0};
-  std::atomic<uint64_t> client_aborts{0};
-  std::atomic<uint64_t> upstream_aborts{0};
-  std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> tls_handshake_failures{0};
   std::atomic<int64_t> in_flight{0};
 };
 
 void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
-
-// Insertion sort: stable, and no temporary buffer (std::stable_sort and
-// std::stable_partition allocate one per call) for the few upstreams a request
-// chooses among.
-template <class V, class Less>
-void SmallStableSort(V& v, Less less) {
-  for (size_t i = 1; i < v.size(); ++i) {
-    for (size_t j = i; j > 0 && less(v[j], v[j - 1]); --j) std::swap(v[j], v[j - 1]);
-  }
-}
 
 }  // namespace
 
@@ -193,9 +181,17 @@ struct Loop {
   // One thread runs this io_context and every socket on it is touched only
   // from that thread (other threads post to it), so the reactor's
   // per-socket locking is off.
-  Loop()
+  Loop(common::Clock& c, const RouterConfig& config)
       : ioc_owner(std::make_unique<net::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
-        ioc(*ioc_owner) {}
+        ioc(*ioc_owner),
+        clock(c),
+        now(c.Now()),
+        sticky(config.sticky),
+        retry_budget({.percent = config.retry_budget_percent,
+                      .min_per_second = config.retry_min_per_second,
+                      .burst = config.retry_burst},
+                     now),
+        ejection({.base = config.ejection_base, .max = config.ejection_max}) {}
   ~Loop() {
     // Pooled sockets first, while the io_context lives; then the io_context,
     // whose destruction frees suspended request frames, which still touch
@@ -206,26 +202,21 @@ struct Loop {
   }
   std::unique_ptr<net::io_context> ioc_owner;
   net::io_context& ioc;
-  Clock::time_point now = Clock::now();  // updated by the sweep
+  common::Clock& clock;
+  TimePoint now;  // clock.Now() as of the last sweep: coarse, and free to read
   std::unordered_set<Deadline*> deadlines;
   std::vector<std::unique_ptr<char[]>> free_chunks;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::thread thread;
   std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
-  // stream -> "primary|standby" it stuck to the standby under.
-  struct Sticky {
-    std::string primary, standby;  // the stream's routes when it failed over
-    Clock::time_point since;
-  };
-  std::unordered_map<std::string, Sticky> sticky;
+  StickyTable sticky;
   std::shared_ptr<const RouteTable> routes;
   uint64_t routes_gen = ~uint64_t{0};
   std::shared_ptr<const TenantSet> tenants;
   std::shared_ptr<ssl::context> tls;           // null: plain HTTP
   std::shared_ptr<ssl::context> upstream_tls;  // null: plain HTTP to upstreams
-  double retry_tokens = 0;                     // the retry budget's balance (see RouterConfig)
-  double retry_per_second = 0;
-  double retry_burst = 0;
+  RetryBudget retry_budget;
+  UpstreamHealth::Options ejection;
   uint64_t round_robin = 0;
   Stats stats;
 };
@@ -318,11 +309,7 @@ awaitable<void> Sweep(Loop& L) {
     error_code ec;
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
-    auto now = Clock::now();
-    L.retry_tokens = std::min(
-        L.retry_burst,
-        L.retry_tokens + L.retry_per_second * std::chrono::duration<double>(now - L.now).count());
-    L.now = now;
+    L.now = L.clock.Now();
     // Check() may not erase; copying keeps the walk safe and is cheap next
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
@@ -331,9 +318,10 @@ awaitable<void> Sweep(Loop& L) {
 }
 
 struct Router::Impl {
-  explicit Impl(RouterConfig c) : config(std::move(c)) {}
+  Impl(RouterConfig c, common::Clock& clk) : config(std::move(c)), clock(clk) {}
 
   RouterConfig config;
+  common::Clock& clock;
   std::vector<std::unique_ptr<Loop>> loops;
   std::unique_ptr<common::HttpServer> admin;
   uint16_t port = 0;
@@ -453,7 +441,8 @@ absl::Status Router::Impl::Listen() {
   return absl::OkStatus();
 }
 
-Router::Router(RouterConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Router::Router(RouterConfig config, common::Clock* clock)
+    : impl_(std::make_unique<Impl>(std::move(config), *clock)) {}
 Router::~Router() { Stop(); }
 
 absl::Status Router::Start() {
@@ -471,10 +460,7 @@ absl::Status Router::Start() {
     spdlog::warn("router: no tenants configured: requests need no API key and reach every stream");
   }
   for (int i = 0; i < threads; ++i) {
-    auto L = std::make_unique<Loop>();
-    L->retry_per_second = I.config.retry_min_per_second;
-    L->retry_burst = I.config.retry_burst;
-    L->retry_tokens = I.config.retry_min_per_second;  // a second's worth to start
+    auto L = std::make_unique<Loop>(I.clock, I.config);
     L->tls = *tls;
     L->upstream_tls = *upstream_tls;
     L->tenants = I.tenants;
@@ -482,7 +468,7 @@ absl::Status Router::Start() {
   }
   if (absl::Status s = I.Listen(); !s.ok()) return s;
   if (!I.config.routes.empty() || I.config.controllers.empty()) {
-    SetRoutes(RouteTable::FromStatic(I.config.routes));
+    if (absl::Status s = SetRoutes(RouteTable::FromStatic(I.config.routes)); !s.ok()) return s;
   }
   auto admin = common::HttpServer::Start(
       {.address = I.config.admin.host, .port = I.config.admin.port},
@@ -532,12 +518,21 @@ void Router::Stop() {
 uint16_t Router::port() const { return impl_->port; }
 uint16_t Router::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
 
-void Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
+absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
   {
     std::lock_guard<std::mutex> lock(impl_->routes_mu);
+    const RouteTable* held = impl_->routes.get();
+    if (held != nullptr &&
+        (table->epoch() < held->epoch() ||
+         (table->epoch() == held->epoch() && table->version() < held->version()))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stale route snapshot: version ", table->version(), " epoch ", table->epoch(),
+          " is older than the held version ", held->version(), " epoch ", held->epoch()));
+    }
     impl_->routes = std::move(table);
   }
   impl_->routes_gen.fetch_add(1, std::memory_order_release);
+  return absl::OkStatus();
 }
 
 std::shared_ptr<const RouteTable> Router::routes() const {
@@ -580,7 +575,9 @@ absl::Status Router::Reload(const RouterConfig& config) {
     });
   }
   applied->wait();
-  if (I.config.controllers.empty()) SetRoutes(RouteTable::FromStatic(config.routes));
+  if (I.config.controllers.empty()) {
+    if (absl::Status s = SetRoutes(RouteTable::FromStatic(config.routes)); !s.ok()) return s;
+  }
   spdlog::info("router: reloaded ({} tenant(s){})", config.tenants.size(),
                *tls ? ", new certificate" : "");
   return absl::OkStatus();
@@ -605,26 +602,22 @@ void Router::Impl::RefreshRoutes(Loop& L) {
 UpstreamState& Router::Impl::Upstream(Loop& L, const router::Upstream& u) {
   auto it = L.upstreams.find(u.address);
   if (it != L.upstreams.end()) return *it->second;
-  auto up = std::make_unique<UpstreamState>();
+  auto up = std::make_unique<UpstreamState>(L.ejection);
   up->address = u.address;
   up->node = u.node;
   auto hp = common::ParseHostPort(u.address, "upstream");
   error_code ec;
   if (hp.ok()) {
     auto a = net::ip::make_address(hp->host, ec);
-    if (!ec) {
-      up->endpoint = tcp::endpoint(a, hp->port);
-      up->resolvable = true;
-    }
+    if (!ec) up->endpoint = tcp::endpoint(a, hp->port);
   }
+  up->resolvable = hp.ok() && !ec;
   if (!up->resolvable) spdlog::warn("router: upstream '{}' is not IP:PORT; skipped", u.address);
   return *L.upstreams.emplace(u.address, std::move(up)).first->second;
 }
 
 void Router::Impl::ConnectionFailed(Loop& L, UpstreamState& up) {
-  up.failures++;
-  auto backoff = config.ejection_base * (1 << std::min(up.failures - 1, 10));
-  up.ejected_until = Clock::now() + std::min<milliseconds>(backoff, config.ejection_max);
+  up.UpstreamHealth::ConnectionFailed(clock.Now());
   up.idle.clear();
   Inc(L.stats.ejections);
   std::lock_guard<std::mutex> lock(suspects_mu);
@@ -635,12 +628,8 @@ void Router::Impl::SetHealth(Loop& L, const std::string& address, Health h) {
   auto it = L.upstreams.find(address);
   if (it == L.upstreams.end()) return;
   UpstreamState& up = *it->second;
-  up.health = h;
-  if (h == Health::kUp) {
-    up.failures = 0;
-    up.ejected_until = {};
-    return;
-  }
+  up.SetHealth(h);
+  if (h == Health::kUp) return;
   // Down or hung: requests waiting on it are re-sent to their standby now.
   for (UpConn& c : up.waiting) {
     c.hung_cancel = true;
@@ -700,8 +689,7 @@ awaitable<void> Router::Impl::Accept(Loop& L) {
 struct Router::Impl::ClientConn {
   beast::flat_buffer buf;  // bytes read from the client, not yet parsed
   std::string peer_ip;
-  std::shared_ptr<Tenant> cached_tenant;  // the last API key's tenant
-  std::string cached_key;
+  KeyCache key_cache;  // the last API key's tenant
   // Keep their capacity: no allocation per request.
   std::string head;     // the head sent upstream
   std::string pending;  // the answer for the client, before it is written
@@ -809,27 +797,12 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
         absl::StrCat(fields, " header fields; the limit is ", config.limits.max_headers));
   }
 
+  auto refuse = [&](Refusal r) { return answer(r.reason, std::move(r.detail), r.retry_after_s); };
+
   // Tenant.
-  std::shared_ptr<Tenant> tenant;
-  if (!L.tenants->auth_required()) {
-    tenant = L.tenants->open_tenant();
-  } else {
-    std::string_view key = ApiKey(req);
-    if (!key.empty() && cc.cached_tenant && key == cc.cached_key) {
-      tenant = cc.cached_tenant;
-    } else if (!key.empty()) {
-      tenant = L.tenants->Lookup(key);
-      if (tenant) {
-        cc.cached_tenant = tenant;
-        cc.cached_key = std::string(key);
-      }
-    }
-    if (!tenant) {
-      co_return co_await answer(
-          Reason::kUnauthorized,
-          key.empty() ? "no API key (Authorization: Bearer KEY or X-Api-Key)" : "unknown API key");
-    }
-  }
+  Identity who = Identify(*L.tenants, ApiKey(req), &cc.key_cache);
+  if (!who.tenant) co_return co_await refuse(std::move(*who.refusal));
+  std::shared_ptr<Tenant> tenant = std::move(who.tenant);
 
   // Route.
   auto hv = req["x-gpuha-stream"];
@@ -844,9 +817,9 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
   stream_id = ref.stream;
   RefreshRoutes(L);
   std::shared_ptr<const RouteTable> routes = L.routes;  // this request's version
-  absl::InlinedVector<UpstreamState*, 4> order;
+  UpstreamOrder<UpstreamState> order;
   const RouteEntry* e = nullptr;  // the stream's route, if it names one
-  auto now = Clock::now();
+  const TimePoint now = clock.Now();
   if (!stream_id.empty()) {
     e = routes ? routes->Find(stream_id) : nullptr;
     // Another tenant's stream is "unknown": its existence does not leak.
@@ -859,23 +832,9 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
     }
     UpstreamState* primary = &Upstream(L, e->primary);
     UpstreamState* standby = e->standby.empty() ? nullptr : &Upstream(L, e->standby);
-    auto st = L.sticky.find(stream_id);
-    bool stuck = false;
-    if (st != L.sticky.end()) {
-      if (st->second.primary != e->primary.address || st->second.standby != e->standby.address) {
-        L.sticky.erase(st);  // the controller moved the stream: its routes win
-      } else if (now - st->second.since >= config.sticky && primary->usable(now)) {
-        L.sticky.erase(st);  // the primary the controller kept is back
-      } else {
-        stuck = true;
-      }
-    }
-    if (standby != nullptr && (stuck || !primary->usable(now))) {
-      order = {standby, primary};
-    } else {
-      order = {primary};
-      if (standby != nullptr) order.push_back(standby);
-    }
+    bool stuck = L.sticky.Stuck(stream_id, e->primary.address, e->standby.address,
+                                primary->usable(now), now);
+    order = StreamOrder(primary, standby, stuck, now);
   } else {
     const std::vector<router::Upstream>& nodes =
         routes ? routes->TenantNodes(tenant->name) : std::vector<router::Upstream>{};
@@ -886,41 +845,18 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
     size_t start = L.round_robin++ % nodes.size();
     for (size_t i = 0; i < nodes.size(); ++i)
       order.push_back(&Upstream(L, nodes[(start + i) % nodes.size()]));
-    SmallStableSort(order, [&](UpstreamState* a, UpstreamState* b) {
-      if (a->usable(now) != b->usable(now)) return a->usable(now);
-      return a->in_flight < b->in_flight;
-    });
-    if (order.size() > 2) order.resize(2);
+    LeastLoaded(order, now);
   }
-  // Down or hung upstreams are skipped; ejected ones stay as a last resort.
-  order.erase(
-      std::remove_if(order.begin(), order.end(),
-                     [](UpstreamState* u) { return !u->resolvable || u->health != Health::kUp; }),
-      order.end());
-  SmallStableSort(
-      order, [&](UpstreamState* a, UpstreamState* b) { return a->usable(now) && !b->usable(now); });
+  DropUnfit(order, now);
   if (order.empty()) {
     co_return co_await answer(Reason::kNoUpstream, "every upstream of the stream is down or hung",
                               1);
   }
 
   // Tenant limits.
-  if (tenant->limiter) {
-    int64_t wait_ns = 0;
-    if (!tenant->limiter->Allow(NowNanos(), &wait_ns)) {
-      int secs = static_cast<int>(std::max<int64_t>(1, (wait_ns + 999'999'999) / 1'000'000'000));
-      co_return co_await answer(Reason::kRateLimited, "tenant request rate limit", secs);
-    }
-  }
-  struct Release {
-    std::atomic<int64_t>* c;
-    ~Release() { c->fetch_sub(1, std::memory_order_relaxed); }
-  };
-  int64_t mine = tenant->in_flight->fetch_add(1, std::memory_order_relaxed) + 1;
-  Release release{tenant->in_flight.get()};
-  if (tenant->max_concurrent > 0 && mine > tenant->max_concurrent) {
-    co_return co_await answer(Reason::kOverQuota, "tenant concurrent request quota", 1);
-  }
+  if (std::optional<Refusal> r = CheckRate(*tenant, now)) co_return co_await refuse(std::move(*r));
+  QuotaSlot quota(*tenant);
+  if (quota.over()) co_return co_await refuse(QuotaSlot::Refused());
 
   // Body: buffered up to the retry buffer, so it can be re-sent.
   if (req[http::field::expect] == "100-continue" && !p.is_done()) {
@@ -964,7 +900,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
     framing = Framing::kChunked;
   }
 
-  L.retry_tokens = std::min(config.retry_burst, L.retry_tokens + config.retry_budget_percent / 100);
+  L.retry_budget.Deposit(L.now);
   struct InFlight {
     std::atomic<int64_t>& n;
     explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
@@ -977,13 +913,12 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
     UpstreamState& up = *order[i];
     if (i > 0) {
       if (f.body_consumed) break;
-      if (L.retry_tokens < 1) {
+      if (!L.retry_budget.TryWithdraw(L.now)) {
         co_return co_await answer(Reason::kRetryBudget,
                                   absl::StrCat("retry budget exhausted after: ", last_failure), 1);
       }
       Inc(L.stats.retries);
       if (f.hung) Inc(L.stats.hung_resends);
-      L.retry_tokens -= 1;
     }
     cc.head.clear();
     AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip, framing,
@@ -994,7 +929,7 @@ awaitable<bool> Router::Impl::Handle(Loop& L, Stream& client, Deadline& lowest, 
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;
     if (i == 0 && e != nullptr && order.size() > 1) {
-      L.sticky[stream_id] = {e->primary.address, e->standby.address, Clock::now()};
+      L.sticky.Stick(stream_id, e->primary.address, e->standby.address, clock.Now());
     }
   }
   if (f.client_gone) {
@@ -1046,12 +981,12 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       conn = std::move(up.idle.back());
       up.idle.pop_back();
       pooled = true;
-      Inc(L.stats.reuses);
+      Inc(L.stats.upstream_reuses);
     } else {
       conn = std::make_unique<UpConn>(L, L.ioc.get_executor());
       conn->deadline.Arm(config.limits.connect_timeout);
       co_await conn->s.async_connect(up.endpoint, Redirect(ec));
-      Inc(L.stats.connects);
+      Inc(L.stats.upstream_connects);
       if (ec) {
         fail(conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message(), true);
         co_return;
@@ -1094,7 +1029,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     conn->deadline.Arm(config.limits.body_timeout);
     co_await conn->Write(std::span<const net::const_buffer>(bufs.data(), nb), ec);
     if (ec) {
-      if (may_resend && up.usable(Clock::now())) {
+      if (may_resend && up.usable(clock.Now())) {
         Inc(L.stats.stale_resends);
         continue;
       }
@@ -1170,7 +1105,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
       out.timeout = true;
       fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
            true);
-    } else if (may_resend && up.usable(Clock::now()) && conn->buf.size() == 0 &&
+    } else if (may_resend && up.usable(clock.Now()) && conn->buf.size() == 0 &&
                (ec == http::error::end_of_stream || ec == net::error::connection_reset)) {
       Inc(L.stats.stale_resends);
       continue;
@@ -1186,7 +1121,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
   }
 
   // Relay the response. From the first byte on, the client owns the outcome.
-  up.failures = 0;
+  up.Answered();
   auto& res = rp->get();
   int status = res.result_int();
   Inc(L.stats.upstream_class[std::min(5, status / 100)]);
@@ -1310,7 +1245,7 @@ awaitable<void> Router::Impl::Forward(Loop& L, Stream& client, Deadline& lowest,
     ConnectionFailed(L, up);
     co_return;
   }
-  if (upstream_reusable && up.idle.size() < kMaxIdlePerUpstream && up.health == Health::kUp) {
+  if (upstream_reusable && up.idle.size() < kMaxIdlePerUpstream && up.health() == Health::kUp) {
     conn->deadline.Disarm();
     up.idle.push_back(std::move(conn));
   }
@@ -1458,9 +1393,6 @@ std::string Router::Impl::Metrics() const {
     for (const auto& L : loops) total += field(L->stats).load(std::memory_order_relaxed);
     return total;
   };
-  p.Family("gpuha_router_requests_total", "counter", "Requests read from clients.");
-  p.Sample("gpuha_router_requests_total", {},
-           double(sum([](Stats & s) -> auto& { return s.requests; })));
   p.Family("gpuha_router_responses_total", "counter",
            "Final answers: from an upstream (by status class) or from the router (by reason).");
   for (int c = 1; c <= 5; ++c) {
@@ -1475,33 +1407,12 @@ std::string Router::Impl::Metrics() const {
               {"reason", ReasonLabel(static_cast<Reason>(r))}},
              double(sum([r](Stats & s) -> auto& { return s.router_answers[r]; })));
   }
-  struct Counter {
-    const char* name;
-    const char* help;
-    std::atomic<uint64_t> Stats::*field;
-  };
-  for (const Counter& c : std::initializer_list<Counter>{
-           {"gpuha_router_retries_total", "Requests re-sent to another upstream.", &Stats::retries},
-           {"gpuha_router_hung_resends_total",
-            "Requests re-sent because their upstream was judged hung.", &Stats::hung_resends},
-           {"gpuha_router_stale_resends_total",
-            "Requests re-sent on a fresh connection after a pooled one was closed.",
-            &Stats::stale_resends},
-           {"gpuha_router_ejections_total", "Upstreams ejected after a connection failure.",
-            &Stats::ejections},
-           {"gpuha_router_upstream_connects_total", "New upstream connections.", &Stats::connects},
-           {"gpuha_router_upstream_reuses_total", "Requests sent on a pooled connection.",
-            &Stats::reuses},
-           {"gpuha_router_client_aborts_total", "Clients that left before their answer.",
-            &Stats::client_aborts},
-           {"gpuha_router_upstream_aborts_total",
-            "Responses cut because the upstream broke mid-body.", &Stats::upstream_aborts},
-           {"gpuha_router_connections_total", "Client connections accepted.", &Stats::connections},
-           {"gpuha_router_tls_handshake_failures_total", "Failed TLS handshakes.",
-            &Stats::tls_handshake_failures}}) {
-    p.Family(c.name, "counter", c.help);
-    p.Sample(c.name, {}, double(sum([&c](Stats & s) -> auto& { return s.*(c.field); })));
-  }
+#define GPUHA_FAMILY(name, help)                             \
+  p.Family("gpuha_router_" #name "_total", "counter", help); \
+  p.Sample("gpuha_router_" #name "_total", {},               \
+           double(sum([](Stats & s) -> auto& { return s.name; })));
+  GPUHA_ROUTER_COUNTERS(GPUHA_FAMILY)
+#undef GPUHA_FAMILY
   int64_t in_flight = 0;
   for (const auto& L : loops) in_flight += L->stats.in_flight.load(std::memory_order_relaxed);
   p.Family("gpuha_router_requests_in_flight", "gauge", "Requests being forwarded.");

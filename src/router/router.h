@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "router/route_table.h"
 #include "router/router_config.h"
 
@@ -26,7 +27,9 @@ namespace gpuha::router {
 
 class Router {
  public:
-  explicit Router(RouterConfig config);
+  // `clock` drives the policy (ejection, stickiness, retry budget); the
+  // event loops' own timers stay on the steady clock.
+  explicit Router(RouterConfig config, common::Clock* clock = common::RealClock::Get());
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -38,7 +41,10 @@ class Router {
   uint16_t admin_port() const;
 
   // Publishes a new route version; requests already running keep theirs.
-  void SetRoutes(std::shared_ptr<const RouteTable> table);
+  // A table older than the one held (a lower epoch, or the same epoch and a
+  // lower version) is refused with FailedPrecondition: a delayed snapshot
+  // from a deposed controller never rolls the routes back.
+  [[nodiscard]] absl::Status SetRoutes(std::shared_ptr<const RouteTable> table);
   std::shared_ptr<const RouteTable> routes() const;
   // SIGHUP: new TLS certificate and key, tenants and (without a controller)
   // static routes. Open connections keep going; listen address and threads

@@ -4,30 +4,17 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/yaml_reader.h"
 
 namespace gpuha::router {
 namespace {
 
-bool IsSha256Hex(const std::string& s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) return false;
-  }
-  return true;
-}
-
-// Reads `key` as a positive integer count of milliseconds into `out`.
+// Durations here are positive unless `allow_zero` (0 turns a feature off).
 void ReadMillis(common::YamlMap& m, absl::string_view key, std::chrono::milliseconds* out,
                 bool allow_zero = false) {
-  if (auto v = m.Int(key)) {
-    if (*v < 0 || (*v == 0 && !allow_zero)) {
-      m.Fail(key, allow_zero ? "must not be negative" : "must be a positive number of ms");
-      return;
-    }
-    *out = std::chrono::milliseconds(*v);
-  }
+  common::ReadMillis(m, key, out, {.min = allow_zero ? 0 : 1});
 }
 
 template <typename T>
@@ -130,17 +117,18 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
       auto keys = t.StringList("api_keys_sha256").value_or(std::vector<std::string>{});
       if (keys.empty() && t.ok()) t.Fail("api_keys_sha256", "needs at least one key hash");
       for (const std::string& k : keys) {
-        if (!IsSha256Hex(k)) {
+        std::optional<std::string> hex = common::ParseSha256Hex(k);
+        if (!hex) {
           t.Fail("api_keys_sha256", absl::StrCat("'", k,
-                                                 "' is not a lower-case hex SHA-256 (make one with "
-                                                 "`gpuha ctl hash-token KEY`)"));
+                                                 "' is not a hex SHA-256 (64 hex digits; make one "
+                                                 "with `gpuha ctl hash-token KEY`)"));
           break;
         }
-        if (!hashes.insert(k).second) {
+        if (!hashes.insert(*hex).second) {
           t.Fail("api_keys_sha256", "the same key hash is given to two tenants");
           break;
         }
-        tc.key_hashes.push_back(k);
+        tc.key_hashes.push_back(*hex);
       }
     }
     if (auto v = t.Number("requests_per_second")) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/ascii.h"
 #include "common/net_util.h"
 
 namespace gpuha::router {
@@ -56,6 +57,16 @@ failover: {retry_budget_percent: 10, retry_min_per_second: 5, retry_burst: 50,
   EXPECT_EQ(c->upstream_server_name, "infer.internal");
 }
 
+// Regression: the router rejected upper-case key hashes that the
+// controller's token reader accepted. One rule now, stored lower case.
+TEST(RouterConfigTest, UpperCaseKeyHashIsReadAsLowerCase) {
+  std::string upper = absl::AsciiStrToUpper(Hash("k1"));
+  auto c =
+      ParseRouterConfig("tenants:\n  - name: a\n    api_keys_sha256: [" + upper + "]\n", "r.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tenants[0].key_hashes[0], Hash("k1"));
+}
+
 TEST(RouterConfigTest, TheExampleFileLoads) {
   auto c = LoadRouterConfig(GPUHA_SOURCE_DIR "/examples/router.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -81,8 +92,8 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"listen: nowhere", "listen"},
       {"threads: -1", "threads"},
       {"tenants:\n  - name: a\n    api_keys_sha256: [abc]", "tenants[0].api_keys_sha256"},
-      {"tenants:\n  - name: a\n    api_keys_sha256: [" + std::string(64, 'A') + "]",
-       "lower-case hex"},
+      {"tenants:\n  - name: a\n    api_keys_sha256: [" + std::string(64, 'g') + "]",
+       "is not a hex SHA-256"},
       {"tenants:\n  - api_keys_sha256: [" + Hash("x") + "]", "name"},
       {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
            "]}\n  - {name: b, "

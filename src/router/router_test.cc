@@ -134,7 +134,7 @@ TEST_F(RouterTest, UpstreamThatLeftTheRoutesAndCameBackIsUsedAgain) {
     r->set_tenant("acme");
     r->mutable_primary()->set_node(primary_node);
     r->mutable_primary()->set_address(primary);
-    router_->SetRoutes(RouteTable::FromSnapshot(s));
+    ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
   };
   routes("b", b_->address(), 2);                   // the controller takes `a` out
   std::this_thread::sleep_for(milliseconds(300));  // the prober (100 ms scans) lets `a` go
@@ -244,7 +244,7 @@ TEST_F(RouterTest, EmptyRouteTableAndUnplacedStreams) {
   v1::Route* route = s.add_routes();
   route->set_stream("cam-9");
   route->set_tenant("acme");  // no primary: over capacity
-  router_->SetRoutes(RouteTable::FromSnapshot(s));
+  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
   r = Send(port(), Get("/streams/cam-9/x"));
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.headers["Retry-After"], "1");
@@ -260,9 +260,39 @@ TEST_F(RouterTest, RouteSwapMovesNewRequests) {
   route->set_tenant("acme");
   route->mutable_primary()->set_node("b");
   route->mutable_primary()->set_address(b_->address());
-  router_->SetRoutes(RouteTable::FromSnapshot(s));
+  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
   EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
   EXPECT_NE(router_->MetricsText().find("gpuha_router_route_version 5"), std::string::npos);
+}
+
+// A delayed snapshot (an older version in the same epoch, or an older epoch)
+// never rolls the routes back; a newer epoch wins whatever its version.
+TEST_F(RouterTest, StaleRouteSnapshotIsRefusedAndTheHeldRoutesStay) {
+  StartRouter();
+  auto snapshot = [&](uint64_t epoch, uint64_t version, const TestBackend& primary) {
+    const std::string node = &primary == a_.get() ? "a" : "b";
+    v1::RouteSnapshot s;
+    s.set_epoch(epoch);
+    s.set_version(version);
+    v1::Route* route = s.add_routes();
+    route->set_stream("cam-1");
+    route->set_tenant("acme");
+    route->mutable_primary()->set_node(node);
+    route->mutable_primary()->set_address(primary.address());
+    return RouteTable::FromSnapshot(s);
+  };
+  ASSERT_TRUE(router_->SetRoutes(snapshot(3, 7, *b_)).ok());
+  absl::Status older = router_->SetRoutes(snapshot(3, 6, *a_));
+  EXPECT_EQ(older.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(older.message().find("version 6 epoch 3 is older than the held version 7 epoch 3"),
+            std::string::npos)
+      << older;
+  EXPECT_EQ(router_->SetRoutes(snapshot(2, 99, *a_)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(router_->routes()->version(), 7u);
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
+  EXPECT_TRUE(router_->SetRoutes(snapshot(3, 7, *b_)).ok());  // the same version again is fine
+  ASSERT_TRUE(router_->SetRoutes(snapshot(4, 1, *a_)).ok());  // a restarted controller
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a")"), std::string::npos);
 }
 
 TEST_F(RouterTest, RateLimitAndQuotaAnswer429WithRetryAfter) {

@@ -1,0 +1,291 @@
+// The router's policy units on a fake clock: retry budget, outlier ejection,
+// the sticky rule and upstream order, and admission. No sockets, no sleeps.
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "router/admission.h"
+#include "router/retry_budget.h"
+#include "router/upstream_health.h"
+#include "router/upstream_selector.h"
+
+namespace gpuha::router {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(RetryBudgetTest, StartsWithASecondsWorthAndIsExhausted) {
+  common::FakeClock clock;
+  RetryBudget b({.percent = 0, .min_per_second = 3, .burst = 100}, clock.Now());
+  EXPECT_TRUE(b.TryWithdraw(clock.Now()));
+  EXPECT_TRUE(b.TryWithdraw(clock.Now()));
+  EXPECT_TRUE(b.TryWithdraw(clock.Now()));
+  EXPECT_FALSE(b.TryWithdraw(clock.Now()));
+  EXPECT_DOUBLE_EQ(b.Balance(clock.Now()), 0);
+}
+
+TEST(RetryBudgetTest, RequestsEarnTheirPercentOfARetry) {
+  common::FakeClock clock;
+  RetryBudget b({.percent = 20, .min_per_second = 0, .burst = 100}, clock.Now());
+  EXPECT_FALSE(b.TryWithdraw(clock.Now()));
+  for (int i = 0; i < 4; ++i) b.Deposit(clock.Now());
+  EXPECT_FALSE(b.TryWithdraw(clock.Now()));  // 0.8 of a retry
+  b.Deposit(clock.Now());
+  EXPECT_TRUE(b.TryWithdraw(clock.Now()));  // 1.0
+  EXPECT_FALSE(b.TryWithdraw(clock.Now()));
+  // 102 requests earn 20.4 retries: 20, and no more.
+  for (int i = 0; i < 102; ++i) b.Deposit(clock.Now());
+  int retries = 0;
+  while (b.TryWithdraw(clock.Now())) ++retries;
+  EXPECT_EQ(retries, 20);
+}
+
+TEST(RetryBudgetTest, TimeEarnsMinPerSecond) {
+  common::FakeClock clock;
+  RetryBudget b({.percent = 0, .min_per_second = 10, .burst = 100}, clock.Now());
+  while (b.TryWithdraw(clock.Now())) {
+  }
+  clock.Advance(milliseconds(99));
+  EXPECT_FALSE(b.TryWithdraw(clock.Now()));  // 0.99
+  clock.Advance(milliseconds(1));
+  EXPECT_TRUE(b.TryWithdraw(clock.Now()));
+  clock.Advance(seconds(2));
+  EXPECT_NEAR(b.Balance(clock.Now()), 20, 1e-9);
+}
+
+TEST(RetryBudgetTest, BalanceIsCappedAtBurst) {
+  common::FakeClock clock;
+  RetryBudget b({.percent = 50, .min_per_second = 10, .burst = 5}, clock.Now());
+  clock.Advance(seconds(60));
+  for (int i = 0; i < 1000; ++i) b.Deposit(clock.Now());
+  EXPECT_DOUBLE_EQ(b.Balance(clock.Now()), 5);
+  int retries = 0;
+  while (b.TryWithdraw(clock.Now())) ++retries;
+  EXPECT_EQ(retries, 5);
+}
+
+TEST(RetryBudgetTest, ClockGoingBackEarnsNothing) {
+  common::FakeClock clock;
+  RetryBudget b({.percent = 0, .min_per_second = 10, .burst = 100}, clock.Now() + seconds(5));
+  EXPECT_DOUBLE_EQ(b.Balance(clock.Now()), 10);
+}
+
+TEST(UpstreamHealthTest, EjectionBacksOffExponentiallyUpToMax) {
+  common::FakeClock clock;
+  UpstreamHealth h({.base = milliseconds(100), .max = milliseconds(350)});
+  EXPECT_TRUE(h.usable(clock.Now()));
+  h.ConnectionFailed(clock.Now());
+  EXPECT_FALSE(h.usable(clock.Now()));
+  EXPECT_TRUE(h.candidate());  // a last resort
+  clock.Advance(milliseconds(99));
+  EXPECT_TRUE(h.ejected(clock.Now()));
+  clock.Advance(milliseconds(1));
+  EXPECT_TRUE(h.usable(clock.Now()));
+  h.ConnectionFailed(clock.Now());  // second: 200 ms
+  clock.Advance(milliseconds(199));
+  EXPECT_TRUE(h.ejected(clock.Now()));
+  clock.Advance(milliseconds(1));
+  EXPECT_FALSE(h.ejected(clock.Now()));
+  h.ConnectionFailed(clock.Now());  // third: 400 ms, capped at 350
+  clock.Advance(milliseconds(349));
+  EXPECT_TRUE(h.ejected(clock.Now()));
+  clock.Advance(milliseconds(1));
+  EXPECT_FALSE(h.ejected(clock.Now()));
+  EXPECT_EQ(h.failures(), 3);
+}
+
+TEST(UpstreamHealthTest, AnswerForgetsFailuresButTheEjectionRunsOut) {
+  common::FakeClock clock;
+  UpstreamHealth h({.base = milliseconds(100), .max = seconds(10)});
+  h.ConnectionFailed(clock.Now());
+  h.ConnectionFailed(clock.Now());
+  h.Answered();
+  EXPECT_EQ(h.failures(), 0);
+  EXPECT_TRUE(h.ejected(clock.Now()));  // 200 ms still running
+  clock.Advance(milliseconds(200));
+  h.ConnectionFailed(clock.Now());  // counted from one again: 100 ms
+  clock.Advance(milliseconds(100));
+  EXPECT_TRUE(h.usable(clock.Now()));
+}
+
+TEST(UpstreamHealthTest, ProbedUpEndsTheEjectionDownAndHungAreNotCandidates) {
+  common::FakeClock clock;
+  UpstreamHealth h({.base = seconds(1), .max = seconds(10)});
+  h.ConnectionFailed(clock.Now());
+  h.SetHealth(Health::kUp);
+  EXPECT_TRUE(h.usable(clock.Now()));
+  h.SetHealth(Health::kHung);
+  EXPECT_FALSE(h.candidate());
+  h.SetHealth(Health::kDown);
+  EXPECT_FALSE(h.candidate());
+  h.SetHealth(Health::kUp);
+  h.resolvable = false;
+  EXPECT_FALSE(h.candidate());
+}
+
+TEST(UpstreamSelectorTest, PrimaryFirstThenStandby) {
+  common::FakeClock clock;
+  UpstreamHealth p, s;
+  auto order = StreamOrder(&p, &s, /*stuck=*/false, clock.Now());
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], &p);
+  EXPECT_EQ(order[1], &s);
+  auto alone = StreamOrder<UpstreamHealth>(&p, nullptr, /*stuck=*/true, clock.Now());
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0], &p);
+}
+
+TEST(UpstreamSelectorTest, EjectedPrimaryGoesBehindItsStandby) {
+  common::FakeClock clock;
+  UpstreamHealth p({.base = seconds(1), .max = seconds(1)}), s;
+  p.ConnectionFailed(clock.Now());
+  auto order = StreamOrder(&p, &s, false, clock.Now());
+  DropUnfit(order, clock.Now());
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], &s);
+  EXPECT_EQ(order[1], &p);  // the last resort
+}
+
+TEST(UpstreamSelectorTest, DownAndHungUpstreamsAreDropped) {
+  common::FakeClock clock;
+  UpstreamHealth p, s;
+  p.SetHealth(Health::kHung);
+  auto order = StreamOrder(&p, &s, false, clock.Now());
+  DropUnfit(order, clock.Now());
+  ASSERT_EQ(order.size(), 1u);
+  EXPECT_EQ(order[0], &s);
+  s.SetHealth(Health::kDown);
+  order = StreamOrder(&p, &s, false, clock.Now());
+  DropUnfit(order, clock.Now());
+  EXPECT_TRUE(order.empty());
+}
+
+TEST(UpstreamSelectorTest, LeastLoadedTakesTheTwoLeastBusyUsableNodes) {
+  common::FakeClock clock;
+  UpstreamHealth a, b, c, d({.base = seconds(1), .max = seconds(1)});
+  a.in_flight = 5;
+  b.in_flight = 1;
+  c.in_flight = 1;
+  d.in_flight = 0;
+  d.ConnectionFailed(clock.Now());  // idle but ejected: behind the usable ones
+  UpstreamOrder<UpstreamHealth> order = {&a, &b, &c, &d};
+  LeastLoaded(order, clock.Now());
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], &b);  // ties keep the round-robin order
+  EXPECT_EQ(order[1], &c);
+}
+
+TEST(StickyTableTest, StuckStreamStaysOnItsStandbyUntilTheHoldPassesAndThePrimaryIsBack) {
+  common::FakeClock clock;
+  StickyTable sticky(seconds(10));
+  EXPECT_FALSE(sticky.Stuck("cam-1", "a", "b", true, clock.Now()));
+  sticky.Stick("cam-1", "a", "b", clock.Now());
+  clock.Advance(seconds(9));
+  EXPECT_TRUE(sticky.Stuck("cam-1", "a", "b", /*primary_usable=*/true, clock.Now()));
+  clock.Advance(seconds(1));
+  // The hold is over, but the primary is still out: stay.
+  EXPECT_TRUE(sticky.Stuck("cam-1", "a", "b", /*primary_usable=*/false, clock.Now()));
+  EXPECT_FALSE(sticky.Stuck("cam-1", "a", "b", /*primary_usable=*/true, clock.Now()));
+  EXPECT_EQ(sticky.size(), 0u);
+  EXPECT_FALSE(sticky.Stuck("cam-1", "a", "b", false, clock.Now()));
+}
+
+TEST(StickyTableTest, NewRoutesFromTheControllerWin) {
+  common::FakeClock clock;
+  StickyTable sticky(seconds(10));
+  sticky.Stick("cam-1", "a", "b", clock.Now());
+  EXPECT_FALSE(sticky.Stuck("cam-1", "b", "c", false, clock.Now()));
+  EXPECT_EQ(sticky.size(), 0u);
+  sticky.Stick("cam-2", "a", "b", clock.Now());
+  EXPECT_FALSE(sticky.Stuck("cam-2", "a", "c", false, clock.Now()));  // the standby moved
+}
+
+TEST(StickyTableTest, StuckStreamOrdersItsStandbyFirstEvenWithAUsablePrimary) {
+  common::FakeClock clock;
+  StickyTable sticky(seconds(10));
+  UpstreamHealth p, s;
+  sticky.Stick("cam-1", "a", "b", clock.Now());
+  bool stuck = sticky.Stuck("cam-1", "a", "b", p.usable(clock.Now()), clock.Now());
+  auto order = StreamOrder(&p, &s, stuck, clock.Now());
+  EXPECT_EQ(order[0], &s);
+  clock.Advance(seconds(10));
+  stuck = sticky.Stuck("cam-1", "a", "b", p.usable(clock.Now()), clock.Now());
+  order = StreamOrder(&p, &s, stuck, clock.Now());
+  EXPECT_EQ(order[0], &p);
+}
+
+std::shared_ptr<TenantSet> Tenants(double rps, double burst, int64_t max_concurrent) {
+  // sha256("k-acme")
+  return TenantSet::Build(
+      {{.name = "acme",
+        .key_hashes = {"0b131655124822cb1cf254042086d2bf26a4f1c6cd82727aab583e915346"
+                       "aca3"},
+        .requests_per_second = rps,
+        .burst = burst,
+        .max_concurrent = max_concurrent}},
+      nullptr);
+}
+
+TEST(AdmissionTest, OpenTenantWhenNoTenantsAreConfigured) {
+  auto open = TenantSet::Build({}, nullptr);
+  KeyCache cache;
+  Identity who = Identify(*open, "", &cache);
+  ASSERT_TRUE(who.tenant);
+  EXPECT_FALSE(who.refusal);
+}
+
+TEST(AdmissionTest, MissingAndUnknownKeysAreRefusedWith401) {
+  auto tenants = Tenants(0, 0, 0);
+  KeyCache cache;
+  Identity none = Identify(*tenants, "", &cache);
+  EXPECT_FALSE(none.tenant);
+  ASSERT_TRUE(none.refusal);
+  EXPECT_EQ(none.refusal->reason, Reason::kUnauthorized);
+  EXPECT_NE(none.refusal->detail.find("no API key"), std::string::npos);
+  Identity wrong = Identify(*tenants, "k-other", &cache);
+  ASSERT_TRUE(wrong.refusal);
+  EXPECT_EQ(wrong.refusal->detail, "unknown API key");
+  EXPECT_FALSE(cache.tenant);
+}
+
+TEST(AdmissionTest, RateLimitRefusesWithRetryAfterAndRefillsWithTime) {
+  common::FakeClock clock;
+  auto tenants = Tenants(/*rps=*/2, /*burst=*/2, 0);
+  std::shared_ptr<Tenant> t = tenants->Lookup("k-acme");
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(CheckRate(*t, clock.Now()));
+  EXPECT_FALSE(CheckRate(*t, clock.Now()));
+  std::optional<Refusal> r = CheckRate(*t, clock.Now());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, Reason::kRateLimited);
+  EXPECT_EQ(r->retry_after_s, 1);
+  clock.Advance(milliseconds(500));  // one more at 2 per second
+  EXPECT_FALSE(CheckRate(*t, clock.Now()));
+  EXPECT_TRUE(CheckRate(*t, clock.Now()));
+}
+
+TEST(AdmissionTest, QuotaCountsRequestsInFlightAndReleasesThem) {
+  Tenant t;
+  t.max_concurrent = 2;
+  {
+    QuotaSlot a(t), b(t);
+    EXPECT_FALSE(a.over());
+    EXPECT_FALSE(b.over());
+    {
+      QuotaSlot c(t);
+      EXPECT_TRUE(c.over());
+      EXPECT_EQ(t.in_flight->load(), 3);
+    }
+    EXPECT_EQ(t.in_flight->load(), 2);
+  }
+  EXPECT_EQ(t.in_flight->load(), 0);
+  QuotaSlot d(t);
+  EXPECT_FALSE(d.over());
+  Tenant unlimited;
+  QuotaSlot e(unlimited);
+  EXPECT_FALSE(e.over());
+  EXPECT_EQ(unlimited.in_flight->load(), 1);
+}
+
+}  // namespace
+}  // namespace gpuha::router
