@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "router/admission.h"
+#include "router/exchange.h"
 #include "router/retry_budget.h"
 #include "router/upstream_health.h"
 #include "router/upstream_selector.h"
@@ -285,6 +286,45 @@ TEST(AdmissionTest, QuotaCountsRequestsInFlightAndReleasesThem) {
   QuotaSlot e(unlimited);
   EXPECT_FALSE(e.over());
   EXPECT_EQ(unlimited.in_flight->load(), 1);
+}
+
+TEST(RelayFramingTest, LengthAndChunkedBodiesKeepTheirFraming) {
+  RelayFraming f = DecideRelayFraming(false, 200, false, 42, true, 11, true);
+  EXPECT_EQ(f.down, Framing::kLength);
+  EXPECT_EQ(f.length, 42u);
+  EXPECT_TRUE(f.upstream_reusable);
+  EXPECT_TRUE(f.client_keep_alive);
+  EXPECT_FALSE(f.head_only);
+  f = DecideRelayFraming(false, 200, true, std::nullopt, true, 11, true);
+  EXPECT_EQ(f.down, Framing::kChunked);
+  EXPECT_TRUE(f.upstream_reusable);
+}
+
+TEST(RelayFramingTest, BodyUntilCloseIsRechunkedAndTheUpstreamNotReused) {
+  RelayFraming f = DecideRelayFraming(false, 200, false, std::nullopt, true, 11, true);
+  EXPECT_EQ(f.down, Framing::kChunked);
+  EXPECT_FALSE(f.upstream_reusable);
+  EXPECT_TRUE(f.client_keep_alive);
+  EXPECT_FALSE(f.close_client);
+}
+
+TEST(RelayFramingTest, Http10ClientGetsABodyDelimitedByClose) {
+  RelayFraming f = DecideRelayFraming(false, 200, true, std::nullopt, true, 10, true);
+  EXPECT_EQ(f.down, Framing::kNone);
+  EXPECT_FALSE(f.client_keep_alive);
+  EXPECT_TRUE(f.close_client);
+}
+
+TEST(RelayFramingTest, HeadAnd204And304CarryNoBody) {
+  for (auto [head, status] : {std::pair{true, 200}, {false, 204}, {false, 304}}) {
+    RelayFraming f = DecideRelayFraming(head, status, false, 7, true, 11, true);
+    EXPECT_TRUE(f.head_only);
+    EXPECT_EQ(f.down, Framing::kLength);  // the length is passed on, no body follows
+    EXPECT_EQ(f.length, 7u);
+    RelayFraming none = DecideRelayFraming(head, status, false, std::nullopt, true, 11, true);
+    EXPECT_EQ(none.down, Framing::kNone);
+    EXPECT_TRUE(none.upstream_reusable);
+  }
 }
 
 }  // namespace

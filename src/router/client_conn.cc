@@ -1,0 +1,314 @@
+#include "router/client_conn.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/beast/ssl.hpp>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "router/exchange.h"
+
+namespace gpuha::router {
+namespace {
+
+// The upstreams to try for a request, in order: the stream's primary and
+// standby (the sticky rule decides which first), or the tenant's two least
+// loaded nodes when it names no stream. Down and hung upstreams are left
+// out. Another tenant's stream is "unknown": its existence does not leak.
+std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const Tenant& tenant,
+                                       const std::string& stream_id, TimePoint now,
+                                       UpstreamOrder<UpstreamState>* order,
+                                       const RouteEntry** entry) {
+  if (!stream_id.empty()) {
+    const RouteEntry* e = routes ? routes->Find(stream_id) : nullptr;
+    // Another tenant's stream is "unknown": its existence does not leak.
+    if (e == nullptr || (L.tenants->auth_required() && e->tenant != tenant.name)) {
+      return Refusal{Reason::kUnknownStream, "no such stream"};
+    }
+    if (e->primary.empty()) {
+      return Refusal{Reason::kNoCapacity, "the stream is not placed: the cluster is over capacity",
+                     1};
+    }
+    *entry = e;
+    UpstreamState* primary = &FindUpstream(L, e->primary);
+    UpstreamState* standby = e->standby.empty() ? nullptr : &FindUpstream(L, e->standby);
+    bool stuck = L.sticky.Stuck(stream_id, e->primary.address, e->standby.address,
+                                primary->usable(now), now);
+    *order = StreamOrder(primary, standby, stuck, now);
+  } else {
+    const std::vector<router::Upstream>& nodes =
+        routes ? routes->TenantNodes(tenant.name) : std::vector<router::Upstream>{};
+    if (nodes.empty()) {
+      return Refusal{Reason::kNoCapacity, "the tenant has no active node", 1};
+    }
+    // Least loaded first (in this loop), round-robin among equals.
+    size_t start = L.round_robin++ % nodes.size();
+    for (size_t i = 0; i < nodes.size(); ++i)
+      order->push_back(&FindUpstream(L, nodes[(start + i) % nodes.size()]));
+    LeastLoaded(*order, now);
+  }
+  DropUnfit(*order, now);
+  if (order->empty()) {
+    return Refusal{Reason::kNoUpstream, "every upstream of the stream is down or hung", 1};
+  }
+  return std::nullopt;
+}
+
+template <class Stream>
+awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                       RequestParser<http::buffer_body>& p) {
+  const RouterConfig& config = L.config;
+  beast::flat_buffer& buf = cc.buf;
+  Inc(L.stats.requests);
+  auto& req = p.get();
+  bool keep_alive = req.keep_alive();
+  std::string stream_id;
+  error_code ec;
+
+  // Every early answer goes through here: counted, written, done.
+  auto answer = [&](Reason r, std::string detail, int retry_after = 0) -> awaitable<bool> {
+    Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+    // An unread request body would be taken for the next request: close.
+    bool keep = keep_alive && p.is_done();
+    std::string out = ErrorResponse(r, detail, stream_id, retry_after, keep);
+    error_code wec;
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(out), Redirect(wec));
+    co_return keep && !wec;
+  };
+
+  size_t fields = 0;
+  for (auto it = req.begin(); it != req.end(); ++it) ++fields;
+  if (fields > config.limits.max_headers) {
+    keep_alive = false;
+    co_return co_await answer(
+        Reason::kTooManyHeaders,
+        absl::StrCat(fields, " header fields; the limit is ", config.limits.max_headers));
+  }
+
+  auto refuse = [&](Refusal r) { return answer(r.reason, std::move(r.detail), r.retry_after_s); };
+
+  // Tenant.
+  Identity who = Identify(*L.tenants, ApiKey(req), &cc.key_cache);
+  if (!who.tenant) co_return co_await refuse(std::move(*who.refusal));
+  std::shared_ptr<Tenant> tenant = std::move(who.tenant);
+
+  // Route.
+  auto hv = req["x-gpuha-stream"];
+  auto target = req.target();
+  StreamRef ref = ExtractStream(std::string_view(hv.data(), hv.size()),
+                                std::string_view(target.data(), target.size()));
+  if (ref.bad) {
+    co_return co_await answer(Reason::kBadStream,
+                              "stream id must be 1-128 of [A-Za-z0-9._:-], and the header and "
+                              "path must agree");
+  }
+  stream_id = ref.stream;
+  RefreshRoutes(L);
+  std::shared_ptr<const RouteTable> routes = L.routes;  // this request's version
+  UpstreamOrder<UpstreamState> order;
+  const RouteEntry* e = nullptr;  // the stream's route, if it names one
+  const TimePoint now = L.clock.Now();
+  if (std::optional<Refusal> r =
+          ChooseUpstreams(L, routes.get(), *tenant, stream_id, now, &order, &e)) {
+    co_return co_await refuse(std::move(*r));
+  }
+
+  // Tenant limits.
+  if (std::optional<Refusal> r = CheckRate(*tenant, now)) co_return co_await refuse(std::move(*r));
+  QuotaSlot quota(*tenant);
+  if (quota.over()) co_return co_await refuse(QuotaSlot::Refused());
+
+  // Body: buffered up to the retry buffer, so it can be re-sent.
+  if (req[http::field::expect] == "100-continue" && !p.is_done()) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(kContinue), Redirect(ec));
+    if (ec) co_return false;
+  }
+  std::string body;
+  std::unique_ptr<Chunk> chunk;
+  while (!p.is_done() && body.size() < config.limits.retry_buffer_bytes) {
+    if (!chunk) chunk = std::make_unique<Chunk>(L);
+    req.body().data = chunk->get();
+    req.body().size = kChunk;
+    lowest.Arm(config.limits.body_timeout);
+    co_await ReadSome(client, buf, p, ec);
+    if (ec) {
+      if (ec == http::error::body_limit) {
+        keep_alive = false;
+        co_return co_await answer(
+            Reason::kBodyTooLarge,
+            absl::StrCat("body over ", config.limits.max_body_bytes, " bytes"));
+      }
+      Inc(L.stats.client_aborts);
+      co_return false;  // the client went away mid-body
+    }
+    body.append(chunk->get(), kChunk - req.body().size);
+  }
+  bool complete = p.is_done();
+  Framing framing = Framing::kNone;
+  uint64_t length = 0;
+  if (complete) {
+    if (!body.empty() || p.content_length() || p.chunked()) {
+      framing = Framing::kLength;
+      length = body.size();
+    }
+  } else if (p.content_length()) {
+    framing = Framing::kLength;
+    length = *p.content_length();
+  } else {
+    framing = Framing::kChunked;
+  }
+
+  L.retry_budget.Deposit(L.now);
+  struct InFlight {
+    std::atomic<int64_t>& n;
+    explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
+    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } in_flight(L.stats.in_flight);
+  ExchangeResult f;
+  std::string last_failure;
+  bool any_timeout = false;
+  for (size_t i = 0; i < order.size(); ++i) {
+    UpstreamState& up = *order[i];
+    if (i > 0) {
+      if (f.body_consumed) break;
+      if (!L.retry_budget.TryWithdraw(L.now)) {
+        co_return co_await answer(Reason::kRetryBudget,
+                                  absl::StrCat("retry budget exhausted after: ", last_failure), 1);
+      }
+      Inc(L.stats.retries);
+      if (f.hung) Inc(L.stats.hung_resends);
+    }
+    cc.head.clear();
+    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip, framing,
+                       length, &cc.head);
+    f = ExchangeResult{};
+    co_await Exchange(L, client, lowest, cc, p, up, {body, complete, framing, keep_alive}, f);
+    if (!f.retryable) break;
+    last_failure = absl::StrCat(up.node, ": ", f.why);
+    any_timeout = any_timeout || f.timeout;
+    if (i == 0 && e != nullptr && order.size() > 1) {
+      L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
+    }
+  }
+  if (f.client_gone) {
+    Inc(L.stats.client_aborts);
+    co_return false;
+  }
+  if (f.started) co_return keep_alive && !f.close_client;
+  if (f.body_consumed) {
+    keep_alive = false;
+    co_return co_await answer(
+        Reason::kNotReplayable,
+        absl::StrCat("the request body was streamed past the ", config.limits.retry_buffer_bytes,
+                     "-byte retry buffer and the upstream failed (", last_failure,
+                     "); not retried"));
+  }
+  co_return co_await answer(any_timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamFailed,
+                            absl::StrCat("every upstream failed; last: ", last_failure));
+}
+
+template <class Stream>
+awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip) {
+  const RouterConfig& config = L.config;
+  ClientConn cc;
+  cc.peer_ip = std::move(peer_ip);
+  beast::flat_buffer& buf = cc.buf;
+  for (bool first = true;; first = false) {
+    error_code ec;
+    if (!first && buf.size() == 0) {
+      // Between requests: the idle timeout. The head itself then gets the
+      // (shorter) header timeout, against slowloris.
+      lowest.Arm(config.limits.idle_timeout);
+      size_t n = co_await client.async_read_some(buf.prepare(4096), Redirect(ec));
+      if (ec) co_return;
+      buf.commit(n);
+    }
+    std::pmr::monotonic_buffer_resource arena(cc.field_storage.data(), cc.field_storage.size());
+    cc.fields = &arena;
+    RequestParser<http::buffer_body> p(std::piecewise_construct, std::make_tuple(),
+                                       std::make_tuple(Fields::allocator_type(&arena)));
+    p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
+    p.body_limit(config.limits.max_body_bytes);
+    lowest.Arm(config.limits.header_timeout);
+    while (!ec && !p.is_header_done()) {
+      if (ParseBuffered(buf, p, ec)) continue;
+      size_t got = co_await client.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
+      AfterRead(buf, p, got, ec);
+    }
+    if (ec) {
+      if (ec == http::error::end_of_stream || lowest.expired() || ec == net::error::eof ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+          buf.size() == 0) {
+        co_return;  // closed, reset or silent: nothing to answer
+      }
+      Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge
+                 : ec == http::error::body_limit ? Reason::kBodyTooLarge
+                                                 : Reason::kBadRequest;
+      Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+      std::string detail =
+          r == Reason::kBodyTooLarge
+              ? absl::StrCat("Content-Length over ", config.limits.max_body_bytes, " bytes")
+          : r == Reason::kHeaderTooLarge
+              ? absl::StrCat("request head over ", config.limits.max_header_bytes, " bytes")
+              : absl::StrCat("malformed request: ", ec.message());
+      std::string out = ErrorResponse(r, detail, "", 0, /*keep_alive=*/false);
+      lowest.Arm(milliseconds(1000));
+      co_await net::async_write(client, net::buffer(out), Redirect(ec));
+      co_return;
+    }
+    bool keep = co_await Handle(L, client, lowest, cc, p);
+    if (!keep) co_return;
+    // A large chunked answer grew them: an idle connection keeps no more.
+    if (cc.pending.capacity() > 4096) std::string().swap(cc.pending);
+  }
+}
+
+}  // namespace
+
+awaitable<void> Accept(Loop& L) {
+  for (;;) {
+    error_code ec;
+    Socket sock = co_await L.acceptor->async_accept(L.ioc.get_executor(), Redirect(ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted) co_return;
+      spdlog::warn("router: accept: {}", ec.message());
+      continue;
+    }
+    Inc(L.stats.connections);
+    sock.set_option(tcp::no_delay(true), ec);
+    std::string peer_ip = sock.remote_endpoint(ec).address().to_string();
+    if (!L.tls) {
+      net::co_spawn(
+          L.ioc,
+          [&L, s = std::move(sock), peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            Deadline d(L, s);
+            co_await Serve(L, s, d, std::move(peer_ip));
+          },
+          net::detached);
+    } else {
+      net::co_spawn(
+          L.ioc,
+          [&L, ctx = L.tls, s = beast::ssl_stream<Socket>(std::move(sock), *L.tls),
+           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+            Deadline d(L, beast::get_lowest_layer(s));
+            error_code hec;
+            d.Arm(L.config.limits.header_timeout);
+            co_await s.async_handshake(ssl::stream_base::server, Redirect(hec));
+            if (hec) {
+              Inc(L.stats.tls_handshake_failures);
+              co_return;
+            }
+            co_await Serve(L, s, d, std::move(peer_ip));
+            d.Arm(milliseconds(1000));
+            co_await s.async_shutdown(Redirect(hec));
+          },
+          net::detached);
+    }
+  }
+}
+
+}  // namespace gpuha::router

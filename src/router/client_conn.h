@@ -1,0 +1,38 @@
+// ClientConn: the client side of the router's request path. Accept takes
+// connections on a loop's acceptor (TLS when configured); each connection is
+// one coroutine that reads requests with keep-alive and, for each, runs
+// admission (tenant, route, limits), buffers the body up to the retry buffer
+// and tries the chosen upstreams in order through Exchange, within the retry
+// budget. Every early answer is a clear error with a reason.
+//
+// Internal to the router. Thread-safety: a connection lives on one loop.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory_resource>
+#include <string>
+
+#include "router/admission.h"
+#include "router/loop.h"
+
+namespace gpuha::router {
+
+// What one client connection keeps from one request to the next.
+struct ClientConn {
+  beast::flat_buffer buf;  // bytes read from the client, not yet parsed
+  std::string peer_ip;
+  KeyCache key_cache;  // the last API key's tenant
+  // Keep their capacity: no allocation per request.
+  std::string head;     // the head sent upstream
+  std::string pending;  // the answer for the client, before it is written
+  // The request's and the response's header fields are allocated from here
+  // (an arena per request over this storage, spilling to the heap).
+  alignas(std::max_align_t) std::array<char, 2048> field_storage;
+  std::pmr::memory_resource* fields = nullptr;  // the current request's arena
+};
+
+// Accepts connections on L.acceptor until it is closed; serves each on L.
+awaitable<void> Accept(Loop& L);
+
+}  // namespace gpuha::router

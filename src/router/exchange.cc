@@ -1,0 +1,339 @@
+#include "router/exchange.h"
+
+#include <array>
+#include <limits>
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "router/tls_contexts.h"
+
+namespace gpuha::router {
+
+RelayFraming DecideRelayFraming(bool head_request, int status, bool chunked,
+                                std::optional<uint64_t> content_length, bool upstream_keep_alive,
+                                unsigned client_version, bool client_keep_alive) {
+  RelayFraming f;
+  f.upstream_reusable = upstream_keep_alive;
+  f.client_keep_alive = client_keep_alive;
+  f.head_only = head_request || status == 204 || status == 304;
+  if (f.head_only) {
+    if (content_length) {
+      f.down = Framing::kLength;
+      f.length = *content_length;
+    }
+  } else if (chunked) {
+    f.down = Framing::kChunked;
+  } else if (content_length) {
+    f.down = Framing::kLength;
+    f.length = *content_length;
+  } else {
+    f.down = Framing::kChunked;  // body until close: re-framed for keep-alive
+    f.upstream_reusable = false;
+  }
+  if (f.down == Framing::kChunked && client_version < 11) {
+    // HTTP/1.0 clients know no chunking: the body ends when we close.
+    f.down = Framing::kNone;
+    f.client_keep_alive = false;
+    f.close_client = true;
+  }
+  return f;
+}
+
+template <class Stream>
+awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                         RequestParser<http::buffer_body>& p, UpstreamState& up,
+                         const OutgoingRequest& req, ExchangeResult& out) {
+  const RouterConfig& config = L.config;
+  const std::string& body = req.body;
+  const bool body_complete = req.body_complete;
+  const Framing up_framing = req.framing;
+  beast::flat_buffer& client_buf = cc.buf;
+  const std::string& head = cc.head;
+  error_code ec;
+  std::unique_ptr<UpConn> conn;
+  bool pooled = false;
+  up.in_flight++;
+  struct Dec {
+    int64_t* v;
+    ~Dec() { --*v; }
+  } dec{&up.in_flight};
+
+  auto fail = [&](const std::string& why, bool connection_level) {
+    out.retryable = true;
+    out.why = why;
+    if (connection_level) ConnectionFailed(L, up);
+  };
+
+  auto& method_req = p.get();
+  bool head_request = method_req.method() == http::verb::head;
+  std::optional<ResponseParser<http::buffer_body>> rp;
+  for (int attempt = 0;; ++attempt) {
+    pooled = false;
+    conn.reset();
+    if (!up.idle.empty()) {
+      conn = std::move(up.idle.back());
+      up.idle.pop_back();
+      pooled = true;
+      Inc(L.stats.upstream_reuses);
+    } else {
+      conn = std::make_unique<UpConn>(L, L.ioc.get_executor());
+      conn->deadline.Arm(config.limits.connect_timeout);
+      co_await conn->s.async_connect(up.endpoint, Redirect(ec));
+      Inc(L.stats.upstream_connects);
+      if (ec) {
+        fail(conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message(), true);
+        co_return;
+      }
+      conn->s.set_option(tcp::no_delay(true), ec);
+      if (L.upstream_tls) {
+        conn->tls_ctx = L.upstream_tls;
+        conn->tls = std::make_unique<ssl::stream<Socket&>>(conn->s, *conn->tls_ctx);
+        PrepareUpstreamTls(*conn->tls, UpstreamTlsName(config, up.endpoint.address().to_string()));
+        co_await conn->tls->async_handshake(ssl::stream_base::client, Redirect(ec));
+        if (ec) {
+          fail(
+              conn->deadline.expired() ? "TLS handshake timeout" : "TLS handshake: " + ec.message(),
+              true);
+          co_return;
+        }
+      }
+    }
+    // A pooled connection the upstream has meanwhile closed fails on write
+    // or at once on read with nothing received: not the upstream's failure.
+    // Re-send once on a fresh connection, if the body can be re-sent.
+    // Not once the upstream has been seen failing (ejected or judged down):
+    // then the stale-looking connection is its death, and the standby is next.
+    const bool may_resend = pooled && attempt == 0 && body_complete;
+    // Head and buffered body in one write.
+    std::array<net::const_buffer, 4> bufs;
+    size_t nb = 0;
+    std::string chunk_head;
+    bufs[nb++] = net::buffer(head);
+    if (!body.empty()) {
+      if (up_framing == Framing::kChunked) {
+        AppendChunkHeader(body.size(), &chunk_head);
+        bufs[nb++] = net::buffer(chunk_head);
+        bufs[nb++] = net::buffer(body);
+        bufs[nb++] = net::buffer("\r\n", 2);
+      } else {
+        bufs[nb++] = net::buffer(body);
+      }
+    }
+    conn->deadline.Arm(config.limits.body_timeout);
+    co_await conn->Write(std::span<const net::const_buffer>(bufs.data(), nb), ec);
+    if (ec) {
+      if (may_resend && up.usable(L.clock.Now())) {
+        Inc(L.stats.stale_resends);
+        continue;
+      }
+      fail("write: " + ec.message(), true);
+      co_return;
+    }
+
+    // The rest of a large body streams through; from here it cannot be re-sent.
+    if (!body_complete) {
+      out.body_consumed = true;
+      auto& req = p.get();
+      Chunk chunk(L);
+      while (!p.is_done()) {
+        req.body().data = chunk.get();
+        req.body().size = kChunk;
+        lowest.Arm(config.limits.body_timeout);
+        co_await ReadSome(client, client_buf, p, ec);
+        if (ec) {
+          out.client_gone = true;  // also covers body_limit mid-stream: close
+          co_return;
+        }
+        size_t n = kChunk - req.body().size;
+        if (n == 0) continue;
+        std::string ch;
+        std::vector<net::const_buffer> wb;
+        if (up_framing == Framing::kChunked) {
+          AppendChunkHeader(n, &ch);
+          wb = {net::buffer(ch), net::buffer(chunk.get(), n), net::buffer("\r\n", 2)};
+        } else {
+          wb = {net::buffer(chunk.get(), n)};
+        }
+        conn->deadline.Arm(config.limits.body_timeout);
+        co_await conn->Write(wb, ec);
+        if (ec) {
+          out.retryable = true;
+          out.why = "write: " + ec.message();
+          ConnectionFailed(L, up);
+          co_return;
+        }
+      }
+      if (up_framing == Framing::kChunked) {
+        co_await conn->Write(net::buffer("0\r\n\r\n", 5), ec);
+        if (ec) {
+          fail("write: " + ec.message(), true);
+          co_return;
+        }
+      }
+    }
+
+    // The response head: the window in which a failure is still retryable.
+    for (;;) {
+      rp.emplace(std::piecewise_construct, std::make_tuple(),
+                 std::make_tuple(Fields::allocator_type(cc.fields)));
+      rp->body_limit(std::numeric_limits<uint64_t>::max());
+      if (head_request) rp->skip(true);
+      conn->deadline.Arm(config.limits.response_timeout);
+      up.waiting.push_back(*conn);
+      while (!ec && !rp->is_header_done()) {
+        if (ParseBuffered(conn->buf, *rp, ec)) continue;
+        size_t got = co_await conn->async_read_some(conn->buf.prepare(kReadAhead), Redirect(ec));
+        AfterRead(conn->buf, *rp, got, ec);
+      }
+      conn->waiting_hook.unlink();
+      if (ec) break;
+      int status = rp->get().result_int();
+      if (status / 100 != 1 || status == 101) break;  // skip interim 1xx answers
+    }
+    if (!ec) break;
+    if (conn->hung_cancel) {
+      out.hung = true;
+      fail("hung", false);  // the prober judged it; already marked
+    } else if (conn->deadline.expired()) {
+      out.timeout = true;
+      fail(absl::StrCat("no response within ", config.limits.response_timeout.count(), " ms"),
+           true);
+    } else if (may_resend && up.usable(L.clock.Now()) && conn->buf.size() == 0 &&
+               (ec == http::error::end_of_stream || ec == net::error::connection_reset)) {
+      Inc(L.stats.stale_resends);
+      continue;
+    } else {
+      fail("read: " + ec.message(), true);
+    }
+    co_return;
+  }
+  if (rp->get().result_int() == 101) {
+    fail("protocol upgrades are not proxied", false);
+    out.retryable = false;
+    co_return;
+  }
+
+  // Relay the response. From the first byte on, the client owns the outcome.
+  up.Answered();
+  auto& res = rp->get();
+  int status = res.result_int();
+  Inc(L.stats.upstream_class[std::min(5, status / 100)]);
+  const RelayFraming framing = DecideRelayFraming(
+      head_request, status, rp->chunked(),
+      rp->content_length() ? std::optional<uint64_t>(*rp->content_length()) : std::nullopt,
+      rp->keep_alive(), method_req.version(), req.keep_alive);
+  const Framing down = framing.down;
+  const uint64_t len = framing.length;
+  const bool head_only = framing.head_only;
+  out.close_client = framing.close_client;
+  std::string& pending = cc.pending;
+  pending.clear();
+  AppendClientHead(res, down, len, framing.client_keep_alive, &pending);
+  bool ok = true;
+  Chunk chunk(L);
+  if (!head_only && down == Framing::kLength && rp->content_length()) {
+    // A Content-Length body is relayed as raw bytes: no parser and no copy
+    // into an intermediate string. The head and the body bytes that came
+    // with it leave in one gather write; the rest goes socket to socket
+    // through one pooled 64 KiB buffer.
+    uint64_t remaining = len;
+    size_t first = static_cast<size_t>(std::min<uint64_t>(remaining, conn->buf.size()));
+    std::array<net::const_buffer, 2> parts = {net::buffer(pending),
+                                              net::buffer(conn->buf.data().data(), first)};
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, parts, Redirect(ec));
+    out.started = true;
+    if (ec) {
+      out.client_gone = true;
+      co_return;
+    }
+    conn->buf.consume(first);
+    remaining -= first;
+    while (remaining > 0) {
+      conn->deadline.Arm(config.limits.response_timeout);
+      size_t n = co_await conn->async_read_some(
+          net::buffer(chunk.get(), static_cast<size_t>(std::min<uint64_t>(remaining, kChunk))),
+          Redirect(ec));
+      if (ec) {
+        ok = false;
+        break;
+      }
+      remaining -= n;
+      lowest.Arm(config.limits.body_timeout);
+      co_await net::async_write(client, net::buffer(chunk.get(), n), Redirect(ec));
+      if (ec) {
+        out.client_gone = true;
+        co_return;
+      }
+    }
+    pending.clear();
+  } else {
+    while (!head_only && !rp->is_done()) {
+      res.body().data = chunk.get();
+      res.body().size = kChunk;
+      conn->deadline.Arm(config.limits.response_timeout);
+      co_await ReadSome(*conn, conn->buf, *rp, ec);
+      if (ec == http::error::end_of_stream && !rp->content_length() && !rp->chunked()) {
+        ec = {};  // body delimited by close: done
+        break;
+      }
+      if (ec) {
+        ok = false;
+        break;
+      }
+      size_t n = kChunk - res.body().size;
+      if (n == 0) continue;
+      if (down == Framing::kChunked) {
+        AppendChunkHeader(n, &pending);
+        pending.append(chunk.get(), n);
+        pending.append("\r\n");
+      } else {
+        pending.append(chunk.get(), n);
+      }
+      if (pending.size() >= kChunk || rp->is_done()) {
+        lowest.Arm(config.limits.body_timeout);
+        co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+        out.started = true;
+        pending.clear();
+        if (ec) {
+          out.client_gone = true;
+          co_return;
+        }
+      }
+    }
+    if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
+    if (!pending.empty()) {
+      lowest.Arm(config.limits.body_timeout);
+      co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+      out.started = true;
+      if (ec) {
+        out.client_gone = true;
+        co_return;
+      }
+    }
+  }
+  out.started = true;
+  if (!ok) {
+    // The upstream broke mid-response: the only honest signal left is to
+    // close the client connection before the body completes.
+    Inc(L.stats.upstream_aborts);
+    out.close_client = true;
+    ConnectionFailed(L, up);
+    co_return;
+  }
+  if (framing.upstream_reusable && up.idle.size() < kMaxIdlePerUpstream &&
+      up.health() == Health::kUp) {
+    conn->deadline.Disarm();
+    up.idle.push_back(std::move(conn));
+  }
+}
+template awaitable<void> Exchange<Socket>(Loop&, Socket&, Deadline&, ClientConn&,
+                                          RequestParser<http::buffer_body>&, UpstreamState&,
+                                          const OutgoingRequest&, ExchangeResult&);
+template awaitable<void> Exchange<beast::ssl_stream<Socket>>(Loop&, beast::ssl_stream<Socket>&,
+                                                             Deadline&, ClientConn&,
+                                                             RequestParser<http::buffer_body>&,
+                                                             UpstreamState&, const OutgoingRequest&,
+                                                             ExchangeResult&);
+
+}  // namespace gpuha::router

@@ -1,0 +1,76 @@
+// Exchange: one attempt of one request on one upstream, in the manner of an
+// Envoy upstream request. It takes a pooled connection (or connects, with TLS
+// when configured), sends the head and the buffered body, streams the rest
+// of a large body, awaits the response head and relays the response to the
+// client. Until the response head arrives a failure is retryable and the
+// caller may try the stream's standby; from the first byte relayed, the
+// client owns the outcome.
+//
+//   ExchangeResult out;
+//   co_await Exchange(L, client, lowest, cc, parser, upstream, {body, complete, framing, keep},
+//                     out);
+//   if (out.retryable) ... next upstream
+//
+// Internal to the router. Thread-safety: runs on the loop that owns `up`.
+#pragma once
+
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "router/client_conn.h"
+#include "router/loop.h"
+#include "router/request.h"
+
+namespace gpuha::router {
+
+struct ExchangeResult {
+  bool started = false;        // the response head went to the client
+  bool client_gone = false;    // the client vanished; close quietly
+  bool body_consumed = false;  // the request body was streamed and cannot be re-sent
+  bool retryable = false;      // failed before the response started
+  bool timeout = false;
+  bool hung = false;          // cancelled because the prober judged the upstream hung
+  bool close_client = false;  // the response could not be completed
+  std::string why;
+};
+
+// What the attempt sends beyond the head in cc.head.
+struct OutgoingRequest {
+  const std::string& body;  // buffered (up to the retry buffer)
+  bool body_complete;       // false: the rest streams from the client
+  Framing framing;          // of the body to the upstream
+  bool keep_alive;          // the client's
+};
+
+// How a response goes back to the client, decided from its head alone.
+struct RelayFraming {
+  Framing down = Framing::kNone;   // the body's framing to the client
+  uint64_t length = 0;             // with kLength
+  bool head_only = false;          // HEAD, 204 or 304: no body follows
+  bool upstream_reusable = false;  // the upstream connection may go back to the pool
+  bool client_keep_alive = false;
+  bool close_client = false;  // the body ends when the client connection closes
+};
+// A body delimited by the upstream closing is re-framed as chunked for
+// keep-alive (and the upstream connection is not reused); an HTTP/1.0
+// client, which knows no chunking, gets it delimited by close instead.
+RelayFraming DecideRelayFraming(bool head_request, int status, bool chunked,
+                                std::optional<uint64_t> content_length, bool upstream_keep_alive,
+                                unsigned client_version, bool client_keep_alive);
+
+template <class Stream>
+awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                         RequestParser<http::buffer_body>& p, UpstreamState& up,
+                         const OutgoingRequest& req, ExchangeResult& out);
+
+extern template awaitable<void> Exchange<Socket>(Loop&, Socket&, Deadline&, ClientConn&,
+                                                 RequestParser<http::buffer_body>&, UpstreamState&,
+                                                 const OutgoingRequest&, ExchangeResult&);
+extern template awaitable<void> Exchange<beast::ssl_stream<Socket>>(
+    Loop&, beast::ssl_stream<Socket>&, Deadline&, ClientConn&, RequestParser<http::buffer_body>&,
+    UpstreamState&, const OutgoingRequest&, ExchangeResult&);
+
+}  // namespace gpuha::router

@@ -1,0 +1,324 @@
+// Loop: one event loop of the router and everything it owns. One thread
+// runs each loop; its sockets, upstream pools, sticky table, retry budget
+// and policy state are touched only from that thread (other threads post to
+// it), so none of it is locked. What loops share (the published routes, the
+// suspects for the controller) sits in RouterShared behind a mutex.
+//
+// Internal to the router: the units of the request path (client_conn,
+// exchange) and router.cc include it; nothing else should.
+#pragma once
+
+// clang-format off
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange (Boost 1.74)
+// clang-format on
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/intrusive/list.hpp>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "router/request.h"
+#include "router/retry_budget.h"
+#include "router/route_table.h"
+#include "router/router_config.h"
+#include "router/tenants.h"
+#include "router/upstream_health.h"
+#include "router/upstream_selector.h"
+
+namespace gpuha::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;  // Asio timers; policy time comes from common::Clock
+using common::TimePoint;
+using std::chrono::milliseconds;
+
+// Coroutines, sockets and timers on the io_context's own executor type rather
+// than any_io_executor: no type-erased executor call per operation.
+using Executor = net::io_context::executor_type;
+template <class T>
+using awaitable = net::awaitable<T, Executor>;
+using Socket = net::basic_stream_socket<tcp, Executor>;
+using Timer = net::basic_waitable_timer<Clock, net::wait_traits<Clock>, Executor>;
+
+struct Loop;
+
+constexpr size_t kChunk = 64 * 1024;
+constexpr size_t kMaxIdlePerUpstream = 256;
+
+inline auto Redirect(error_code& ec) {
+  return net::redirect_error(net::use_awaitable_t<Executor>(), ec);
+}
+
+// A coarse deadline on one socket. Arm() only stores a time; the loop's sweep
+// (every kSweep) cancels the socket's pending operations once it has passed.
+// No timer per operation: no timerfd churn on the request path.
+class Deadline {
+ public:
+  Deadline(Loop& loop, Socket& s);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+  void Arm(milliseconds d);
+  void Disarm() { at_ = TimePoint::max(); }
+  bool expired() const { return expired_; }
+  // Called by the sweep.
+  void Check(TimePoint now) {
+    if (now < at_) return;
+    expired_ = true;
+    at_ = TimePoint::max();
+    error_code ec;
+    s_.cancel(ec);
+  }
+
+ private:
+  Loop& loop_;
+  Socket& s_;
+  TimePoint at_ = TimePoint::max();
+  bool expired_ = false;
+};
+
+struct UpConn {
+  UpConn(Loop& loop, Executor ex) : s(ex), deadline(loop, s) {}
+  Socket s;
+  Deadline deadline;
+  beast::flat_buffer buf;
+  bool hung_cancel = false;  // cancelled because its upstream was judged hung
+  // In its upstream's `waiting` list while it awaits a response head; leaves
+  // it by itself when destroyed.
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
+      waiting_hook;
+  // TLS over `s` when upstream_tls is configured (declared last: destroyed
+  // before the socket it runs on).
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<Socket&>> tls;
+
+  // I/O on whichever of the two carries the connection. Plain functions that
+  // hand back the operation's awaitable: no coroutine frame of their own.
+  template <class Buffers>
+  awaitable<size_t> Write(const Buffers& b, error_code& ec) {
+    return tls ? net::async_write(*tls, b, Redirect(ec)) : net::async_write(s, b, Redirect(ec));
+  }
+  template <class Token>
+  auto async_read_some(const net::mutable_buffer& b, Token&& token) {
+    return tls ? tls->async_read_some(b, std::forward<Token>(token))
+               : s.async_read_some(b, std::forward<Token>(token));
+  }
+};
+using WaitingList = boost::intrusive::list<
+    UpConn,
+    boost::intrusive::member_hook<UpConn, decltype(UpConn::waiting_hook), &UpConn::waiting_hook>,
+    boost::intrusive::constant_time_size<false>>;
+
+// One upstream as one loop sees it: its policy state (UpstreamHealth) and
+// its connections. Loop-local: no locks.
+struct UpstreamState : UpstreamHealth {
+  using UpstreamHealth::UpstreamHealth;
+  std::string address;
+  std::string node;
+  tcp::endpoint endpoint;
+  std::vector<std::unique_ptr<UpConn>> idle;
+  WaitingList waiting;  // awaiting a response head (no allocation per request)
+};
+
+// Every plain counter of a loop, declared once: the list makes both the
+// fields and their /metrics families (gpuha_router_<field>_total).
+#define GPUHA_ROUTER_COUNTERS(X)                                                            \
+  X(requests, "Requests read from clients.")                                                \
+  X(retries, "Requests re-sent to another upstream.")                                       \
+  X(hung_resends, "Requests re-sent because their upstream was judged hung.")               \
+  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.") \
+  X(ejections, "Upstreams ejected after a connection failure.")                             \
+  X(upstream_connects, "New upstream connections.")                                         \
+  X(upstream_reuses, "Requests sent on a pooled connection.")                               \
+  X(client_aborts, "Clients that left before their answer.")                                \
+  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                  \
+  X(connections, "Client connections accepted.")                                            \
+  X(tls_handshake_failures, "Failed TLS handshakes.")
+
+struct Stats {
+#define GPUHA_FIELD(name, help) std::atomic<uint64_t> name{0};
+  GPUHA_ROUTER_COUNTERS(GPUHA_FIELD)
+#undef GPUHA_FIELD
+  std::array<std::atomic<uint64_t>, 6> upstream_class{};  // 1xx..5xx from upstreams
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Reason::kCount)> router_answers{};
+  std::atomic<int64_t> in_flight{0};
+};
+
+inline void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+constexpr milliseconds kSweep{20};
+
+// What every loop and the router's control thread share.
+struct RouterShared {
+  mutable std::mutex mu;
+  std::shared_ptr<const RouteTable> routes;  // guarded by mu
+  std::atomic<uint64_t> routes_gen{0};       // bumped after each new table
+  std::mutex suspects_mu;
+  std::vector<std::string> suspects;  // guarded by suspects_mu; hints for the controller
+};
+
+struct Loop {
+  // One thread runs this io_context and every socket on it is touched only
+  // from that thread (other threads post to it), so the reactor's
+  // per-socket locking is off.
+  Loop(common::Clock& c, const RouterConfig& config, RouterShared& shared)
+      : ioc_owner(std::make_unique<net::io_context>(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO)),
+        ioc(*ioc_owner),
+        config(config),
+        shared(shared),
+        clock(c),
+        now(c.Now()),
+        sticky(config.sticky),
+        retry_budget({.percent = config.retry_budget_percent,
+                      .min_per_second = config.retry_min_per_second,
+                      .burst = config.retry_burst},
+                     now),
+        ejection({.base = config.ejection_base, .max = config.ejection_max}) {}
+  ~Loop() {
+    // Pooled sockets first, while the io_context lives; then the io_context,
+    // whose destruction frees suspended request frames, which still touch
+    // the members below.
+    acceptor.reset();
+    for (auto& [address, up] : upstreams) up->idle.clear();
+    ioc_owner.reset();
+  }
+  std::unique_ptr<net::io_context> ioc_owner;
+  net::io_context& ioc;
+  // The settings a reload cannot change (limits, timeouts, failover); what
+  // it can (certificates, tenants) is copied into the loop below.
+  const RouterConfig& config;
+  RouterShared& shared;
+  common::Clock& clock;
+  TimePoint now;  // clock.Now() as of the last sweep: coarse, and free to read
+  std::unordered_set<Deadline*> deadlines;
+  std::vector<std::unique_ptr<char[]>> free_chunks;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::thread thread;
+  std::unordered_map<std::string, std::unique_ptr<UpstreamState>> upstreams;
+  StickyTable sticky;
+  std::shared_ptr<const RouteTable> routes;
+  uint64_t routes_gen = ~uint64_t{0};
+  std::shared_ptr<const TenantSet> tenants;
+  std::shared_ptr<ssl::context> tls;           // null: plain HTTP
+  std::shared_ptr<ssl::context> upstream_tls;  // null: plain HTTP to upstreams
+  RetryBudget retry_budget;
+  UpstreamHealth::Options ejection;
+  uint64_t round_robin = 0;
+  Stats stats;
+};
+
+inline Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) {
+  loop_.deadlines.insert(this);
+}
+inline Deadline::~Deadline() { loop_.deadlines.erase(this); }
+inline void Deadline::Arm(milliseconds d) {
+  at_ = loop_.now + d;
+  expired_ = false;
+}
+
+// A 64 KiB relay buffer from the loop's free list; returned on destruction.
+class Chunk {
+ public:
+  explicit Chunk(Loop& loop) : loop_(loop) {
+    if (loop.free_chunks.empty()) {
+      p_.reset(new char[kChunk]);  // not value-initialised: no memset per request
+    } else {
+      p_ = std::move(loop.free_chunks.back());
+      loop.free_chunks.pop_back();
+    }
+  }
+  ~Chunk() {
+    if (loop_.free_chunks.size() < 64) loop_.free_chunks.push_back(std::move(p_));
+  }
+  char* get() const { return p_.get(); }
+
+ private:
+  Loop& loop_;
+  std::unique_ptr<char[]> p_;
+};
+
+// Parsing happens in place: bytes are read into a flat buffer and fed to the
+// parser here, skipping Beast's composed read operations, each of which costs
+// a trip through the scheduler even when the bytes are already buffered (a
+// small keep-alive request and its response usually arrive whole).
+constexpr size_t kReadAhead = 16 * 1024;
+
+// Feeds `p` from `buf`. True when that moved the parser (bytes parsed,
+// completion, a full body buffer or an error): no read is needed yet.
+template <class Parser>
+bool ParseBuffered(beast::flat_buffer& buf, Parser& p, error_code& ec) {
+  if (buf.size() == 0) return false;
+  size_t n = p.put(buf.data(), ec);
+  buf.consume(n);
+  if (ec == http::error::need_more) ec = {};
+  if (ec == http::error::need_buffer) {  // the body buffer is full
+    ec = {};
+    return true;
+  }
+  return ec || n > 0 || p.is_done();
+}
+
+// Settles a read of `got` bytes into `buf` that ended with `ec`: the bytes are
+// committed, or an end of stream becomes what the parser makes of it. True
+// when the peer ended the stream.
+template <class Parser>
+bool AfterRead(beast::flat_buffer& buf, Parser& p, size_t got, error_code& ec) {
+  // A TLS peer that closes without close_notify has ended the stream too.
+  if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
+    ec = {};
+    if (!p.got_some()) {
+      ec = http::error::end_of_stream;  // closed between messages
+    } else {
+      p.put_eof(ec);  // completes a body delimited by close, else partial_message
+    }
+    return true;
+  }
+  if (!ec) buf.commit(got);
+  return false;
+}
+
+// Feeds `p` from `buf`, reading the socket only when the buffered bytes do
+// not let the parser advance, and returns after any progress, completion or
+// an error. The two heads on every request's path inline this loop instead:
+// a coroutine call costs a frame allocation.
+template <class Stream, class Parser>
+awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_code& ec) {
+  for (;;) {
+    if (ParseBuffered(buf, p, ec)) co_return;
+    size_t got = co_await s.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
+    if (AfterRead(buf, p, got, ec) || ec) co_return;
+  }
+}
+
+// Runs the loop's coarse clock and its deadlines (every kSweep).
+awaitable<void> Sweep(Loop& L);
+
+// Takes the newest published route table, if it changed.
+void RefreshRoutes(Loop& L);
+// The loop's state for upstream `u`, made on first use.
+UpstreamState& FindUpstream(Loop& L, const Upstream& u);
+// A connection-level failure: outlier ejection, the pool dropped, and the
+// node reported to the controller as a suspect.
+void ConnectionFailed(Loop& L, UpstreamState& up);
+// The prober's verdict on `address`. Down or hung: requests waiting on it
+// for a response head are re-sent to their standby now.
+void SetHealth(Loop& L, const std::string& address, Health h);
+
+}  // namespace gpuha::router

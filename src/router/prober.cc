@@ -1,0 +1,165 @@
+#include "router/prober.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/net_util.h"
+#include "router/tls_contexts.h"
+
+namespace gpuha::router {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using std::chrono::milliseconds;
+
+Prober::Prober(const RouterConfig& config, OnVerdict on_verdict)
+    : config_(config), on_verdict_(std::move(on_verdict)) {}
+
+Prober::~Prober() { Stop(); }
+
+void Prober::Start() {
+  if (config_.probe_interval.count() <= 0) return;
+  net::co_spawn(ioc_, ProbeLoop(), net::detached);
+  thread_ = std::thread([this] { ioc_.run(); });
+}
+
+void Prober::Stop() {
+  ioc_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Prober::SetRoutes(std::shared_ptr<const RouteTable> routes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  routes_ = std::move(routes);
+}
+
+void Prober::SetTls(std::shared_ptr<ssl::context> tls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tls_ = std::move(tls);
+}
+
+awaitable<void> Prober::Probe(std::string address) {
+  auto hp = common::ParseHostPort(address, "upstream");
+  error_code ec;
+  if (!hp.ok()) co_return;
+  auto a = net::ip::make_address(hp->host, ec);
+  if (ec) co_return;
+  tcp::endpoint ep(a, hp->port);
+  auto ex = co_await net::this_coro::executor;
+  std::unique_ptr<beast::tcp_stream> s;
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<beast::tcp_stream&>> tls;  // over *s with upstream_tls
+  auto close = [&] {
+    tls.reset();
+    s.reset();
+  };
+  beast::flat_buffer buf;
+  std::string request = absl::StrCat("GET ", config_.probe_path, " HTTP/1.1\r\nHost: ", address,
+                                     "\r\nUser-Agent: gpuha-router-probe\r\n\r\n");
+  Timer tick(ex);
+  auto set = [&](Health h) {
+    Health& cur = state_[address];
+    if (cur == h) return;
+    cur = h;
+    if (h == Health::kHung) hangs_++;
+    if (h == Health::kDown) downs_++;
+    spdlog::warn("router: upstream {} is {}", address,
+                 h == Health::kUp     ? "up"
+                 : h == Health::kDown ? "down (refused)"
+                                      : "hung (no answer)");
+    on_verdict_(address, h);
+  };
+  for (;;) {
+    if (!wanted_.count(address)) {  // no longer in the routes
+      // Its verdict goes with it: an upstream that returns to the routes
+      // starts clean (its next probe starts from "up" and is only broadcast
+      // when it differs).
+      if (state_[address] != Health::kUp) on_verdict_(address, Health::kUp);
+      state_.erase(address);
+      co_return;
+    }
+    auto started = Clock::now();
+    if (!s) {
+      s = std::make_unique<beast::tcp_stream>(ex);
+      s->expires_after(config_.hang_after);
+      co_await s->async_connect(ep, Redirect(ec));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        tls_ctx = tls_;
+      }
+      if (!ec && tls_ctx) {
+        tls = std::make_unique<ssl::stream<beast::tcp_stream&>>(*s, *tls_ctx);
+        PrepareUpstreamTls(*tls, UpstreamTlsName(config_, hp->host));
+        co_await tls->async_handshake(ssl::stream_base::client, Redirect(ec));
+        if (ec && ec != beast::error::timeout) {
+          spdlog::warn("router: probe of {}: TLS handshake: {}", address, ec.message());
+        }
+      }
+      if (ec) {
+        close();
+        set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
+      }
+    }
+    if (s) {
+      s->expires_after(config_.hang_after -
+                       std::chrono::duration_cast<milliseconds>(Clock::now() - started));
+      // (Plain if/else: GCC 12 mishandles co_await on a conditional expression.)
+      if (tls) {
+        co_await net::async_write(*tls, net::buffer(request), Redirect(ec));
+      } else {
+        co_await net::async_write(*s, net::buffer(request), Redirect(ec));
+      }
+      http::response_parser<http::string_body> rp;
+      rp.body_limit(64 * 1024);
+      if (!ec) {
+        if (tls) {
+          co_await http::async_read(*tls, buf, rp, Redirect(ec));
+        } else {
+          co_await http::async_read(*s, buf, rp, Redirect(ec));
+        }
+      }
+      probes_++;
+      if (ec) {
+        // A probe connection the upstream closed is not a verdict; a silent
+        // one is.
+        bool silent = ec == beast::error::timeout;
+        close();
+        buf.clear();
+        if (silent) set(Health::kHung);
+      } else {
+        set(Health::kUp);  // any answer at all: the server is alive
+        if (!rp.keep_alive()) close();
+      }
+    }
+    tick.expires_at(started + config_.probe_interval);
+    co_await tick.async_wait(Redirect(ec));
+  }
+}
+
+awaitable<void> Prober::ProbeLoop() {
+  auto ex = co_await net::this_coro::executor;
+  Timer t(ex);
+  for (;;) {
+    // One scan of the routes per tick; each probe checks the set, not the table.
+    wanted_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (routes_) {
+        for (const auto& u : routes_->upstreams()) wanted_.insert(u.address);
+      }
+    }
+    for (const std::string& a : wanted_) {
+      // state_ holds exactly the addresses with a running probe.
+      if (state_.emplace(a, Health::kUp).second) net::co_spawn(ex, Probe(a), net::detached);
+    }
+    t.expires_after(milliseconds(100));
+    error_code ec;
+    co_await t.async_wait(Redirect(ec));
+  }
+}
+}  // namespace gpuha::router
