@@ -4,12 +4,12 @@
 #include "absl/strings/str_replace.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "controller/state_codec.h"
 
 namespace gpuha::controller {
 namespace {
 
 using nlohmann::json;
-constexpr size_t kEventsKept = 10000;
 
 const char* HealthName(v1::NodeHealth h) {
   switch (h) {
@@ -26,19 +26,7 @@ const char* HealthName(v1::NodeHealth h) {
   }
 }
 
-std::optional<Role> ParseRole(const std::string& r) {
-  if (r == "active") return Role::kActive;
-  if (r == "passive") return Role::kPassive;
-  if (r == "buffer") return Role::kBuffer;
-  return std::nullopt;
-}
-
 }  // namespace
-
-json EventJson(const Event& e) {
-  return {{"id", e.id},     {"mono_ms", e.mono_ms}, {"unix_ms", e.unix_ms}, {"type", e.type},
-          {"node", e.node}, {"epoch", e.epoch},     {"detail", e.detail}};
-}
 
 Controller::Controller(ControllerConfig config, std::unique_ptr<Store> store, common::Clock* clock,
                        FenceRunner* fencer)
@@ -65,27 +53,22 @@ Controller::NodeState* Controller::FindLocked(const std::string& node) {
 void Controller::EventLocked(const std::string& type, const std::string& node,
                              const std::string& detail, std::optional<double> unix_ms) {
   Event e;
-  e.id = next_event_id_++;
   e.mono_ms = std::chrono::duration<double, std::milli>(clock_->Now() - started_).count();
   e.unix_ms = unix_ms.value_or(static_cast<double>(clock_->UnixNanos()) / 1e6);
   e.type = type;
   e.node = node;
   e.epoch = epoch_;
   e.detail = detail;
-  if (auto id = store_->AppendEvent(EventJson(e).dump()); !id.ok()) counters_.store_errors++;
+  const Event& logged = events_.Append(std::move(e));
+  if (auto id = store_->AppendEvent(EventJson(logged).dump()); !id.ok()) counters_.store_errors++;
   spdlog::info("controller: {} {} {}", type, node, detail);
-  events_.push_back(std::move(e));
-  if (events_.size() > kEventsKept) events_.pop_front();
 }
 
 void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const {
-  std::optional<Role> role = placement_.RoleOf(n.cfg.spec.id);
-  json j = {{"role", RoleName(role.value_or(n.cfg.spec.role))},
-            {"available", placement_.Available(n.cfg.spec.id)},
-            {"fenced", n.fenced},
-            {"drained", n.drained},
-            {"held_out", n.held_out}};
-  batch->push_back({"node", n.cfg.spec.id, j.dump()});
+  const std::string& id = n.cfg.spec.id;
+  batch->push_back({"node", id,
+                    EncodeNode({placement_.RoleOf(id).value_or(n.cfg.spec.role),
+                                placement_.Available(id), n.lifecycle})});
 }
 
 void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const {
@@ -95,11 +78,9 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
     batch->push_back({"stream", id, std::nullopt});
     return;
   }
-  json j = {{"tenant", spec->second.tenant},
-            {"weight", spec->second.weight},
-            {"primary", a->primary},
-            {"standby", a->standby}};
-  batch->push_back({"stream", id, j.dump()});
+  batch->push_back(
+      {"stream", id,
+       EncodeStream({spec->second.tenant, spec->second.weight, a->primary, a->standby})});
 }
 
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
@@ -128,34 +109,35 @@ absl::Status Controller::Recover() {
     NodeSpec spec = n.cfg.spec;
     bool available = true;
     if (auto it = stored_nodes->find(id); it != stored_nodes->end()) {
-      json j = json::parse(it->second, nullptr, false);
-      if (j.is_object()) {
-        if (auto r = ParseRole(j.value("role", ""))) spec.role = *r;
-        available = j.value("available", true);
-        n.fenced = j.value("fenced", false);
-        n.drained = j.value("drained", false);
-        n.held_out = j.value("held_out", false);
-      }
+      absl::StatusOr<NodeRecord> r = DecodeNode(id, it->second);
+      if (!r.ok()) return r.status();
+      spec.role = r->role;
+      available = r->available;
+      n.lifecycle = r->lifecycle;  // restored, not a transition
     }
     if (absl::Status s = placement_.AddNode(spec, available); !s.ok()) return s;
   }
   auto streams = store_->Load("stream");
   if (!streams.ok()) return streams.status();
   for (auto& [id, text] : *streams) {
-    json j = json::parse(text, nullptr, false);
-    if (!j.is_object())
-      return absl::DataLossError(absl::StrCat("store: stream ", id, " is corrupt"));
-    StreamSpec spec{id, j.value("tenant", ""), j.value("weight", int64_t{1})};
-    if (absl::Status s =
-            placement_.LoadStream(spec, j.value("primary", ""), j.value("standby", ""));
-        !s.ok()) {
-      return s;
-    }
+    absl::StatusOr<StreamRecord> r = DecodeStream(id, text);
+    if (!r.ok()) return r.status();
+    StreamSpec spec{id, r->tenant, r->weight};
+    if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
     specs_[id] = spec;
   }
+  // The recent events come back too, so the failover history survives a
+  // restart. An event row that does not parse is skipped, with a warning.
   auto events = store_->LoadEvents(0, SIZE_MAX);
-  if (events.ok()) {
-    for (auto& [id, text] : *events) next_event_id_ = std::max(next_event_id_, id + 1);
+  if (!events.ok()) return events.status();
+  for (auto& [id, text] : *events) {
+    absl::StatusOr<Event> e = EventFromJson(json::parse(text, nullptr, false));
+    if (!e.ok()) {
+      spdlog::warn("controller: store event {}: {}; skipped", id, e.status().message());
+      e = Event{.type = "unreadable"};
+    }
+    e->id = id;
+    events_.Restore(std::move(*e));
   }
   // A restarted controller has heard from nobody yet: it waits one detection
   // window for agents to reconnect before it fails anything over.
@@ -192,11 +174,11 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   welcome.mutable_welcome()->set_epoch(epoch_);
   welcome.mutable_welcome()->set_role(
       RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
-  welcome.mutable_welcome()->set_fenced(n->fenced);
+  welcome.mutable_welcome()->set_fenced(n->fenced());
   n->sink->Send(welcome);
   EventLocked("agent_connected", hello.node(),
               absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
-                           n->fenced ? ", fenced" : ""));
+                           n->fenced() ? ", fenced" : ""));
   return absl::OkStatus();
 }
 
@@ -212,7 +194,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
   // An agent acting under an old epoch, or serving while fenced, is corrected.
-  if (n->fenced && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
+  if (n->fenced() && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
     counters_.stale_agents_corrected++;
     FenceLocked(*n, "still serving while fenced");
   }
@@ -237,15 +219,15 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   if (server_was_ready && !n->server_ready && !hb.fenced() &&
       hb.health() != v1::NODE_HEALTH_FAILED) {
     TakeOutLocked(*n, "inference server not ready (agent's readiness probe)", clock_->UnixNanos(),
-                  /*make_before_break=*/false, /*count_failure=*/true);
+                  /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
     return;
   }
   if (hb.health() == v1::NODE_HEALTH_FAILED) {
     TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
-                  /*make_before_break=*/false, /*count_failure=*/true);
+                  /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
   } else if (hb.health() == v1::NODE_HEALTH_DRAINING) {
     TakeOutLocked(*n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
-                  /*make_before_break=*/true, /*count_failure=*/true);
+                  /*make_before_break=*/true, /*count_failure=*/true, NodeLifecycle::kFenced);
   }
 }
 
@@ -289,19 +271,18 @@ void Controller::Tick() {
                                                   clock_->Now() - c.last_heartbeat)
                                                   .count();
       TakeOutLocked(*n, "detector: " + c.reason, last_ns, /*make_before_break=*/false,
-                    /*count_failure=*/true);
+                    /*count_failure=*/true, NodeLifecycle::kFenced);
     }
   }
   // Recovery: a fenced node whose agent has been healthy for healthy_for rejoins.
   for (auto& [id, n] : nodes_) {
-    if (!n.fenced || n.drained || n.held_out || !n.sink || !n.healthy_since) continue;
+    if (n.lifecycle != NodeLifecycle::kFenced || !n.sink || !n.healthy_since) continue;
     if (clock_->Now() - *n.healthy_since < config_.healthy_for) continue;
     RejoinLocked(n, "healthy again");
   }
 }
 
 void Controller::FenceLocked(NodeState& n, const std::string& why) {
-  n.fenced = true;
   const std::string id = n.cfg.spec.id;
   if (n.sink) {
     v1::ControllerMessage m;
@@ -326,19 +307,39 @@ void Controller::FenceLocked(NodeState& n, const std::string& why) {
       return;
     }
     counters_.fence_hook_failures++;
+    EventLocked("fence_failed", id, std::string(s.message()));
     NodeState* n = FindLocked(id);
-    if (n != nullptr) n->held_out = true;  // never hand an unfenced node work again
-    EventLocked("fence_failed", id, absl::StrCat(s.message(), "; node held out"));
+    if (n == nullptr || !n->fenced()) return;  // it rejoined meanwhile: its agent is fenced-aware
+    // Never hand an unfenced node work again.
     std::vector<StoreWrite> batch;
-    if (n != nullptr) PersistNodeLocked(*n, &batch);
+    HoldOutLocked(*n, "its fence was not confirmed", &batch);
     CommitLocked(std::move(batch));
   });
 }
 
+void Controller::HoldOutLocked(NodeState& n, const std::string& why,
+                               std::vector<StoreWrite>* batch) {
+  if (n.lifecycle == NodeLifecycle::kHeldOut) return;
+  n.lifecycle = NodeLifecycle::kHeldOut;
+  EventLocked("held_out", n.cfg.spec.id, absl::StrCat(why, "; an operator must undrain it"));
+  PersistNodeLocked(n, batch);
+}
+
 void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
-                               bool make_before_break, bool count_failure) {
+                               bool make_before_break, bool count_failure, NodeLifecycle to) {
   const std::string id = n.cfg.spec.id;
-  if (!placement_.Available(id)) return;
+  if (!placement_.Available(id)) {
+    // Already out: only an operator's drain changes its state (a held-out
+    // node stays held out).
+    if (to == NodeLifecycle::kDrained && n.lifecycle == NodeLifecycle::kFenced) {
+      n.lifecycle = to;
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(n, &batch);
+      CommitLocked(std::move(batch));
+    }
+    return;
+  }
+  n.lifecycle = to;
   ++epoch_;
   counters_.failovers++;
   n.healthy_since.reset();  // it must prove itself healthy again after the fence
@@ -359,13 +360,13 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
       n.failures.pop_front();
     }
     if (static_cast<int>(n.failures.size()) >= config_.max_failures) {
-      n.held_out = true;
-      EventLocked(
-          "held_out", id,
+      HoldOutLocked(
+          n,
           absl::StrCat(
               n.failures.size(), " failures within ",
               std::chrono::duration_cast<std::chrono::seconds>(config_.failure_window).count(),
-              " s; an operator must undrain it"));
+              " s"),
+          &batch);
     }
   }
   std::string moved = absl::StrCat(plan.moved.size(), " stream(s) moved",
@@ -389,7 +390,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   const std::string id = n.cfg.spec.id;
   if (absl::Status s = placement_.RestoreNode(id); !s.ok()) return;
-  n.fenced = false;
+  n.lifecycle = NodeLifecycle::kServing;
   ++epoch_;
   detector_.Connected(id);
   if (n.sink) {
@@ -457,12 +458,10 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
   if (!force) {
     if (absl::Status s = placement_.CanRemoveNode(node); !s.ok()) return s;
   }
-  n->drained = true;
   EventLocked("drain", node, force ? "operator drain (forced)" : "operator drain");
-  TakeOutLocked(*n, "operator drain", 0, /*make_before_break=*/true, /*count_failure=*/false);
-  std::vector<StoreWrite> batch;
-  PersistNodeLocked(*n, &batch);
-  CommitLocked(std::move(batch));
+  // One transition, one commit (the drain used to commit the node twice).
+  TakeOutLocked(*n, "operator drain", 0, /*make_before_break=*/true, /*count_failure=*/false,
+                NodeLifecycle::kDrained);
   return absl::OkStatus();
 }
 
@@ -470,10 +469,8 @@ absl::Status Controller::Undrain(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
-  n->drained = false;
-  n->held_out = false;
   n->failures.clear();
-  if (placement_.Available(node)) return absl::OkStatus();
+  if (!n->fenced()) return absl::OkStatus();
   RejoinLocked(*n, "operator undrain");
   return absl::OkStatus();
 }
@@ -485,7 +482,8 @@ absl::Status Controller::Fail(const std::string& node) {
   if (!placement_.Available(node)) {
     return absl::FailedPreconditionError(absl::StrCat("node ", node, " is already out of service"));
   }
-  TakeOutLocked(*n, "operator fail (drill)", clock_->UnixNanos(), false, /*count_failure=*/false);
+  TakeOutLocked(*n, "operator fail (drill)", clock_->UnixNanos(), /*make_before_break=*/false,
+                /*count_failure=*/false, NodeLifecycle::kFenced);
   return absl::OkStatus();
 }
 
@@ -504,11 +502,11 @@ absl::Status Controller::SetRole(const std::string& node, Role role) {
 
 json Controller::NodeJsonLocked(const NodeState& n) const {
   const std::string& id = n.cfg.spec.id;
-  std::string state = n.held_out                  ? "held-out"
-                      : n.drained                 ? "drained"
-                      : !placement_.Available(id) ? "failed"
-                      : !n.sink                   ? "disconnected"
-                                                  : LivenessName(detector_.state(id));
+  std::string state = n.lifecycle == NodeLifecycle::kHeldOut   ? "held-out"
+                      : n.lifecycle == NodeLifecycle::kDrained ? "drained"
+                      : !placement_.Available(id)              ? "failed"
+                      : !n.sink                                ? "disconnected"
+                                                               : LivenessName(detector_.state(id));
   json gpus = json::array();
   for (const v1::GpuSample& g : n.last.gpus()) {
     gpus.push_back({{"index", g.index()},
@@ -525,9 +523,10 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
           {"state", state},
           {"health", HealthName(n.health)},
           {"connected", n.sink != nullptr},
-          {"fenced", n.fenced},
-          {"drained", n.drained},
-          {"held_out", n.held_out},
+          {"lifecycle", NodeLifecycleName(n.lifecycle)},
+          {"fenced", n.fenced()},
+          {"drained", n.lifecycle == NodeLifecycle::kDrained},
+          {"held_out", n.lifecycle == NodeLifecycle::kHeldOut},
           {"capacity", n.cfg.spec.capacity},
           {"cpu_only", n.cfg.spec.cpu_only},
           {"load", placement_.LoadOf(id)},
@@ -614,39 +613,20 @@ bool Controller::HasTenant(const std::string& t) const {
 json Controller::EventsJson(int64_t after_id, size_t limit) const {
   std::lock_guard<std::mutex> lock(mu_);
   json out = json::array();
-  for (const Event& e : events_) {
-    if (e.id > after_id && out.size() < limit) out.push_back(EventJson(e));
-  }
+  for (const Event& e : events_.Since(after_id, limit)) out.push_back(EventJson(e));
   return out;
 }
 
 json Controller::FailoversJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   json out = json::array();
-  for (auto d = events_.begin(); d != events_.end(); ++d) {
-    if (d->type != "detected") continue;
-    json f = {{"node", d->node}, {"epoch", d->epoch}, {"reason", d->detail}};
-    auto first_after = [&](const char* type, bool same_node) -> const Event* {
-      for (auto e = d; e != events_.end(); ++e) {
-        if (e->epoch < d->epoch) continue;
-        if (e->type == "detected" && e != d) break;  // the next failover begins
-        if (e->type == type && (!same_node || e->node == d->node)) return &*e;
-      }
-      return nullptr;
-    };
-    for (auto e = events_.begin(); e != d; ++e) {
-      if (e->type == "fault_seen" && e->node == d->node && e->epoch == d->epoch) {
-        f["fault_to_detected_ms"] = d->unix_ms - e->unix_ms;
-      }
-    }
-    if (const Event* e = first_after("fenced", true))
-      f["detected_to_fenced_ms"] = e->mono_ms - d->mono_ms;
-    if (const Event* e = first_after("routes_pushed", false)) {
-      f["detected_to_routes_pushed_ms"] = e->mono_ms - d->mono_ms;
-    }
-    if (const Event* e = first_after("routers_acked", false)) {
-      f["detected_to_routers_acked_ms"] = e->mono_ms - d->mono_ms;
-    }
+  for (const FailoverTiming& t : FailoverTimings(events_.Since(0))) {
+    const Event& d = t.detected;
+    json f = {{"node", d.node}, {"epoch", d.epoch}, {"reason", d.detail}};
+    if (t.fault_seen) f["fault_to_detected_ms"] = d.unix_ms - t.fault_seen->unix_ms;
+    if (t.fenced) f["detected_to_fenced_ms"] = t.fenced->mono_ms - d.mono_ms;
+    if (t.routes_pushed) f["detected_to_routes_pushed_ms"] = t.routes_pushed->mono_ms - d.mono_ms;
+    if (t.routers_acked) f["detected_to_routers_acked_ms"] = t.routers_acked->mono_ms - d.mono_ms;
     out.push_back(std::move(f));
   }
   return out;
@@ -654,11 +634,7 @@ json Controller::FailoversJson() const {
 
 std::vector<Event> Controller::EventsSince(int64_t after_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Event> out;
-  for (const Event& e : events_) {
-    if (e.id > after_id) out.push_back(e);
-  }
-  return out;
+  return events_.Since(after_id);
 }
 
 v1::RouteSnapshot Controller::Snapshot() const {

@@ -27,8 +27,10 @@
 
 #include "common/clock.h"
 #include "controller/controller_config.h"
+#include "controller/event_log.h"
 #include "controller/failure_detector.h"
 #include "controller/fence_runner.h"
+#include "controller/node_lifecycle.h"
 #include "controller/placement.h"
 #include "controller/store.h"
 #include "gpuha/v1/agent.pb.h"
@@ -42,17 +44,6 @@ class AgentSink {
   virtual ~AgentSink() = default;
   virtual void Send(const v1::ControllerMessage& m) = 0;
 };
-
-struct Event {
-  int64_t id = 0;
-  double mono_ms = 0;  // since the controller started; orders and times a failover
-  double unix_ms = 0;  // wall clock, fractional: other processes time faults against it
-  std::string type;    // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
-  std::string node;
-  uint64_t epoch = 0;
-  std::string detail;
-};
-nlohmann::json EventJson(const Event& e);
 
 // Every counter of the controller, declared once: the list makes both the
 // fields and their /metrics families (gpuha_controller_<field>_total).
@@ -129,22 +120,30 @@ class Controller {
     std::shared_ptr<AgentSink> sink;
     v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
     std::vector<v1::HealthReason> reasons;
-    v1::Heartbeat last;         // telemetry, for the API
-    bool fenced = false;        // out of service until it rejoins
-    bool drained = false;       // an operator took it out
-    bool held_out = false;      // failed too often, or fencing failed
+    v1::Heartbeat last;  // telemetry, for the API
+    // Written only by the transition functions below.
+    NodeLifecycle lifecycle = NodeLifecycle::kServing;
+    bool fenced() const { return lifecycle != NodeLifecycle::kServing; }
     bool known = false;         // its agent has connected at least once (stored)
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
   };
 
-  // The one place a node is taken out. `fault_unix_ns` is when the fault was
-  // first seen (0 = unknown); `make_before_break` moves routes before fencing.
+  // Transitions of a node's lifecycle, each its only writer: one event
+  // each, and the node persisted once.
+  // serving -> `to` (fenced or drained; held-out past max_failures). The one
+  // place a node is taken out. `fault_unix_ns` is when the fault was first
+  // seen (0 = unknown); `make_before_break` moves routes before fencing. A
+  // node already out only moves to the stronger state (drained, held-out).
   void TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
-                     bool make_before_break, bool count_failure);
-  void FenceLocked(NodeState& n, const std::string& why);
+                     bool make_before_break, bool count_failure, NodeLifecycle to);
+  // fenced or drained -> held-out: an operator must undrain it.
+  void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch);
+  // any -> serving, as passive.
   void RejoinLocked(NodeState& n, const std::string& why);
+  // Tells the agent (or runs the fence hook) that the node serves nothing.
+  void FenceLocked(NodeState& n, const std::string& why);
   void PushRoutesLocked(const std::string& why);
   void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
   void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
@@ -172,8 +171,7 @@ class Controller {
   uint64_t route_version_ = 1;               // guarded by mu_
   std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
   uint64_t acked_version_logged_ = 0;        // guarded by mu_
-  std::deque<Event> events_;                 // guarded by mu_; the newest 10000
-  int64_t next_event_id_ = 1;                // guarded by mu_
+  EventLog events_{10000};                   // guarded by mu_; the newest 10000
   ControllerCounters counters_;              // guarded by mu_
   std::vector<std::thread> hooks_;           // fence hooks in flight
 };

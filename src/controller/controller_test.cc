@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/testing/temp_dir.h"
+#include "controller/state_codec.h"
 
 namespace gpuha::controller {
 namespace {
@@ -315,6 +316,64 @@ TEST_F(ControllerTest, DrainingIsMakeBeforeBreak) {
   EXPECT_LT(pushed, fenced) << "new routes must go out before the node stops serving";
 }
 
+// A store that counts the writes of each node row.
+class CountingStore : public MemoryStore {
+ public:
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override {
+    for (const StoreWrite& w : batch) {
+      if (w.table == "node") node_writes[w.key]++;
+    }
+    return MemoryStore::Apply(batch);
+  }
+  std::map<std::string, int> node_writes;
+};
+
+// Regression: Drain committed the node twice (once in the take-out, once
+// itself). One transition, one commit, and the row says "drained".
+TEST_F(ControllerTest, OperatorDrainCommitsTheNodeOnceAsDrained) {
+  auto store = std::make_unique<CountingStore>();
+  CountingStore* counted = store.get();
+  Start(ThreePlusOne(), std::move(store));
+  AddStreams(2);
+  counted->node_writes.clear();
+  ASSERT_TRUE(c_->Drain("a3", /*force=*/false).ok());
+  EXPECT_EQ(counted->node_writes["a3"], 1);
+  absl::StatusOr<NodeRecord> row = DecodeNode("a3", (*counted->Load("node"))["a3"]);
+  ASSERT_TRUE(row.ok()) << row.status();
+  EXPECT_EQ(row->lifecycle, NodeLifecycle::kDrained);
+  EXPECT_FALSE(row->available);
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "drained");
+  // A drained node does not rejoin by itself, however healthy.
+  Run(milliseconds(1000), {"a1", "a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "drained");
+  ASSERT_TRUE(c_->Undrain("a3").ok());
+  EXPECT_EQ((*c_->NodeJson("a3"))["lifecycle"], "serving");
+  EXPECT_EQ((*c_->NodeJson("a3"))["role"], "passive");
+}
+
+// The store failing under the controller: the failover still happens in
+// memory, every failed write is counted and shown, and the next write lands.
+TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* raw = store.get();
+  Start(ThreePlusOne(), std::move(store));
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  raw->FailWrites(true);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+  uint64_t errors = c_->counters().store_errors;
+  EXPECT_GT(errors, 0u);
+  EXPECT_THAT(c_->MetricsText(),
+              HasSubstr("\ngpuha_controller_store_errors_total " + std::to_string(errors) + "\n"));
+  EXPECT_EQ((*raw->Load("stream")).count("cam-0"), 1u);  // the stream row is still the old one
+  raw->FailWrites(false);
+  ASSERT_TRUE(c_->AddStream({"cam-new", "acme", 1}).ok());
+  EXPECT_EQ((*raw->Load("stream")).count("cam-new"), 1u);
+  EXPECT_EQ(c_->counters().store_errors, errors);
+}
+
 TEST_F(ControllerTest, DegradedRaisesAnAlertOnly) {
   Start();
   AddStreams(3);
@@ -433,6 +492,11 @@ TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   for (const char* n : {"a2", "a3", "p1"}) Connect(n);
   Run(milliseconds(500), {"a2", "a3", "p1"});
   EXPECT_EQ(c_->StreamsJson(), streams);
+  // The failover history came back from the store with the rest.
+  nlohmann::json failovers = c_->FailoversJson();
+  ASSERT_GE(failovers.size(), 1u) << failovers.dump();
+  EXPECT_EQ(failovers[0]["node"], "a1");
+  EXPECT_TRUE(failovers[0].contains("detected_to_routes_pushed_ms")) << failovers.dump();
 }
 
 }  // namespace

@@ -478,7 +478,13 @@ class Demo {
 
     if (fault != "controller-restart") {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
-      Timeline(events.ok() ? *events : json::array(), node->name, t0, &t);
+      std::vector<controller::Event> logged;
+      if (events.ok() && events->is_array()) {
+        for (const json& e : *events) {
+          if (auto parsed = controller::EventFromJson(e); parsed.ok()) logged.push_back(*parsed);
+        }
+      }
+      ControllerSteps(logged, node->name, t0, &t);
       if (auto cap = c_.Api("GET", "/api/v1/capacity"); cap.ok()) {
         t.unplaced_streams = cap->value("unplaced_streams", int64_t{0});
       }
@@ -577,29 +583,6 @@ class Demo {
       return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
     }
     return absl::OkStatus();
-  }
-
-  void Timeline(const json& events, const std::string& node, int64_t t0, FaultTimeline* t) {
-    auto ms = [t0](const json& e) { return e.value("unix_ms", 0.0) - double(t0) / 1e6; };
-    int64_t detected_id = -1;
-    for (const json& e : events) {
-      std::string type = e.value("type", "");
-      if (detected_id < 0) {
-        if (type == "detected" && e.value("node", "") == node) {
-          detected_id = e.value("id", int64_t{0});
-          t->detected_ms = ms(e);
-        }
-        continue;
-      }
-      if (!t->fenced_ms && (type == "fenced" || type == "fence_unconfirmed") &&
-          e.value("node", "") == node) {
-        t->fenced_ms = ms(e);
-      }
-      if (!t->routes_pushed_ms && type == "routes_pushed") t->routes_pushed_ms = ms(e);
-      if (t->routes_pushed_ms && !t->routers_acked_ms && type == "routers_acked") {
-        t->routers_acked_ms = ms(e);
-      }
-    }
   }
 
   void Count(int64_t t0, int64_t t_end, const std::set<std::string>& hit, const std::string& node,

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "demo/timeline.h"
 #include "load/load.h"
 
 namespace gpuha::demo {
@@ -56,23 +57,6 @@ struct DemoOptions {
   bool keep = false;         // leave everything running until stop
   std::string workdir;       // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
-};
-
-// Milliseconds after the fault was injected; nullopt when it did not happen
-// inside the observation window.
-struct FaultTimeline {
-  std::string fault;
-  std::string node;        // the node hit
-  size_t streams_hit = 0;  // streams it was primary for
-  std::optional<double> detected_ms, fenced_ms, routes_pushed_ms, routers_acked_ms,
-      first_standby_ms;
-  uint64_t answered = 0;         // answers from injection until the next fault
-  uint64_t failed = 0;           // failed answers in the same span
-  double max_gap_ms = 0;         // longest stretch with no answer on a hit stream
-  bool routes_unchanged = true;  // controller-restart: same primaries after
-  size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
-  int64_t unplaced_streams = 0;  // the controller's count while the fault lasted
-  std::string note;
 };
 
 struct DemoReport {

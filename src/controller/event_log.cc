@@ -1,0 +1,87 @@
+#include "controller/event_log.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::controller {
+
+using nlohmann::json;
+
+json EventJson(const Event& e) {
+  return {{"id", e.id},     {"mono_ms", e.mono_ms}, {"unix_ms", e.unix_ms}, {"type", e.type},
+          {"node", e.node}, {"epoch", e.epoch},     {"detail", e.detail}};
+}
+
+absl::StatusOr<Event> EventFromJson(const json& j) {
+  if (!j.is_object()) return absl::InvalidArgumentError("event: not a JSON object");
+  Event e;
+  auto field = [&](const char* key, auto* out) -> absl::Status {
+    auto it = j.find(key);
+    if (it == j.end()) return absl::OkStatus();
+    try {
+      *out = it->get<std::decay_t<decltype(*out)>>();
+    } catch (const json::exception&) {
+      return absl::InvalidArgumentError(absl::StrCat("event.", key, ": wrong type"));
+    }
+    return absl::OkStatus();
+  };
+  for (absl::Status s :
+       {field("id", &e.id), field("mono_ms", &e.mono_ms), field("unix_ms", &e.unix_ms),
+        field("type", &e.type), field("node", &e.node), field("epoch", &e.epoch),
+        field("detail", &e.detail)}) {
+    if (!s.ok()) return s;
+  }
+  if (e.type.empty()) return absl::InvalidArgumentError("event.type: missing");
+  return e;
+}
+
+const Event& EventLog::Append(Event e) {
+  e.id = next_id_++;
+  events_.push_back(std::move(e));
+  if (events_.size() > keep_) events_.pop_front();
+  return events_.back();
+}
+
+void EventLog::Restore(Event e) {
+  next_id_ = std::max(next_id_, e.id + 1);
+  events_.push_back(std::move(e));
+  if (events_.size() > keep_) events_.pop_front();
+}
+
+std::vector<Event> EventLog::Since(int64_t after_id, size_t limit) const {
+  std::vector<Event> out;
+  for (const Event& e : events_) {
+    if (out.size() >= limit) break;
+    if (e.id > after_id) out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
+  std::vector<FailoverTiming> out;
+  for (size_t d = 0; d < events.size(); ++d) {
+    const Event& det = events[d];
+    if (det.type != "detected") continue;
+    FailoverTiming f{.detected = det};
+    for (size_t i = d; i-- > 0;) {
+      const Event& e = events[i];
+      if (e.type == "fault_seen" && e.node == det.node && e.epoch == det.epoch) {
+        f.fault_seen = e;
+        break;
+      }
+      if (e.epoch < det.epoch) break;
+    }
+    for (size_t i = d + 1; i < events.size(); ++i) {
+      const Event& e = events[i];
+      if (e.epoch < det.epoch) continue;
+      if (!f.fenced && e.node == det.node && (e.type == "fenced" || e.type == "fence_unconfirmed"))
+        f.fenced = e;
+      if (!f.routes_pushed && e.type == "routes_pushed") f.routes_pushed = e;
+      if (f.routes_pushed && !f.routers_acked && e.type == "routers_acked") f.routers_acked = e;
+      if (f.fenced && f.routers_acked) break;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,68 @@
+// EventLog: the controller's recent events, in order, and the failover
+// timings read from them. Every state change records one event with a
+// monotonic and a wall timestamp; a failover is the run of events that a
+// `detected` event starts: fault seen -> detected -> fenced -> routes pushed
+// -> routers acknowledged.
+//
+//   EventLog log(10000);
+//   log.Append({.type = "detected", .node = "gpu-2", ...});   // id assigned
+//   for (const FailoverTiming& f : FailoverTimings(log.Since(0))) ...
+//
+// FailoverTimings is pure: the API's /failovers view and `gpuha demo` (which
+// reads the events over the API) use the same walk.
+// Thread-safety: none; the controller holds its lock around it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gpuha::controller {
+
+struct Event {
+  int64_t id = 0;
+  double mono_ms = 0;  // since the controller started; orders and times a failover
+  double unix_ms = 0;  // wall clock, fractional: other processes time faults against it
+  std::string type;    // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
+  std::string node;
+  uint64_t epoch = 0;
+  std::string detail;
+};
+nlohmann::json EventJson(const Event& e);
+// The inverse of EventJson; errors name the field.
+absl::StatusOr<Event> EventFromJson(const nlohmann::json& j);
+
+class EventLog {
+ public:
+  explicit EventLog(size_t keep) : keep_(keep) {}
+  // Assigns the next id and keeps the newest `keep` events.
+  const Event& Append(Event e);
+  // Restores an event read back from the store (its id is kept).
+  void Restore(Event e);
+  std::vector<Event> Since(int64_t after_id, size_t limit = SIZE_MAX) const;
+  int64_t next_id() const { return next_id_; }
+
+ private:
+  size_t keep_;
+  std::deque<Event> events_;
+  int64_t next_id_ = 1;
+};
+
+// One failover's steps, each the first matching event after `detected` (of
+// the same epoch or later): fenced (or fence_unconfirmed) of the same node,
+// then routes pushed, then routers acknowledged. fault_seen is the node's
+// fault_seen event of the same epoch just before `detected`.
+struct FailoverTiming {
+  Event detected;
+  std::optional<Event> fault_seen, fenced, routes_pushed, routers_acked;
+};
+// Every failover in `events` (ordered by id), oldest first.
+std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events);
+
+}  // namespace gpuha::controller

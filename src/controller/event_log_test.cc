@@ -1,0 +1,97 @@
+#include "controller/event_log.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuha::controller {
+namespace {
+
+Event E(const std::string& type, const std::string& node, uint64_t epoch, double ms) {
+  return Event{.mono_ms = ms, .unix_ms = 1e12 + ms, .type = type, .node = node, .epoch = epoch};
+}
+
+std::vector<Event> Logged(std::vector<Event> events) {
+  EventLog log(100);
+  for (Event& e : events) log.Append(std::move(e));
+  return log.Since(0);
+}
+
+TEST(EventLogTest, KeepsTheNewestAndCountsIdsOn) {
+  EventLog log(3);
+  for (int i = 0; i < 5; ++i) log.Append(E("x", "", 1, i));
+  std::vector<Event> all = log.Since(0);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.front().id, 3);
+  EXPECT_EQ(all.back().id, 5);
+  EXPECT_EQ(log.Since(4).size(), 1u);
+  EXPECT_EQ(log.Since(0, 2).size(), 2u);
+  log.Restore(Event{.id = 40, .type = "y"});
+  EXPECT_EQ(log.Append(E("z", "", 1, 9)).id, 41);
+}
+
+TEST(EventLogTest, JsonRoundTripsAndBadFieldsAreNamed) {
+  Event e{.id = 7,
+          .mono_ms = 1.5,
+          .unix_ms = 2.5,
+          .type = "fenced",
+          .node = "n1",
+          .epoch = 3,
+          .detail = "d"};
+  absl::StatusOr<Event> back = EventFromJson(EventJson(e));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(EventJson(*back), EventJson(e));
+  EXPECT_EQ(EventFromJson(nlohmann::json{{"type", "x"}, {"epoch", "three"}}).status().message(),
+            "event.epoch: wrong type");
+  EXPECT_FALSE(EventFromJson(nlohmann::json::array()).ok());
+  EXPECT_FALSE(EventFromJson(nlohmann::json{{"node", "n"}}).ok());
+}
+
+TEST(FailoverTimingsTest, EachStepIsTheFirstMatchAfterDetection) {
+  std::vector<Event> events = Logged({
+      E("routes_pushed", "", 1, 1),  // before the failover: not its
+      E("fault_seen", "n2", 2, 9),
+      E("detected", "n2", 2, 10),
+      E("fenced", "n1", 2, 10.5),  // another node's fence
+      E("fenced", "n2", 2, 11),
+      E("routes_pushed", "", 2, 12),
+      E("routers_acked", "", 2, 14),
+      E("routers_acked", "", 2, 20),
+  });
+  std::vector<FailoverTiming> f = FailoverTimings(events);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].detected.node, "n2");
+  ASSERT_TRUE(f[0].fault_seen && f[0].fenced && f[0].routes_pushed && f[0].routers_acked);
+  EXPECT_EQ(f[0].fault_seen->mono_ms, 9);
+  EXPECT_EQ(f[0].fenced->mono_ms, 11);
+  EXPECT_EQ(f[0].routes_pushed->mono_ms, 12);
+  EXPECT_EQ(f[0].routers_acked->mono_ms, 14);
+}
+
+TEST(FailoverTimingsTest, TwoFailoversAndAnUnconfirmedFence) {
+  std::vector<Event> events = Logged({
+      E("detected", "n1", 2, 10),
+      E("fence_unconfirmed", "n1", 2, 10.2),
+      E("routes_pushed", "", 2, 10.4),
+      E("detected", "n2", 3, 11),
+      E("fenced", "n2", 3, 11.2),
+      E("routes_pushed", "", 3, 11.4),
+      E("routers_acked", "", 3, 13),
+  });
+  std::vector<FailoverTiming> f = FailoverTimings(events);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].fenced->type, "fence_unconfirmed");
+  EXPECT_EQ(f[0].routes_pushed->mono_ms, 10.4);
+  // The acknowledgement of a later version covers the first failover's too.
+  EXPECT_EQ(f[0].routers_acked->mono_ms, 13);
+  EXPECT_FALSE(f[0].fault_seen);
+  EXPECT_EQ(f[1].fenced->mono_ms, 11.2);
+  EXPECT_EQ(f[1].routes_pushed->mono_ms, 11.4);
+}
+
+TEST(FailoverTimingsTest, MissingStepsStayEmpty) {
+  std::vector<FailoverTiming> f = FailoverTimings(Logged({E("detected", "n1", 2, 10)}));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_FALSE(f[0].fenced || f[0].routes_pushed || f[0].routers_acked || f[0].fault_seen);
+}
+
+}  // namespace
+}  // namespace gpuha::controller

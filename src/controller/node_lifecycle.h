@@ -1,0 +1,49 @@
+// NodeLifecycle: where a node stands in the controller's eyes, as one enum
+// (keepalived's VRRP states, Pacemaker's node states). The controller's
+// transition functions (TakeOutLocked, HoldOutLocked, RejoinLocked, Undrain)
+// are its only writers; each records its event and persists the node once.
+//
+//   serving --failure--> fenced --healthy for healthy_for--> serving
+//   serving --drain----> drained --undrain--> serving
+//   fenced  --too many failures, or the fence hook failed--> held-out
+//   held-out / drained --undrain--> serving
+//
+// Only a serving node carries work or stands by; every other state is fenced
+// (its agent stops serving, routers send it nothing).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace gpuha::controller {
+
+enum class NodeLifecycle {
+  kServing,  // in placement: primary or standby work
+  kFenced,   // taken out after a failure; rejoins by itself once healthy
+  kDrained,  // taken out by an operator; stays out until undrained
+  kHeldOut,  // failed too often, or its fence was not confirmed: an operator decides
+};
+
+inline const char* NodeLifecycleName(NodeLifecycle s) {
+  switch (s) {
+    case NodeLifecycle::kServing:
+      return "serving";
+    case NodeLifecycle::kFenced:
+      return "fenced";
+    case NodeLifecycle::kDrained:
+      return "drained";
+    case NodeLifecycle::kHeldOut:
+      return "held-out";
+  }
+  return "unknown";
+}
+
+inline std::optional<NodeLifecycle> ParseNodeLifecycle(std::string_view s) {
+  for (NodeLifecycle l : {NodeLifecycle::kServing, NodeLifecycle::kFenced, NodeLifecycle::kDrained,
+                          NodeLifecycle::kHeldOut}) {
+    if (s == NodeLifecycleName(l)) return l;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,104 @@
+#include "controller/state_codec.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::controller {
+
+using nlohmann::json;
+
+namespace {
+
+std::optional<Role> ParseRole(std::string_view r) {
+  for (Role role : {Role::kActive, Role::kPassive, Role::kBuffer}) {
+    if (r == RoleName(role)) return role;
+  }
+  return std::nullopt;
+}
+
+// Reads `key` of `j` into `out` when present; a wrong type names the field.
+template <class T>
+absl::Status Field(const json& j, const char* key, const std::string& row, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception&) {
+    return absl::DataLossError(absl::StrCat("store: ", row, ".", key, ": wrong type"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> ParseRow(const std::string& row, std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat("store: ", row, " is corrupt"));
+  return j;
+}
+
+}  // namespace
+
+std::string EncodeNode(const NodeRecord& r) {
+  return json{{"role", RoleName(r.role)},
+              {"available", r.available},
+              {"state", NodeLifecycleName(r.lifecycle)}}
+      .dump();
+}
+
+absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text) {
+  const std::string row = "node " + id;
+  absl::StatusOr<json> j = ParseRow(row, text);
+  if (!j.ok()) return j.status();
+  NodeRecord r;
+  std::string role, state;
+  bool fenced = false, drained = false, held_out = false;
+  for (absl::Status s :
+       {Field(*j, "role", row, &role), Field(*j, "available", row, &r.available),
+        Field(*j, "state", row, &state), Field(*j, "fenced", row, &fenced),
+        Field(*j, "drained", row, &drained), Field(*j, "held_out", row, &held_out)}) {
+    if (!s.ok()) return s;
+  }
+  std::optional<Role> parsed_role = ParseRole(role);
+  if (!parsed_role) {
+    return absl::DataLossError(absl::StrCat("store: ", row, ".role: '", role, "' is not a role"));
+  }
+  r.role = *parsed_role;
+  if (!state.empty()) {
+    std::optional<NodeLifecycle> l = ParseNodeLifecycle(state);
+    if (!l) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", row, ".state: '", state, "' is not a node state"));
+    }
+    r.lifecycle = *l;
+  } else {  // a row from before the lifecycle enum
+    r.lifecycle = held_out  ? NodeLifecycle::kHeldOut
+                  : drained ? NodeLifecycle::kDrained
+                  : fenced  ? NodeLifecycle::kFenced
+                            : NodeLifecycle::kServing;
+  }
+  return r;
+}
+
+std::string EncodeStream(const StreamRecord& r) {
+  return json{
+      {"tenant", r.tenant}, {"weight", r.weight}, {"primary", r.primary}, {"standby", r.standby}}
+      .dump();
+}
+
+absl::StatusOr<StreamRecord> DecodeStream(const std::string& id, std::string_view text) {
+  const std::string row = "stream " + id;
+  absl::StatusOr<json> j = ParseRow(row, text);
+  if (!j.ok()) return j.status();
+  StreamRecord r;
+  for (absl::Status s :
+       {Field(*j, "tenant", row, &r.tenant), Field(*j, "weight", row, &r.weight),
+        Field(*j, "primary", row, &r.primary), Field(*j, "standby", row, &r.standby)}) {
+    if (!s.ok()) return s;
+  }
+  if (r.weight < 1) {
+    return absl::DataLossError(absl::StrCat("store: ", row, ".weight: ", r.weight, " is below 1"));
+  }
+  return r;
+}
+
+}  // namespace gpuha::controller

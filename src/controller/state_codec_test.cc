@@ -1,0 +1,61 @@
+#include "controller/state_codec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpuha::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(StateCodecTest, NodeRoundTripsEveryLifecycle) {
+  for (NodeLifecycle l : {NodeLifecycle::kServing, NodeLifecycle::kFenced, NodeLifecycle::kDrained,
+                          NodeLifecycle::kHeldOut}) {
+    NodeRecord r{Role::kPassive, false, l};
+    absl::StatusOr<NodeRecord> back = DecodeNode("n1", EncodeNode(r));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->role, Role::kPassive);
+    EXPECT_FALSE(back->available);
+    EXPECT_EQ(back->lifecycle, l);
+  }
+}
+
+TEST(StateCodecTest, NodeRowsFromBeforeTheEnumAreRead) {
+  auto r = DecodeNode("n1", R"({"role":"active","available":false,"fenced":true,"drained":true,)"
+                            R"("held_out":false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->lifecycle, NodeLifecycle::kDrained);
+  r = DecodeNode("n1", R"({"role":"active","fenced":true,"held_out":true})");
+  EXPECT_EQ(r->lifecycle, NodeLifecycle::kHeldOut);
+  r = DecodeNode("n1", R"({"role":"buffer"})");
+  EXPECT_EQ(r->lifecycle, NodeLifecycle::kServing);
+  EXPECT_TRUE(r->available);
+}
+
+TEST(StateCodecTest, BadNodeRowsNameTheRowAndField) {
+  EXPECT_THAT(DecodeNode("n1", "{").status().message(), HasSubstr("store: node n1 is corrupt"));
+  EXPECT_THAT(DecodeNode("n1", R"({"role":"boss"})").status().message(),
+              HasSubstr("node n1.role: 'boss' is not a role"));
+  EXPECT_THAT(DecodeNode("n1", R"({"role":"active","state":"asleep"})").status().message(),
+              HasSubstr("node n1.state: 'asleep'"));
+  EXPECT_THAT(DecodeNode("n1", R"({"role":"active","available":"yes"})").status().message(),
+              HasSubstr("node n1.available: wrong type"));
+}
+
+TEST(StateCodecTest, StreamRoundTripsAndBadRowsAreRefused) {
+  StreamRecord r{"acme", 3, "n1", "n4"};
+  absl::StatusOr<StreamRecord> back = DecodeStream("cam-1", EncodeStream(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tenant, "acme");
+  EXPECT_EQ(back->weight, 3);
+  EXPECT_EQ(back->primary, "n1");
+  EXPECT_EQ(back->standby, "n4");
+  EXPECT_THAT(DecodeStream("cam-1", "[]").status().message(), HasSubstr("stream cam-1 is corrupt"));
+  EXPECT_THAT(DecodeStream("cam-1", R"({"weight":0})").status().message(),
+              HasSubstr("stream cam-1.weight: 0 is below 1"));
+  EXPECT_THAT(DecodeStream("cam-1", R"({"weight":"x"})").status().message(),
+              HasSubstr("stream cam-1.weight: wrong type"));
+}
+
+}  // namespace
+}  // namespace gpuha::controller

@@ -1,0 +1,20 @@
+#include "demo/timeline.h"
+
+namespace gpuha::demo {
+
+void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
+                     int64_t t0_unix_ns, FaultTimeline* t) {
+  auto ms = [t0_unix_ns](const controller::Event& e) {
+    return e.unix_ms - double(t0_unix_ns) / 1e6;
+  };
+  for (const controller::FailoverTiming& f : controller::FailoverTimings(events)) {
+    if (f.detected.node != node) continue;
+    t->detected_ms = ms(f.detected);
+    if (f.fenced) t->fenced_ms = ms(*f.fenced);
+    if (f.routes_pushed) t->routes_pushed_ms = ms(*f.routes_pushed);
+    if (f.routers_acked) t->routers_acked_ms = ms(*f.routers_acked);
+    return;
+  }
+}
+
+}  // namespace gpuha::demo

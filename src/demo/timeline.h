@@ -1,0 +1,43 @@
+// The demo's per-fault timeline, and the pure function that reads the
+// controller's steps of it from the controller's events.
+//
+//   FaultTimeline t;
+//   ControllerSteps(events, "gpu-2", injected_unix_ns, &t);   // detected, fenced, ...
+//
+// The walk over the events is the controller's own (FailoverTimings), so the
+// demo and the API's /failovers agree on what each step is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/event_log.h"
+
+namespace gpuha::demo {
+
+// Milliseconds after the fault was injected; nullopt when it did not happen
+// inside the observation window.
+struct FaultTimeline {
+  std::string fault;
+  std::string node;        // the node hit
+  size_t streams_hit = 0;  // streams it was primary for
+  std::optional<double> detected_ms, fenced_ms, routes_pushed_ms, routers_acked_ms,
+      first_standby_ms;
+  uint64_t answered = 0;         // answers from injection until the next fault
+  uint64_t failed = 0;           // failed answers in the same span
+  double max_gap_ms = 0;         // longest stretch with no answer on a hit stream
+  bool routes_unchanged = true;  // controller-restart: same primaries after
+  size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
+  int64_t unplaced_streams = 0;  // the controller's count while the fault lasted
+  std::string note;
+};
+
+// Fills detected, fenced, routes pushed and routers acknowledged from the
+// first failover of `node` in `events`, in milliseconds after `t0_unix_ns`
+// (the injection), by the events' wall clock.
+void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
+                     int64_t t0_unix_ns, FaultTimeline* t);
+
+}  // namespace gpuha::demo
