@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <thread>
 
 #include "agent/testing/fake_controller.h"
@@ -41,6 +43,16 @@ class AgentTest : public ::testing::Test {
     c.sample_ms = 100;
     c.heartbeat_ms = 20;
     return c;
+  }
+  // Polls `pred` every 10 ms for up to `timeout`.
+  static bool WaitUntil(const std::function<bool()>& pred,
+                        milliseconds timeout = milliseconds(5000)) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return true;
   }
   std::unique_ptr<Agent> Start(AgentConfig c) {
     auto probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());
@@ -125,9 +137,8 @@ TEST_F(AgentTest, FenceIsObeyedAndStaleEpochsAreIgnored) {
   v1::ControllerMessage rejoin;
   rejoin.mutable_rejoin()->set_epoch(3);  // older than 5: must be ignored
   controller.Send(rejoin);
-  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(WaitUntil([&] { return agent->counters().stale_commands.load() == 1; }));
   EXPECT_TRUE(agent->fenced());
-  EXPECT_EQ(agent->counters().stale_commands.load(), 1u);
   rejoin.mutable_rejoin()->set_epoch(6);
   rejoin.mutable_rejoin()->set_role("passive");
   controller.Send(rejoin);
@@ -152,9 +163,8 @@ TEST_F(AgentTest, UnreachableControllerIsRetried) {
   int port = later.port();
   later.Shutdown();  // nobody listens on `port` yet
   auto agent = Start(Config({port}));
-  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_TRUE(WaitUntil([&] { return agent->counters().reconnects.load() >= 2; }));
   EXPECT_FALSE(agent->connected());
-  EXPECT_GE(agent->counters().reconnects.load(), 1u);
   FakeController up(port);
   EXPECT_TRUE(up.WaitForHello(milliseconds(8000)).has_value());
 }
@@ -165,14 +175,21 @@ TEST_F(AgentTest, HangFaultSilencesHeartbeatsButKeepsTheStream) {
   c.sim.faults = {gpu::Fault{.at_ms = 300, .kind = gpu::FaultKind::kAgentHang, .for_ms = 500}};
   auto agent = Start(c);
   ASSERT_TRUE(controller.WaitForHello());
-  std::this_thread::sleep_for(milliseconds(1200));
-  auto beats = controller.heartbeats();
-  ASSERT_GT(beats.size(), 10u);
+  // Heartbeats until the hang is over: the longest silence, and beats after it.
   auto longest = milliseconds(0);
-  for (size_t i = 1; i < beats.size(); ++i) {
-    longest =
-        std::max(longest, std::chrono::duration_cast<milliseconds>(beats[i].at - beats[i - 1].at));
-  }
+  EXPECT_TRUE(WaitUntil([&] {
+    auto beats = controller.heartbeats();
+    longest = milliseconds(0);
+    size_t after_gap = 0;
+    for (size_t i = 1; i < beats.size(); ++i) {
+      auto gap = std::chrono::duration_cast<milliseconds>(beats[i].at - beats[i - 1].at);
+      if (gap > longest) {
+        longest = gap;
+        after_gap = beats.size() - i;  // beats from the end of the gap on
+      }
+    }
+    return longest.count() >= 400 && after_gap >= 3;
+  }));
   EXPECT_GE(longest.count(), 400);
   EXPECT_EQ(controller.hello_count(), 1u) << "the stream must stay open through the hang";
 }
@@ -183,8 +200,19 @@ TEST_F(AgentTest, StopWhileTheStreamStartsDoesNotHang) {
   FakeController controller;
   for (int i = 0; i < 30; ++i) {
     auto agent = Start(Config({controller.port()}));
+    // Stop at a different moment of the start-up each time.
     std::this_thread::sleep_for(std::chrono::microseconds(200 * (i % 10)));
-    agent->Stop();
+    // Stop on another thread, so a hang fails here with the iteration
+    // instead of at the ctest timeout. A hung agent is leaked on purpose.
+    auto stopped = std::make_shared<std::promise<void>>();
+    std::future<void> done = stopped->get_future();
+    std::thread([a = agent.release(), stopped] {
+      a->Stop();
+      delete a;
+      stopped->set_value();
+    }).detach();
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "Agent::Stop() hung (iteration " << i << ")";
   }
 }
 

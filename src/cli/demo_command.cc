@@ -42,6 +42,12 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                    "failover may cut")
       ->check(CLI::Range(0.0, 0.5));
   app_->add_flag("--keep", o_.keep, "Leave the cluster running after the faults (Ctrl-C stops it)");
+  app_->add_option("--node", o_.target,
+                   "The node every fault hits (default: the busiest each time)")
+      ->check(CLI::IsMember({"gpu-1", "gpu-2", "gpu-3", "gpu-4"}));
+  app_->add_option("--max-failures", o_.max_failures,
+                   "Failures within 10 min before the controller holds a node out")
+      ->check(CLI::Range(1, 1000));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }

@@ -304,7 +304,7 @@ class Cluster {
         "cluster: { redundancy: 1 }\nnodes:\n",
         nodes, "tenants: [acme]\nlisten: { grpc: \"", ctl_host_, ":", ctl_grpc_,
         "\", http: \"127.0.0.1:", ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
-        "recovery: { healthy_for_ms: 1000, max_failures: 20, window_s: 600 }\n");
+        "recovery: { healthy_for_ms: 1000, max_failures: ", o_.max_failures, ", window_s: 600 }\n");
     if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", controller); !s.ok())
       return s;
     for (Node& n : nodes_) {
@@ -454,6 +454,9 @@ class Demo {
                      [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
     Node* node = by_load[0];
     if (fault == "partition") node = &c_.nodes()[0];  // the node in its own namespace
+    for (Node& n : c_.nodes()) {
+      if (n.name == o_.target) node = &n;
+    }
     second_ = fault == "double-crash" ? by_load[1] : nullptr;
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
@@ -556,7 +559,33 @@ class Demo {
       // The restarted controller must hold the same routes.
       auto after = c_.Api("GET", "/api/v1/streams");
       t->routes_unchanged = after.ok() && Primaries(*after) == primaries;
-      c_.Sleep(milliseconds(1000));  // agents and the router reconnect
+      // The router reconnects and acknowledges the new controller's routes,
+      // and every agent is back.
+      t->routers_reacked = c_.WaitFor(
+          [&] {
+            auto ev = c_.Api("GET", "/api/v1/events");
+            if (!ev.ok() || !ev->is_array()) return false;
+            bool restarted = false, acked = false;
+            for (const json& e : *ev) {
+              std::string type = e.value("type", "");
+              if (type == "controller_started") restarted = true, acked = false;
+              if (restarted && type == "routers_acked") acked = true;
+            }
+            return acked;
+          },
+          milliseconds(10000));
+      bool agents = c_.WaitFor(
+          [&] {
+            auto nodes = c_.Api("GET", "/api/v1/nodes");
+            if (!nodes.ok() || !nodes->is_array()) return false;
+            for (const json& j : *nodes) {
+              if (!j.value("connected", false)) return false;
+            }
+            return true;
+          },
+          milliseconds(10000));
+      if (!t->routers_reacked) return absl::DeadlineExceededError("no router re-acknowledged");
+      if (!agents) return absl::DeadlineExceededError("an agent did not reconnect");
       return absl::OkStatus();
     }
     if (fault == "crash" || fault == "double-crash") {
@@ -574,10 +603,15 @@ class Demo {
     bool back = c_.WaitFor(
         [&] {
           auto j = c_.Api("GET", "/api/v1/nodes/" + n.name);
-          return j.ok() && j->value("state", "") == "alive" && !j->value("fenced", true);
+          if (!j.ok()) return false;
+          // Flapped past max_failures: it stays out, by design, once its
+          // agent is back.
+          t->held_out = j->value("state", "") == "held-out" && j->value("connected", false);
+          return t->held_out || (j->value("state", "") == "alive" && !j->value("fenced", true));
         },
         milliseconds(15000));
     if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");
+    if (t->held_out) return absl::OkStatus();  // no worker on a fenced node
     // Its agent starts the worker on rejoin: the spare is ready when it answers.
     if (!WorkerReady(n, milliseconds(10000))) {
       return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
@@ -803,6 +837,10 @@ std::string DemoReport::Json() const {
                            {"routes_unchanged", t.routes_unchanged},
                            {"moved_back", t.moved_back},
                            {"unplaced_streams", t.unplaced_streams},
+                           {"routes_before_fence",
+                            t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
+                           {"held_out", t.held_out},
+                           {"routers_reacked", t.routers_reacked},
                            {"note", t.note}});
   }
   return json{

@@ -55,6 +55,8 @@ struct DemoOptions {
   int observe_ms = 2500;     // after each fault, before the node is repaired
   double slow_fraction = 0;  // share of requests that take 1.5 s of GPU time (healthy work)
   bool keep = false;         // leave everything running until stop
+  std::string target;        // the node every fault hits; empty: the busiest node each time
+  int max_failures = 20;     // the controller's recovery.max_failures (held out past it)
   std::string workdir;       // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };

@@ -13,6 +13,7 @@ void ControllerSteps(const std::vector<controller::Event>& events, const std::st
     if (f.fenced) t->fenced_ms = ms(*f.fenced);
     if (f.routes_pushed) t->routes_pushed_ms = ms(*f.routes_pushed);
     if (f.routers_acked) t->routers_acked_ms = ms(*f.routers_acked);
+    if (f.fenced && f.routes_pushed) t->routes_before_fence = f.routes_pushed->id < f.fenced->id;
     return;
   }
 }

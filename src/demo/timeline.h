@@ -31,6 +31,11 @@ struct FaultTimeline {
   bool routes_unchanged = true;  // controller-restart: same primaries after
   size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
   int64_t unplaced_streams = 0;  // the controller's count while the fault lasted
+  // The controller pushed the new routes before it fenced the node
+  // (make-before-break, as a drain does); nullopt when either step is missing.
+  std::optional<bool> routes_before_fence;
+  bool held_out = false;         // the node stayed out after its repair (flapped too often)
+  bool routers_reacked = false;  // controller-restart: every router acknowledged the new one
   std::string note;
 };
 

@@ -26,6 +26,15 @@ TEST(TimelineTest, StepsAreMillisecondsAfterTheInjection) {
   EXPECT_DOUBLE_EQ(*t.fenced_ms, 40.5);
   EXPECT_DOUBLE_EQ(*t.routes_pushed_ms, 41);
   EXPECT_DOUBLE_EQ(*t.routers_acked_ms, 43);
+  EXPECT_EQ(t.routes_before_fence, false);  // a crash: fenced first
+}
+
+TEST(TimelineTest, ADrainPushesRoutesBeforeItFences) {
+  FaultTimeline t;
+  ControllerSteps(
+      {E(1, "detected", "gpu-2", 10), E(2, "routes_pushed", "", 11), E(3, "fenced", "gpu-2", 12)},
+      "gpu-2", 0, &t);
+  EXPECT_EQ(t.routes_before_fence, true);
 }
 
 TEST(TimelineTest, NoFailoverOfTheNodeLeavesTheStepsEmpty) {

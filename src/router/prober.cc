@@ -81,6 +81,7 @@ awaitable<void> Prober::Probe(std::string address) {
       // when it differs).
       if (state_[address] != Health::kUp) on_verdict_(address, Health::kUp);
       state_.erase(address);
+      probed_.store(state_.size());
       co_return;
     }
     auto started = Clock::now();
@@ -157,6 +158,7 @@ awaitable<void> Prober::ProbeLoop() {
       // state_ holds exactly the addresses with a running probe.
       if (state_.emplace(a, Health::kUp).second) net::co_spawn(ex, Probe(a), net::detached);
     }
+    probed_.store(state_.size());
     t.expires_after(milliseconds(100));
     error_code ec;
     co_await t.async_wait(Redirect(ec));

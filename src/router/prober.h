@@ -54,6 +54,8 @@ class Prober {
   uint64_t probes() const { return probes_.load(); }
   uint64_t hangs() const { return hangs_.load(); }
   uint64_t downs() const { return downs_.load(); }
+  // Upstreams with a running probe (each leaves once out of the routes).
+  uint64_t probed() const { return probed_.load(); }
 
  private:
   awaitable<void> ProbeLoop();
@@ -68,7 +70,7 @@ class Prober {
   std::shared_ptr<ssl::context> tls_;              // guarded by mu_
   std::unordered_map<std::string, Health> state_;  // prober thread only
   std::unordered_set<std::string> wanted_;         // prober thread only
-  std::atomic<uint64_t> probes_{0}, hangs_{0}, downs_{0};
+  std::atomic<uint64_t> probes_{0}, hangs_{0}, downs_{0}, probed_{0};
 };
 
 }  // namespace gpuha::router

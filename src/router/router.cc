@@ -237,6 +237,8 @@ std::string Router::Impl::Metrics() const {
   p.Sample("gpuha_router_requests_in_flight", {}, double(in_flight));
   p.Family("gpuha_router_probes_total", "counter", "Upstream liveness probes answered or failed.");
   p.Sample("gpuha_router_probes_total", {}, double(prober.probes()));
+  p.Family("gpuha_router_probed_upstreams", "gauge", "Upstreams the router's prober checks.");
+  p.Sample("gpuha_router_probed_upstreams", {}, double(prober.probed()));
   p.Family("gpuha_router_probe_verdicts_total", "counter", "Upstreams judged hung or down.");
   p.Sample("gpuha_router_probe_verdicts_total", {{"verdict", "hung"}}, double(prober.hangs()));
   p.Sample("gpuha_router_probe_verdicts_total", {{"verdict", "down"}}, double(prober.downs()));

@@ -3,6 +3,7 @@
 #include "router/router.h"
 
 #include <gtest/gtest.h>
+#include <openssl/x509.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -10,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -41,6 +43,16 @@ double MetricValue(const std::string& text, const std::string& name) {
   size_t at = text.find("\n" + name + " ");
   if (at == std::string::npos) return -1;
   return std::stod(text.substr(at + name.size() + 2));
+}
+
+// Polls `pred` every 5 ms for up to 5 s: waits on a condition, not a time.
+bool Eventually(const std::function<bool()>& pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return true;
 }
 
 // Accepts connections (the kernel does) and never answers: a hung server.
@@ -136,17 +148,22 @@ TEST_F(RouterTest, UpstreamThatLeftTheRoutesAndCameBackIsUsedAgain) {
     r->mutable_primary()->set_address(primary);
     ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
   };
-  routes("b", b_->address(), 2);                   // the controller takes `a` out
-  std::this_thread::sleep_for(milliseconds(300));  // the prober (100 ms scans) lets `a` go
+  routes("b", b_->address(), 2);  // the controller takes `a` out
+  // The prober lets `a` go (and its verdict with it): only `b` is probed.
+  ASSERT_TRUE(Eventually(
+      [&] { return MetricValue(router_->MetricsText(), "gpuha_router_probed_upstreams") == 1; }));
   TestBackend::Options back;
   back.name = "a-again";
   back.port = a_port;
   a_ = *TestBackend::Start(back);
   routes("a", a_address, 3);  // `a` rejoined and is a primary again
-  std::this_thread::sleep_for(milliseconds(300));
-  Reply r = Send(port(), Get("/streams/cam-1/x"));
-  ASSERT_EQ(r.status, 200) << r.error << r.body;
-  EXPECT_NE(r.body.find(R"("backend":"a-again")"), std::string::npos) << r.body;
+  // Every loop sends cam-1 to `a` again (no loop kept the old "down").
+  int served = 0;
+  EXPECT_TRUE(Eventually([&] {
+    Reply r = Send(port(), Get("/streams/cam-1/x"));
+    served = r.body.find(R"("backend":"a-again")") != std::string::npos ? served + 1 : 0;
+    return served >= 8;
+  }));
 }
 
 TEST_F(RouterTest, RefusedPrimaryFailsOverToStandbyAndSticks) {
@@ -308,7 +325,8 @@ TEST_F(RouterTest, RateLimitAndQuotaAnswer429WithRetryAfter) {
   EXPECT_NE(r.body.find("rate_limited"), std::string::npos);
   // Quota: one slow request in flight, a second is refused.
   std::thread slow([&] { Send(port(), Get("/streams/cam-2/x?delay_ms=500", "k-other")); });
-  std::this_thread::sleep_for(milliseconds(150));
+  ASSERT_TRUE(Eventually(
+      [&] { return MetricValue(router_->MetricsText(), "gpuha_router_requests_in_flight") == 1; }));
   r = Send(port(), Get("/streams/cam-2/x", "k-other"));
   EXPECT_EQ(r.status, 429);
   EXPECT_NE(r.body.find("over_quota"), std::string::npos);
@@ -403,9 +421,10 @@ TEST_F(RouterTest, ClientLeavingMidBodyIsCountedAndHarmless) {
         "Content-Length: 100000\r\n\r\nabc";
     net::write(s, net::buffer(head));
   }  // closed mid-body
-  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_TRUE(Eventually([&] {
+    return MetricValue(router_->MetricsText(), "gpuha_router_client_aborts_total") == 1;
+  }));
   EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  EXPECT_NE(router_->MetricsText().find("gpuha_router_client_aborts_total 1"), std::string::npos);
 }
 
 TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
@@ -414,7 +433,9 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
   config_.tls_cert = dir + "/server.pem";
   config_.tls_key = dir + "/server.key";
   StartRouter();
-  auto tls_get = [&](int max_version) -> Reply {
+  // One request over TLS; `cn` gets the common name of the certificate the
+  // router served.
+  auto tls_get = [&](int max_version, std::string* cn = nullptr) -> Reply {
     net::io_context ioc;
     net::ssl::context ctx(net::ssl::context::tls_client);
     ctx.load_verify_file(dir + "/ca.pem");
@@ -427,26 +448,44 @@ TEST_F(RouterTest, TlsTerminationTls12PlusAndReload) {
     boost::system::error_code ec;
     s.handshake(net::ssl::stream_base::client, ec);
     if (ec) return Reply{0, {}, "", "handshake: " + ec.message()};
+    if (cn != nullptr) {
+      X509* peer = SSL_get1_peer_certificate(s.native_handle());
+      char name[256] = {};
+      if (peer != nullptr) {
+        X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, name, sizeof(name));
+        X509_free(peer);
+      }
+      *cn = name;
+    }
     return Exchange(s, Get("/streams/cam-1/x"));
   };
-  Reply r = tls_get(TLS1_3_VERSION);
+  std::string cn;
+  Reply r = tls_get(TLS1_3_VERSION, &cn);
   ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(cn, "server");
   EXPECT_EQ(tls_get(TLS1_2_VERSION).status, 200);
   EXPECT_EQ(tls_get(TLS1_1_VERSION).status, 0);  // refused: TLS 1.2 or later only
-  // Reload with the agent certificate (same CA): new handshakes use it.
+  // Reload with another certificate and key (CN=agent, same CA): the very
+  // next handshake, on any loop, gets it (Reload returns once every loop has
+  // the new settings).
   RouterConfig next = config_;
   next.tls_cert = dir + "/agent.pem";
   next.tls_key = dir + "/agent.key";
   next.tenants.push_back({"late", {common::Sha256Hex("k-late")}, 0, 0, 0});
   ASSERT_TRUE(router_->Reload(next).ok());
-  std::this_thread::sleep_for(milliseconds(50));
-  EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
+  for (int i = 0; i < 4; ++i) {  // two loops: more than one connection
+    cn.clear();
+    EXPECT_EQ(tls_get(TLS1_3_VERSION, &cn).status, 200);
+    EXPECT_EQ(cn, "agent") << "the reloaded certificate was not served";
+  }
   // A bad reload is refused and changes nothing.
   next.tls_key = dir + "/missing.key";
   absl::Status s = router_->Reload(next);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("tls.key"), std::string::npos) << s;
-  EXPECT_EQ(tls_get(TLS1_3_VERSION).status, 200);
+  cn.clear();
+  EXPECT_EQ(tls_get(TLS1_3_VERSION, &cn).status, 200);
+  EXPECT_EQ(cn, "agent");
 }
 
 // An upstream that speaks only TLS and wants a client certificate from the
@@ -482,7 +521,8 @@ TEST_F(RouterTest, UpstreamMtlsPresentsTheRoutersCertificate) {
   ASSERT_EQ(r.status, 200) << r.error << r.body;
   EXPECT_NE(r.body.find(R"("backend":"secure")"), std::string::npos) << r.body;
   EXPECT_NE(r.body.find(R"("client_cn":"agent")"), std::string::npos) << r.body;
-  std::this_thread::sleep_for(milliseconds(100));  // several probe rounds
+  ASSERT_TRUE(Eventually(  // several probe rounds
+      [&] { return MetricValue(router_->MetricsText(), "gpuha_router_probes_total") >= 5; }));
   std::string m = router_->MetricsText();
   // Pooled TLS connections are reused: at most one handshake per loop.
   EXPECT_LE(MetricValue(m, "gpuha_router_upstream_connects_total"), 2) << m;

@@ -40,8 +40,9 @@ class ChaosTest : public ::testing::Test {
 
   // `expect_exit` < 0: any exit status.
   // `prefix`: argv that runs the demo (e.g. inside a network namespace).
+  // `extra`: more demo flags.
   json RunDemo(const std::string& faults, int streams = 20, int expect_exit = 0,
-               std::vector<std::string> prefix = {}) {
+               std::vector<std::string> prefix = {}, std::vector<std::string> extra = {}) {
     auto dir = gpuha::testing::TestTempDir();
     std::string report = (dir / "demo.json").string();
     std::vector<std::string> argv = {kGpuha,         "demo",
@@ -52,6 +53,7 @@ class ChaosTest : public ::testing::Test {
                                      "--json",       report,
                                      "--workdir",    (dir / "cluster").string()};
     argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
     ChildProcess demo(argv);
     auto rc = demo.Wait(milliseconds(120000));
     EXPECT_TRUE(rc.has_value()) << "the demo did not finish in 120 s\n" << demo.out();
@@ -104,11 +106,21 @@ class ChaosTest : public ::testing::Test {
   }
 };
 
-TEST_F(ChaosTest, NodeCrashLosesNothing) { ExpectLosslessFailover(RunDemo("crash")); }
+TEST_F(ChaosTest, NodeCrashLosesNothing) {
+  json r = RunDemo("crash");
+  ExpectLosslessFailover(r);
+  // A crash is break-before-make: the node is fenced, then its work moves.
+  EXPECT_EQ(r["faults"][0]["routes_before_fence"], false) << r["faults"][0].dump();
+}
 
 TEST_F(ChaosTest, Xid79LosesNothing) { ExpectLosslessFailover(RunDemo("xid79")); }
 
-TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) { ExpectLosslessFailover(RunDemo("thermal")); }
+TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {
+  json r = RunDemo("thermal");
+  ExpectLosslessFailover(r);
+  // Make-before-break: the routes moved before the node was fenced.
+  EXPECT_EQ(r["faults"][0]["routes_before_fence"], true) << r["faults"][0].dump();
+}
 
 TEST_F(ChaosTest, HungAgentLosesNothing) { ExpectLosslessFailover(RunDemo("agent-hang")); }
 
@@ -121,16 +133,28 @@ TEST_F(ChaosTest, ControllerKillAndRestartKeepsRoutesAndLosesNothing) {
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["lost"], 0);
   EXPECT_EQ(r["faults"][0]["routes_unchanged"], true);
+  // The router reconnected to the new controller and acknowledged its routes.
+  EXPECT_EQ(r["faults"][0]["routers_reacked"], true) << r["faults"][0].dump();
   EXPECT_EQ(r["faults"][0]["note"], "");
 }
 
 TEST_F(ChaosTest, FlappingNodeDoesNotGetItsWorkBack) {
-  // The same node crashes, rejoins, and is the busiest again only if work
-  // moved back to it; crash twice and check the work stayed away both times.
-  json r = RunDemo("crash,crash");
+  // One node, gpu-2, crashes twice. After the first crash it rejoins as the
+  // spare with none of its work back; the second crash reaches the
+  // controller's max_failures (2 here), and the node is held out.
+  json r = RunDemo("crash,crash", 20, 0, {}, {"--node", "gpu-2", "--max-failures", "2"});
   ASSERT_TRUE(r.is_object());
   EXPECT_EQ(r["lost"], 0);
-  for (const json& f : r["faults"]) EXPECT_EQ(f["moved_back"], 0) << f.dump();
+  ASSERT_EQ(r["faults"].size(), 2u);
+  for (const json& f : r["faults"]) {
+    EXPECT_EQ(f["node"], "gpu-2") << f.dump();
+    EXPECT_FALSE(f["detected_ms"].is_null()) << f.dump();
+    EXPECT_EQ(f["moved_back"], 0) << f.dump();
+    EXPECT_EQ(f["note"], "") << f.dump();
+  }
+  EXPECT_GT(r["faults"][0]["streams_hit"].get<int>(), 0);
+  EXPECT_EQ(r["faults"][0]["held_out"], false);
+  EXPECT_EQ(r["faults"][1]["held_out"], true) << r["faults"][1].dump();
 }
 
 TEST_F(ChaosTest, TwoNodesLostPastNPlusOneGetAClear503) {

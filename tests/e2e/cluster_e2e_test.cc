@@ -170,26 +170,6 @@ TEST_F(ClusterTest, Xid79FailsTheNodeOver) {
   EXPECT_TRUE(saw);
 }
 
-TEST_F(ClusterTest, ControllerKill9AndRestartLosesNothing) {
-  StartCluster();
-  std::this_thread::sleep_for(milliseconds(1200));
-  json streams = Api("GET", "/api/v1/streams");
-  json cap = Api("GET", "/api/v1/capacity");
-  controller_->Signal(SIGKILL);
-  controller_->Wait(milliseconds(5000));
-  StartController();
-  EXPECT_EQ(Api("GET", "/api/v1/streams"), streams);
-  for (const char* n : {"n1", "n2", "n3"}) {
-    ASSERT_TRUE(WaitNode(n, [](const json& j) { return j["connected"] == true; })) << n;
-  }
-  std::this_thread::sleep_for(milliseconds(1500));  // past the restarted controller's grace
-  EXPECT_EQ(Api("GET", "/api/v1/streams"), streams) << "routes changed across a restart";
-  EXPECT_EQ(Api("GET", "/api/v1/capacity"), cap);
-  for (const char* n : {"n1", "n2", "n3"}) {
-    EXPECT_NE(Api("GET", std::string("/api/v1/nodes/") + n)["state"], "failed") << n;
-  }
-}
-
 TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   StartCluster();
   for (int i = 4; i < 8; ++i) {

@@ -68,13 +68,14 @@ LoadResult RunLoad(uint16_t port, const std::string& key, const std::string& str
           mine.ok++;
           mine.by_backend[r.headers["X-Backend"]]++;
           auto now = Clock::now();
-          mine.max_gap_ms = std::max(
-              mine.max_gap_ms, std::chrono::duration<double, std::milli>(now - last).count());
+          mine.max_gap_ms = std::max(mine.max_gap_ms,
+                                     std::chrono::duration<double, std::milli>(now - last).count());
           last = now;
         } else {
           mine.failed++;
           if (mine.first_failure.empty()) {
-            mine.first_failure = r.error.empty() ? std::to_string(r.status) + " " + r.body : r.error;
+            mine.first_failure =
+                r.error.empty() ? std::to_string(r.status) + " " + r.body : r.error;
           }
           s.reset();
         }
@@ -91,21 +92,27 @@ LoadResult RunLoad(uint16_t port, const std::string& key, const std::string& str
   return total;
 }
 
+struct ControlledCluster;
+
 class RouterE2eTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = gpuha::testing::TestTempDir(); }
 
   std::string StartBackend(const std::string& name, uint16_t port = 0) {
-    backends_[name] = std::make_unique<ChildProcess>(std::vector<std::string>{
-        kBackend, "--name", name, "--port", std::to_string(port)});
+    backends_[name] = std::make_unique<ChildProcess>(
+        std::vector<std::string>{kBackend, "--name", name, "--port", std::to_string(port)});
     auto p = backends_[name]->WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
     EXPECT_TRUE(p.has_value()) << backends_[name]->err();
     return "127.0.0.1:" + p.value_or("0");
   }
   void WriteConfig(const std::string& yaml) { std::ofstream(dir_ / "router.yaml") << yaml; }
+  void StartController(ControlledCluster& c);
+  void StartControlledCluster(ControlledCluster& c);
+  bool WaitAllConnected(ControlledCluster& c);
   void StartRouter(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {kGpuha, "router", "--config", (dir_ / "router.yaml").string(),
-                                     "--listen", "127.0.0.1:0", "--threads", "2"};
+    std::vector<std::string> argv = {
+        kGpuha,     "router",      "--config",  (dir_ / "router.yaml").string(),
+        "--listen", "127.0.0.1:0", "--threads", "2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     router_ = std::make_unique<ChildProcess>(argv);
     auto rest = router_->WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
@@ -116,8 +123,11 @@ class RouterE2eTest : public ::testing::Test {
   std::string TwoStreamConfig(const std::string& a, const std::string& b) {
     return "tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") +
            "]}\nfailover: {probe_interval_ms: 20, hang_after_ms: 100}\nroutes:\n"
-           "  - {stream: s1, tenant: acme, primary: \"" + a + "\", standby: \"" + b + "\"}\n"
-           "  - {stream: s2, tenant: acme, primary: \"" + b + "\", standby: \"" + a + "\"}\n";
+           "  - {stream: s1, tenant: acme, primary: \"" +
+           a + "\", standby: \"" + b +
+           "\"}\n"
+           "  - {stream: s2, tenant: acme, primary: \"" +
+           b + "\", standby: \"" + a + "\"}\n";
   }
   // Load on s1 while `fault` runs after 300 ms; 1.5 s in all.
   LoadResult LoadAround(const std::function<void()>& fault) {
@@ -143,8 +153,8 @@ TEST_F(RouterE2eTest, KillDashNineOfThePrimaryLosesNoRequest) {
   WriteConfig(TwoStreamConfig(a, b));
   StartRouter();
   LoadResult r = LoadAround([&] { backends_["a"]->Signal(SIGKILL); });
-  std::printf("kill -9 primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok,
-              r.failed, r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
+  std::printf("kill -9 primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok, r.failed,
+              r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.by_backend["a"], 0);
   EXPECT_GT(r.by_backend["b"], 0);
@@ -156,8 +166,8 @@ TEST_F(RouterE2eTest, HungPrimaryLosesNoRequest) {
   StartRouter();
   LoadResult r = LoadAround([&] { backends_["a"]->Signal(SIGSTOP); });
   backends_["a"]->Signal(SIGCONT);
-  std::printf("SIGSTOP primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok,
-              r.failed, r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
+  std::printf("SIGSTOP primary: %d ok, %d failed, longest gap %.1f ms, a=%d b=%d\n", r.ok, r.failed,
+              r.max_gap_ms, r.by_backend["a"], r.by_backend["b"]);
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.by_backend["b"], 0);
   auto m = common::HttpCall("GET", "127.0.0.1", admin_, "/metrics", "", milliseconds(2000));
@@ -203,60 +213,91 @@ TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
   EXPECT_EQ(p.Wait(milliseconds(10000)), 2);
   EXPECT_NE(p.err().find("limits.max_headers"), std::string::npos) << p.err();
   WriteConfig("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n");
-  ChildProcess q({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
-                  "127.0.0.1:0"});
+  ChildProcess q(
+      {kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen", "127.0.0.1:0"});
   EXPECT_EQ(q.Wait(milliseconds(10000)), 2);
   EXPECT_NE(q.err().find("tls.cert"), std::string::npos) << q.err();
 }
 
-// The whole path: controller, agents, upstreams and a router watching routes.
-TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
-  std::map<std::string, uint16_t> ports = {{"n1", FreePort()}, {"n2", FreePort()}, {"n3", FreePort()}};
-  for (auto& [n, p] : ports) StartBackend(n, p);
-  uint16_t grpc = FreePort(), http = FreePort();
+// A controller, three agents with an upstream each, and a router watching
+// the controller's routes, with stream s1 admitted and answering.
+struct ControlledCluster {
+  std::map<std::string, uint16_t> ports;  // node -> its upstream's port
+  uint16_t grpc = 0, http = 0;
+  std::unique_ptr<ChildProcess> controller;
+  std::map<std::string, std::unique_ptr<ChildProcess>> agents;
+  std::string primary;  // s1's primary when it first answered
+
+  json Api(const std::string& method, const std::string& path, const std::string& body = "") {
+    auto r = common::HttpCall(method, "127.0.0.1", http, path, body, milliseconds(5000));
+    return r.ok() ? json::parse(r->body, nullptr, false) : json();
+  }
+};
+
+void RouterE2eTest::StartController(ControlledCluster& c) {
+  c.controller = std::make_unique<ChildProcess>(std::vector<std::string>{
+      kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(), "--grpc-listen",
+      "127.0.0.1:" + std::to_string(c.grpc), "--http-listen", "127.0.0.1:" + std::to_string(c.http),
+      "--store", (dir_ / "c.db").string()});
+  ASSERT_TRUE(c.controller->WaitForLine("gpuha controller grpc", milliseconds(10000)));
+}
+
+void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
+  c.ports = {{"n1", FreePort()}, {"n2", FreePort()}, {"n3", FreePort()}};
+  for (auto& [n, p] : c.ports) StartBackend(n, p);
+  c.grpc = FreePort();
+  c.http = FreePort();
   std::string nodes;
-  for (auto& [n, p] : ports) {
+  for (auto& [n, p] : c.ports) {
     nodes += "  - { name: " + n + ", role: " + (n == "n3" ? "passive" : "active") +
              ", capacity: 4, address: \"127.0.0.1:" + std::to_string(p) + "\" }\n";
   }
   std::ofstream(dir_ / "controller.yaml")
       << "cluster: { redundancy: 1 }\nnodes:\n" + nodes +
              "tenants: [acme]\nrecovery: { healthy_for_ms: 500 }\nstartup_grace_ms: 1000\n";
-  ChildProcess controller({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
-                           "--grpc-listen", "127.0.0.1:" + std::to_string(grpc), "--http-listen",
-                           "127.0.0.1:" + std::to_string(http), "--store",
-                           (dir_ / "c.db").string()});
-  ASSERT_TRUE(controller.WaitForLine("gpuha controller grpc", milliseconds(10000)));
-  std::map<std::string, std::unique_ptr<ChildProcess>> agents;
-  for (auto& [n, p] : ports) {
-    agents[n] = std::make_unique<ChildProcess>(std::vector<std::string>{
-        kGpuha, "agent", "--node", n, "--controller", "127.0.0.1:" + std::to_string(grpc), "--gpu",
-        "sim", "--heartbeat-ms", "50"});
-    ASSERT_TRUE(agents[n]->WaitForLine("listening on", milliseconds(10000)));
+  StartController(c);
+  for (auto& [n, p] : c.ports) {
+    c.agents[n] = std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "agent", "--node", n, "--controller", "127.0.0.1:" + std::to_string(c.grpc),
+        "--gpu", "sim", "--heartbeat-ms", "50"});
+    ASSERT_TRUE(c.agents[n]->WaitForLine("listening on", milliseconds(10000)));
   }
-  auto api = [&](const std::string& method, const std::string& path, const std::string& body) {
-    auto r = common::HttpCall(method, "127.0.0.1", http, path, body, milliseconds(5000));
-    return r.ok() ? json::parse(r->body, nullptr, false) : json();
-  };
-  // Wait for every agent, then admit a stream.
-  for (int i = 0; i < 400; ++i) {
-    json all = api("GET", "/api/v1/nodes", "");
-    int connected = 0;
-    for (const json& n : all) connected += n.value("connected", false) ? 1 : 0;
-    if (connected == 3) break;
-    std::this_thread::sleep_for(milliseconds(25));
-  }
-  api("POST", "/api/v1/streams", json{{"id", "s1"}, {"tenant", "acme"}}.dump());
+  ASSERT_TRUE(WaitAllConnected(c));
+  c.Api("POST", "/api/v1/streams", json{{"id", "s1"}, {"tenant", "acme"}}.dump());
   WriteConfig("tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") + "]}\n");
-  StartRouter({"--controller", "127.0.0.1:" + std::to_string(grpc)});
+  StartRouter({"--controller", "127.0.0.1:" + std::to_string(c.grpc)});
   Reply first;
   for (int i = 0; i < 200 && first.status != 200; ++i) {
     first = Send(port_, Get("/streams/s1/x", "k1"));
     if (first.status != 200) std::this_thread::sleep_for(milliseconds(25));
   }
   ASSERT_EQ(first.status, 200) << first.body << router_->err();
-  std::string primary = first.headers["X-Backend"];
-  ASSERT_TRUE(ports.count(primary)) << primary;
+  c.primary = first.headers["X-Backend"];
+  ASSERT_TRUE(c.ports.count(c.primary)) << c.primary;
+}
+
+bool RouterE2eTest::WaitAllConnected(ControlledCluster& c) {
+  for (int i = 0; i < 400; ++i) {
+    json all = c.Api("GET", "/api/v1/nodes");
+    size_t connected = 0;
+    for (const json& n : all) connected += n.value("connected", false) ? 1 : 0;
+    if (connected == c.ports.size()) return true;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  return false;
+}
+
+// The whole path: controller, agents, upstreams and a router watching routes.
+TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
+  ControlledCluster c;
+  ASSERT_NO_FATAL_FAILURE(StartControlledCluster(c));
+  std::map<std::string, uint16_t>& ports = c.ports;
+  std::string primary = c.primary;
+  auto api = [&](const std::string& method, const std::string& path, const std::string& body) {
+    return c.Api(method, path, body);
+  };
+  auto& agents = c.agents;
+  (void)ports;
 
   // Crash the whole primary node: its agent and its server.
   std::atomic<bool> stop{false};
@@ -277,14 +318,70 @@ TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
   std::this_thread::sleep_for(milliseconds(500));
   stop = true;
   load.join();
-  std::printf("node crash behind the router: %d ok, %d failed, longest gap %.1f ms, moved %s -> %s\n",
-              r.ok, r.failed, r.max_gap_ms, primary.c_str(), moved_to.c_str());
+  std::printf(
+      "node crash behind the router: %d ok, %d failed, longest gap %.1f ms, moved %s -> %s\n", r.ok,
+      r.failed, r.max_gap_ms, primary.c_str(), moved_to.c_str());
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   ASSERT_FALSE(moved_to.empty());
   // The router now follows the controller's route, not only its own stickiness.
   Reply after = Send(port_, Get("/streams/s1/x", "k1"));
   EXPECT_EQ(after.status, 200);
   EXPECT_EQ(after.headers["X-Backend"], moved_to);
+}
+
+// kill -9 of the controller under load: the router keeps serving on the
+// routes it holds, the restarted controller has the same routes and
+// capacity, nothing fails over, the router reconnects and takes the new
+// controller's epoch, and not one request fails.
+TEST_F(RouterE2eTest, ControllerKill9AndRestartLosesNothing) {
+  ControlledCluster c;
+  ASSERT_NO_FATAL_FAILURE(StartControlledCluster(c));
+  json streams = c.Api("GET", "/api/v1/streams");
+  json cap = c.Api("GET", "/api/v1/capacity");
+  auto router_epoch = [&] {
+    auto r = common::HttpCall("GET", "127.0.0.1", admin_, "/routes", "", milliseconds(2000));
+    return r.ok() ? json::parse(r->body, nullptr, false).value("epoch", uint64_t{0}) : 0;
+  };
+  uint64_t epoch_before = router_epoch();
+  ASSERT_GT(epoch_before, 0u);
+
+  std::atomic<bool> stop{false};
+  LoadResult r;
+  std::thread load([&] { r = RunLoad(port_, "k1", "s1", 2, stop); });
+  std::this_thread::sleep_for(milliseconds(200));
+  c.controller->Signal(SIGKILL);
+  c.controller->Wait(milliseconds(5000));
+  std::this_thread::sleep_for(milliseconds(300));  // load runs with no controller at all
+  ASSERT_NO_FATAL_FAILURE(StartController(c));
+  EXPECT_EQ(c.Api("GET", "/api/v1/streams"), streams);
+  ASSERT_TRUE(WaitAllConnected(c));
+  // The router reconnects and applies the new controller's snapshot (a new
+  // epoch), and the controller records its acknowledgement.
+  auto reacked = [&] {
+    if (router_epoch() <= epoch_before) return false;
+    bool restarted = false, acked = false;
+    for (const json& e : c.Api("GET", "/api/v1/events")) {
+      std::string type = e.value("type", "");
+      if (type == "controller_started") restarted = true, acked = false;
+      if (restarted && type == "routers_acked") acked = true;
+    }
+    return acked;
+  };
+  bool ok = false;
+  for (int i = 0; i < 400 && !(ok = reacked()); ++i) std::this_thread::sleep_for(milliseconds(25));
+  EXPECT_TRUE(ok) << "the router never took and acknowledged the restarted controller's routes";
+  std::this_thread::sleep_for(milliseconds(1200));  // past the restarted controller's grace
+  stop = true;
+  load.join();
+  std::printf("controller kill -9 under load: %d ok, %d failed, longest gap %.1f ms\n", r.ok,
+              r.failed, r.max_gap_ms);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.ok, 50);
+  EXPECT_EQ(c.Api("GET", "/api/v1/streams"), streams) << "routes changed across a restart";
+  EXPECT_EQ(c.Api("GET", "/api/v1/capacity"), cap);
+  for (const char* n : {"n1", "n2", "n3"}) {
+    EXPECT_NE(c.Api("GET", std::string("/api/v1/nodes/") + n)["state"], "failed") << n;
+  }
 }
 
 }  // namespace
