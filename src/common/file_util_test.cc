@@ -1,19 +1,17 @@
 #include "common/file_util.h"
 
-#include "common/testing/temp_dir.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 
+#include "common/testing/temp_dir.h"
+
 namespace gpuha::common {
 namespace {
 
-std::string TempPath(const char* name) {
-  return (gpuha::testing::TestTempDir() / name).string();
-}
+std::string TempPath(const char* name) { return (gpuha::testing::TestTempDir() / name).string(); }
 
 TEST(FileUtilTest, WriteThenReadRoundTrips) {
   std::string path = TempPath("roundtrip.txt");

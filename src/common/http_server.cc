@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/query.h"
 
 namespace gpuha::common {
 namespace {
@@ -51,7 +52,7 @@ class Session : public std::enable_shared_from_this<Session> {
     HttpRequest in;
     in.method = std::string(req.method_string());
     in.target = std::string(req.target());
-    in.path = in.target.substr(0, in.target.find('?'));
+    in.path = std::string(TargetPath(in.target));
     for (const auto& field : req) {
       in.headers[absl::AsciiStrToLower(std::string(field.name_string()))] =
           std::string(field.value());

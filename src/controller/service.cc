@@ -6,6 +6,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "common/query.h"
 #include "controller/dashboard.h"
 
 namespace gpuha::controller {
@@ -388,14 +389,10 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
   if (what == "failovers" && get) return JsonResponse(200, controller_->FailoversJson());
   if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
   if (what == "events" && get) {
-    int64_t after = 0;
-    size_t pos = r.target.find("after=");
-    if (pos != std::string::npos) {
-      std::string v = r.target.substr(pos + 6, r.target.find('&', pos) - pos - 6);
-      if (!absl::SimpleAtoi(v, &after))
-        return Error(400, absl::StrCat("after: '", v, "' is not an integer"));
-    }
-    return JsonResponse(200, controller_->EventsJson(after, 1000));
+    absl::StatusOr<std::optional<int64_t>> after =
+        common::QueryParams::FromTarget(r.target).Int("after");
+    if (!after.ok()) return Error(400, std::string(after.status().message()));
+    return JsonResponse(200, controller_->EventsJson(after->value_or(0), 1000));
   }
   return Error(404, absl::StrCat("no ", r.method, " ", r.path));
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/listen.h"
 #include "common/prometheus.h"
+#include "common/query.h"
 #include "worker/model.h"
 
 namespace gpuha::worker {
@@ -72,7 +73,7 @@ struct Worker::Impl {
   // Everything but the waiting: which endpoint, and the model's answer.
   Reply Route(const http::request<http::string_body>& req) {
     std::string target(req.target());
-    std::string path = target.substr(0, target.find('?'));
+    std::string path(common::TargetPath(target));
     bool get = req.method() == http::verb::get || req.method() == http::verb::head;
     if (path == "/v2/health/live" || path == "/v2/health/ready") {
       if (!get) return Error(405, absl::StrCat(path, " takes GET"));
@@ -127,14 +128,10 @@ struct Worker::Impl {
     auto result = RunCv(*parsed);
     if (!result.ok()) return Error(400, std::string(result.status().message()));
     Reply r{200, InferResponseJson(parsed->id, *result), "application/json", true, 0};
-    if (auto q = target.find('?'); q != std::string::npos) {
-      for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&')) {
-        std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-        if (p.first == "delay_ms" && !absl::SimpleAtoi(p.second, &r.extra_delay_ms)) {
-          return Error(400, absl::StrCat("delay_ms: '", p.second, "' is not an integer"));
-        }
-      }
-    }
+    absl::StatusOr<std::optional<int64_t>> delay =
+        common::QueryParams::FromTarget(target).Int("delay_ms");
+    if (!delay.ok()) return Error(400, std::string(delay.status().message()));
+    if (*delay) r.extra_delay_ms = **delay;
     return r;
   }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/listen.h"
+#include "common/query.h"
 
 namespace gpuha::router::testing {
 
@@ -51,19 +52,16 @@ struct TestBackend::Impl {
       }
       auto& req = p.get();
       std::string target(req.target());
-      std::string path = target.substr(0, target.find('?'));
+      std::string path(common::TargetPath(target));
       if (path.rfind("/v2/health/", 0) != 0) requests->fetch_add(1);  // probes not counted
       int64_t delay_ms = 0, size = -1, status = 200;
       bool chunked = false;
-      if (auto q = target.find('?'); q != std::string::npos) {
-        for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&')) {
-          std::pair<std::string, std::string> p2 = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-          if (p2.first == "delay_ms") (void)absl::SimpleAtoi(p2.second, &delay_ms);
-          if (p2.first == "size") (void)absl::SimpleAtoi(p2.second, &size);
-          if (p2.first == "status") (void)absl::SimpleAtoi(p2.second, &status);
-          if (p2.first == "chunked") chunked = p2.second == "1";
-        }
-      }
+      // Test knobs; a malformed one is ignored (the backend serves anything).
+      common::QueryParams q = common::QueryParams::FromTarget(target);
+      delay_ms = q.Int("delay_ms").value_or(std::nullopt).value_or(0);
+      size = q.Int("size").value_or(std::nullopt).value_or(-1);
+      status = q.Int("status").value_or(std::nullopt).value_or(200);
+      chunked = q.Get("chunked") == "1";
       std::string body;
       if (path == "/v2/health/ready" || path == "/v2/health/live") {
         body = "ready\n";
