@@ -46,8 +46,6 @@ Reply Error(int status, const std::string& message) {
 struct Worker::Impl {
   WorkerOptions o;
   WorkerCounters counters;
-  std::vector<std::unique_ptr<net::io_context>> loops;
-  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
 
   std::string Metrics() const {
     common::PromText p;
@@ -209,17 +207,6 @@ struct Worker::Impl {
       }
     }
   }
-
-  net::awaitable<void> Accept(tcp::acceptor& a) {
-    for (;;) {
-      error_code ec;
-      tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
-      if (ec == net::error::operation_aborted) co_return;
-      if (ec) continue;  // EMFILE and friends: keep accepting
-      sock.set_option(tcp::no_delay(true), ec);
-      net::co_spawn(a.get_executor(), Serve(std::move(sock)), net::detached);
-    }
-  }
 };
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
@@ -229,35 +216,22 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
   std::unique_ptr<Worker> w(new Worker());
   w->impl_ = std::make_unique<Impl>();
   w->impl_->o = o;
-  std::vector<net::io_context*> iocs;
-  for (int i = 0; i < o.threads; ++i) {
-    w->impl_->loops.push_back(std::make_unique<net::io_context>(1));
-    iocs.push_back(w->impl_->loops.back().get());
-  }
-  auto acceptors = common::ListenReusePort(iocs, o.address, o.port);
-  if (!acceptors.ok()) return acceptors.status();
-  w->impl_->acceptors = std::move(*acceptors);
-  for (auto& a : w->impl_->acceptors) {
-    net::co_spawn(a->get_executor(), w->impl_->Accept(*a), net::detached);
-  }
-  w->port_ = w->impl_->acceptors.front()->local_endpoint().port();
-  for (net::io_context* ioc : iocs) w->threads_.emplace_back([ioc] { ioc->run(); });
+  Impl* impl = w->impl_.get();
+  auto server = common::LoopServer::Start(
+      o.address, o.port, o.threads, [impl](tcp::socket s) { return impl->Serve(std::move(s)); });
+  if (!server.ok()) return server.status();
+  w->server_ = std::move(*server);
   return w;
 }
 
 const WorkerCounters& Worker::counters() const { return impl_->counters; }
 
 void Worker::Stop() {
-  if (!impl_) return;
-  for (auto& l : impl_->loops) l->stop();
-  for (auto& t : threads_) {
-    if (t.joinable()) t.join();
-  }
-  threads_.clear();
+  if (server_) server_->Stop();
 }
 
 Worker::~Worker() {
-  Stop();
+  server_.reset();  // its loops run Impl's coroutines
   impl_.reset();
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/listen.h"
 
 namespace gpuha::worker {
 
@@ -54,7 +55,7 @@ class Worker {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Start(WorkerOptions o);
   ~Worker();
   void Stop();
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return server_->port(); }
   const WorkerCounters& counters() const;
 
   struct Impl;
@@ -62,8 +63,7 @@ class Worker {
  private:
   Worker() = default;
   std::unique_ptr<Impl> impl_;
-  std::vector<std::thread> threads_;
-  uint16_t port_ = 0;
+  std::unique_ptr<common::LoopServer> server_;  // stopped before impl_ goes
 };
 
 }  // namespace gpuha::worker

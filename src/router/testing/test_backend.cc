@@ -26,8 +26,6 @@ using boost::system::error_code;
 
 struct TestBackend::Impl {
   std::string name;
-  std::vector<std::unique_ptr<net::io_context>> loops;
-  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::shared_ptr<std::atomic<uint64_t>> requests;
   std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP
 
@@ -105,16 +103,6 @@ struct TestBackend::Impl {
     }
   }
 
-  net::awaitable<void> Accept(tcp::acceptor& a) {
-    for (;;) {
-      error_code ec;
-      tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
-      if (ec) co_return;
-      sock.set_option(tcp::no_delay(true), ec);
-      net::co_spawn(a.get_executor(), Connection(std::move(sock)), net::detached);
-    }
-  }
-
   net::awaitable<void> Connection(tcp::socket sock) {
     if (!tls) {
       beast::tcp_stream s(std::move(sock));
@@ -154,33 +142,18 @@ absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
     if (ec) return absl::InvalidArgumentError("test backend TLS files: " + ec.message());
     b->impl_->tls = std::move(ctx);
   }
-  for (int i = 0; i < std::max(1, o.threads); ++i) {
-    b->impl_->loops.push_back(std::make_unique<net::io_context>(1));
-  }
-  std::vector<net::io_context*> iocs;
-  for (auto& l : b->impl_->loops) iocs.push_back(l.get());
-  auto acceptors = common::ListenReusePort(iocs, o.address, o.port);
-  if (!acceptors.ok()) return acceptors.status();
-  b->impl_->acceptors = std::move(*acceptors);
-  for (auto& a : b->impl_->acceptors) {
-    net::co_spawn(a->get_executor(), b->impl_->Accept(*a), net::detached);
-  }
-  uint16_t port = b->impl_->acceptors.front()->local_endpoint().port();
-  b->port_ = port;
-  for (auto& l : b->impl_->loops) {
-    net::io_context* ioc = l.get();
-    b->threads_.emplace_back([ioc] { ioc->run(); });
-  }
+  Impl* impl = b->impl_.get();
+  auto server =
+      common::LoopServer::Start(o.address, o.port, std::max(1, o.threads),
+                                [impl](tcp::socket s) { return impl->Connection(std::move(s)); });
+  if (!server.ok()) return server.status();
+  b->server_ = std::move(*server);
+  b->port_ = b->server_->port();
   return b;
 }
 
 void TestBackend::Stop() {
-  if (!impl_) return;
-  for (auto& l : impl_->loops) l->stop();
-  for (auto& t : threads_) {
-    if (t.joinable()) t.join();
-  }
-  threads_.clear();
+  server_.reset();  // its loops run Impl's coroutines
   impl_.reset();
 }
 

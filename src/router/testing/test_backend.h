@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/listen.h"
 
 namespace gpuha::router::testing {
 
@@ -47,7 +48,7 @@ class TestBackend {
  private:
   TestBackend() = default;
   std::unique_ptr<Impl> impl_;
-  std::vector<std::thread> threads_;
+  std::unique_ptr<common::LoopServer> server_;  // stopped before impl_ goes
   uint16_t port_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> requests_ = std::make_shared<std::atomic<uint64_t>>(0);
 };
