@@ -3,10 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/backoff.h"
 #include "common/file_util.h"
+#include "common/grpc_client.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "common/reconnect.h"
 #include "gpu/fault_script.h"
 
 namespace gpuha::agent {
@@ -43,17 +44,6 @@ std::function<bool()> ReadinessProbe(const std::string& url, common::Duration ti
     auto r = common::HttpCall("GET", parsed.host, parsed.port, parsed.target, "", ms);
     return r.ok() && r->status == 200;
   };
-}
-
-std::shared_ptr<grpc::ChannelCredentials> Credentials(const AgentConfig& c) {
-  if (c.tls_ca.empty() && c.tls_cert.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions o;
-  if (!c.tls_ca.empty()) o.pem_root_certs = common::ReadFile(c.tls_ca).value_or("");
-  if (!c.tls_cert.empty()) {
-    o.pem_cert_chain = common::ReadFile(c.tls_cert).value_or("");
-    o.pem_private_key = common::ReadFile(c.tls_key).value_or("");
-  }
-  return grpc::SslCredentials(o);
 }
 
 }  // namespace
@@ -333,20 +323,12 @@ void Agent::WakeHeartbeat() {
 }
 
 absl::Status Agent::RunStream(const HostPort& controller) {
-  grpc::ChannelArguments args;
-  // Notice a controller that vanished without closing the connection.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // small steady messages; no probing
-  args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);    // no per-message filters we do not use
-  auto channel = grpc::CreateCustomChannel(controller.str(), Credentials(config_), args);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + milliseconds(1000))) {
-    return absl::UnavailableError("unreachable (no connection within 1 s)");
-  }
-  auto stub = v1::AgentService::NewStub(channel);
+  auto creds = common::ClientCredentials(
+      {.ca = config_.tls_ca, .cert = config_.tls_cert, .key = config_.tls_key});
+  if (!creds.ok()) return creds.status();
+  auto channel = common::DialController(controller, *creds, milliseconds(1000));
+  if (!channel.ok()) return channel.status();
+  auto stub = v1::AgentService::NewStub(*channel);
 
   // The stream runs on the async API with a completion queue that only this
   // thread polls. A heartbeat is written inline, its completion is found on the
@@ -498,24 +480,16 @@ absl::Status Agent::RunStream(const HostPort& controller) {
 }
 
 void Agent::ConnectionLoop() {
-  common::Backoff backoff({.initial = milliseconds(100),
-                           .max = milliseconds(2000),
-                           .stable_after = milliseconds(5000),
-                           .jitter = 0.2,
-                           .seed = std::hash<std::string>()(config_.node)});
-  size_t next = 0;
+  common::ReconnectPolicy policy(config_.controllers, std::hash<std::string>()(config_.node));
   while (!stopping_) {
-    const HostPort& c = config_.controllers[next % config_.controllers.size()];
-    ++next;
+    const HostPort c = policy.target();
     common::TimePoint started = clock_->Now();
     absl::Status s = RunStream(c);
     if (stopping_) break;
-    backoff.MaybeReset(started, clock_->Now());
-    common::Duration wait = backoff.Next();
+    common::Duration wait = policy.Failed(started, clock_->Now());
     counters_.reconnects++;
     spdlog::warn("agent {}: controller {} {}; retrying with {} in {} ms", config_.node, c.str(),
-                 s.message(), config_.controllers[next % config_.controllers.size()].str(),
-                 common::ToMillis(wait));
+                 s.message(), policy.target().str(), common::ToMillis(wait));
     WaitFor(wait);
   }
 }

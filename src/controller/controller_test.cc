@@ -464,6 +464,43 @@ TEST_F(ControllerTest, RouterAcksAreRecorded) {
   EXPECT_THAT(EventTypes(), ::testing::Contains("routers_acked"));
 }
 
+// Several routers: "routers_acked" is recorded once, when the last of them
+// holds the current version; a router that leaves no longer holds it back.
+// Suspect hints become events naming the node and the router.
+TEST_F(ControllerTest, AcksFromSeveralRoutersAndTheirSuspectHints) {
+  Start();
+  AddStreams(1);
+  auto acked = [&] {
+    int n = 0;
+    for (const std::string& t : EventTypes()) n += t == "routers_acked";
+    return n;
+  };
+  uint64_t v = c_->route_version();
+  c_->RouterAck("r1", 0, {});
+  c_->RouterAck("r2", 0, {});
+  c_->RouterAck("r1", v, {});
+  EXPECT_EQ(acked(), 0) << "r2 still holds an older version";
+  c_->RouterAck("r2", v, {"a2"});
+  EXPECT_EQ(acked(), 1);
+  c_->RouterAck("r2", v, {});  // a repeated ack is not a new event
+  EXPECT_EQ(acked(), 1);
+  bool hint = false;
+  for (const Event& e : c_->EventsSince(0)) {
+    hint = hint || (e.type == "router_hint" && e.node == "a2" && e.detail == "from r2");
+  }
+  EXPECT_TRUE(hint);
+  // A new version; r3 joins and never acks, then leaves: the others decide.
+  ASSERT_TRUE(c_->AddStream({"cam-x", "acme", 1}).ok());
+  v = c_->route_version();
+  c_->RouterAck("r3", 0, {});
+  c_->RouterAck("r1", v, {});
+  c_->RouterAck("r2", v, {});
+  EXPECT_EQ(acked(), 1);
+  c_->RouterGone("r3");
+  c_->RouterAck("r1", v, {});
+  EXPECT_EQ(acked(), 2);
+}
+
 TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
   ControllerConfig config = ThreePlusOne();

@@ -3,17 +3,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/backoff.h"
-#include "common/file_util.h"
+#include "common/grpc_client.h"
 #include "common/log.h"
+#include "common/reconnect.h"
 #include "gpuha/v1/routes.grpc.pb.h"
 
 namespace gpuha::router {
 
 using std::chrono::milliseconds;
 
-RouteWatch::RouteWatch(Router* router, const RouterConfig& config)
-    : router_(router), config_(config) {}
+RouteWatch::RouteWatch(Router* router, const RouterConfig& config, common::Clock* clock)
+    : router_(router), config_(config), clock_(clock) {}
 
 RouteWatch::~RouteWatch() { Stop(); }
 
@@ -32,47 +32,30 @@ void RouteWatch::Stop() {
 }
 
 void RouteWatch::Run() {
-  common::Backoff backoff({.initial = milliseconds(100),
-                           .max = milliseconds(2000),
-                           .stable_after = milliseconds(5000),
-                           .jitter = 0.2,
-                           .seed = std::hash<std::string>()(config_.router_id)});
-  size_t next = 0;
+  common::ReconnectPolicy policy(config_.controllers, std::hash<std::string>()(config_.router_id));
   while (!stopping_) {
-    const common::HostPort& c = config_.controllers[next++ % config_.controllers.size()];
-    auto started = std::chrono::steady_clock::now();
+    const common::HostPort c = policy.target();
+    common::TimePoint started = clock_->Now();
     absl::Status s = WatchOnce(c);
     if (stopping_) break;
-    backoff.MaybeReset(started, std::chrono::steady_clock::now());
-    auto wait = backoff.Next();
-    spdlog::warn("router: route watch on {}: {}; keeping routes v{}, retrying in {} ms", c.str(),
-                 s.message(), router_->routes() ? router_->routes()->version() : 0,
-                 common::ToMillis(wait));
+    common::Duration wait = policy.Failed(started, clock_->Now());
+    reconnects_++;
+    spdlog::warn("router: route watch on {}: {}; keeping routes v{}, retrying with {} in {} ms",
+                 c.str(), s.message(), router_->routes() ? router_->routes()->version() : 0,
+                 policy.target().str(), common::ToMillis(wait));
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, wait, [&] { return stopping_.load(); });
   }
 }
 
 absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
-  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-  if (!config_.controller_ca.empty()) {
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = common::ReadFile(config_.controller_ca).value_or("");
-    if (!config_.controller_cert.empty()) {
-      o.pem_cert_chain = common::ReadFile(config_.controller_cert).value_or("");
-      o.pem_private_key = common::ReadFile(config_.controller_key).value_or("");
-    }
-    creds = grpc::SslCredentials(o);
-  }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  auto channel = grpc::CreateCustomChannel(controller.str(), creds, args);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + milliseconds(1000))) {
-    return absl::UnavailableError("unreachable (no connection within 1 s)");
-  }
-  auto stub = v1::RouteService::NewStub(channel);
+  auto creds = common::ClientCredentials({.ca = config_.controller_ca,
+                                          .cert = config_.controller_cert,
+                                          .key = config_.controller_key});
+  if (!creds.ok()) return creds.status();
+  auto channel = common::DialController(controller, *creds, milliseconds(1000));
+  if (!channel.ok()) return channel.status();
+  auto stub = v1::RouteService::NewStub(*channel);
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -20,11 +20,14 @@ namespace gpuha::router {
 
 class RouteWatch {
  public:
-  RouteWatch(Router* router, const RouterConfig& config);
+  RouteWatch(Router* router, const RouterConfig& config,
+             common::Clock* clock = common::RealClock::Get());
   ~RouteWatch();
   void Start();
   void Stop();
   bool connected() const { return connected_.load(); }
+  // Watches that ended and were retried (the next controller in turn).
+  uint64_t reconnects() const { return reconnects_.load(); }
 
  private:
   void Run();
@@ -35,6 +38,8 @@ class RouteWatch {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> reconnects_{0};
+  common::Clock* const clock_;
   std::mutex mu_;
   std::condition_variable cv_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_

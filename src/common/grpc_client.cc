@@ -1,0 +1,50 @@
+#include "common/grpc_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+
+namespace gpuha::common {
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const ClientTls& tls) {
+  if (tls.ca.empty() && tls.cert.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  auto read = [](const std::string& path, const char* field, std::string* out) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", text.status().message()));
+    }
+    *out = std::move(*text);
+    return absl::OkStatus();
+  };
+  for (absl::Status s :
+       {read(tls.ca, "tls.ca", &o.pem_root_certs), read(tls.cert, "tls.cert", &o.pem_cert_chain),
+        read(tls.key, "tls.key", &o.pem_private_key)}) {
+    if (!s.ok()) return s;
+  }
+  return grpc::SslCredentials(o);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
+    const HostPort& controller, const std::shared_ptr<grpc::ChannelCredentials>& creds,
+    Duration connect_timeout) {
+  grpc::ChannelArguments args;
+  // Notice a controller that vanished without closing the connection.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // small steady messages; no probing
+  args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);    // no per-message filters we do not use
+  auto channel = grpc::CreateCustomChannel(controller.str(), creds, args);
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(connect_timeout);
+  if (!channel->WaitForConnected(deadline)) {
+    return absl::UnavailableError(
+        absl::StrCat("unreachable (no connection within ", ToMillis(connect_timeout), " ms)"));
+  }
+  return channel;
+}
+
+}  // namespace gpuha::common

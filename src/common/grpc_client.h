@@ -1,0 +1,39 @@
+// gRPC client plumbing for the agent and the router's route watch: channel
+// credentials from TLS files, and one channel set-up (keepalive, reconnect
+// backoff) that waits for the connection.
+//
+//   auto creds = ClientCredentials({.ca = "ca.pem", .cert = "me.pem", .key = "me.key"});
+//   auto channel = DialController(controller, *creds, std::chrono::seconds(1));
+//
+// Errors name the file that could not be read, or the controller that did
+// not answer. Thread-safety: pure functions.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/net_util.h"
+
+namespace gpuha::common {
+
+struct ClientTls {
+  std::string ca;    // PEM roots; empty with no cert: plain (insecure) gRPC
+  std::string cert;  // our certificate chain, for mTLS
+  std::string key;
+};
+
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const ClientTls& tls);
+
+// A channel to `controller` that notices a peer vanishing within ~2 s
+// (keepalive every 1 s, also without calls) and reconnects after 100 ms to
+// 1 s. Unavailable when it is not connected within `connect_timeout`.
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
+    const HostPort& controller, const std::shared_ptr<grpc::ChannelCredentials>& creds,
+    Duration connect_timeout);
+
+}  // namespace gpuha::common

@@ -1,0 +1,53 @@
+// ReconnectPolicy: which controller a client (an agent's heartbeat stream, a
+// router's route watch) tries next, and how long it waits first. It walks
+// the listed controllers in turn, and backs off 100 ms, 200 ms ... 2 s,
+// jittered by +-20% so a fleet does not reconnect in step, and starts over
+// once a session stayed up for 5 s.
+//
+//   ReconnectPolicy policy(config.controllers, /*seed=*/hash(node));
+//   while (!stopping) {
+//     TimePoint started = clock->Now();
+//     absl::Status s = RunSession(policy.target());
+//     Duration wait = policy.Failed(started, clock->Now());  // moves to the next
+//     ... log s, policy.target() and wait; sleep `wait` unless stopping
+//   }
+//
+// Pure: time comes in as arguments. Thread-safety: none; one loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/net_util.h"
+
+namespace gpuha::common {
+
+class ReconnectPolicy {
+ public:
+  ReconnectPolicy(std::vector<HostPort> targets, uint64_t seed)
+      : targets_(std::move(targets)),
+        backoff_({.initial = std::chrono::milliseconds(100),
+                  .max = std::chrono::milliseconds(2000),
+                  .stable_after = std::chrono::milliseconds(5000),
+                  .jitter = 0.2,
+                  .seed = seed}) {}
+
+  // The controller to try now. At least one must be listed.
+  const HostPort& target() const { return targets_[next_ % targets_.size()]; }
+  // A session that began at `started` ended at `now`: the next controller
+  // is up, after the returned wait.
+  Duration Failed(TimePoint started, TimePoint now) {
+    ++next_;
+    backoff_.MaybeReset(started, now);
+    return backoff_.Next();
+  }
+
+ private:
+  std::vector<HostPort> targets_;
+  Backoff backoff_;
+  size_t next_ = 0;
+};
+
+}  // namespace gpuha::common

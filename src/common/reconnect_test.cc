@@ -1,0 +1,40 @@
+#include "common/reconnect.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuha::common {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(ReconnectPolicyTest, WalksTheControllersInTurnAndBacksOff) {
+  FakeClock clock;
+  ReconnectPolicy p({{"10.0.0.1", 7400}, {"10.0.0.2", 7400}, {"10.0.0.3", 7400}}, 1);
+  EXPECT_EQ(p.target().host, "10.0.0.1");
+  std::vector<Duration> waits;
+  for (int i = 0; i < 6; ++i) {
+    TimePoint started = clock.Now();
+    clock.Advance(milliseconds(10));  // each session fails at once
+    waits.push_back(p.Failed(started, clock.Now()));
+  }
+  EXPECT_EQ(p.target().host, "10.0.0.1");  // 6 failures: round twice
+  // Jittered +-20% around 100, 200, 400, 800, 1600, 2000 ms.
+  const int64_t base[] = {100, 200, 400, 800, 1600, 2000};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_GE(ToMillis(waits[i]), base[i] * 8 / 10) << i;
+    EXPECT_LE(ToMillis(waits[i]), base[i] * 12 / 10) << i;
+  }
+}
+
+TEST(ReconnectPolicyTest, ASessionThatStayedUpStartsTheBackoffOver) {
+  FakeClock clock;
+  ReconnectPolicy p({{"10.0.0.1", 7400}, {"10.0.0.2", 7400}}, 1);
+  for (int i = 0; i < 4; ++i) p.Failed(clock.Now(), clock.Now());
+  TimePoint started = clock.Now();
+  clock.Advance(milliseconds(5000));
+  EXPECT_LE(ToMillis(p.Failed(started, clock.Now())), 120);
+  EXPECT_EQ(p.target().host, "10.0.0.2");
+}
+
+}  // namespace
+}  // namespace gpuha::common

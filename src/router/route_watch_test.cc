@@ -1,0 +1,159 @@
+// The route watch against fake controllers over real gRPC on loopback: it
+// moves on to the next listed controller when one is unreachable or goes
+// away, takes each controller's snapshot, and acknowledges the version it
+// holds.
+#include "router/route_watch.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "gpuha/v1/routes.grpc.pb.h"
+
+namespace gpuha::router {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Serves one snapshot (epoch, version, stream s1 on `primary`) to each
+// watcher and records the acks it gets.
+class FakeRouteService final : public v1::RouteService::Service {
+ public:
+  FakeRouteService(uint64_t epoch, uint64_t version, std::string primary)
+      : epoch_(epoch), version_(version), primary_(std::move(primary)) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakeRouteService() override { Shutdown(); }
+  void Shutdown() {
+    if (!server_) return;
+    server_->Shutdown(std::chrono::system_clock::now() + milliseconds(200));
+    server_.reset();
+  }
+  uint16_t port() const { return static_cast<uint16_t>(port_); }
+  std::vector<uint64_t> acked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acked_;
+  }
+
+  grpc::Status Watch(grpc::ServerContext*,
+                     grpc::ServerReaderWriter<v1::RouteSnapshot, v1::RouteAck>* stream) override {
+    v1::RouteAck ack;
+    if (!stream->Read(&ack)) return grpc::Status::OK;
+    v1::RouteSnapshot snap;
+    snap.set_epoch(epoch_);
+    snap.set_version(version_);
+    v1::Route* r = snap.add_routes();
+    r->set_stream("s1");
+    r->set_tenant("acme");
+    r->mutable_primary()->set_node(primary_);
+    r->mutable_primary()->set_address("127.0.0.1:1");
+    stream->Write(snap);
+    while (stream->Read(&ack)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      acked_.push_back(ack.version());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  uint64_t epoch_, version_;
+  std::string primary_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::vector<uint64_t> acked_;
+};
+
+bool Eventually(const std::function<bool()>& pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+uint16_t DeadPort() {
+  FakeRouteService gone(1, 1, "x");
+  uint16_t port = gone.port();
+  gone.Shutdown();
+  return port;
+}
+
+class RouteWatchTest : public ::testing::Test {
+ protected:
+  void StartRouter(const std::vector<uint16_t>& controller_ports) {
+    config_.listen = {"127.0.0.1", 0};
+    config_.threads = 1;
+    config_.probe_interval = milliseconds(0);
+    for (uint16_t p : controller_ports) config_.controllers.push_back({"127.0.0.1", p});
+    router_ = std::make_unique<Router>(config_);
+    ASSERT_TRUE(router_->Start().ok());
+    watch_ = std::make_unique<RouteWatch>(router_.get(), config_);
+    watch_->Start();
+  }
+  void TearDown() override {
+    if (watch_) watch_->Stop();
+    if (router_) router_->Stop();
+  }
+  std::string PrimaryOfS1() {
+    auto t = router_->routes();
+    const RouteEntry* e = t ? t->Find("s1") : nullptr;
+    return e ? e->primary.node : "";
+  }
+  RouterConfig config_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<RouteWatch> watch_;
+};
+
+TEST_F(RouteWatchTest, UnreachableControllerIsSkippedForTheNextListed) {
+  FakeRouteService live(/*epoch=*/3, /*version=*/7, "n2");
+  StartRouter({DeadPort(), live.port()});
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n2"; }));
+  EXPECT_EQ(router_->routes()->version(), 7u);
+  EXPECT_GE(watch_->reconnects(), 1u);
+  EXPECT_TRUE(watch_->connected());
+  // The router acknowledges the version it applied.
+  EXPECT_TRUE(Eventually([&] {
+    auto a = live.acked();
+    return std::find(a.begin(), a.end(), 7u) != a.end();
+  }));
+}
+
+TEST_F(RouteWatchTest, ControllerThatGoesAwayIsReplacedByTheNextWithANewerEpoch) {
+  auto first = std::make_unique<FakeRouteService>(/*epoch=*/3, /*version=*/9, "n1");
+  FakeRouteService second(/*epoch=*/4, /*version=*/1, "n3");
+  StartRouter({first->port(), second.port()});
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n1"; }));
+  uint64_t before = watch_->reconnects();
+  first.reset();  // the controller dies; the router keeps its routes meanwhile
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n3"; }));
+  EXPECT_EQ(router_->routes()->epoch(), 4u);
+  EXPECT_EQ(router_->routes()->version(), 1u);
+  EXPECT_GT(watch_->reconnects(), before);
+}
+
+TEST_F(RouteWatchTest, AnOlderEpochIsKeptOutAndTheHeldVersionAcknowledged) {
+  auto newer = std::make_unique<FakeRouteService>(/*epoch=*/5, /*version=*/2, "n1");
+  FakeRouteService stale(/*epoch=*/4, /*version=*/50, "n3");  // a deposed controller
+  StartRouter({newer->port(), stale.port()});
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n1"; }));
+  newer.reset();
+  // The stale controller's snapshot is refused; the ack names what is held.
+  ASSERT_TRUE(Eventually([&] {
+    auto a = stale.acked();
+    return std::find(a.begin(), a.end(), 2u) != a.end();
+  }));
+  EXPECT_EQ(PrimaryOfS1(), "n1");
+  EXPECT_EQ(router_->routes()->epoch(), 5u);
+}
+
+}  // namespace
+}  // namespace gpuha::router
