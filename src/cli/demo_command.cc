@@ -23,7 +23,7 @@ DemoCommand::DemoCommand(CLI::App& parent) {
   faults_ = absl::StrJoin(demo::kDefaultFaults, ",");
   app_->add_option("--faults", faults_,
                    absl::StrCat("Faults to inject, in order, comma-separated, from: ",
-                                absl::StrJoin(demo::kAllFaults, ", ")))
+                                absl::StrJoin(demo::FaultNames(), ", ")))
       ->capture_default_str();
   app_->add_option("--streams", o_.streams, "Camera streams admitted")
       ->capture_default_str()

@@ -70,11 +70,41 @@ struct Node {
   pid_t agent = -1;
 };
 
+class Demo;
+
+// What a fault hits.
+enum class Target {
+  kNode,        // the busiest node (or --node)
+  kTwoNodes,    // the two busiest at once, past what N+1 covers
+  kController,  // the controller process
+};
+
+// The fault catalogue: one row per fault, its target, how it is injected and
+// how the node is repaired (a node fault is then repaired when the node has
+// rejoined as the spare; the controller's repair waits for its clients).
+struct FaultSpec {
+  const char* name;
+  Target target;
+  bool partition;  // needs gpu-1 in its own network namespace
+  std::function<absl::Status(Demo&, Node&)> inject;
+  std::function<absl::Status(Demo&, Node&)> repair;
+};
+const std::vector<FaultSpec>& FaultTable();
+const FaultSpec* FindFault(const std::string& name) {
+  for (const FaultSpec& f : FaultTable()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
 // The processes of one demo cluster, all on loopback.
 class Cluster {
  public:
   Cluster(const DemoOptions& o, std::string dir) : o_(o), dir_(std::move(dir)) {
-    partition_ = std::find(o.faults.begin(), o.faults.end(), "partition") != o.faults.end();
+    for (const std::string& f : o.faults) {
+      const FaultSpec* spec = FindFault(f);
+      partition_ = partition_ || (spec != nullptr && spec->partition);
+    }
   }
   ~Cluster() { Stop(); }
 
@@ -441,6 +471,8 @@ class Demo {
 
   // One fault: inject, watch, repair, wait for the node to rejoin as spare.
   FaultTimeline Run(const std::string& fault) {
+    const FaultSpec& spec = *FindFault(fault);  // names were checked up front
+    const bool controller = spec.target == Target::kController;
     FaultTimeline t;
     t.fault = fault;
     auto before = c_.Api("GET", "/api/v1/streams");
@@ -453,20 +485,18 @@ class Demo {
     std::stable_sort(by_load.begin(), by_load.end(),
                      [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
     Node* node = by_load[0];
-    if (fault == "partition") node = &c_.nodes()[0];  // the node in its own namespace
+    if (spec.partition) node = &c_.nodes()[0];  // the node in its own namespace
     for (Node& n : c_.nodes()) {
       if (n.name == o_.target) node = &n;
     }
-    second_ = fault == "double-crash" ? by_load[1] : nullptr;
+    second_ = spec.target == Target::kTwoNodes ? by_load[1] : nullptr;
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
-      if (fault == "controller-restart" || p == node->name || (second_ && p == second_->name)) {
+      if (controller || p == node->name || (second_ && p == second_->name)) {
         hit.insert(s);
       }
     }
-    t.node = fault == "controller-restart" ? "controller"
-             : second_                     ? node->name + "+" + second_->name
-                                           : node->name;
+    t.node = controller ? "controller" : second_ ? node->name + "+" + second_->name : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -475,11 +505,12 @@ class Demo {
     out_ << absl::StrFormat("\n== %s on %s (%d streams) ==\n", fault, t.node, t.streams_hit);
     out_.flush();
     int64_t t0 = UnixNanos();
-    absl::Status injected = Inject(fault, *node);
+    absl::Status injected = spec.inject(*this, *node);
+    if (injected.ok() && second_ != nullptr) injected = spec.inject(*this, *second_);
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
     c_.Sleep(milliseconds(o_.observe_ms));
 
-    if (fault != "controller-restart") {
+    if (!controller) {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
       std::vector<controller::Event> logged;
       if (events.ok() && events->is_array()) {
@@ -497,9 +528,9 @@ class Demo {
     for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
       if (p.empty()) hit.erase(s);
     }
-    absl::Status repaired = Repair(fault, *node, primaries, &t);
-    if (repaired.ok() && second_ != nullptr) repaired = Repair(fault, *second_, primaries, &t);
-    if (fault != "controller-restart") {
+    absl::Status repaired = controller ? RepairController(primaries, &t) : Repair(spec, *node, &t);
+    if (repaired.ok() && second_ != nullptr) repaired = Repair(spec, *second_, &t);
+    if (!controller) {
       // A node that came back is the spare: the work it lost stays where it went.
       auto after = c_.Api("GET", "/api/v1/streams");
       for (const auto& [s, p] : Primaries(after.ok() ? *after : json())) {
@@ -508,7 +539,7 @@ class Demo {
     }
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
-    Count(t0, t_end, hit, fault == "controller-restart" ? "" : node->name, &t);
+    Count(t0, t_end, hit, controller ? "" : node->name, &t);
     PrintTimeline(t);
     return t;
   }
@@ -526,35 +557,11 @@ class Demo {
         timeout);
   }
 
-  absl::Status Inject(const std::string& fault, Node& n) {
-    if (fault == "crash" || fault == "double-crash") {
-      c_.KillNode(n);
-      if (second_ != nullptr) c_.KillNode(*second_);
-      return absl::OkStatus();
-    }
-    if (fault == "xid79") return c_.InjectSimFault(n, "gpu=0,kind=xid,xid=79");
-    if (fault == "thermal") return c_.InjectSimFault(n, "gpu=0,kind=temp_ramp,to_c=95,over_ms=600");
-    if (fault == "agent-hang") {
-      ::kill(n.agent, SIGSTOP);
-      return absl::OkStatus();
-    }
-    if (fault == "server-hang") {
-      hung_worker_ = c_.WorkerPid(n);
-      if (hung_worker_ <= 0) return absl::InternalError("no worker process found");
-      ::kill(hung_worker_, SIGSTOP);
-      return absl::OkStatus();
-    }
-    if (fault == "controller-restart") {
-      c_.KillController();
-      return absl::OkStatus();
-    }
-    if (fault == "partition") return c_.SetLink(false);
-    return absl::InvalidArgumentError("unknown fault " + fault);
-  }
-
-  absl::Status Repair(const std::string& fault, Node& n,
-                      const std::map<std::string, std::string>& primaries, FaultTimeline* t) {
-    if (fault == "controller-restart") {
+  // The controller is back: same routes, every agent reconnected, and the
+  // router has acknowledged the new controller's routes.
+  absl::Status RepairController(const std::map<std::string, std::string>& primaries,
+                                FaultTimeline* t) {
+    {
       if (absl::Status s = c_.StartController(); !s.ok()) return s;
       // The restarted controller must hold the same routes.
       auto after = c_.Api("GET", "/api/v1/streams");
@@ -588,18 +595,11 @@ class Demo {
       if (!agents) return absl::DeadlineExceededError("an agent did not reconnect");
       return absl::OkStatus();
     }
-    if (fault == "crash" || fault == "double-crash") {
-      if (absl::Status s = c_.StartAgent(n); !s.ok()) return s;
-    } else if (fault == "xid79" || fault == "thermal") {
-      c_.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
-      if (absl::Status s = c_.StartAgent(n); !s.ok()) return s;
-    } else if (fault == "agent-hang") {
-      ::kill(n.agent, SIGCONT);
-    } else if (fault == "server-hang") {
-      ::kill(hung_worker_, SIGCONT);
-    } else if (fault == "partition") {
-      if (absl::Status s = c_.SetLink(true); !s.ok()) return s;
-    }
+  }
+
+  // A node fault's repair, then the wait for the node to rejoin as the spare.
+  absl::Status Repair(const FaultSpec& spec, Node& n, FaultTimeline* t) {
+    if (absl::Status s = spec.repair(*this, n); !s.ok()) return s;
     bool back = c_.WaitFor(
         [&] {
           auto j = c_.Api("GET", "/api/v1/nodes/" + n.name);
@@ -707,15 +707,75 @@ class Demo {
   std::thread load_thread_, status_thread_;
   pid_t hung_worker_ = -1;
   Node* second_ = nullptr;  // double-crash's second node
+
+  friend const std::vector<FaultSpec>& FaultTable();
 };
+
+const std::vector<FaultSpec>& FaultTable() {
+  auto restart = [](Demo& d, Node& n) { return d.c_.StartAgent(n); };
+  auto reboot = [](Demo& d, Node& n) {
+    d.c_.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
+    return d.c_.StartAgent(n);
+  };
+  auto kill_node = [](Demo& d, Node& n) {
+    d.c_.KillNode(n);
+    return absl::OkStatus();
+  };
+  static const std::vector<FaultSpec> kTable = {
+      {"crash", Target::kNode, false, kill_node, restart},
+      {"xid79", Target::kNode, false,
+       [](Demo& d, Node& n) { return d.c_.InjectSimFault(n, "gpu=0,kind=xid,xid=79"); }, reboot},
+      {"thermal", Target::kNode, false,
+       [](Demo& d, Node& n) {
+         return d.c_.InjectSimFault(n, "gpu=0,kind=temp_ramp,to_c=95,over_ms=600");
+       },
+       reboot},
+      {"agent-hang", Target::kNode, false,
+       [](Demo&, Node& n) {
+         ::kill(n.agent, SIGSTOP);
+         return absl::OkStatus();
+       },
+       [](Demo&, Node& n) {
+         ::kill(n.agent, SIGCONT);
+         return absl::OkStatus();
+       }},
+      {"server-hang", Target::kNode, false,
+       [](Demo& d, Node& n) {
+         d.hung_worker_ = d.c_.WorkerPid(n);
+         if (d.hung_worker_ <= 0) return absl::InternalError("no worker process found");
+         ::kill(d.hung_worker_, SIGSTOP);
+         return absl::OkStatus();
+       },
+       [](Demo& d, Node&) {
+         ::kill(d.hung_worker_, SIGCONT);
+         return absl::OkStatus();
+       }},
+      {"controller-restart", Target::kController, false,
+       [](Demo& d, Node&) {
+         d.c_.KillController();
+         return absl::OkStatus();
+       },
+       nullptr},
+      {"double-crash", Target::kTwoNodes, false, kill_node, restart},
+      {"partition", Target::kNode, true, [](Demo& d, Node&) { return d.c_.SetLink(false); },
+       [](Demo& d, Node&) { return d.c_.SetLink(true); }},
+  };
+  return kTable;
+}
 
 }  // namespace
 
+std::vector<std::string> FaultNames() {
+  std::vector<std::string> out;
+  for (const FaultSpec& f : FaultTable()) out.push_back(f.name);
+  return out;
+}
+
 absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   for (const std::string& f : o.faults) {
-    if (std::find(kAllFaults.begin(), kAllFaults.end(), f) == kAllFaults.end()) {
+    if (FindFault(f) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("--faults: unknown fault '", f, "' (",
-                                                     absl::StrJoin(kAllFaults, ", "), ")"));
+                                                     absl::StrJoin(FaultNames(), ", "), ")"));
     }
   }
   if (o.streams < 1 || o.streams > 30) {

@@ -42,9 +42,8 @@ namespace gpuha::demo {
 // The default sequence; "double-crash" (two nodes at once, past N+1) is extra.
 inline const std::vector<std::string> kDefaultFaults = {
     "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
-inline const std::vector<std::string> kAllFaults = {
-    "crash",        "xid79",    "thermal", "agent-hang", "server-hang", "controller-restart",
-    "double-crash", "partition"};
+// Every fault the demo knows, from its fault table.
+std::vector<std::string> FaultNames();
 
 struct DemoOptions {
   std::string exe;  // the gpuha binary, run for every component
