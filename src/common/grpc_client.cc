@@ -8,18 +8,19 @@ namespace gpuha::common {
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const ClientTls& tls) {
   if (tls.ca.empty() && tls.cert.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions o;
-  auto read = [](const std::string& path, const char* field, std::string* out) -> absl::Status {
+  auto read = [&](const std::string& path, const char* field, std::string* out) -> absl::Status {
     if (path.empty()) return absl::OkStatus();
     absl::StatusOr<std::string> text = ReadFile(path);
     if (!text.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": ", text.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(tls.section, ".", field, ": ", text.status().message()));
     }
     *out = std::move(*text);
     return absl::OkStatus();
   };
   for (absl::Status s :
-       {read(tls.ca, "tls.ca", &o.pem_root_certs), read(tls.cert, "tls.cert", &o.pem_cert_chain),
-        read(tls.key, "tls.key", &o.pem_private_key)}) {
+       {read(tls.ca, "ca", &o.pem_root_certs), read(tls.cert, "cert", &o.pem_cert_chain),
+        read(tls.key, "key", &o.pem_private_key)}) {
     if (!s.ok()) return s;
   }
   return grpc::SslCredentials(o);

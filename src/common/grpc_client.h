@@ -24,6 +24,7 @@ struct ClientTls {
   std::string ca;    // PEM roots; empty with no cert: plain (insecure) gRPC
   std::string cert;  // our certificate chain, for mTLS
   std::string key;
+  std::string section = "tls";  // the config section, for errors ("tls.ca: ...")
 };
 
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(

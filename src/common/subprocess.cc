@@ -16,7 +16,7 @@
 namespace gpuha::common {
 
 absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
-                                   const std::string& log_path) {
+                                   const std::string& log_path, bool die_with_parent) {
   if (argv.empty()) return absl::InvalidArgumentError("empty command line");
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -46,8 +46,10 @@ absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
   if (pid == 0) {
     ::close(fds[0]);
     ::setsid();
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
+    if (die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+    }
     if (log_fd >= 0) {
       ::dup2(log_fd, 1);
       ::dup2(log_fd, 2);

@@ -14,10 +14,13 @@
 namespace gpuha::common {
 
 // `log_path` non-empty: the child's stdout and stderr are appended there.
+// `die_with_parent` false: the child outlives this process (a fence hook
+// that powers a node off must finish even if the controller dies).
 // An exec failure (no such file, not executable) is an error here, not a
 // child that exits 127.
 [[nodiscard]] absl::StatusOr<pid_t> SpawnProcess(const std::vector<std::string>& argv,
-                                                 const std::string& log_path = "");
+                                                 const std::string& log_path = "",
+                                                 bool die_with_parent = true);
 
 // The direct children of `pid` (from /proc/PID/task/*/children), in no
 // particular order; empty when it has none or is gone.

@@ -3,11 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/log.h"
-#include "common/prometheus.h"
 #include "controller/state_codec.h"
 
 namespace gpuha::controller {
-namespace {
 
 using nlohmann::json;
 
@@ -25,8 +23,6 @@ const char* HealthName(v1::NodeHealth h) {
       return "unknown";
   }
 }
-
-}  // namespace
 
 Controller::Controller(ControllerConfig config, std::unique_ptr<Store> store, common::Clock* clock,
                        FenceRunner* fencer)
@@ -113,7 +109,10 @@ absl::Status Controller::Recover() {
       if (!r.ok()) return r.status();
       spec.role = r->role;
       available = r->available;
-      n.lifecycle = r->lifecycle;  // restored, not a transition
+      // Restored, not a transition. A node placement counts is serving,
+      // whatever else an older row said (a fence hook that failed after the
+      // node had rejoined once marked such a node held out).
+      n.lifecycle = available ? NodeLifecycle::kServing : r->lifecycle;
     }
     if (absl::Status s = placement_.AddNode(spec, available); !s.ok()) return s;
   }
@@ -127,7 +126,8 @@ absl::Status Controller::Recover() {
     specs_[id] = spec;
   }
   // The recent events come back too, so the failover history survives a
-  // restart. An event row that does not parse is skipped, with a warning.
+  // restart. An event row that does not parse keeps its id as an
+  // "unreadable" event, with a warning.
   auto events = store_->LoadEvents(0, SIZE_MAX);
   if (!events.ok()) return events.status();
   for (auto& [id, text] : *events) {
@@ -500,136 +500,9 @@ absl::Status Controller::SetRole(const std::string& node, Role role) {
   return absl::OkStatus();
 }
 
-json Controller::NodeJsonLocked(const NodeState& n) const {
-  const std::string& id = n.cfg.spec.id;
-  std::string state = n.lifecycle == NodeLifecycle::kHeldOut   ? "held-out"
-                      : n.lifecycle == NodeLifecycle::kDrained ? "drained"
-                      : !placement_.Available(id)              ? "failed"
-                      : !n.sink                                ? "disconnected"
-                                                               : LivenessName(detector_.state(id));
-  json gpus = json::array();
-  for (const v1::GpuSample& g : n.last.gpus()) {
-    gpus.push_back({{"index", g.index()},
-                    {"lost", g.lost()},
-                    {"temperature_c", g.temperature_c()},
-                    {"power_w", g.power_w()},
-                    {"utilization_pct", g.utilization_pct()}});
-  }
-  json reasons = json::array();
-  for (const v1::HealthReason& r : n.reasons)
-    reasons.push_back({{"code", r.code()}, {"detail", r.detail()}});
-  return {{"name", id},
-          {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))},
-          {"state", state},
-          {"health", HealthName(n.health)},
-          {"connected", n.sink != nullptr},
-          {"lifecycle", NodeLifecycleName(n.lifecycle)},
-          {"fenced", n.fenced()},
-          {"drained", n.lifecycle == NodeLifecycle::kDrained},
-          {"held_out", n.lifecycle == NodeLifecycle::kHeldOut},
-          {"capacity", n.cfg.spec.capacity},
-          {"cpu_only", n.cfg.spec.cpu_only},
-          {"load", placement_.LoadOf(id)},
-          {"address", n.cfg.address},
-          {"reasons", reasons},
-          {"gpus", gpus}};
-}
-
-json Controller::NodesJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  json out = json::array();
-  for (const auto& [id, n] : nodes_) out.push_back(NodeJsonLocked(n));
-  return out;
-}
-
-absl::StatusOr<json> Controller::NodeJson(const std::string& node) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
-  return NodeJsonLocked(it->second);
-}
-
-json Controller::StreamsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  json out = json::array();
-  for (const Assignment& a : placement_.Assignments()) {
-    const StreamSpec& s = specs_.at(a.stream);
-    out.push_back({{"id", a.stream},
-                   {"tenant", s.tenant},
-                   {"weight", s.weight},
-                   {"primary", a.primary},
-                   {"standby", a.standby},
-                   {"placed", !a.primary.empty()}});
-  }
-  return out;
-}
-
-absl::StatusOr<json> Controller::StreamJson(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto a = placement_.Find(id);
-  if (!a) return absl::NotFoundError(absl::StrCat("stream ", id, " not found"));
-  const StreamSpec& s = specs_.at(id);
-  return json{{"id", id},
-              {"tenant", s.tenant},
-              {"weight", s.weight},
-              {"primary", a->primary},
-              {"standby", a->standby},
-              {"placed", !a->primary.empty()}};
-}
-
-json Controller::CapacityJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  CapacityFigures c = placement_.Capacity();
-  return {{"redundancy", c.redundancy},
-          {"total_units", c.total_units},
-          {"failover_reserve_units", c.reserve_units},
-          {"max_production_units", c.max_production_units},
-          {"admitted_units", c.admitted_units},
-          {"headroom_units", c.headroom_units},
-          {"survives_node_loss", c.headroom_units >= 0 && c.redundancy >= 1},
-          {"degraded_units", c.degraded_units},
-          {"unplaced_streams", c.unplaced_streams}};
-}
-
-json Controller::TenantsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, std::pair<int, int64_t>> usage;
-  for (const std::string& t : config_.tenants) usage[t];
-  for (const auto& [id, s] : specs_) {
-    usage[s.tenant].first++;
-    usage[s.tenant].second += s.weight;
-  }
-  json out = json::array();
-  for (const auto& [t, u] : usage)
-    out.push_back({{"name", t}, {"streams", u.first}, {"units", u.second}});
-  return out;
-}
-
 bool Controller::HasTenant(const std::string& t) const {
   return config_.tenants.empty() ||
          std::find(config_.tenants.begin(), config_.tenants.end(), t) != config_.tenants.end();
-}
-
-json Controller::EventsJson(int64_t after_id, size_t limit) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  json out = json::array();
-  for (const Event& e : events_.Since(after_id, limit)) out.push_back(EventJson(e));
-  return out;
-}
-
-json Controller::FailoversJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  json out = json::array();
-  for (const FailoverTiming& t : FailoverTimings(events_.Since(0))) {
-    const Event& d = t.detected;
-    json f = {{"node", d.node}, {"epoch", d.epoch}, {"reason", d.detail}};
-    if (t.fault_seen) f["fault_to_detected_ms"] = d.unix_ms - t.fault_seen->unix_ms;
-    if (t.fenced) f["detected_to_fenced_ms"] = t.fenced->mono_ms - d.mono_ms;
-    if (t.routes_pushed) f["detected_to_routes_pushed_ms"] = t.routes_pushed->mono_ms - d.mono_ms;
-    if (t.routers_acked) f["detected_to_routers_acked_ms"] = t.routers_acked->mono_ms - d.mono_ms;
-    out.push_back(std::move(f));
-  }
-  return out;
 }
 
 std::vector<Event> Controller::EventsSince(int64_t after_id) const {
@@ -690,6 +563,17 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
               absl::StrCat("version ", version, " by ", routers_.size(), " router(s)"));
 }
 
+void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_epoch < epoch_) return;
+  epoch_ = held_epoch + 1;
+  EventLocked("epoch_advanced", "",
+              absl::StrCat("router ", router, " holds routes of epoch ", held_epoch,
+                           "; the controller's epoch is now ", epoch_));
+  CommitLocked({});
+  PushRoutesLocked(absl::StrCat("epoch ", epoch_));
+}
+
 void Controller::RouterGone(const std::string& router) {
   std::lock_guard<std::mutex> lock(mu_);
   routers_.erase(router);
@@ -703,49 +587,6 @@ uint64_t Controller::epoch() const {
 ControllerCounters Controller::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
-}
-
-std::string Controller::MetricsText() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  common::PromText p;
-  CapacityFigures c = placement_.Capacity();
-  p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
-  p.Sample("gpuha_controller_epoch", {}, double(epoch_));
-  p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");
-  p.Sample("gpuha_controller_route_version", {}, double(route_version_));
-  p.Family("gpuha_controller_node_up", "gauge", "1 when the node serves or stands by.");
-  for (const auto& [id, n] : nodes_) {
-    p.Sample("gpuha_controller_node_up",
-             {{"node", id}, {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))}},
-             placement_.Available(id));
-  }
-  struct Gauge {
-    const char* name;
-    const char* help;
-    double value;
-  };
-  const Gauge gauges[] = {
-      {"gpuha_controller_capacity_total_units", "Capacity of available GPU nodes.",
-       double(c.total_units)},
-      {"gpuha_controller_capacity_max_production_units",
-       "Load the cluster carries after losing k nodes.", double(c.max_production_units)},
-      {"gpuha_controller_admitted_units", "Stream units admitted.", double(c.admitted_units)},
-      {"gpuha_controller_headroom_units", "max_production - admitted.", double(c.headroom_units)},
-      {"gpuha_controller_unplaced_streams", "Admitted streams that fit nowhere now.",
-       double(c.unplaced_streams)},
-      {"gpuha_controller_degraded_units", "CPU-only buffer capacity (degraded).",
-       double(c.degraded_units)},
-  };
-  for (const Gauge& g : gauges) {
-    p.Family(g.name, "gauge", g.help);
-    p.Sample(g.name, {}, g.value);
-  }
-#define GPUHA_FAMILY(name, help)                                 \
-  p.Family("gpuha_controller_" #name "_total", "counter", help); \
-  p.Sample("gpuha_controller_" #name "_total", {}, double(counters_.name));
-  GPUHA_CONTROLLER_COUNTERS(GPUHA_FAMILY)
-#undef GPUHA_FAMILY
-  return p.str();
 }
 
 }  // namespace gpuha::controller

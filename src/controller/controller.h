@@ -38,6 +38,9 @@
 
 namespace gpuha::controller {
 
+// "healthy", "degraded", "draining", "failed" or "unknown".
+const char* HealthName(v1::NodeHealth h);
+
 // Where the controller sends commands to one connected agent.
 class AgentSink {
  public:
@@ -94,7 +97,8 @@ class Controller {
   [[nodiscard]] absl::StatusOr<nlohmann::json> StreamJson(const std::string& id) const;
   nlohmann::json CapacityJson() const;
   nlohmann::json TenantsJson() const;
-  nlohmann::json EventsJson(int64_t after_id, size_t limit) const;
+  // Up to `limit` events after `after_id`; with no `after_id`, the newest.
+  nlohmann::json EventsJson(std::optional<int64_t> after_id, size_t limit) const;
   // One entry per failover (a `detected` event), timed from its events:
   // fault seen -> detected -> fenced -> routes pushed -> routers acknowledged.
   nlohmann::json FailoversJson() const;
@@ -108,6 +112,10 @@ class Controller {
   uint64_t WaitForRoutes(uint64_t known, common::Duration timeout);
   void RouterAck(const std::string& router, uint64_t version,
                  const std::vector<std::string>& suspects);
+  // A router starts watching, holding routes of `held_epoch`. If that is not
+  // older than the controller's epoch, the controller moves past it (and
+  // persists it) so that the router takes its routes.
+  void RouterHello(const std::string& router, uint64_t held_epoch);
   void RouterGone(const std::string& router);
 
   uint64_t epoch() const;

@@ -501,6 +501,25 @@ TEST_F(ControllerTest, AcksFromSeveralRoutersAndTheirSuspectHints) {
   EXPECT_EQ(acked(), 2);
 }
 
+// A router that holds routes of an epoch the controller has not reached (its
+// last epoch was lost with a failed store write) would refuse every
+// snapshot: the controller moves past that epoch, persists it, and pushes.
+TEST_F(ControllerTest, RouterHoldingANewerEpochMovesTheControllerPastIt) {
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* raw = store.get();
+  Start(ThreePlusOne(), std::move(store));
+  uint64_t epoch = c_->epoch();
+  uint64_t version = c_->route_version();
+  c_->RouterHello("r1", epoch - 1);  // older: nothing to do
+  EXPECT_EQ(c_->epoch(), epoch);
+  c_->RouterHello("r1", epoch + 3);
+  EXPECT_EQ(c_->epoch(), epoch + 4);
+  EXPECT_GT(c_->route_version(), version);
+  EXPECT_EQ(c_->Snapshot().epoch(), epoch + 4);
+  EXPECT_EQ((*raw->Load("meta"))["epoch"], std::to_string(epoch + 4));
+  EXPECT_THAT(EventTypes(), ::testing::Contains("epoch_advanced"));
+}
+
 TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
   ControllerConfig config = ThreePlusOne();

@@ -56,6 +56,11 @@ std::vector<Event> EventLog::Since(int64_t after_id, size_t limit) const {
   return out;
 }
 
+std::vector<Event> EventLog::Newest(size_t limit) const {
+  size_t skip = events_.size() > limit ? events_.size() - limit : 0;
+  return std::vector<Event>(events_.begin() + static_cast<std::ptrdiff_t>(skip), events_.end());
+}
+
 std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
   std::vector<FailoverTiming> out;
   for (size_t d = 0; d < events.size(); ++d) {
@@ -70,12 +75,19 @@ std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
       }
       if (e.epoch < det.epoch) break;
     }
+    bool next_failover = false;  // fenced and routes_pushed belong to this one only
     for (size_t i = d + 1; i < events.size(); ++i) {
       const Event& e = events[i];
+      // Another controller process: its monotonic clock is not this one's.
+      if (e.type == "controller_started") break;
       if (e.epoch < det.epoch) continue;
-      if (!f.fenced && e.node == det.node && (e.type == "fenced" || e.type == "fence_unconfirmed"))
+      if (e.type == "detected") next_failover = true;
+      if (!next_failover && !f.fenced && e.node == det.node &&
+          (e.type == "fenced" || e.type == "fence_unconfirmed")) {
         f.fenced = e;
-      if (!f.routes_pushed && e.type == "routes_pushed") f.routes_pushed = e;
+      }
+      if (!next_failover && !f.routes_pushed && e.type == "routes_pushed") f.routes_pushed = e;
+      // An acknowledgement of a later version covers this failover's routes.
       if (f.routes_pushed && !f.routers_acked && e.type == "routers_acked") f.routers_acked = e;
       if (f.fenced && f.routers_acked) break;
     }

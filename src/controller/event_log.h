@@ -46,6 +46,8 @@ class EventLog {
   // Restores an event read back from the store (its id is kept).
   void Restore(Event e);
   std::vector<Event> Since(int64_t after_id, size_t limit = SIZE_MAX) const;
+  // The newest `limit` events, oldest first.
+  std::vector<Event> Newest(size_t limit) const;
   int64_t next_id() const { return next_id_; }
 
  private:
@@ -55,8 +57,10 @@ class EventLog {
 };
 
 // One failover's steps, each the first matching event after `detected` (of
-// the same epoch or later): fenced (or fence_unconfirmed) of the same node,
-// then routes pushed, then routers acknowledged. fault_seen is the node's
+// the same epoch or later) and before the controller restarted: fenced (or
+// fence_unconfirmed) of the same node and routes pushed, both before the next
+// failover's `detected`, then routers acknowledged (an acknowledgement of a
+// later version covers this one's routes too). fault_seen is the node's
 // fault_seen event of the same epoch just before `detected`.
 struct FailoverTiming {
   Event detected;

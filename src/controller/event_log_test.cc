@@ -87,6 +87,36 @@ TEST(FailoverTimingsTest, TwoFailoversAndAnUnconfirmedFence) {
   EXPECT_EQ(f[1].routes_pushed->mono_ms, 11.4);
 }
 
+TEST(FailoverTimingsTest, StepsDoNotCrossARestartOrTheNextFailover) {
+  std::vector<Event> events = Logged({
+      E("detected", "n1", 2, 10),
+      E("detected", "n2", 3, 11),
+      E("fenced", "n1", 3, 12),  // not n1's first failover's fence: another began
+      E("routes_pushed", "", 3, 12.5),
+      E("detected", "n3", 4, 20),
+      E("controller_started", "", 4, 1),  // a new process: another monotonic clock
+      E("fenced", "n3", 5, 2),
+      E("routes_pushed", "", 5, 3),
+      E("routers_acked", "", 5, 4),
+  });
+  std::vector<FailoverTiming> f = FailoverTimings(events);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_FALSE(f[0].fenced);
+  EXPECT_FALSE(f[0].routes_pushed);
+  EXPECT_EQ(f[1].routes_pushed->mono_ms, 12.5);
+  EXPECT_FALSE(f[2].fenced || f[2].routes_pushed || f[2].routers_acked);
+}
+
+TEST(EventLogTest, NewestAreTheLastOnes) {
+  EventLog log(100);
+  for (int i = 0; i < 10; ++i) log.Append(E("x", "", 1, i));
+  std::vector<Event> last = log.Newest(3);
+  ASSERT_EQ(last.size(), 3u);
+  EXPECT_EQ(last.front().id, 8);
+  EXPECT_EQ(last.back().id, 10);
+  EXPECT_EQ(log.Newest(50).size(), 10u);
+}
+
 TEST(FailoverTimingsTest, MissingStepsStayEmpty) {
   std::vector<FailoverTiming> f = FailoverTimings(Logged({E("detected", "n1", 2, 10)}));
   ASSERT_EQ(f.size(), 1u);

@@ -13,7 +13,9 @@
 namespace gpuha::controller {
 
 absl::Status ShellFenceRunner::Run(const std::string& command, common::Duration timeout) {
-  absl::StatusOr<pid_t> pid = common::SpawnProcess({"/bin/sh", "-c", command});
+  // Not tied to the controller's life: a power-off under way must finish.
+  absl::StatusOr<pid_t> pid =
+      common::SpawnProcess({"/bin/sh", "-c", command}, "", /*die_with_parent=*/false);
   if (!pid.ok()) {
     return absl::Status(pid.status().code(),
                         absl::StrCat("fence hook '", command, "': ", pid.status().message()));

@@ -11,8 +11,8 @@
 // The hook runs under /bin/sh in its own session and process group, through
 // common::SpawnProcess: no signal stays blocked in it (the controller blocks
 // SIGINT and SIGTERM for its signal thread), so it and its children can be
-// stopped. Thread-safety: Run may be called from several threads at once;
-// each call blocks its caller until the hook ends.
+// stopped, and it is not killed if the controller dies mid-fence. Thread-safety: Run may be called
+// from several threads at once; each call blocks its caller until the hook ends.
 #pragma once
 
 #include <string>

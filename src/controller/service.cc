@@ -167,6 +167,7 @@ class ControllerServer::RouteServiceImpl final : public v1::RouteService::Servic
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first ack must name the router");
     }
     const std::string router = first.router();
+    controller_->RouterHello(router, first.epoch());
     std::atomic<bool> done{false};
     std::thread reader([&] {
       v1::RouteAck ack;
@@ -392,7 +393,7 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
     absl::StatusOr<std::optional<int64_t>> after =
         common::QueryParams::FromTarget(r.target).Int("after");
     if (!after.ok()) return Error(400, std::string(after.status().message()));
-    return JsonResponse(200, controller_->EventsJson(after->value_or(0), 1000));
+    return JsonResponse(200, controller_->EventsJson(*after, 1000));
   }
   return Error(404, absl::StrCat("no ", r.method, " ", r.path));
 }

@@ -39,9 +39,14 @@ absl::StatusOr<json> ParseRow(const std::string& row, std::string_view text) {
 }  // namespace
 
 std::string EncodeNode(const NodeRecord& r) {
+  // The booleans are what binaries before the lifecycle enum read: written
+  // for one more release, so a rollback keeps drained and held-out nodes out.
   return json{{"role", RoleName(r.role)},
               {"available", r.available},
-              {"state", NodeLifecycleName(r.lifecycle)}}
+              {"state", NodeLifecycleName(r.lifecycle)},
+              {"fenced", r.lifecycle != NodeLifecycle::kServing},
+              {"drained", r.lifecycle == NodeLifecycle::kDrained},
+              {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}}
       .dump();
 }
 

@@ -20,6 +20,13 @@ TEST(StateCodecTest, NodeRoundTripsEveryLifecycle) {
   }
 }
 
+TEST(StateCodecTest, NodeRowsKeepTheOldBooleansForARollback) {
+  std::string row = EncodeNode({Role::kActive, false, NodeLifecycle::kDrained});
+  EXPECT_THAT(row, HasSubstr(R"("drained":true)"));
+  EXPECT_THAT(row, HasSubstr(R"("fenced":true)"));
+  EXPECT_THAT(row, HasSubstr(R"("held_out":false)"));
+}
+
 TEST(StateCodecTest, NodeRowsFromBeforeTheEnumAreRead) {
   auto r = DecodeNode("n1", R"({"role":"active","available":false,"fenced":true,"drained":true,)"
                             R"("held_out":false})");

@@ -485,11 +485,16 @@ class Demo {
     std::stable_sort(by_load.begin(), by_load.end(),
                      [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
     Node* node = by_load[0];
-    if (spec.partition) node = &c_.nodes()[0];  // the node in its own namespace
     for (Node& n : c_.nodes()) {
       if (n.name == o_.target) node = &n;
     }
-    second_ = spec.target == Target::kTwoNodes ? by_load[1] : nullptr;
+    if (spec.partition) node = &c_.nodes()[0];  // only gpu-1 has a namespace of its own
+    second_ = nullptr;
+    if (spec.target == Target::kTwoNodes) {
+      for (Node* n : by_load) {
+        if (n != node && second_ == nullptr) second_ = n;  // the busiest other node
+      }
+    }
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
       if (controller || p == node->name || (second_ && p == second_->name)) {

@@ -13,10 +13,11 @@ awaitable<void> Sweep(Loop& L) {
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
     L.now = L.clock.Now();
+    L.io_now = Clock::now();
     // Check() may not erase; copying keeps the walk safe and is cheap next
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
-    for (Deadline* d : all) d->Check(L.now);
+    for (Deadline* d : all) d->Check(L.io_now);
   }
 }
 

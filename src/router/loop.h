@@ -76,13 +76,13 @@ class Deadline {
   Deadline(const Deadline&) = delete;
   Deadline& operator=(const Deadline&) = delete;
   void Arm(milliseconds d);
-  void Disarm() { at_ = TimePoint::max(); }
+  void Disarm() { at_ = Clock::time_point::max(); }
   bool expired() const { return expired_; }
   // Called by the sweep.
-  void Check(TimePoint now) {
+  void Check(Clock::time_point now) {
     if (now < at_) return;
     expired_ = true;
-    at_ = TimePoint::max();
+    at_ = Clock::time_point::max();
     error_code ec;
     s_.cancel(ec);
   }
@@ -90,7 +90,7 @@ class Deadline {
  private:
   Loop& loop_;
   Socket& s_;
-  TimePoint at_ = TimePoint::max();
+  Clock::time_point at_ = Clock::time_point::max();
   bool expired_ = false;
 };
 
@@ -206,7 +206,10 @@ struct Loop {
   const RouterConfig& config;
   RouterShared& shared;
   common::Clock& clock;
-  TimePoint now;  // clock.Now() as of the last sweep: coarse, and free to read
+  TimePoint now;  // clock.Now() as of the last sweep, for policy: coarse, and free to read
+  // Socket deadlines run on the steady clock, whatever `clock` is (a test's
+  // fake clock must not freeze I/O timeouts); as of the last sweep.
+  Clock::time_point io_now = Clock::now();
   std::unordered_set<Deadline*> deadlines;
   std::vector<std::unique_ptr<char[]>> free_chunks;
   std::unique_ptr<tcp::acceptor> acceptor;
@@ -229,7 +232,7 @@ inline Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) {
 }
 inline Deadline::~Deadline() { loop_.deadlines.erase(this); }
 inline void Deadline::Arm(milliseconds d) {
-  at_ = loop_.now + d;
+  at_ = loop_.io_now + d;
   expired_ = false;
 }
 

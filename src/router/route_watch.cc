@@ -51,7 +51,8 @@ void RouteWatch::Run() {
 absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
   auto creds = common::ClientCredentials({.ca = config_.controller_ca,
                                           .cert = config_.controller_cert,
-                                          .key = config_.controller_key});
+                                          .key = config_.controller_key,
+                                          .section = "controller_tls"});
   if (!creds.ok()) return creds.status();
   auto channel = common::DialController(controller, *creds, milliseconds(1000));
   if (!channel.ok()) return channel.status();
@@ -66,10 +67,12 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
   v1::RouteAck hello;
   hello.set_router(config_.router_id);
   hello.set_version(router_->routes() ? router_->routes()->version() : 0);
+  hello.set_epoch(router_->routes() ? router_->routes()->epoch() : 0);
   std::mutex write_mu;  // the reader acks; the hint thread sends suspects
   bool ok = stream->Write(hello);
   std::atomic<bool> done{false};
   std::thread hints;
+  absl::Status refused;  // a snapshot older than the routes held
   if (ok) {
     connected_ = true;
     spdlog::info("router: watching routes on controller {}", controller.str());
@@ -97,7 +100,10 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
     v1::RouteSnapshot snap;
     while (stream->Read(&snap)) {
       if (absl::Status s = router_->SetRoutes(RouteTable::FromSnapshot(snap)); !s.ok()) {
-        spdlog::warn("router: {}; kept", s.message());
+        // A controller that sends older routes than those held (a deposed
+        // one) is left for the next listed controller.
+        refused = s;
+        break;
       } else {
         spdlog::info("router: routes v{} (epoch {}, {} streams)", snap.version(), snap.epoch(),
                      snap.routes_size());
@@ -120,6 +126,7 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
     ctx_ = nullptr;
   }
   if (stopping_) return absl::CancelledError("stopping");
+  if (!refused.ok()) return refused;  // logged by Run; the next controller is tried
   return absl::UnavailableError(st.ok() ? "closed the stream"
                                         : absl::StrCat("stream broke: ", st.error_message()));
 }

@@ -41,11 +41,20 @@ class FakeRouteService final : public v1::RouteService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return acked_;
   }
+  // The epoch each watcher said it held when it started.
+  std::vector<uint64_t> hello_epochs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hello_epochs_;
+  }
 
   grpc::Status Watch(grpc::ServerContext*,
                      grpc::ServerReaderWriter<v1::RouteSnapshot, v1::RouteAck>* stream) override {
     v1::RouteAck ack;
     if (!stream->Read(&ack)) return grpc::Status::OK;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hello_epochs_.push_back(ack.epoch());
+    }
     v1::RouteSnapshot snap;
     snap.set_epoch(epoch_);
     snap.set_version(version_);
@@ -69,6 +78,7 @@ class FakeRouteService final : public v1::RouteService::Service {
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
   std::vector<uint64_t> acked_;
+  std::vector<uint64_t> hello_epochs_;
 };
 
 bool Eventually(const std::function<bool()>& pred) {
@@ -140,19 +150,22 @@ TEST_F(RouteWatchTest, ControllerThatGoesAwayIsReplacedByTheNextWithANewerEpoch)
   EXPECT_GT(watch_->reconnects(), before);
 }
 
-TEST_F(RouteWatchTest, AnOlderEpochIsKeptOutAndTheHeldVersionAcknowledged) {
+// A deposed controller's older routes are refused, and the router leaves it
+// for the next listed controller rather than staying attached to it.
+TEST_F(RouteWatchTest, AnOlderEpochIsRefusedAndItsControllerLeft) {
   auto newer = std::make_unique<FakeRouteService>(/*epoch=*/5, /*version=*/2, "n1");
-  FakeRouteService stale(/*epoch=*/4, /*version=*/50, "n3");  // a deposed controller
+  FakeRouteService stale(/*epoch=*/4, /*version=*/50, "n3");
   StartRouter({newer->port(), stale.port()});
   ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n1"; }));
   newer.reset();
-  // The stale controller's snapshot is refused; the ack names what is held.
-  ASSERT_TRUE(Eventually([&] {
-    auto a = stale.acked();
-    return std::find(a.begin(), a.end(), 2u) != a.end();
-  }));
+  // The router tells the stale controller the epoch it holds, refuses its
+  // snapshot, and comes back (after the dead one) to try again.
+  ASSERT_TRUE(Eventually([&] { return stale.hello_epochs().size() >= 2; }));
+  for (uint64_t e : stale.hello_epochs()) EXPECT_EQ(e, 5u);
+  EXPECT_TRUE(stale.acked().empty()) << "the stale routes were acknowledged";
   EXPECT_EQ(PrimaryOfS1(), "n1");
   EXPECT_EQ(router_->routes()->epoch(), 5u);
+  EXPECT_EQ(router_->routes()->version(), 2u);
 }
 
 }  // namespace

@@ -132,6 +132,7 @@ uint16_t Router::port() const { return impl_->port; }
 uint16_t Router::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
 
 absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
+  if (table == nullptr) return absl::InvalidArgumentError("no route table");
   {
     std::lock_guard<std::mutex> lock(impl_->shared.mu);
     const RouteTable* held = impl_->shared.routes.get();
