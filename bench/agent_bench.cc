@@ -5,6 +5,7 @@
 //   2. Time from an XID injected into the running agent to the heartbeat that
 //      carries it arriving at the controller, over many injections.
 // Usage: agent_bench GPUHA_BINARY [seconds] [injections]
+// AGENT_BENCH_LOG=1 also prints the agent's log (reconnects, warnings).
 #include <signal.h>
 #include <unistd.h>
 
@@ -110,5 +111,6 @@ int main(int argc, char** argv) {
       injections, Percentile(latencies_ms, 0.5), Percentile(latencies_ms, 0.5) / 50.0);
   std::printf("| same, p99 | %.2f ms | - | - |\n", Percentile(latencies_ms, 0.99));
   std::printf("| same, max | %.2f ms | - | - |\n", Percentile(latencies_ms, 1.0));
+  if (std::getenv("AGENT_BENCH_LOG")) std::fprintf(stderr, "%s", agent.err().c_str());
   return 0;
 }

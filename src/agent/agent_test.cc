@@ -13,6 +13,7 @@
 
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
 
@@ -44,15 +45,8 @@ class AgentTest : public ::testing::Test {
     c.heartbeat_ms = 20;
     return c;
   }
-  // Polls `pred` every 10 ms for up to `timeout`.
-  static bool WaitUntil(const std::function<bool()>& pred,
-                        milliseconds timeout = milliseconds(5000)) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!pred()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    return true;
+  static bool WaitUntil(const std::function<bool()>& pred) {
+    return gpuha::testing::Eventually(pred, milliseconds(5000), milliseconds(10));
   }
   std::unique_ptr<Agent> Start(AgentConfig c) {
     auto probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());

@@ -96,6 +96,10 @@ class Controller {
   nlohmann::json StreamsJson() const;
   [[nodiscard]] absl::StatusOr<nlohmann::json> StreamJson(const std::string& id) const;
   nlohmann::json CapacityJson() const;
+  // Epoch, route version, and how long the startup grace still lasts (a
+  // restarted controller fails nothing over until its agents had a window
+  // to come back).
+  nlohmann::json StatusJson() const;
   nlohmann::json TenantsJson() const;
   // Up to `limit` events after `after_id`; with no `after_id`, the newest.
   nlohmann::json EventsJson(std::optional<int64_t> after_id, size_t limit) const;

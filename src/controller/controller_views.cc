@@ -100,6 +100,15 @@ json Controller::CapacityJson() const {
           {"unplaced_streams", c.unplaced_streams}};
 }
 
+json Controller::StatusJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  common::Duration left = std::max(common::Duration::zero(), grace_until_ - clock_->Now());
+  return {{"epoch", epoch_},
+          {"route_version", route_version_},
+          {"startup_grace_left_ms", common::ToMillis(left)},
+          {"routers", routers_.size()}};
+}
+
 json Controller::TenantsJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, std::pair<int, int64_t>> usage;

@@ -27,12 +27,12 @@ namespace gpuha::controller {
 
 struct Event {
   int64_t id = 0;
-  double mono_ms = 0;  // since the controller started; orders and times a failover
-  double unix_ms = 0;  // wall clock, fractional: other processes time faults against it
-  std::string type;    // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
-  std::string node;
+  double mono_ms = 0;     // since the controller started; orders and times a failover
+  double unix_ms = 0;     // wall clock, fractional: other processes time faults against it
+  std::string type = {};  // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
+  std::string node = {};
   uint64_t epoch = 0;
-  std::string detail;
+  std::string detail = {};
 };
 nlohmann::json EventJson(const Event& e);
 // The inverse of EventJson; errors name the field.
@@ -63,8 +63,8 @@ class EventLog {
 // later version covers this one's routes too). fault_seen is the node's
 // fault_seen event of the same epoch just before `detected`.
 struct FailoverTiming {
-  Event detected;
-  std::optional<Event> fault_seen, fenced, routes_pushed, routers_acked;
+  Event detected = {};
+  std::optional<Event> fault_seen = {}, fenced = {}, routes_pushed = {}, routers_acked = {};
 };
 // Every failover in `events` (ordered by id), oldest first.
 std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events);

@@ -389,6 +389,7 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
   if (what == "tenants" && get) return JsonResponse(200, controller_->TenantsJson());
   if (what == "failovers" && get) return JsonResponse(200, controller_->FailoversJson());
   if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
+  if (what == "status" && get) return JsonResponse(200, controller_->StatusJson());
   if (what == "events" && get) {
     absl::StatusOr<std::optional<int64_t>> after =
         common::QueryParams::FromTarget(r.target).Int("after");

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/testing/eventually.h"
 #include "gpuha/v1/routes.grpc.pb.h"
 
 namespace gpuha::router {
@@ -82,12 +83,7 @@ class FakeRouteService final : public v1::RouteService::Service {
 };
 
 bool Eventually(const std::function<bool()>& pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return true;
+  return gpuha::testing::Eventually(pred, std::chrono::seconds(10), milliseconds(10));
 }
 
 uint16_t DeadPort() {

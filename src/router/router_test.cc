@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/net_util.h"
+#include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
@@ -27,6 +28,7 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 using tcp = net::ip::tcp;
+using gpuha::testing::Eventually;
 using gpuha::testing::Exchange;
 using gpuha::testing::Reply;
 using gpuha::testing::Send;
@@ -43,16 +45,6 @@ double MetricValue(const std::string& text, const std::string& name) {
   size_t at = text.find("\n" + name + " ");
   if (at == std::string::npos) return -1;
   return std::stod(text.substr(at + name.size() + 2));
-}
-
-// Polls `pred` every 5 ms for up to 5 s: waits on a condition, not a time.
-bool Eventually(const std::function<bool()>& pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
 }
 
 // Accepts connections (the kernel does) and never answers: a hung server.

@@ -97,6 +97,17 @@ startup_grace_ms: 1000
     }
     return b - a;
   }
+  // The controller fails nothing over during its startup grace: tests of
+  // detection wait until it is over (GET /api/v1/status).
+  bool WaitGraceOver() {
+    auto deadline = std::chrono::steady_clock::now() + milliseconds(10000);
+    while (std::chrono::steady_clock::now() < deadline) {
+      json s = Api("GET", "/api/v1/status");
+      if (s.is_object() && s.value("startup_grace_left_ms", int64_t{-1}) == 0) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
   bool NoPrimaryOn(const std::string& node) {
     for (const json& s : Api("GET", "/api/v1/streams")) {
       if (s["primary"] == node) return false;
@@ -114,7 +125,7 @@ startup_grace_ms: 1000
 
 TEST_F(ClusterTest, KilledAgentIsDetectedAndItsStreamsMoveToThePassive) {
   StartCluster();
-  std::this_thread::sleep_for(milliseconds(1200));  // past the startup grace
+  ASSERT_TRUE(WaitGraceOver());
   agents_["n1"]->Signal(SIGKILL);
   ASSERT_TRUE(WaitNode("n1", [](const json& j) { return j["state"] == "failed"; }))
       << controller_->err();
@@ -131,7 +142,7 @@ TEST_F(ClusterTest, KilledAgentIsDetectedAndItsStreamsMoveToThePassive) {
 
 TEST_F(ClusterTest, HungAgentIsFailedAndRejoinsAsPassiveWithoutWorkFlappingBack) {
   StartCluster();
-  std::this_thread::sleep_for(milliseconds(1200));
+  ASSERT_TRUE(WaitGraceOver());
   json before = Api("GET", "/api/v1/streams");
   agents_["n2"]->Signal(SIGSTOP);
   ASSERT_TRUE(WaitNode("n2", [](const json& j) { return j["state"] == "failed"; }));
@@ -155,7 +166,7 @@ TEST_F(ClusterTest, HungAgentIsFailedAndRejoinsAsPassiveWithoutWorkFlappingBack)
 
 TEST_F(ClusterTest, Xid79FailsTheNodeOver) {
   StartCluster();
-  std::this_thread::sleep_for(milliseconds(1200));
+  ASSERT_TRUE(WaitGraceOver());
   auto r = common::HttpCall("POST", "127.0.0.1", agent_http_["n1"], "/v1/sim/faults",
                             "kind=xid,xid=79,gpu=0", milliseconds(2000));
   ASSERT_TRUE(r.ok());

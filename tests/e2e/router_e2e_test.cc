@@ -370,7 +370,15 @@ TEST_F(RouterE2eTest, ControllerKill9AndRestartLosesNothing) {
   bool ok = false;
   for (int i = 0; i < 400 && !(ok = reacked()); ++i) std::this_thread::sleep_for(milliseconds(25));
   EXPECT_TRUE(ok) << "the router never took and acknowledged the restarted controller's routes";
-  std::this_thread::sleep_for(milliseconds(1200));  // past the restarted controller's grace
+  // Load goes on until the restarted controller's grace is over: nothing may
+  // fail over when it starts judging the nodes again.
+  bool grace_over = false;
+  for (int i = 0; i < 500 && !grace_over; ++i) {
+    grace_over = c.Api("GET", "/api/v1/status").value("startup_grace_left_ms", int64_t{-1}) == 0;
+    if (!grace_over) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(grace_over);
+  std::this_thread::sleep_for(milliseconds(300));  // and a few detection windows past it
   stop = true;
   load.join();
   std::printf("controller kill -9 under load: %d ok, %d failed, longest gap %.1f ms\n", r.ok,
