@@ -3,7 +3,8 @@
 #   make test    install deps, build, run every test (ctest)
 #   make bench   install deps, build optimised, run the benchmarks
 # Options: SANITIZE=ON (AddressSanitizer + UBSan), WERROR=ON (warnings fail
-# the build). CI runs `make test SANITIZE=ON WERROR=ON`.
+# the build). CI (.ci/run) runs `make test` under the sanitizers for the unit
+# and fuzz tests (CTEST_ARGS="-LE e2e") and on the plain build for the e2e ones.
 
 SANITIZE ?= OFF
 WERROR ?= OFF
@@ -14,6 +15,9 @@ else
 BUILD_DIR ?= build
 endif
 JOBS ?= $(shell nproc)
+# Extra ctest arguments, e.g. CTEST_ARGS="-L e2e" (real processes only) or
+# CTEST_ARGS="-LE e2e" (everything else: unit, in-process and fuzz tests).
+CTEST_ARGS ?=
 
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR)
@@ -30,7 +34,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300 $(CTEST_ARGS)
 
 demo: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target gpuha
