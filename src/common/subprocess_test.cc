@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 
@@ -15,11 +16,6 @@ namespace gpuha::common {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string Slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // Waits for `pid` and returns its raw wait status.
 int Reap(pid_t pid) {
@@ -34,7 +30,7 @@ TEST(SpawnProcessTest, OutputGoesToTheLogAndExecFailureIsAnError) {
   ASSERT_TRUE(pid.ok()) << pid.status();
   int status = Reap(*pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_EQ(Slurp(log), "hello\noops\n");
+  EXPECT_EQ(common::ReadFile(log).value_or(""), "hello\noops\n");
   auto missing = SpawnProcess({"/nonexistent/program"});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("cannot run '/nonexistent/program'"), std::string::npos)
@@ -57,7 +53,7 @@ TEST(SpawnProcessTest, ChildStartsWithNoSignalBlocked) {
   t.join();
   ASSERT_TRUE(pid.ok()) << pid.status();
   Reap(*pid);
-  EXPECT_EQ(Slurp(log), "SigBlk:\t0000000000000000\n");
+  EXPECT_EQ(common::ReadFile(log).value_or(""), "SigBlk:\t0000000000000000\n");
 }
 
 // PR_SET_PDEATHSIG follows the spawning thread: when it ends, the child is

@@ -11,17 +11,13 @@
 #include <string>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/testing/temp_dir.h"
 
 namespace gpuha::controller {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string Slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // True while `pid` exists and is not a zombie.
 bool Running(pid_t pid) {
@@ -62,7 +58,7 @@ TEST(ShellFenceRunnerTest, TimeoutKillsTheHookAndEverythingItStarted) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("timed out after 300 ms"), std::string::npos) << s;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-  std::string text = Slurp(pidfile);
+  std::string text = common::ReadFile(pidfile).value_or("");
   ASSERT_FALSE(text.empty());
   pid_t child = std::stoi(text);
   // The grandchild got the process group's SIGKILL; its reaper may take a moment.
@@ -87,7 +83,7 @@ TEST(ShellFenceRunnerTest, HookRunsWithNoSignalBlockedEvenFromABlockingThread) {
   });
   t.join();
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(Slurp(out), "SigBlk:\t0000000000000000\n");
+  EXPECT_EQ(common::ReadFile(out).value_or(""), "SigBlk:\t0000000000000000\n");
 }
 
 TEST(ShellFenceRunnerTest, HookThatCannotStartIsAnError) {
