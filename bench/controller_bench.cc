@@ -16,6 +16,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "controller/placement.h"
 #include "gpuha/v1/agent.grpc.pb.h"
@@ -105,10 +106,11 @@ int main(int argc, char** argv) {
       std::filesystem::temp_directory_path() / ("gpuha_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   {
-    std::ofstream cfg(dir / "c.yaml");
-    cfg << "cluster: { redundancy: 1 }\nnodes:\n";
-    for (int i = 0; i < agents; ++i) cfg << "  - { name: a" << i << ", capacity: 10 }\n";
-    cfg << "listen: { grpc: \"127.0.0.1:0\", http: \"127.0.0.1:0\" }\n";
+    gpuha::cluster::ControllerYaml cfg;
+    for (int i = 0; i < agents; ++i) cfg.nodes.push_back({.name = "a" + std::to_string(i)});
+    cfg.grpc_listen = "127.0.0.1:0";
+    cfg.http_listen = "127.0.0.1:0";
+    std::ofstream(dir / "c.yaml") << cfg.Yaml();
   }
   gpuha::e2e::ChildProcess controller({gpuha, "controller", "--config", (dir / "c.yaml").string()});
   auto line = controller.WaitForLine("gpuha controller grpc 127.0.0.1:", milliseconds(20000));

@@ -555,27 +555,11 @@ std::string Agent::MetricsText() const {
     p.Sample("gpuha_agent_health_state",
              {{"node", config_.node}, {"state", gpu::HealthStateName(st)}}, health_.state == st);
   }
-  struct Counter {
-    const char* name;
-    const char* help;
-    const std::atomic<uint64_t>* value;
-  };
-  const Counter counters[] = {
-      {"gpuha_agent_heartbeats_sent_total", "Heartbeats written to a controller.",
-       &counters_.heartbeats_sent},
-      {"gpuha_agent_reconnects_total", "Controller streams that broke or never opened.",
-       &counters_.reconnects},
-      {"gpuha_agent_samples_total", "Telemetry samples taken.", &counters_.samples},
-      {"gpuha_agent_probe_errors_total", "GPU probe calls that failed.", &counters_.probe_errors},
-      {"gpuha_agent_xid_events_total", "XID events seen.", &counters_.xid_events},
-      {"gpuha_agent_fences_total", "Fence commands obeyed.", &counters_.fences},
-      {"gpuha_agent_stale_commands_total", "Commands ignored for carrying an old epoch.",
-       &counters_.stale_commands},
-  };
-  for (const Counter& c : counters) {
-    p.Family(c.name, "counter", c.help);
-    p.Sample(c.name, node, double(c.value->load()));
-  }
+#define GPUHA_SAMPLE(name, help)                            \
+  p.Family("gpuha_agent_" #name "_total", "counter", help); \
+  p.Sample("gpuha_agent_" #name "_total", node, double(counters_.name.load()));
+  GPUHA_AGENT_COUNTERS(GPUHA_SAMPLE)
+#undef GPUHA_SAMPLE
   ServerState server = supervisor_.state();
   p.Family("gpuha_agent_controller_connected", "gauge", "1 while a controller stream is open.");
   p.Sample("gpuha_agent_controller_connected", node, connected_.load());

@@ -40,14 +40,22 @@ class ClientContext;
 
 namespace gpuha::agent {
 
+// The agent's counters, declared once: each is a field of AgentCounters and
+// the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
+// nothing is counted and never shown.
+#define GPUHA_AGENT_COUNTERS(X)                                   \
+  X(heartbeats_sent, "Heartbeats written to a controller.")       \
+  X(reconnects, "Controller streams that broke or never opened.") \
+  X(samples, "Telemetry samples taken.")                          \
+  X(probe_errors, "GPU probe calls that failed.")                 \
+  X(xid_events, "XID events seen.")                               \
+  X(fences, "Fence commands obeyed.")                             \
+  X(stale_commands, "Commands ignored for carrying an old epoch.")
+
 struct AgentCounters {
-  std::atomic<uint64_t> heartbeats_sent{0};
-  std::atomic<uint64_t> reconnects{0};
-  std::atomic<uint64_t> samples{0};
-  std::atomic<uint64_t> probe_errors{0};
-  std::atomic<uint64_t> xid_events{0};
-  std::atomic<uint64_t> fences{0};
-  std::atomic<uint64_t> stale_commands{0};
+#define GPUHA_FIELD(name, help) std::atomic<uint64_t> name{0};
+  GPUHA_AGENT_COUNTERS(GPUHA_FIELD)
+#undef GPUHA_FIELD
 };
 
 class Agent {

@@ -89,13 +89,10 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     else
       c.listen = *hp;
   }
-  common::YamlMap tls = root.Map("tls");
-  if (auto v = tls.String("ca")) c.tls_ca = *v;
-  if (auto v = tls.String("cert")) c.tls_cert = *v;
-  if (auto v = tls.String("key")) c.tls_key = *v;
-  if ((c.tls_cert.empty() != c.tls_key.empty()) && tls.ok()) {
-    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls.cert and tls.key come together");
-  }
+  common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"));
+  c.tls_ca = tls.ca;
+  c.tls_cert = tls.cert;
+  c.tls_key = tls.key;
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   return c;
 }

@@ -220,6 +220,11 @@ TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
   EXPECT_THAT(m->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-"));
   EXPECT_THAT(m->body, HasSubstr("modelName=\"NVIDIA L4\",Hostname=\"gpu-1\"}"));
   EXPECT_THAT(m->body, HasSubstr("gpuha_agent_health_state{node=\"gpu-1\",state=\"healthy\"} 1"));
+  // Every declared counter is shown.
+#define GPUHA_SHOWN(name, help) \
+  EXPECT_THAT(m->body, HasSubstr("# TYPE gpuha_agent_" #name "_total counter"));
+  GPUHA_AGENT_COUNTERS(GPUHA_SHOWN)
+#undef GPUHA_SHOWN
   auto h =
       common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/healthz", "", milliseconds(2000));
   EXPECT_THAT(h->body, HasSubstr("\"health\":\"healthy\""));

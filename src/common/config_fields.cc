@@ -26,4 +26,22 @@ std::optional<std::string> ReadSha256Hex(YamlMap& m, absl::string_view key) {
   return hex;
 }
 
+TlsFiles ReadTlsFiles(YamlMap tls, TlsRule rule) {
+  TlsFiles f;
+  if (rule.allow_ca) {
+    if (auto v = tls.String("ca")) f.ca = *v;
+  }
+  if (auto v = tls.String("cert")) f.cert = *v;
+  if (auto v = tls.String("key")) f.key = *v;
+  if (!tls.ok()) return f;
+  if (f.cert.empty() != f.key.empty()) {
+    tls.Fail(f.cert.empty() ? "cert" : "key", "cert and key come together");
+  } else if (rule.ca_required && f.ca.empty()) {
+    tls.Fail("ca", "needs the CA that signed the peers' certificates");
+  } else if (rule.ca_needs_cert && !f.ca.empty() && f.cert.empty()) {
+    tls.Fail("cert", "a ca (verifying peers) needs this side's own cert and key");
+  }
+  return f;
+}
+
 }  // namespace gpuha::common

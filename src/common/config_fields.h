@@ -5,15 +5,20 @@
 //
 //   ReadMillis(limits, "connect_timeout_ms", &c.connect_timeout, {.min = 1});
 //   if (auto h = ReadSha256Hex(tokens, "sha256")) c.tokens[*h] = ...;
+//   TlsFiles tls = ReadTlsFiles(root.Map("tls"), {.allow_ca = true});
+//   auto role = ReadEnum<Role>(node, "role", {{"active", Role::kActive}, ...});
 //
 // Thread-safety: none needed (pure functions over one YamlMap).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -50,5 +55,35 @@ std::optional<std::string> ParseSha256Hex(absl::string_view text);
 
 // The key's value through ParseSha256Hex; a bad one fails the field.
 std::optional<std::string> ReadSha256Hex(YamlMap& m, absl::string_view key);
+
+// One TLS section's files: { ca: FILE, cert: FILE, key: FILE }.
+struct TlsFiles {
+  std::string ca, cert, key;
+};
+struct TlsRule {
+  bool allow_ca = true;        // false: `ca` is an unknown key here
+  bool ca_required = false;    // the section must name a CA (read it only when present)
+  bool ca_needs_cert = false;  // a CA (verifying peers) only with our own cert
+};
+// Reads the section's files. cert and key come together; the rule decides
+// what `ca` needs. Errors name the field ("tls.key: tls.cert and tls.key come
+// together"). The files are not opened here: each component opens them at
+// start, where a failure names the field too.
+TlsFiles ReadTlsFiles(YamlMap tls, TlsRule rule = {});
+
+// The key's value as one of `values`; an unknown spelling fails the field
+// with the allowed list. Missing: nullopt.
+template <class E>
+std::optional<E> ReadEnum(YamlMap& m, absl::string_view key,
+                          std::initializer_list<std::pair<const char*, E>> values) {
+  std::vector<std::string> names;
+  for (const auto& v : values) names.emplace_back(v.first);
+  std::optional<std::string> name = m.Enum(key, names);
+  if (!name) return std::nullopt;
+  for (const auto& v : values) {
+    if (*name == v.first) return v.second;
+  }
+  return std::nullopt;
+}
 
 }  // namespace gpuha::common

@@ -54,5 +54,52 @@ TEST(ConfigFieldsTest, Sha256HexIsReadTheSameWayInEitherCase) {
   EXPECT_THAT(root.Finish().message(), HasSubstr("bad: 'xyz' is not a hex SHA-256"));
 }
 
+TEST(ConfigFieldsTest, TlsCertAndKeyComeTogetherAndTheRuleDecidesTheCa) {
+  {
+    YamlDocument d = Doc("tls: { ca: c.pem, cert: a.pem, key: a.key }\n");
+    YamlMap root = d.Root();
+    TlsFiles f = ReadTlsFiles(root.Map("tls"), {.ca_needs_cert = true});
+    EXPECT_EQ(f.ca, "c.pem");
+    EXPECT_EQ(f.cert, "a.pem");
+    EXPECT_EQ(f.key, "a.key");
+    EXPECT_TRUE(root.Finish().ok());
+  }
+  {
+    YamlDocument d = Doc("tls:\n  cert: a.pem\n");
+    YamlMap root = d.Root();
+    ReadTlsFiles(root.Map("tls"));
+    EXPECT_THAT(root.Finish().message(), HasSubstr("t.yaml:2:3: tls.key: cert and key come"));
+  }
+  {
+    YamlDocument d = Doc("tls: { ca: c.pem }\n");
+    YamlMap root = d.Root();
+    ReadTlsFiles(root.Map("tls"), {.ca_needs_cert = true});
+    EXPECT_THAT(root.Finish().message(), HasSubstr("tls.cert: a ca (verifying peers) needs"));
+  }
+  {
+    YamlDocument d = Doc("up: { cert: a.pem, key: a.key }\n");
+    YamlMap root = d.Root();
+    ReadTlsFiles(root.Map("up"), {.ca_required = true});
+    EXPECT_THAT(root.Finish().message(), HasSubstr("up.ca: needs the CA"));
+  }
+  {
+    YamlDocument d = Doc("tls: { ca: c.pem, cert: a.pem, key: a.key }\n");
+    YamlMap root = d.Root();
+    ReadTlsFiles(root.Map("tls"), {.allow_ca = false});
+    EXPECT_THAT(root.Finish().message(), HasSubstr("tls.ca"));  // an unknown key here
+  }
+}
+
+TEST(ConfigFieldsTest, EnumsReadTheirValueOrListTheAllowedSpellings) {
+  enum class Color { kRed, kBlue };
+  YamlDocument d = Doc("a: blue\nb: green\n");
+  YamlMap root = d.Root();
+  EXPECT_EQ(ReadEnum<Color>(root, "a", {{"red", Color::kRed}, {"blue", Color::kBlue}}),
+            Color::kBlue);
+  EXPECT_FALSE(ReadEnum<Color>(root, "missing", {{"red", Color::kRed}}));
+  EXPECT_FALSE(ReadEnum<Color>(root, "b", {{"red", Color::kRed}, {"blue", Color::kBlue}}));
+  EXPECT_THAT(root.Finish().message(), HasSubstr("b: 'green' is not one of: red, blue"));
+}
+
 }  // namespace
 }  // namespace gpuha::common

@@ -43,10 +43,10 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     if (!nc.spec.id.empty() && !names.insert(nc.spec.id).second) {
       n.Fail("name", absl::StrCat("node '", nc.spec.id, "' is listed twice"));
     }
-    if (auto r = n.Enum("role", {"active", "passive", "buffer"})) {
-      nc.spec.role = *r == "active"    ? Role::kActive
-                     : *r == "passive" ? Role::kPassive
-                                       : Role::kBuffer;
+    if (auto r = common::ReadEnum<Role>(
+            n, "role",
+            {{"active", Role::kActive}, {"passive", Role::kPassive}, {"buffer", Role::kBuffer}})) {
+      nc.spec.role = *r;
     }
     if (n.Require("capacity")) {
       int64_t cap = n.Int("capacity").value_or(0);
@@ -67,23 +67,19 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   if (auto h = listen.String("http")) c.http_listen = *h;
   common::YamlMap store = root.Map("store");
   if (auto p = store.String("path")) c.store_path = *p;
-  common::YamlMap tls = root.Map("tls");
-  if (auto v = tls.String("ca")) c.tls_ca = *v;
-  if (auto v = tls.String("cert")) c.tls_cert = *v;
-  if (auto v = tls.String("key")) c.tls_key = *v;
-  if (tls.ok() &&
-      (c.tls_cert.empty() != c.tls_key.empty() || (!c.tls_ca.empty() && c.tls_cert.empty()))) {
-    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls needs both cert and key");
-  }
+  common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"), {.ca_needs_cert = true});
+  c.tls_ca = tls.ca;
+  c.tls_cert = tls.cert;
+  c.tls_key = tls.key;
   for (common::YamlMap& t : root.MapList("tokens")) {
     ApiToken token;
     if (t.Require("name")) token.name = t.String("name").value_or("");
     if (t.Require("role")) {
-      auto r = t.Enum("role", {"viewer", "operator", "admin"});
-      token.role = !r                 ? ApiRole::kViewer
-                   : *r == "admin"    ? ApiRole::kAdmin
-                   : *r == "operator" ? ApiRole::kOperator
-                                      : ApiRole::kViewer;
+      token.role = common::ReadEnum<ApiRole>(t, "role",
+                                             {{"viewer", ApiRole::kViewer},
+                                              {"operator", ApiRole::kOperator},
+                                              {"admin", ApiRole::kAdmin}})
+                       .value_or(ApiRole::kViewer);
     }
     if (t.Require("sha256")) {
       if (std::optional<std::string> hex = common::ReadSha256Hex(t, "sha256"))

@@ -19,11 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cluster/local_cluster.h"
 #include "common/clock.h"
-#include "common/file_util.h"
 #include "common/http_server.h"
-#include "common/net_util.h"
-#include "common/subprocess.h"
+#include "demo/faults.h"
 
 namespace gpuha::demo {
 
@@ -33,8 +32,8 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char* kApiKey = "demo-acme-key";
-constexpr int kNodes = 4;
+using cluster::LocalCluster;
+using cluster::LocalNode;
 
 int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
 
@@ -60,318 +59,6 @@ struct AnswerLog {
   }
 };
 
-struct Node {
-  std::string name;
-  std::string host = "127.0.0.1";  // its worker's and agent's address
-  bool netns = false;              // runs in the demo's partition namespace
-  uint16_t worker_port = 0;
-  uint16_t agent_port = 0;
-  std::string config;
-  pid_t agent = -1;
-};
-
-class Demo;
-
-// What a fault hits.
-enum class Target {
-  kNode,        // the busiest node (or --node)
-  kTwoNodes,    // the two busiest at once, past what N+1 covers
-  kController,  // the controller process
-};
-
-// The fault catalogue: one row per fault, its target, how it is injected and
-// how the node is repaired (a node fault is then repaired when the node has
-// rejoined as the spare; the controller's repair waits for its clients).
-struct FaultSpec {
-  const char* name;
-  Target target;
-  bool partition;  // needs gpu-1 in its own network namespace
-  std::function<absl::Status(Demo&, Node&)> inject;
-  std::function<absl::Status(Demo&, Node&)> repair;
-};
-const std::vector<FaultSpec>& FaultTable();
-const FaultSpec* FindFault(const std::string& name) {
-  for (const FaultSpec& f : FaultTable()) {
-    if (name == f.name) return &f;
-  }
-  return nullptr;
-}
-
-// The processes of one demo cluster, all on loopback.
-class Cluster {
- public:
-  Cluster(const DemoOptions& o, std::string dir) : o_(o), dir_(std::move(dir)) {
-    for (const std::string& f : o.faults) {
-      const FaultSpec* spec = FindFault(f);
-      partition_ = partition_ || (spec != nullptr && spec->partition);
-    }
-  }
-  ~Cluster() { Stop(); }
-
-  // Cuts (or restores) the partitioned node's only link: packets are dropped
-  // both ways, with no reset, as when a switch port or cable fails.
-  absl::Status SetLink(bool up) { return Ip({"ip", "link", "set", veth_, up ? "up" : "down"}); }
-
-  absl::Status Start() {
-    // FreeLoopbackPort can hand out the same free port twice in a row (the
-    // controller and an agent once got one port, and the agent could not
-    // listen): every port here is distinct.
-    std::set<uint16_t> used;
-    auto port = [&used] {
-      uint16_t p = 0;
-      for (int tries = 0; tries < 100; ++tries) {
-        p = common::FreeLoopbackPort();
-        if (p != 0 && used.insert(p).second) break;
-      }
-      return p;
-    };
-    ctl_grpc_ = port();
-    ctl_http_ = port();
-    router_ = port();
-    router_admin_ = port();
-    for (int i = 0; i < kNodes; ++i) {
-      Node n;
-      n.name = absl::StrCat("gpu-", i + 1);
-      n.worker_port = port();
-      n.agent_port = port();
-      nodes_.push_back(n);
-    }
-    if (partition_) {
-      if (absl::Status s = SetUpPartitionNetns(); !s.ok()) return s;
-    }
-    if (absl::Status s = WriteConfigs(); !s.ok()) return s;
-    if (absl::Status s = StartController(); !s.ok()) return s;
-    for (Node& n : nodes_) {
-      if (absl::Status s = StartAgent(n); !s.ok()) return s;
-    }
-    auto router = Spawn({o_.exe, "router", "--config", dir_ + "/router.yaml"}, "router");
-    if (!router.ok()) return router.status();
-    router_pid_ = *router;
-    return absl::OkStatus();
-  }
-
-  absl::Status StartController() {
-    auto pid = Spawn({o_.exe, "controller", "--config", dir_ + "/controller.yaml"}, "controller");
-    if (!pid.ok()) return pid.status();
-    controller_pid_ = *pid;
-    if (!WaitFor([&] { return Api("GET", "/healthz").ok(); }, milliseconds(10000))) {
-      return absl::UnavailableError(
-          absl::StrCat("the controller did not answer in 10 s; see ", dir_, "/controller.log"));
-    }
-    return absl::OkStatus();
-  }
-  absl::Status StartAgent(Node& n) {
-    std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
-    // `ip netns exec` enters the namespace and execs the agent (same pid).
-    if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
-    auto pid = Spawn(argv, n.name);
-    if (!pid.ok()) return pid.status();
-    n.agent = *pid;
-    return absl::OkStatus();
-  }
-
-  // SIGKILL to a node's agent and its worker (a crashed or rebooted host).
-  void KillNode(Node& n) {
-    pid_t w = WorkerPid(n);
-    if (w > 0) ::kill(w, SIGKILL);
-    if (n.agent > 0) ::kill(n.agent, SIGKILL);
-    Reap();
-    n.agent = -1;
-  }
-  void KillController() {
-    ::kill(controller_pid_, SIGKILL);
-    Reap();
-  }
-
-  // The worker is the agent's child, in its own session.
-  pid_t WorkerPid(const Node& n) const {
-    if (n.agent <= 0) return -1;
-    std::vector<pid_t> children = common::ChildPids(n.agent);
-    return children.empty() ? -1 : children.front();
-  }
-
-  absl::StatusOr<json> Api(const std::string& method, const std::string& target,
-                           const std::string& body = "") const {
-    auto r = common::HttpCall(method, "127.0.0.1", ctl_http_, target, body, milliseconds(2000));
-    if (!r.ok()) return r.status();
-    if (r->status / 100 != 2) {
-      return absl::UnavailableError(
-          absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
-    }
-    json j = json::parse(r->body, nullptr, false);
-    if (j.is_discarded()) return absl::InternalError(target + ": not JSON");
-    return j;
-  }
-
-  absl::Status InjectSimFault(const Node& n, const std::string& spec) const {
-    auto r =
-        common::HttpCall("POST", n.host, n.agent_port, "/v1/sim/faults", spec, milliseconds(2000));
-    if (!r.ok()) return r.status();
-    if (r->status != 202) return absl::InternalError(absl::StrCat("inject ", spec, ": ", r->body));
-    return absl::OkStatus();
-  }
-
-  // Waits for `done` (polled every 20 ms) or a stop; false on timeout or stop.
-  bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
-    auto deadline = SteadyClock::now() + timeout;
-    while (!Stopping()) {
-      Reap();
-      if (done()) return true;
-      if (SteadyClock::now() > deadline) return false;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return false;
-  }
-  bool Sleep(milliseconds d) {
-    return !WaitFor([] { return false; }, d) && !Stopping();
-  }
-  bool Stopping() const { return o_.stop != nullptr && o_.stop->load(); }
-
-  // Every process this demo started, and their workers, stopped: SIGTERM,
-  // then SIGKILL to what is left after 3 s. SIGCONT first, for hung ones.
-  void Stop() {
-    if (stopped_) return;
-    stopped_ = true;
-    std::vector<pid_t> pids;
-    if (router_pid_ > 0) pids.push_back(router_pid_);
-    for (const Node& n : nodes_) {
-      pid_t w = WorkerPid(n);
-      if (w > 0) pids.push_back(w);
-      if (n.agent > 0) pids.push_back(n.agent);
-    }
-    if (controller_pid_ > 0) pids.push_back(controller_pid_);
-    for (pid_t p : pids) {
-      ::kill(p, SIGCONT);
-      ::kill(p, SIGTERM);
-    }
-    auto deadline = SteadyClock::now() + milliseconds(3000);
-    auto alive = [&] {
-      Reap();
-      return std::any_of(pids.begin(), pids.end(), [](pid_t p) { return ::kill(p, 0) == 0; });
-    };
-    while (alive() && SteadyClock::now() < deadline) std::this_thread::sleep_for(milliseconds(20));
-    for (pid_t p : pids) ::kill(p, SIGKILL);
-    while (alive() && SteadyClock::now() < deadline + milliseconds(2000)) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    if (netns_made_) (void)Ip({"ip", "netns", "del", netns_});  // takes the veth pair too
-  }
-
-  // Collects exited children, including workers orphaned by a killed agent
-  // (this process is their subreaper).
-  static void Reap() {
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-  }
-
-  std::vector<Node>& nodes() { return nodes_; }
-  Node* FindNode(const std::string& name) {
-    for (Node& n : nodes_) {
-      if (n.name == name) return &n;
-    }
-    return nullptr;
-  }
-  uint16_t router_port() const { return router_; }
-  uint16_t router_admin_port() const { return router_admin_; }
-  uint16_t api_port() const { return ctl_http_; }
-  const std::string& dir() const { return dir_; }
-  bool partition() const { return partition_; }
-
- private:
-  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name) {
-    return common::SpawnProcess(argv, absl::StrCat(dir_, "/", name, ".log"));
-  }
-
-  // Runs one `ip` command; its output goes to the demo's netns log.
-  absl::Status Ip(const std::vector<std::string>& argv) {
-    auto pid = common::SpawnProcess(argv, dir_ + "/netns.log");
-    if (!pid.ok()) return pid.status();
-    int status = 0;
-    ::waitpid(*pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("'", absl::StrJoin(argv, " "), "' failed; see ", dir_, "/netns.log"));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status SetUpPartitionNetns() {
-    if (::geteuid() != 0) {
-      return absl::FailedPreconditionError(
-          "the partition fault needs root (it makes a network namespace and a veth pair)");
-    }
-    std::string id = std::to_string(::getpid() % 100000);
-    netns_ = "gpuha-demo-" + id;
-    veth_ = "gpuha" + id;  // 15 characters at most
-    std::string peer = "gpuhn" + id;
-    const std::string here = "10.213.0.1", there = "10.213.0.2";
-    for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
-             {"ip", "netns", "add", netns_},
-             {"ip", "link", "add", veth_, "type", "veth", "peer", "name", peer, "netns", netns_},
-             {"ip", "addr", "add", here + "/30", "dev", veth_},
-             {"ip", "link", "set", veth_, "up"},
-             {"ip", "netns", "exec", netns_, "ip", "addr", "add", there + "/30", "dev", peer},
-             {"ip", "netns", "exec", netns_, "ip", "link", "set", peer, "up"},
-             {"ip", "netns", "exec", netns_, "ip", "link", "set", "lo", "up"}}) {
-      if (absl::Status s = Ip(cmd); !s.ok()) return s;
-      netns_made_ = true;
-    }
-    ctl_host_ = here;
-    nodes_[0].netns = true;
-    nodes_[0].host = there;
-    return absl::OkStatus();
-  }
-
-  absl::Status WriteConfigs() {
-    std::string nodes;
-    for (int i = 0; i < kNodes; ++i) {
-      absl::StrAppend(
-          &nodes, "  - { name: ", nodes_[i].name, ", role: ", i < kNodes - 1 ? "active" : "passive",
-          ", capacity: 10, address: \"", nodes_[i].host, ":", nodes_[i].worker_port, "\" }\n");
-    }
-    std::string controller = absl::StrCat(
-        "# written by gpuha demo: 3 active nodes and 1 passive (N+1)\n"
-        "cluster: { redundancy: 1 }\nnodes:\n",
-        nodes, "tenants: [acme]\nlisten: { grpc: \"", ctl_host_, ":", ctl_grpc_,
-        "\", http: \"127.0.0.1:", ctl_http_, "\" }\nstore: { path: ", dir_, "/controller.db }\n",
-        "recovery: { healthy_for_ms: 1000, max_failures: ", o_.max_failures, ", window_s: 600 }\n");
-    if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", controller); !s.ok())
-      return s;
-    for (Node& n : nodes_) {
-      n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
-      std::string agent = absl::StrCat(
-          "node: ", n.name, "\ncontrollers: [\"", ctl_host_, ":", ctl_grpc_, "\"]\n",
-          "gpu: { backend: sim, sim: { model: L4, count: 1, load: 0.6 } }\n",
-          "intervals: { sample_ms: 100, heartbeat_ms: 50 }\n", "listen: ", n.host, ":",
-          n.agent_port, "\nserver: { command: [\"", o_.exe, "\", worker, --listen, \"", n.host, ":",
-          n.worker_port, "\", --node, ", n.name, ", --latency, \"", o_.latency_ms, "\"],\n",
-          "          ready_url: \"http://", n.host, ":", n.worker_port,
-          "/v2/health/ready\", fence_mode: stop, probe_interval_ms: 100,\n",
-          "          probe_timeout_ms: 100 }\n");
-      if (absl::Status s = common::WriteFileAtomic(n.config, agent); !s.ok()) return s;
-    }
-    std::string router = absl::StrCat(
-        "listen: 127.0.0.1:", router_, "\nadmin: 127.0.0.1:", router_admin_,
-        "\nthreads: 1\nid: demo-router\ncontrollers: [\"", ctl_host_, ":", ctl_grpc_, "\"]\n",
-        "tenants:\n  - { name: acme, api_keys_sha256: [", common::Sha256Hex(kApiKey),
-        "], requests_per_second: 100000, burst: 100000, max_concurrent: 4096 }\n");
-    return common::WriteFileAtomic(dir_ + "/router.yaml", router);
-  }
-
-  const DemoOptions& o_;
-  std::string dir_;
-  uint16_t ctl_grpc_ = 0, ctl_http_ = 0, router_ = 0, router_admin_ = 0;
-  // The partition fault: gpu-1 runs in its own network namespace, joined to
-  // this one by a veth pair; the controller listens on this side's address.
-  bool partition_ = false;
-  std::string ctl_host_ = "127.0.0.1";
-  std::string netns_, veth_;
-  bool netns_made_ = false;
-  std::vector<Node> nodes_;
-  pid_t controller_pid_ = -1, router_pid_ = -1;
-  bool stopped_ = false;
-};
-
 std::map<std::string, std::string> Primaries(const json& streams) {
   std::map<std::string, std::string> out;
   if (!streams.is_array()) return out;
@@ -385,14 +72,17 @@ std::string Ms(const std::optional<double>& v) {
 
 class Demo {
  public:
-  Demo(const DemoOptions& o, Cluster& c, std::ostream& out) : o_(o), c_(c), out_(out) {}
+  Demo(const DemoOptions& o, LocalCluster& c, std::ostream& out)
+      : o_(o), c_(c), out_(out), faults_{c} {}
 
   absl::Status WaitReady() {
     // Every node connected and in service, then every stream answering.
     bool nodes_up = c_.WaitFor(
         [&] {
           auto nodes = c_.Api("GET", "/api/v1/nodes");
-          if (!nodes.ok() || !nodes->is_array() || nodes->size() != kNodes) return false;
+          if (!nodes.ok() || !nodes->is_array() || nodes->size() != c_.nodes().size()) {
+            return false;
+          }
           for (const json& n : *nodes) {
             if (n.value("state", "") != "alive") return false;
           }
@@ -407,8 +97,8 @@ class Demo {
     // request finds its primary still starting fails over in the router and
     // stays on its standby for failover.sticky_ms, which would blur the
     // first fault's timeline.
-    for (const Node& n : c_.nodes()) {
-      if (!WorkerReady(n, milliseconds(20000))) {
+    for (const LocalNode& n : c_.nodes()) {
+      if (!c_.WorkerReady(n, milliseconds(20000))) {
         return absl::UnavailableError(absl::StrCat(
             n.name, "'s worker did not become ready in 20 s; see ", c_.dir(), "/", n.name, ".log"));
       }
@@ -443,7 +133,7 @@ class Demo {
     l.rate = rate;
     l.duration = duration;
     l.timeout = timeout;
-    l.api_key = kApiKey;
+    l.api_key = c_.options().api_key;
     l.infer = true;
     l.path = "/v2/models/cv/infer";
     l.progress = false;
@@ -480,18 +170,19 @@ class Demo {
     std::map<std::string, size_t> load_of;
     for (const auto& [s, p] : primaries) load_of[p]++;
     // The busiest node (and, for double-crash, the next busiest too).
-    std::vector<Node*> by_load;
-    for (Node& n : c_.nodes()) by_load.push_back(&n);
-    std::stable_sort(by_load.begin(), by_load.end(),
-                     [&](Node* a, Node* b) { return load_of[a->name] > load_of[b->name]; });
-    Node* node = by_load[0];
-    for (Node& n : c_.nodes()) {
+    std::vector<LocalNode*> by_load;
+    for (LocalNode& n : c_.nodes()) by_load.push_back(&n);
+    std::stable_sort(by_load.begin(), by_load.end(), [&](LocalNode* a, LocalNode* b) {
+      return load_of[a->name] > load_of[b->name];
+    });
+    LocalNode* node = by_load[0];
+    for (LocalNode& n : c_.nodes()) {
       if (n.name == o_.target) node = &n;
     }
     if (spec.partition) node = &c_.nodes()[0];  // only gpu-1 has a namespace of its own
     second_ = nullptr;
     if (spec.target == Target::kTwoNodes) {
-      for (Node* n : by_load) {
+      for (LocalNode* n : by_load) {
         if (n != node && second_ == nullptr) second_ = n;  // the busiest other node
       }
     }
@@ -510,8 +201,8 @@ class Demo {
     out_ << absl::StrFormat("\n== %s on %s (%d streams) ==\n", fault, t.node, t.streams_hit);
     out_.flush();
     int64_t t0 = UnixNanos();
-    absl::Status injected = spec.inject(*this, *node);
-    if (injected.ok() && second_ != nullptr) injected = spec.inject(*this, *second_);
+    absl::Status injected = spec.inject(faults_, *node);
+    if (injected.ok() && second_ != nullptr) injected = spec.inject(faults_, *second_);
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
     c_.Sleep(milliseconds(o_.observe_ms));
 
@@ -552,16 +243,6 @@ class Demo {
   DemoReport& report() { return report_; }
 
  private:
-  bool WorkerReady(const Node& n, milliseconds timeout) {
-    return c_.WaitFor(
-        [&] {
-          auto r = common::HttpCall("GET", n.host, n.worker_port, "/v2/health/ready", "",
-                                    milliseconds(500));
-          return r.ok() && r->status == 200;
-        },
-        timeout);
-  }
-
   // The controller is back: same routes, every agent reconnected, and the
   // router has acknowledged the new controller's routes.
   absl::Status RepairController(const std::map<std::string, std::string>& primaries,
@@ -603,8 +284,8 @@ class Demo {
   }
 
   // A node fault's repair, then the wait for the node to rejoin as the spare.
-  absl::Status Repair(const FaultSpec& spec, Node& n, FaultTimeline* t) {
-    if (absl::Status s = spec.repair(*this, n); !s.ok()) return s;
+  absl::Status Repair(const FaultSpec& spec, LocalNode& n, FaultTimeline* t) {
+    if (absl::Status s = spec.repair(faults_, n); !s.ok()) return s;
     bool back = c_.WaitFor(
         [&] {
           auto j = c_.Api("GET", "/api/v1/nodes/" + n.name);
@@ -618,7 +299,7 @@ class Demo {
     if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");
     if (t->held_out) return absl::OkStatus();  // no worker on a fenced node
     // Its agent starts the worker on rejoin: the spare is ready when it answers.
-    if (!WorkerReady(n, milliseconds(10000))) {
+    if (!c_.WorkerReady(n, milliseconds(10000))) {
       return absl::DeadlineExceededError(n.name + "'s worker was not ready within 10 s");
     }
     return absl::OkStatus();
@@ -702,79 +383,19 @@ class Demo {
   }
 
   const DemoOptions& o_;
-  Cluster& c_;
+  LocalCluster& c_;
   std::ostream& out_;
+  FaultContext faults_;
   DemoReport report_;
   AnswerLog answers_;
   load::LoadOptions lo_;
   std::atomic<bool> stop_load_{false};
   std::atomic<bool> status_done_{false};
   std::thread load_thread_, status_thread_;
-  pid_t hung_worker_ = -1;
-  Node* second_ = nullptr;  // double-crash's second node
-
-  friend const std::vector<FaultSpec>& FaultTable();
+  LocalNode* second_ = nullptr;  // double-crash's second node
 };
 
-const std::vector<FaultSpec>& FaultTable() {
-  auto restart = [](Demo& d, Node& n) { return d.c_.StartAgent(n); };
-  auto reboot = [](Demo& d, Node& n) {
-    d.c_.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
-    return d.c_.StartAgent(n);
-  };
-  auto kill_node = [](Demo& d, Node& n) {
-    d.c_.KillNode(n);
-    return absl::OkStatus();
-  };
-  static const std::vector<FaultSpec> kTable = {
-      {"crash", Target::kNode, false, kill_node, restart},
-      {"xid79", Target::kNode, false,
-       [](Demo& d, Node& n) { return d.c_.InjectSimFault(n, "gpu=0,kind=xid,xid=79"); }, reboot},
-      {"thermal", Target::kNode, false,
-       [](Demo& d, Node& n) {
-         return d.c_.InjectSimFault(n, "gpu=0,kind=temp_ramp,to_c=95,over_ms=600");
-       },
-       reboot},
-      {"agent-hang", Target::kNode, false,
-       [](Demo&, Node& n) {
-         ::kill(n.agent, SIGSTOP);
-         return absl::OkStatus();
-       },
-       [](Demo&, Node& n) {
-         ::kill(n.agent, SIGCONT);
-         return absl::OkStatus();
-       }},
-      {"server-hang", Target::kNode, false,
-       [](Demo& d, Node& n) {
-         d.hung_worker_ = d.c_.WorkerPid(n);
-         if (d.hung_worker_ <= 0) return absl::InternalError("no worker process found");
-         ::kill(d.hung_worker_, SIGSTOP);
-         return absl::OkStatus();
-       },
-       [](Demo& d, Node&) {
-         ::kill(d.hung_worker_, SIGCONT);
-         return absl::OkStatus();
-       }},
-      {"controller-restart", Target::kController, false,
-       [](Demo& d, Node&) {
-         d.c_.KillController();
-         return absl::OkStatus();
-       },
-       nullptr},
-      {"double-crash", Target::kTwoNodes, false, kill_node, restart},
-      {"partition", Target::kNode, true, [](Demo& d, Node&) { return d.c_.SetLink(false); },
-       [](Demo& d, Node&) { return d.c_.SetLink(true); }},
-  };
-  return kTable;
-}
-
 }  // namespace
-
-std::vector<std::string> FaultNames() {
-  std::vector<std::string> out;
-  for (const FaultSpec& f : FaultTable()) out.push_back(f.name);
-  return out;
-}
 
 absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   for (const std::string& f : o.faults) {
@@ -799,7 +420,14 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--workdir: ", dir, ": ", ec.message()));
   // Workers orphaned by a killed agent come to this process, to be reaped.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  Cluster cluster(o, dir);
+  bool partition = false;
+  for (const std::string& f : o.faults) partition = partition || FindFault(f)->partition;
+  LocalCluster cluster({.exe = o.exe,
+                        .worker_latency_ms = o.latency_ms,
+                        .max_failures = o.max_failures,
+                        .partition = partition,
+                        .stop = o.stop},
+                       dir);
   out << "gpuha demo: controller, router and 4 agents (3 active + 1 passive, simulated L4) "
          "with workers, in "
       << dir << "\n";
@@ -838,8 +466,8 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
         "(controller)\n"
         "  dashboard:   http://127.0.0.1:%d/\n"
         "  logs and configs: %s\n",
-        cluster.router_port(), kApiKey, cluster.api_port(), cluster.router_admin_port(),
-        cluster.api_port(), cluster.api_port(), dir);
+        cluster.router_port(), cluster.options().api_key, cluster.api_port(),
+        cluster.router_admin_port(), cluster.api_port(), cluster.api_port(), dir);
     out.flush();
     cluster.WaitFor([] { return false; }, std::chrono::hours(24 * 365));
   }

@@ -82,28 +82,20 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     }
     c.routes.push_back(s);
   }
-  common::YamlMap tls = root.Map("tls");
-  if (auto v = tls.String("cert")) c.tls_cert = *v;
-  if (auto v = tls.String("key")) c.tls_key = *v;
-  if (c.tls_cert.empty() != c.tls_key.empty()) {
-    tls.Fail(c.tls_cert.empty() ? "cert" : "key", "tls needs both cert and key");
-  }
-  common::YamlMap ctls = root.Map("controller_tls");
-  if (auto v = ctls.String("ca")) c.controller_ca = *v;
-  if (auto v = ctls.String("cert")) c.controller_cert = *v;
-  if (auto v = ctls.String("key")) c.controller_key = *v;
+  common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"), {.allow_ca = false});
+  c.tls_cert = tls.cert;
+  c.tls_key = tls.key;
+  common::TlsFiles ctls = common::ReadTlsFiles(root.Map("controller_tls"));
+  c.controller_ca = ctls.ca;
+  c.controller_cert = ctls.cert;
+  c.controller_key = ctls.key;
   if (root.Has("upstream_tls")) {
     common::YamlMap utls = root.Map("upstream_tls");
-    if (auto v = utls.String("ca")) c.upstream_ca = *v;
-    if (auto v = utls.String("cert")) c.upstream_cert = *v;
-    if (auto v = utls.String("key")) c.upstream_key = *v;
     if (auto v = utls.String("server_name")) c.upstream_server_name = *v;
-    if (c.upstream_ca.empty()) {
-      utls.Fail("ca", "upstream_tls needs the CA that signed the upstreams' certificates");
-    } else if (c.upstream_cert.empty() != c.upstream_key.empty()) {
-      utls.Fail(c.upstream_cert.empty() ? "cert" : "key",
-                "upstream_tls needs both cert and key for mTLS (or neither)");
-    }
+    common::TlsFiles files = common::ReadTlsFiles(utls, {.ca_required = true});
+    c.upstream_ca = files.ca;
+    c.upstream_cert = files.cert;
+    c.upstream_key = files.key;
   }
 
   std::set<std::string> names, hashes;

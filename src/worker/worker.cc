@@ -50,19 +50,11 @@ struct Worker::Impl {
   std::string Metrics() const {
     common::PromText p;
     common::PromLabels l = {{"model", kModelName}, {"version", kModelVersion}};
-    p.Family("nv_inference_request_success", "counter", "Successful inference requests.");
-    p.Sample("nv_inference_request_success", l, double(counters.success.load()));
-    p.Family("nv_inference_request_failure", "counter", "Failed inference requests.");
-    p.Sample("nv_inference_request_failure", l,
-             double(counters.failure.load() + counters.at_capacity.load()));
-    p.Family("nv_inference_count", "counter", "Inferences performed.");
-    p.Sample("nv_inference_count", l, double(counters.success.load()));
-    p.Family("nv_inference_request_duration_us", "counter",
-             "Cumulative inference request duration, microseconds.");
-    p.Sample("nv_inference_request_duration_us", l, double(counters.duration_us.load()));
-    p.Family("gpuha_worker_rejected_at_capacity_total", "counter",
-             "Requests answered 503 because the worker was at --capacity.");
-    p.Sample("gpuha_worker_rejected_at_capacity_total", {}, double(counters.at_capacity.load()));
+#define GPUHA_SAMPLE(name, family, model_labels, help) \
+  p.Family(family, "counter", help);                   \
+  p.Sample(family, model_labels ? l : common::PromLabels{}, double(counters.name.load()));
+    GPUHA_WORKER_COUNTERS(GPUHA_SAMPLE)
+#undef GPUHA_SAMPLE
     p.Family("gpuha_worker_in_service", "gauge", "Inference requests in service now.");
     p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
     return p.str();
@@ -167,6 +159,7 @@ struct Worker::Impl {
         if (infer && counters.in_service.fetch_add(1) >= o.capacity) {
           counters.in_service.fetch_sub(1);
           counters.at_capacity++;
+          counters.failure++;
           reply =
               Error(503, absl::StrCat("worker at capacity (", o.capacity, " requests in service)"));
           infer = false;
@@ -174,6 +167,7 @@ struct Worker::Impl {
           reply = Route(req);
         }
         if (reply.gpu) {
+          counters.executions++;
           net::steady_timer t(s.get_executor());
           t.expires_after(o.latency + std::chrono::milliseconds(reply.extra_delay_ms));
           co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -182,6 +176,7 @@ struct Worker::Impl {
           counters.in_service.fetch_sub(1);
           if (reply.status == 200) {
             counters.success++;
+            counters.inferences++;
             counters.duration_us += static_cast<uint64_t>(
                 std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started)
                     .count());

@@ -42,12 +42,25 @@ struct WorkerOptions {
   size_t max_body_bytes = 64 << 20;
 };
 
+// The worker's counters, declared once: field, /metrics family, whether it
+// carries Triton's model labels, and help. Families named nv_* have Triton's
+// names and meaning, so a scraper written for Triton reads the worker as is.
+#define GPUHA_WORKER_COUNTERS(X)                                                         \
+  X(success, "nv_inference_request_success", true, "Successful inference requests.")     \
+  X(failure, "nv_inference_request_failure", true,                                       \
+    "Failed inference requests (bad input, or 503 at capacity).")                        \
+  X(inferences, "nv_inference_count", true, "Inferences performed (batch size 1 each).") \
+  X(executions, "nv_inference_exec_count", true, "Model executions run.")                \
+  X(duration_us, "nv_inference_request_duration_us", true,                               \
+    "Cumulative inference request duration, microseconds.")                              \
+  X(at_capacity, "gpuha_worker_rejected_at_capacity_total", false,                       \
+    "Requests answered 503 because the worker was at --capacity.")
+
 struct WorkerCounters {
-  std::atomic<uint64_t> success{0};
-  std::atomic<uint64_t> failure{0};      // 4xx on infer
-  std::atomic<uint64_t> at_capacity{0};  // 503
-  std::atomic<uint64_t> duration_us{0};  // request to answer, successes
-  std::atomic<int64_t> in_service{0};
+#define GPUHA_FIELD(name, family, model_labels, help) std::atomic<uint64_t> name{0};
+  GPUHA_WORKER_COUNTERS(GPUHA_FIELD)
+#undef GPUHA_FIELD
+  std::atomic<int64_t> in_service{0};  // a gauge: gpuha_worker_in_service
 };
 
 class Worker {

@@ -137,6 +137,16 @@ TEST_F(WorkerTest, LatencyModelsGpuTimeAndCapacityBoundsWork) {
             std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("gpuha_worker_rejected_at_capacity_total 1"), std::string::npos);
+  // Triton's failure count includes the refusal; one execution ran.
+  EXPECT_NE(metrics.body.find("nv_inference_request_failure{model=\"cv\",version=\"1\"} 1"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("nv_inference_exec_count{model=\"cv\",version=\"1\"} 1"),
+            std::string::npos);
+#define GPUHA_SHOWN(name, family, model_labels, help) \
+  EXPECT_NE(metrics.body.find("# TYPE " family " counter"), std::string::npos) << family;
+  GPUHA_WORKER_COUNTERS(GPUHA_SHOWN)
+#undef GPUHA_SHOWN
 }
 
 TEST_F(WorkerTest, BadOptionsAreRefused) {

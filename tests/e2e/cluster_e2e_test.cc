@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
@@ -31,15 +32,14 @@ class ClusterTest : public ::testing::Test {
     dir_ = gpuha::testing::TestTempDir();
     grpc_ = FreePort();
     http_ = FreePort();
-    std::ofstream(dir_ / "controller.yaml") << R"(cluster: { redundancy: 1 }
-nodes:
-  - { name: n1, role: active, capacity: 4, address: "127.0.0.1:9001" }
-  - { name: n2, role: active, capacity: 4, address: "127.0.0.1:9002" }
-  - { name: n3, role: passive, capacity: 4, address: "127.0.0.1:9003" }
-tenants: [acme]
-recovery: { healthy_for_ms: 500 }
-startup_grace_ms: 1000
-)";
+    cluster::ControllerYaml c;
+    c.nodes = {{.name = "n1", .capacity = 4, .address = "127.0.0.1:9001"},
+               {.name = "n2", .capacity = 4, .address = "127.0.0.1:9002"},
+               {.name = "n3", .role = "passive", .capacity = 4, .address = "127.0.0.1:9003"}};
+    c.tenants = {"acme"};
+    c.healthy_for_ms = 500;
+    c.startup_grace_ms = 1000;
+    std::ofstream(dir_ / "controller.yaml") << c.Yaml();
   }
   void StartController() {
     controller_ = std::make_unique<ChildProcess>(std::vector<std::string>{

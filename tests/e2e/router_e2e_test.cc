@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "common/testing/raw_http.h"
@@ -121,13 +122,13 @@ class RouterE2eTest : public ::testing::Test {
     admin_ = static_cast<uint16_t>(std::stoi(rest->substr(rest->rfind(':') + 1)));
   }
   std::string TwoStreamConfig(const std::string& a, const std::string& b) {
-    return "tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") +
-           "]}\nfailover: {probe_interval_ms: 20, hang_after_ms: 100}\nroutes:\n"
-           "  - {stream: s1, tenant: acme, primary: \"" +
-           a + "\", standby: \"" + b +
-           "\"}\n"
-           "  - {stream: s2, tenant: acme, primary: \"" +
-           b + "\", standby: \"" + a + "\"}\n";
+    cluster::RouterYaml r;
+    r.tenants = {{.name = "acme", .api_keys = {"k1"}}};
+    r.probe_interval_ms = 20;
+    r.hang_after_ms = 100;
+    r.routes = {{.stream = "s1", .tenant = "acme", .primary = a, .standby = b},
+                {.stream = "s2", .tenant = "acme", .primary = b, .standby = a}};
+    return r.Yaml();
   }
   // Load on s1 while `fault` runs after 300 ms; 1.5 s in all.
   LoadResult LoadAround(const std::function<void()>& fault) {
@@ -247,14 +248,17 @@ void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
   for (auto& [n, p] : c.ports) StartBackend(n, p);
   c.grpc = FreePort();
   c.http = FreePort();
-  std::string nodes;
+  cluster::ControllerYaml config;
   for (auto& [n, p] : c.ports) {
-    nodes += "  - { name: " + n + ", role: " + (n == "n3" ? "passive" : "active") +
-             ", capacity: 4, address: \"127.0.0.1:" + std::to_string(p) + "\" }\n";
+    config.nodes.push_back({.name = n,
+                            .role = n == "n3" ? "passive" : "active",
+                            .capacity = 4,
+                            .address = "127.0.0.1:" + std::to_string(p)});
   }
-  std::ofstream(dir_ / "controller.yaml")
-      << "cluster: { redundancy: 1 }\nnodes:\n" + nodes +
-             "tenants: [acme]\nrecovery: { healthy_for_ms: 500 }\nstartup_grace_ms: 1000\n";
+  config.tenants = {"acme"};
+  config.healthy_for_ms = 500;
+  config.startup_grace_ms = 1000;
+  std::ofstream(dir_ / "controller.yaml") << config.Yaml();
   StartController(c);
   for (auto& [n, p] : c.ports) {
     c.agents[n] = std::make_unique<ChildProcess>(std::vector<std::string>{
@@ -264,7 +268,9 @@ void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
   }
   ASSERT_TRUE(WaitAllConnected(c));
   c.Api("POST", "/api/v1/streams", json{{"id", "s1"}, {"tenant", "acme"}}.dump());
-  WriteConfig("tenants:\n  - {name: acme, api_keys_sha256: [" + common::Sha256Hex("k1") + "]}\n");
+  cluster::RouterYaml router;
+  router.tenants = {{.name = "acme", .api_keys = {"k1"}}};
+  WriteConfig(router.Yaml());
   StartRouter({"--controller", "127.0.0.1:" + std::to_string(c.grpc)});
   Reply first;
   for (int i = 0; i < 200 && first.status != 200; ++i) {

@@ -1,0 +1,86 @@
+// Typed builders for the YAML files of a local cluster. The demo, the
+// end-to-end tests and the benchmarks write their controller, agent and
+// router configs through these instead of concatenating strings, so a
+// renamed field breaks one place and a name with a quote in it stays one
+// scalar. Only what a local cluster sets is here; an unset optional leaves
+// the component's default. config_builders_test.cc parses every Yaml() back
+// with the component's own parser.
+//
+//   ControllerYaml c;
+//   c.nodes = {{.name = "n1", .capacity = 4, .address = "127.0.0.1:9001"}};
+//   c.tenants = {"acme"};
+//   WriteFileAtomic(dir + "/controller.yaml", c.Yaml());
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpuha::cluster {
+
+// A YAML double-quoted scalar for any text (JSON's escaping, which YAML
+// reads the same way).
+std::string Quote(const std::string& text);
+
+struct NodeEntry {
+  std::string name{};
+  std::string role = "active";  // active | passive | buffer
+  int64_t capacity = 10;
+  std::string address{};  // HOST:PORT of its inference server; empty: none
+};
+
+struct ControllerYaml {
+  std::string comment{};  // a first line starting "# "
+  int64_t redundancy = 1;
+  std::vector<NodeEntry> nodes{};
+  std::vector<std::string> tenants{};
+  std::string grpc_listen{}, http_listen{};  // empty: the defaults (or flags)
+  std::string store_path{};                  // empty: none (or --store)
+  std::optional<int64_t> healthy_for_ms{}, max_failures{}, window_s{};
+  std::optional<int64_t> startup_grace_ms{};
+  std::string Yaml() const;
+};
+
+struct AgentYaml {
+  std::string node{};
+  std::vector<std::string> controllers{};  // HOST:PORT each
+  std::string gpu_backend = "sim";
+  std::string sim_model = "L4";
+  int sim_count = 1;
+  double sim_load = 0.6;
+  std::optional<int64_t> sample_ms{}, heartbeat_ms{};
+  std::string listen{};  // empty: the default
+  // The supervised inference server; empty command: none.
+  std::vector<std::string> server_command{};
+  std::string ready_url{};
+  std::string fence_mode{};  // empty: the default (stop)
+  std::optional<int64_t> probe_interval_ms{}, probe_timeout_ms{};
+  std::string Yaml() const;
+};
+
+struct TenantEntry {
+  std::string name{};
+  std::vector<std::string> api_keys{};  // clear text; written as their SHA-256
+  std::optional<double> requests_per_second{}, burst{};
+  std::optional<int64_t> max_concurrent{};
+};
+
+struct RouteEntry {
+  std::string stream{}, tenant{}, primary{}, standby{};  // standby may be empty
+};
+
+struct RouterYaml {
+  std::string listen{}, admin{};  // empty: the defaults (or flags)
+  std::optional<int64_t> threads{};
+  std::string id{};
+  std::vector<std::string> controllers{};
+  std::vector<TenantEntry> tenants{};
+  std::vector<RouteEntry> routes{};
+  std::optional<int64_t> probe_interval_ms{}, hang_after_ms{};
+  std::string Yaml() const;
+};
+
+}  // namespace gpuha::cluster

@@ -1,0 +1,290 @@
+#include "cluster/local_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cluster/config_builders.h"
+#include "common/file_util.h"
+#include "common/http_server.h"
+#include "common/net_util.h"
+#include "common/subprocess.h"
+
+namespace gpuha::cluster {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+LocalCluster::LocalCluster(LocalClusterOptions o, std::string dir)
+    : o_(std::move(o)), dir_(std::move(dir)) {}
+
+absl::Status LocalCluster::SetLink(bool up) {
+  return Ip({"ip", "link", "set", veth_, up ? "up" : "down"});
+}
+
+absl::Status LocalCluster::Start() {
+  // FreeLoopbackPort can hand out the same free port twice in a row (the
+  // controller and an agent once got one port, and the agent could not
+  // listen): every port here is distinct.
+  std::set<uint16_t> used;
+  auto port = [&used] {
+    uint16_t p = 0;
+    for (int tries = 0; tries < 100; ++tries) {
+      p = common::FreeLoopbackPort();
+      if (p != 0 && used.insert(p).second) break;
+    }
+    return p;
+  };
+  ctl_grpc_ = port();
+  ctl_http_ = port();
+  router_ = port();
+  router_admin_ = port();
+  for (int i = 0; i < o_.nodes; ++i) {
+    LocalNode n;
+    n.name = absl::StrCat("gpu-", i + 1);
+    n.worker_port = port();
+    n.agent_port = port();
+    nodes_.push_back(n);
+  }
+  if (o_.partition) {
+    if (absl::Status s = SetUpPartitionNetns(); !s.ok()) return s;
+  }
+  if (absl::Status s = WriteConfigs(); !s.ok()) return s;
+  if (absl::Status s = StartController(); !s.ok()) return s;
+  for (LocalNode& n : nodes_) {
+    if (absl::Status s = StartAgent(n); !s.ok()) return s;
+  }
+  auto router = Spawn({o_.exe, "router", "--config", dir_ + "/router.yaml"}, "router");
+  if (!router.ok()) return router.status();
+  router_pid_ = *router;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartController() {
+  auto pid = Spawn({o_.exe, "controller", "--config", dir_ + "/controller.yaml"}, "controller");
+  if (!pid.ok()) return pid.status();
+  controller_pid_ = *pid;
+  if (!WaitFor([&] { return Api("GET", "/healthz").ok(); }, milliseconds(10000))) {
+    return absl::UnavailableError(
+        absl::StrCat("the controller did not answer in 10 s; see ", dir_, "/controller.log"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartAgent(LocalNode& n) {
+  std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
+  // `ip netns exec` enters the namespace and execs the agent (same pid).
+  if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
+  auto pid = Spawn(argv, n.name);
+  if (!pid.ok()) return pid.status();
+  n.agent = *pid;
+  return absl::OkStatus();
+}
+
+void LocalCluster::KillNode(LocalNode& n) {
+  pid_t w = WorkerPid(n);
+  if (w > 0) ::kill(w, SIGKILL);
+  if (n.agent > 0) ::kill(n.agent, SIGKILL);
+  Reap();
+  n.agent = -1;
+}
+
+void LocalCluster::KillController() {
+  ::kill(controller_pid_, SIGKILL);
+  Reap();
+}
+
+pid_t LocalCluster::WorkerPid(const LocalNode& n) const {
+  if (n.agent <= 0) return -1;
+  std::vector<pid_t> children = common::ChildPids(n.agent);
+  return children.empty() ? -1 : children.front();
+}
+
+absl::StatusOr<json> LocalCluster::Api(const std::string& method, const std::string& target,
+                                       const std::string& body) const {
+  auto r = common::HttpCall(method, "127.0.0.1", ctl_http_, target, body, milliseconds(2000));
+  if (!r.ok()) return r.status();
+  if (r->status / 100 != 2) {
+    return absl::UnavailableError(absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
+  }
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) return absl::InternalError(target + ": not JSON");
+  return j;
+}
+
+absl::Status LocalCluster::InjectSimFault(const LocalNode& n, const std::string& spec) const {
+  auto r =
+      common::HttpCall("POST", n.host, n.agent_port, "/v1/sim/faults", spec, milliseconds(2000));
+  if (!r.ok()) return r.status();
+  if (r->status != 202) return absl::InternalError(absl::StrCat("inject ", spec, ": ", r->body));
+  return absl::OkStatus();
+}
+
+bool LocalCluster::WorkerReady(const LocalNode& n, milliseconds timeout) {
+  return WaitFor(
+      [&] {
+        auto r = common::HttpCall("GET", n.host, n.worker_port, "/v2/health/ready", "",
+                                  milliseconds(500));
+        return r.ok() && r->status == 200;
+      },
+      timeout);
+}
+
+bool LocalCluster::WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+  auto deadline = SteadyClock::now() + timeout;
+  while (!Stopping()) {
+    Reap();
+    if (done()) return true;
+    if (SteadyClock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return false;
+}
+
+bool LocalCluster::Sleep(milliseconds d) {
+  return !WaitFor([] { return false; }, d) && !Stopping();
+}
+
+void LocalCluster::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  std::vector<pid_t> pids;
+  if (router_pid_ > 0) pids.push_back(router_pid_);
+  for (const LocalNode& n : nodes_) {
+    pid_t w = WorkerPid(n);
+    if (w > 0) pids.push_back(w);
+    if (n.agent > 0) pids.push_back(n.agent);
+  }
+  if (controller_pid_ > 0) pids.push_back(controller_pid_);
+  for (pid_t p : pids) {
+    ::kill(p, SIGCONT);
+    ::kill(p, SIGTERM);
+  }
+  auto deadline = SteadyClock::now() + milliseconds(3000);
+  auto alive = [&] {
+    Reap();
+    return std::any_of(pids.begin(), pids.end(), [](pid_t p) { return ::kill(p, 0) == 0; });
+  };
+  while (alive() && SteadyClock::now() < deadline) std::this_thread::sleep_for(milliseconds(20));
+  for (pid_t p : pids) ::kill(p, SIGKILL);
+  while (alive() && SteadyClock::now() < deadline + milliseconds(2000)) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  if (netns_made_) (void)Ip({"ip", "netns", "del", netns_});  // takes the veth pair too
+}
+
+void LocalCluster::Reap() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+LocalNode* LocalCluster::FindNode(const std::string& name) {
+  for (LocalNode& n : nodes_) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<pid_t> LocalCluster::Spawn(const std::vector<std::string>& argv,
+                                          const std::string& name) {
+  return common::SpawnProcess(argv, absl::StrCat(dir_, "/", name, ".log"));
+}
+
+absl::Status LocalCluster::Ip(const std::vector<std::string>& argv) {
+  auto pid = common::SpawnProcess(argv, dir_ + "/netns.log");
+  if (!pid.ok()) return pid.status();
+  int status = 0;
+  ::waitpid(*pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", absl::StrJoin(argv, " "), "' failed; see ", dir_, "/netns.log"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::SetUpPartitionNetns() {
+  if (::geteuid() != 0) {
+    return absl::FailedPreconditionError(
+        "the partition fault needs root (it makes a network namespace and a veth pair)");
+  }
+  std::string id = std::to_string(::getpid() % 100000);
+  netns_ = "gpuha-demo-" + id;
+  veth_ = "gpuha" + id;  // 15 characters at most
+  std::string peer = "gpuhn" + id;
+  const std::string here = "10.213.0.1", there = "10.213.0.2";
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"ip", "netns", "add", netns_},
+           {"ip", "link", "add", veth_, "type", "veth", "peer", "name", peer, "netns", netns_},
+           {"ip", "addr", "add", here + "/30", "dev", veth_},
+           {"ip", "link", "set", veth_, "up"},
+           {"ip", "netns", "exec", netns_, "ip", "addr", "add", there + "/30", "dev", peer},
+           {"ip", "netns", "exec", netns_, "ip", "link", "set", peer, "up"},
+           {"ip", "netns", "exec", netns_, "ip", "link", "set", "lo", "up"}}) {
+    if (absl::Status s = Ip(cmd); !s.ok()) return s;
+    netns_made_ = true;
+  }
+  ctl_host_ = here;
+  nodes_[0].netns = true;
+  nodes_[0].host = there;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WriteConfigs() {
+  const std::string controller = absl::StrCat(ctl_host_, ":", ctl_grpc_);
+  ControllerYaml c;
+  c.comment = absl::StrCat("written by gpuha: ", o_.nodes - 1, " active nodes and 1 passive (N+1)");
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    c.nodes.push_back({.name = nodes_[i].name,
+                       .role = i + 1 < nodes_.size() ? "active" : "passive",
+                       .capacity = o_.node_capacity,
+                       .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)});
+  }
+  c.tenants = {"acme"};
+  c.grpc_listen = controller;
+  c.http_listen = absl::StrCat("127.0.0.1:", ctl_http_);
+  c.store_path = dir_ + "/controller.db";
+  c.healthy_for_ms = 1000;
+  c.max_failures = o_.max_failures;
+  c.window_s = 600;
+  if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", c.Yaml()); !s.ok()) {
+    return s;
+  }
+  for (LocalNode& n : nodes_) {
+    n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
+    const std::string worker = absl::StrCat(n.host, ":", n.worker_port);
+    AgentYaml a;
+    a.node = n.name;
+    a.controllers = {controller};
+    a.sample_ms = 100;
+    a.heartbeat_ms = 50;
+    a.listen = absl::StrCat(n.host, ":", n.agent_port);
+    a.server_command = {o_.exe,   "worker", "--listen",  worker,
+                        "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
+    a.ready_url = absl::StrCat("http://", worker, "/v2/health/ready");
+    a.fence_mode = "stop";
+    a.probe_interval_ms = 100;
+    a.probe_timeout_ms = 100;
+    if (absl::Status s = common::WriteFileAtomic(n.config, a.Yaml()); !s.ok()) return s;
+  }
+  RouterYaml r;
+  r.listen = absl::StrCat("127.0.0.1:", router_);
+  r.admin = absl::StrCat("127.0.0.1:", router_admin_);
+  r.threads = 1;
+  r.id = "demo-router";
+  r.controllers = {controller};
+  r.tenants = {{.name = "acme",
+                .api_keys = {o_.api_key},
+                .requests_per_second = 100000,
+                .burst = 100000,
+                .max_concurrent = 4096}};
+  return common::WriteFileAtomic(dir_ + "/router.yaml", r.Yaml());
+}
+
+}  // namespace gpuha::cluster

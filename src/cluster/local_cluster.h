@@ -1,0 +1,124 @@
+// LocalCluster: a whole gpuha cluster as real processes on loopback, for the
+// demo (and through it the chaos tests): one controller (SQLite store in the
+// cluster's folder), one router, and N agents with a simulated L4 each, every
+// agent supervising a `gpuha worker`. The last node is passive (N+1); the
+// configs are written with config_builders.h. With `partition`, node 1 runs
+// in a network namespace of its own, joined by a veth pair whose link
+// SetLink cuts (root only).
+//
+//   LocalCluster c({.exe = "/usr/bin/gpuha"}, "/tmp/c");
+//   if (absl::Status s = c.Start(); !s.ok()) ...
+//   c.KillNode(c.nodes()[0]);  // SIGKILL to its agent and worker
+//   c.StartAgent(c.nodes()[0]);
+//
+// Every process gets its log at DIR/NAME.log. Stop() (and the destructor)
+// ends them all: SIGCONT, SIGTERM, then SIGKILL after 3 s. The calling
+// process should be a child subreaper (PR_SET_CHILD_SUBREAPER) so that
+// workers orphaned by a killed agent are reaped.
+//
+// Thread-safety: one thread drives it; Api() and WaitFor() may be called from
+// others while no process is being started or stopped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpuha::cluster {
+
+struct LocalClusterOptions {
+  std::string exe{};  // the gpuha binary, run for every component
+  int nodes = 4;      // the last one passive
+  int node_capacity = 10;
+  int worker_latency_ms = 5;                // the workers' modelled GPU time
+  int max_failures = 20;                    // the controller's recovery.max_failures
+  bool partition = false;                   // node 1 in its own network namespace (root)
+  std::string api_key = "demo-acme-key";    // tenant acme's key at the router
+  const std::atomic<bool>* stop = nullptr;  // WaitFor gives up when set
+};
+
+struct LocalNode {
+  std::string name;
+  std::string host = "127.0.0.1";  // its worker's and agent's address
+  bool netns = false;              // runs in the partition namespace
+  uint16_t worker_port = 0;
+  uint16_t agent_port = 0;
+  std::string config;
+  pid_t agent = -1;
+};
+
+class LocalCluster {
+ public:
+  LocalCluster(LocalClusterOptions o, std::string dir);
+  ~LocalCluster() { Stop(); }
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  // Picks distinct free ports, writes the configs and starts every process.
+  [[nodiscard]] absl::Status Start();
+  // (Re)starts the controller and waits for its API (10 s).
+  [[nodiscard]] absl::Status StartController();
+  [[nodiscard]] absl::Status StartAgent(LocalNode& n);
+  // SIGKILL to a node's agent and its worker (a crashed or rebooted host).
+  void KillNode(LocalNode& n);
+  void KillController();
+  // Cuts (or restores) the partitioned node's only link: packets are dropped
+  // both ways, with no reset, as when a switch port or cable fails.
+  [[nodiscard]] absl::Status SetLink(bool up);
+  // The worker is the agent's child, in its own session; -1 when none.
+  pid_t WorkerPid(const LocalNode& n) const;
+  void Stop();
+
+  // The controller's API; a non-2xx answer is an error with its body.
+  absl::StatusOr<nlohmann::json> Api(const std::string& method, const std::string& target,
+                                     const std::string& body = "") const;
+  // POST /v1/sim/faults on the node's agent.
+  [[nodiscard]] absl::Status InjectSimFault(const LocalNode& n, const std::string& spec) const;
+  // Whether the node's worker answers ready within `timeout`.
+  bool WorkerReady(const LocalNode& n, std::chrono::milliseconds timeout);
+
+  // Waits for `done` (polled every 20 ms) or a stop; false on timeout or stop.
+  bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+  // Sleeps unless stopped; false when stopped.
+  bool Sleep(std::chrono::milliseconds d);
+  bool Stopping() const { return o_.stop != nullptr && o_.stop->load(); }
+  // Collects exited children, including orphaned workers.
+  static void Reap();
+
+  std::vector<LocalNode>& nodes() { return nodes_; }
+  LocalNode* FindNode(const std::string& name);
+  uint16_t router_port() const { return router_; }
+  uint16_t router_admin_port() const { return router_admin_; }
+  uint16_t api_port() const { return ctl_http_; }
+  const std::string& dir() const { return dir_; }
+  const LocalClusterOptions& options() const { return o_; }
+
+ private:
+  absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name);
+  absl::Status Ip(const std::vector<std::string>& argv);
+  absl::Status SetUpPartitionNetns();
+  absl::Status WriteConfigs();
+
+  const LocalClusterOptions o_;
+  const std::string dir_;
+  uint16_t ctl_grpc_ = 0, ctl_http_ = 0, router_ = 0, router_admin_ = 0;
+  // The partition: node 1 runs in its own network namespace, joined to this
+  // one by a veth pair; the controller listens on this side's address.
+  std::string ctl_host_ = "127.0.0.1";
+  std::string netns_, veth_;
+  bool netns_made_ = false;
+  std::vector<LocalNode> nodes_;
+  pid_t controller_pid_ = -1, router_pid_ = -1;
+  bool stopped_ = false;
+};
+
+}  // namespace gpuha::cluster

@@ -1,0 +1,76 @@
+#include "demo/faults.h"
+
+#include <signal.h>
+
+#include "demo/demo.h"
+
+namespace gpuha::demo {
+
+using cluster::LocalNode;
+
+const std::vector<FaultSpec>& FaultTable() {
+  auto restart = [](FaultContext& f, LocalNode& n) { return f.cluster.StartAgent(n); };
+  auto reboot = [](FaultContext& f, LocalNode& n) {
+    f.cluster.KillNode(n);  // a reboot clears the GPU; the agent comes back with it
+    return f.cluster.StartAgent(n);
+  };
+  auto kill_node = [](FaultContext& f, LocalNode& n) {
+    f.cluster.KillNode(n);
+    return absl::OkStatus();
+  };
+  auto sim_fault = [](const char* spec) {
+    return [spec](FaultContext& f, LocalNode& n) { return f.cluster.InjectSimFault(n, spec); };
+  };
+  static const std::vector<FaultSpec> kTable = {
+      {"crash", Target::kNode, false, kill_node, restart},
+      {"xid79", Target::kNode, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
+      {"thermal", Target::kNode, false, sim_fault("gpu=0,kind=temp_ramp,to_c=95,over_ms=600"),
+       reboot},
+      {"agent-hang", Target::kNode, false,
+       [](FaultContext&, LocalNode& n) {
+         ::kill(n.agent, SIGSTOP);
+         return absl::OkStatus();
+       },
+       [](FaultContext&, LocalNode& n) {
+         ::kill(n.agent, SIGCONT);
+         return absl::OkStatus();
+       }},
+      {"server-hang", Target::kNode, false,
+       [](FaultContext& f, LocalNode& n) {
+         f.stopped_worker = f.cluster.WorkerPid(n);
+         if (f.stopped_worker <= 0) return absl::InternalError("no worker process found");
+         ::kill(f.stopped_worker, SIGSTOP);
+         return absl::OkStatus();
+       },
+       [](FaultContext& f, LocalNode&) {
+         ::kill(f.stopped_worker, SIGCONT);
+         return absl::OkStatus();
+       }},
+      {"controller-restart", Target::kController, false,
+       [](FaultContext& f, LocalNode&) {
+         f.cluster.KillController();
+         return absl::OkStatus();
+       },
+       nullptr},
+      {"double-crash", Target::kTwoNodes, false, kill_node, restart},
+      {"partition", Target::kNode, true,
+       [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(false); },
+       [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(true); }},
+  };
+  return kTable;
+}
+
+const FaultSpec* FindFault(const std::string& name) {
+  for (const FaultSpec& f : FaultTable()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> FaultNames() {
+  std::vector<std::string> out;
+  for (const FaultSpec& f : FaultTable()) out.push_back(f.name);
+  return out;
+}
+
+}  // namespace gpuha::demo

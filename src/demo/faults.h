@@ -1,0 +1,48 @@
+// The demo's fault catalogue: one row per fault, with what it hits, how it is
+// injected and how the node is repaired. A node fault's repair is followed by
+// the demo's wait for the node to rejoin as the spare; the controller's
+// repair (a restart) is the demo's own, since it waits for its clients.
+// Adding a fault is adding a row.
+//
+// Thread-safety: the table is immutable; a FaultContext belongs to one run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cluster/local_cluster.h"
+
+namespace gpuha::demo {
+
+// What a fault hits.
+enum class Target {
+  kNode,        // the busiest node (or --node)
+  kTwoNodes,    // the two busiest at once, past what N+1 covers
+  kController,  // the controller process
+};
+
+// What a fault's inject leaves for its repair.
+struct FaultContext {
+  cluster::LocalCluster& cluster;
+  pid_t stopped_worker = -1;  // server-hang's SIGSTOPped worker
+};
+
+using FaultAction = std::function<absl::Status(FaultContext&, cluster::LocalNode&)>;
+
+struct FaultSpec {
+  const char* name;
+  Target target;
+  bool partition;  // needs node 1 in its own network namespace
+  FaultAction inject;
+  FaultAction repair;  // null for the controller (the demo restarts it)
+};
+
+const std::vector<FaultSpec>& FaultTable();
+// nullptr for an unknown name.
+const FaultSpec* FindFault(const std::string& name);
+
+}  // namespace gpuha::demo
