@@ -114,6 +114,7 @@ router_conf() {
   {
     echo "listen: 127.0.0.1:$PROXY"
     echo "threads: 1"
+    echo "auth: none"
     echo "routes:"
     for i in $(seq 0 19); do
       primary=$([[ $i -lt 10 ]] && echo $A || echo $B)

@@ -87,6 +87,7 @@ CONF
   cat > "$work/router.yaml" <<CONF
 listen: 127.0.0.1:$ROUTER
 threads: $t
+auth: none
 routes:
   - {stream: s1, primary: 127.0.0.1:$BACKEND}
 CONF

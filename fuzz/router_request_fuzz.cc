@@ -1,7 +1,8 @@
 // libFuzzer target for the router's request path: arbitrary bytes go through
 // Beast's parser with the router's limits, then through every helper the
-// proxy applies to a parsed head (stream extraction, API key, upstream head,
-// client head, error answer). Built and run by scripts/fuzz-router.sh.
+// proxy applies to a parsed head (head checks, target normalization, stream
+// extraction, API key, upstream head, client head, error answer). Built and run by
+// scripts/fuzz-router.sh.
 #include <cstddef>
 #include <cstdint>
 #include <memory_resource>
@@ -33,8 +34,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto& req = p.get();
       auto hv = req["x-gpuha-stream"];
       auto target = req.target();
+      // Transfer codings, Host and method checks, then normalization, as
+      // the proxy applies them; a normalized target is a fixed point and
+      // holds no empty or dot segment.
+      (void)gpuha::router::CheckHead(req);
+      std::optional<std::string> normal =
+          gpuha::router::NormalizeTarget(std::string_view(target.data(), target.size()));
+      if (normal) {
+        std::string_view path = std::string_view(*normal).substr(0, normal->find('?'));
+        if (path.empty() || path[0] != '/' || path.find("//") != std::string_view::npos ||
+            path.find("/./") != std::string_view::npos ||
+            path.find("/../") != std::string_view::npos) {
+          __builtin_trap();
+        }
+        if (gpuha::router::NormalizeTarget(*normal) != normal) __builtin_trap();
+      }
       gpuha::router::StreamRef ref = gpuha::router::ExtractStream(
-          std::string_view(hv.data(), hv.size()), std::string_view(target.data(), target.size()));
+          std::string_view(hv.data(), hv.size()), normal.value_or(std::string()));
       std::string_view key = gpuha::router::ApiKey(req);
       gpuha::router::AppendUpstreamHead(
           req, ref.target, "127.0.0.1:1", key, ref.stream, "127.0.0.1",

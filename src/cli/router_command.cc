@@ -26,8 +26,8 @@ RouterCommand::RouterCommand(CLI::App& parent) {
 namespace {
 
 absl::StatusOr<router::RouterConfig> Load(const std::string& path, const std::string& listen,
-                                          const std::string& admin,
-                                          const std::string& controllers, int threads) {
+                                          const std::string& admin, const std::string& controllers,
+                                          int threads) {
   auto c = router::LoadRouterConfig(path);
   if (!c.ok()) return c.status();
   if (!listen.empty()) {
@@ -82,7 +82,8 @@ int RouterCommand::Run() {
     }
     auto fresh = Load(config_path_, listen_, admin_, controllers_, threads_);
     absl::Status s = fresh.ok() ? r.Reload(*fresh) : fresh.status();
-    if (!s.ok()) spdlog::error("router: SIGHUP: reload refused, keeping the running config: {}", s.message());
+    if (!s.ok())
+      spdlog::error("router: SIGHUP: reload refused, keeping the running config: {}", s.message());
   }
   if (watch) watch->Stop();
   r.Stop();

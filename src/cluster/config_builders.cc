@@ -83,6 +83,7 @@ std::string RouterYaml::Yaml() const {
   if (threads) absl::StrAppend(&out, "threads: ", *threads, "\n");
   if (!id.empty()) absl::StrAppend(&out, "id: ", Quote(id), "\n");
   if (!controllers.empty()) absl::StrAppend(&out, "controllers: ", QuotedList(controllers), "\n");
+  if (auth_none) absl::StrAppend(&out, "auth: none\n");
   if (!tenants.empty()) absl::StrAppend(&out, "tenants:\n");
   for (const TenantEntry& t : tenants) {
     std::vector<std::string> hashes;

@@ -78,6 +78,7 @@ struct RouterYaml {
   std::string id{};
   std::vector<std::string> controllers{};
   std::vector<TenantEntry> tenants{};
+  bool auth_none = false;  // no tenants, on purpose: `auth: none`
   std::vector<RouteEntry> routes{};
   std::optional<int64_t> probe_interval_ms{}, hang_after_ms{};
   std::string Yaml() const;

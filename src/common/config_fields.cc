@@ -26,6 +26,18 @@ std::optional<std::string> ReadSha256Hex(YamlMap& m, absl::string_view key) {
   return hex;
 }
 
+void ReadNumberIn(YamlMap& m, absl::string_view key, double min, double max, double* out,
+                  bool zero_ok) {
+  std::optional<double> v = m.Number(key);
+  if (!v) return;
+  if (!(*v >= min && *v <= max) && !(zero_ok && *v == 0)) {
+    m.Fail(key, absl::StrCat("must be ", zero_ok ? "0 (off) or " : "", "between ", min, " and ",
+                             max, ", got ", *v));
+    return;
+  }
+  *out = *v;
+}
+
 TlsFiles ReadTlsFiles(YamlMap tls, TlsRule rule) {
   TlsFiles f;
   if (rule.allow_ca) {

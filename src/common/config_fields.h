@@ -48,6 +48,26 @@ void ReadMillis(YamlMap& m, absl::string_view key, Duration* out, MillisRange ra
   *out = std::chrono::duration_cast<Duration>(std::chrono::milliseconds(*v));
 }
 
+// Reads `key` as a whole number in [min, max] into `out` (an integer type);
+// a missing key leaves `out` alone. Errors: "must be between MIN and MAX,
+// got X". Every numeric config field has a range: INT64_MAX in a timeout or
+// 2^32 in a size breaks later in ways that name nothing.
+template <class T>
+void ReadIntIn(YamlMap& m, absl::string_view key, int64_t min, int64_t max, T* out) {
+  std::optional<int64_t> v = m.Int(key);
+  if (!v) return;
+  if (*v < min || *v > max) {
+    m.Fail(key, absl::StrCat("must be between ", min, " and ", max, ", got ", *v));
+    return;
+  }
+  *out = static_cast<T>(*v);
+}
+
+// The same for a real number; `zero_ok` also accepts exactly 0 below `min`
+// (0 often means "off").
+void ReadNumberIn(YamlMap& m, absl::string_view key, double min, double max, double* out,
+                  bool zero_ok = false);
+
 // A SHA-256 in hex (64 digits, either case), as lower case; nullopt when
 // `text` is not one. API keys and bearer tokens are stored this way
 // (`gpuha ctl hash-token KEY` makes one).

@@ -29,6 +29,15 @@ TEST(FileUtilTest, ReadMissingFileNamesPath) {
   EXPECT_THAT(text.status().message(), ::testing::HasSubstr("/nonexistent/gpuha.yaml"));
 }
 
+// Regression: a directory opened as a file read as "" (an empty config,
+// which for the router meant no tenants: authentication off).
+TEST(FileUtilTest, ReadingADirectoryIsAnErrorNotAnEmptyFile) {
+  std::string dir = gpuha::testing::TestTempDir().string();
+  absl::StatusOr<std::string> text = ReadFile(dir);
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(text.status().message(), ::testing::HasSubstr(dir + ": is a directory"));
+}
+
 TEST(FileUtilTest, WriteIntoMissingDirectoryFailsCleanly) {
   absl::Status s = WriteFileAtomic("/nonexistent/dir/out.yaml", "x");
   EXPECT_FALSE(s.ok());

@@ -12,42 +12,30 @@
 namespace gpuha::router {
 namespace {
 
+constexpr milliseconds kAcceptPause{500};
+
 // The upstreams to try for a request, in order: the stream's primary and
-// standby (the sticky rule decides which first), or the tenant's two least
-// loaded nodes when it names no stream. Down and hung upstreams are left
-// out. Another tenant's stream is "unknown": its existence does not leak.
+// standby (the sticky rule decides which first). Down and hung upstreams are
+// left out. Another tenant's stream is "unknown": its existence does not
+// leak.
 std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const Tenant& tenant,
                                        const std::string& stream_id, TimePoint now,
                                        UpstreamOrder<UpstreamState>* order,
                                        const RouteEntry** entry) {
-  if (!stream_id.empty()) {
-    const RouteEntry* e = routes ? routes->Find(stream_id) : nullptr;
-    // Another tenant's stream is "unknown": its existence does not leak.
-    if (e == nullptr || (L.tenants->auth_required() && e->tenant != tenant.name)) {
-      return Refusal{Reason::kUnknownStream, "no such stream"};
-    }
-    if (e->primary.empty()) {
-      return Refusal{Reason::kNoCapacity, "the stream is not placed: the cluster is over capacity",
-                     1};
-    }
-    *entry = e;
-    UpstreamState* primary = &FindUpstream(L, e->primary);
-    UpstreamState* standby = e->standby.empty() ? nullptr : &FindUpstream(L, e->standby);
-    bool stuck = L.sticky.Stuck(stream_id, e->primary.address, e->standby.address,
-                                primary->usable(now), now);
-    *order = StreamOrder(primary, standby, stuck, now);
-  } else {
-    const std::vector<router::Upstream>& nodes =
-        routes ? routes->TenantNodes(tenant.name) : std::vector<router::Upstream>{};
-    if (nodes.empty()) {
-      return Refusal{Reason::kNoCapacity, "the tenant has no active node", 1};
-    }
-    // Least loaded first (in this loop), round-robin among equals.
-    size_t start = L.round_robin++ % nodes.size();
-    for (size_t i = 0; i < nodes.size(); ++i)
-      order->push_back(&FindUpstream(L, nodes[(start + i) % nodes.size()]));
-    LeastLoaded(*order, now);
+  const RouteEntry* e = routes ? routes->Find(stream_id) : nullptr;
+  if (e == nullptr || (L.tenants->auth_required() && e->tenant != tenant.name)) {
+    return Refusal{Reason::kUnknownStream, "no such stream"};
   }
+  if (e->primary.empty()) {
+    return Refusal{Reason::kNoCapacity, "the stream is not placed: the cluster is over capacity",
+                   1};
+  }
+  *entry = e;
+  UpstreamState* primary = &FindUpstream(L, e->primary);
+  UpstreamState* standby = e->standby.empty() ? nullptr : &FindUpstream(L, e->standby);
+  bool stuck =
+      L.sticky.Stuck(stream_id, e->primary.address, e->standby.address, primary->usable(now), now);
+  *order = StreamOrder(primary, standby, stuck, now);
   DropUnfit(*order, now);
   if (order->empty()) {
     return Refusal{Reason::kNoUpstream, "every upstream of the stream is down or hung", 1};
@@ -89,20 +77,42 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
 
   auto refuse = [&](Refusal r) { return answer(r.reason, std::move(r.detail), r.retry_after_s); };
 
+  // A head whose framing or form the router will not forward.
+  if (std::optional<HeadProblem> bad = CheckHead(req)) {
+    keep_alive = false;
+    co_return co_await answer(bad->reason, std::move(bad->detail));
+  }
+
   // Tenant.
   Identity who = Identify(*L.tenants, ApiKey(req), &cc.key_cache);
   if (!who.tenant) co_return co_await refuse(std::move(*who.refusal));
   std::shared_ptr<Tenant> tenant = std::move(who.tenant);
 
   // Route.
+  // Every decision below reads the normalized target, and the upstream
+  // receives it: "//streams/a", "/./streams/a" and "/streams/b/../a" are
+  // all stream a.
   auto hv = req["x-gpuha-stream"];
   auto target = req.target();
-  StreamRef ref = ExtractStream(std::string_view(hv.data(), hv.size()),
-                                std::string_view(target.data(), target.size()));
+  std::optional<std::string> normal =
+      NormalizeTarget(std::string_view(target.data(), target.size()));
+  if (!normal) {
+    keep_alive = false;
+    co_return co_await answer(Reason::kBadRequest,
+                              "the request target cannot be normalized (not origin or absolute "
+                              "form, a bad %-escape, or '..' above the root)");
+  }
+  StreamRef ref = ExtractStream(std::string_view(hv.data(), hv.size()), *normal);
   if (ref.bad) {
     co_return co_await answer(Reason::kBadStream,
                               "stream id must be 1-128 of [A-Za-z0-9._:-], and the header and "
                               "path must agree");
+  }
+  if (ref.stream.empty()) ref.stream = tenant->default_stream;
+  if (ref.stream.empty()) {
+    co_return co_await answer(Reason::kNoStream,
+                              "the request names no stream: use /streams/ID/... or the "
+                              "X-Gpuha-Stream header");
   }
   stream_id = ref.stream;
   RefreshRoutes(L);
@@ -141,6 +151,12 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
         co_return co_await answer(
             Reason::kBodyTooLarge,
             absl::StrCat("body over ", config.limits.max_body_bytes, " bytes"));
+      }
+      if (ec.category() == http::make_error_code(http::error::bad_chunk).category() &&
+          ec != http::error::partial_message && ec != http::error::end_of_stream) {
+        keep_alive = false;  // a bad chunk size, say: answered, then closed
+        co_return co_await answer(Reason::kBadRequest,
+                                  absl::StrCat("malformed body: ", ec.message()));
       }
       Inc(L.stats.client_aborts);
       co_return false;  // the client went away mid-body
@@ -275,9 +291,23 @@ awaitable<void> Accept(Loop& L) {
     Socket sock = co_await L.acceptor->async_accept(L.ioc.get_executor(), Redirect(ec));
     if (ec) {
       if (ec == net::error::operation_aborted) co_return;
+      // Out of descriptors: the connection stays in the backlog and accept
+      // fails again at once, so the loop would spin and log without end.
+      // Pause accepting (nginx pauses 500 ms); open connections are served
+      // meanwhile. Logged once per run of failures.
+      if (ec == net::error::no_descriptors || ec.value() == ENFILE) {
+        Inc(L.stats.accept_pauses);
+        if (!L.accept_paused) spdlog::error("router: accept: {}; pausing accepts", ec.message());
+        L.accept_paused = true;
+        net::steady_timer pause(L.ioc, kAcceptPause);
+        co_await pause.async_wait(Redirect(ec));
+        continue;
+      }
       spdlog::warn("router: accept: {}", ec.message());
       continue;
     }
+    if (L.accept_paused) spdlog::info("router: accepting again");
+    L.accept_paused = false;
     Inc(L.stats.connections);
     sock.set_option(tcp::no_delay(true), ec);
     std::string peer_ip = sock.remote_endpoint(ec).address().to_string();

@@ -150,6 +150,7 @@ struct UpstreamState : UpstreamHealth {
   X(client_aborts, "Clients that left before their answer.")                                \
   X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                  \
   X(connections, "Client connections accepted.")                                            \
+  X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")   \
   X(tls_handshake_failures, "Failed TLS handshakes.")
 
 struct Stats {
@@ -223,7 +224,7 @@ struct Loop {
   std::shared_ptr<ssl::context> upstream_tls;  // null: plain HTTP to upstreams
   RetryBudget retry_budget;
   UpstreamHealth::Options ejection;
-  uint64_t round_robin = 0;
+  bool accept_paused = false;  // out of descriptors: accepts wait kAcceptPause
   Stats stats;
 };
 

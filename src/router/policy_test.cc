@@ -161,21 +161,6 @@ TEST(UpstreamSelectorTest, DownAndHungUpstreamsAreDropped) {
   EXPECT_TRUE(order.empty());
 }
 
-TEST(UpstreamSelectorTest, LeastLoadedTakesTheTwoLeastBusyUsableNodes) {
-  common::FakeClock clock;
-  UpstreamHealth a, b, c, d({.base = seconds(1), .max = seconds(1)});
-  a.in_flight = 5;
-  b.in_flight = 1;
-  c.in_flight = 1;
-  d.in_flight = 0;
-  d.ConnectionFailed(clock.Now());  // idle but ejected: behind the usable ones
-  UpstreamOrder<UpstreamHealth> order = {&a, &b, &c, &d};
-  LeastLoaded(order, clock.Now());
-  ASSERT_EQ(order.size(), 2u);
-  EXPECT_EQ(order[0], &b);  // ties keep the round-robin order
-  EXPECT_EQ(order[1], &c);
-}
-
 TEST(StickyTableTest, StuckStreamStaysOnItsStandbyUntilTheHoldPassesAndThePrimaryIsBack) {
   common::FakeClock clock;
   StickyTable sticky(seconds(10));

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdio>
+#include <vector>
 
 namespace gpuha::router {
 namespace {
@@ -26,6 +27,9 @@ constexpr std::array<ReasonInfo, static_cast<size_t>(Reason::kCount)> kReasons =
     {502, "not_replayable"},
     {503, "retry_budget_exhausted"},
     {503, "no_healthy_upstream"},
+    {400, "no_stream"},
+    {501, "transfer_coding_not_implemented"},
+    {405, "method_not_allowed"},
 }};
 
 bool IEquals(std::string_view a, std::string_view b) {
@@ -71,7 +75,149 @@ void AppendFraming(Framing framing, uint64_t length, std::string* out) {
   }
 }
 
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool Unreserved(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
 }  // namespace
+
+std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
+  if (h.method() == http::verb::connect) {
+    return HeadProblem{Reason::kMethodNotAllowed, "CONNECT is not served"};
+  }
+  if (h.method() == http::verb::options && h.target() == "*") {
+    return HeadProblem{Reason::kMethodNotAllowed, "OPTIONS * is not served"};
+  }
+  size_t hosts = h.count(http::field::host);
+  if (hosts > 1) return HeadProblem{Reason::kBadRequest, "more than one Host header"};
+  if (hosts == 0 && h.version() >= 11) {
+    return HeadProblem{Reason::kBadRequest, "an HTTP/1.1 request needs a Host header"};
+  }
+  // Every coding of every Transfer-Encoding field, in order.
+  std::vector<std::string_view> codings;
+  for (auto it = h.find(http::field::transfer_encoding);
+       it != h.end() && it->name() == http::field::transfer_encoding; ++it) {
+    std::string_view v(it->value().data(), it->value().size());
+    while (!v.empty()) {
+      size_t comma = v.find(',');
+      std::string_view item = Trim(v.substr(0, comma));
+      item = Trim(item.substr(0, item.find(';')));  // a coding's parameters
+      if (!item.empty()) codings.push_back(item);
+      v = comma == std::string_view::npos ? std::string_view() : v.substr(comma + 1);
+    }
+  }
+  if (h.count(http::field::transfer_encoding) == 0) return std::nullopt;
+  if (codings.empty()) return HeadProblem{Reason::kBadRequest, "an empty Transfer-Encoding"};
+  for (std::string_view c : codings) {
+    bool known = false;
+    for (std::string_view k : {"chunked", "gzip", "x-gzip", "deflate", "compress", "x-compress"}) {
+      known = known || IEquals(c, k);
+    }
+    if (!known) {
+      return HeadProblem{Reason::kNotImplemented,
+                         "transfer coding '" + std::string(c) + "' is not implemented"};
+    }
+  }
+  if (!IEquals(codings.back(), "chunked")) {
+    return HeadProblem{Reason::kBadRequest,
+                       "the final transfer coding must be chunked (RFC 9112 6.3)"};
+  }
+  if (codings.size() > 1) {
+    return HeadProblem{Reason::kNotImplemented, "transfer coding '" + std::string(codings.front()) +
+                                                    "' is not implemented; only chunked"};
+  }
+  if (h.count(http::field::content_length) > 0) {
+    return HeadProblem{Reason::kBadRequest, "both Transfer-Encoding and Content-Length"};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NormalizeTarget(std::string_view target) {
+  if (target.empty()) return std::nullopt;
+  if (target[0] != '/') {
+    // absolute-form: scheme "://" authority [path-abempty] ["?" query]
+    size_t scheme = target.find("://");
+    if (scheme == std::string_view::npos || scheme == 0) return std::nullopt;
+    for (char c : target.substr(0, scheme)) {
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '+' || c == '-' || c == '.')) {
+        return std::nullopt;
+      }
+    }
+    std::string_view rest = target.substr(scheme + 3);
+    size_t path = rest.find_first_of("/?#");
+    if (path == std::string_view::npos) return std::string("/");
+    if (rest[path] == '#') return std::nullopt;
+    std::optional<std::string> out = NormalizeTarget(rest[path] == '?' ? "/" : rest.substr(path));
+    if (out && rest[path] == '?') out->append(rest.substr(path));
+    return out;
+  }
+  size_t q = target.find('?');
+  std::string_view path = target.substr(0, q);
+  // Decode unreserved %-escapes; keep (upper-cased) the others.
+  std::string decoded;
+  decoded.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') {
+      decoded.push_back(path[i]);
+      continue;
+    }
+    if (i + 2 >= path.size()) return std::nullopt;  // "%" or "%A" at the end
+    int hi = HexDigit(path[i + 1]), lo = HexDigit(path[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    char c = static_cast<char>(hi * 16 + lo);
+    if (Unreserved(c)) {
+      decoded.push_back(c);
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      decoded.push_back('%');
+      decoded.push_back(kHex[hi]);
+      decoded.push_back(kHex[lo]);
+    }
+    i += 2;
+  }
+  // Segments without empty and dot ones.
+  std::vector<std::string_view> segments;
+  std::string_view rest(decoded);
+  bool trailing_slash = false;
+  while (!rest.empty()) {
+    rest.remove_prefix(1);  // the '/'
+    size_t end = rest.find('/');
+    std::string_view seg = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+    trailing_slash = seg.empty() || seg == "." || seg == "..";
+    if (seg.empty() || seg == ".") continue;
+    if (seg == "..") {
+      if (segments.empty()) return std::nullopt;  // above the root
+      segments.pop_back();
+      continue;
+    }
+    segments.push_back(seg);
+  }
+  std::string out;
+  out.reserve(target.size());
+  for (std::string_view seg : segments) {
+    out.push_back('/');
+    out.append(seg);
+  }
+  if (out.empty() || trailing_slash) out.push_back('/');
+  if (q != std::string_view::npos) out.append(target.substr(q));
+  return out;
+}
 
 int ReasonStatus(Reason r) { return kReasons[static_cast<size_t>(r)].status; }
 const char* ReasonLabel(Reason r) { return kReasons[static_cast<size_t>(r)].label; }
@@ -119,7 +265,6 @@ std::string_view ApiKey(const RequestHeader& h) {
   if (auth != h.end()) {
     std::string_view v(auth->value().data(), auth->value().size());
     if (v.size() > 7 && IEquals(v.substr(0, 7), "bearer ")) return v.substr(7);
-    return {};
   }
   auto key = h.find("x-api-key");
   if (key != h.end()) return std::string_view(key->value().data(), key->value().size());
@@ -148,8 +293,8 @@ void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::st
   std::string forwarded(client_ip);
   for (const auto& f : h) {
     std::string_view name(f.name_string().data(), f.name_string().size());
-    if (IsHopByHop(name) || IEquals(name, "host") || IEquals(name, "expect") ||
-        IEquals(name, "authorization") || IEquals(name, "x-api-key") ||
+    if (IsHopByHop(name) || name.find('_') != std::string_view::npos || IEquals(name, "host") ||
+        IEquals(name, "expect") || IEquals(name, "authorization") || IEquals(name, "x-api-key") ||
         IEquals(name, "x-gpuha-tenant") || IEquals(name, "x-gpuha-stream")) {
       continue;
     }

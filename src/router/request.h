@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 #include <cstdint>
 #include <memory_resource>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,25 +28,50 @@ using ResponseParser = http::parser<false, Body, std::pmr::polymorphic_allocator
 // Why the router itself answered instead of an upstream. Each has a status
 // and a label for /metrics.
 enum class Reason {
-  kBadRequest,       // 400: malformed HTTP
-  kHeaderTooLarge,   // 431
-  kTooManyHeaders,   // 431
-  kBodyTooLarge,     // 413
-  kBadStream,        // 400: stream id not [A-Za-z0-9._:-]{1,128}
-  kUnauthorized,     // 401: missing or unknown API key
-  kUnknownStream,    // 404: no such stream for this tenant (or another tenant's)
-  kNoCapacity,       // 503: the stream fits nowhere / tenant has no active node
-  kRateLimited,      // 429 with Retry-After
-  kOverQuota,        // 429: concurrent requests quota
-  kUpstreamFailed,   // 502: every upstream tried refused, reset or hung
-  kUpstreamTimeout,  // 504: no response head within response_timeout
-  kNotReplayable,    // 502: body streamed past the retry buffer, upstream failed
-  kRetryBudget,      // 503: retry budget exhausted
-  kNoUpstream,       // 503: every upstream of the stream is down or hung
+  kBadRequest,        // 400: malformed HTTP
+  kHeaderTooLarge,    // 431
+  kTooManyHeaders,    // 431
+  kBodyTooLarge,      // 413
+  kBadStream,         // 400: stream id not [A-Za-z0-9._:-]{1,128}
+  kUnauthorized,      // 401: missing or unknown API key
+  kUnknownStream,     // 404: no such stream for this tenant (or another tenant's)
+  kNoCapacity,        // 503: the stream fits nowhere / tenant has no active node
+  kRateLimited,       // 429 with Retry-After
+  kOverQuota,         // 429: concurrent requests quota
+  kUpstreamFailed,    // 502: every upstream tried refused, reset or hung
+  kUpstreamTimeout,   // 504: no response head within response_timeout
+  kNotReplayable,     // 502: body streamed past the retry buffer, upstream failed
+  kRetryBudget,       // 503: retry budget exhausted
+  kNoUpstream,        // 503: every upstream of the stream is down or hung
+  kNoStream,          // 400: names no stream, and its tenant has no default_stream
+  kNotImplemented,    // 501: a transfer coding other than chunked
+  kMethodNotAllowed,  // 405: CONNECT, OPTIONS *
   kCount,
 };
 int ReasonStatus(Reason r);
 const char* ReasonLabel(Reason r);
+
+// A request head the router refuses before routing. Every one closes the
+// connection, since its body's framing cannot be trusted:
+// - Transfer-Encoding: only "chunked" is forwarded. A final coding other
+//   than chunked is 400 (RFC 9112 6.3: the length cannot be known); an
+//   unknown coding, or one the router would have to decode, is 501 (as
+//   nginx answers). Transfer-Encoding with Content-Length is 400.
+// - CONNECT and "OPTIONS *": 405.
+// - HTTP/1.1 without a Host header, or more than one Host: 400.
+struct HeadProblem {
+  Reason reason;
+  std::string detail;
+};
+std::optional<HeadProblem> CheckHead(const RequestHeader& h);
+
+// The target in origin form, normalized before any routing decision:
+// absolute-form ("http://host/p") loses its scheme and authority;
+// %-escapes of unreserved characters are decoded and the rest upper-cased
+// (RFC 3986 6.2.2); empty segments ("//") are dropped and dot segments
+// removed (5.2.4). nullopt when it cannot be: not origin or absolute form,
+// a bad %-escape, or ".." above the root. The query is kept as sent.
+std::optional<std::string> NormalizeTarget(std::string_view target);
 
 // The stream a request names: the X-Gpuha-Stream header wins, else a
 // /streams/ID/... path, whose prefix is then stripped for the upstream.
@@ -57,7 +83,9 @@ struct StreamRef {
 StreamRef ExtractStream(std::string_view header_value, std::string_view target);
 bool ValidStreamId(std::string_view id);
 
-// The API key: "Authorization: Bearer KEY" or "X-Api-Key: KEY"; empty if none.
+// The API key: "Authorization: Bearer KEY", else "X-Api-Key: KEY" (an
+// Authorization of another scheme, such as Basic for a proxy in front, does
+// not hide it); empty if none.
 std::string_view ApiKey(const RequestHeader& h);
 
 bool IsHopByHop(std::string_view field_name);
@@ -65,8 +93,10 @@ bool IsHopByHop(std::string_view field_name);
 // How a body travels on one side: not at all, with Content-Length, chunked.
 enum class Framing { kNone, kLength, kChunked };
 
-// The head the upstream receives: hop-by-hop fields, Expect, Host and the API
-// key are dropped; X-Gpuha-Tenant, X-Gpuha-Stream and X-Forwarded-For added.
+// The head the upstream receives: hop-by-hop fields, Expect, Host, the API
+// key and any field whose name holds '_' (nginx's default: X_Api_Key and
+// X-Api-Key must not reach an upstream as two spellings of one thing) are
+// dropped; X-Gpuha-Tenant, X-Gpuha-Stream and X-Forwarded-For added.
 void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::string_view host,
                         std::string_view tenant, std::string_view stream,
                         std::string_view client_ip, Framing framing, uint64_t length,

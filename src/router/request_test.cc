@@ -39,6 +39,9 @@ TEST(RequestTest, ApiKeyFromBearerOrHeader) {
   EXPECT_EQ(ApiKey(Parse("GET / HTTP/1.1\r\nauthorization: bearer abc\r\n\r\n")), "abc");
   EXPECT_EQ(ApiKey(Parse("GET / HTTP/1.1\r\nX-Api-Key: k2\r\n\r\n")), "k2");
   EXPECT_EQ(ApiKey(Parse("GET / HTTP/1.1\r\nAuthorization: Basic abc\r\n\r\n")), "");
+  // Regression: Basic (for a proxy in front) hid a valid X-Api-Key: 401.
+  EXPECT_EQ(ApiKey(Parse("GET / HTTP/1.1\r\nAuthorization: Basic abc\r\nX-Api-Key: k2\r\n\r\n")),
+            "k2");
   EXPECT_EQ(ApiKey(Parse("GET / HTTP/1.1\r\n\r\n")), "");
 }
 
@@ -46,19 +49,86 @@ TEST(RequestTest, UpstreamHeadDropsHopByHopAndSecrets) {
   auto h = Parse(
       "POST /streams/s/infer HTTP/1.1\r\nHost: router\r\nConnection: keep-alive\r\n"
       "X-Api-Key: secret\r\nAuthorization: Bearer secret\r\nX-Gpuha-Tenant: forged\r\n"
-      "Transfer-Encoding: chunked\r\nX-Forwarded-For: 10.0.0.1\r\nContent-Type: a/b\r\n\r\n");
+      "Transfer-Encoding: chunked\r\nX-Forwarded-For: 10.0.0.1\r\nContent-Type: a/b\r\n"
+      "X_Api_Key: underscored\r\nX_Gpuha_Tenant: underscored\r\n\r\n");
   std::string out;
   AppendUpstreamHead(h, "/infer", "127.0.0.1:9001", "acme", "s", "127.0.0.2", Framing::kLength, 42,
                      &out);
   EXPECT_EQ(out.rfind("POST /infer HTTP/1.1\r\nHost: 127.0.0.1:9001\r\n", 0), 0u) << out;
   EXPECT_EQ(out.find("secret"), std::string::npos) << out;
   EXPECT_EQ(out.find("forged"), std::string::npos) << out;
+  EXPECT_EQ(out.find("underscored"), std::string::npos) << out;  // '_' names dropped, as nginx
   EXPECT_EQ(out.find("chunked"), std::string::npos) << out;
   EXPECT_EQ(out.find("keep-alive"), std::string::npos) << out;
   EXPECT_NE(out.find("X-Forwarded-For: 10.0.0.1, 127.0.0.2\r\n"), std::string::npos) << out;
   EXPECT_NE(out.find("X-Gpuha-Tenant: acme\r\n"), std::string::npos);
   EXPECT_NE(out.find("Content-Type: a/b\r\n"), std::string::npos);
   EXPECT_NE(out.find("Content-Length: 42\r\n\r\n"), std::string::npos);
+}
+
+std::optional<HeadProblem> Check(const std::string& head) {
+  return CheckHead(Parse(head + "\r\n"));
+}
+
+// Regression (request smuggling): these codings were forwarded without their
+// body, which the upstream then read as the next request.
+TEST(RequestTest, TransferCodingsOtherThanChunkedAreRefused) {
+  const std::string post = "POST /streams/a/x HTTP/1.1\r\nHost: h\r\n";
+  EXPECT_FALSE(Check(post + "Transfer-Encoding: chunked\r\n"));
+  EXPECT_FALSE(Check(post + "Transfer-Encoding: Chunked\r\n"));
+  EXPECT_FALSE(Check(post + "Content-Length: 3\r\n"));
+  for (const char* te : {"gzip", "deflate", "chunked, gzip"}) {
+    auto p = Check(post + "Transfer-Encoding: " + te + "\r\n");
+    ASSERT_TRUE(p) << te;
+    EXPECT_EQ(ReasonStatus(p->reason), 400) << te;
+    EXPECT_NE(p->detail.find("final transfer coding must be chunked"), std::string::npos) << te;
+  }
+  for (const char* te : {"xchunked", "identity", "chunked, identity", "gzip, chunked"}) {
+    auto p = Check(post + "Transfer-Encoding: " + te + "\r\n");
+    ASSERT_TRUE(p) << te;
+    EXPECT_EQ(ReasonStatus(p->reason), 501) << te;
+  }
+  auto two = Check(post + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n");
+  ASSERT_TRUE(two);
+  EXPECT_EQ(ReasonStatus(two->reason), 501);
+}
+
+TEST(RequestTest, HostAndMethodChecks) {
+  EXPECT_EQ(ReasonStatus(Check("CONNECT h:443 HTTP/1.1\r\nHost: h\r\n")->reason), 405);
+  EXPECT_EQ(ReasonStatus(Check("OPTIONS * HTTP/1.1\r\nHost: h\r\n")->reason), 405);
+  EXPECT_FALSE(Check("OPTIONS /streams/a/x HTTP/1.1\r\nHost: h\r\n"));
+  EXPECT_NE(Check("GET / HTTP/1.1\r\n")->detail.find("needs a Host"), std::string::npos);
+  EXPECT_NE(Check("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n")->detail.find("more than one"),
+            std::string::npos);
+  EXPECT_FALSE(Check("GET / HTTP/1.0\r\n"));  // HTTP/1.0 has no Host rule
+}
+
+// Regression: these spellings reached another tenant's stream, or the
+// upstream as "/../../streams/b/...".
+TEST(RequestTest, TargetsAreNormalizedBeforeRouting) {
+  EXPECT_EQ(NormalizeTarget("/streams/a/x?q=1"), "/streams/a/x?q=1");
+  EXPECT_EQ(NormalizeTarget("//streams/b/x"), "/streams/b/x");
+  EXPECT_EQ(NormalizeTarget("/./streams/b/x"), "/streams/b/x");
+  EXPECT_EQ(NormalizeTarget("/streams/a/../../streams/b/x"), "/streams/b/x");
+  EXPECT_EQ(NormalizeTarget("/streams/a/%2e%2E/b/x"), "/streams/b/x");
+  EXPECT_EQ(NormalizeTarget("/%73treams/b/x"), "/streams/b/x");  // unreserved escapes decoded
+  EXPECT_EQ(NormalizeTarget("/a%2fb"), "/a%2Fb");                // others kept, upper case
+  EXPECT_EQ(NormalizeTarget("/a/b/"), "/a/b/");
+  EXPECT_EQ(NormalizeTarget("/a/b/.."), "/a/");
+  EXPECT_EQ(NormalizeTarget("/"), "/");
+  EXPECT_EQ(NormalizeTarget("/x?p=/../y"), "/x?p=/../y");  // the query is not a path
+  EXPECT_EQ(NormalizeTarget("http://other.example/streams/b/x?q"), "/streams/b/x?q");
+  EXPECT_EQ(NormalizeTarget("http://other.example"), "/");
+  EXPECT_EQ(NormalizeTarget("http://h?q"), "/?q");
+  EXPECT_FALSE(NormalizeTarget("/../x"));
+  EXPECT_FALSE(NormalizeTarget("/a/../../x"));
+  EXPECT_FALSE(NormalizeTarget("/a%2"));
+  EXPECT_FALSE(NormalizeTarget("/a%zz"));
+  EXPECT_FALSE(NormalizeTarget("*"));
+  EXPECT_FALSE(NormalizeTarget("streams/a"));
+  EXPECT_FALSE(NormalizeTarget(""));
+  // "/Streams/" is another path (paths are case-sensitive): it names no stream.
+  EXPECT_TRUE(ExtractStream("", *NormalizeTarget("/Streams/b/x")).stream.empty());
 }
 
 TEST(RequestTest, ErrorResponseIsJsonWithRetryAfter) {

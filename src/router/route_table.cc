@@ -32,7 +32,6 @@ std::shared_ptr<const RouteTable> RouteTable::FromStatic(const std::vector<Stati
 
 void RouteTable::Index() {
   std::set<std::string> seen;
-  std::map<std::string, std::set<std::string>> tenant_seen;
   // Sorted, so every router builds the same order from the same routes.
   std::map<std::string, const RouteEntry*> sorted;
   for (const auto& [id, e] : streams_) sorted[id] = &e;
@@ -40,21 +39,12 @@ void RouteTable::Index() {
     for (const Upstream* u : {&e->primary, &e->standby}) {
       if (!u->empty() && seen.insert(u->address).second) upstreams_.push_back(*u);
     }
-    if (!e->primary.empty() && tenant_seen[e->tenant].insert(e->primary.address).second) {
-      tenants_[e->tenant].push_back(e->primary);
-    }
   }
 }
 
 const RouteEntry* RouteTable::Find(std::string_view stream) const {
   auto it = streams_.find(stream);
   return it == streams_.end() ? nullptr : &it->second;
-}
-
-const std::vector<Upstream>& RouteTable::TenantNodes(std::string_view tenant) const {
-  static const std::vector<Upstream> kNone;
-  auto it = tenants_.find(tenant);
-  return it == tenants_.end() ? kNone : it->second;
 }
 
 }  // namespace gpuha::router

@@ -41,9 +41,6 @@ class RouteTable {
   uint64_t version() const { return version_; }
   uint64_t epoch() const { return epoch_; }
   const RouteEntry* Find(std::string_view stream) const;
-  // The tenant's own serving nodes (primaries of its streams), for requests
-  // that name no stream.
-  const std::vector<Upstream>& TenantNodes(std::string_view tenant) const;
   // Every distinct upstream address, for the prober.
   const std::vector<Upstream>& upstreams() const { return upstreams_; }
   size_t size() const { return streams_.size(); }
@@ -56,7 +53,6 @@ class RouteTable {
   uint64_t version_ = 0;
   uint64_t epoch_ = 0;
   std::unordered_map<std::string, RouteEntry, StringHash, std::equal_to<>> streams_;
-  std::unordered_map<std::string, std::vector<Upstream>, StringHash, std::equal_to<>> tenants_;
   std::vector<Upstream> upstreams_;
 };
 

@@ -73,9 +73,6 @@ absl::Status Router::Start() {
   if (!upstream_tls.ok()) return upstream_tls.status();
   I.prober.SetTls(*upstream_tls);
   I.tenants = TenantSet::Build(I.config.tenants, nullptr);
-  if (!I.tenants->auth_required()) {
-    spdlog::warn("router: no tenants configured: requests need no API key and reach every stream");
-  }
   for (int i = 0; i < threads; ++i) {
     auto L = std::make_unique<Loop>(I.clock, I.config, I.shared);
     L->tls = *tls;
@@ -114,6 +111,12 @@ absl::Status Router::Start() {
   I.prober.Start();
   spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
                I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
+  if (!I.tenants->auth_required()) {
+    spdlog::warn(
+        "router: auth is off (no tenants): {}:{} answers anyone without an API key and reaches "
+        "every stream",
+        I.config.listen.host, I.port);
+  }
   return absl::OkStatus();
 }
 

@@ -7,25 +7,19 @@
 #include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/yaml_reader.h"
+#include "router/request.h"
 
 namespace gpuha::router {
 namespace {
 
-// Durations here are positive unless `allow_zero` (0 turns a feature off).
-void ReadMillis(common::YamlMap& m, absl::string_view key, std::chrono::milliseconds* out,
-                bool allow_zero = false) {
-  common::ReadMillis(m, key, out, {.min = allow_zero ? 0 : 1});
-}
+constexpr int64_t kHourMs = 3'600'000;
+constexpr int64_t kDayMs = 24 * kHourMs;
 
-template <typename T>
-void ReadPositive(common::YamlMap& m, absl::string_view key, T* out) {
-  if (auto v = m.Int(key)) {
-    if (*v < 1) {
-      m.Fail(key, "must be at least 1");
-      return;
-    }
-    *out = static_cast<T>(*v);
-  }
+// Durations here are positive unless `allow_zero` (0 turns a feature off),
+// and at most `max_ms`.
+void ReadMillis(common::YamlMap& m, absl::string_view key, std::chrono::milliseconds* out,
+                bool allow_zero = false, int64_t max_ms = kHourMs) {
+  common::ReadMillis(m, key, out, {.min = allow_zero ? 0 : 1, .max = max_ms});
 }
 
 void ReadAddress(common::YamlMap& m, absl::string_view key, common::HostPort* out) {
@@ -123,17 +117,15 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
         tc.key_hashes.push_back(*hex);
       }
     }
-    if (auto v = t.Number("requests_per_second")) {
-      if (*v < 0) t.Fail("requests_per_second", "must not be negative");
-      tc.requests_per_second = *v;
-    }
-    if (auto v = t.Number("burst")) {
-      if (*v < 1) t.Fail("burst", "must be at least 1");
-      tc.burst = *v;
-    }
-    if (auto v = t.Int("max_concurrent")) {
-      if (*v < 0) t.Fail("max_concurrent", "must not be negative");
-      tc.max_concurrent = *v;
+    // 0 is unlimited; a tiny rate such as 1e-12 would look like a limit
+    // and act as none, so the smallest is one request per 1000 s.
+    common::ReadNumberIn(t, "requests_per_second", 0.001, 1e9, &tc.requests_per_second,
+                         /*zero_ok=*/true);
+    common::ReadNumberIn(t, "burst", 1, 1e9, &tc.burst);
+    common::ReadIntIn(t, "max_concurrent", 0, 1'000'000'000, &tc.max_concurrent);
+    if (auto d = t.String("default_stream")) {
+      if (!ValidStreamId(*d)) t.Fail("default_stream", "must be 1-128 of [A-Za-z0-9._:-]");
+      tc.default_stream = *d;
     }
     c.tenants.push_back(tc);
   }
@@ -146,32 +138,22 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   }
 
   common::YamlMap limits = root.Map("limits");
-  ReadPositive(limits, "max_header_bytes", &c.limits.max_header_bytes);
-  ReadPositive(limits, "max_headers", &c.limits.max_headers);
-  ReadPositive(limits, "max_body_bytes", &c.limits.max_body_bytes);
-  if (auto v = limits.Int("retry_buffer_bytes")) {
-    if (*v < 0) limits.Fail("retry_buffer_bytes", "must not be negative");
-    c.limits.retry_buffer_bytes = static_cast<size_t>(*v);
-  }
+  // The parser's header limit is 32 bits; 1 MiB is already generous.
+  common::ReadIntIn(limits, "max_header_bytes", 1024, 1 << 20, &c.limits.max_header_bytes);
+  common::ReadIntIn(limits, "max_headers", 1, 10'000, &c.limits.max_headers);
+  common::ReadIntIn(limits, "max_body_bytes", 1, int64_t{1} << 40, &c.limits.max_body_bytes);
+  common::ReadIntIn(limits, "retry_buffer_bytes", 0, int64_t{1} << 30,
+                    &c.limits.retry_buffer_bytes);
   ReadMillis(limits, "header_timeout_ms", &c.limits.header_timeout);
-  ReadMillis(limits, "idle_timeout_ms", &c.limits.idle_timeout);
+  ReadMillis(limits, "idle_timeout_ms", &c.limits.idle_timeout, false, kDayMs);
   ReadMillis(limits, "body_timeout_ms", &c.limits.body_timeout);
   ReadMillis(limits, "connect_timeout_ms", &c.limits.connect_timeout);
-  ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout);
+  ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout, false, kDayMs);
 
   common::YamlMap failover = root.Map("failover");
-  if (auto v = failover.Number("retry_budget_percent")) {
-    if (*v < 0 || *v > 100) failover.Fail("retry_budget_percent", "must be 0 to 100");
-    c.retry_budget_percent = *v;
-  }
-  if (auto v = failover.Number("retry_min_per_second")) {
-    if (*v < 0) failover.Fail("retry_min_per_second", "must not be negative");
-    c.retry_min_per_second = *v;
-  }
-  if (auto v = failover.Number("retry_burst")) {
-    if (*v < 1) failover.Fail("retry_burst", "must be at least 1");
-    c.retry_burst = *v;
-  }
+  common::ReadNumberIn(failover, "retry_budget_percent", 0, 100, &c.retry_budget_percent);
+  common::ReadNumberIn(failover, "retry_min_per_second", 0, 1e6, &c.retry_min_per_second);
+  common::ReadNumberIn(failover, "retry_burst", 1, 1e9, &c.retry_burst);
   ReadMillis(failover, "ejection_base_ms", &c.ejection_base);
   ReadMillis(failover, "ejection_max_ms", &c.ejection_max);
   ReadMillis(failover, "sticky_ms", &c.sticky);
@@ -184,7 +166,19 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   if (c.probe_interval.count() > 0 && c.hang_after < c.probe_interval && failover.ok()) {
     failover.Fail("hang_after_ms", "must be at least probe_interval_ms");
   }
+  c.auth_none = root.Enum("auth", {"api_key", "none"}) == "none";
   if (absl::Status s = root.Finish(); !s.ok()) return s;
+  // After every other check, so that any other error is the one reported.
+  if (c.auth_none && !c.tenants.empty()) {
+    root.Fail("auth", "is none, but tenants are listed: keep one or the other");
+    return root.status();
+  }
+  if (!c.auth_none && c.tenants.empty()) {
+    root.Fail("tenants",
+              "none listed: every request would pass without an API key. List the tenants, or "
+              "say `auth: none` to run the router open");
+    return root.status();
+  }
   if (c.limits.retry_buffer_bytes > c.limits.max_body_bytes) {
     c.limits.retry_buffer_bytes = c.limits.max_body_bytes;
   }

@@ -6,8 +6,10 @@
 //   controllers: [127.0.0.1:7400]    # route watch; or static `routes:`
 //   tls: {cert: server.pem, key: server.key}
 //   upstream_tls: {ca: ca.pem, cert: router.pem, key: router.key}   # mTLS to upstreams
+//   auth: api_key                    # or none: no tenants, no keys (says so)
 //   tenants:
 //     - name: acme
+//       default_stream: cam-1        # for requests that name none (else 400)
 //       api_keys_sha256: [<hex of sha256(key)>]
 //       requests_per_second: 500
 //       burst: 1000
@@ -31,6 +33,9 @@ struct TenantConfig {
   double requests_per_second = 0;       // 0: unlimited
   double burst = 0;                     // bucket size; 0: one second's worth
   int64_t max_concurrent = 0;           // requests in flight; 0: unlimited
+  // Where a request that names no stream goes; empty: such a request is
+  // refused (400), never sent to some node of the tenant.
+  std::string default_stream{};
 };
 
 // A route given in the file instead of by a controller (labs, benchmarks).
@@ -68,7 +73,11 @@ struct RouterConfig {
   // upstream's IP). upstream_cert/key add the router's client certificate
   // (mTLS). The router's own probes use the same settings.
   std::string upstream_ca, upstream_cert, upstream_key, upstream_server_name;
-  std::vector<TenantConfig> tenants;  // empty: no auth, one implicit tenant ""
+  // Empty: no auth, one implicit tenant "". A file must say `auth: none` for
+  // that; a file with no tenants and no `auth: none` is refused, so that an
+  // emptied file (or a reload of one) cannot turn authentication off.
+  std::vector<TenantConfig> tenants;
+  bool auth_none = false;
   RouterLimits limits;
   // Real-time failover.
   // Retry budget (Finagle's): every request deposits retry_budget_percent/100

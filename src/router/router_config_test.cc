@@ -75,8 +75,9 @@ TEST(RouterConfigTest, TheExampleFileLoads) {
 }
 
 TEST(RouterConfigTest, DefaultsAreUsable) {
-  auto c = ParseRouterConfig("", "empty.yaml");
+  auto c = ParseRouterConfig("auth: none\n", "open.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->auth_none);
   EXPECT_EQ(c->listen.str(), "127.0.0.1:8080");
   EXPECT_TRUE(c->tenants.empty());
   EXPECT_GT(c->probe_interval.count(), 0);
@@ -116,6 +117,22 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"upstream_tls: {ca: ca.pem, cert: r.pem}", "upstream_tls.key"},
       {"upstream_tls: {ca: ca.pem, sni: x}", "upstream_tls.sni"},
       {"listn: 127.0.0.1:80", "listn"},
+      // Regression: an emptied file turned authentication off on reload.
+      {"", "tenants: none listed: every request would pass without an API key"},
+      {"auth: none\ntenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "]}",
+       "auth: is none, but tenants are listed"},
+      {"auth: nobody", "auth: 'nobody' is not one of: api_key, none"},
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "], default_stream: \"a b\"}",
+       "tenants[0].default_stream"},
+      // Regression: values that passed and broke every request at run time.
+      {"limits: {max_header_bytes: 4294967296}", "limits.max_header_bytes: must be between"},
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "], burst: 1e300}",
+       "tenants[0].burst: must be between 1 and"},
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
+           "], requests_per_second: 1e-12}",
+       "tenants[0].requests_per_second: must be 0 (off) or between"},
+      {"limits: {header_timeout_ms: 9223372036854775807}",
+       "limits.header_timeout_ms: must be between 1 and 3600000 ms"},
   };
   for (const BadCase& b : cases) {
     auto c = ParseRouterConfig(b.yaml, "r.yaml");

@@ -68,7 +68,7 @@ class RouterTest : public ::testing::Test {
     config_.probe_interval = milliseconds(10);
     config_.hang_after = milliseconds(80);
     config_.tenants = {{"acme", {common::Sha256Hex("k-acme")}, 0, 0, 0},
-                       {"other", {common::Sha256Hex("k-other")}, 0, 0, 0}};
+                       {"other", {common::Sha256Hex("k-other")}, 0, 0, 0, "cam-2"}};
     config_.routes = {{"cam-1", "acme", a_->address(), b_->address()},
                       {"cam-2", "other", b_->address(), a_->address()}};
   }
@@ -107,9 +107,76 @@ TEST_F(RouterTest, TenantsSeeOnlyTheirOwnStreams) {
   EXPECT_EQ(r.status, 401);
   EXPECT_NE(r.body.find("no API key"), std::string::npos);
   EXPECT_EQ(Send(port(), Get("/streams/cam-1/x", "wrong")).status, 401);
-  // No stream: the tenant's own least-loaded active node.
+  // No stream: the tenant's default_stream, and without one, nowhere.
   r = Send(port(), Get("/v2/models/m", "k-other"));
   EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find(R"("target":"/v2/models/m")"), std::string::npos) << r.body;
+  r = Send(port(), Get("/v2/models/m", "k-acme"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.headers["X-Gpuha-Error"], "no_stream");
+}
+
+// Regression (request smuggling): a body with a transfer coding other than
+// chunked was forwarded without its body, and the body, a GET, reached the
+// upstream as a second request. Now: refused, connection closed, and the
+// upstream sees nothing.
+TEST_F(RouterTest, TransferCodingSmugglingIsRefusedAndClosesTheConnection) {
+  StartRouter();
+  const std::string smuggled = "GET /streams/cam-1/smuggled HTTP/1.1\r\nHost: h\r\n\r\n";
+  for (const char* te : {"gzip", "xchunked", "identity", "chunked, identity"}) {
+    uint64_t before = a_->requests() + b_->requests();
+    std::string raw =
+        "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
+        "Transfer-Encoding: " +
+        std::string(te) + "\r\n\r\n" + smuggled;
+    net::io_context ioc;
+    tcp::socket s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    Reply r = Exchange(s, raw);
+    EXPECT_TRUE(r.status == 400 || r.status == 501) << te << ": " << r.status;
+    EXPECT_EQ(r.headers["Connection"], "close") << te;
+    // Nothing more on this connection: the smuggled GET got no answer.
+    Reply second = Exchange(s, "");
+    EXPECT_EQ(second.status, 0) << te;
+    EXPECT_EQ(a_->requests() + b_->requests(), before) << te;
+  }
+}
+
+// Regression: path spellings skipped the per-stream tenant check. cam-2 is
+// tenant other's; acme's key must never reach it, however it is spelled.
+TEST_F(RouterTest, PathSpellingsDoNotReachAnotherTenantsStream) {
+  StartRouter();
+  for (const char* t :
+       {"//streams/cam-2/x", "/./streams/cam-2/x", "/streams/cam-1/../cam-2/x",
+        "/streams/cam-1/../../streams/cam-2/x", "http://h/streams/cam-2/x", "/%73treams/cam-2/x"}) {
+    Reply r = Send(port(), Get(t));
+    EXPECT_EQ(r.status, 404) << t << ": " << r.body;
+  }
+  EXPECT_EQ(Send(port(), Get("/Streams/cam-2/x")).status, 400);  // names no stream
+  Reply up = Send(port(), Get("/../x"));
+  EXPECT_EQ(up.status, 400);
+  EXPECT_NE(up.body.find("cannot be normalized"), std::string::npos) << up.body;
+  // What reaches the upstream is the normalized target.
+  Reply ok = Send(port(), Get("/streams/cam-1/a/./b/../infer"));
+  EXPECT_NE(ok.body.find(R"("target":"/a/infer")"), std::string::npos) << ok.body;
+}
+
+TEST_F(RouterTest, MalformedFramingAndMethodsGetAnAnswer) {
+  StartRouter();
+  // A bad chunk size closed the connection with no answer.
+  Reply chunk = Send(port(),
+                     "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n");
+  EXPECT_EQ(chunk.status, 400) << chunk.error;
+  EXPECT_NE(chunk.body.find("malformed body"), std::string::npos) << chunk.body;
+  EXPECT_EQ(Send(port(), "CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n").status, 405);
+  EXPECT_EQ(Send(port(), "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").status, 405);
+  EXPECT_EQ(Send(port(), "GET /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\n\r\n").status,
+            400);  // no Host
+  // Authorization: Basic beside a valid X-Api-Key is not a 401.
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x", "k-acme", "Authorization: Basic Zm9vOmJhcg==\r\n"))
+                .status,
+            200);
 }
 
 // A node that failed, left the routes, came back on the same address and
@@ -246,8 +313,8 @@ TEST_F(RouterTest, EmptyRouteTableAndUnplacedStreams) {
   StartRouter();
   EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 404);
   Reply r = Send(port(), Get("/v2/models/m"));
-  EXPECT_EQ(r.status, 503);
-  EXPECT_NE(r.body.find("no active node"), std::string::npos);
+  EXPECT_EQ(r.status, 400);  // names no stream, and acme has no default
+  EXPECT_NE(r.body.find("names no stream"), std::string::npos);
   v1::RouteSnapshot s;
   s.set_version(2);
   v1::Route* route = s.add_routes();
@@ -342,7 +409,7 @@ TEST_F(RouterTest, BadRequestsGetClearErrorsAndNeverCrashIt) {
   EXPECT_EQ(r.status, 431);
   EXPECT_NE(r.body.find("too_many_headers"), std::string::npos);
   r = Send(port(),
-           "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
+           "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
                std::string(5000, 'x'));
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(Send(port(), Get("/streams/bad%20id/x")).status, 400);
@@ -357,7 +424,7 @@ TEST_F(RouterTest, StreamsLargeAndChunkedBodiesBothWays) {
   StartRouter();
   // 3 MB chunked request body: past the retry buffer, streamed through.
   std::string raw =
-      "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+      "POST /streams/cam-1/infer HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
       "Transfer-Encoding: chunked\r\n\r\n";
   std::string piece(100000, 'z');
   for (int i = 0; i < 30; ++i) raw += "186a0\r\n" + piece + "\r\n";
@@ -388,7 +455,7 @@ TEST_F(RouterTest, BodyStreamedPastTheBufferIsNotRetried) {
   config_.limits.response_timeout = milliseconds(300);
   StartRouter();
   std::string raw =
-      "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+      "POST /streams/cam-1/infer HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
       "Content-Length: 100000\r\n\r\n" +
       std::string(100000, 'q');
   Reply r = Send(port(), raw);
@@ -397,7 +464,7 @@ TEST_F(RouterTest, BodyStreamedPastTheBufferIsNotRetried) {
   EXPECT_EQ(b_->requests(), 0u);
   // A small body in the same situation is re-sent.
   r = Send(port(),
-           "POST /streams/cam-1/infer HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+           "POST /streams/cam-1/infer HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
            "Content-Length: 3\r\n\r\nabc");
   EXPECT_EQ(r.status, 200) << r.error << r.body;
 }
@@ -409,7 +476,7 @@ TEST_F(RouterTest, ClientLeavingMidBodyIsCountedAndHarmless) {
     tcp::socket s(ioc);
     s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
     std::string head =
-        "POST /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k-acme\r\n"
+        "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\n"
         "Content-Length: 100000\r\n\r\nabc";
     net::write(s, net::buffer(head));
   }  // closed mid-body
@@ -600,7 +667,7 @@ TEST_F(RouterTest, SlowHeadersAreCutOff) {
   net::io_context ioc;
   tcp::socket s(ioc);
   s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
-  net::write(s, net::buffer(std::string("GET /streams/cam-1/x HTTP/1.1\r\nX-Api-Key: k")));
+  net::write(s, net::buffer(std::string("GET /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k")));
   auto t0 = std::chrono::steady_clock::now();
   char c;
   boost::system::error_code ec;

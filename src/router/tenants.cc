@@ -41,6 +41,7 @@ std::shared_ptr<TenantSet> TenantSet::Build(const std::vector<TenantConfig>& ten
                            tc.burst > 0 ? tc.burst : std::max(1.0, tc.requests_per_second))
                      : nullptr;
     t->max_concurrent = tc.max_concurrent;
+    t->default_stream = tc.default_stream;
     set->by_name_[tc.name] = t;
     for (const std::string& h : tc.key_hashes) set->by_hash_[h] = t;
   }

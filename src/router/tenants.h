@@ -35,6 +35,7 @@ struct Tenant {
   std::string name;
   std::unique_ptr<RateLimiter> limiter;  // null: unlimited
   int64_t max_concurrent = 0;            // 0: unlimited
+  std::string default_stream;            // empty: a request must name its stream
   // Shared with the same tenant in a reloaded set, so requests in flight
   // across a reload are counted once.
   std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);

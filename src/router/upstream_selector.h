@@ -78,18 +78,6 @@ UpstreamOrder<U> StreamOrder(U* primary, U* standby, bool stuck, common::TimePoi
   return order;
 }
 
-// A request that names no stream: the tenant's nodes, given in round-robin
-// order, become the two least loaded (in this loop), usable ones first.
-template <class U>
-void LeastLoaded(UpstreamOrder<U>& order, common::TimePoint now) {
-  static_assert(std::is_base_of_v<UpstreamHealth, U>);
-  SmallStableSort(order, [&](const U* a, const U* b) {
-    if (a->usable(now) != b->usable(now)) return a->usable(now);
-    return a->in_flight < b->in_flight;
-  });
-  if (order.size() > 2) order.resize(2);
-}
-
 // Down, hung and unresolvable upstreams are dropped; ejected ones stay as a
 // last resort, behind the usable ones.
 template <class U>

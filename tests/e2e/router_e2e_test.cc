@@ -15,6 +15,7 @@
 #include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
+#include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
@@ -206,6 +207,32 @@ TEST_F(RouterE2eTest, SighupReloadsTenantsWithoutDroppingConnections) {
   std::this_thread::sleep_for(milliseconds(200));
   EXPECT_EQ(Send(port_, Get("/streams/s1/x", "k2")).status, 200);
   EXPECT_NE(router_->err().find("reload refused"), std::string::npos) << router_->err();
+  // Regression: `: > router.yaml; kill -HUP` turned authentication off
+  // ("reloaded (0 tenant(s))"). An emptied file is refused, and so is a
+  // config path that became a directory; keys are still required.
+  auto refusals = [&] {
+    std::string err = router_->err();
+    size_t n = 0;
+    for (size_t at = err.find("reload refused"); at != std::string::npos;
+         at = err.find("reload refused", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  WriteConfig("");
+  router_->Signal(SIGHUP);
+  EXPECT_TRUE(gpuha::testing::Eventually([&] { return refusals() >= 2; }, milliseconds(5000)))
+      << router_->err();
+  EXPECT_NE(router_->err().find("tenants: none listed"), std::string::npos) << router_->err();
+  EXPECT_EQ(Send(port_, Get("/streams/s1/x", "")).status, 401);
+  std::filesystem::remove(dir_ / "router.yaml");
+  std::filesystem::create_directory(dir_ / "router.yaml");
+  router_->Signal(SIGHUP);
+  EXPECT_TRUE(gpuha::testing::Eventually([&] { return refusals() >= 3; }, milliseconds(5000)))
+      << router_->err();
+  EXPECT_NE(router_->err().find("is a directory"), std::string::npos) << router_->err();
+  EXPECT_EQ(Send(port_, Get("/streams/s1/x", "")).status, 401);
+  EXPECT_EQ(Send(port_, Get("/streams/s1/x", "k2")).status, 200);
 }
 
 TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
@@ -213,7 +240,7 @@ TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
   ChildProcess p({kGpuha, "router", "--config", (dir_ / "router.yaml").string()});
   EXPECT_EQ(p.Wait(milliseconds(10000)), 2);
   EXPECT_NE(p.err().find("limits.max_headers"), std::string::npos) << p.err();
-  WriteConfig("tls: {cert: /nonexistent.pem, key: /nonexistent.key}\n");
+  WriteConfig("auth: none\ntls: {cert: /nonexistent.pem, key: /nonexistent.key}\n");
   ChildProcess q(
       {kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen", "127.0.0.1:0"});
   EXPECT_EQ(q.Wait(milliseconds(10000)), 2);
