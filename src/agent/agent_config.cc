@@ -3,11 +3,13 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
+#include "common/names.h"
 #include "common/yaml_reader.h"
 #include "gpu/gpu_models.h"
 
@@ -105,12 +107,9 @@ absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
 
 absl::Status ValidateAgentConfig(const AgentConfig& c) {
   if (c.node.empty()) return absl::InvalidArgumentError("node: a node name is required (--node)");
-  for (char ch : c.node) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' &&
-        ch != '.') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node: '", c.node, "' may hold only letters, digits, '-', '_' and '.'"));
-    }
+  if (!common::ValidName(c.node)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node: '", absl::CHexEscape(c.node), "' must be ", common::kNameRule));
   }
   if (c.controllers.empty()) {
     return absl::InvalidArgumentError(

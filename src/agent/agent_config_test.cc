@@ -80,7 +80,7 @@ TEST(AgentConfigTest, ValidationNamesWhatIsMissing) {
   AgentConfig c;
   EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("node"));
   c.node = "bad node!";
-  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("may hold only"));
+  EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("must be 1-63 of"));
   c.node = "n1";
   EXPECT_THAT(std::string(ValidateAgentConfig(c).message()), HasSubstr("--controller"));
   c.controllers = {{"127.0.0.1", 1}};

@@ -4,12 +4,15 @@
 #include <iostream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
 #include "common/http_server.h"
 #include "common/log.h"
+#include "common/names.h"
+#include "common/net_util.h"
 #include "controller/controller.h"
 #include "controller/service.h"
 
@@ -24,6 +27,8 @@ ControllerCommand::ControllerCommand(CLI::App& parent) {
   app_->add_option("--grpc-listen", grpc_listen_, "HOST:PORT for agents and routers");
   app_->add_option("--http-listen", http_listen_, "HOST:PORT for the API and /metrics");
   app_->add_option("--store", store_path_, "SQLite file (overrides store.path)");
+  app_->add_flag("--init", init_,
+                 "Begin a new cluster state in a store file that exists but holds none");
 }
 
 int ControllerCommand::Run() {
@@ -34,6 +39,13 @@ int ControllerCommand::Run() {
     spdlog::error("controller: {}", config.status().message());
     return kExitBadInput;
   }
+  for (auto [flag, value] :
+       {std::pair{"--grpc-listen", &grpc_listen_}, std::pair{"--http-listen", &http_listen_}}) {
+    if (!value->empty() && !common::ParseHostPort(*value, flag).ok()) {
+      spdlog::error("controller: {}: '{}' is not HOST:PORT", flag, *value);
+      return kExitBadInput;
+    }
+  }
   if (!grpc_listen_.empty()) config->grpc_listen = grpc_listen_;
   if (!http_listen_.empty()) config->http_listen = http_listen_;
   if (!store_path_.empty()) config->store_path = store_path_;
@@ -42,7 +54,7 @@ int ControllerCommand::Run() {
     spdlog::warn("controller: no store.path: state lives in memory and dies with the process");
     store = std::make_unique<controller::MemoryStore>();
   } else {
-    auto sqlite = controller::SqliteStore::Open(config->store_path);
+    auto sqlite = controller::SqliteStore::Open(config->store_path, {.init = init_});
     if (!sqlite.ok()) {
       spdlog::error("controller: {}", sqlite.status().message());
       return kExitFailure;
@@ -146,6 +158,27 @@ int CtlCommand::Run() {
               << args_.size() << "\n";
     return kExitBadInput;
   }
+  // Every value that goes into the request line or a header is checked
+  // first: a token or name holding CR LF would write a header of its own.
+  for (size_t i = 0; i < token_.size(); ++i) {
+    auto c = static_cast<unsigned char>(token_[i]);
+    if (c < 0x20 || c == 0x7f) {
+      std::cerr << absl::StrFormat("gpuha ctl: --token: control character 0x%02x at byte %d\n", c,
+                                   i);
+      return kExitBadInput;
+    }
+  }
+  const bool names_stream = command_ == "add-stream" || command_ == "remove-stream";
+  if (!args_.empty() && !names_stream && !common::ValidName(args_[0])) {
+    std::cerr << "gpuha ctl " << command_ << ": '" << absl::CHexEscape(args_[0])
+              << "' is not a node name (" << common::kNameRule << ")\n";
+    return kExitBadInput;
+  }
+  if (names_stream && !common::ValidStreamId(args_[0])) {
+    std::cerr << "gpuha ctl " << command_ << ": '" << absl::CHexEscape(args_[0])
+              << "' is not a stream ID (" << common::kStreamIdRule << ")\n";
+    return kExitBadInput;
+  }
   std::string method = "GET", path, body;
   if (command_ == "status" || command_ == "nodes") path = "/api/v1/nodes";
   if (command_ == "streams") path = "/api/v1/streams";
@@ -168,6 +201,11 @@ int CtlCommand::Run() {
       std::cerr << "gpuha ctl add-stream: --tenant is required\n";
       return kExitBadInput;
     }
+    if (!common::ValidName(tenant_)) {
+      std::cerr << "gpuha ctl add-stream: --tenant: '" << absl::CHexEscape(tenant_)
+                << "' is not a tenant name (" << common::kNameRule << ")\n";
+      return kExitBadInput;
+    }
     method = "POST";
     path = "/api/v1/streams";
     body = json{{"id", args_[0]}, {"tenant", tenant_}, {"weight", weight_}}.dump();
@@ -186,7 +224,9 @@ int CtlCommand::Run() {
   json j = json::parse(r->body, nullptr, false);
   if (r->status >= 400) {
     std::cerr << "gpuha ctl: " << r->status << ": "
-              << (j.is_object() && j.contains("error") ? j["error"].get<std::string>() : r->body)
+              << (j.is_object() && j.contains("error") && j["error"].is_string()
+                      ? j["error"].get<std::string>()
+                      : r->body)
               << "\n";
     return r->status == 400 || r->status == 404 || r->status == 409 ? kExitBadInput : kExitFailure;
   }
@@ -194,6 +234,19 @@ int CtlCommand::Run() {
     std::cout << r->body;
     return kExitOk;
   }
+  // A controller of another version may answer another shape: say so
+  // instead of aborting on a JSON type error.
+  try {
+    Print(j);
+  } catch (const json::exception& e) {
+    std::cerr << "gpuha ctl: " << controller_ << " answered " << path
+              << " in a shape this ctl does not read (" << e.what() << "); --json prints it\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+void CtlCommand::Print(const json& j) const {
   if (command_ == "status" || command_ == "nodes") {
     Table(j, {"name", "role", "state", "health", "load", "capacity", "connected", "fenced"});
   } else if (command_ == "streams") {
@@ -225,7 +278,6 @@ int CtlCommand::Run() {
   } else {
     std::cout << j.dump(2) << "\n";
   }
-  return kExitOk;
 }
 
 }  // namespace gpuha::cli

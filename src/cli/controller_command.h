@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace gpuha::cli {
@@ -18,6 +19,7 @@ class ControllerCommand {
   std::string grpc_listen_;
   std::string http_listen_;
   std::string store_path_;
+  bool init_ = false;
 };
 
 class CtlCommand {
@@ -36,6 +38,9 @@ class CtlCommand {
   std::vector<std::string> args_;
   std::string tenant_;
   int64_t weight_ = 1;
+  // Prints the API's answer as a table; throws nlohmann::json::exception on
+  // a shape it does not know.
+  void Print(const nlohmann::json& j) const;
 };
 
 }  // namespace gpuha::cli

@@ -23,12 +23,12 @@ TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   c.comment = "three nodes";
   c.nodes = {{.name = "n1", .capacity = 4, .address = "127.0.0.1:9001"},
              {.name = "n2", .role = "passive", .capacity = 6, .address = "127.0.0.1:9002"}};
-  c.tenants = {"acme", "globex: inc"};
+  c.tenants = {"acme", "globex"};
   c.grpc_listen = "127.0.0.1:7500";
   c.store_path = "/tmp/x y/c.db";
   c.healthy_for_ms = 500;
   c.max_failures = 7;
-  c.startup_grace_ms = 1500;
+  c.startup_grace_ms = 3000;
   std::string yaml = c.Yaml();
   EXPECT_EQ(yaml.rfind("# three nodes\n", 0), 0u) << yaml;
   auto parsed = controller::ParseControllerConfig(yaml, "c.yaml");
@@ -39,14 +39,14 @@ TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   EXPECT_EQ(parsed->nodes[1].spec.role, controller::Role::kPassive);
   EXPECT_EQ(parsed->nodes[1].spec.capacity, 6);
   EXPECT_EQ(parsed->nodes[1].address, "127.0.0.1:9002");
-  EXPECT_EQ(parsed->tenants, (std::vector<std::string>{"acme", "globex: inc"}));
+  EXPECT_EQ(parsed->tenants, (std::vector<std::string>{"acme", "globex"}));
   EXPECT_EQ(parsed->grpc_listen, "127.0.0.1:7500");
   EXPECT_EQ(parsed->http_listen, controller::ControllerConfig().http_listen);  // unset: default
   EXPECT_EQ(parsed->store_path, "/tmp/x y/c.db");
   EXPECT_EQ(parsed->healthy_for, milliseconds(500));
   EXPECT_EQ(parsed->max_failures, 7);
   EXPECT_EQ(parsed->failure_window, controller::ControllerConfig().failure_window);
-  EXPECT_EQ(parsed->startup_grace, milliseconds(1500));
+  EXPECT_EQ(parsed->startup_grace, milliseconds(3000));
 }
 
 TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {

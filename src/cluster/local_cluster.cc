@@ -127,6 +127,15 @@ absl::Status LocalCluster::InjectSimFault(const LocalNode& n, const std::string&
   return absl::OkStatus();
 }
 
+bool LocalCluster::WaitGraceOver(milliseconds timeout) {
+  return WaitFor(
+      [&] {
+        auto s = Api("GET", "/api/v1/status");
+        return s.ok() && s->value("startup_grace_left_ms", int64_t{-1}) == 0;
+      },
+      timeout);
+}
+
 bool LocalCluster::WorkerReady(const LocalNode& n, milliseconds timeout) {
   return WaitFor(
       [&] {

@@ -83,6 +83,10 @@ class LocalCluster {
                                      const std::string& body = "") const;
   // POST /v1/sim/faults on the node's agent.
   [[nodiscard]] absl::Status InjectSimFault(const LocalNode& n, const std::string& spec) const;
+  // Whether the controller's startup grace (no failover while agents
+  // reconnect) is over within `timeout`; faults injected before it would
+  // find a controller that fails nothing over.
+  bool WaitGraceOver(std::chrono::milliseconds timeout);
   // Whether the node's worker answers ready within `timeout`.
   bool WorkerReady(const LocalNode& n, std::chrono::milliseconds timeout);
 

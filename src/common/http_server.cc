@@ -8,6 +8,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/listen.h"
+#include "common/log.h"
 #include "common/query.h"
 
 namespace gpuha::common {
@@ -100,6 +102,16 @@ struct HttpServer::Impl {
   void Accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
+      if (OutOfDescriptors(ec)) {  // pause, as every accept loop does
+        if (!paused) spdlog::error("http {}: accept: {}; pausing accepts", port, ec.message());
+        paused = true;
+        pause.expires_after(kAcceptPause);
+        pause.async_wait([this](beast::error_code wec) {
+          if (!wec && acceptor.is_open()) Accept();
+        });
+        return;
+      }
+      paused = false;
       if (!ec) std::make_shared<Session>(std::move(socket), options, handler)->Start();
       if (acceptor.is_open()) Accept();
     });
@@ -108,6 +120,9 @@ struct HttpServer::Impl {
   HttpHandler handler;
   asio::io_context io;
   tcp::acceptor acceptor;
+  asio::steady_timer pause{io};
+  bool paused = false;
+  uint16_t port = 0;
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
@@ -131,6 +146,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
                                                impl.options.port, ": ", ec.message()));
   }
   server->port_ = impl.acceptor.local_endpoint().port();
+  impl.port = server->port_;
   impl.Accept();
   server->thread_ = std::thread([&impl] { impl.io.run(); });
   return server;
@@ -163,7 +179,12 @@ absl::StatusOr<HttpResult> HttpCall(const std::string& method, const std::string
   absl::Status status = absl::DeadlineExceededError(absl::StrCat(
       method, " http://", host, ":", port, target, ": no answer within ", timeout.count(), " ms"));
   http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-  req.set(http::field::host, absl::StrCat(host, ":", port));
+  for (unsigned char c : bearer_token) {
+    if (c < 0x20 || c == 0x7f) {  // CR and LF would start a header of their own
+      return absl::InvalidArgumentError("the bearer token holds a control character");
+    }
+  }
+  req.set(http::field::host, absl::StrCat(address.is_v6() ? "[" + host + "]" : host, ":", port));
   if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = body;
@@ -208,7 +229,20 @@ absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url) {
   std::string hostport = rest.substr(0, slash);
   if (slash != std::string::npos) out.target = rest.substr(slash);
   size_t colon = hostport.rfind(':');
-  out.host = hostport.substr(0, colon);
+  if (!hostport.empty() && hostport[0] == '[') {  // an IPv6 literal: [::1]:7401
+    size_t close = hostport.find(']');
+    if (close == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("'", url, "': no ']' after an IPv6 host"));
+    }
+    out.host = hostport.substr(1, close - 1);
+    colon =
+        close + 1 < hostport.size() && hostport[close + 1] == ':' ? close + 1 : std::string::npos;
+    if (close + 1 < hostport.size() && colon == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("'", url, "': junk after ']'"));
+    }
+  } else {
+    out.host = hostport.substr(0, colon);
+  }
   if (colon != std::string::npos) {
     uint32_t port = 0;
     if (!absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port == 0 || port > 65535) {

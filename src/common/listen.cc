@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -71,7 +72,12 @@ net::awaitable<void> LoopServer::Accept(tcp::acceptor& a) {
     boost::system::error_code ec;
     tcp::socket sock = co_await a.async_accept(net::redirect_error(net::use_awaitable, ec));
     if (ec == net::error::operation_aborted) co_return;
-    if (ec) continue;  // EMFILE and friends: keep accepting
+    if (OutOfDescriptors(ec)) {
+      net::steady_timer pause(a.get_executor(), kAcceptPause);
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+      continue;
+    }
+    if (ec) continue;
     sock.set_option(tcp::no_delay(true), ec);
     net::co_spawn(a.get_executor(), serve_(std::move(sock)), net::detached);
   }

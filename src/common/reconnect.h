@@ -27,12 +27,22 @@ namespace gpuha::common {
 class ReconnectPolicy {
  public:
   ReconnectPolicy(std::vector<HostPort> targets, uint64_t seed)
-      : targets_(std::move(targets)),
-        backoff_({.initial = std::chrono::milliseconds(100),
-                  .max = std::chrono::milliseconds(2000),
-                  .stable_after = std::chrono::milliseconds(5000),
-                  .jitter = 0.2,
-                  .seed = seed}) {}
+      : targets_(std::move(targets)), backoff_(BackoffOptions(seed)) {}
+
+  static Backoff::Options BackoffOptions(uint64_t seed) {
+    return {.initial = std::chrono::milliseconds(100),
+            .max = std::chrono::milliseconds(2000),
+            .stable_after = std::chrono::milliseconds(5000),
+            .jitter = 0.2,
+            .seed = seed};
+  }
+  // The longest a client waits between two attempts (max plus its jitter):
+  // a restarted controller must wait at least this long for its agents
+  // before it takes their silence for failure.
+  static Duration LongestWait() {
+    Backoff::Options o = BackoffOptions(0);
+    return std::chrono::duration_cast<Duration>(o.max * (1 + o.jitter));
+  }
 
   // The controller to try now. At least one must be listed.
   const HostPort& target() const { return targets_[next_ % targets_.size()]; }

@@ -51,7 +51,15 @@ YamlDocument::YamlDocument(YAML::Node root, std::string source)
 absl::StatusOr<YamlDocument> YamlDocument::LoadString(absl::string_view text, std::string source) {
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(text));
+    // Every document, so that a second one is an error instead of being
+    // silently ignored (a stray "---" once hid half a config).
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ":", docs[1].Mark().line + 1,
+                                                     ": a second YAML document; a config is one "
+                                                     "document (remove the '---')"));
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     // yaml-cpp marks are 0-based; editors count from 1.
     return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ":",

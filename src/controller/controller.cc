@@ -1,8 +1,11 @@
 #include "controller/controller.h"
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "controller/state_codec.h"
 
 namespace gpuha::controller {
@@ -91,7 +94,13 @@ absl::Status Controller::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
   auto meta = store_->Load("meta");
   if (!meta.ok()) return meta.status();
-  if (auto it = meta->find("epoch"); it != meta->end()) epoch_ = std::stoull(it->second);
+  if (auto it = meta->find("epoch"); it != meta->end()) {
+    // A negative epoch was once read as 18446744073709551615.
+    if (!absl::SimpleAtoi(it->second, &epoch_) || epoch_ >= (uint64_t{1} << 62)) {
+      return absl::DataLossError(
+          absl::StrCat("store: meta.epoch: '", absl::CHexEscape(it->second), "' is not an epoch"));
+    }
+  }
   // A restarted controller starts a new epoch: its route versions count from
   // 1 again, and routers take a newer epoch's snapshot over any older one.
   ++epoch_;
@@ -122,6 +131,19 @@ absl::Status Controller::Recover() {
     absl::StatusOr<StreamRecord> r = DecodeStream(id, text);
     if (!r.ok()) return r.status();
     StreamSpec spec{id, r->tenant, r->weight};
+    // Every row read back is checked as the API checks its input.
+    if (absl::Status s = CheckStreamLocked(spec); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("store: stream '", absl::CHexEscape(id), "': ", s.message()));
+    }
+    for (const std::string* node : {&r->primary, &r->standby}) {
+      const NodeState* n = node->empty() ? nullptr : FindLocked(*node);
+      if (n != nullptr && r->weight > n->cfg.spec.capacity) {
+        return absl::DataLossError(absl::StrCat("store: stream '", id, "': weight ", r->weight,
+                                                " exceeds node ", *node, "'s capacity ",
+                                                n->cfg.spec.capacity));
+      }
+    }
     if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
     specs_[id] = spec;
   }
@@ -154,15 +176,30 @@ absl::Status Controller::Recover() {
   return absl::OkStatus();
 }
 
-absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink) {
+absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
+                                        bool proven) {
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("node '", hello.node(), "' is not in the controller's config"));
+    return absl::NotFoundError(absl::StrCat("node '", absl::CHexEscape(hello.node()),
+                                            "' is not in the controller's config"));
+  }
+  if (n->sink && !proven) {
+    counters_.agents_refused++;
+    return absl::AlreadyExistsError(
+        absl::StrCat("node '", hello.node(),
+                     "' already has a connected agent; a second stream is refused until the "
+                     "first one ends (use mTLS to prove a node's name)"));
   }
   n->sink = std::move(sink);
   n->healthy_since.reset();
+  // An agent that has seen a later epoch than ours (a store restored from
+  // an old backup, or lost with --init) would ignore every fence of this
+  // one: move past it first.
+  if (hello.last_epoch() > epoch_) {
+    AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
+                                                        hello.last_epoch()));
+  }
   if (placement_.Available(hello.node())) detector_.Connected(hello.node());
   if (!n->known) {
     n->known = true;  // from now on a restarted controller expects it back
@@ -194,9 +231,26 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
   // An agent acting under an old epoch, or serving while fenced, is corrected.
+  // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
+  // an agent that never confirms once cost an event and a store write per
+  // heartbeat. A heartbeat that says fenced ends the run.
   if (n->fenced() && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
-    counters_.stale_agents_corrected++;
-    FenceLocked(*n, "still serving while fenced");
+    const common::TimePoint now = clock_->Now();
+    if (now >= n->refence_at) {
+      const bool first = n->refence_gap == common::Duration::zero();
+      n->refence_gap = first ? kRefenceFirst : std::min(2 * n->refence_gap, kRefenceMax);
+      n->refence_at = now + n->refence_gap;
+      if (first) {
+        counters_.stale_agents_corrected++;
+        FenceLocked(*n, "still serving while fenced");
+      } else {
+        counters_.fence_repeats++;
+        SendFenceLocked(*n, "still serving while fenced");
+      }
+    }
+  } else if (hb.fenced()) {
+    n->refence_gap = common::Duration::zero();
+    n->refence_at = common::TimePoint();
   }
   std::string why = n->reasons.empty()
                         ? HealthName(hb.health())
@@ -282,13 +336,17 @@ void Controller::Tick() {
   }
 }
 
+void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
+  v1::ControllerMessage m;
+  m.mutable_fence()->set_epoch(epoch_);
+  m.mutable_fence()->set_reason(why);
+  n.sink->Send(m);
+}
+
 void Controller::FenceLocked(NodeState& n, const std::string& why) {
   const std::string id = n.cfg.spec.id;
   if (n.sink) {
-    v1::ControllerMessage m;
-    m.mutable_fence()->set_epoch(epoch_);
-    m.mutable_fence()->set_reason(why);
-    n.sink->Send(m);
+    SendFenceLocked(n, why);
     EventLocked("fenced", id, "fence command sent to the agent");
     return;
   }
@@ -415,13 +473,31 @@ void Controller::PushRoutesLocked(const std::string& why) {
   routes_cv_.notify_all();
 }
 
-absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::Status Controller::CheckStreamLocked(const StreamSpec& s) const {
+  if (!common::ValidStreamId(s.id)) {
+    return absl::InvalidArgumentError(absl::StrCat("id: '", absl::CHexEscape(s.id.substr(0, 140)),
+                                                   "' must be ", common::kStreamIdRule,
+                                                   ", the rule routers route by"));
+  }
+  if (!common::ValidName(s.tenant)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tenant: '", absl::CHexEscape(s.tenant.substr(0, 70)), "' must be ", common::kNameRule));
+  }
   if (!config_.tenants.empty() && std::find(config_.tenants.begin(), config_.tenants.end(),
                                             s.tenant) == config_.tenants.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tenant: '", s.tenant, "' is not a known tenant"));
   }
+  if (s.weight < 1 || s.weight > kMaxStreamWeight) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight: must be between 1 and ", kMaxStreamWeight, ", got ", s.weight));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status bad = CheckStreamLocked(s); !bad.ok()) return bad;
   auto a = placement_.Admit(s);
   if (!a.ok()) {
     if (a.status().code() == absl::StatusCode::kFailedPrecondition) counters_.admissions_refused++;
@@ -565,11 +641,15 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A router holding this epoch may hold a later route version of it.
   if (held_epoch < epoch_) return;
-  epoch_ = held_epoch + 1;
-  EventLocked("epoch_advanced", "",
-              absl::StrCat("router ", router, " holds routes of epoch ", held_epoch,
-                           "; the controller's epoch is now ", epoch_));
+  AdvanceEpochLocked(held_epoch,
+                     absl::StrCat("router ", router, " holds routes of epoch ", held_epoch));
+}
+
+void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
+  epoch_ = past + 1;
+  EventLocked("epoch_advanced", "", absl::StrCat(why, "; the controller's epoch is now ", epoch_));
   CommitLocked({});
   PushRoutesLocked(absl::StrCat("epoch ", epoch_));
 }

@@ -5,7 +5,7 @@
 //
 //   Controller c(config, std::move(store), &clock, &fencer);
 //   RETURN_IF_ERROR(c.Recover());                // loads the store
-//   c.AgentConnected(hello, sink);               // from the gRPC service
+//   c.AgentConnected(hello, sink, proven);       // from the gRPC service
 //   c.Tick();                                    // every few ms, on one thread
 //
 // Every state change goes through one function that applies its side effects,
@@ -50,15 +50,17 @@ class AgentSink {
 
 // Every counter of the controller, declared once: the list makes both the
 // fields and their /metrics families (gpuha_controller_<field>_total).
-#define GPUHA_CONTROLLER_COUNTERS(X)                                      \
-  X(failovers, "Nodes taken out of service.")                             \
-  X(fence_hook_failures, "Fence hooks that failed or timed out.")         \
-  X(heartbeats, "Agent heartbeats received.")                             \
-  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.") \
-  X(admissions_refused, "Streams refused under N+k.")                     \
-  X(unplaced_streams, "Streams that found no node in a failover.")        \
-  X(store_errors, "Store writes that failed.")                            \
-  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")
+#define GPUHA_CONTROLLER_COUNTERS(X)                                                \
+  X(failovers, "Nodes taken out of service.")                                       \
+  X(fence_hook_failures, "Fence hooks that failed or timed out.")                   \
+  X(heartbeats, "Agent heartbeats received.")                                       \
+  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")           \
+  X(admissions_refused, "Streams refused under N+k.")                               \
+  X(unplaced_streams, "Streams that found no node in a failover.")                  \
+  X(store_errors, "Store writes that failed.")                                      \
+  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).") \
+  X(agents_refused, "Agent streams refused: a second stream for a connected node.") \
+  X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")
 
 struct ControllerCounters {
 #define GPUHA_FIELD(name, help) uint64_t name = 0;
@@ -76,9 +78,12 @@ class Controller {
   [[nodiscard]] absl::Status Recover();
 
   // --- agents ---------------------------------------------------------------
-  // NotFound for a node that is not in the config.
-  [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello,
-                                            std::shared_ptr<AgentSink> sink);
+  // NotFound for a node that is not in the config. `proven`: the transport
+  // proved the name (mTLS), so this stream replaces a connected one (a
+  // reconnect); otherwise a node with a connected agent refuses a second
+  // stream (AlreadyExists) until the first one ends.
+  [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
+                                            bool proven);
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb);
   void AgentDisconnected(const std::string& node, const AgentSink* sink);
   // Runs failure detection and recovery; call every few milliseconds.
@@ -140,7 +145,13 @@ class Controller {
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
+    // Re-sent fences to an agent that does not confirm: the next one and
+    // the gap after it (zero: not in a run).
+    common::TimePoint refence_at{};
+    common::Duration refence_gap{};
   };
+  static constexpr common::Duration kRefenceFirst = std::chrono::milliseconds(100);
+  static constexpr common::Duration kRefenceMax = std::chrono::seconds(5);
 
   // Transitions of a node's lifecycle, each its only writer: one event
   // each, and the node persisted once.
@@ -156,7 +167,11 @@ class Controller {
   void RejoinLocked(NodeState& n, const std::string& why);
   // Tells the agent (or runs the fence hook) that the node serves nothing.
   void FenceLocked(NodeState& n, const std::string& why);
+  // The fence message alone, to a connected agent: no event.
+  void SendFenceLocked(NodeState& n, const std::string& why);
   void PushRoutesLocked(const std::string& why);
+  // epoch_ = past + 1, persisted, with an event and new routes.
+  void AdvanceEpochLocked(uint64_t past, const std::string& why);
   void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
   void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
   void CommitLocked(std::vector<StoreWrite> batch);
@@ -164,6 +179,10 @@ class Controller {
                    std::optional<double> unix_ms = std::nullopt);
   nlohmann::json NodeJsonLocked(const NodeState& n) const;
   NodeState* FindLocked(const std::string& node);
+  // A stream as the API must give it (and as a store row must hold it): an
+  // ID routers can route, a known tenant, a weight in range.
+  absl::Status CheckStreamLocked(const StreamSpec& s) const;
+  static constexpr int64_t kMaxStreamWeight = 1'000'000;
 
   const ControllerConfig config_;
   std::unique_ptr<Store> store_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
+#include "common/names.h"
 #include "common/yaml_reader.h"
 
 namespace gpuha::controller {
@@ -30,16 +31,17 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   common::YamlMap root = doc->Root();
   ControllerConfig c;
   common::YamlMap cluster = root.Map("cluster");
-  if (auto k = cluster.Int("redundancy")) {
-    if (*k < 0) cluster.Fail("redundancy", "must not be negative");
-    c.redundancy = *k;
-  }
+  common::ReadIntIn(cluster, "redundancy", 0, 64, &c.redundancy);
   root.Require("nodes");
   std::set<std::string> names;
   std::vector<common::YamlMap> nodes = root.MapList("nodes");
   for (common::YamlMap& n : nodes) {
     NodeConfig nc;
     if (n.Require("name")) nc.spec.id = n.String("name").value_or("");
+    if (n.ok() && !common::ValidName(nc.spec.id)) {
+      n.Fail("name", absl::StrCat("'", absl::CHexEscape(nc.spec.id), "' must be ",
+                                  common::kNameRule, " (an agent's --node)"));
+    }
     if (!nc.spec.id.empty() && !names.insert(nc.spec.id).second) {
       n.Fail("name", absl::StrCat("node '", nc.spec.id, "' is listed twice"));
     }
@@ -49,22 +51,41 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       nc.spec.role = *r;
     }
     if (n.Require("capacity")) {
-      int64_t cap = n.Int("capacity").value_or(0);
-      if (cap < 1 && n.ok()) n.Fail("capacity", "must be at least 1 stream unit");
-      nc.spec.capacity = cap;
+      // Stream units; INT64_MAX once made the 409 text's total -4.
+      common::ReadIntIn(n, "capacity", 1, 1'000'000, &nc.spec.capacity);
     }
     if (auto b = n.Bool("cpu_only")) nc.spec.cpu_only = *b;
-    if (auto a = n.String("address")) nc.address = *a;
+    if (auto a = n.String("address")) {
+      if (absl::StatusOr<common::HostPort> hp = common::ParseHostPort(*a, "address"); !hp.ok()) {
+        n.Fail("address", absl::StrCat("'", *a, "' is not HOST:PORT"));
+      }
+      nc.address = *a;
+    }
     c.nodes.push_back(nc);
   }
   if (root.ok() && c.redundancy >= static_cast<int64_t>(c.nodes.size())) {
     cluster.Fail("redundancy", absl::StrCat("k=", c.redundancy, " is impossible with ",
                                             c.nodes.size(), " node(s): nodes must exceed k"));
   }
-  if (auto t = root.StringList("tenants")) c.tenants = *t;
+  if (auto t = root.StringList("tenants")) {
+    c.tenants = *t;
+    for (const std::string& name : c.tenants) {
+      if (!common::ValidName(name)) {
+        root.Fail("tenants",
+                  absl::StrCat("'", absl::CHexEscape(name), "' must be ", common::kNameRule));
+        break;
+      }
+    }
+  }
   common::YamlMap listen = root.Map("listen");
-  if (auto g = listen.String("grpc")) c.grpc_listen = *g;
-  if (auto h = listen.String("http")) c.http_listen = *h;
+  for (auto [key, out] : {std::pair{"grpc", &c.grpc_listen}, std::pair{"http", &c.http_listen}}) {
+    if (auto v = listen.String(key)) {
+      if (!common::ParseHostPort(*v, key).ok()) {
+        listen.Fail(key, absl::StrCat("'", *v, "' is not HOST:PORT"));
+      }
+      *out = *v;
+    }
+  }
   common::YamlMap store = root.Map("store");
   if (auto p = store.String("path")) c.store_path = *p;
   common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"), {.ca_needs_cert = true});
@@ -82,8 +103,14 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
                        .value_or(ApiRole::kViewer);
     }
     if (t.Require("sha256")) {
-      if (std::optional<std::string> hex = common::ReadSha256Hex(t, "sha256"))
-        c.tokens[*hex] = token;
+      if (std::optional<std::string> hex = common::ReadSha256Hex(t, "sha256")) {
+        // Regression: a hash listed twice with two roles silently took the
+        // last one (and became admin).
+        if (!c.tokens.emplace(*hex, token).second) {
+          t.Fail("sha256", absl::StrCat("this token hash is already listed (as '",
+                                        c.tokens[*hex].name, "'); one token, one role"));
+        }
+      }
     }
   }
   common::YamlMap fence = root.Map("fence");
@@ -103,15 +130,13 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   }
   common::YamlMap rec = root.Map("recovery");
   common::ReadMillis(rec, "healthy_for_ms", &c.healthy_for, {.min = 0});
-  if (auto n = rec.Int("max_failures")) {
-    if (*n < 1) rec.Fail("max_failures", "must be at least 1");
-    c.max_failures = static_cast<int>(*n);
-  }
-  if (auto s = rec.Int("window_s")) {
-    if (*s < 1) rec.Fail("window_s", "must be at least 1");
-    c.failure_window = std::chrono::seconds(*s);
-  }
-  common::ReadMillis(root, "startup_grace_ms", &c.startup_grace, {.min = 0});
+  common::ReadIntIn(rec, "max_failures", 1, 1000, &c.max_failures);
+  int64_t window_s = -1;
+  common::ReadIntIn(rec, "window_s", 1, 30 * 24 * 3600, &window_s);
+  if (window_s > 0) c.failure_window = std::chrono::seconds(window_s);
+  common::ReadMillis(
+      root, "startup_grace_ms", &c.startup_grace,
+      {.min = common::ToMillis(common::ReconnectPolicy::LongestWait()), .max = 600'000});
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   return c;
 }

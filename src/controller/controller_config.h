@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/net_util.h"
+#include "common/reconnect.h"
 #include "controller/failure_detector.h"
 #include "controller/placement.h"
 
@@ -59,8 +60,12 @@ struct ControllerConfig {
   common::Duration healthy_for = std::chrono::seconds(1);
   int max_failures = 3;
   common::Duration failure_window = std::chrono::minutes(10);
-  // After a restart, no failover until one detection window has passed.
-  common::Duration startup_grace = std::chrono::milliseconds(500);
+  // After a (re)start, no failover until every agent has had the chance to
+  // reconnect: the agents' longest reconnect wait plus half a second. A file
+  // may set more, never less (a 500 ms grace once fenced healthy nodes whose
+  // agents were still backing off after a controller outage).
+  common::Duration startup_grace =
+      common::ReconnectPolicy::LongestWait() + std::chrono::milliseconds(500);
 };
 
 [[nodiscard]] absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,

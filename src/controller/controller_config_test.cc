@@ -49,7 +49,7 @@ TEST(ControllerConfigTest, DuplicateNodesAndImpossibleKAreRefused) {
                   "  - { name: b, capacity: 1 }\n"),
               HasSubstr("cluster.redundancy: k=2 is impossible with 2 node(s)"));
   EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 0 }\n"),
-              HasSubstr("nodes[0].capacity: must be at least 1"));
+              HasSubstr("nodes[0].capacity: must be between 1 and 1000000, got 0"));
   EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1, role: standby }\n"),
               HasSubstr("nodes[0].role: 'standby' is not one of"));
   EXPECT_THAT(Err("cluster: {}\n"), HasSubstr("nodes: is required"));
@@ -59,6 +59,42 @@ TEST(ControllerConfigTest, DuplicateNodesAndImpossibleKAreRefused) {
   EXPECT_THAT(
       Err("nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\nlisten: { rpc: x }\n"),
       HasSubstr("listen.rpc: unknown key"));
+}
+
+// Regression: each of these passed validation and broke at run time.
+TEST(ControllerConfigTest, ValuesThatBreakLaterAreRefusedNamingTheField) {
+  const std::string two = "nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\n";
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 9223372036854775807 }\n  - { name: b, "
+                  "capacity: 1 }\n"),
+              HasSubstr("nodes[0].capacity: must be between 1 and 1000000"));
+  EXPECT_THAT(Err("nodes:\n  - { name: rack1/n1, capacity: 1 }\n  - { name: b, capacity: 1 }\n"),
+              HasSubstr("c.yaml:2:13: nodes[0].name: 'rack1/n1' must be 1-63 of"));
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1, address: nowhere }\n  - { name: b, "
+                  "capacity: 1 }\n"),
+              HasSubstr("nodes[0].address: 'nowhere' is not HOST:PORT"));
+  EXPECT_THAT(Err(two + "tenants: [\"a b\"]\n"), HasSubstr("tenants: 'a b' must be"));
+  EXPECT_THAT(Err(two + "startup_grace_ms: 9223372036854775807\n"),
+              HasSubstr("startup_grace_ms: must be between"));
+  EXPECT_THAT(Err(two + "recovery: { window_s: 9223372036854775807 }\n"),
+              HasSubstr("recovery.window_s: must be between 1 and"));
+  EXPECT_THAT(Err(two + "listen: { grpc: \"nowhere\" }\n"),
+              HasSubstr("c.yaml:2:17: listen.grpc: 'nowhere' is not HOST:PORT"));
+  const std::string hash = Sha256Hex("t");
+  EXPECT_THAT(Err(two + "tokens:\n  - { name: v, role: viewer, sha256: " + hash +
+                  " }\n  - { name: x, role: admin, sha256: " + hash + " }\n"),
+              HasSubstr("tokens[1].sha256: this token hash is already listed (as 'v')"));
+  EXPECT_THAT(Err(two + "---\nnodes: []\n"), HasSubstr("c.yaml:3: a second YAML document"));
+}
+
+// Regression: a restarted controller with a 500 ms grace fenced healthy
+// nodes whose agents back off up to 2.4 s between reconnects.
+TEST(ControllerConfigTest, StartupGraceCoversTheAgentsLongestReconnectWait) {
+  const std::string two = "nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\n";
+  auto c = ParseControllerConfig(two, "c.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->startup_grace, common::ReconnectPolicy::LongestWait());
+  EXPECT_THAT(Err(two + "startup_grace_ms: 500\n"),
+              HasSubstr("startup_grace_ms: must be between 2400 and 600000 ms, got 500"));
 }
 
 TEST(ControllerConfigTest, Sha256MatchesAKnownVector) {

@@ -27,6 +27,11 @@ class FakeSink : public AgentSink {
     for (const auto& m : sent) n += m.has_rejoin();
     return n;
   }
+  uint64_t last_fence_epoch() const {
+    uint64_t e = 0;
+    for (const auto& m : sent) e = m.has_fence() ? m.fence().epoch() : e;
+    return e;
+  }
   std::vector<v1::ControllerMessage> sent;
 };
 
@@ -68,7 +73,7 @@ class ControllerTest : public ::testing::Test {
     sinks_[node] = std::make_shared<FakeSink>();
     v1::Hello hello;
     hello.set_node(node);
-    ASSERT_TRUE(c_->AgentConnected(hello, sinks_[node]).ok());
+    ASSERT_TRUE(c_->AgentConnected(hello, sinks_[node], /*proven=*/true).ok());
   }
   void Beat(const std::string& node, v1::NodeHealth health = v1::NODE_HEALTH_HEALTHY,
             bool fenced = false, uint64_t epoch = 0) {
@@ -456,6 +461,68 @@ TEST_F(ControllerTest, StaleAgentServingWhileFencedIsFencedAgain) {
   EXPECT_EQ(c_->counters().stale_agents_corrected, 1u);
 }
 
+// Regression: an agent that never confirmed its fence got a fence, an event
+// and a store write on every heartbeat (20 a second). Now the fence is
+// re-sent with backoff, and only the first is an event.
+TEST_F(ControllerTest, UnconfirmedFenceIsResentWithBackoffAndLoggedOnce) {
+  Start();
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  ASSERT_EQ(sinks_["a1"]->fences(), 1);
+  size_t fenced_events = 0;
+  for (int i = 0; i < 200; ++i) {  // 10 s of 50 ms heartbeats, never confirming
+    Beat("a1", v1::NODE_HEALTH_FAILED, /*fenced=*/false, /*epoch=*/1);
+    clock_.Advance(milliseconds(50));
+  }
+  for (const std::string& t : EventTypes()) fenced_events += t == "fenced";
+  // 100 ms, 200, 400, ... capped at 5 s: about 7 re-sends in 10 s, not 200.
+  EXPECT_GE(sinks_["a1"]->fences(), 5);
+  EXPECT_LE(sinks_["a1"]->fences(), 10);
+  EXPECT_EQ(fenced_events, 2u);  // the fence, and the first correction
+  EXPECT_EQ(c_->counters().stale_agents_corrected, 1u);
+  EXPECT_GE(c_->counters().fence_repeats, 4u);
+  // A confirmation ends the run; the next disobedience is logged again.
+  Beat("a1", v1::NODE_HEALTH_FAILED, /*fenced=*/true, /*epoch=*/1);
+  Beat("a1", v1::NODE_HEALTH_FAILED, /*fenced=*/false, /*epoch=*/1);
+  EXPECT_EQ(c_->counters().stale_agents_corrected, 2u);
+}
+
+// Regression: any agent could claim any node's name; an impostor took the
+// real agent's fences. Without mTLS, a second stream for a connected node
+// is refused; a proven (mTLS) one replaces the old stream.
+TEST_F(ControllerTest, SecondAgentForAConnectedNodeIsRefusedUnlessProven) {
+  Start();
+  v1::Hello hello;
+  hello.set_node("a1");
+  auto impostor = std::make_shared<FakeSink>();
+  absl::Status s = c_->AgentConnected(hello, impostor, /*proven=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("already has a connected agent"));
+  EXPECT_EQ(c_->counters().agents_refused, 1u);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ(impostor->fences(), 0);  // the fence went to the real agent
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+  // Once the first stream ends, a new one (a reconnect) is taken.
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  EXPECT_TRUE(c_->AgentConnected(hello, impostor, /*proven=*/false).ok());
+}
+
+// Regression: a controller on an empty store (epoch 1) faced agents at
+// epoch 35, which ignored all its fences. It moves past the epoch an agent
+// reports in its hello.
+TEST_F(ControllerTest, AgentHelloWithALaterEpochMovesTheControllerPastIt) {
+  Start();
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  v1::Hello hello;
+  hello.set_node("a1");
+  hello.set_last_epoch(35);
+  ASSERT_TRUE(c_->AgentConnected(hello, sinks_["a1"], /*proven=*/false).ok());
+  EXPECT_EQ(c_->epoch(), 36u);
+  EXPECT_THAT(EventTypes(), ::testing::Contains("epoch_advanced"));
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ(sinks_["a1"]->last_fence_epoch(), c_->epoch());  // the failover's, past 36
+  EXPECT_GT(c_->epoch(), 36u);
+}
+
 TEST_F(ControllerTest, RouterAcksAreRecorded) {
   Start();
   AddStreams(1);
@@ -518,6 +585,56 @@ TEST_F(ControllerTest, RouterHoldingANewerEpochMovesTheControllerPastIt) {
   EXPECT_EQ(c_->Snapshot().epoch(), epoch + 4);
   EXPECT_EQ((*raw->Load("meta"))["epoch"], std::to_string(epoch + 4));
   EXPECT_THAT(EventTypes(), ::testing::Contains("epoch_advanced"));
+}
+
+// Regression: "victim\0evil", "a/b", spaces and 100,000-character IDs were
+// admitted; routers can route none of them, and SQLite cut the first at the
+// NUL. IDs enter by the router's rule, tenants by the name rule.
+TEST_F(ControllerTest, StreamIdsAndTenantsAreCheckedWhereTheyEnter) {
+  Start();
+  for (const std::string& id :
+       {std::string("victim\0evil", 11), std::string("a/b"), std::string("a b"),
+        std::string("a\nb"), std::string(100000, 'x'), std::string()}) {
+    auto a = c_->AddStream({id, "acme", 1});
+    ASSERT_FALSE(a.ok()) << id.size();
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(a.status().message()), HasSubstr("id: "));
+    EXPECT_LT(a.status().message().size(), 400u);  // the error does not echo 100,000 bytes
+  }
+  EXPECT_THAT(std::string(c_->AddStream({"cam-1", "ac\0me", 1}).status().message()),
+              HasSubstr("tenant: "));
+  EXPECT_THAT(std::string(c_->AddStream({"cam-1", "acme", 5000000}).status().message()),
+              HasSubstr("weight: must be between 1 and 1000000"));
+  EXPECT_TRUE(c_->AddStream({"cam-1", "acme", 1}).ok());
+}
+
+// Regression: a damaged store aborted the controller (exit 134), read a
+// negative epoch as 18446744073709551615, and loaded a stream of weight 5000
+// onto a node of capacity 10. Every row is checked as API input is.
+TEST_F(ControllerTest, DamagedStoreRowsAreClearErrorsNotCrashes) {
+  struct Case {
+    std::vector<StoreWrite> rows;
+    std::string error;
+  };
+  std::vector<Case> cases = {
+      {{{"meta", "epoch", "abc"}}, "meta.epoch: 'abc' is not an epoch"},
+      {{{"meta", "epoch", "-5"}}, "meta.epoch: '-5' is not an epoch"},
+      {{{"stream", "s1", R"({"tenant":"acme","weight":"heavy"})"}}, "weight: wrong type"},
+      {{{"stream", "s1", R"([1,2])"}}, "is corrupt"},
+      {{{"node", "a1", R"({"role":7})"}}, "role: wrong type"},
+      {{{"stream", std::string("s\0x", 3), R"({"tenant":"acme"})"}}, "id: "},
+      {{{"stream", "s1", R"({"tenant":"initech"})"}}, "'initech' is not a known tenant"},
+      {{{"stream", "s1", R"({"tenant":"acme","weight":5000,"primary":"a1"})"}},
+       "weight 5000 exceeds node a1's capacity"},
+  };
+  for (const Case& k : cases) {
+    auto store = std::make_unique<MemoryStore>();
+    ASSERT_TRUE(store->Apply(k.rows).ok());
+    Controller c(ThreePlusOne(), std::move(store), &clock_, &fencer_);
+    absl::Status s = c.Recover();
+    ASSERT_FALSE(s.ok()) << k.error;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.error));
+  }
 }
 
 TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {

@@ -1,7 +1,9 @@
 #include "controller/service.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -38,10 +40,19 @@ class ReactorSink : public AgentSink {
 
 // One agent's heartbeat stream on gRPC's callback API: no thread per agent,
 // so two thousand agents cost the controller a few pool threads.
+//
+// Who may speak for a node (Kubernetes' NodeRestriction): with mTLS, only a
+// certificate whose CN or a SAN is the node's name, and the newest such
+// stream replaces an older one (a reconnect); without mTLS, nothing proves
+// a name, so a second stream for a node whose agent is connected is refused
+// and logged (an impostor once took a node's fences).
 class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  explicit AgentReactor(Controller* c)
-      : controller_(c), sink_(std::make_shared<ReactorSink>(this)) {
+  // `identities`: the peer certificate's CN and SANs; nullopt without mTLS.
+  AgentReactor(Controller* c, std::optional<std::vector<std::string>> identities)
+      : controller_(c),
+        identities_(std::move(identities)),
+        sink_(std::make_shared<ReactorSink>(this)) {
     StartRead(&in_);
   }
   void OnReadDone(bool ok) override {
@@ -51,10 +62,25 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
         return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "the first message must be a hello naming the node"));
       }
-      if (absl::Status s = controller_->AgentConnected(in_.hello(), sink_); !s.ok()) {
+      const std::string& node = in_.hello().node();
+      if (identities_ &&
+          std::find(identities_->begin(), identities_->end(), node) == identities_->end()) {
+        spdlog::warn("controller: refused an agent claiming node '{}' with a certificate for [{}]",
+                     absl::CHexEscape(node), absl::StrJoin(*identities_, ", "));
+        return Done(grpc::Status(
+            grpc::StatusCode::PERMISSION_DENIED,
+            absl::StrCat("the client certificate does not name node '", node, "' (CN or SAN)")));
+      }
+      if (absl::Status s = controller_->AgentConnected(in_.hello(), sink_,
+                                                       /*proven=*/identities_.has_value());
+          !s.ok()) {
+        if (s.code() == absl::StatusCode::kAlreadyExists) {
+          spdlog::warn("controller: {}", s.message());
+          return Done(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, std::string(s.message())));
+        }
         return Done(grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message())));
       }
-      node_ = in_.hello().node();
+      node_ = node;
     } else if (in_.has_heartbeat()) {
       controller_->AgentHeartbeat(node_, in_.heartbeat());
     }
@@ -96,6 +122,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
     }
   }
   Controller* const controller_;
+  const std::optional<std::vector<std::string>> identities_;
   std::shared_ptr<ReactorSink> sink_;
   v1::AgentMessage in_;
   std::string node_;
@@ -146,14 +173,25 @@ int HttpCode(const absl::Status& s) {
 
 class ControllerServer::AgentServiceImpl final : public v1::AgentService::CallbackService {
  public:
-  explicit AgentServiceImpl(Controller* c) : controller_(c) {}
+  AgentServiceImpl(Controller* c, bool mtls) : controller_(c), mtls_(mtls) {}
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Connect(
-      grpc::CallbackServerContext*) override {
-    return new AgentReactor(controller_);
+      grpc::CallbackServerContext* ctx) override {
+    std::optional<std::vector<std::string>> identities;
+    if (mtls_) {
+      identities.emplace();
+      std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+      for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
+        for (const grpc::string_ref& v : auth->FindPropertyValues(property)) {
+          identities->emplace_back(v.data(), v.size());
+        }
+      }
+    }
+    return new AgentReactor(controller_, std::move(identities));
   }
 
  private:
   Controller* const controller_;
+  const bool mtls_;
 };
 
 class ControllerServer::RouteServiceImpl final : public v1::RouteService::Service {
@@ -203,7 +241,8 @@ ControllerServer::ControllerServer(Controller* controller, const ControllerConfi
 ControllerServer::~ControllerServer() { Stop(); }
 
 absl::Status ControllerServer::Start() {
-  agents_ = std::make_unique<AgentServiceImpl>(controller_);
+  agents_ = std::make_unique<AgentServiceImpl>(
+      controller_, !config_.tls_cert.empty() && !config_.tls_ca.empty());
   routes_ = std::make_unique<RouteServiceImpl>(controller_, &stopping_);
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (!config_.tls_cert.empty()) {
@@ -227,6 +266,9 @@ absl::Status ControllerServer::Start() {
   }
   grpc::ServerBuilder b;
   b.AddListeningPort(config_.grpc_listen, creds, &grpc_port_);
+  // gRPC sets SO_REUSEPORT by default: two controllers then both bound the
+  // port and the agents split between them. One port, one owner.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.RegisterService(agents_.get());
   b.RegisterService(routes_.get());
   // Agents send a keepalive every second; let them.

@@ -200,7 +200,7 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
 
 TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
   std::string dir = gpuha::testing::TestTempDir().string();
-  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir, {"n1"}));
   ControllerConfig config = Config();
   config.tls_ca = dir + "/ca.pem";
   config.tls_cert = dir + "/server.pem";
@@ -212,15 +212,16 @@ TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
   absl::Status started = server.Start();
   ASSERT_TRUE(started.ok()) << started;
   NoProcesses runner;
-  auto make_agent = [&](const char* node, bool with_cert) {
+  // `cert`: the client certificate's name; empty: none.
+  auto make_agent = [&](const char* node, const std::string& cert) {
     agent::AgentConfig ac;
     ac.node = node;
     ac.controllers = {{"127.0.0.1", static_cast<uint16_t>(server.grpc_port())}};
     ac.gpu_backend = "sim";
     ac.tls_ca = dir + "/ca.pem";
-    if (with_cert) {
-      ac.tls_cert = dir + "/agent.pem";
-      ac.tls_key = dir + "/agent.key";
+    if (!cert.empty()) {
+      ac.tls_cert = dir + "/" + cert + ".pem";
+      ac.tls_key = dir + "/" + cert + ".key";
     }
     auto probe = gpu::SimProbe::Create(ac.sim, common::RealClock::Get());
     auto a =
@@ -228,8 +229,12 @@ TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
     EXPECT_TRUE(a->Start().ok());
     return a;
   };
-  auto trusted = make_agent("n1", true);
-  auto stranger = make_agent("n2", false);
+  auto trusted = make_agent("n1", "n1");
+  auto stranger = make_agent("n2", "");
+  // Regression: any agent could claim any node. A certificate the CA signed
+  // for another name (n1's, or the generic "agent") does not make n3.
+  auto impostor = make_agent("n3", "n1");
+  auto generic = make_agent("n2", "agent");
   // The agent's side says connected once its hello is written; wait for the
   // controller to have read it too.
   for (int i = 0; i < 500 && (*controller.NodeJson("n1"))["connected"] != true; ++i) {
@@ -239,8 +244,11 @@ TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
   EXPECT_FALSE(stranger->connected());
   EXPECT_EQ((*controller.NodeJson("n1"))["connected"], true);
   EXPECT_EQ((*controller.NodeJson("n2"))["connected"], false);
+  EXPECT_EQ((*controller.NodeJson("n3"))["connected"], false);
   trusted->Stop();
   stranger->Stop();
+  impostor->Stop();
+  generic->Stop();
   server.Stop();
 }
 

@@ -57,9 +57,24 @@ class MemoryStore : public Store {
   std::vector<std::string> events_;
 };
 
+// Opening a SqliteStore:
+// - takes an exclusive lock on the file for the store's life: a second
+//   controller on the same file is refused at start (two once split the
+//   cluster and each failed the other's nodes);
+// - runs SQLite's quick_check: a damaged file is a clear error, not a crash;
+// - refuses a file that exists but holds no gpuha state (0 bytes, or its
+//   tables dropped) unless `init`: starting there would begin again at epoch
+//   1 while agents hold a higher one and ignore its fences. A path that does
+//   not exist yet is a first start: the file is built aside and renamed into
+//   place, so a file at the path always holds state.
+struct SqliteStoreOptions {
+  bool init = false;  // `gpuha controller --init`
+};
+
 class SqliteStore : public Store {
  public:
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const std::string& path, SqliteStoreOptions options = {});
   ~SqliteStore() override;
   absl::Status Apply(const std::vector<StoreWrite>& batch) override;
   absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
@@ -68,10 +83,15 @@ class SqliteStore : public Store {
                                                                           size_t limit) override;
 
  private:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  SqliteStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
   absl::Status Exec(const char* sql);
+  // Builds an initialised file at PATH.init and renames it to `path`.
+  static absl::Status CreateFresh(const std::string& path);
+  // The first column of the first row of `sql`, as text ("" when none).
+  absl::StatusOr<std::string> QueryText(const char* sql);
   std::mutex mu_;
   sqlite3* db_;
+  int lock_fd_;  // holds the flock; closed after the database
 };
 
 }  // namespace gpuha::controller

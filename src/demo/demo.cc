@@ -122,6 +122,9 @@ class Demo {
           absl::StrCat("streams did not answer through the router in 20 s; see ", c_.dir(),
                        "/router.log and gpu-*.log"));
     }
+    if (!c_.WaitGraceOver(milliseconds(20000))) {
+      return absl::UnavailableError("the controller's startup grace did not end in 20 s");
+    }
     return absl::OkStatus();
   }
 
@@ -279,6 +282,10 @@ class Demo {
           milliseconds(10000));
       if (!t->routers_reacked) return absl::DeadlineExceededError("no router re-acknowledged");
       if (!agents) return absl::DeadlineExceededError("an agent did not reconnect");
+      // The next fault must meet a controller that fails over again.
+      if (!c_.WaitGraceOver(milliseconds(20000))) {
+        return absl::DeadlineExceededError("the restarted controller's grace did not end");
+      }
       return absl::OkStatus();
     }
   }

@@ -1,11 +1,11 @@
 #include "gpu/nic.h"
 
-#include "common/testing/temp_dir.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::gpu {
 namespace {

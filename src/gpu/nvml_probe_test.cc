@@ -2,14 +2,14 @@
 // the dlopen, dlsym and call path are real; only the "driver" is scripted.
 #include "gpu/nvml_probe.h"
 
-#include "common/testing/temp_dir.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::gpu {
 namespace {

@@ -9,8 +9,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdio>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"

@@ -6,13 +6,12 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen.h"
 #include "common/log.h"
 #include "router/exchange.h"
 
 namespace gpuha::router {
 namespace {
-
-constexpr milliseconds kAcceptPause{500};
 
 // The upstreams to try for a request, in order: the stream's primary and
 // standby (the sticky rule decides which first). Down and hung upstreams are
@@ -291,15 +290,13 @@ awaitable<void> Accept(Loop& L) {
     Socket sock = co_await L.acceptor->async_accept(L.ioc.get_executor(), Redirect(ec));
     if (ec) {
       if (ec == net::error::operation_aborted) co_return;
-      // Out of descriptors: the connection stays in the backlog and accept
-      // fails again at once, so the loop would spin and log without end.
-      // Pause accepting (nginx pauses 500 ms); open connections are served
-      // meanwhile. Logged once per run of failures.
-      if (ec == net::error::no_descriptors || ec.value() == ENFILE) {
+      // Out of descriptors: pause accepting (common::kAcceptPause); open
+      // connections are served meanwhile. Logged once per run of failures.
+      if (common::OutOfDescriptors(ec)) {
         Inc(L.stats.accept_pauses);
         if (!L.accept_paused) spdlog::error("router: accept: {}; pausing accepts", ec.message());
         L.accept_paused = true;
-        net::steady_timer pause(L.ioc, kAcceptPause);
+        net::steady_timer pause(L.ioc, common::kAcceptPause);
         co_await pause.async_wait(Redirect(ec));
         continue;
       }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/names.h"
+
 namespace gpuha::router {
 namespace {
 
@@ -222,15 +224,7 @@ std::optional<std::string> NormalizeTarget(std::string_view target) {
 int ReasonStatus(Reason r) { return kReasons[static_cast<size_t>(r)].status; }
 const char* ReasonLabel(Reason r) { return kReasons[static_cast<size_t>(r)].label; }
 
-bool ValidStreamId(std::string_view id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == ':' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
+bool ValidStreamId(std::string_view id) { return common::ValidStreamId(id); }
 
 StreamRef ExtractStream(std::string_view header_value, std::string_view target) {
   StreamRef r;

@@ -128,8 +128,7 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"limits: {max_header_bytes: 4294967296}", "limits.max_header_bytes: must be between"},
       {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "], burst: 1e300}",
        "tenants[0].burst: must be between 1 and"},
-      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
-           "], requests_per_second: 1e-12}",
+      {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "], requests_per_second: 1e-12}",
        "tenants[0].requests_per_second: must be 0 (off) or between"},
       {"limits: {header_timeout_ms: 9223372036854775807}",
        "limits.header_timeout_ms: must be between 1 and 3600000 ms"},

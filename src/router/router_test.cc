@@ -409,7 +409,8 @@ TEST_F(RouterTest, BadRequestsGetClearErrorsAndNeverCrashIt) {
   EXPECT_EQ(r.status, 431);
   EXPECT_NE(r.body.find("too_many_headers"), std::string::npos);
   r = Send(port(),
-           "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\nContent-Length: 5000\r\n\r\n" +
+           "POST /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k-acme\r\nContent-Length: "
+           "5000\r\n\r\n" +
                std::string(5000, 'x'));
   EXPECT_EQ(r.status, 413);
   EXPECT_EQ(Send(port(), Get("/streams/bad%20id/x")).status, 400);
@@ -667,7 +668,8 @@ TEST_F(RouterTest, SlowHeadersAreCutOff) {
   net::io_context ioc;
   tcp::socket s(ioc);
   s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
-  net::write(s, net::buffer(std::string("GET /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k")));
+  net::write(s,
+             net::buffer(std::string("GET /streams/cam-1/x HTTP/1.1\r\nHost: h\r\nX-Api-Key: k")));
   auto t0 = std::chrono::steady_clock::now();
   char c;
   boost::system::error_code ec;

@@ -38,7 +38,6 @@ class ClusterTest : public ::testing::Test {
                {.name = "n3", .role = "passive", .capacity = 4, .address = "127.0.0.1:9003"}};
     c.tenants = {"acme"};
     c.healthy_for_ms = 500;
-    c.startup_grace_ms = 1000;
     std::ofstream(dir_ / "controller.yaml") << c.Yaml();
   }
   void StartController() {
@@ -202,6 +201,60 @@ TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   CommandResult bad = RunCommand(ctl + " add-stream cam-x");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tenant is required"));
+  // Regression: a token with CR LF wrote a header of its own.
+  CommandResult crlf = RunCommand(ctl + " --token \"$(printf 't\\r\\nX-Injected: 1')\" nodes");
+  EXPECT_EQ(crlf.exit_code, 2) << crlf.err;
+  EXPECT_THAT(crlf.err, HasSubstr("--token: control character 0x0d at byte 1"));
+  CommandResult path = RunCommand(ctl + " drain 'n1 HTTP/1.1'");
+  EXPECT_EQ(path.exit_code, 2);
+  EXPECT_THAT(path.err, HasSubstr("is not a node name"));
+  // Regression: IPv6 URLs were refused (the controller here is on IPv4, so
+  // the call fails to connect, after parsing).
+  CommandResult v6 = RunCommand(kGpuha + " ctl --controller http://[::1]:1 nodes");
+  EXPECT_EQ(v6.exit_code, 1);
+  EXPECT_THAT(v6.err, HasSubstr("unreachable"));
+}
+
+// Regression: a second controller on the same store failed every node of the
+// first within a second; an emptied store started over at epoch 1; a damaged
+// one aborted (exit 134). Each is now a refusal at start, exit 1, with why.
+TEST_F(ClusterTest, StoreProblemsStopTheControllerAtStartWithAReason) {
+  StartController();
+  ChildProcess second({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
+                       "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--store",
+                       (dir_ / "c.db").string()});
+  EXPECT_EQ(second.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(second.err(), HasSubstr("in use by another process"));
+  // The same gRPC port is not shared either (gRPC's SO_REUSEPORT is off).
+  ChildProcess same_port({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
+                          "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_), "--http-listen",
+                          "127.0.0.1:0", "--store", (dir_ / "other.db").string()});
+  EXPECT_EQ(same_port.Wait(milliseconds(10000)), 1) << same_port.err();
+
+  std::ofstream(dir_ / "empty.db").close();
+  std::vector<std::string> on_empty = {kGpuha,          "controller",
+                                       "--config",      (dir_ / "controller.yaml").string(),
+                                       "--grpc-listen", "127.0.0.1:0",
+                                       "--http-listen", "127.0.0.1:0",
+                                       "--store",       (dir_ / "empty.db").string()};
+  ChildProcess empty(on_empty);
+  EXPECT_EQ(empty.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(empty.err(), HasSubstr("holds no gpuha state"));
+  on_empty.push_back("--init");
+  ChildProcess init(on_empty);
+  EXPECT_TRUE(init.WaitForLine("gpuha controller grpc", milliseconds(10000))) << init.err();
+
+  std::ofstream(dir_ / "junk.db") << std::string(8192, 'j');
+  ChildProcess junk({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
+                     "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--store",
+                     (dir_ / "junk.db").string()});
+  EXPECT_EQ(junk.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(junk.err(), HasSubstr("junk.db"));
+
+  ChildProcess bad_flag({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
+                         "--grpc-listen", "nowhere"});
+  EXPECT_EQ(bad_flag.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(bad_flag.err(), HasSubstr("--grpc-listen: 'nowhere' is not HOST:PORT"));
 }
 
 TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
@@ -211,6 +264,17 @@ TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
   ChildProcess c({kGpuha, "controller", "--config", (dir_ / "bad.yaml").string()});
   EXPECT_EQ(c.Wait(milliseconds(10000)), 2);
   EXPECT_THAT(c.err(), HasSubstr("node 'a' is listed twice"));
+  // Regression: a directory as the config read as an empty file ("nodes: is
+  // required"); a bad listen exited 1 with no line.
+  ChildProcess dir({kGpuha, "controller", "--config", dir_.string()});
+  EXPECT_EQ(dir.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(dir.err(), HasSubstr("is a directory"));
+  std::ofstream(dir_ / "listen.yaml")
+      << "nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\n"
+         "listen: { http: \"localhost:http\" }\n";
+  ChildProcess listen({kGpuha, "controller", "--config", (dir_ / "listen.yaml").string()});
+  EXPECT_EQ(listen.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(listen.err(), HasSubstr("listen.yaml:2:17: listen.http"));
 }
 
 // The dashboard in a real headless Chromium: the page at `/` renders the

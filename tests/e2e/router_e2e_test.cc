@@ -284,7 +284,6 @@ void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
   }
   config.tenants = {"acme"};
   config.healthy_for_ms = 500;
-  config.startup_grace_ms = 1000;
   std::ofstream(dir_ / "controller.yaml") << config.Yaml();
   StartController(c);
   for (auto& [n, p] : c.ports) {
