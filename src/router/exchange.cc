@@ -5,6 +5,7 @@
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen.h"
 #include "router/tls_contexts.h"
 
 namespace gpuha::router {
@@ -81,7 +82,10 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
       co_await conn->s.async_connect(up.endpoint, Redirect(ec));
       Inc(L.stats.upstream_connects);
       if (ec) {
-        fail(conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message(), true);
+        // Out of descriptors is this router's trouble, not the upstream's:
+        // the request fails, the upstream is not ejected.
+        fail(conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message(),
+             !common::OutOfDescriptors(ec));
         co_return;
       }
       conn->s.set_option(tcp::no_delay(true), ec);

@@ -6,6 +6,7 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/listen.h"
 #include "common/log.h"
 #include "common/net_util.h"
 #include "router/tls_contexts.h"
@@ -103,7 +104,10 @@ awaitable<void> Prober::Probe(std::string address) {
       }
       if (ec) {
         close();
-        set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
+        // Out of descriptors here says nothing about the upstream: no verdict.
+        if (!common::OutOfDescriptors(ec)) {
+          set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
+        }
       }
     }
     if (s) {

@@ -61,6 +61,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   for (common::YamlMap& r : root.MapList("routes")) {
     StaticRoute s;
     if (r.Require("stream")) s.stream = r.String("stream").value_or("");
+    if (r.ok() && !ValidStreamId(s.stream)) {
+      r.Fail("stream", absl::StrCat("'", s.stream, "' must be 1-128 of [A-Za-z0-9._:-]"));
+    }
     if (!s.stream.empty() && !streams.insert(s.stream).second) {
       r.Fail("stream", absl::StrCat("stream '", s.stream, "' is listed twice"));
     }

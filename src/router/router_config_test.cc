@@ -122,6 +122,10 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"auth: none\ntenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "]}",
        "auth: is none, but tenants are listed"},
       {"auth: nobody", "auth: 'nobody' is not one of: api_key, none"},
+      // Found by the hostile-input test: a static route's stream was not
+      // checked, and the router started with a stream no request can name.
+      {"auth: none\nroutes:\n  - {stream: \"a/b\", primary: \"127.0.0.1:1\"}",
+       "routes[0].stream: 'a/b' must be"},
       {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") + "], default_stream: \"a b\"}",
        "tenants[0].default_stream"},
       // Regression: values that passed and broke every request at run time.

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <boost/asio.hpp>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -213,6 +214,48 @@ TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   CommandResult v6 = RunCommand(kGpuha + " ctl --controller http://[::1]:1 nodes");
   EXPECT_EQ(v6.exit_code, 1);
   EXPECT_THAT(v6.err, HasSubstr("unreachable"));
+}
+
+// Regression: at the descriptor limit the controller's HTTP port gave no
+// answer until connections closed, its accept loop retrying at once. It
+// pauses now, logs once, and answers again when descriptors free up.
+TEST_F(ClusterTest, ControllerApiPausesAcceptingWhenOutOfDescriptors) {
+  ChildProcess c({"/usr/bin/prlimit", "--nofile=96", kGpuha, "controller", "--config",
+                  (dir_ / "controller.yaml").string(), "--grpc-listen",
+                  "127.0.0.1:" + std::to_string(grpc_), "--http-listen",
+                  "127.0.0.1:" + std::to_string(http_)});
+  ASSERT_TRUE(c.WaitForLine("gpuha controller grpc", milliseconds(10000))) << c.err();
+  namespace net = boost::asio;
+  net::io_context ioc;
+  std::vector<std::unique_ptr<net::ip::tcp::socket>> flood;
+  for (int i = 0; i < 150; ++i) {
+    flood.push_back(std::make_unique<net::ip::tcp::socket>(ioc));
+    boost::system::error_code ec;
+    flood.back()->connect({net::ip::make_address("127.0.0.1"), http_}, ec);
+  }
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (c.err().find("pausing accepts") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_NE(c.err().find("pausing accepts"), std::string::npos) << c.err();
+  std::this_thread::sleep_for(milliseconds(1000));
+  std::string err = c.err();
+  size_t lines = 0;
+  for (size_t at = err.find("accept"); at != std::string::npos; at = err.find("accept", at + 1)) {
+    ++lines;
+  }
+  EXPECT_LE(lines, 4u) << err.substr(0, 2000);  // logged once, not per retry
+  flood.clear();
+  deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  bool answered = false;
+  while (!answered && std::chrono::steady_clock::now() < deadline) {
+    last_status_ = 0;
+    json h = Api("GET", "/healthz");
+    answered = last_status_ == 200 && h.value("ok", false);
+    if (!answered) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(answered);
 }
 
 // Regression: a second controller on the same store failed every node of the

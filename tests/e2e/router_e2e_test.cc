@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "cluster/config_builders.h"
@@ -111,10 +112,12 @@ class RouterE2eTest : public ::testing::Test {
   void StartController(ControlledCluster& c);
   void StartControlledCluster(ControlledCluster& c);
   bool WaitAllConnected(ControlledCluster& c);
-  void StartRouter(std::vector<std::string> extra = {}) {
+  // `nofile` > 0: the router runs under that file-descriptor limit.
+  void StartRouter(std::vector<std::string> extra = {}, int nofile = 0) {
     std::vector<std::string> argv = {
         kGpuha,     "router",      "--config",  (dir_ / "router.yaml").string(),
         "--listen", "127.0.0.1:0", "--threads", "2"};
+    if (nofile > 0) argv.insert(argv.begin(), {"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile)});
     argv.insert(argv.end(), extra.begin(), extra.end());
     router_ = std::make_unique<ChildProcess>(argv);
     auto rest = router_->WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
@@ -233,6 +236,60 @@ TEST_F(RouterE2eTest, SighupReloadsTenantsWithoutDroppingConnections) {
   EXPECT_NE(router_->err().find("is a directory"), std::string::npos) << router_->err();
   EXPECT_EQ(Send(port_, Get("/streams/s1/x", "")).status, 401);
   EXPECT_EQ(Send(port_, Get("/streams/s1/x", "k2")).status, 200);
+}
+
+// CPU seconds a process has used (utime + stime from /proc).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(f);
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Regression: at the file-descriptor limit the accept loop spun (96% CPU,
+// 680,000 log lines in 4 s). Now it pauses, logs once, and keeps serving
+// the connections it has.
+TEST_F(RouterE2eTest, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  StartRouter({}, /*nofile=*/64);
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::socket kept(ioc);
+  kept.connect({net::ip::make_address("127.0.0.1"), port_});
+  ASSERT_EQ(Exchange(kept, Get("/streams/s1/x", "k1")).status, 200);
+  // More connections than the router has descriptors: the kernel queues
+  // them, the router cannot take them.
+  std::vector<std::unique_ptr<net::ip::tcp::socket>> flood;
+  for (int i = 0; i < 100; ++i) {
+    flood.push_back(std::make_unique<net::ip::tcp::socket>(ioc));
+    boost::system::error_code ec;
+    flood.back()->connect({net::ip::make_address("127.0.0.1"), port_}, ec);
+  }
+  ASSERT_TRUE(gpuha::testing::Eventually(
+      [&] { return router_->err().find("pausing accepts") != std::string::npos; },
+      milliseconds(5000)))
+      << router_->err();
+  double cpu = CpuSeconds(router_->pid());
+  std::this_thread::sleep_for(milliseconds(1500));
+  cpu = CpuSeconds(router_->pid()) - cpu;
+  EXPECT_LT(cpu, 0.5) << "the accept loop spins";  // spinning burns ~1.5 s here
+  EXPECT_LE(Count(router_->err(), "pausing accepts"), 4u) << router_->err().substr(0, 4000);
+  EXPECT_EQ(Exchange(kept, Get("/streams/s1/x", "k1")).status, 200);  // still served
+  flood.clear();
+  EXPECT_TRUE(gpuha::testing::Eventually(
+      [&] { return Send(port_, Get("/streams/s1/x", "k1")).status == 200; }, milliseconds(5000)));
 }
 
 TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
