@@ -78,10 +78,17 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
       server.Fail("ready_url", url.status().message());
     c.server.ready_url = *v;
   }
+  if (auto v = server.String("metrics_url")) {
+    if (auto url = common::ParseHttpUrl(*v); !url.ok())
+      server.Fail("metrics_url", url.status().message());
+    c.server.metrics_url = *v;
+  }
+  common::ReadMillis(server, "stall_after_ms", &c.server.stall_after, {.min = 100, .max = 600000});
   if (auto v = server.Enum("fence_mode", {"stop", "unready"})) {
     c.server.fence_mode = *v == "stop" ? FenceMode::kStop : FenceMode::kUnready;
   }
-  common::ReadMillis(server, "probe_interval_ms", &c.server.probe_interval, {.min = 10});
+  common::ReadMillis(server, "probe_interval_ms", &c.server.probe_interval,
+                     {.min = 10, .max = 60000});
   common::ReadMillis(server, "probe_timeout_ms", &c.server.probe_timeout,
                      {.min = 10, .max = 60000});
   if (auto v = root.String("listen")) {

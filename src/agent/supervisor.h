@@ -26,6 +26,12 @@ enum class FenceMode { kStop, kUnready };
 struct SupervisorOptions {
   std::vector<std::string> command;  // empty: no server to supervise
   std::string ready_url;             // empty: a running server counts as ready
+  // The engine's metrics (Triton or vLLM), scraped once a second (or every
+  // stall_after / 4 when shorter): requests
+  // pending with no progress for stall_after counts as not ready, whatever
+  // ready_url says (EngineWatch). Empty: not watched.
+  std::string metrics_url;
+  common::Duration stall_after = std::chrono::seconds(5);
   FenceMode fence_mode = FenceMode::kStop;
   common::Duration probe_interval = std::chrono::milliseconds(500);
   common::Duration probe_timeout = std::chrono::milliseconds(300);  // no answer: not ready

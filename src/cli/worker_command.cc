@@ -24,6 +24,9 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
   app_->add_option("--threads", o_.threads, "Event loops")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app_->add_option("--fault", fault_,
+                   "A fault from the start: none, stuck, errors, slow[:FACTOR] (also POST "
+                   "/v1/fault?mode=...)");
   app_->add_option("--max-body-bytes", o_.max_body_bytes, "Largest request body")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 32));
@@ -39,6 +42,16 @@ int WorkerCommand::Run() {
   o_.address = hp->host;
   o_.port = hp->port;
   o_.latency = std::chrono::milliseconds(latency_ms_);
+  if (!fault_.empty()) {
+    size_t colon = fault_.find(':');
+    auto f = worker::ParseWorkerFault(fault_.substr(0, colon),
+                                      colon == std::string::npos ? "" : fault_.substr(colon + 1));
+    if (!f.ok()) {
+      spdlog::error("worker: --fault: {}", f.status().message());
+      return kExitBadInput;
+    }
+    o_.fault = *f;
+  }
   auto w = worker::Worker::Start(o_);
   if (!w.ok()) {
     spdlog::error("worker: {}", w.status().message());

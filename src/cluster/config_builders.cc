@@ -68,6 +68,8 @@ std::string AgentYaml::Yaml() const {
   if (!server_command.empty()) {
     std::string server = absl::StrCat(", command: ", QuotedList(server_command));
     if (!ready_url.empty()) absl::StrAppend(&server, ", ready_url: ", Quote(ready_url));
+    if (!metrics_url.empty()) absl::StrAppend(&server, ", metrics_url: ", Quote(metrics_url));
+    absl::StrAppend(&server, Opt("stall_after_ms", stall_after_ms));
     if (!fence_mode.empty()) absl::StrAppend(&server, ", fence_mode: ", fence_mode);
     absl::StrAppend(&server, Opt("probe_interval_ms", probe_interval_ms),
                     Opt("probe_timeout_ms", probe_timeout_ms));

@@ -56,6 +56,8 @@ struct AgentYaml {
   // The supervised inference server; empty command: none.
   std::vector<std::string> server_command{};
   std::string ready_url{};
+  std::string metrics_url{};  // the engine's metrics, for the stall watch
+  std::optional<int64_t> stall_after_ms{};
   std::string fence_mode{};  // empty: the default (stop)
   std::optional<int64_t> probe_interval_ms{}, probe_timeout_ms{};
   std::string Yaml() const;

@@ -61,6 +61,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   a.server_command = {"/usr/bin/gpuha", "worker", "--listen", "127.0.0.1:8001"};
   a.ready_url = "http://127.0.0.1:8001/v2/health/ready";
   a.fence_mode = "stop";
+  a.metrics_url = "http://127.0.0.1:8001/metrics";
+  a.stall_after_ms = 700;
   a.probe_interval_ms = 100;
   a.probe_timeout_ms = 80;
   auto parsed = agent::ParseAgentConfig(a.Yaml(), "a.yaml");
@@ -77,6 +79,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   EXPECT_EQ(parsed->server.ready_url, a.ready_url);
   EXPECT_EQ(parsed->server.probe_interval, milliseconds(100));
   EXPECT_EQ(parsed->server.probe_timeout, milliseconds(80));
+  EXPECT_EQ(parsed->server.metrics_url, a.metrics_url);
+  EXPECT_EQ(parsed->server.stall_after, milliseconds(700));
 }
 
 TEST(ConfigBuildersTest, RouterYamlReadsBackThroughTheRoutersParser) {

@@ -127,6 +127,16 @@ absl::Status LocalCluster::InjectSimFault(const LocalNode& n, const std::string&
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::SetWorkerFault(const LocalNode& n, const std::string& mode) const {
+  auto r = common::HttpCall("POST", n.host, n.worker_port, "/v1/fault?mode=" + mode, "",
+                            milliseconds(2000));
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
+    return absl::InternalError(absl::StrCat("worker fault ", mode, ": ", r->body));
+  }
+  return absl::OkStatus();
+}
+
 bool LocalCluster::WaitGraceOver(milliseconds timeout) {
   return WaitFor(
       [&] {
@@ -277,6 +287,10 @@ absl::Status LocalCluster::WriteConfigs() {
     a.server_command = {o_.exe,   "worker", "--listen",  worker,
                         "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
     a.ready_url = absl::StrCat("http://", worker, "/v2/health/ready");
+    // The engine watch: a worker whose inference is stuck while its
+    // readiness answers is reported not ready within about 0.75 s.
+    a.metrics_url = absl::StrCat("http://", worker, "/metrics");
+    a.stall_after_ms = 600;
     a.fence_mode = "stop";
     a.probe_interval_ms = 100;
     a.probe_timeout_ms = 100;

@@ -83,6 +83,8 @@ class LocalCluster {
                                      const std::string& body = "") const;
   // POST /v1/sim/faults on the node's agent.
   [[nodiscard]] absl::Status InjectSimFault(const LocalNode& n, const std::string& spec) const;
+  // POST /v1/fault?mode=MODE on the node's worker (stuck, errors, slow, none).
+  [[nodiscard]] absl::Status SetWorkerFault(const LocalNode& n, const std::string& mode) const;
   // Whether the controller's startup grace (no failover while agents
   // reconnect) is over within `timeout`; faults injected before it would
   // find a controller that fails nothing over.

@@ -126,7 +126,7 @@ TEST(SqliteStoreTest, UnopenablePathIsAClearError) {
 TEST(SqliteStoreTest, KeysAndValuesKeepEveryByte) {
   std::string path = (gpuha::testing::TestTempDir() / "nul.db").string();
   const std::string key("victim\0evil", 11);
-  const std::string value("{\"a\":\"x\0y\"}", 13);
+  const std::string value("{\"a\":\"x\0y\"}", 11);
   {
     auto s = SqliteStore::Open(path);
     ASSERT_TRUE(s.ok()) << s.status();

@@ -17,6 +17,12 @@
 //   double-crash kill -9 of the two busiest nodes at once: more than N+1
 //                covers. Streams beyond what is left get the router's 503
 //                (no_capacity) and the controller reports them unplaced.
+//   half-hang    the worker's inference stuck while its health and metrics
+//                answer (pending grows, nothing executes): the router judges
+//                it by progress and re-sends to the standbys; the agent's
+//                engine watch reports the server stalled
+//   error-burst  the worker answers every inference 500 while ready says
+//                200: the router re-sends each to the standby and ejects it
 //   partition    (root only) gpu-1 runs in its own network namespace, linked
 //                by a veth pair; its link goes down, so packets vanish both
 //                ways with no reset. The controller then listens on the

@@ -21,6 +21,15 @@ const std::vector<FaultSpec>& FaultTable() {
   auto sim_fault = [](const char* spec) {
     return [spec](FaultContext& f, LocalNode& n) { return f.cluster.InjectSimFault(n, spec); };
   };
+  auto worker_fault = [](const char* mode) {
+    return [mode](FaultContext& f, LocalNode& n) { return f.cluster.SetWorkerFault(n, mode); };
+  };
+  // The worker may have been stopped and restarted meanwhile (a fenced
+  // node's server is stopped, and a new one starts without the fault).
+  auto clear_worker_fault = [](FaultContext& f, LocalNode& n) {
+    (void)f.cluster.SetWorkerFault(n, "none");
+    return absl::OkStatus();
+  };
   static const std::vector<FaultSpec> kTable = {
       {"crash", Target::kNode, false, kill_node, restart},
       {"xid79", Target::kNode, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
@@ -53,6 +62,10 @@ const std::vector<FaultSpec>& FaultTable() {
        },
        nullptr},
       {"double-crash", Target::kTwoNodes, false, kill_node, restart},
+      // Inference stuck while health and metrics answer (a deadlocked engine).
+      {"half-hang", Target::kNode, false, worker_fault("stuck"), clear_worker_fault},
+      // Readiness 200, every inference 500 (a broken CUDA context).
+      {"error-burst", Target::kNode, false, worker_fault("errors"), clear_worker_fault},
       {"partition", Target::kNode, true,
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(false); },
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(true); }},

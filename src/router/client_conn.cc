@@ -196,12 +196,15 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       }
       Inc(L.stats.retries);
       if (f.hung) Inc(L.stats.hung_resends);
+      if (f.upstream_5xx) Inc(L.stats.retries_5xx);
     }
     cc.head.clear();
     AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip, framing,
                        length, &cc.head);
     f = ExchangeResult{};
-    co_await Exchange(L, client, lowest, cc, p, up, {body, complete, framing, keep_alive}, f);
+    const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete;
+    co_await Exchange(L, client, lowest, cc, p, up,
+                      {body, complete, framing, keep_alive, retry_5xx}, f);
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/listen.h"
+#include "common/log.h"
 #include "router/tls_contexts.h"
 
 namespace gpuha::router {
@@ -183,6 +184,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
       rp->body_limit(std::numeric_limits<uint64_t>::max());
       if (head_request) rp->skip(true);
       conn->deadline.Arm(config.limits.response_timeout);
+      conn->waiting_since = L.clock.Now();
       up.waiting.push_back(*conn);
       while (!ec && !rp->is_header_done()) {
         if (ParseBuffered(conn->buf, *rp, ec)) continue;
@@ -217,10 +219,35 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     co_return;
   }
 
-  // Relay the response. From the first byte on, the client owns the outcome.
-  up.Answered();
   auto& res = rp->get();
   int status = res.result_int();
+  {
+    const TimePoint now = L.clock.Now();
+    up.progress.Answered(now, now - conn->waiting_since);
+  }
+  // Outlier ejection on consecutive 5xx (Envoy's consecutive_5xx), and a
+  // re-send to the standby for an answer of 500, 502, 503 or 504: a server
+  // whose readiness says 200 while every inference fails (a broken CUDA
+  // context) loses no request.
+  if (status >= 500) {
+    if (config.consecutive_5xx > 0 && ++up.consecutive_5xx >= config.consecutive_5xx) {
+      up.consecutive_5xx = 0;
+      Inc(L.stats.ejections_5xx);
+      spdlog::warn("router: upstream {} ({}) ejected after {} consecutive 5xx answers", up.address,
+                   up.node, config.consecutive_5xx);
+      ConnectionFailed(L, up);
+    }
+    if (req.retry_5xx && (status == 500 || status == 502 || status == 503 || status == 504)) {
+      out.retryable = true;
+      out.upstream_5xx = true;
+      out.why = absl::StrCat("answered ", status);
+      co_return;  // the connection closes with its unread body
+    }
+  } else {
+    up.consecutive_5xx = 0;
+    up.Answered();
+  }
+  // Relay the response. From the first byte on, the client owns the outcome.
   Inc(L.stats.upstream_class[std::min(5, status / 100)]);
   const RelayFraming framing = DecideRelayFraming(
       head_request, status, rp->chunked(),

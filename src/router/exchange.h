@@ -32,7 +32,8 @@ struct ExchangeResult {
   bool body_consumed = false;  // the request body was streamed and cannot be re-sent
   bool retryable = false;      // failed before the response started
   bool timeout = false;
-  bool hung = false;          // cancelled because the prober judged the upstream hung
+  bool hung = false;          // cancelled: the upstream was judged hung or stalled
+  bool upstream_5xx = false;  // answered 500/502/503/504, discarded for a re-send
   bool close_client = false;  // the response could not be completed
   std::string why;
 };
@@ -43,6 +44,10 @@ struct OutgoingRequest {
   bool body_complete;       // false: the rest streams from the client
   Framing framing;          // of the body to the upstream
   bool keep_alive;          // the client's
+  // A 500, 502, 503 or 504 is discarded for the next upstream rather than
+  // relayed (the first attempt of a request with a buffered body, when a
+  // standby follows).
+  bool retry_5xx = false;
 };
 
 // How a response goes back to the client, decided from its head alone.

@@ -18,7 +18,52 @@ awaitable<void> Sweep(Loop& L) {
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
     for (Deadline* d : all) d->Check(L.io_now);
+    if (L.config.stall_detection) JudgeProgress(L);
   }
+}
+
+namespace {
+
+// Waiting requests cancelled for their standbys; the upstream ejected (and
+// named to the controller as a suspect).
+void Stall(Loop& L, UpstreamState& up) {
+  for (UpConn& c : up.waiting) {
+    c.hung_cancel = true;
+    Inc(L.stats.stall_resends);
+    error_code ec;
+    c.s.cancel(ec);
+  }
+  ConnectionFailed(L, up);
+}
+
+}  // namespace
+
+void JudgeProgress(Loop& L) {
+  const TimePoint now = L.clock.Now();
+  std::vector<TimePoint> since;
+  for (auto& [address, up] : L.upstreams) {
+    if (up->waiting.empty() || !up->usable(now)) continue;
+    since.clear();
+    for (const UpConn& c : up->waiting) since.push_back(c.waiting_since);
+    if (!up->progress.Stalled(now, since)) continue;
+    // Requests wait and none is answered: the upstream is alive (its probe
+    // may well pass) but makes no progress. Its waiting requests go to their
+    // standbys now, it is ejected, and the controller hears of it.
+    Inc(L.stats.stalls);
+    spdlog::warn(
+        "router: upstream {} ({}) is stalled: {} request(s) waiting, none answered for {} ms "
+        "(its requests take up to {} ms); re-sending them to standbys",
+        address, up->node, since.size(), common::ToMillis(now - up->progress.last_answer()),
+        common::ToMillis(up->progress.Window()));
+    Stall(L, *up);
+    if (L.shared.on_stall) L.shared.on_stall(address, &L);
+  }
+}
+
+void StallVerdict(Loop& L, const std::string& address) {
+  auto it = L.upstreams.find(address);
+  if (it == L.upstreams.end() || !it->second->usable(L.clock.Now())) return;
+  Stall(L, *it->second);
 }
 
 void RefreshRoutes(Loop& L) {
@@ -32,7 +77,7 @@ void RefreshRoutes(Loop& L) {
 UpstreamState& FindUpstream(Loop& L, const Upstream& u) {
   auto it = L.upstreams.find(u.address);
   if (it != L.upstreams.end()) return *it->second;
-  auto up = std::make_unique<UpstreamState>(L.ejection);
+  auto up = std::make_unique<UpstreamState>(L.ejection, L.config.progress);
   up->address = u.address;
   up->node = u.node;
   auto hp = common::ParseHostPort(u.address, "upstream");
@@ -42,6 +87,7 @@ UpstreamState& FindUpstream(Loop& L, const Upstream& u) {
     if (!ec) up->endpoint = tcp::endpoint(a, hp->port);
   }
   up->resolvable = hp.ok() && !ec;
+  if (auto v = L.verdicts.find(u.address); v != L.verdicts.end()) up->SetHealth(v->second);
   if (!up->resolvable) spdlog::warn("router: upstream '{}' is not IP:PORT; skipped", u.address);
   return *L.upstreams.emplace(u.address, std::move(up)).first->second;
 }
@@ -55,6 +101,11 @@ void ConnectionFailed(Loop& L, UpstreamState& up) {
 }
 
 void SetHealth(Loop& L, const std::string& address, Health h) {
+  if (h == Health::kUp) {
+    L.verdicts.erase(address);
+  } else {
+    L.verdicts[address] = h;
+  }
   auto it = L.upstreams.find(address);
   if (it == L.upstreams.end()) return;
   UpstreamState& up = *it->second;

@@ -21,6 +21,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/intrusive/list.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "router/progress.h"
 #include "router/request.h"
 #include "router/retry_budget.h"
 #include "router/route_table.h"
@@ -99,7 +101,8 @@ struct UpConn {
   Socket s;
   Deadline deadline;
   beast::flat_buffer buf;
-  bool hung_cancel = false;  // cancelled because its upstream was judged hung
+  bool hung_cancel = false;   // cancelled because its upstream was judged hung or stalled
+  TimePoint waiting_since{};  // when it began to await the response head
   // In its upstream's `waiting` list while it awaits a response head; leaves
   // it by itself when destroyed.
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
@@ -129,7 +132,10 @@ using WaitingList = boost::intrusive::list<
 // One upstream as one loop sees it: its policy state (UpstreamHealth) and
 // its connections. Loop-local: no locks.
 struct UpstreamState : UpstreamHealth {
-  using UpstreamHealth::UpstreamHealth;
+  UpstreamState(UpstreamHealth::Options ejection, ProgressOptions progress_options)
+      : UpstreamHealth(ejection), progress(progress_options) {}
+  ProgressMonitor progress;  // answers and their latencies, for the stall verdict
+  int consecutive_5xx = 0;   // answers of 5xx in a row
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
@@ -151,6 +157,10 @@ struct UpstreamState : UpstreamHealth {
   X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                  \
   X(connections, "Client connections accepted.")                                            \
   X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")   \
+  X(stalls, "Upstreams judged stalled: requests waiting, none answered (progress).")        \
+  X(stall_resends, "Requests re-sent because their upstream was judged stalled.")           \
+  X(ejections_5xx, "Upstreams ejected after consecutive 5xx answers.")                      \
+  X(retries_5xx, "Requests re-sent to the standby after a 500, 502, 503 or 504.")           \
   X(tls_handshake_failures, "Failed TLS handshakes.")
 
 struct Stats {
@@ -173,6 +183,9 @@ struct RouterShared {
   std::atomic<uint64_t> routes_gen{0};       // bumped after each new table
   std::mutex suspects_mu;
   std::vector<std::string> suspects;  // guarded by suspects_mu; hints for the controller
+  // A loop that judged an upstream stalled hands the verdict to the others
+  // (set once, before the loops run): each loop sees only its own requests.
+  std::function<void(const std::string& address, const Loop* from)> on_stall;
 };
 
 struct Loop {
@@ -224,6 +237,10 @@ struct Loop {
   std::shared_ptr<ssl::context> upstream_tls;  // null: plain HTTP to upstreams
   RetryBudget retry_budget;
   UpstreamHealth::Options ejection;
+  // The prober's verdicts other than up, kept even for upstreams this loop
+  // has not used yet: one created later starts with its verdict (a verdict
+  // that came first was once lost, and a down upstream taken for up).
+  std::unordered_map<std::string, Health> verdicts;
   bool accept_paused = false;  // out of descriptors: accepts wait kAcceptPause
   Stats stats;
 };
@@ -321,6 +338,14 @@ UpstreamState& FindUpstream(Loop& L, const Upstream& u);
 // A connection-level failure: outlier ejection, the pool dropped, and the
 // node reported to the controller as a suspect.
 void ConnectionFailed(Loop& L, UpstreamState& up);
+// The stall verdict (ProgressMonitor) on every upstream with requests
+// waiting: a stalled one has its waiting requests cancelled for their
+// standbys and is ejected, with a suspect hint for the controller. Run by
+// the sweep.
+void JudgeProgress(Loop& L);
+// Another loop's stall verdict: this loop's waiting requests on `address`
+// go to their standbys and the upstream is ejected here too.
+void StallVerdict(Loop& L, const std::string& address);
 // The prober's verdict on `address`. Down or hung: requests waiting on it
 // for a response head are re-sent to their standby now.
 void SetHealth(Loop& L, const std::string& address, Health h);

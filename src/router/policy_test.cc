@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "router/admission.h"
 #include "router/exchange.h"
+#include "router/progress.h"
 #include "router/retry_budget.h"
 #include "router/upstream_health.h"
 #include "router/upstream_selector.h"
@@ -159,6 +160,72 @@ TEST(UpstreamSelectorTest, DownAndHungUpstreamsAreDropped) {
   order = StreamOrder(&p, &s, false, clock.Now());
   DropUnfit(order, clock.Now());
   EXPECT_TRUE(order.empty());
+}
+
+// Learns the window from the answers: p90 of head latencies times 4, within
+// the floor and ceiling; the ceiling until anything is learned.
+TEST(ProgressMonitorTest, WindowIsLearnedFromLatencies) {
+  common::FakeClock clock;
+  ProgressMonitor m({.floor = milliseconds(150), .ceiling = seconds(30)});
+  EXPECT_EQ(m.Window(), seconds(30));
+  for (int i = 0; i < 98; ++i) m.Answered(clock.Now(), milliseconds(5));
+  m.Answered(clock.Now(), milliseconds(1500));  // 2% slow: above the p90
+  m.Answered(clock.Now(), milliseconds(1500));
+  EXPECT_EQ(m.Window(), milliseconds(150));  // 5 ms * 4, floored
+  for (int i = 0; i < 300; ++i) m.Answered(clock.Now(), milliseconds(400));
+  EXPECT_EQ(m.Window(), milliseconds(1600));  // only the last 256 count
+  for (int i = 0; i < 300; ++i) m.Answered(clock.Now(), seconds(20));
+  EXPECT_EQ(m.Window(), seconds(30));  // capped
+}
+
+std::vector<common::TimePoint> Since(common::TimePoint first, int n, milliseconds apart) {
+  std::vector<common::TimePoint> out;
+  for (int i = 0; i < n; ++i) out.push_back(first + i * apart);
+  return out;
+}
+
+// The half-hang: answers stop, requests pile up; stalled one window after.
+TEST(ProgressMonitorTest, AnUpstreamThatStopsAnsweringUnderLoadIsStalledAfterOneWindow) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (int i = 0; i < 100; ++i) m.Answered(clock.Now(), milliseconds(5));
+  const common::TimePoint stop = clock.Now();
+  // 500 requests a second arrive and none is answered.
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(m.Stalled(clock.Now(), Since(stop, 75, milliseconds(2))));
+  clock.Advance(milliseconds(7));
+  EXPECT_TRUE(m.Stalled(clock.Now(), Since(stop, 78, milliseconds(2))));
+}
+
+// Legitimately slow requests on a healthy upstream are never cut.
+TEST(ProgressMonitorTest, SlowRequestsOnAnUpstreamThatKeepsAnsweringAreNotAStall) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (int i = 0; i < 100; ++i) m.Answered(clock.Now(), milliseconds(5));
+  // Three 1.5 s requests began together; fast ones keep being answered.
+  std::vector<common::TimePoint> slow = Since(clock.Now(), 3, milliseconds(0));
+  for (int t = 0; t < 1400; t += 10) {
+    clock.Advance(milliseconds(10));
+    m.Answered(clock.Now(), milliseconds(5));
+    EXPECT_FALSE(m.Stalled(clock.Now(), slow)) << t;
+  }
+  // A lone slow request with no other traffic proves nothing either.
+  clock.Advance(seconds(5));
+  EXPECT_FALSE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(5), 1, milliseconds(0))));
+  // Two are not enough; three are (min_waiting).
+  EXPECT_FALSE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(5), 2, milliseconds(1))));
+  EXPECT_TRUE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(5), 3, milliseconds(1))));
+}
+
+// A server whose requests all take long (an LLM) gets a long window.
+TEST(ProgressMonitorTest, ALongRequestWorkloadGetsALongWindow) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (int i = 0; i < 50; ++i) m.Answered(clock.Now(), seconds(4));
+  clock.Advance(seconds(10));
+  EXPECT_FALSE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(10), 8, milliseconds(10))));
+  clock.Advance(seconds(7));
+  EXPECT_TRUE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(17), 8, milliseconds(10))));
 }
 
 TEST(StickyTableTest, StuckStreamStaysOnItsStandbyUntilTheHoldPassesAndThePrimaryIsBack) {

@@ -60,8 +60,16 @@ awaitable<void> Prober::Probe(std::string address) {
     s.reset();
   };
   beast::flat_buffer buf;
-  std::string request = absl::StrCat("GET ", config_.probe_path, " HTTP/1.1\r\nHost: ", address,
-                                     "\r\nUser-Agent: gpuha-router-probe\r\n\r\n");
+  std::string request =
+      absl::StrCat(config_.probe_method, " ", config_.probe_path, " HTTP/1.1\r\nHost: ", address,
+                   "\r\nUser-Agent: gpuha-router-probe\r\n");
+  if (!config_.probe_content_type.empty()) {
+    absl::StrAppend(&request, "Content-Type: ", config_.probe_content_type, "\r\n");
+  }
+  if (config_.probe_method == "POST" || !config_.probe_body.empty()) {
+    absl::StrAppend(&request, "Content-Length: ", config_.probe_body.size(), "\r\n");
+  }
+  absl::StrAppend(&request, "\r\n", config_.probe_body);
   Timer tick(ex);
   auto set = [&](Health h) {
     Health& cur = state_[address];
@@ -137,7 +145,16 @@ awaitable<void> Prober::Probe(std::string address) {
         buf.clear();
         if (silent) set(Health::kHung);
       } else {
-        set(Health::kUp);  // any answer at all: the server is alive
+        // An answer is alive; an error answer (or, with expect_status, any
+        // other status) is down: an inference probe that fails is a failed
+        // server.
+        const int status = rp.get().result_int();
+        const bool good =
+            config_.probe_expect_status != 0 ? status == config_.probe_expect_status : status < 500;
+        if (!good && state_[address] == Health::kUp) {
+          spdlog::warn("router: probe of {} answered {}", address, status);
+        }
+        set(good ? Health::kUp : Health::kDown);
         if (!rp.keep_alive()) close();
       }
     }

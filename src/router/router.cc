@@ -26,6 +26,13 @@ struct Router::Impl {
         clock(clk),
         prober(config, [this](const std::string& a, Health h) { Broadcast(a, h); }) {}
 
+  // Hands one loop's stall verdict to the others.
+  void BroadcastStall(const std::string& address, const Loop* from) {
+    for (auto& L : loops) {
+      if (L.get() == from) continue;
+      net::post(L->ioc, [lp = L.get(), address] { StallVerdict(*lp, address); });
+    }
+  }
   // Hands a prober verdict to every loop.
   void Broadcast(const std::string& address, Health h) {
     for (auto& L : loops) {
@@ -73,6 +80,9 @@ absl::Status Router::Start() {
   if (!upstream_tls.ok()) return upstream_tls.status();
   I.prober.SetTls(*upstream_tls);
   I.tenants = TenantSet::Build(I.config.tenants, nullptr);
+  I.shared.on_stall = [&I](const std::string& address, const Loop* from) {
+    I.BroadcastStall(address, from);
+  };
   for (int i = 0; i < threads; ++i) {
     auto L = std::make_unique<Loop>(I.clock, I.config, I.shared);
     L->tls = *tls;

@@ -164,8 +164,32 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     if (p->empty() || (*p)[0] != '/') failover.Fail("probe_path", "must start with '/'");
     c.probe_path = *p;
   }
+  if (failover.Has("probe")) {
+    common::YamlMap probe = failover.Map("probe");
+    if (auto m = probe.Enum("method", {"GET", "POST", "HEAD"})) c.probe_method = *m;
+    if (auto p = probe.String("path")) {
+      if (p->empty() || (*p)[0] != '/') probe.Fail("path", "must start with '/'");
+      c.probe_path = *p;
+    }
+    if (auto t = probe.String("content_type")) c.probe_content_type = *t;
+    if (auto b = probe.String("body")) c.probe_body = *b;
+    common::ReadIntIn(probe, "expect_status", 100, 599, &c.probe_expect_status);
+    for (const std::string* v : {&c.probe_path, &c.probe_content_type}) {
+      if (v->find_first_of("\r\n") != std::string::npos) probe.Fail("", "no CR or LF in a probe");
+    }
+  }
   ReadMillis(failover, "probe_interval_ms", &c.probe_interval, /*allow_zero=*/true);
   ReadMillis(failover, "hang_after_ms", &c.hang_after);
+  if (auto v = failover.Bool("stall_detection")) c.stall_detection = *v;
+  common::ReadMillis(failover, "stall_floor_ms", &c.progress.floor, {.min = 10, .max = kHourMs});
+  common::ReadMillis(failover, "stall_ceiling_ms", &c.progress.ceiling,
+                     {.min = 10, .max = kHourMs});
+  common::ReadIntIn(failover, "stall_min_waiting", 1, 1000, &c.progress.min_waiting);
+  if (failover.ok() && c.progress.ceiling < c.progress.floor) {
+    failover.Fail("stall_ceiling_ms", "must not be below stall_floor_ms");
+  }
+  common::ReadIntIn(failover, "consecutive_5xx", 0, 1000, &c.consecutive_5xx);
+  if (auto v = failover.Bool("retry_5xx")) c.retry_5xx = *v;
   if (c.probe_interval.count() > 0 && c.hang_after < c.probe_interval && failover.ok()) {
     failover.Fail("hang_after_ms", "must be at least probe_interval_ms");
   }

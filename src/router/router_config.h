@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/net_util.h"
+#include "router/progress.h"
 
 namespace gpuha::router {
 
@@ -99,8 +100,25 @@ struct RouterConfig {
   // after hang_after marks the upstream hung, which re-sends its waiting
   // requests to their standby. 0 interval turns probing off.
   std::string probe_path = "/v2/health/ready";
+  // The probe may be a real inference (failover.probe: method, path,
+  // content_type, body, expect_status), e.g. a KServe v2 infer of a 1x1
+  // image. An answer of 5xx, or with expect_status set any other status,
+  // counts as down; any other answer as up.
+  std::string probe_method = "GET";
+  std::string probe_content_type;
+  std::string probe_body;
+  int probe_expect_status = 0;  // 0: any answer below 500
   std::chrono::milliseconds probe_interval{25};
   std::chrono::milliseconds hang_after{100};
+  // Judging upstreams by progress (ProgressMonitor): requests waiting and
+  // none answered for longer than its requests take (learned; within
+  // stall_floor_ms .. stall_ceiling_ms) is a stall, whatever the probe says.
+  bool stall_detection = true;
+  ProgressOptions progress;
+  // Outlier ejection after this many 5xx answers in a row (0: off), and a
+  // re-send to the standby of a 500/502/503/504 answer (within the budget).
+  int consecutive_5xx = 5;
+  bool retry_5xx = true;
 };
 
 [[nodiscard]] absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml,

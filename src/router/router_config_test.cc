@@ -111,6 +111,8 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
       {"limits: {header_timeout_ms: soon}", "limits.header_timeout_ms"},
       {"failover: {probe_interval_ms: 50, hang_after_ms: 20}", "hang_after_ms"},
       {"failover: {probe_path: health}", "probe_path"},
+      {"auth: none\nfailover: {probe: {method: PUT}}", "failover.probe.method"},
+      {"auth: none\nfailover: {probe: {expect_status: 700}}", "failover.probe.expect_status"},
       {"failover: {retry_burst: 0}", "failover.retry_burst"},
       {"tls: {cert: a.pem}", "tls"},
       {"upstream_tls: {cert: r.pem, key: r.key}", "upstream_tls.ca"},

@@ -12,6 +12,7 @@
 #include <boost/beast/ssl.hpp>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -177,6 +178,96 @@ TEST_F(RouterTest, MalformedFramingAndMethodsGetAnAnswer) {
   EXPECT_EQ(Send(port(), Get("/streams/cam-1/x", "k-acme", "Authorization: Basic Zm9vOmJhcg==\r\n"))
                 .status,
             200);
+}
+
+// The half-hang: the primary keeps answering its probe (health) while its
+// requests never come back. The router judges it by progress: the waiting
+// requests go to the standby one learned window after answers stopped, not
+// after the 60 s response timeout, and the primary is ejected.
+TEST_F(RouterTest, UpstreamThatAnswersItsProbeButNoRequestIsJudgedStalled) {
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::future<Reply>> stuck;
+  for (int i = 0; i < 6; ++i) {
+    stuck.push_back(std::async(std::launch::async, [&] {
+      return Send(port(), Get("/streams/cam-1/x?delay_ms=60000&only=a"));
+    }));
+  }
+  for (auto& f : stuck) {
+    Reply r = f.get();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  std::string m = router_->MetricsText();
+  EXPECT_GE(MetricValue(m, "gpuha_router_stalls_total"), 1) << m;
+  EXPECT_GE(MetricValue(m, "gpuha_router_stall_resends_total"), 3);
+  // Ejected: the next request goes to the standby at once.
+  EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
+}
+
+// Legitimately slow requests on a healthy upstream are never cut: not a
+// lone one, and not three while others keep being answered.
+TEST_F(RouterTest, SlowRequestsOnAHealthyUpstreamAreNotCut) {
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  Reply lone = Send(port(), Get("/streams/cam-1/x?delay_ms=1200&only=a"));
+  EXPECT_NE(lone.body.find(R"("backend":"a")"), std::string::npos) << lone.body;
+  std::vector<std::future<Reply>> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(std::async(std::launch::async, [&] {
+      return Send(port(), Get("/streams/cam-1/x?delay_ms=1200&only=a"));
+    }));
+  }
+  auto until = std::chrono::steady_clock::now() + milliseconds(1300);
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (auto& f : slow) {
+    Reply r = f.get();
+    EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 0);
+}
+
+// Readiness 200, every inference 500: each is re-sent once to the standby,
+// and five in a row eject the primary (Envoy's consecutive_5xx).
+TEST_F(RouterTest, FiveHundredsGoToTheStandbyAndARunOfThemEjects) {
+  config_.sticky = milliseconds(0);  // back to the primary each time: count its run of 5xx
+  StartRouter();
+  // Two loops: one of them sees at least 6 of 12.
+  for (int i = 0; i < 12; ++i) {
+    Reply r = Send(port(), Get("/streams/cam-1/x?status=500&only=a"));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  }
+  std::string m = router_->MetricsText();
+  EXPECT_GE(MetricValue(m, "gpuha_router_retries_5xx_total"), 5) << m;
+  EXPECT_GE(MetricValue(m, "gpuha_router_ejections_5xx_total"), 1) << m;
+  // The standby's own 500 (the last upstream) is relayed, not hidden.
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x?status=503")).status, 503);
+}
+
+// The probe may be a real inference; an error answer is a down upstream,
+// even though it answered.
+TEST_F(RouterTest, AnInferenceProbeThatFailsMarksTheUpstreamDown) {
+  config_.probe_method = "POST";
+  config_.probe_path = "/v2/models/cv/infer?status=500&only=a";
+  config_.probe_content_type = "application/json";
+  config_.probe_body = R"({"inputs":[]})";
+  config_.probe_expect_status = 200;
+  StartRouter();
+  EXPECT_TRUE(Eventually([&] {
+    return router_->MetricsText().find("gpuha_router_probe_verdicts_total{verdict=\"down\"} 1") !=
+           std::string::npos;
+  })) << router_->MetricsText();
+  // The verdict reaches every loop: the stream is served by the standby.
+  EXPECT_TRUE(Eventually([&] {
+    return Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")") !=
+           std::string::npos;
+  }));
 }
 
 // A node that failed, left the routes, came back on the same address and

@@ -43,9 +43,57 @@ Reply Error(int status, const std::string& message) {
 
 }  // namespace
 
+absl::StatusOr<WorkerFault> ParseWorkerFault(const std::string& mode, const std::string& factor) {
+  WorkerFault f;
+  if (mode == "none") {
+    f.mode = FaultMode::kNone;
+  } else if (mode == "stuck") {
+    f.mode = FaultMode::kStuck;
+  } else if (mode == "errors") {
+    f.mode = FaultMode::kErrors;
+  } else if (mode == "slow") {
+    f.mode = FaultMode::kSlow;
+    f.factor = 10;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mode: '", mode, "' is not one of none, stuck, errors, slow"));
+  }
+  if (!factor.empty()) {
+    if (f.mode != FaultMode::kSlow) {
+      return absl::InvalidArgumentError("factor: only the slow mode takes a factor");
+    }
+    if (!absl::SimpleAtod(factor, &f.factor) || !(f.factor >= 1 && f.factor <= 1000)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("factor: '", factor, "' must be a number from 1 to 1000"));
+    }
+  }
+  return f;
+}
+
+const char* FaultModeName(FaultMode m) {
+  switch (m) {
+    case FaultMode::kNone:
+      return "none";
+    case FaultMode::kStuck:
+      return "stuck";
+    case FaultMode::kErrors:
+      return "errors";
+    case FaultMode::kSlow:
+      return "slow";
+  }
+  return "none";
+}
+
 struct Worker::Impl {
   WorkerOptions o;
   WorkerCounters counters;
+  std::atomic<FaultMode> fault_mode{FaultMode::kNone};
+  std::atomic<double> slow_factor{1};
+
+  void SetFault(const WorkerFault& f) {
+    slow_factor = f.factor;
+    fault_mode = f.mode;
+  }
 
   std::string Metrics() const {
     common::PromText p;
@@ -55,6 +103,9 @@ struct Worker::Impl {
   p.Sample(family, model_labels ? l : common::PromLabels{}, double(counters.name.load()));
     GPUHA_WORKER_COUNTERS(GPUHA_SAMPLE)
 #undef GPUHA_SAMPLE
+    p.Family("nv_inference_pending_request_count", "gauge",
+             "Inference requests accepted and not yet answered.");
+    p.Sample("nv_inference_pending_request_count", l, double(counters.in_service.load()));
     p.Family("gpuha_worker_in_service", "gauge", "Inference requests in service now.");
     p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
     return p.str();
@@ -70,6 +121,21 @@ struct Worker::Impl {
       return {200, "", "text/plain", false, 0};
     }
     if (path == "/metrics") return {200, Metrics(), common::PromText::kContentType, false, 0};
+    if (path == "/v1/fault") {
+      if (req.method() == http::verb::post) {
+        common::QueryParams q = common::QueryParams::FromTarget(target);
+        auto f = ParseWorkerFault(std::string(q.Get("mode").value_or("")),
+                                  std::string(q.Get("factor").value_or("")));
+        if (!f.ok()) return Error(400, std::string(f.status().message()));
+        SetFault(*f);
+      } else if (!get) {
+        return Error(405, "/v1/fault takes GET or POST");
+      }
+      return {
+          200,
+          json{{"mode", FaultModeName(fault_mode.load())}, {"factor", slow_factor.load()}}.dump(),
+          "application/json", false, 0};
+    }
     if (path == "/v2") {
       return {200,
               json{{"name", "gpuha-worker"},
@@ -166,10 +232,26 @@ struct Worker::Impl {
         } else {
           reply = Route(req);
         }
+        if (reply.gpu && fault_mode.load() == FaultMode::kErrors) {
+          reply = Error(500,
+                        "inference failed: CUDA error: an illegal memory access was encountered "
+                        "(worker fault 'errors')");
+        }
         if (reply.gpu) {
-          counters.executions++;
           net::steady_timer t(s.get_executor());
-          t.expires_after(o.latency + std::chrono::milliseconds(reply.extra_delay_ms));
+          // Stuck: the request waits, accepted and pending, until the fault
+          // is cleared; nothing executes meanwhile.
+          while (fault_mode.load() == FaultMode::kStuck) {
+            t.expires_after(std::chrono::milliseconds(10));
+            co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+          }
+          counters.executions++;
+          auto gpu_time = o.latency + std::chrono::milliseconds(reply.extra_delay_ms);
+          if (fault_mode.load() == FaultMode::kSlow) {
+            gpu_time = std::chrono::duration_cast<std::chrono::milliseconds>(gpu_time *
+                                                                             slow_factor.load());
+          }
+          t.expires_after(gpu_time);
           co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
         }
         if (infer) {
@@ -211,6 +293,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
   std::unique_ptr<Worker> w(new Worker());
   w->impl_ = std::make_unique<Impl>();
   w->impl_->o = o;
+  w->impl_->SetFault(o.fault);
   Impl* impl = w->impl_.get();
   auto server = common::LoopServer::Start(
       o.address, o.port, o.threads, [impl](tcp::socket s) { return impl->Serve(std::move(s)); });

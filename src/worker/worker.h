@@ -16,6 +16,17 @@
 // unknown models 404, as JSON {"error": "..."}, as Triton answers. Every
 // answer carries X-Gpuha-Node, so a client can tell which node served it.
 //
+// Faults, to reproduce what users of Triton and vLLM see in the field
+// (POST /v1/fault?mode=..., GET /v1/fault; or --fault at start):
+//   stuck   inference no longer moves while health and metrics answer: each
+//           inference waits until the fault is cleared; pending requests
+//           grow, nv_inference_exec_count stops (Triton server#3627, a
+//           deadlocked vLLM engine core)
+//   errors  readiness says 200 and every inference answers 500 (a CUDA
+//           context broken by a device-side assert)
+//   slow    every inference takes `factor` times as long
+//   none    clears the fault; stuck inferences then complete
+//
 // Async (Asio coroutines), one event loop per thread, keep-alive.
 #pragma once
 
@@ -32,6 +43,17 @@
 
 namespace gpuha::worker {
 
+enum class FaultMode { kNone = 0, kStuck, kErrors, kSlow };
+struct WorkerFault {
+  FaultMode mode = FaultMode::kNone;
+  double factor = 1;  // kSlow
+};
+// "none", "stuck", "errors", "slow" (factor 1..1000, default 10); errors name
+// the value.
+absl::StatusOr<WorkerFault> ParseWorkerFault(const std::string& mode,
+                                             const std::string& factor = "");
+const char* FaultModeName(FaultMode m);
+
 struct WorkerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 8000;  // Triton's HTTP port; 0 picks a free one
@@ -40,6 +62,7 @@ struct WorkerOptions {
   std::chrono::milliseconds latency{5};
   int capacity = 64;
   size_t max_body_bytes = 64 << 20;
+  WorkerFault fault;  // in force from the start
 };
 
 // The worker's counters, declared once: field, /metrics family, whether it
@@ -60,7 +83,9 @@ struct WorkerCounters {
 #define GPUHA_FIELD(name, family, model_labels, help) std::atomic<uint64_t> name{0};
   GPUHA_WORKER_COUNTERS(GPUHA_FIELD)
 #undef GPUHA_FIELD
-  std::atomic<int64_t> in_service{0};  // a gauge: gpuha_worker_in_service
+  // Inferences accepted and not answered (a gauge: Triton's
+  // nv_inference_pending_request_count, and gpuha_worker_in_service).
+  std::atomic<int64_t> in_service{0};
 };
 
 class Worker {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
 #include "worker/model.h"
 
@@ -147,6 +148,62 @@ TEST_F(WorkerTest, LatencyModelsGpuTimeAndCapacityBoundsWork) {
   EXPECT_NE(metrics.body.find("# TYPE " family " counter"), std::string::npos) << family;
   GPUHA_WORKER_COUNTERS(GPUHA_SHOWN)
 #undef GPUHA_SHOWN
+}
+
+double Metric(const std::string& text, const std::string& prefix) {
+  size_t at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(text.find(' ', at + prefix.size()) + 1));
+}
+
+// The field's failures on demand: inference stuck while health and metrics
+// answer, as Triton's metrics show it (pending grows, executions stop).
+TEST_F(WorkerTest, StuckFaultHoldsInferenceWhileHealthAndMetricsAnswer) {
+  StartWorker(Options(1));
+  std::string infer = Post("/v2/models/cv/infer",
+                           MakeInferRequestJson("", std::vector<uint8_t>(3, 9), nullptr, 1, 1));
+  ASSERT_EQ(Send(port(), infer).status, 200);
+  Reply set = Send(port(), Post("/v1/fault?mode=stuck", ""));
+  ASSERT_EQ(set.status, 200) << set.body;
+  EXPECT_NE(set.body.find(R"("mode":"stuck")"), std::string::npos);
+  std::vector<std::future<Reply>> stuck;
+  for (int i = 0; i < 3; ++i) {
+    stuck.push_back(std::async(std::launch::async, [&] { return Send(port(), infer); }));
+  }
+  ASSERT_TRUE(gpuha::testing::Eventually([&] { return worker_->counters().in_service.load() == 3; },
+                                         milliseconds(5000)));
+  EXPECT_EQ(Send(port(), GetReq("/v2/health/ready")).status, 200);  // the lie
+  std::string m = Send(port(), GetReq("/metrics")).body;
+  EXPECT_EQ(Metric(m, "nv_inference_pending_request_count{"), 3) << m;
+  EXPECT_EQ(Metric(m, "nv_inference_exec_count{"), 1) << m;
+  for (auto& f : stuck) EXPECT_EQ(f.wait_for(milliseconds(200)), std::future_status::timeout);
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=none", "")).status, 200);
+  for (auto& f : stuck) EXPECT_EQ(f.get().status, 200);  // cleared: they complete
+  EXPECT_EQ(worker_->counters().executions.load(), 4u);
+}
+
+TEST_F(WorkerTest, ErrorsAndSlowFaultsAndBadFaultRequests) {
+  StartWorker(Options(20));
+  std::string infer = Post("/v2/models/cv/infer",
+                           MakeInferRequestJson("", std::vector<uint8_t>(3, 9), nullptr, 1, 1));
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=errors", "")).status, 200);
+  Reply r = Send(port(), infer);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("CUDA error"), std::string::npos);
+  EXPECT_EQ(Send(port(), GetReq("/v2/health/ready")).status, 200);
+  EXPECT_EQ(worker_->counters().failure.load(), 1u);
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=slow&factor=10", "")).status, 200);
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(Send(port(), infer).status, 200);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(200));  // 20 ms x 10
+  Reply bad = Send(port(), Post("/v1/fault?mode=melt", ""));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("mode: 'melt' is not one of"), std::string::npos);
+  EXPECT_EQ(Send(port(), Post("/v1/fault?mode=slow&factor=0", "")).status, 400);
+  EXPECT_EQ(Send(port(), Post("/v1/fault?mode=stuck&factor=2", "")).status, 400);
+  EXPECT_NE(Send(port(), GetReq("/v1/fault")).body.find(R"("mode":"slow")"), std::string::npos);
+  EXPECT_FALSE(ParseWorkerFault("slow", "1e9").ok());
+  EXPECT_EQ(ParseWorkerFault("slow")->factor, 10);
 }
 
 TEST_F(WorkerTest, BadOptionsAreRefused) {

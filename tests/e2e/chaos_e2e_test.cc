@@ -128,6 +128,31 @@ TEST_F(ChaosTest, HungInferenceServerOnAHealthyAgentLosesNothing) {
   ExpectLosslessFailover(RunDemo("server-hang"));
 }
 
+// The half-hung inference server: its inference stuck while its health and
+// metrics answer. The router judges it by progress and re-sends to the
+// standbys; the agent's engine watch (pending, no executions) reports the
+// server not ready, and the controller fails the node over and fences it.
+TEST_F(ChaosTest, HalfHungInferenceServerLosesNothing) {
+  json r = RunDemo("half-hang", 20, 0, {}, {"--slow-fraction", "0.02"});
+  ExpectLosslessFailover(r);
+  EXPECT_LT(r["faults"][0]["max_gap_ms"].get<double>(), 1500) << r["faults"][0].dump();
+}
+
+// Readiness 200, every inference 500: each answer of 500 goes once to the
+// standby, and the run of them ejects the node in the router.
+TEST_F(ChaosTest, ErrorBurstLosesNothing) {
+  json r = RunDemo("error-burst");
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  const json& f = r["faults"][0];
+  EXPECT_FALSE(f["first_standby_ms"].is_null()) << f.dump();
+  EXPECT_EQ(f["note"], "") << f.dump();
+  std::printf("FIGURES error-burst standby serving %.1f ms, gap %.1f ms, failed %d\n",
+              f["first_standby_ms"].get<double>(), f["max_gap_ms"].get<double>(),
+              f["failed"].get<int>());
+}
+
 TEST_F(ChaosTest, ControllerKillAndRestartKeepsRoutesAndLosesNothing) {
   json r = RunDemo("controller-restart");
   ASSERT_TRUE(r.is_object());

@@ -177,7 +177,7 @@ TEST_F(HostileTest, RouterRequestPath) {
       "GET * HTTP/1.1\r\n" + h + "\r\n",
       "GET /streams/" + std::string(300, 'a') + "/x HTTP/1.1\r\n" + h + "\r\n",
       "GET /streams/a b/x HTTP/1.1\r\n" + h + "\r\n",
-      std::string("GET /streams/s1\0/x HTTP/1.1\r\n", 30) + h + "\r\n",
+      std::string("GET /streams/s1\0/x HTTP/1.1\r\n", 29) + h + "\r\n",
       "GET /" + std::string(20000, 'p') + " HTTP/1.1\r\n" + h + "\r\n",
       // Methods and versions.
       "CONNECT r:443 HTTP/1.1\r\n" + h + "\r\n",
@@ -195,7 +195,7 @@ TEST_F(HostileTest, RouterRequestPath) {
       "GET /streams/s1/x HTTP/1.1\r\n" + h + "X-Big: " + std::string(9000, 'b') + "\r\n\r\n",
       "GET /streams/s1/x HTTP/1.1\r\n" + h + " folded: line\r\n\r\n",
       "GET /streams/s1/x HTTP/1.1\nHost: r\nX-Api-Key: k1\n\n",
-      std::string("GET /streams/s1/x HTTP/1.1\r\nHost: r\r\nX-Api-Key: k\0 1\r\n\r\n", 52),
+      std::string("GET /streams/s1/x HTTP/1.1\r\nHost: r\r\nX-Api-Key: k\0 1\r\n\r\n", 56),
       "GET /streams/s2/x HTTP/1.1\r\nHost: r\r\nX_Api_Key: k2\r\nX-Api-Key: k1\r\n\r\n",
       "GET /streams/s2/x HTTP/1.1\r\nHost: r\r\nAuthorization: Bearer k1\r\n\r\n",
       "GET /streams/s2/x HTTP/1.1\r\nHost: r\r\nAuthorization: Basic azI=\r\nX-Api-Key: k1\r\n\r\n",

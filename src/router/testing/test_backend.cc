@@ -56,9 +56,12 @@ struct TestBackend::Impl {
       bool chunked = false;
       // Test knobs; a malformed one is ignored (the backend serves anything).
       common::QueryParams q = common::QueryParams::FromTarget(target);
-      delay_ms = q.Int("delay_ms").value_or(std::nullopt).value_or(0);
+      // only=NAME: the delay and status apply on that backend alone (a
+      // fault on the primary, the standby healthy).
+      const bool mine = q.Get("only").value_or(name) == name;
+      delay_ms = mine ? q.Int("delay_ms").value_or(std::nullopt).value_or(0) : 0;
       size = q.Int("size").value_or(std::nullopt).value_or(-1);
-      status = q.Int("status").value_or(std::nullopt).value_or(200);
+      status = mine ? q.Int("status").value_or(std::nullopt).value_or(200) : 200;
       chunked = q.Get("chunked") == "1";
       std::string body;
       if (path == "/v2/health/ready" || path == "/v2/health/live") {

@@ -5,7 +5,8 @@
 //   ANY /...?delay_ms=N&size=N&chunked=1&status=N
 //        -> after delay_ms, `status` (200) with a body of `size` bytes (or a
 //           short JSON echo: backend name, method, target, body bytes, tenant
-//           and stream headers), chunked if asked.
+//           and stream headers), chunked if asked. With &only=NAME the delay
+//           and status apply on the backend of that name alone.
 //
 // The request body is read in full and counted (streamed, never stored).
 // With tls_cert/tls_key it speaks TLS; with tls_client_ca too it requires a

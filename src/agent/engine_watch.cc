@@ -1,0 +1,63 @@
+#include "agent/engine_watch.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace gpuha::agent {
+namespace {
+
+// The value of one sample line "name{labels} value [timestamp]" when it
+// belongs to family `name`; nullopt otherwise.
+std::optional<double> SampleOf(std::string_view line, std::string_view name) {
+  if (line.substr(0, name.size()) != name) return std::nullopt;
+  std::string_view rest = line.substr(name.size());
+  if (rest.empty() || (rest[0] != '{' && rest[0] != ' ')) return std::nullopt;  // a longer name
+  if (rest[0] == '{') {
+    size_t close = rest.rfind('}');
+    if (close == std::string_view::npos) return std::nullopt;
+    rest = rest.substr(close + 1);
+  }
+  while (!rest.empty() && rest[0] == ' ') rest.remove_prefix(1);
+  std::string value(rest.substr(0, rest.find(' ')));
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (end == value.c_str()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
+  struct Family {
+    std::string_view name;
+    bool progress;  // else pending
+    bool triton;
+  };
+  static constexpr Family kFamilies[] = {
+      {"nv_inference_pending_request_count", false, true},
+      {"nv_inference_exec_count", true, true},
+      {"vllm:num_requests_running", false, false},
+      {"vllm:num_requests_waiting", false, false},
+      {"vllm:generation_tokens_total", true, false},
+  };
+  EngineSample triton, vllm;
+  bool triton_progress = false, vllm_progress = false;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line[0] == '#') continue;
+    for (const Family& f : kFamilies) {
+      std::optional<double> v = SampleOf(line, f.name);
+      if (!v) continue;
+      EngineSample& s = f.triton ? triton : vllm;
+      (f.progress ? s.progress : s.pending) += *v;
+      (f.triton ? triton_progress : vllm_progress) |= f.progress;
+    }
+  }
+  if (triton_progress) return triton;
+  if (vllm_progress) return vllm;
+  return std::nullopt;
+}
+
+}  // namespace gpuha::agent

@@ -1,0 +1,65 @@
+#include "agent/engine_watch.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuha::agent {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(EngineWatchTest, ReadsTritonsAndVllmsFamiliesSummedOverLabels) {
+  auto t = ParseEngineMetrics(
+      "# HELP nv_inference_exec_count Model executions\n"
+      "# TYPE nv_inference_exec_count counter\n"
+      "nv_inference_exec_count{model=\"a\",version=\"1\"} 10\n"
+      "nv_inference_exec_count{model=\"b\",version=\"1\"} 5\n"
+      "nv_inference_exec_count_other 99\n"
+      "nv_inference_pending_request_count{model=\"a\",version=\"1\"} 3\n");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->progress, 15);
+  EXPECT_EQ(t->pending, 3);
+  auto v = ParseEngineMetrics(
+      "vllm:num_requests_running{model_name=\"m\"} 4.0\n"
+      "vllm:num_requests_waiting{model_name=\"m\"} 2.0\n"
+      "vllm:generation_tokens_total{model_name=\"m\"} 12345.0 1700000000000\n");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->pending, 6);
+  EXPECT_EQ(v->progress, 12345);
+  EXPECT_FALSE(ParseEngineMetrics("up 1\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 50\n").has_value());
+  EXPECT_FALSE(ParseEngineMetrics("").has_value());
+  EXPECT_FALSE(ParseEngineMetrics("nv_inference_exec_count{oops 1\n").has_value());
+}
+
+TEST(EngineWatchTest, PendingWithNoProgressForStallAfterIsAStall) {
+  common::FakeClock clock;
+  EngineWatch w(milliseconds(1000));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 10}));
+  clock.Advance(milliseconds(500));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 5, .progress = 20}));  // moving
+  clock.Advance(milliseconds(900));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 40, .progress = 20}));
+  clock.Advance(milliseconds(100));
+  EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 80, .progress = 20}));  // 1 s, no progress
+  // Progress again ends it.
+  clock.Advance(milliseconds(100));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 80, .progress = 21}));
+}
+
+TEST(EngineWatchTest, AnIdleEngineIsNeverStalled) {
+  common::FakeClock clock;
+  EngineWatch w(milliseconds(1000));
+  for (int i = 0; i < 100; ++i) {
+    clock.Advance(milliseconds(100));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 7}));
+  }
+  // One or two slow requests in flight, nothing else: never a stall, however
+  // long they take (found by the half-hang chaos test, whose 1.5 s slow
+  // requests once failed healthy nodes over).
+  for (int i = 0; i < 50; ++i) {
+    clock.Advance(milliseconds(100));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 1.0 + i % 2, .progress = 7}));
+  }
+}
+
+}  // namespace
+}  // namespace gpuha::agent
