@@ -69,7 +69,9 @@ std::function<bool()> ReadinessProbe(const SupervisorOptions& o, const std::stri
       auto r = common::HttpCall("GET", metrics->host, metrics->port, metrics->target, "", ms);
       std::optional<EngineSample> s =
           r.ok() && r->status == 200 ? ParseEngineMetrics(r->body) : std::nullopt;
-      bool stalled = s && w->engine.Observe(now, *s);
+      // A scrape that failed keeps the last verdict: a hung engine whose
+      // metrics time out too is not thereby ready.
+      bool stalled = s ? w->engine.Observe(now, *s) : w->stalled;
       if (stalled && !w->stalled) {
         spdlog::error(
             "agent {}: inference server stalled: {} request(s) pending and no progress for {} ms "

@@ -39,6 +39,7 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
       {"vllm:num_requests_running", false, false},
       {"vllm:num_requests_waiting", false, false},
       {"vllm:generation_tokens_total", true, false},
+      {"vllm:prompt_tokens_total", true, false},  // prefill and pooling models
   };
   EngineSample triton, vllm;
   bool triton_progress = false, vllm_progress = false;

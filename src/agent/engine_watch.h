@@ -7,7 +7,7 @@
 //   Triton: nv_inference_pending_request_count (pending),
 //           nv_inference_exec_count (progress)
 //   vLLM:   vllm:num_requests_running + vllm:num_requests_waiting (pending),
-//           vllm:generation_tokens_total (progress)
+//           vllm:generation_tokens_total + vllm:prompt_tokens_total (progress)
 //
 //   EngineWatch w(std::chrono::milliseconds(1000));
 //   auto s = ParseEngineMetrics(body);      // a scrape of the metrics URL
@@ -32,10 +32,12 @@ struct EngineSample {
 // Triton's nor vLLM's families (then the engine cannot be judged).
 std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 
-// Like the router's ProgressMonitor, it wants `min_pending` requests
-// waiting before silence means anything: one or two legitimately slow
-// requests on an otherwise idle engine are not a stall, whatever their
-// length; an engine that stopped under load piles requests up at once.
+// Silence alone means nothing: legitimately slow requests on an engine that
+// gets no other work leave it pending with no progress, however long they
+// take. A stall is work arriving and none done: at least `min_pending`
+// requests pending, more than when progress last moved, and no progress for
+// stall_after (found by the half-hang demo, whose 1.5 s slow requests on a
+// quiet spare once failed it over).
 class EngineWatch {
  public:
   explicit EngineWatch(common::Duration stall_after, double min_pending = 3)
@@ -43,12 +45,14 @@ class EngineWatch {
   // One scrape at `now`; true while the engine is stalled: at least
   // min_pending requests pending and progress unchanged for stall_after.
   bool Observe(common::TimePoint now, const EngineSample& s) {
-    if (!progress_ || s.progress != *progress_ || s.pending < min_pending_) {
+    if (!progress_ || s.progress != *progress_) {
       progress_ = s.progress;
       moved_at_ = now;
+      pending_when_moved_ = s.pending;
       return false;
     }
-    return now - moved_at_ >= stall_after_;
+    return s.pending >= min_pending_ && s.pending > pending_when_moved_ &&
+           now - moved_at_ >= stall_after_;
   }
   // Since when nothing has moved (meaningful while Observe says stalled).
   common::TimePoint moved_at() const { return moved_at_; }
@@ -57,6 +61,7 @@ class EngineWatch {
   common::Duration stall_after_;
   double min_pending_;
   std::optional<double> progress_;
+  double pending_when_moved_ = 0;
   common::TimePoint moved_at_{};
 };
 

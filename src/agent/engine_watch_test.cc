@@ -52,13 +52,16 @@ TEST(EngineWatchTest, AnIdleEngineIsNeverStalled) {
     clock.Advance(milliseconds(100));
     EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 7}));
   }
-  // One or two slow requests in flight, nothing else: never a stall, however
-  // long they take (found by the half-hang chaos test, whose 1.5 s slow
-  // requests once failed healthy nodes over).
+  // Slow requests in flight and no other work: never a stall, however long
+  // they take, however many (found by the half-hang demo, whose 1.5 s slow
+  // requests on a quiet spare once failed it over).
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 8}));
   for (int i = 0; i < 50; ++i) {
     clock.Advance(milliseconds(100));
-    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 1.0 + i % 2, .progress = 7}));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 8}));
   }
+  // Two more arrive and still nothing moves: now it is one.
+  EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 6, .progress = 8}));
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ void Supervisor::Tick() {
     }
   }
   if (state_.running && now >= next_probe_) {
-    probe_ok_ = options_.ready_url.empty() || probe_();
+    probe_ok_ = (options_.ready_url.empty() && options_.metrics_url.empty()) || probe_();
     next_probe_ = now + options_.probe_interval;
   }
   state_.ready = state_.running && probe_ok_ && !state_.fenced;

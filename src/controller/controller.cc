@@ -96,7 +96,7 @@ absl::Status Controller::Recover() {
   if (!meta.ok()) return meta.status();
   if (auto it = meta->find("epoch"); it != meta->end()) {
     // A negative epoch was once read as 18446744073709551615.
-    if (!absl::SimpleAtoi(it->second, &epoch_) || epoch_ >= (uint64_t{1} << 62)) {
+    if (!absl::SimpleAtoi(it->second, &epoch_) || epoch_ >= kMaxEpoch) {
       return absl::DataLossError(
           absl::StrCat("store: meta.epoch: '", absl::CHexEscape(it->second), "' is not an epoch"));
     }
@@ -196,7 +196,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   // An agent that has seen a later epoch than ours (a store restored from
   // an old backup, or lost with --init) would ignore every fence of this
   // one: move past it first.
-  if (hello.last_epoch() > epoch_) {
+  if (hello.last_epoch() > epoch_ && hello.last_epoch() < kMaxEpoch) {
     AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
                                                         hello.last_epoch()));
   }
@@ -449,6 +449,8 @@ void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   const std::string id = n.cfg.spec.id;
   if (absl::Status s = placement_.RestoreNode(id); !s.ok()) return;
   n.lifecycle = NodeLifecycle::kServing;
+  n.refence_gap = common::Duration::zero();
+  n.refence_at = common::TimePoint();
   ++epoch_;
   detector_.Connected(id);
   if (n.sink) {
@@ -641,8 +643,10 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
   std::lock_guard<std::mutex> lock(mu_);
-  // A router holding this epoch may hold a later route version of it.
-  if (held_epoch < epoch_) return;
+  // A router holding this epoch may hold a later route version of it. An
+  // epoch past kMaxEpoch is no epoch a controller gave (Recover would refuse
+  // to read it back): ignored.
+  if (held_epoch < epoch_ || held_epoch >= kMaxEpoch) return;
   AdvanceEpochLocked(held_epoch,
                      absl::StrCat("router ", router, " holds routes of epoch ", held_epoch));
 }

@@ -183,6 +183,8 @@ class Controller {
   // ID routers can route, a known tenant, a weight in range.
   absl::Status CheckStreamLocked(const StreamSpec& s) const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;
+  // Epochs a controller gives, and reads back, stay below this.
+  static constexpr uint64_t kMaxEpoch = uint64_t{1} << 62;
 
   const ControllerConfig config_;
   std::unique_ptr<Store> store_;

@@ -156,7 +156,11 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
 }
 
 absl::Status SqliteStore::CreateFresh(const std::string& path) {
-  const std::string tmp = path + ".init";
+  // A name of its own, and link() into place rather than rename(): two
+  // controllers starting together on a new path must not each lock a file
+  // the other then replaces (a split cluster). The loser finds the path
+  // taken, and opens (and fails to lock) the winner's file.
+  const std::string tmp = absl::StrCat(path, ".init.", ::getpid());
   ::unlink(tmp.c_str());
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(tmp.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
@@ -165,12 +169,12 @@ absl::Status SqliteStore::CreateFresh(const std::string& path) {
   std::string why = rc == SQLITE_OK ? "" : err ? err : db ? sqlite3_errmsg(db) : "out of memory";
   sqlite3_free(err);
   if (sqlite3_close(db) != SQLITE_OK && rc == SQLITE_OK) rc = SQLITE_ERROR, why = "close failed";
-  if (rc == SQLITE_OK && ::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (rc == SQLITE_OK && ::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
     rc = SQLITE_ERROR;
     why = std::strerror(errno);
   }
+  ::unlink(tmp.c_str());
   if (rc != SQLITE_OK) {
-    ::unlink(tmp.c_str());
     return absl::UnavailableError(absl::StrCat("store ", path, ": cannot create: ", why));
   }
   return absl::OkStatus();

@@ -65,7 +65,7 @@ class MemoryStore : public Store {
 // - refuses a file that exists but holds no gpuha state (0 bytes, or its
 //   tables dropped) unless `init`: starting there would begin again at epoch
 //   1 while agents hold a higher one and ignore its fences. A path that does
-//   not exist yet is a first start: the file is built aside and renamed into
+//   not exist yet is a first start: the file is built aside and linked into
 //   place, so a file at the path always holds state.
 struct SqliteStoreOptions {
   bool init = false;  // `gpuha controller --init`
@@ -85,7 +85,8 @@ class SqliteStore : public Store {
  private:
   SqliteStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
   absl::Status Exec(const char* sql);
-  // Builds an initialised file at PATH.init and renames it to `path`.
+  // Builds an initialised file at PATH.init.PID and links it to `path`
+  // (unless another process got there first).
   static absl::Status CreateFresh(const std::string& path);
   // The first column of the first row of `sql`, as text ("" when none).
   absl::StatusOr<std::string> QueryText(const char* sql);

@@ -62,8 +62,15 @@ void JudgeProgress(Loop& L) {
 
 void StallVerdict(Loop& L, const std::string& address) {
   auto it = L.upstreams.find(address);
-  if (it == L.upstreams.end() || !it->second->usable(L.clock.Now())) return;
-  Stall(L, *it->second);
+  const TimePoint now = L.clock.Now();
+  if (it == L.upstreams.end() || !it->second->usable(now)) return;
+  UpstreamState& up = *it->second;
+  // This loop saw it answer within a window: it is not stalled here.
+  if (up.progress.last_answer() != TimePoint() &&
+      now - up.progress.last_answer() < up.progress.Window()) {
+    return;
+  }
+  Stall(L, up);
 }
 
 void RefreshRoutes(Loop& L) {

@@ -109,11 +109,16 @@ std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
   if (hosts == 0 && h.version() >= 11) {
     return HeadProblem{Reason::kBadRequest, "an HTTP/1.1 request needs a Host header"};
   }
+  if (h.count(http::field::transfer_encoding) == 0) return std::nullopt;
+  // RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing.
+  if (h.version() < 11) {
+    return HeadProblem{Reason::kBadRequest, "Transfer-Encoding in an HTTP/1.0 request"};
+  }
   // Every coding of every Transfer-Encoding field, in order.
   std::vector<std::string_view> codings;
-  for (auto it = h.find(http::field::transfer_encoding);
-       it != h.end() && it->name() == http::field::transfer_encoding; ++it) {
-    std::string_view v(it->value().data(), it->value().size());
+  for (const auto& f : h) {
+    if (f.name() != http::field::transfer_encoding) continue;
+    std::string_view v(f.value().data(), f.value().size());
     while (!v.empty()) {
       size_t comma = v.find(',');
       std::string_view item = Trim(v.substr(0, comma));
@@ -122,7 +127,6 @@ std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
       v = comma == std::string_view::npos ? std::string_view() : v.substr(comma + 1);
     }
   }
-  if (h.count(http::field::transfer_encoding) == 0) return std::nullopt;
   if (codings.empty()) return HeadProblem{Reason::kBadRequest, "an empty Transfer-Encoding"};
   for (std::string_view c : codings) {
     bool known = false;

@@ -88,6 +88,9 @@ TEST(RequestTest, TransferCodingsOtherThanChunkedAreRefused) {
     ASSERT_TRUE(p) << te;
     EXPECT_EQ(ReasonStatus(p->reason), 501) << te;
   }
+  auto old = CheckHead(Parse("POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  ASSERT_TRUE(old);  // RFC 9112 6.1: faulty framing in HTTP/1.0
+  EXPECT_EQ(ReasonStatus(old->reason), 400);
   auto two = Check(post + "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n");
   ASSERT_TRUE(two);
   EXPECT_EQ(ReasonStatus(two->reason), 501);

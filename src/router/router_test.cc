@@ -265,8 +265,7 @@ TEST_F(RouterTest, AnInferenceProbeThatFailsMarksTheUpstreamDown) {
   })) << router_->MetricsText();
   // The verdict reaches every loop: the stream is served by the standby.
   EXPECT_TRUE(Eventually([&] {
-    return Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")") !=
-           std::string::npos;
+    return Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")") != std::string::npos;
   }));
 }
 

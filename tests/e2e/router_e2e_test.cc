@@ -117,7 +117,8 @@ class RouterE2eTest : public ::testing::Test {
     std::vector<std::string> argv = {
         kGpuha,     "router",      "--config",  (dir_ / "router.yaml").string(),
         "--listen", "127.0.0.1:0", "--threads", "2"};
-    if (nofile > 0) argv.insert(argv.begin(), {"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile)});
+    if (nofile > 0)
+      argv.insert(argv.begin(), {"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile)});
     argv.insert(argv.end(), extra.begin(), extra.end());
     router_ = std::make_unique<ChildProcess>(argv);
     auto rest = router_->WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
@@ -362,6 +363,13 @@ void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
   }
   ASSERT_EQ(first.status, 200) << first.body << router_->err();
   c.primary = first.headers["X-Backend"];
+  // Faults injected during the controller's startup grace (the agents'
+  // longest reconnect wait) would meet a controller that fails nothing over.
+  ASSERT_TRUE(gpuha::testing::Eventually(
+      [&] {
+        return c.Api("GET", "/api/v1/status").value("startup_grace_left_ms", int64_t{-1}) == 0;
+      },
+      milliseconds(10000)));
   ASSERT_TRUE(c.ports.count(c.primary)) << c.primary;
 }
 
