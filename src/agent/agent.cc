@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "agent/engine_watch.h"
 #include "common/file_util.h"
 #include "common/grpc_client.h"
 #include "common/log.h"
@@ -37,55 +36,6 @@ enum class StreamOp : intptr_t { kStart = 1, kRead, kWrite, kWake, kFinish };
 void* Tag(StreamOp op) { return reinterpret_cast<void*>(static_cast<intptr_t>(op)); }
 StreamOp OpOf(void* tag) { return static_cast<StreamOp>(reinterpret_cast<intptr_t>(tag)); }
 
-// The server is ready when its readiness URL answers 200 and, with a
-// metrics URL, its engine is not stalled (EngineWatch, scraped once a
-// second or faster): a server that answers its health check while its inference no
-// longer moves is not ready.
-std::function<bool()> ReadinessProbe(const SupervisorOptions& o, const std::string& node,
-                                     common::Clock* clock) {
-  auto ms = std::chrono::duration_cast<milliseconds>(o.probe_timeout);
-  std::optional<common::HttpUrl> ready, metrics;
-  if (!o.ready_url.empty())
-    ready = *common::ParseHttpUrl(o.ready_url);  // validated with the config
-  if (!o.metrics_url.empty()) metrics = *common::ParseHttpUrl(o.metrics_url);
-  struct Watch {
-    EngineWatch engine;
-    common::Duration stall_after;
-    common::TimePoint next_scrape{};
-    bool stalled = false;
-  };
-  auto w = std::make_shared<Watch>(Watch{EngineWatch(o.stall_after), o.stall_after});
-  return [ready, metrics, ms, node, clock, w] {
-    if (ready) {
-      auto r = common::HttpCall("GET", ready->host, ready->port, ready->target, "", ms);
-      if (!r.ok() || r->status != 200) return false;
-    }
-    if (!metrics) return true;
-    const common::TimePoint now = clock->Now();
-    if (now >= w->next_scrape) {
-      // Once a second, or four times per stall_after when that is shorter.
-      w->next_scrape =
-          now + std::min<common::Duration>(std::chrono::seconds(1), w->stall_after / 4);
-      auto r = common::HttpCall("GET", metrics->host, metrics->port, metrics->target, "", ms);
-      std::optional<EngineSample> s =
-          r.ok() && r->status == 200 ? ParseEngineMetrics(r->body) : std::nullopt;
-      // A scrape that failed keeps the last verdict: a hung engine whose
-      // metrics time out too is not thereby ready.
-      bool stalled = s ? w->engine.Observe(now, *s) : w->stalled;
-      if (stalled && !w->stalled) {
-        spdlog::error(
-            "agent {}: inference server stalled: {} request(s) pending and no progress for {} ms "
-            "(its readiness still answers); reporting it not ready",
-            node, s->pending, common::ToMillis(now - w->engine.moved_at()));
-      } else if (!stalled && w->stalled) {
-        spdlog::info("agent {}: inference server progressing again", node);
-      }
-      w->stalled = stalled;
-    }
-    return !w->stalled;
-  };
-}
-
 }  // namespace
 
 Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
@@ -94,8 +44,7 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       probe_(std::move(probe)),
       sim_(dynamic_cast<gpu::SimProbe*>(probe_.get())),
       clock_(clock),
-      supervisor_(config_.server, runner, clock,
-                  ReadinessProbe(config_.server, config_.node, clock)),
+      supervisor_(config_.server, runner, clock, ServerProbe(config_.server, config_.node, clock)),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }

@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include "agent/engine_watch.h"
+#include "common/http_server.h"
 #include "common/log.h"
 
 namespace gpuha::agent {
@@ -126,6 +128,51 @@ void Supervisor::Shutdown() {
 ServerState Supervisor::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
+}
+
+std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
+                                  common::Clock* clock) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.probe_timeout);
+  std::optional<common::HttpUrl> ready, metrics;
+  if (!o.ready_url.empty())
+    ready = *common::ParseHttpUrl(o.ready_url);  // validated with the config
+  if (!o.metrics_url.empty()) metrics = *common::ParseHttpUrl(o.metrics_url);
+  struct Watch {
+    EngineWatch engine;
+    common::Duration stall_after;
+    common::TimePoint next_scrape{};
+    bool stalled = false;
+  };
+  auto w = std::make_shared<Watch>(Watch{EngineWatch(o.stall_after), o.stall_after});
+  return [ready, metrics, ms, node, clock, w] {
+    if (ready) {
+      auto r = common::HttpCall("GET", ready->host, ready->port, ready->target, "", ms);
+      if (!r.ok() || r->status != 200) return false;
+    }
+    if (!metrics) return true;
+    const common::TimePoint now = clock->Now();
+    if (now >= w->next_scrape) {
+      // Once a second, or four times per stall_after when that is shorter.
+      w->next_scrape =
+          now + std::min<common::Duration>(std::chrono::seconds(1), w->stall_after / 4);
+      auto r = common::HttpCall("GET", metrics->host, metrics->port, metrics->target, "", ms);
+      std::optional<EngineSample> s =
+          r.ok() && r->status == 200 ? ParseEngineMetrics(r->body) : std::nullopt;
+      // A scrape that failed keeps the last verdict: a hung engine whose
+      // metrics time out too is not thereby ready.
+      bool stalled = s ? w->engine.Observe(now, *s) : w->stalled;
+      if (stalled && !w->stalled) {
+        spdlog::error(
+            "agent {}: inference server stalled: {} request(s) pending and no progress for {} ms "
+            "(its readiness still answers); reporting it not ready",
+            node, s->pending, common::ToMillis(now - w->engine.moved_at()));
+      } else if (!stalled && w->stalled) {
+        spdlog::info("agent {}: inference server progressing again", node);
+      }
+      w->stalled = stalled;
+    }
+    return !w->stalled;
+  };
 }
 
 }  // namespace gpuha::agent

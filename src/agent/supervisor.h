@@ -49,6 +49,14 @@ struct ServerState {
   std::string last_exit;
 };
 
+// The probe `gpuha agent` gives its supervisor: the server is ready when
+// `ready_url` answers 200 and, with `metrics_url`, its engine is not stalled
+// (EngineWatch over a scrape once a second, or every stall_after / 4 when
+// shorter; a failed scrape keeps the last verdict). A server that answers
+// its health check while its inference no longer moves is not ready.
+std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
+                                  common::Clock* clock);
+
 class Supervisor {
  public:
   // `probe` answers whether the server is ready now; it may block briefly.

@@ -134,8 +134,8 @@ std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
       known = known || IEquals(c, k);
     }
     if (!known) {
-      return HeadProblem{Reason::kNotImplemented,
-                         "transfer coding '" + std::string(c) + "' is not implemented"};
+      return HeadProblem{Reason::kNotImplemented, "transfer coding '" + std::string(c) +
+                                                      "' is not supported (only chunked)"};
     }
   }
   if (!IEquals(codings.back(), "chunked")) {
@@ -144,7 +144,7 @@ std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
   }
   if (codings.size() > 1) {
     return HeadProblem{Reason::kNotImplemented, "transfer coding '" + std::string(codings.front()) +
-                                                    "' is not implemented; only chunked"};
+                                                    "' is not supported (only chunked)"};
   }
   if (h.count(http::field::content_length) > 0) {
     return HeadProblem{Reason::kBadRequest, "both Transfer-Encoding and Content-Length"};
@@ -228,8 +228,6 @@ std::optional<std::string> NormalizeTarget(std::string_view target) {
 int ReasonStatus(Reason r) { return kReasons[static_cast<size_t>(r)].status; }
 const char* ReasonLabel(Reason r) { return kReasons[static_cast<size_t>(r)].label; }
 
-bool ValidStreamId(std::string_view id) { return common::ValidStreamId(id); }
-
 StreamRef ExtractStream(std::string_view header_value, std::string_view target) {
   StreamRef r;
   constexpr std::string_view kPrefix = "/streams/";
@@ -237,7 +235,7 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target) 
     std::string_view rest = target.substr(kPrefix.size());
     size_t end = rest.find_first_of("/?");
     std::string_view id = rest.substr(0, end);
-    if (!ValidStreamId(id)) {
+    if (!common::ValidStreamId(id)) {
       r.bad = true;
       return r;
     }
@@ -249,7 +247,7 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target) 
     r.target = std::string(target);
   }
   if (!header_value.empty()) {
-    if (!ValidStreamId(header_value) || (!r.stream.empty() && r.stream != header_value)) {
+    if (!common::ValidStreamId(header_value) || (!r.stream.empty() && r.stream != header_value)) {
       r.bad = true;
       return r;
     }

@@ -81,7 +81,6 @@ struct StreamRef {
   bool bad = false;    // a stream was named but is not a valid id
 };
 StreamRef ExtractStream(std::string_view header_value, std::string_view target);
-bool ValidStreamId(std::string_view id);
 
 // The API key: "Authorization: Bearer KEY", else "X-Api-Key: KEY" (an
 // Authorization of another scheme, such as Basic for a proxy in front, does

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
+#include "common/names.h"
 #include "common/yaml_reader.h"
-#include "router/request.h"
 
 namespace gpuha::router {
 namespace {
@@ -61,8 +61,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   for (common::YamlMap& r : root.MapList("routes")) {
     StaticRoute s;
     if (r.Require("stream")) s.stream = r.String("stream").value_or("");
-    if (r.ok() && !ValidStreamId(s.stream)) {
-      r.Fail("stream", absl::StrCat("'", s.stream, "' must be 1-128 of [A-Za-z0-9._:-]"));
+    if (r.ok() && !common::ValidStreamId(s.stream)) {
+      r.Fail("stream", absl::StrCat("'", s.stream, "' must be ", common::kStreamIdRule));
     }
     if (!s.stream.empty() && !streams.insert(s.stream).second) {
       r.Fail("stream", absl::StrCat("stream '", s.stream, "' is listed twice"));
@@ -127,7 +127,9 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     common::ReadNumberIn(t, "burst", 1, 1e9, &tc.burst);
     common::ReadIntIn(t, "max_concurrent", 0, 1'000'000'000, &tc.max_concurrent);
     if (auto d = t.String("default_stream")) {
-      if (!ValidStreamId(*d)) t.Fail("default_stream", "must be 1-128 of [A-Za-z0-9._:-]");
+      if (!common::ValidStreamId(*d)) {
+        t.Fail("default_stream", absl::StrCat("must be ", common::kStreamIdRule));
+      }
       tc.default_stream = *d;
     }
     c.tenants.push_back(tc);

@@ -263,34 +263,33 @@ TEST_F(ClusterTest, ControllerApiPausesAcceptingWhenOutOfDescriptors) {
 // one aborted (exit 134). Each is now a refusal at start, exit 1, with why.
 TEST_F(ClusterTest, StoreProblemsStopTheControllerAtStartWithAReason) {
   StartController();
-  ChildProcess second({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
-                       "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--store",
-                       (dir_ / "c.db").string()});
+  // A second controller on `store` (file name in dir_), any free ports
+  // unless `grpc` is given.
+  auto controller_on = [&](const std::string& store, const std::string& grpc = "127.0.0.1:0") {
+    return std::vector<std::string>{kGpuha,          "controller",
+                                    "--config",      (dir_ / "controller.yaml").string(),
+                                    "--grpc-listen", grpc,
+                                    "--http-listen", "127.0.0.1:0",
+                                    "--store",       (dir_ / store).string()};
+  };
+  ChildProcess second(controller_on("c.db"));
   EXPECT_EQ(second.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(second.err(), HasSubstr("in use by another process"));
   // The same gRPC port is not shared either (gRPC's SO_REUSEPORT is off).
-  ChildProcess same_port({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
-                          "--grpc-listen", "127.0.0.1:" + std::to_string(grpc_), "--http-listen",
-                          "127.0.0.1:0", "--store", (dir_ / "other.db").string()});
+  ChildProcess same_port(controller_on("other.db", "127.0.0.1:" + std::to_string(grpc_)));
   EXPECT_EQ(same_port.Wait(milliseconds(10000)), 1) << same_port.err();
 
   std::ofstream(dir_ / "empty.db").close();
-  std::vector<std::string> on_empty = {kGpuha,          "controller",
-                                       "--config",      (dir_ / "controller.yaml").string(),
-                                       "--grpc-listen", "127.0.0.1:0",
-                                       "--http-listen", "127.0.0.1:0",
-                                       "--store",       (dir_ / "empty.db").string()};
-  ChildProcess empty(on_empty);
+  ChildProcess empty(controller_on("empty.db"));
   EXPECT_EQ(empty.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(empty.err(), HasSubstr("holds no gpuha state"));
-  on_empty.push_back("--init");
-  ChildProcess init(on_empty);
+  std::vector<std::string> init_argv = controller_on("empty.db");
+  init_argv.push_back("--init");
+  ChildProcess init(init_argv);
   EXPECT_TRUE(init.WaitForLine("gpuha controller grpc", milliseconds(10000))) << init.err();
 
   std::ofstream(dir_ / "junk.db") << std::string(8192, 'j');
-  ChildProcess junk({kGpuha, "controller", "--config", (dir_ / "controller.yaml").string(),
-                     "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--store",
-                     (dir_ / "junk.db").string()});
+  ChildProcess junk(controller_on("junk.db"));
   EXPECT_EQ(junk.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(junk.err(), HasSubstr("junk.db"));
 
