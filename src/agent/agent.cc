@@ -311,11 +311,11 @@ void Agent::WakeHeartbeat() {
   wake_alarm_.Set(wake_cq_, gpr_now(GPR_CLOCK_MONOTONIC), Tag(StreamOp::kWake));
 }
 
-absl::Status Agent::RunStream(const HostPort& controller) {
+absl::Status Agent::RunStream(const HostPort& controller, common::Duration connect_timeout) {
   auto creds = common::ClientCredentials(
       {.ca = config_.tls_ca, .cert = config_.tls_cert, .key = config_.tls_key});
   if (!creds.ok()) return creds.status();
-  auto channel = common::DialController(controller, *creds, milliseconds(1000));
+  auto channel = common::DialController(controller, *creds, connect_timeout, &stopping_);
   if (!channel.ok()) return channel.status();
   auto stub = v1::AgentService::NewStub(*channel);
 
@@ -473,7 +473,7 @@ void Agent::ConnectionLoop() {
   while (!stopping_) {
     const HostPort c = policy.target();
     common::TimePoint started = clock_->Now();
-    absl::Status s = RunStream(c);
+    absl::Status s = RunStream(c, policy.ConnectTimeout());
     if (stopping_) break;
     common::Duration wait = policy.Failed(started, clock_->Now());
     counters_.reconnects++;

@@ -84,7 +84,7 @@ class Agent {
   void Evaluate(std::vector<gpu::XidEvent> xids);
   // Asks the connection thread for a heartbeat now (urgent_ must be set).
   void WakeHeartbeat();
-  absl::Status RunStream(const HostPort& controller);
+  absl::Status RunStream(const HostPort& controller, common::Duration connect_timeout);
   v1::AgentMessage BuildHello() const;
   v1::AgentMessage BuildHeartbeat();
   void Handle(const v1::ControllerMessage& m);

@@ -1,5 +1,7 @@
 #include "common/grpc_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 
@@ -28,7 +30,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(cons
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
     const HostPort& controller, const std::shared_ptr<grpc::ChannelCredentials>& creds,
-    Duration connect_timeout) {
+    Duration connect_timeout, const std::atomic<bool>* stopping) {
   grpc::ChannelArguments args;
   // Notice a controller that vanished without closing the connection.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
@@ -39,13 +41,17 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);  // small steady messages; no probing
   args.SetInt(GRPC_ARG_MINIMAL_STACK, 1);    // no per-message filters we do not use
   auto channel = grpc::CreateCustomChannel(controller.str(), creds, args);
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::system_clock::duration>(connect_timeout);
-  if (!channel->WaitForConnected(deadline)) {
-    return absl::UnavailableError(
-        absl::StrCat("unreachable (no connection within ", ToMillis(connect_timeout), " ms)"));
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(connect_timeout);
+  for (;;) {
+    if (stopping->load()) return absl::CancelledError("stopping");
+    auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+    if (channel->WaitForConnected(slice)) return channel;
+    if (std::chrono::system_clock::now() >= deadline) break;
   }
-  return channel;
+  return absl::UnavailableError(
+      absl::StrCat("unreachable (no connection within ", ToMillis(connect_timeout), " ms)"));
 }
 
 }  // namespace gpuha::common

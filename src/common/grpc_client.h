@@ -3,7 +3,7 @@
 // backoff) that waits for the connection.
 //
 //   auto creds = ClientCredentials({.ca = "ca.pem", .cert = "me.pem", .key = "me.key"});
-//   auto channel = DialController(controller, *creds, std::chrono::seconds(1));
+//   auto channel = DialController(controller, *creds, policy.ConnectTimeout(), &stopping_);
 //
 // Errors name the file that could not be read, or the controller that did
 // not answer. Thread-safety: pure functions.
@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -32,9 +33,10 @@ struct ClientTls {
 
 // A channel to `controller` that notices a peer vanishing within ~2 s
 // (keepalive every 1 s, also without calls) and reconnects after 100 ms to
-// 1 s. Unavailable when it is not connected within `connect_timeout`.
+// 1 s. Unavailable when it is not connected within `connect_timeout`;
+// Cancelled as soon as `*stopping` is seen true (it is read every 50 ms).
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
     const HostPort& controller, const std::shared_ptr<grpc::ChannelCredentials>& creds,
-    Duration connect_timeout);
+    Duration connect_timeout, const std::atomic<bool>* stopping);
 
 }  // namespace gpuha::common

@@ -2,12 +2,15 @@
 // router's route watch) tries next, and how long it waits first. It walks
 // the listed controllers in turn, and backs off 100 ms, 200 ms ... 2 s,
 // jittered by +-20% so a fleet does not reconnect in step, and starts over
-// once a session stayed up for 5 s.
+// once a session stayed up for 5 s. An attempt may take ConnectTimeout() to
+// connect: 1 s, doubled after each failure up to 4 s, so that a controller
+// whose TLS handshakes are slow (a loaded host) is reached in the end
+// instead of being cut at the same 1 s on every attempt.
 //
 //   ReconnectPolicy policy(config.controllers, /*seed=*/hash(node));
 //   while (!stopping) {
 //     TimePoint started = clock->Now();
-//     absl::Status s = RunSession(policy.target());
+//     absl::Status s = RunSession(policy.target(), policy.ConnectTimeout());
 //     Duration wait = policy.Failed(started, clock->Now());  // moves to the next
 //     ... log s, policy.target() and wait; sleep `wait` unless stopping
 //   }
@@ -15,6 +18,7 @@
 // Pure: time comes in as arguments. Thread-safety: none; one loop owns it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -44,12 +48,20 @@ class ReconnectPolicy {
     return std::chrono::duration_cast<Duration>(o.max * (1 + o.jitter));
   }
 
+  static constexpr Duration kFirstConnect = std::chrono::milliseconds(1000);
+  static constexpr Duration kLongestConnect = std::chrono::milliseconds(4000);
+
   // The controller to try now. At least one must be listed.
   const HostPort& target() const { return targets_[next_ % targets_.size()]; }
+  // How long the attempt on target() may wait for its connection.
+  Duration ConnectTimeout() const {
+    return std::min(kFirstConnect * (int64_t{1} << std::min(failures_, 2)), kLongestConnect);
+  }
   // A session that began at `started` ended at `now`: the next controller
   // is up, after the returned wait.
   Duration Failed(TimePoint started, TimePoint now) {
     ++next_;
+    failures_ = now - started >= BackoffOptions(0).stable_after ? 0 : failures_ + 1;
     backoff_.MaybeReset(started, now);
     return backoff_.Next();
   }
@@ -58,6 +70,7 @@ class ReconnectPolicy {
   std::vector<HostPort> targets_;
   Backoff backoff_;
   size_t next_ = 0;
+  int failures_ = 0;  // sessions in a row that ended before stable_after
 };
 
 }  // namespace gpuha::common

@@ -36,5 +36,22 @@ TEST(ReconnectPolicyTest, ASessionThatStayedUpStartsTheBackoffOver) {
   EXPECT_EQ(p.target().host, "10.0.0.2");
 }
 
+TEST(ReconnectPolicyTest, TheConnectTimeoutGrowsWithFailuresAndStartsOver) {
+  // Regression: every attempt got 1 s, so a controller whose TLS handshake
+  // took longer (ASan on a loaded CI host) was never reached.
+  FakeClock clock;
+  ReconnectPolicy p({{"10.0.0.1", 7400}}, 1);
+  std::vector<int64_t> timeouts = {ToMillis(p.ConnectTimeout())};
+  for (int i = 0; i < 4; ++i) {
+    p.Failed(clock.Now(), clock.Now());
+    timeouts.push_back(ToMillis(p.ConnectTimeout()));
+  }
+  EXPECT_EQ(timeouts, (std::vector<int64_t>{1000, 2000, 4000, 4000, 4000}));
+  TimePoint started = clock.Now();
+  clock.Advance(milliseconds(5000));  // a session that stayed up
+  p.Failed(started, clock.Now());
+  EXPECT_EQ(ToMillis(p.ConnectTimeout()), 1000);
+}
+
 }  // namespace
 }  // namespace gpuha::common

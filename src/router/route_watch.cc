@@ -36,7 +36,7 @@ void RouteWatch::Run() {
   while (!stopping_) {
     const common::HostPort c = policy.target();
     common::TimePoint started = clock_->Now();
-    absl::Status s = WatchOnce(c);
+    absl::Status s = WatchOnce(c, policy.ConnectTimeout());
     if (stopping_) break;
     common::Duration wait = policy.Failed(started, clock_->Now());
     reconnects_++;
@@ -48,13 +48,14 @@ void RouteWatch::Run() {
   }
 }
 
-absl::Status RouteWatch::WatchOnce(const common::HostPort& controller) {
+absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
+                                   common::Duration connect_timeout) {
   auto creds = common::ClientCredentials({.ca = config_.controller_ca,
                                           .cert = config_.controller_cert,
                                           .key = config_.controller_key,
                                           .section = "controller_tls"});
   if (!creds.ok()) return creds.status();
-  auto channel = common::DialController(controller, *creds, milliseconds(1000));
+  auto channel = common::DialController(controller, *creds, connect_timeout, &stopping_);
   if (!channel.ok()) return channel.status();
   auto stub = v1::RouteService::NewStub(*channel);
   grpc::ClientContext ctx;

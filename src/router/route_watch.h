@@ -31,7 +31,7 @@ class RouteWatch {
 
  private:
   void Run();
-  absl::Status WatchOnce(const common::HostPort& controller);
+  absl::Status WatchOnce(const common::HostPort& controller, common::Duration connect_timeout);
 
   Router* const router_;
   const RouterConfig config_;
