@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/grpc_client.h"
@@ -41,8 +44,8 @@ StreamOp OpOf(void* tag) { return static_cast<StreamOp>(reinterpret_cast<intptr_
 Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
              common::Clock* clock)
     : config_(std::move(config)),
-      probe_(std::move(probe)),
-      sim_(dynamic_cast<gpu::SimProbe*>(probe_.get())),
+      sim_(dynamic_cast<gpu::SimProbe*>(probe.get())),
+      probe_(gpu::WatchedProbe::Wrap(std::move(probe), milliseconds(config_.call_deadline_ms))),
       clock_(clock),
       supervisor_(config_.server, runner, clock, ServerProbe(config_.server, config_.node, clock)),
       evaluator_(config_.thresholds) {}
@@ -53,6 +56,7 @@ absl::Status Agent::Start() {
   auto devices = probe_->Devices();
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
+  if (absl::Status s = OpenDriverWatch(); !s.ok()) return s;
   auto http =
       common::HttpServer::Start({.address = config_.listen.host, .port = config_.listen.port},
                                 [this](const common::HttpRequest& r) { return HandleHttp(r); });
@@ -65,6 +69,35 @@ absl::Status Agent::Start() {
   threads_.emplace_back([this] { EventLoop(); });
   threads_.emplace_back([this] { ConnectionLoop(); });
   if (!config_.server.command.empty()) threads_.emplace_back([this] { SupervisorLoop(); });
+  return absl::OkStatus();
+}
+
+absl::Status Agent::OpenDriverWatch() {
+  // An explicit path that does not work is a config error; the nvml
+  // backend's defaults (/dev/kmsg needs root or CAP_SYSLOG) only warn.
+  pci_devices_ = PciDevicesPath(config_);
+  if (!pci_devices_.empty()) {
+    auto slots = gpu::ListNvidiaGpus(pci_devices_);
+    if (!slots.ok()) {
+      if (!config_.pci_devices.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gpu.pci_devices: ", slots.status().message()));
+      }
+      spdlog::warn("agent {}: {}; the PCI presence check is off", config_.node,
+                   slots.status().message());
+      pci_devices_.clear();
+    }
+  }
+  if (std::string path = KernelLogPath(config_); !path.empty()) {
+    auto log = gpu::KernelLog::Open(path);
+    if (log.ok()) {
+      kernel_log_ = std::move(*log);
+    } else if (!config_.kernel_log.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("gpu.kernel_log: ", log.status().message()));
+    } else {
+      spdlog::warn("agent {}: {}; XIDs come from NVML alone", config_.node, log.status().message());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -103,6 +136,8 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
     }
     obs.gpus.push_back(*s);
   }
+  counters_.gpu_calls_hung = probe_->hung_calls();
+  if (!pci_devices_.empty()) CheckPci(&obs);
   for (const std::string& nic : config_.nics)
     obs.nics.push_back(gpu::ReadNic(config_.sysfs_net, nic));
   obs.new_xids = xids;
@@ -133,6 +168,30 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
   if (wake) WakeHeartbeat();
 }
 
+void Agent::CheckPci(gpu::Observation* obs) {
+  auto slots = gpu::ListNvidiaGpus(pci_devices_);
+  if (!slots.ok()) {  // the tree was there at Start(); say so, but not every sample
+    if (counters_.probe_errors++ % 100 == 0) {
+      spdlog::warn("agent {}: {}", config_.node, slots.status().message());
+    }
+    return;
+  }
+  gpu::PciCheck check = gpu::ComparePci(devices_, *slots);
+  for (uint32_t index : check.vanished) {
+    auto it = std::find_if(obs->gpus.begin(), obs->gpus.end(),
+                           [&](const gpu::GpuSample& g) { return g.index == index; });
+    if (it == obs->gpus.end()) {  // its sample failed: report it lost all the same
+      it = obs->gpus.insert(obs->gpus.end(), gpu::GpuSample{});
+      it->index = index;
+    }
+    it->lost = true;
+    it->lost_detail = absl::StrCat("gone from the PCI bus (", devices_[index].pci_bus_id,
+                                   " is no longer under ", pci_devices_, ")");
+    counters_.gpus_vanished++;
+  }
+  obs->unseen_pci = std::move(check.unseen);
+}
+
 void Agent::SampleLoop() {
   while (!stopping_) {
     WaitFor(milliseconds(config_.sample_ms));
@@ -142,21 +201,51 @@ void Agent::SampleLoop() {
 }
 
 void Agent::EventLoop() {
+  // The probe wakes at once for an XID; the timeout bounds shutdown and how
+  // long a kernel log line waits to be read.
+  const milliseconds poll(kernel_log_ ? 200 : 500);
   while (!stopping_) {
-    // The probe wakes at once for an XID; the timeout only bounds shutdown.
-    auto xids = probe_->WaitForXids(milliseconds(500));
-    if (!xids.ok()) {
+    std::vector<gpu::XidEvent> seen;
+    auto xids = probe_->WaitForXids(poll);
+    if (xids.ok()) {
+      seen = std::move(*xids);
+    } else {
       counters_.probe_errors++;
       spdlog::warn("agent: waiting for XID events failed: {}", xids.status().message());
-      WaitFor(milliseconds(1000));
-      continue;
+      WaitFor(poll);
     }
-    if (xids->empty()) continue;
-    counters_.xid_events += xids->size();
-    for (const gpu::XidEvent& x : *xids) {
+    if (kernel_log_) ReadKernelLog(&seen);
+    std::vector<gpu::XidEvent> fresh;
+    for (const gpu::XidEvent& x : seen) {
+      if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now())) {
+        fresh.push_back(x);
+      } else {
+        counters_.xid_duplicates++;
+      }
+    }
+    if (fresh.empty()) continue;
+    counters_.xid_events += fresh.size();
+    for (const gpu::XidEvent& x : fresh) {
       spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
     }
-    Evaluate(std::move(*xids));
+    Evaluate(std::move(fresh));
+  }
+}
+
+void Agent::ReadKernelLog(std::vector<gpu::XidEvent>* out) {
+  for (const std::string& line : kernel_log_->ReadNew()) {
+    std::optional<gpu::KernelXid> k = gpu::ParseKernelXid(line);
+    if (!k) continue;
+    counters_.kernel_log_xids++;
+    auto d = std::find_if(devices_.begin(), devices_.end(), [&](const gpu::DeviceInfo& d) {
+      return gpu::PciSlot(d.pci_bus_id) == k->pci_slot;
+    });
+    if (d == devices_.end()) {
+      spdlog::warn("agent {}: kernel log: XID {} on PCI {}, not a GPU the driver listed",
+                   config_.node, k->xid, k->pci_slot);
+      continue;
+    }
+    out->push_back({d->index, k->xid, clock_->UnixNanos()});
   }
 }
 

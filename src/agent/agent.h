@@ -31,7 +31,10 @@
 #include "common/http_server.h"
 #include "gpu/gpu_probe.h"
 #include "gpu/health.h"
+#include "gpu/kernel_log.h"
+#include "gpu/pci_presence.h"
 #include "gpu/sim_probe.h"
+#include "gpu/watchdog.h"
 #include "gpuha/v1/agent.grpc.pb.h"
 
 namespace grpc {
@@ -43,13 +46,17 @@ namespace gpuha::agent {
 // The agent's counters, declared once: each is a field of AgentCounters and
 // the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
 // nothing is counted and never shown.
-#define GPUHA_AGENT_COUNTERS(X)                                   \
-  X(heartbeats_sent, "Heartbeats written to a controller.")       \
-  X(reconnects, "Controller streams that broke or never opened.") \
-  X(samples, "Telemetry samples taken.")                          \
-  X(probe_errors, "GPU probe calls that failed.")                 \
-  X(xid_events, "XID events seen.")                               \
-  X(fences, "Fence commands obeyed.")                             \
+#define GPUHA_AGENT_COUNTERS(X)                                      \
+  X(heartbeats_sent, "Heartbeats written to a controller.")          \
+  X(reconnects, "Controller streams that broke or never opened.")    \
+  X(samples, "Telemetry samples taken.")                             \
+  X(probe_errors, "GPU probe calls that failed.")                    \
+  X(xid_events, "XID events seen (NVML and kernel log, each once).") \
+  X(kernel_log_xids, "XID lines read from the kernel log.")          \
+  X(xid_duplicates, "XIDs seen by both sources, reported once.")     \
+  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")   \
+  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")        \
+  X(fences, "Fence commands obeyed.")                                \
   X(stale_commands, "Commands ignored for carrying an old epoch.")
 
 struct AgentCounters {
@@ -82,6 +89,12 @@ class Agent {
   // Samples every GPU and NIC and updates the health state; `xids` are new
   // XID events. Wakes the heartbeat thread when the state changed.
   void Evaluate(std::vector<gpu::XidEvent> xids);
+  // Opens the kernel log and checks the PCI tree (agent_config.h's paths).
+  absl::Status OpenDriverWatch();
+  // Marks GPUs gone from the PCI bus lost and lists the ones the driver misses.
+  void CheckPci(gpu::Observation* obs);
+  // Appends the kernel log's new XIDs on listed GPUs.
+  void ReadKernelLog(std::vector<gpu::XidEvent>* out);
   // Asks the connection thread for a heartbeat now (urgent_ must be set).
   void WakeHeartbeat();
   absl::Status RunStream(const HostPort& controller, common::Duration connect_timeout);
@@ -93,8 +106,8 @@ class Agent {
   void WaitFor(common::Duration d);
 
   const AgentConfig config_;
-  std::unique_ptr<gpu::GpuProbe> probe_;
-  gpu::SimProbe* const sim_;  // probe_ when it is the sim backend, else null
+  gpu::SimProbe* const sim_;  // the wrapped probe when it is the sim backend, else null
+  std::unique_ptr<gpu::WatchedProbe> probe_;
   common::Clock* const clock_;
   Supervisor supervisor_;
   std::unique_ptr<common::HttpServer> http_;
@@ -108,8 +121,11 @@ class Agent {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
 
-  std::mutex sample_mu_;            // serialises probe sampling and the evaluator
-  gpu::HealthEvaluator evaluator_;  // guarded by sample_mu_
+  std::mutex sample_mu_;                        // serialises probe sampling and the evaluator
+  gpu::HealthEvaluator evaluator_;              // guarded by sample_mu_
+  std::string pci_devices_;                     // the sysfs PCI tree compared; "" when off
+  std::unique_ptr<gpu::KernelLog> kernel_log_;  // event thread only, after Start()
+  gpu::XidDeduper xid_dedup_;                   // event thread only
 
   mutable std::mutex mu_;
   bool urgent_ = false;                        // guarded by mu_

@@ -59,6 +59,13 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
       c.sim.faults = *faults;
     }
   }
+  std::chrono::milliseconds deadline(c.call_deadline_ms);
+  common::ReadMillis(gpu, "call_deadline_ms", &deadline, {.min = 50, .max = 60000});
+  c.call_deadline_ms = static_cast<int>(deadline.count());
+  for (auto [key, out] :
+       {std::pair{"kernel_log", &c.kernel_log}, std::pair{"pci_devices", &c.pci_devices}}) {
+    if (auto v = gpu.String(key)) *out = *v;  // the reader refuses an empty one
+  }
   common::YamlMap intervals = root.Map("intervals");
   std::chrono::milliseconds sample(c.sample_ms), heartbeat(c.heartbeat_ms);
   common::ReadMillis(intervals, "sample_ms", &sample, {.min = 10, .max = 60000});
@@ -135,6 +142,18 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string KernelLogPath(const AgentConfig& c) {
+  if (c.kernel_log == "off") return "";
+  if (!c.kernel_log.empty()) return c.kernel_log;
+  return c.gpu_backend == "nvml" ? "/dev/kmsg" : "";
+}
+
+std::string PciDevicesPath(const AgentConfig& c) {
+  if (c.pci_devices == "off") return "";
+  if (!c.pci_devices.empty()) return c.pci_devices;
+  return c.gpu_backend == "nvml" ? "/sys/bus/pci/devices" : "";
 }
 
 }  // namespace gpuha::agent

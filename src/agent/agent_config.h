@@ -3,7 +3,8 @@
 //   node: gpu-1
 //   controllers: ["127.0.0.1:7400", "127.0.0.1:7401"]
 //   gpu: { backend: sim, nvml_lib: libnvidia-ml.so.1,
-//          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml }
+//          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml,
+//          call_deadline_ms: 2000, kernel_log: /dev/kmsg, pci_devices: /sys/bus/pci/devices }
 //   intervals: { sample_ms: 500, heartbeat_ms: 50 }
 //   nics: [eth0]
 //   thresholds: { temperature_c: { warn: 83, critical: 90 } }
@@ -36,6 +37,13 @@ struct AgentConfig {
   std::string gpu_backend;  // "nvml" | "sim"
   std::string nvml_lib = "libnvidia-ml.so.1";
   gpu::SimOptions sim;
+  // A GPU probe call that has not returned by then fails its GPU (watchdog.h).
+  int call_deadline_ms = 2000;
+  // The kernel log read for XIDs, and the sysfs PCI tree compared with the
+  // GPUs the driver lists. "" takes the backend's default (nvml: /dev/kmsg
+  // and /sys/bus/pci/devices; sim: neither); "off" turns one off.
+  std::string kernel_log;
+  std::string pci_devices;
   int sample_ms = 500;
   int heartbeat_ms = 50;
   std::vector<std::string> nics;
@@ -53,5 +61,9 @@ struct AgentConfig {
 // Checks what flags and file together must give: a node name, at least one
 // controller, a backend.
 [[nodiscard]] absl::Status ValidateAgentConfig(const AgentConfig& c);
+
+// The kernel log and PCI tree in force for `c` ("" when off).
+std::string KernelLogPath(const AgentConfig& c);
+std::string PciDevicesPath(const AgentConfig& c);
 
 }  // namespace gpuha::agent

@@ -45,9 +45,33 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(c->server.probe_timeout, std::chrono::milliseconds(150));
   EXPECT_EQ(c->listen.port, 9400);
   EXPECT_TRUE(ValidateAgentConfig(*c).ok());
+  // The sim backend reads no kernel log and no PCI tree unless told to.
+  EXPECT_EQ(KernelLogPath(*c), "");
+  EXPECT_EQ(PciDevicesPath(*c), "");
+  EXPECT_EQ(c->call_deadline_ms, 2000);
+}
+
+TEST(AgentConfigTest, DriverWatchSourcesDefaultByBackend) {
+  auto c = ParseAgentConfig("gpu: { backend: nvml, call_deadline_ms: 500 }", "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->call_deadline_ms, 500);
+  EXPECT_EQ(KernelLogPath(*c), "/dev/kmsg");
+  EXPECT_EQ(PciDevicesPath(*c), "/sys/bus/pci/devices");
+  c = ParseAgentConfig("gpu: { backend: nvml, kernel_log: \"off\", pci_devices: /tmp/pci }",
+                       "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(KernelLogPath(*c), "");
+  EXPECT_EQ(PciDevicesPath(*c), "/tmp/pci");
+  c = ParseAgentConfig("gpu: { backend: sim, kernel_log: /tmp/kern.log }", "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(KernelLogPath(*c), "/tmp/kern.log");
 }
 
 TEST(AgentConfigTest, BadItemsAreNamed) {
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { call_deadline_ms: 10 }", "a.yaml")),
+              HasSubstr("gpu.call_deadline_ms: must be between 50 and 60000"));
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { kernel_log: \"\" }", "a.yaml")),
+              HasSubstr("gpu.kernel_log: expected a string"));
   EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { model: GTX480 } }", "a.yaml")),
               HasSubstr("gpu.sim.model: unknown GPU model 'GTX480'"));
   EXPECT_THAT(Err(ParseAgentConfig("controllers: [nohost]", "a.yaml")),

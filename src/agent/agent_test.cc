@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <thread>
@@ -105,6 +107,118 @@ TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
       [](const v1::Heartbeat& h) { return h.xids_size() > 0; }, milliseconds(2000), 0);
   ASSERT_TRUE(with_xid.has_value());
   EXPECT_EQ(with_xid->heartbeat.xids(0).xid(), 79u);
+}
+
+// The reason with `code` on a failed heartbeat, or nullopt.
+std::optional<v1::HealthReason> FailedFor(const v1::Heartbeat& h, const std::string& code) {
+  if (h.health() != v1::NODE_HEALTH_FAILED) return std::nullopt;
+  for (const v1::HealthReason& r : h.reasons()) {
+    if (r.code() == code) return r;
+  }
+  return std::nullopt;
+}
+
+TEST_F(AgentTest, AHungDriverCallFailsItsGpuWhileHeartbeatsGoOn) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.call_deadline_ms = 200;
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=driver_hang,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 202) << r->body;
+  std::optional<v1::HealthReason> why;
+  auto hb = controller.WaitForHeartbeat([&](const v1::Heartbeat& h) {
+    why = FailedFor(h, "gpu1.lost");
+    return why.has_value();
+  });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_THAT(why->detail(), HasSubstr("driver has not answered"));
+  // The agent is not stuck behind the call: heartbeats keep coming.
+  uint64_t seq = hb->heartbeat.seq();
+  EXPECT_TRUE(
+      controller.WaitForHeartbeat([&](const v1::Heartbeat& h) { return h.seq() >= seq + 10; }));
+  EXPECT_GE(agent->counters().gpu_calls_hung.load(), 1u);
+  // A clear (a GPU reset) ends the hang.
+  r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                       "kind=clear,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.gpus_size() == 2 && !h.gpus(1).lost(); }));
+}
+
+TEST_F(AgentTest, KernelLogXidsAreReportedOnceBesideNvmls) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  std::string log = (gpuha::testing::TestTempDir() / "kern.log").string();
+  ASSERT_TRUE(
+      common::WriteFileAtomic(log, "NVRM: Xid (PCI:0000:41:00): 79, logged before start\n").ok());
+  c.kernel_log = log;
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  // The sim GPUs sit at PCI 0000:41:00 and 0000:42:00. An XID 48 on GPU 1
+  // in the log alone (NVML's event set never saw it):
+  {
+    std::ofstream out(log, std::ios::app);
+    out << "[ 812.1] NVRM: Xid (PCI:0000:42:00): 48, pid=9, DBE detected\n"
+        << "NVRM: Xid (PCI:0000:77:00): 13, a GPU this agent does not watch\n";
+  }
+  auto hb = controller.WaitForHeartbeat(
+      [&](const v1::Heartbeat& h) { return FailedFor(h, "gpu1.xid48").has_value(); });
+  ASSERT_TRUE(hb.has_value());
+  // XID 79 on GPU 0 from both sources: reported once.
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=79,gpu=0", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  std::ofstream(log, std::ios::app)
+      << "NVRM: Xid (PCI:0000:41:00): 79, GPU has fallen off the bus.\n";
+  EXPECT_TRUE(WaitUntil([&] { return agent->counters().xid_duplicates.load() == 1; }));
+  EXPECT_EQ(agent->counters().xid_events.load(), 2u);  // 48 and 79; not the old line
+  EXPECT_EQ(agent->counters().kernel_log_xids.load(), 3u);
+}
+
+TEST_F(AgentTest, AGpuGoneFromThePciBusFailsIt) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  std::filesystem::path pci = gpuha::testing::TestTempDir() / "pci";
+  for (const char* slot : {"0000:41:00.0", "0000:42:00.0"}) {
+    std::filesystem::create_directories(pci / slot);
+    std::ofstream(pci / slot / "vendor") << "0x10de\n";
+    std::ofstream(pci / slot / "class") << "0x030200\n";
+  }
+  c.pci_devices = pci.string();
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_HEALTHY; }));
+  std::filesystem::remove_all(pci / "0000:42:00.0");
+  std::optional<v1::HealthReason> why;
+  auto hb = controller.WaitForHeartbeat([&](const v1::Heartbeat& h) {
+    why = FailedFor(h, "gpu1.lost");
+    return why.has_value() && h.gpus_size() == 2;
+  });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_THAT(why->detail(), HasSubstr("gone from the PCI bus"));
+  EXPECT_TRUE(hb->heartbeat.gpus(1).lost());
+  EXPECT_FALSE(hb->heartbeat.gpus(0).lost());
+  EXPECT_GE(agent->counters().gpus_vanished.load(), 1u);
+}
+
+TEST_F(AgentTest, AnExplicitKernelLogOrPciTreeThatIsMissingIsAStartError) {
+  AgentConfig c = Config({1});
+  c.kernel_log = "/nonexistent/kmsg";
+  auto probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());
+  Agent a(c, std::move(*probe), &runner_, common::RealClock::Get());
+  absl::Status s = a.Start();
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gpu.kernel_log: kernel log '/nonexistent/kmsg'"));
+  c.kernel_log = "";
+  c.pci_devices = "/nonexistent/pci";
+  probe = gpu::SimProbe::Create(c.sim, common::RealClock::Get());
+  Agent b(c, std::move(*probe), &runner_, common::RealClock::Get());
+  s = b.Start();
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gpu.pci_devices: PCI devices '/nonexistent/pci'"));
 }
 
 TEST_F(AgentTest, ThermalRampDrainsBeforeTheGpuFails) {

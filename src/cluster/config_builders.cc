@@ -61,6 +61,8 @@ std::string AgentYaml::Yaml() const {
     absl::StrAppend(&out, ", sim: { model: ", Quote(sim_model), ", count: ", sim_count,
                     ", load: ", sim_load, " }");
   }
+  absl::StrAppend(&out, Opt("call_deadline_ms", call_deadline_ms));
+  if (!pci_devices.empty()) absl::StrAppend(&out, ", pci_devices: ", Quote(pci_devices));
   absl::StrAppend(&out, " }\n");
   std::string intervals = Opt("sample_ms", sample_ms) + Opt("heartbeat_ms", heartbeat_ms);
   if (!intervals.empty()) absl::StrAppend(&out, "intervals: ", FlowMap(intervals), "\n");

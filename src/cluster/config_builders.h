@@ -52,7 +52,9 @@ struct AgentYaml {
   int sim_count = 1;
   double sim_load = 0.6;
   std::optional<int64_t> sample_ms{}, heartbeat_ms{};
-  std::string listen{};  // empty: the default
+  std::optional<int64_t> call_deadline_ms{};  // the GPU probe watchdog
+  std::string pci_devices{};                  // a (fake) sysfs PCI tree to compare
+  std::string listen{};                       // empty: the default
   // The supervised inference server; empty command: none.
   std::vector<std::string> server_command{};
   std::string ready_url{};

@@ -65,6 +65,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   a.stall_after_ms = 700;
   a.probe_interval_ms = 100;
   a.probe_timeout_ms = 80;
+  a.call_deadline_ms = 400;
+  a.pci_devices = "/tmp/a node's pci";
   auto parsed = agent::ParseAgentConfig(a.Yaml(), "a.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << a.Yaml();
   EXPECT_EQ(parsed->node, "gpu-1");
@@ -72,6 +74,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   EXPECT_EQ(parsed->controllers[1].port, 7401);
   EXPECT_EQ(parsed->gpu_backend, "sim");
   EXPECT_EQ(parsed->sim.count, 2);
+  EXPECT_EQ(parsed->call_deadline_ms, 400);
+  EXPECT_EQ(parsed->pci_devices, "/tmp/a node's pci");
   EXPECT_EQ(parsed->sample_ms, 100);
   EXPECT_EQ(parsed->heartbeat_ms, 50);
   EXPECT_EQ(parsed->listen.port, 9400);

@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cluster/config_builders.h"
 #include "common/file_util.h"
@@ -17,6 +19,13 @@
 #include "common/subprocess.h"
 
 namespace gpuha::cluster {
+
+namespace {
+
+// The sim backend's GPU i sits at PCI 0000:(41+i):00.0 (sim_probe.cc).
+std::string SimGpuPciAddress(int gpu) { return absl::StrFormat("0000:%02x:00.0", 0x41 + gpu); }
+
+}  // namespace
 
 using nlohmann::json;
 using std::chrono::milliseconds;
@@ -78,7 +87,26 @@ absl::Status LocalCluster::StartController() {
   return absl::OkStatus();
 }
 
+std::string LocalCluster::PciDir(const LocalNode& n) const {
+  return absl::StrCat(dir_, "/", n.name, "-pci");
+}
+
+absl::Status LocalCluster::VanishGpu(const LocalNode& n, int gpu) const {
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(PciDir(n)) / SimGpuPciAddress(gpu), ec);
+  if (ec) return absl::InternalError(absl::StrCat("removing GPU ", gpu, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
 absl::Status LocalCluster::StartAgent(LocalNode& n) {
+  // The node (re)boots with its GPU (one per node, AgentYaml's sim_count) on the bus.
+  std::filesystem::path f = std::filesystem::path(PciDir(n)) / SimGpuPciAddress(0);
+  std::error_code ec;
+  std::filesystem::create_directories(f, ec);
+  if (ec) return absl::InternalError(absl::StrCat(f.string(), ": ", ec.message()));
+  for (auto [name, value] : {std::pair{"vendor", "0x10de\n"}, std::pair{"class", "0x030200\n"}}) {
+    if (absl::Status s = common::WriteFileAtomic((f / name).string(), value); !s.ok()) return s;
+  }
   std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
   // `ip netns exec` enters the namespace and execs the agent (same pid).
   if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
@@ -283,6 +311,10 @@ absl::Status LocalCluster::WriteConfigs() {
     a.controllers = {controller};
     a.sample_ms = 100;
     a.heartbeat_ms = 50;
+    // A GPU probe call stuck for 500 ms fails its GPU; the sim GPUs sit in a
+    // PCI tree of the node's own, from which a GPU can vanish.
+    a.call_deadline_ms = 500;
+    a.pci_devices = PciDir(n);
     a.listen = absl::StrCat(n.host, ":", n.agent_port);
     a.server_command = {o_.exe,   "worker", "--listen",  worker,
                         "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};

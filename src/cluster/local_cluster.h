@@ -83,6 +83,8 @@ class LocalCluster {
                                      const std::string& body = "") const;
   // POST /v1/sim/faults on the node's agent.
   [[nodiscard]] absl::Status InjectSimFault(const LocalNode& n, const std::string& spec) const;
+  // Removes the node's sim GPU `gpu` from its PCI tree (StartAgent puts it back).
+  [[nodiscard]] absl::Status VanishGpu(const LocalNode& n, int gpu) const;
   // POST /v1/fault?mode=MODE on the node's worker (stuck, errors, slow, none).
   [[nodiscard]] absl::Status SetWorkerFault(const LocalNode& n, const std::string& mode) const;
   // Whether the controller's startup grace (no failover while agents
@@ -109,6 +111,8 @@ class LocalCluster {
   const LocalClusterOptions& options() const { return o_; }
 
  private:
+  // The node's fake sysfs PCI tree (its agent's gpu.pci_devices).
+  std::string PciDir(const LocalNode& n) const;
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name);
   absl::Status Ip(const std::vector<std::string>& argv);
   absl::Status SetUpPartitionNetns();

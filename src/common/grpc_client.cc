@@ -46,7 +46,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(connect_timeout);
   for (;;) {
     if (stopping->load()) return absl::CancelledError("stopping");
-    auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+    auto slice =
+        std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(50));
     if (channel->WaitForConnected(slice)) return channel;
     if (std::chrono::system_clock::now() >= deadline) break;
   }

@@ -23,6 +23,11 @@
 //                engine watch reports the server stalled
 //   error-burst  the worker answers every inference 500 while ready says
 //                200: the router re-sends each to the standby and ejects it
+//   driver-hang  every GPU probe call on GPU 0 blocks (NVML stuck in the
+//                kernel): the agent's watchdog fails the GPU after 500 ms
+//                while its heartbeats go on; the node fails over
+//   gpu-vanish   GPU 0 leaves the node's (fake) sysfs PCI tree, as a GPU that
+//                fell off the bus: the agent fails it at its next sample
 //   partition    (root only) gpu-1 runs in its own network namespace, linked
 //                by a veth pair; its link goes down, so packets vanish both
 //                ways with no reset. The controller then listens on the

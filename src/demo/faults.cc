@@ -66,6 +66,12 @@ const std::vector<FaultSpec>& FaultTable() {
       {"half-hang", Target::kNode, false, worker_fault("stuck"), clear_worker_fault},
       // Readiness 200, every inference 500 (a broken CUDA context).
       {"error-burst", Target::kNode, false, worker_fault("errors"), clear_worker_fault},
+      // An NVML call on GPU 0 that never returns (the driver stuck in the
+      // kernel): the agent's watchdog fails the GPU, heartbeats go on.
+      {"driver-hang", Target::kNode, false, sim_fault("gpu=0,kind=driver_hang"), reboot},
+      // GPU 0 gone from the PCI bus (fallen off, hot-unplugged).
+      {"gpu-vanish", Target::kNode, false,
+       [](FaultContext& f, LocalNode& n) { return f.cluster.VanishGpu(n, 0); }, reboot},
       {"partition", Target::kNode, true,
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(false); },
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(true); }},

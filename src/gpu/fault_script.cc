@@ -17,9 +17,13 @@ struct KindName {
   const char* name;
 };
 constexpr KindName kKinds[] = {
-    {FaultKind::kTempRamp, "temp_ramp"}, {FaultKind::kXid, "xid"},
-    {FaultKind::kEccBurst, "ecc_burst"}, {FaultKind::kPowerExcursion, "power_excursion"},
-    {FaultKind::kLost, "lost"},          {FaultKind::kAgentHang, "agent_hang"},
+    {FaultKind::kTempRamp, "temp_ramp"},
+    {FaultKind::kXid, "xid"},
+    {FaultKind::kEccBurst, "ecc_burst"},
+    {FaultKind::kPowerExcursion, "power_excursion"},
+    {FaultKind::kLost, "lost"},
+    {FaultKind::kAgentHang, "agent_hang"},
+    {FaultKind::kDriverHang, "driver_hang"},
     {FaultKind::kClear, "clear"},
 };
 
@@ -88,6 +92,9 @@ Fault ReadFault(YamlMap m) {
       break;
     case FaultKind::kAgentHang:
       if (m.Require("for_ms")) non_negative("for_ms", &f.for_ms);
+      break;
+    case FaultKind::kDriverHang:
+      non_negative("for_ms", &f.for_ms);
       break;
     case FaultKind::kLost:
     case FaultKind::kClear:

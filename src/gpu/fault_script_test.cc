@@ -20,10 +20,12 @@ faults:
   - { at_ms: 500, gpu: 0, kind: lost }
   - { at_ms: 600, kind: agent_hang, for_ms: 2000 }
   - { at_ms: 700, gpu: 0, kind: clear }
+  - { at_ms: 800, gpu: 1, kind: driver_hang, for_ms: 1500 }
+  - { at_ms: 900, gpu: 0, kind: driver_hang }
 )",
                                                           "s.yaml");
   ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_EQ(f->size(), 7u);
+  ASSERT_EQ(f->size(), 9u);
   EXPECT_EQ((*f)[0].kind, FaultKind::kTempRamp);
   EXPECT_EQ((*f)[0].gpu, 1u);
   EXPECT_DOUBLE_EQ((*f)[0].to_c, 95);
@@ -33,6 +35,9 @@ faults:
   EXPECT_EQ((*f)[5].kind, FaultKind::kAgentHang);
   EXPECT_EQ((*f)[5].for_ms, 2000);
   EXPECT_EQ((*f)[6].kind, FaultKind::kClear);
+  EXPECT_EQ((*f)[7].kind, FaultKind::kDriverHang);
+  EXPECT_EQ((*f)[7].for_ms, 1500);
+  EXPECT_EQ((*f)[8].for_ms, 0);  // until a clear
 }
 
 TEST(FaultScriptTest, UnknownXidIsNamed) {

@@ -48,6 +48,7 @@ struct GpuSample {
   // A device that stopped answering (NVML_ERROR_GPU_IS_LOST, XID 79): a health
   // event. The other fields are then not meaningful.
   bool lost = false;
+  std::string lost_detail;  // why, when known ("the nvml driver has not answered for ...")
   double temperature_c = 0;
   double power_w = 0;
   double power_limit_w = 0;

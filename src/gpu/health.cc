@@ -102,7 +102,9 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   for (const GpuSample& g : obs.gpus) {
     std::string gpu = absl::StrCat("gpu", g.index);
     if (g.lost) {
-      reasons.push_back({gpu + ".lost", "GPU stopped answering (lost)", HealthState::kFailed});
+      reasons.push_back({gpu + ".lost",
+                         g.lost_detail.empty() ? "GPU stopped answering (lost)" : g.lost_detail,
+                         HealthState::kFailed});
       continue;
     }
     CheckLevel(gpu + ".temperature", g.temperature_c, t_.temperature_c, " C", &reasons);
@@ -130,6 +132,12 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                                          static_cast<unsigned long long>(g.throttle_reasons)),
                          HealthState::kDegraded});
     }
+  }
+  for (const std::string& slot : obs.unseen_pci) {
+    reasons.push_back(
+        {absl::StrCat("pci.", slot),
+         absl::StrCat("NVIDIA GPU at PCI ", slot, " is on the bus but the driver does not list it"),
+         HealthState::kDraining});
   }
   for (const NicSample& n : obs.nics) {
     std::string code = absl::StrCat("nic.", n.name);

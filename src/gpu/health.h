@@ -2,8 +2,9 @@
 //
 //   healthy   all readings inside their warn levels
 //   degraded  a reading past its warn level: raise an alert, keep serving
-//   draining  a reading past its critical level, or an XID whose action is a
-//             reset: move work off while the node still serves
+//   draining  a reading past its critical level, an XID whose action is a
+//             reset, or a GPU on the PCI bus that the driver does not list:
+//             move work off while the node still serves
 //   failed    a GPU lost, a NIC down, or an XID that makes the GPU
 //             untrustworthy: fail over at once
 //
@@ -72,6 +73,9 @@ struct Observation {
   std::vector<GpuSample> gpus;
   std::vector<NicSample> nics;
   std::vector<XidEvent> new_xids;
+  // PCI slots of NVIDIA GPUs on the bus that the driver does not list
+  // (pci_presence.h): capacity the node lost, so it drains.
+  std::vector<std::string> unseen_pci;
 };
 
 struct HealthReport {

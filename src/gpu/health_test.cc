@@ -20,7 +20,10 @@ GpuSample Healthy(uint32_t index = 0) {
 }
 
 Observation Obs(std::vector<GpuSample> gpus, std::vector<XidEvent> xids = {}) {
-  return Observation{std::move(gpus), {}, std::move(xids)};
+  Observation o;
+  o.gpus = std::move(gpus);
+  o.new_xids = std::move(xids);
+  return o;
 }
 
 class HealthTest : public ::testing::Test {
@@ -80,6 +83,26 @@ TEST_F(HealthTest, LostGpuFailsAtOnce) {
   HealthReport r = Feed(Obs({Healthy(0), lost}));
   EXPECT_EQ(r.state, HealthState::kFailed);
   EXPECT_EQ(r.reasons[0].code, "gpu1.lost");
+  EXPECT_EQ(r.reasons[0].detail, "GPU stopped answering (lost)");
+}
+
+TEST_F(HealthTest, ALostGpuSaysWhyAndAnUnseenOneDrains) {
+  GpuSample hung;
+  hung.index = 0;
+  hung.lost = true;
+  hung.lost_detail = "the nvml driver has not answered for 2000 ms";
+  HealthReport r = Feed(Obs({hung}));
+  EXPECT_EQ(r.state, HealthState::kFailed);
+  EXPECT_EQ(r.reasons[0].detail, "the nvml driver has not answered for 2000 ms");
+
+  HealthEvaluator fresh{HealthThresholds{}};
+  Observation o = Obs({Healthy(0)});
+  o.unseen_pci = {"0000:43:00"};
+  fresh.Update(o, clock_.Now());
+  r = fresh.Update(o, clock_.Now());
+  EXPECT_EQ(r.state, HealthState::kDraining);
+  EXPECT_EQ(r.reasons[0].code, "pci.0000:43:00");
+  EXPECT_THAT(r.reasons[0].detail, ::testing::HasSubstr("driver does not list it"));
 }
 
 TEST_F(HealthTest, XidConsequencesLatch) {

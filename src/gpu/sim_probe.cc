@@ -148,10 +148,15 @@ void SimProbe::ApplyLocked(const Fault& f, common::TimePoint at) {
     case FaultKind::kLost:
       g.lost = true;
       break;
+    case FaultKind::kDriverHang:
+      g.hung = true;
+      g.hang_until = f.for_ms > 0 ? std::optional(at + milliseconds(f.for_ms)) : std::nullopt;
+      break;
     case FaultKind::kClear: {
       std::mt19937_64 noise = std::move(g.noise);
       g = GpuState{};
       g.noise = std::move(noise);
+      unhung_.notify_all();
       break;
     }
     case FaultKind::kAgentHang:
@@ -163,10 +168,20 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   if (index >= options_.count) {
     return absl::OutOfRangeError(absl::StrCat("GPU index ", index, " out of range"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   common::TimePoint now = clock_->Now();
   AdvanceLocked(now);
   GpuState& g = gpus_[index];
+  // A hung driver: block (without mu_) until the hang ends or is cleared.
+  while (g.hung) {
+    if (g.hang_until && now >= *g.hang_until) {
+      g.hung = false;
+      break;
+    }
+    unhung_.wait_for(lock, milliseconds(10));
+    now = clock_->Now();
+    AdvanceLocked(now);
+  }
   GpuSample s;
   s.index = index;
   if (g.lost) {

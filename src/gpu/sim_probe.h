@@ -6,14 +6,16 @@
 //   (*probe)->Inject(Fault{.gpu = 0, .kind = FaultKind::kXid, .xid = 79});
 //
 // Time comes from the injected Clock; a fault at at_ms fires once the clock
-// passes start + at_ms. Thread-safety: all methods are safe to call
-// concurrently.
+// passes start + at_ms. Under a driver_hang fault Sample() blocks, as an NVML
+// call stuck in the kernel does (the agent's WatchedProbe is what copes). Thread-safety: all
+// methods are safe to call concurrently.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -62,6 +64,9 @@ class SimProbe : public GpuProbe {
     common::Duration ramp_over{};
     double excursion_watts = 0;
     common::TimePoint excursion_until;
+    // A driver_hang fault: Sample() blocks until hang_until (or a clear).
+    bool hung = false;
+    std::optional<common::TimePoint> hang_until;
     std::mt19937_64 noise;
   };
   SimProbe(SimOptions options, const GpuModel* model, common::Clock* clock);
@@ -78,11 +83,12 @@ class SimProbe : public GpuProbe {
 
   std::mutex mu_;
   std::condition_variable xid_ready_;
-  double load_;                   // guarded by mu_
-  std::vector<GpuState> gpus_;    // guarded by mu_
-  std::deque<Fault> pending_;     // guarded by mu_, sorted by at_ms
-  std::vector<XidEvent> xids_;    // guarded by mu_
-  common::TimePoint hang_until_;  // guarded by mu_
+  std::condition_variable unhung_;  // a driver_hang ended
+  double load_;                     // guarded by mu_
+  std::vector<GpuState> gpus_;      // guarded by mu_
+  std::deque<Fault> pending_;       // guarded by mu_, sorted by at_ms
+  std::vector<XidEvent> xids_;      // guarded by mu_
+  common::TimePoint hang_until_;    // guarded by mu_
 };
 
 }  // namespace gpuha::gpu

@@ -8,6 +8,8 @@
 //   gpu0.temp 45            also: power_mw limit_mw mem_total mem_used util
 //                           throttle ecc_corr ecc_unc pending name uuid
 //   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
+//   gpu0.hang 1             every call on gpu0 blocks (as a driver stuck in
+//                           the kernel) until the line says 0 again
 //   xid_seq 3               when this grows, one XID event is delivered:
 //   xid_gpu 0               on this GPU
 //   xid 79                  with this XID
@@ -110,7 +112,16 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v
   return NVML_SUCCESS;
 }
 
+// Blocks while the state file says gpuN.hang 1, then re-reads the state.
+void HangWhileAsked(std::map<std::string, std::string>& kv, nvmlDevice_t d) {
+  while (Num(kv, Key(d, "hang"), 0) != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kv = State();
+  }
+}
+
 #define FAKE_LOST_CHECK(kv, d) \
+  HangWhileAsked(kv, d);       \
   if (Lost(kv, d)) return NVML_ERROR_GPU_IS_LOST;
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name,

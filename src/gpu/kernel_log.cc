@@ -1,0 +1,162 @@
+#include "gpu/kernel_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace gpuha::gpu {
+namespace {
+
+bool ParseHex(absl::string_view s, size_t max_digits, uint32_t* out) {
+  if (s.empty() || s.size() > max_digits) return false;
+  uint32_t v = 0;
+  for (char c : s) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+    v = v * 16 +
+        static_cast<uint32_t>(absl::ascii_isdigit(static_cast<unsigned char>(c))
+                                  ? c - '0'
+                                  : absl::ascii_tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+  }
+  *out = v;
+  return true;
+}
+
+// The message of a /dev/kmsg record ("prio,seq,usec,flags;message\n ...").
+absl::string_view KmsgMessage(absl::string_view record) {
+  size_t semi = record.find(';');
+  if (semi != absl::string_view::npos) record.remove_prefix(semi + 1);
+  size_t nl = record.find('\n');
+  return nl == absl::string_view::npos ? record : record.substr(0, nl);
+}
+
+constexpr size_t kMaxLinesPerRead = 4096;
+
+}  // namespace
+
+std::string PciSlot(absl::string_view address) {
+  absl::ConsumePrefix(&address, "PCI:");
+  std::vector<absl::string_view> parts = absl::StrSplit(address, ':');
+  if (parts.size() == 2) parts.insert(parts.begin(), "0");  // no domain
+  if (parts.size() != 3) return "";
+  absl::string_view device = parts[2];
+  if (size_t dot = device.find('.'); dot != absl::string_view::npos) {
+    uint32_t function = 0;
+    if (!ParseHex(device.substr(dot + 1), 1, &function)) return "";
+    device = device.substr(0, dot);
+  }
+  uint32_t domain = 0, bus = 0, dev = 0;
+  if (!ParseHex(parts[0], 8, &domain) || !ParseHex(parts[1], 2, &bus) ||
+      !ParseHex(device, 2, &dev) || domain > 0xffff || dev > 0x1f) {
+    return "";
+  }
+  return absl::StrFormat("%04x:%02x:%02x", domain, bus, dev);
+}
+
+std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
+  size_t nvrm = line.find("NVRM: ");
+  if (nvrm == absl::string_view::npos) return std::nullopt;
+  absl::string_view msg = line.substr(nvrm + 6);
+  if (absl::ConsumePrefix(&msg, "Xid (")) {
+    // "Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+    size_t close = msg.find("): ");
+    if (close == absl::string_view::npos) return std::nullopt;
+    std::string slot = PciSlot(msg.substr(0, close));
+    absl::string_view rest = msg.substr(close + 3);
+    absl::string_view number = rest.substr(0, rest.find_first_not_of("0123456789"));
+    uint32_t xid = 0;
+    if (slot.empty() || !absl::SimpleAtoi(number, &xid)) return std::nullopt;
+    return KernelXid{slot, xid};
+  }
+  if (msg.find("fallen off the bus") == absl::string_view::npos) return std::nullopt;
+  // "GPU 0000:3b:00.0: GPU has fallen off the bus." and "The NVIDIA GPU
+  // 0000:3b:00.0 (PCI ID: 10de:20b5) ... has fallen off the bus": the first
+  // word that is a PCI address names the GPU.
+  for (absl::string_view word : absl::StrSplit(msg, ' ', absl::SkipEmpty())) {
+    absl::ConsumeSuffix(&word, ":");
+    if (word.find(':') == absl::string_view::npos) continue;
+    std::string slot = PciSlot(word);
+    if (!slot.empty()) return KernelXid{slot, 79};
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::unique_ptr<KernelLog>> KernelLog::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel log '", path, "': ", std::strerror(errno),
+                     errno == EACCES || errno == EPERM
+                         ? " (reading /dev/kmsg needs root or CAP_SYSLOG; or set gpu.kernel_log)"
+                         : ""));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel log '", path, "': not a character device or a file"));
+  }
+  bool kmsg = S_ISCHR(st.st_mode);
+  int64_t offset = 0;
+  if (kmsg) {
+    ::lseek(fd, 0, SEEK_END);  // /dev/kmsg: skip to after the last record
+  } else {
+    offset = st.st_size;
+  }
+  return std::unique_ptr<KernelLog>(new KernelLog(path, fd, kmsg, offset));
+}
+
+KernelLog::~KernelLog() { ::close(fd_); }
+
+std::vector<std::string> KernelLog::ReadNew() {
+  std::vector<std::string> lines;
+  char buf[8192];
+  if (kmsg_) {
+    while (lines.size() < kMaxLinesPerRead) {
+      ssize_t n = ::read(fd_, buf, sizeof(buf));
+      if (n > 0) {
+        lines.emplace_back(KmsgMessage(absl::string_view(buf, static_cast<size_t>(n))));
+        continue;
+      }
+      if (n < 0 && (errno == EINTR || errno == EPIPE)) continue;  // EPIPE: records overwritten
+      break;                                                      // EAGAIN: nothing more
+    }
+    return lines;
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return lines;
+  if (st.st_size < offset_) {  // truncated or replaced in place: start over
+    offset_ = 0;
+    partial_.clear();
+  }
+  while (offset_ < st.st_size && lines.size() < kMaxLinesPerRead) {
+    ssize_t n = ::pread(fd_, buf, sizeof(buf), offset_);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    offset_ += n;
+    partial_.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      lines.push_back(partial_.substr(start, nl - start));
+    }
+    partial_.erase(0, start);
+    if (partial_.size() > 65536) partial_.clear();  // no line is that long; drop garbage
+  }
+  return lines;
+}
+
+bool XidDeduper::Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now) {
+  std::erase_if(last_, [&](const auto& kv) { return now - kv.second >= window_; });
+  auto [it, inserted] = last_.try_emplace({gpu, xid}, now);
+  return inserted;
+}
+
+}  // namespace gpuha::gpu

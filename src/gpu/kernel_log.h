@@ -1,0 +1,84 @@
+// The kernel log as a second XID source. The NVIDIA driver writes every XID
+// to the kernel log ("NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen
+// off the bus."), also when NVML's event set is not delivering: the library
+// hung, or the GPU fell off the bus before it could raise the event.
+//
+//   auto log = KernelLog::Open("/dev/kmsg");   // or a file that grows
+//   for (const std::string& line : log->ReadNew()) {
+//     if (auto x = ParseKernelXid(line)) ... // {pci "0000:3b:00", xid 79}
+//   }
+//   XidDeduper dedup;  // NVML's event and the log line are one XID
+//   if (dedup.Fresh(gpu, xid, now)) report it;
+//
+// /dev/kmsg is read from its end at Open(): an XID logged before the agent
+// started (and perhaps cleared by a reset since) is not replayed. A regular
+// file is also read from its end, and followed as it grows; a file that
+// shrank (rotated) is read again from its start.
+//
+// Thread-safety: KernelLog and XidDeduper belong to one thread (the agent's
+// event loop); ParseKernelXid and PciSlot are pure.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/clock.h"
+
+namespace gpuha::gpu {
+
+struct KernelXid {
+  std::string pci_slot;  // "0000:3b:00" (domain:bus:device, lower case)
+  uint32_t xid = 0;
+};
+
+// One kernel log line (a /dev/kmsg record "6,812,9172,-;NVRM: ..." or a
+// dmesg/journal line). Recognises "NVRM: Xid (PCI:<slot>): <n>, ..." and
+// "NVRM: GPU <slot>...: GPU has fallen off the bus." (reported as XID 79).
+std::optional<KernelXid> ParseKernelXid(absl::string_view line);
+
+// A PCI address in NVML's form ("00000000:3B:00.0"), sysfs's ("0000:3b:00.0")
+// or the driver log's ("0000:3b:00") as "dddd:bb:dd", lower case; empty when
+// it is not one.
+std::string PciSlot(absl::string_view address);
+
+class KernelLog {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<KernelLog>> Open(const std::string& path);
+  ~KernelLog();
+  KernelLog(const KernelLog&) = delete;
+  KernelLog& operator=(const KernelLog&) = delete;
+
+  // The lines written since the last call (never blocks).
+  std::vector<std::string> ReadNew();
+  const std::string& path() const { return path_; }
+
+ private:
+  KernelLog(std::string path, int fd, bool kmsg, int64_t offset)
+      : path_(std::move(path)), fd_(fd), kmsg_(kmsg), offset_(offset) {}
+
+  const std::string path_;
+  const int fd_;
+  const bool kmsg_;      // records, one per read(); else a file of lines
+  int64_t offset_ = 0;   // a file's read position
+  std::string partial_;  // a file's last line, not yet ended
+};
+
+// Drops an XID already reported for the same GPU within `window`: the NVML
+// event and the kernel log line for one XID arrive a few milliseconds apart.
+class XidDeduper {
+ public:
+  explicit XidDeduper(common::Duration window = std::chrono::seconds(10)) : window_(window) {}
+  bool Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now);
+
+ private:
+  const common::Duration window_;
+  std::map<std::pair<uint32_t, uint32_t>, common::TimePoint> last_;
+};
+
+}  // namespace gpuha::gpu

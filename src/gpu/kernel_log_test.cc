@@ -1,0 +1,113 @@
+#include "gpu/kernel_log.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/testing/temp_dir.h"
+
+namespace gpuha::gpu {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(KernelXidTest, ParsesTheDriversXidLinesInEveryForm) {
+  // A /dev/kmsg record, a dmesg line and a journal line.
+  auto x = ParseKernelXid(
+      "4,1873,58211834203,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=2217, name=python3, GPU has "
+      "fallen off the bus.");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->pci_slot, "0000:3b:00");
+  EXPECT_EQ(x->xid, 79u);
+  x = ParseKernelXid(
+      "[ 5123.778231] NVRM: Xid (PCI:0000:AF:00): 48, pid='<unknown>', name=<unknown>, An "
+      "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->pci_slot, "0000:af:00");
+  EXPECT_EQ(x->xid, 48u);
+  x = ParseKernelXid(
+      "Dec 01 10:02:11 gpu-7 kernel: NVRM: Xid (PCI:0001:1a:00): 13, Graphics "
+      "SM Warp Exception");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->pci_slot, "0001:1a:00");
+  EXPECT_EQ(x->xid, 13u);
+  // "Fallen off the bus" without an Xid line is XID 79.
+  x = ParseKernelXid("6,99,1,-;NVRM: GPU 0000:41:00.0: GPU has fallen off the bus.");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->pci_slot, "0000:41:00");
+  EXPECT_EQ(x->xid, 79u);
+  x = ParseKernelXid(
+      "NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:20b5) installed in this system has "
+      "fallen off the bus and is not responding to commands.");
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->pci_slot, "0000:42:00");
+}
+
+TEST(KernelXidTest, OtherLinesAndDamagedOnesAreNotXids) {
+  for (const char* line : {
+           "", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03",
+           "NVRM: GPU at PCI:0000:3b:00: GPU-6a7e3f7c-7a1f-4f5e-9d40-1b8c7e2f0a11",
+           "NVRM: Xid (PCI:0000:3b:00) 79",               // no ": "
+           "NVRM: Xid (PCI:zz:3b:00): 79, x",             // not hex
+           "NVRM: Xid (PCI:0000:3b:00): , pid=1",         // no number
+           "NVRM: Xid (PCI:0000:3b:00): 99999999999, x",  // out of range
+           "usb 1-1: fallen off the bus",                 // not the driver
+           "NVRM: something fallen off the bus",          // no address
+       }) {
+    EXPECT_FALSE(ParseKernelXid(line).has_value()) << line;
+  }
+}
+
+TEST(KernelXidTest, PciSlotReadsNvmlSysfsAndLogForms) {
+  EXPECT_EQ(PciSlot("00000000:3B:00.0"), "0000:3b:00");
+  EXPECT_EQ(PciSlot("0000:3b:00.0"), "0000:3b:00");
+  EXPECT_EQ(PciSlot("PCI:0000:3b:00"), "0000:3b:00");
+  EXPECT_EQ(PciSlot("3b:00.1"), "0000:3b:00");
+  EXPECT_EQ(PciSlot("0000:3b"), "");
+  EXPECT_EQ(PciSlot("0000:3b:00.0.1"), "");
+  EXPECT_EQ(PciSlot("10000:3b:00.0"), "");
+  EXPECT_EQ(PciSlot("0000:3b:20.0"), "");            // device numbers stop at 0x1f
+  EXPECT_EQ(PciSlot("0000:3b:00.8"), "0000:3b:00");  // one hex digit function
+}
+
+TEST(KernelLogTest, FollowsAGrowingFileFromItsEndAndStartsOverWhenItShrinks) {
+  std::string path = (gpuha::testing::TestTempDir() / "kern.log").string();
+  std::ofstream(path) << "NVRM: Xid (PCI:0000:41:00): 79, old, before the agent started\n";
+  auto log = KernelLog::Open(path);
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_TRUE((*log)->ReadNew().empty());  // the past is not replayed
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "line one\nNVRM: Xid (PCI:0000:41:00): 48, DBE\npart";
+  }
+  EXPECT_THAT((*log)->ReadNew(), ElementsAre("line one", "NVRM: Xid (PCI:0000:41:00): 48, DBE"));
+  std::ofstream(path, std::ios::app) << "ial line\n";
+  EXPECT_THAT((*log)->ReadNew(), ElementsAre("partial line"));
+  std::ofstream(path) << "rotated\n";  // truncated and rewritten
+  EXPECT_THAT((*log)->ReadNew(), ElementsAre("rotated"));
+}
+
+TEST(KernelLogTest, AMissingLogOrADirectoryIsAClearError) {
+  auto missing = KernelLog::Open("/nonexistent/kmsg");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("kernel log '/nonexistent/kmsg'"));
+  auto dir = KernelLog::Open(gpuha::testing::TestTempDir().string());
+  ASSERT_FALSE(dir.ok());
+  EXPECT_THAT(dir.status().message(), HasSubstr("not a character device or a file"));
+}
+
+TEST(XidDeduperTest, OneXidFromTwoSourcesIsReportedOnce) {
+  common::FakeClock clock;
+  XidDeduper d(std::chrono::seconds(10));
+  EXPECT_TRUE(d.Fresh(0, 79, clock.Now()));   // NVML's event
+  EXPECT_FALSE(d.Fresh(0, 79, clock.Now()));  // the kernel log's line
+  EXPECT_TRUE(d.Fresh(1, 79, clock.Now()));   // another GPU
+  EXPECT_TRUE(d.Fresh(0, 48, clock.Now()));   // another XID
+  clock.Advance(std::chrono::seconds(10));
+  EXPECT_TRUE(d.Fresh(0, 79, clock.Now()));  // a repeat after the window
+}
+
+}  // namespace
+}  // namespace gpuha::gpu
