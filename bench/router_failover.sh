@@ -5,7 +5,9 @@
 # 20 streams at RATE req/s in all; cam-0..9 have primary A, cam-10..19 primary
 # B, all have standby C (upstreams are gpuha-test-backend processes). 2% of
 # requests take 1.5 s on a healthy backend. FAULT_AT seconds in, A gets
-# kill -9 (crash) or SIGSTOP (hang). Each peer and fault gets fresh upstreams.
+# kill -9 (crash), SIGSTOP (hang) or SIGUSR1 (half-hang: its health check
+# keeps answering 200 while no other request is answered, the deadlocked
+# engine). Each peer and fault gets fresh upstreams. FAULTS picks the faults.
 #   bench/router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
 gpuha="$(realpath "${1:?usage: router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]}")"
@@ -13,6 +15,7 @@ backend="$(realpath "${2:?test backend binary}")"
 secs="${3:-12}"
 rate="${4:-1000}"
 fault_at="${FAULT_AT:-4}"
+faults="${FAULTS:-crash hang half-hang}"
 for tool in nginx haproxy; do
   command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
 done
@@ -124,7 +127,7 @@ router_conf() {
   "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & proxy_pid=$!; pids+=($!)
 }
 
-run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang
+run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang|half-hang
   rm -f "$work/out.json"
   start_backends
   $2
@@ -134,7 +137,11 @@ run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang
     --json "$work/out.json" >"$work/load.out" 2>&1 &
   local load=$!
   sleep "$fault_at"
-  if [[ $3 == crash ]]; then kill -9 "${backend_pids[0]}"; else kill -STOP "${backend_pids[0]}"; fi
+  case $3 in
+    crash) kill -9 "${backend_pids[0]}" ;;
+    hang) kill -STOP "${backend_pids[0]}" ;;
+    half-hang) kill -USR1 "${backend_pids[0]}" ;;
+  esac
   wait "$load" || true
   [[ -s "$work/out.json" ]] || { echo "load produced no report for $1 / $3" >&2; exit 1; }
   python3 - "$1" "$3" "$work/out.json" <<'PY'
@@ -150,7 +157,7 @@ PY
 
 echo "| peer | fault | sent | failed | longest gap ms | longest stall ms | slow requests failed | p99 ms | failures |"
 echo "|---|---|---|---|---|---|---|---|---|"
-for fault in crash hang; do
+for fault in $faults; do
   run_one "gpuha router" router_conf "$fault"
   run_one "nginx (backup, defaults)" "nginx_conf default" "$fault"
   run_one "nginx (tuned: read 500ms, next_upstream timeout)" "nginx_conf tuned" "$fault"

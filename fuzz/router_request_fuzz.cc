@@ -38,6 +38,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // the proxy applies them; a normalized target is a fixed point and
       // holds no empty or dot segment.
       (void)gpuha::router::CheckHead(req);
+      std::chrono::milliseconds expect{};
+      if (!gpuha::router::ReadExpectation(req, &expect) &&
+          (expect.count() < 0 || expect.count() > 3600000)) {
+        __builtin_trap();  // an accepted expectation is within its range
+      }
       std::optional<std::string> normal =
           gpuha::router::NormalizeTarget(std::string_view(target.data(), target.size()));
       if (normal) {

@@ -67,6 +67,7 @@ absl::Status Agent::Start() {
                probe_->Backend(), config_.listen.host, http_->port());
   threads_.emplace_back([this] { SampleLoop(); });
   threads_.emplace_back([this] { EventLoop(); });
+  if (kernel_log_) threads_.emplace_back([this] { KernelLogLoop(); });
   threads_.emplace_back([this] { ConnectionLoop(); });
   if (!config_.server.command.empty()) threads_.emplace_back([this] { SupervisorLoop(); });
   return absl::OkStatus();
@@ -77,15 +78,23 @@ absl::Status Agent::OpenDriverWatch() {
   // backend's defaults (/dev/kmsg needs root or CAP_SYSLOG) only warn.
   pci_devices_ = PciDevicesPath(config_);
   if (!pci_devices_.empty()) {
-    auto slots = gpu::ListNvidiaGpus(pci_devices_);
-    if (!slots.ok()) {
+    auto scan = gpu::ScanNvidiaGpus(pci_devices_);
+    if (!scan.ok()) {
       if (!config_.pci_devices.empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("gpu.pci_devices: ", slots.status().message()));
+            absl::StrCat("gpu.pci_devices: ", scan.status().message()));
       }
       spdlog::warn("agent {}: {}; the PCI presence check is off", config_.node,
-                   slots.status().message());
+                   scan.status().message());
       pci_devices_.clear();
+    } else {
+      pci_at_start_ = std::move(*scan);
+      for (const gpu::DeviceInfo& d : devices_) {
+        if (pci_at_start_.count(gpu::PciSlot(d.pci_bus_id)) == 0) {
+          spdlog::warn("agent {}: GPU {} ({}) is not under {}; the PCI check cannot watch it",
+                       config_.node, d.index, d.pci_bus_id, pci_devices_);
+        }
+      }
     }
   }
   if (std::string path = KernelLogPath(config_); !path.empty()) {
@@ -127,14 +136,17 @@ gpu::HealthState Agent::health() const {
 void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
   std::lock_guard<std::mutex> sample_lock(sample_mu_);
   gpu::Observation obs;
-  for (const gpu::DeviceInfo& d : devices_) {
-    auto s = probe_->Sample(d.index);
-    if (!s.ok()) {
+  std::vector<uint32_t> indexes;
+  for (const gpu::DeviceInfo& d : devices_) indexes.push_back(d.index);
+  // In parallel under one deadline: a driver hung on every GPU costs one.
+  std::vector<absl::StatusOr<gpu::GpuSample>> samples = probe_->SampleAll(indexes);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (!samples[i].ok()) {
       counters_.probe_errors++;
-      spdlog::warn("agent: sampling GPU {} failed: {}", d.index, s.status().message());
+      spdlog::warn("agent: sampling GPU {} failed: {}", indexes[i], samples[i].status().message());
       continue;
     }
-    obs.gpus.push_back(*s);
+    obs.gpus.push_back(std::move(*samples[i]));
   }
   counters_.gpu_calls_hung = probe_->hung_calls();
   if (!pci_devices_.empty()) CheckPci(&obs);
@@ -169,14 +181,14 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
 }
 
 void Agent::CheckPci(gpu::Observation* obs) {
-  auto slots = gpu::ListNvidiaGpus(pci_devices_);
-  if (!slots.ok()) {  // the tree was there at Start(); say so, but not every sample
-    if (counters_.probe_errors++ % 100 == 0) {
-      spdlog::warn("agent {}: {}", config_.node, slots.status().message());
+  auto scan = gpu::ScanNvidiaGpus(pci_devices_);
+  if (!scan.ok()) {  // the tree was there at Start(); say so, but not every sample
+    if (counters_.pci_check_errors++ % 100 == 0) {
+      spdlog::warn("agent {}: {}", config_.node, scan.status().message());
     }
     return;
   }
-  gpu::PciCheck check = gpu::ComparePci(devices_, *slots);
+  gpu::PciCheck check = gpu::ComparePci(devices_, pci_at_start_, *scan);
   for (uint32_t index : check.vanished) {
     auto it = std::find_if(obs->gpus.begin(), obs->gpus.end(),
                            [&](const gpu::GpuSample& g) { return g.index == index; });
@@ -201,21 +213,55 @@ void Agent::SampleLoop() {
 }
 
 void Agent::EventLoop() {
-  // The probe wakes at once for an XID; the timeout bounds shutdown and how
-  // long a kernel log line waits to be read.
-  const milliseconds poll(kernel_log_ ? 200 : 500);
+  // The probe wakes at once for an XID; the timeout bounds shutdown. A
+  // driver whose event wait hangs is the watchdog's error, after the
+  // timeout plus its deadline.
   while (!stopping_) {
-    std::vector<gpu::XidEvent> seen;
-    auto xids = probe_->WaitForXids(poll);
-    if (xids.ok()) {
-      seen = std::move(*xids);
-    } else {
+    auto xids = probe_->WaitForXids(milliseconds(500));
+    if (!xids.ok()) {
       counters_.probe_errors++;
       spdlog::warn("agent: waiting for XID events failed: {}", xids.status().message());
-      WaitFor(poll);
+      WaitFor(milliseconds(1000));
+      continue;
     }
-    if (kernel_log_) ReadKernelLog(&seen);
-    std::vector<gpu::XidEvent> fresh;
+    ReportXids(std::move(*xids));
+  }
+}
+
+// On a thread of its own: the kernel log matters most when NVML hangs.
+void Agent::KernelLogLoop() {
+  while (!stopping_) {
+    WaitFor(milliseconds(200));
+    auto lines = kernel_log_->ReadNew();
+    if (!lines.ok()) {
+      if (counters_.probe_errors++ % 100 == 0) {
+        spdlog::warn("agent {}: {}", config_.node, lines.status().message());
+      }
+      continue;
+    }
+    std::vector<gpu::XidEvent> xids;
+    for (const std::string& line : *lines) {
+      std::optional<gpu::KernelXid> k = gpu::ParseKernelXid(line);
+      if (!k) continue;
+      counters_.kernel_log_xids++;
+      auto d = std::find_if(devices_.begin(), devices_.end(), [&](const gpu::DeviceInfo& d) {
+        return gpu::PciSlot(d.pci_bus_id) == k->pci_slot;
+      });
+      if (d == devices_.end()) {
+        spdlog::warn("agent {}: kernel log: XID {} on PCI {}, not a GPU the driver listed",
+                     config_.node, k->xid, k->pci_slot);
+        continue;
+      }
+      xids.push_back({d->index, k->xid, clock_->UnixNanos()});
+    }
+    ReportXids(std::move(xids));
+  }
+}
+
+void Agent::ReportXids(std::vector<gpu::XidEvent> seen) {
+  std::vector<gpu::XidEvent> fresh;
+  {
+    std::lock_guard<std::mutex> lock(xid_mu_);
     for (const gpu::XidEvent& x : seen) {
       if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now())) {
         fresh.push_back(x);
@@ -223,30 +269,13 @@ void Agent::EventLoop() {
         counters_.xid_duplicates++;
       }
     }
-    if (fresh.empty()) continue;
-    counters_.xid_events += fresh.size();
-    for (const gpu::XidEvent& x : fresh) {
-      spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
-    }
-    Evaluate(std::move(fresh));
   }
-}
-
-void Agent::ReadKernelLog(std::vector<gpu::XidEvent>* out) {
-  for (const std::string& line : kernel_log_->ReadNew()) {
-    std::optional<gpu::KernelXid> k = gpu::ParseKernelXid(line);
-    if (!k) continue;
-    counters_.kernel_log_xids++;
-    auto d = std::find_if(devices_.begin(), devices_.end(), [&](const gpu::DeviceInfo& d) {
-      return gpu::PciSlot(d.pci_bus_id) == k->pci_slot;
-    });
-    if (d == devices_.end()) {
-      spdlog::warn("agent {}: kernel log: XID {} on PCI {}, not a GPU the driver listed",
-                   config_.node, k->xid, k->pci_slot);
-      continue;
-    }
-    out->push_back({d->index, k->xid, clock_->UnixNanos()});
+  if (fresh.empty()) return;
+  counters_.xid_events += fresh.size();
+  for (const gpu::XidEvent& x : fresh) {
+    spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
   }
+  Evaluate(std::move(fresh));
 }
 
 void Agent::SupervisorLoop() {
@@ -564,7 +593,7 @@ void Agent::ConnectionLoop() {
     common::TimePoint started = clock_->Now();
     absl::Status s = RunStream(c, policy.ConnectTimeout());
     if (stopping_) break;
-    common::Duration wait = policy.Failed(started, clock_->Now());
+    common::Duration wait = policy.Failed(started, clock_->Now(), absl::IsDeadlineExceeded(s));
     counters_.reconnects++;
     spdlog::warn("agent {}: controller {} {}; retrying with {} in {} ms", config_.node, c.str(),
                  s.message(), policy.target().str(), common::ToMillis(wait));

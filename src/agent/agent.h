@@ -46,17 +46,18 @@ namespace gpuha::agent {
 // The agent's counters, declared once: each is a field of AgentCounters and
 // the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
 // nothing is counted and never shown.
-#define GPUHA_AGENT_COUNTERS(X)                                      \
-  X(heartbeats_sent, "Heartbeats written to a controller.")          \
-  X(reconnects, "Controller streams that broke or never opened.")    \
-  X(samples, "Telemetry samples taken.")                             \
-  X(probe_errors, "GPU probe calls that failed.")                    \
-  X(xid_events, "XID events seen (NVML and kernel log, each once).") \
-  X(kernel_log_xids, "XID lines read from the kernel log.")          \
-  X(xid_duplicates, "XIDs seen by both sources, reported once.")     \
-  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")   \
-  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")        \
-  X(fences, "Fence commands obeyed.")                                \
+#define GPUHA_AGENT_COUNTERS(X)                                         \
+  X(heartbeats_sent, "Heartbeats written to a controller.")             \
+  X(reconnects, "Controller streams that broke or never opened.")       \
+  X(samples, "Telemetry samples taken.")                                \
+  X(probe_errors, "GPU probe calls that failed.")                       \
+  X(xid_events, "XID events seen (NVML and kernel log, each once).")    \
+  X(kernel_log_xids, "XID lines read from the kernel log.")             \
+  X(xid_duplicates, "XIDs seen by both sources, reported once.")        \
+  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")      \
+  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")           \
+  X(pci_check_errors, "PCI presence checks that could not read sysfs.") \
+  X(fences, "Fence commands obeyed.")                                   \
   X(stale_commands, "Commands ignored for carrying an old epoch.")
 
 struct AgentCounters {
@@ -93,8 +94,10 @@ class Agent {
   absl::Status OpenDriverWatch();
   // Marks GPUs gone from the PCI bus lost and lists the ones the driver misses.
   void CheckPci(gpu::Observation* obs);
-  // Appends the kernel log's new XIDs on listed GPUs.
-  void ReadKernelLog(std::vector<gpu::XidEvent>* out);
+  // Reads the kernel log every 200 ms for XIDs on listed GPUs.
+  void KernelLogLoop();
+  // Reports XIDs from either source, each (GPU, XID) once per 10 s.
+  void ReportXids(std::vector<gpu::XidEvent> seen);
   // Asks the connection thread for a heartbeat now (urgent_ must be set).
   void WakeHeartbeat();
   absl::Status RunStream(const HostPort& controller, common::Duration connect_timeout);
@@ -124,8 +127,10 @@ class Agent {
   std::mutex sample_mu_;                        // serialises probe sampling and the evaluator
   gpu::HealthEvaluator evaluator_;              // guarded by sample_mu_
   std::string pci_devices_;                     // the sysfs PCI tree compared; "" when off
-  std::unique_ptr<gpu::KernelLog> kernel_log_;  // event thread only, after Start()
-  gpu::XidDeduper xid_dedup_;                   // event thread only
+  gpu::PciScan pci_at_start_;                   // fixed after Start()
+  std::unique_ptr<gpu::KernelLog> kernel_log_;  // its own thread's, after Start()
+  std::mutex xid_mu_;
+  gpu::XidDeduper xid_dedup_;  // guarded by xid_mu_
 
   mutable std::mutex mu_;
   bool urgent_ = false;                        // guarded by mu_

@@ -10,20 +10,23 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cluster/config_builders.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "common/subprocess.h"
+#include "gpu/kernel_log.h"
+#include "gpu/sim_probe.h"
 
 namespace gpuha::cluster {
 
 namespace {
 
-// The sim backend's GPU i sits at PCI 0000:(41+i):00.0 (sim_probe.cc).
-std::string SimGpuPciAddress(int gpu) { return absl::StrFormat("0000:%02x:00.0", 0x41 + gpu); }
+// Where sysfs lists the sim backend's GPU `gpu` ("0000:41:00.0").
+std::string SimGpuPciAddress(int gpu) {
+  return gpu::PciSlot(gpu::SimPciBusId(static_cast<uint32_t>(gpu))) + ".0";
+}
 
 }  // namespace
 

@@ -51,7 +51,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
     if (channel->WaitForConnected(slice)) return channel;
     if (std::chrono::system_clock::now() >= deadline) break;
   }
-  return absl::UnavailableError(
+  return absl::DeadlineExceededError(
       absl::StrCat("unreachable (no connection within ", ToMillis(connect_timeout), " ms)"));
 }
 

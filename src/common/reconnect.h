@@ -3,15 +3,17 @@
 // the listed controllers in turn, and backs off 100 ms, 200 ms ... 2 s,
 // jittered by +-20% so a fleet does not reconnect in step, and starts over
 // once a session stayed up for 5 s. An attempt may take ConnectTimeout() to
-// connect: 1 s, doubled after each failure up to 4 s, so that a controller
-// whose TLS handshakes are slow (a loaded host) is reached in the end
-// instead of being cut at the same 1 s on every attempt.
+// connect: 1 s, doubled after each attempt whose connection timed out, up
+// to 4 s, so that a controller whose TLS handshakes are slow (a loaded host)
+// is reached in the end instead of being cut at the same 1 s on every
+// attempt; an attempt that connected starts it over.
 //
 //   ReconnectPolicy policy(config.controllers, /*seed=*/hash(node));
 //   while (!stopping) {
 //     TimePoint started = clock->Now();
 //     absl::Status s = RunSession(policy.target(), policy.ConnectTimeout());
-//     Duration wait = policy.Failed(started, clock->Now());  // moves to the next
+//     Duration wait = policy.Failed(started, clock->Now(),  // moves to the next
+//                                   absl::IsDeadlineExceeded(s));
 //     ... log s, policy.target() and wait; sleep `wait` unless stopping
 //   }
 //
@@ -55,13 +57,13 @@ class ReconnectPolicy {
   const HostPort& target() const { return targets_[next_ % targets_.size()]; }
   // How long the attempt on target() may wait for its connection.
   Duration ConnectTimeout() const {
-    return std::min(kFirstConnect * (int64_t{1} << std::min(failures_, 2)), kLongestConnect);
+    return std::min(kFirstConnect * (int64_t{1} << std::min(timeouts_, 2)), kLongestConnect);
   }
   // A session that began at `started` ended at `now`: the next controller
-  // is up, after the returned wait.
-  Duration Failed(TimePoint started, TimePoint now) {
+  // is up, after the returned wait. `connect_timed_out`: it never connected.
+  Duration Failed(TimePoint started, TimePoint now, bool connect_timed_out = false) {
     ++next_;
-    failures_ = now - started >= BackoffOptions(0).stable_after ? 0 : failures_ + 1;
+    timeouts_ = connect_timed_out ? timeouts_ + 1 : 0;
     backoff_.MaybeReset(started, now);
     return backoff_.Next();
   }
@@ -70,7 +72,7 @@ class ReconnectPolicy {
   std::vector<HostPort> targets_;
   Backoff backoff_;
   size_t next_ = 0;
-  int failures_ = 0;  // sessions in a row that ended before stable_after
+  int timeouts_ = 0;  // attempts in a row whose connection timed out
 };
 
 }  // namespace gpuha::common

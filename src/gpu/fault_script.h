@@ -25,8 +25,8 @@ enum class FaultKind {
   kPowerExcursion,  // power draw at `watts` for for_ms
   kLost,            // the GPU stops answering (NVML_ERROR_GPU_IS_LOST)
   kAgentHang,       // the agent stops heartbeating for for_ms, connection kept open
-  kDriverHang,      // every call on the GPU blocks, as NVML stuck in the kernel,
-                    // for for_ms (0: until a clear)
+  kDriverHang,      // sampling the GPU blocks, as an NVML call stuck in the
+                    // kernel, for for_ms (0: until a clear)
   kClear,           // the GPU is reset: every fault on it ends, counters return to zero
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,14 +29,6 @@ bool ParseHex(absl::string_view s, size_t max_digits, uint32_t* out) {
   }
   *out = v;
   return true;
-}
-
-// The message of a /dev/kmsg record ("prio,seq,usec,flags;message\n ...").
-absl::string_view KmsgMessage(absl::string_view record) {
-  size_t semi = record.find(';');
-  if (semi != absl::string_view::npos) record.remove_prefix(semi + 1);
-  size_t nl = record.find('\n');
-  return nl == absl::string_view::npos ? record : record.substr(0, nl);
 }
 
 constexpr size_t kMaxLinesPerRead = 4096;
@@ -89,6 +82,18 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
   return std::nullopt;
 }
 
+std::optional<absl::string_view> KmsgKernelMessage(absl::string_view record) {
+  size_t semi = record.find(';');
+  if (semi == absl::string_view::npos) return std::nullopt;
+  uint32_t prio = 0;
+  if (!absl::SimpleAtoi(record.substr(0, std::min(record.find(','), semi)), &prio) ||
+      (prio >> 3) != 0) {
+    return std::nullopt;  // not the kernel's (a process wrote it), or damaged
+  }
+  absl::string_view msg = record.substr(semi + 1);
+  return msg.substr(0, msg.find('\n'));
+}
+
 absl::StatusOr<std::unique_ptr<KernelLog>> KernelLog::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
@@ -99,58 +104,92 @@ absl::StatusOr<std::unique_ptr<KernelLog>> KernelLog::Open(const std::string& pa
                          : ""));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISREG(st.st_mode))) {
     ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("kernel log '", path, "': not a character device or a file"));
   }
-  bool kmsg = S_ISCHR(st.st_mode);
-  int64_t offset = 0;
-  if (kmsg) {
-    ::lseek(fd, 0, SEEK_END);  // /dev/kmsg: skip to after the last record
-  } else {
-    offset = st.st_size;
+  const bool kmsg = S_ISCHR(st.st_mode);
+  // /dev/kmsg: skip to after the last record (else the whole ring is replayed).
+  if (kmsg && ::lseek(fd, 0, SEEK_END) < 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel log '", path, "': cannot seek to its end: ", std::strerror(err)));
   }
-  return std::unique_ptr<KernelLog>(new KernelLog(path, fd, kmsg, offset));
+  return std::unique_ptr<KernelLog>(new KernelLog(path, fd, kmsg, kmsg ? 0 : st.st_size));
 }
 
 KernelLog::~KernelLog() { ::close(fd_); }
 
-std::vector<std::string> KernelLog::ReadNew() {
+absl::StatusOr<std::vector<std::string>> KernelLog::ReadNew() {
   std::vector<std::string> lines;
-  char buf[8192];
-  if (kmsg_) {
-    while (lines.size() < kMaxLinesPerRead) {
-      ssize_t n = ::read(fd_, buf, sizeof(buf));
-      if (n > 0) {
-        lines.emplace_back(KmsgMessage(absl::string_view(buf, static_cast<size_t>(n))));
-        continue;
+  if (!kmsg_) {
+    if (absl::Status s = ReadFileLines(&lines); !s.ok()) return s;
+    // Renamed away (logrotate): the old file was read to its end above; the
+    // new one at the path is read from its start.
+    struct stat now {
+    }, mine{};
+    if (::stat(path_.c_str(), &now) == 0 && ::fstat(fd_, &mine) == 0 &&
+        (now.st_ino != mine.st_ino || now.st_dev != mine.st_dev)) {
+      int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) {
+        ::close(fd_);
+        fd_ = fd;
+        offset_ = 0;
+        partial_.clear();
+        if (absl::Status s = ReadFileLines(&lines); !s.ok()) return s;
       }
-      if (n < 0 && (errno == EINTR || errno == EPIPE)) continue;  // EPIPE: records overwritten
-      break;                                                      // EAGAIN: nothing more
     }
     return lines;
   }
+  char buf[8192];
+  while (lines.size() < kMaxLinesPerRead) {
+    ssize_t n = ::read(fd_, buf, sizeof(buf));
+    if (n > 0) {
+      if (auto msg = KmsgKernelMessage(absl::string_view(buf, static_cast<size_t>(n)))) {
+        lines.emplace_back(*msg);
+      }
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EPIPE)) continue;  // EPIPE: records overwritten
+    if (n < 0 && errno != EAGAIN) {
+      return absl::UnavailableError(
+          absl::StrCat("kernel log '", path_, "': ", std::strerror(errno)));
+    }
+    break;  // EAGAIN: nothing more
+  }
+  return lines;
+}
+
+absl::Status KernelLog::ReadFileLines(std::vector<std::string>* lines) {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) return lines;
-  if (st.st_size < offset_) {  // truncated or replaced in place: start over
+  if (::fstat(fd_, &st) != 0) {
+    return absl::UnavailableError(absl::StrCat("kernel log '", path_, "': ", std::strerror(errno)));
+  }
+  if (st.st_size < offset_) {  // truncated in place (copytruncate): start over
     offset_ = 0;
     partial_.clear();
   }
-  while (offset_ < st.st_size && lines.size() < kMaxLinesPerRead) {
+  char buf[8192];
+  while (offset_ < st.st_size && lines->size() < kMaxLinesPerRead) {
     ssize_t n = ::pread(fd_, buf, sizeof(buf), offset_);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("kernel log '", path_, "': ", std::strerror(errno)));
+    }
+    if (n == 0) break;
     offset_ += n;
     partial_.append(buf, static_cast<size_t>(n));
     size_t start = 0;
     for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1) {
-      lines.push_back(partial_.substr(start, nl - start));
+      lines->push_back(partial_.substr(start, nl - start));
     }
     partial_.erase(0, start);
     if (partial_.size() > 65536) partial_.clear();  // no line is that long; drop garbage
   }
-  return lines;
+  return absl::OkStatus();
 }
 
 bool XidDeduper::Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now) {

@@ -4,16 +4,21 @@
 // hung, or the GPU fell off the bus before it could raise the event.
 //
 //   auto log = KernelLog::Open("/dev/kmsg");   // or a file that grows
-//   for (const std::string& line : log->ReadNew()) {
+//   for (const std::string& line : *log->ReadNew()) {
 //     if (auto x = ParseKernelXid(line)) ... // {pci "0000:3b:00", xid 79}
 //   }
 //   XidDeduper dedup;  // NVML's event and the log line are one XID
 //   if (dedup.Fresh(gpu, xid, now)) report it;
 //
 // /dev/kmsg is read from its end at Open(): an XID logged before the agent
-// started (and perhaps cleared by a reset since) is not replayed. A regular
-// file is also read from its end, and followed as it grows; a file that
-// shrank (rotated) is read again from its start.
+// started (and perhaps cleared by a reset since) is not replayed. Only the
+// kernel's own records count (facility 0): a line a process wrote to
+// /dev/kmsg cannot fake an XID. A regular file is also read from its end,
+// and followed as it grows; a file that shrank (copytruncate) is read again
+// from its start, and one renamed away (logrotate's default) is read to its
+// end and the new file at the path from its start. A file's lines are taken
+// as kernel lines: point gpu.kernel_log only at a file the kernel's log
+// alone is written to.
 //
 // Thread-safety: KernelLog and XidDeduper belong to one thread (the agent's
 // event loop); ParseKernelXid and PciSlot are pure.
@@ -42,6 +47,10 @@ struct KernelXid {
 // "NVRM: GPU <slot>...: GPU has fallen off the bus." (reported as XID 79).
 std::optional<KernelXid> ParseKernelXid(absl::string_view line);
 
+// The message of one /dev/kmsg record ("prio,seq,usec,flags;message\n" plus
+// continuation lines); nullopt unless it is the kernel's (facility 0).
+std::optional<absl::string_view> KmsgKernelMessage(absl::string_view record);
+
 // A PCI address in NVML's form ("00000000:3B:00.0"), sysfs's ("0000:3b:00.0")
 // or the driver log's ("0000:3b:00") as "dddd:bb:dd", lower case; empty when
 // it is not one.
@@ -54,16 +63,18 @@ class KernelLog {
   KernelLog(const KernelLog&) = delete;
   KernelLog& operator=(const KernelLog&) = delete;
 
-  // The lines written since the last call (never blocks).
-  std::vector<std::string> ReadNew();
+  // The lines written since the last call (never blocks). An error that is
+  // not "nothing new" names the log; the next call tries again.
+  absl::StatusOr<std::vector<std::string>> ReadNew();
   const std::string& path() const { return path_; }
 
  private:
   KernelLog(std::string path, int fd, bool kmsg, int64_t offset)
       : path_(std::move(path)), fd_(fd), kmsg_(kmsg), offset_(offset) {}
+  absl::Status ReadFileLines(std::vector<std::string>* lines);
 
   const std::string path_;
-  const int fd_;
+  int fd_;
   const bool kmsg_;      // records, one per read(); else a file of lines
   int64_t offset_ = 0;   // a file's read position
   std::string partial_;  // a file's last line, not yet ended

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "common/testing/temp_dir.h"
@@ -72,21 +73,52 @@ TEST(KernelXidTest, PciSlotReadsNvmlSysfsAndLogForms) {
   EXPECT_EQ(PciSlot("0000:3b:00.8"), "0000:3b:00");  // one hex digit function
 }
 
+std::vector<std::string> Lines(KernelLog& log) {
+  auto lines = log.ReadNew();
+  EXPECT_TRUE(lines.ok()) << lines.status();
+  return lines.value_or(std::vector<std::string>{});
+}
+
 TEST(KernelLogTest, FollowsAGrowingFileFromItsEndAndStartsOverWhenItShrinks) {
   std::string path = (gpuha::testing::TestTempDir() / "kern.log").string();
   std::ofstream(path) << "NVRM: Xid (PCI:0000:41:00): 79, old, before the agent started\n";
   auto log = KernelLog::Open(path);
   ASSERT_TRUE(log.ok()) << log.status();
-  EXPECT_TRUE((*log)->ReadNew().empty());  // the past is not replayed
+  EXPECT_TRUE(Lines(**log).empty());  // the past is not replayed
   {
     std::ofstream out(path, std::ios::app);
     out << "line one\nNVRM: Xid (PCI:0000:41:00): 48, DBE\npart";
   }
-  EXPECT_THAT((*log)->ReadNew(), ElementsAre("line one", "NVRM: Xid (PCI:0000:41:00): 48, DBE"));
+  EXPECT_THAT(Lines(**log), ElementsAre("line one", "NVRM: Xid (PCI:0000:41:00): 48, DBE"));
   std::ofstream(path, std::ios::app) << "ial line\n";
-  EXPECT_THAT((*log)->ReadNew(), ElementsAre("partial line"));
-  std::ofstream(path) << "rotated\n";  // truncated and rewritten
-  EXPECT_THAT((*log)->ReadNew(), ElementsAre("rotated"));
+  EXPECT_THAT(Lines(**log), ElementsAre("partial line"));
+  std::ofstream(path) << "truncated\n";  // copytruncate: the same file, shorter
+  EXPECT_THAT(Lines(**log), ElementsAre("truncated"));
+}
+
+TEST(KernelLogTest, AFileRenamedAwayIsReadToItsEndThenTheNewOne) {
+  std::string path = (gpuha::testing::TestTempDir() / "kern.log").string();
+  std::ofstream(path) << "";
+  auto log = KernelLog::Open(path);
+  ASSERT_TRUE(log.ok()) << log.status();
+  std::ofstream(path, std::ios::app) << "last line of the old file\n";
+  std::filesystem::rename(path, path + ".1");  // logrotate's default
+  std::ofstream(path) << "first line of the new file\n";
+  EXPECT_THAT(Lines(**log), ElementsAre("last line of the old file", "first line of the new file"));
+  std::ofstream(path, std::ios::app) << "second\n";
+  EXPECT_THAT(Lines(**log), ElementsAre("second"));
+}
+
+TEST(KernelLogTest, OnlyTheKernelsOwnKmsgRecordsCount) {
+  auto msg = KmsgKernelMessage(
+      "4,1873,58211834203,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+      " SUBSYSTEM=pci\n");
+  ASSERT_TRUE(msg.has_value());
+  EXPECT_EQ(*msg, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  // A process that writes to /dev/kmsg gets facility 1 (user): prio 12 = 1<<3 | 4.
+  EXPECT_FALSE(KmsgKernelMessage("12,1874,58211834300,-;NVRM: Xid (PCI:0000:3b:00): 79, x"));
+  EXPECT_FALSE(KmsgKernelMessage("no separator"));
+  EXPECT_FALSE(KmsgKernelMessage("x,1,2,-;NVRM: Xid (PCI:0000:3b:00): 79, x"));
 }
 
 TEST(KernelLogTest, AMissingLogOrADirectoryIsAClearError) {

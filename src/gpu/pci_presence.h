@@ -1,18 +1,27 @@
-// Which NVIDIA GPUs the PCI bus still has, read from sysfs. A GPU that fell
-// off the bus, or was removed by a hot-unplug or a failed reset, leaves
-// /sys/bus/pci/devices while NVML may go on answering from its cache or hang;
-// a GPU the bus has but NVML never listed is capacity the node lost.
+// Which NVIDIA GPUs the PCI bus still has, read from sysfs. A GPU that is
+// hot-unplugged or removed after a failed reset leaves /sys/bus/pci/devices;
+// one that fell off the bus usually keeps its entry, but its config space
+// then reads all ones (vendor 0xffff). NVML may go on answering from its
+// cache, or hang, meanwhile. A GPU bound to the nvidia driver that the
+// driver does not list is capacity the node lost.
 //
-//   auto slots = ListNvidiaGpus("/sys/bus/pci/devices");  // {"0000:3b:00", ...}
-//   PciCheck c = ComparePci(devices, *slots);  // vanished: indexes; unseen: slots
+//   auto at_start = ScanNvidiaGpus("/sys/bus/pci/devices");  // once
+//   ...
+//   auto now = ScanNvidiaGpus("/sys/bus/pci/devices");       // each sample
+//   PciCheck c = ComparePci(devices, *at_start, *now);
 //
-// A function is an NVIDIA GPU when its `vendor` file says 0x10de and its
-// `class` file a display controller (0x03xxxx); the NVIDIA audio and USB
-// functions of the same card are not. Pure functions over the tree given,
-// so tests use a fake one.
+// A function counts when its `vendor` file says 0x10de and its `class` a
+// display controller (0x03xxxx), and it is not an SR-IOV virtual function
+// (no `physfn` link); the NVIDIA audio and USB functions of the same card do
+// not. Only a GPU whose slot was on the bus at start can vanish (some VMs
+// and sandboxes show no PCI tree for their GPUs); only a function bound to
+// the nvidia driver can be "unseen" (one given to vfio-pci for a guest is
+// not this host's). Pure functions over the tree given, so tests use a fake
+// one.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,13 +31,16 @@
 
 namespace gpuha::gpu {
 
-// PCI slots ("dddd:bb:dd", see PciSlot) of the NVIDIA GPUs under `devices_dir`.
-[[nodiscard]] absl::StatusOr<std::set<std::string>> ListNvidiaGpus(const std::string& devices_dir);
+// NVIDIA GPU functions on the bus: PCI slot ("dddd:bb:dd", see PciSlot) ->
+// whether the nvidia driver is bound to it.
+using PciScan = std::map<std::string, bool>;
+[[nodiscard]] absl::StatusOr<PciScan> ScanNvidiaGpus(const std::string& devices_dir);
 
 struct PciCheck {
-  std::vector<uint32_t> vanished;   // GPU indexes whose slot is gone from the bus
-  std::vector<std::string> unseen;  // slots on the bus that no listed GPU has
+  std::vector<uint32_t> vanished;   // GPU indexes whose slot left the bus since start
+  std::vector<std::string> unseen;  // slots bound to nvidia that no listed GPU has
 };
-PciCheck ComparePci(const std::vector<DeviceInfo>& devices, const std::set<std::string>& slots);
+PciCheck ComparePci(const std::vector<DeviceInfo>& devices, const PciScan& at_start,
+                    const PciScan& now);
 
 }  // namespace gpuha::gpu

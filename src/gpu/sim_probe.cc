@@ -21,6 +21,12 @@ using std::chrono::milliseconds;
 
 }  // namespace
 
+std::string SimPciBusId(uint32_t index) {
+  char bus[32];
+  std::snprintf(bus, sizeof(bus), "00000000:%02X:00.0", 0x41 + index);
+  return bus;
+}
+
 absl::StatusOr<std::unique_ptr<SimProbe>> SimProbe::Create(SimOptions options,
                                                            common::Clock* clock) {
   const GpuModel* model = FindGpuModel(options.model);
@@ -62,9 +68,7 @@ absl::StatusOr<std::vector<DeviceInfo>> SimProbe::Devices() {
     char uuid[64];
     std::snprintf(uuid, sizeof(uuid), "GPU-5f1a0000-0000-4000-8000-%012llx",
                   static_cast<unsigned long long>(options_.seed * 1000 + i));
-    char bus[32];
-    std::snprintf(bus, sizeof(bus), "00000000:%02X:00.0", 0x41 + i);
-    out.push_back(DeviceInfo{i, uuid, absl::StrCat("NVIDIA ", model_->name), bus,
+    out.push_back(DeviceInfo{i, uuid, absl::StrCat("NVIDIA ", model_->name), SimPciBusId(i),
                              static_cast<uint64_t>(model_->memory_gb * (1ull << 30))});
   }
   return out;

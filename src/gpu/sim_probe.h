@@ -34,6 +34,9 @@ struct SimOptions {
   std::vector<Fault> faults;
 };
 
+// The PCI bus id (NVML's form) of simulated GPU `index`: 00000000:41:00.0 on.
+std::string SimPciBusId(uint32_t index);
+
 class SimProbe : public GpuProbe {
  public:
   // Fails when the model is unknown or a fault names a GPU that does not exist.

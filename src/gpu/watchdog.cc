@@ -2,7 +2,6 @@
 
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -11,14 +10,23 @@
 namespace gpuha::gpu {
 namespace {
 
+using SteadyClock = std::chrono::steady_clock;
+
 constexpr uint32_t kMaxGpus = 1024;  // a bound on callers; NVML reports far fewer
 
 }  // namespace
 
 // One thread that runs one call at a time. The state is shared with the
-// thread so that a thread stuck in a call can outlive its Caller.
+// thread so that a thread stuck in a call can outlive its Caller; so is each
+// call's result slot, which the thread may fill after its caller gave up.
 class WatchedProbe::Caller {
  public:
+  template <typename T>
+  struct Ticket {
+    std::shared_ptr<std::optional<T>> result;
+    uint64_t seq = 0;
+  };
+
   Caller() : s_(std::make_shared<State>()) { thread_ = std::thread(Loop, s_); }
   ~Caller() {
     bool busy;
@@ -35,32 +43,34 @@ class WatchedProbe::Caller {
     }
   }
 
-  // Runs fn() on the thread. nullopt when it did not return within
-  // `deadline`; `*stuck_for` then says how long the call has been running
-  // (0 for this call, more for an earlier one that is still stuck, in which
-  // case fn is not run at all).
+  // Starts fn() on the thread. nullopt when an earlier call is still running
+  // (fn is not run); `*stuck_for` then says for how long.
   template <typename T>
-  std::optional<T> Call(std::function<T()> fn, common::Duration deadline,
-                        common::Duration* stuck_for, bool* missed) {
-    auto result = std::make_shared<std::optional<T>>();
-    std::unique_lock<std::mutex> lock(s_->mu);
-    *missed = false;
-    if (s_->busy) {
-      *stuck_for = std::chrono::duration_cast<common::Duration>(std::chrono::steady_clock::now() -
-                                                                s_->started);
-      return std::nullopt;
+  std::optional<Ticket<T>> Start(std::function<T()> fn, common::Duration* stuck_for) {
+    Ticket<T> t{std::make_shared<std::optional<T>>()};
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (s_->busy) {
+        *stuck_for = std::chrono::duration_cast<common::Duration>(SteadyClock::now() - s_->started);
+        return std::nullopt;
+      }
+      s_->busy = true;
+      s_->started = SteadyClock::now();
+      s_->job = [fn = std::move(fn), result = t.result] { *result = fn(); };
+      t.seq = ++s_->submitted;
     }
-    s_->busy = true;
-    s_->started = std::chrono::steady_clock::now();
-    s_->job = [fn = std::move(fn), result] { *result = fn(); };
-    const uint64_t seq = ++s_->submitted;
     s_->cv.notify_all();
-    if (!s_->cv.wait_for(lock, deadline, [&] { return s_->finished >= seq; })) {
-      *stuck_for = deadline;
-      *missed = true;
+    return t;
+  }
+
+  // The started call's result, or nullopt when it is still running at `until`.
+  template <typename T>
+  std::optional<T> Await(const Ticket<T>& t, SteadyClock::time_point until) {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    if (!s_->cv.wait_until(lock, until, [&] { return s_->finished >= t.seq; })) {
       return std::nullopt;
     }
-    return std::move(*result);
+    return std::move(*t.result);
   }
 
  private:
@@ -71,7 +81,7 @@ class WatchedProbe::Caller {
     bool busy = false;          // a job is queued or running
     bool stopping = false;
     uint64_t submitted = 0, finished = 0;
-    std::chrono::steady_clock::time_point started;
+    SteadyClock::time_point started;
   };
 
   static void Loop(std::shared_ptr<State> s) {
@@ -104,11 +114,10 @@ WatchedProbe::WatchedProbe(std::shared_ptr<GpuProbe> inner, common::Duration dea
     : inner_(std::move(inner)),
       deadline_(deadline),
       backend_(inner_->Backend()),
-      devices_caller_(std::make_unique<Caller>()) {}
+      devices_caller_(std::make_unique<Caller>()),
+      events_caller_(std::make_unique<Caller>()) {}
 
 WatchedProbe::~WatchedProbe() = default;
-
-uint64_t WatchedProbe::hung_calls() const { return hung_calls_.load(); }
 
 WatchedProbe::Caller* WatchedProbe::CallerFor(uint32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -118,42 +127,87 @@ WatchedProbe::Caller* WatchedProbe::CallerFor(uint32_t index) {
 }
 
 absl::StatusOr<std::vector<DeviceInfo>> WatchedProbe::Devices() {
-  common::Duration stuck_for{};
-  bool missed = false;
+  using Result = absl::StatusOr<std::vector<DeviceInfo>>;
   std::shared_ptr<GpuProbe> inner = inner_;
-  auto r = devices_caller_->Call<absl::StatusOr<std::vector<DeviceInfo>>>(
-      [inner] { return inner->Devices(); }, deadline_, &stuck_for, &missed);
-  if (missed) hung_calls_++;
-  if (!r) {
-    return absl::UnavailableError(absl::StrCat("the ", backend_,
-                                               " driver did not list its GPUs within ",
-                                               common::ToMillis(deadline_), " ms"));
-  }
-  return std::move(*r);
+  common::Duration stuck_for{};
+  auto ticket = devices_caller_->Start<Result>([inner] { return inner->Devices(); }, &stuck_for);
+  std::optional<Result> r;
+  if (ticket) r = devices_caller_->Await(*ticket, SteadyClock::now() + deadline_);
+  if (r) return std::move(*r);
+  if (ticket) hung_calls_++;
+  return absl::UnavailableError(absl::StrCat("the ", backend_,
+                                             " driver did not list its GPUs within ",
+                                             common::ToMillis(deadline_), " ms"));
 }
 
 absl::StatusOr<GpuSample> WatchedProbe::Sample(uint32_t index) {
-  if (index >= kMaxGpus) {
-    return absl::OutOfRangeError(absl::StrCat("GPU index ", index, " out of range"));
-  }
-  common::Duration stuck_for{};
-  bool missed = false;
+  return SampleAll({index}).front();
+}
+
+std::vector<absl::StatusOr<GpuSample>> WatchedProbe::SampleAll(
+    const std::vector<uint32_t>& indexes) {
+  using Result = absl::StatusOr<GpuSample>;
+  struct Pending {
+    Caller* caller = nullptr;
+    std::optional<Caller::Ticket<Result>> ticket;
+    common::Duration stuck_for{};
+  };
   std::shared_ptr<GpuProbe> inner = inner_;
-  auto r = CallerFor(index)->Call<absl::StatusOr<GpuSample>>(
-      [inner, index] { return inner->Sample(index); }, deadline_, &stuck_for, &missed);
-  if (missed) hung_calls_++;
-  if (r) return std::move(*r);
-  GpuSample s;
-  s.index = index;
-  s.lost = true;
-  s.lost_detail =
-      absl::StrCat("the ", backend_, " driver has not answered for ", common::ToMillis(stuck_for),
-                   " ms (watchdog deadline ", common::ToMillis(deadline_), " ms)");
-  return s;
+  std::vector<Pending> pending(indexes.size());
+  for (size_t i = 0; i < indexes.size(); ++i) {
+    const uint32_t index = indexes[i];
+    if (index >= kMaxGpus) continue;
+    pending[i].caller = CallerFor(index);
+    pending[i].ticket = pending[i].caller->Start<Result>(
+        [inner, index] { return inner->Sample(index); }, &pending[i].stuck_for);
+  }
+  // Every call started: one deadline for them all.
+  const SteadyClock::time_point until = SteadyClock::now() + deadline_;
+  std::vector<Result> out;
+  out.reserve(indexes.size());
+  for (size_t i = 0; i < indexes.size(); ++i) {
+    Pending& p = pending[i];
+    if (p.caller == nullptr) {
+      out.push_back(absl::OutOfRangeError(absl::StrCat("GPU index ", indexes[i], " out of range")));
+      continue;
+    }
+    std::optional<Result> r;
+    if (p.ticket) r = p.caller->Await(*p.ticket, until);
+    if (r) {
+      out.push_back(std::move(*r));
+      continue;
+    }
+    if (p.ticket) {  // this call missed the deadline
+      hung_calls_++;
+      p.stuck_for = deadline_;
+    }
+    GpuSample s;
+    s.index = indexes[i];
+    s.lost = true;
+    s.lost_detail = absl::StrCat("the ", backend_, " driver has not answered for ",
+                                 common::ToMillis(p.stuck_for), " ms (watchdog deadline ",
+                                 common::ToMillis(deadline_), " ms)");
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<XidEvent>> WatchedProbe::WaitForXids(std::chrono::milliseconds timeout) {
-  return inner_->WaitForXids(timeout);
+  using Result = absl::StatusOr<std::vector<XidEvent>>;
+  std::shared_ptr<GpuProbe> inner = inner_;
+  common::Duration stuck_for{};
+  auto ticket = events_caller_->Start<Result>(
+      [inner, timeout] { return inner->WaitForXids(timeout); }, &stuck_for);
+  std::optional<Result> r;
+  if (ticket) r = events_caller_->Await(*ticket, SteadyClock::now() + timeout + deadline_);
+  if (r) return std::move(*r);
+  if (ticket) {
+    hung_calls_++;
+    stuck_for = timeout + deadline_;
+  }
+  return absl::UnavailableError(absl::StrCat("the ", backend_,
+                                             " driver's event wait has not returned for ",
+                                             common::ToMillis(stuck_for), " ms"));
 }
 
 }  // namespace gpuha::gpu

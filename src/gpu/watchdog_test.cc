@@ -6,10 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "gpu/nvml_probe.h"
 #include "gpu/sim_probe.h"
@@ -105,17 +108,93 @@ TEST(WatchdogSimTest, TheSimulatedDriverHangIsCaughtAndEndsWithItsFault) {
   EXPECT_EQ(probe->hung_calls(), 1u);
 }
 
-TEST(WatchdogSimTest, ADestroyedProbeLeavesAStuckCallBehindSafely) {
-  auto sim = SimProbe::Create(
-      {.count = 1,
-       .faults = {Fault{.at_ms = 0, .gpu = 0, .kind = FaultKind::kDriverHang, .for_ms = 300}}},
-      common::RealClock::Get());
-  ASSERT_TRUE(sim.ok());
+// A probe whose Sample() blocks until released, recording what happened.
+class BlockingProbe : public GpuProbe {
+ public:
+  struct Log {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false, returned = false, destroyed_after_return = false;
+  };
+  explicit BlockingProbe(std::shared_ptr<Log> log) : log_(std::move(log)) {}
+  ~BlockingProbe() override {
+    std::lock_guard<std::mutex> lock(log_->mu);
+    log_->destroyed_after_return = log_->returned;
+  }
+  std::string Backend() const override { return "blocking"; }
+  absl::StatusOr<std::vector<DeviceInfo>> Devices() override { return std::vector<DeviceInfo>(1); }
+  absl::StatusOr<GpuSample> Sample(uint32_t index) override {
+    std::unique_lock<std::mutex> lock(log_->mu);
+    log_->cv.wait(lock, [&] { return log_->release; });
+    log_->returned = true;
+    GpuSample s;
+    s.index = index;
+    return s;
+  }
+  absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds) override {
+    std::unique_lock<std::mutex> lock(log_->mu);
+    log_->cv.wait(lock, [&] { return log_->release; });
+    return std::vector<XidEvent>{};
+  }
+
+ private:
+  std::shared_ptr<Log> log_;
+};
+
+TEST(WatchdogTest, ADestroyedProbeKeepsTheWrappedOneUntilTheStuckCallReturns) {
+  auto log = std::make_shared<BlockingProbe::Log>();
   {
-    auto probe = WatchedProbe::Wrap(std::move(*sim), milliseconds(50));
+    auto probe = WatchedProbe::Wrap(std::make_unique<BlockingProbe>(log), milliseconds(50));
     EXPECT_TRUE(probe->Sample(0)->lost);
-  }  // the caller thread is detached, holding the sim probe until the call returns
-  std::this_thread::sleep_for(milliseconds(400));
+  }  // the stuck caller thread is detached, holding the wrapped probe
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->release = true;
+  }
+  log->cv.notify_all();
+  // The wrapped probe goes only after its call returned (no use after free).
+  EXPECT_TRUE(gpuha::testing::Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(log->mu);
+        return log->destroyed_after_return;
+      },
+      milliseconds(2000), milliseconds(5)));
+}
+
+TEST(WatchdogTest, AHungEventWaitIsAnErrorAfterItsTimeoutAndTheDeadline) {
+  auto log = std::make_shared<BlockingProbe::Log>();
+  auto probe = WatchedProbe::Wrap(std::make_unique<BlockingProbe>(log), milliseconds(100));
+  auto t = steady_clock::now();
+  auto xids = probe->WaitForXids(milliseconds(50));
+  ASSERT_FALSE(xids.ok());
+  EXPECT_GE(MillisSince(t), 140);
+  EXPECT_THAT(xids.status().message(), HasSubstr("event wait has not returned for 150 ms"));
+  // While it is still stuck, the next wait is refused at once.
+  t = steady_clock::now();
+  EXPECT_FALSE(probe->WaitForXids(milliseconds(50)).ok());
+  EXPECT_LT(MillisSince(t), 50);
+  EXPECT_EQ(probe->hung_calls(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->release = true;
+  }
+  log->cv.notify_all();
+}
+
+TEST(WatchdogTest, AllGpusHungCostOneDeadlineNotOneEach) {
+  auto log = std::make_shared<BlockingProbe::Log>();
+  auto probe = WatchedProbe::Wrap(std::make_unique<BlockingProbe>(log), milliseconds(200));
+  auto t = steady_clock::now();
+  auto samples = probe->SampleAll({0, 1, 2, 3});
+  EXPECT_LT(MillisSince(t), 600);  // one deadline (200 ms), not four (800 ms)
+  ASSERT_EQ(samples.size(), 4u);
+  for (const auto& s : samples) EXPECT_TRUE(s->lost);
+  EXPECT_EQ(probe->hung_calls(), 4u);
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->release = true;
+  }
+  log->cv.notify_all();
 }
 
 }  // namespace

@@ -81,6 +81,10 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     keep_alive = false;
     co_return co_await answer(bad->reason, std::move(bad->detail));
   }
+  std::chrono::milliseconds expect{};
+  if (std::optional<HeadProblem> bad = ReadExpectation(req, &expect)) {
+    co_return co_await answer(bad->reason, std::move(bad->detail));
+  }
 
   // Tenant.
   Identity who = Identify(*L.tenants, ApiKey(req), &cc.key_cache);
@@ -204,7 +208,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     f = ExchangeResult{};
     const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete;
     co_await Exchange(L, client, lowest, cc, p, up,
-                      {body, complete, framing, keep_alive, retry_5xx}, f);
+                      {body, complete, framing, keep_alive, retry_5xx, expect}, f);
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;

@@ -185,6 +185,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
       if (head_request) rp->skip(true);
       conn->deadline.Arm(config.limits.response_timeout);
       conn->waiting_since = L.clock.Now();
+      conn->expect = req.expect;
       conn->hung_cancel = false;  // a pooled connection's earlier verdict is not this request's
       up.waiting.push_back(*conn);
       while (!ec && !rp->is_header_done()) {

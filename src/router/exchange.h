@@ -48,6 +48,8 @@ struct OutgoingRequest {
   // relayed (the first attempt of a request with a buffered body, when a
   // standby follows).
   bool retry_5xx = false;
+  // What the request declared it takes (X-Gpuha-Expect-Ms); 0: nothing.
+  common::Duration expect{};
 };
 
 // How a response goes back to the client, decided from its head alone.

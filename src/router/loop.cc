@@ -40,12 +40,12 @@ void Stall(Loop& L, UpstreamState& up) {
 
 void JudgeProgress(Loop& L) {
   const TimePoint now = L.clock.Now();
-  std::vector<TimePoint> since;
+  std::vector<ProgressMonitor::Waiting> waiting;
   for (auto& [address, up] : L.upstreams) {
     if (up->waiting.empty() || !up->usable(now)) continue;
-    since.clear();
-    for (const UpConn& c : up->waiting) since.push_back(c.waiting_since);
-    if (!up->progress.Stalled(now, since)) continue;
+    waiting.clear();
+    for (const UpConn& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
+    if (!up->progress.Stalled(now, waiting)) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their
     // standbys now, it is ejected, and the controller hears of it.
@@ -53,7 +53,7 @@ void JudgeProgress(Loop& L) {
     spdlog::warn(
         "router: upstream {} ({}) is stalled: {} request(s) waiting, none answered for {} ms "
         "(its requests take up to {} ms); re-sending them to standbys",
-        address, up->node, since.size(), common::ToMillis(now - up->progress.last_answer()),
+        address, up->node, waiting.size(), common::ToMillis(now - up->progress.last_answer()),
         common::ToMillis(up->progress.Window()));
     Stall(L, *up);
     if (L.shared.on_stall) L.shared.on_stall(address, &L);

@@ -103,6 +103,7 @@ struct UpConn {
   beast::flat_buffer buf;
   bool hung_cancel = false;   // cancelled because its upstream was judged hung or stalled
   TimePoint waiting_since{};  // when it began to await the response head
+  common::Duration expect{};  // what its request declared it takes (0: nothing)
   // In its upstream's `waiting` list while it awaits a response head; leaves
   // it by itself when destroyed.
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>

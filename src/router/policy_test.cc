@@ -178,9 +178,11 @@ TEST(ProgressMonitorTest, WindowIsLearnedFromLatencies) {
   EXPECT_EQ(m.Window(), seconds(30));  // capped
 }
 
-std::vector<common::TimePoint> Since(common::TimePoint first, int n, milliseconds apart) {
-  std::vector<common::TimePoint> out;
-  for (int i = 0; i < n; ++i) out.push_back(first + i * apart);
+// n requests, `apart` from each other from `first`, each declaring `expect`.
+std::vector<ProgressMonitor::Waiting> Since(common::TimePoint first, int n, milliseconds apart,
+                                            common::Duration expect = {}) {
+  std::vector<ProgressMonitor::Waiting> out;
+  for (int i = 0; i < n; ++i) out.push_back({first + i * apart, expect});
   return out;
 }
 
@@ -203,7 +205,7 @@ TEST(ProgressMonitorTest, SlowRequestsOnAnUpstreamThatKeepsAnsweringAreNotAStall
   ProgressMonitor m;
   for (int i = 0; i < 100; ++i) m.Answered(clock.Now(), milliseconds(5));
   // Three 1.5 s requests began together; fast ones keep being answered.
-  std::vector<common::TimePoint> slow = Since(clock.Now(), 3, milliseconds(0));
+  std::vector<ProgressMonitor::Waiting> slow = Since(clock.Now(), 3, milliseconds(0));
   for (int t = 0; t < 1400; t += 10) {
     clock.Advance(milliseconds(10));
     m.Answered(clock.Now(), milliseconds(5));
@@ -226,6 +228,32 @@ TEST(ProgressMonitorTest, ALongRequestWorkloadGetsALongWindow) {
   EXPECT_FALSE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(10), 8, milliseconds(10))));
   clock.Advance(seconds(7));
   EXPECT_TRUE(m.Stalled(clock.Now(), Since(clock.Now() - seconds(17), 8, milliseconds(10))));
+}
+
+// A request's declared expectation replaces the learned window for it.
+TEST(ProgressMonitorTest, ADeclaredExpectationReplacesTheLearnedWindow) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (int i = 0; i < 100; ++i) m.Answered(clock.Now(), milliseconds(5));  // window: 150 ms
+  const common::TimePoint stop = clock.Now();
+  clock.Advance(seconds(2));
+  // Long generations that said they take 20 s are not overdue at 2 s...
+  EXPECT_FALSE(m.Stalled(clock.Now(), Since(stop, 5, milliseconds(1), seconds(20))));
+  // ...but are past 20 s, and undeclared ones are past the window.
+  EXPECT_TRUE(m.Stalled(clock.Now(), Since(stop, 5, milliseconds(1))));
+  clock.Advance(seconds(19));
+  EXPECT_TRUE(m.Stalled(clock.Now(), Since(stop, 5, milliseconds(1), seconds(20))));
+
+  // A server whose requests took 4 s (window 16 s): requests that say they
+  // take 100 ms are overdue after the floor (150 ms), not 16 s.
+  ProgressMonitor slow;
+  for (int i = 0; i < 50; ++i) slow.Answered(clock.Now(), seconds(4));
+  const common::TimePoint quiet = clock.Now();
+  clock.Advance(milliseconds(140));
+  EXPECT_FALSE(slow.Stalled(clock.Now(), Since(quiet, 3, milliseconds(0), milliseconds(100))));
+  clock.Advance(milliseconds(20));
+  EXPECT_TRUE(slow.Stalled(clock.Now(), Since(quiet, 3, milliseconds(0), milliseconds(100))));
+  EXPECT_FALSE(slow.Stalled(clock.Now(), Since(quiet, 3, milliseconds(0))));
 }
 
 TEST(StickyTableTest, StuckStreamStaysOnItsStandbyUntilTheHoldPassesAndThePrimaryIsBack) {

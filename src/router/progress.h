@@ -19,10 +19,15 @@
 // - an upstream that stopped answering under load is stalled one window
 //   after it stopped: at 500 requests a second, 3 requests have waited past
 //   a 150 ms window about 156 ms after the last answer.
+// A request may declare how long it expects to take (the router reads
+// X-Gpuha-Expect-Ms); it is then overdue after that, within floor..ceiling,
+// instead of after the learned window: a known-long generation is not taken
+// for a stall, and a known-short request shows one sooner. The router needs
+// no declaration.
 //
 //   ProgressMonitor m({.floor = 150ms, .ceiling = 30s});
 //   m.Answered(now, latency);                 // on every response head
-//   if (m.Stalled(now, waiting_since)) ...    // each sweep; oldest first
+//   if (m.Stalled(now, {{since, expect}, ...})) ...  // each sweep
 //
 // Pure: time comes in as arguments. Thread-safety: none; each loop keeps one
 // per upstream.
@@ -70,16 +75,22 @@ class ProgressMonitor {
     return std::clamp(w, o_.floor, o_.ceiling);
   }
 
-  // `waiting_since`: when each request now waiting for a head began.
-  bool Stalled(common::TimePoint now, const std::vector<common::TimePoint>& waiting_since) const {
-    if (waiting_since.size() < o_.min_waiting) return false;
+  // A request now waiting for a response head.
+  struct Waiting {
+    common::TimePoint since;    // when it began to wait
+    common::Duration expect{};  // what it declared it takes; 0: nothing
+  };
+  bool Stalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
+    if (waiting.size() < o_.min_waiting) return false;
     const common::Duration window = Window();
     size_t overdue = 0;
-    for (common::TimePoint t : waiting_since) {
+    for (const Waiting& w : waiting) {
       // Begun before the last answer: outpaced by another, so slow, not
       // evidence that nothing moves.
-      if (t < last_answer_) continue;
-      if (now - t > window) ++overdue;
+      if (w.since < last_answer_) continue;
+      common::Duration limit =
+          w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling) : window;
+      if (now - w.since > limit) ++overdue;
     }
     return overdue >= o_.min_waiting;
   }

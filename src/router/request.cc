@@ -152,6 +152,28 @@ std::optional<HeadProblem> CheckHead(const RequestHeader& h) {
   return std::nullopt;
 }
 
+std::optional<HeadProblem> ReadExpectation(const RequestHeader& h, std::chrono::milliseconds* out) {
+  *out = std::chrono::milliseconds(0);
+  auto it = h.find(kExpectHeader);
+  if (it == h.end()) return std::nullopt;
+  if (h.count(kExpectHeader) > 1) {
+    return HeadProblem{Reason::kBadRequest, "X-Gpuha-Expect-Ms given more than once"};
+  }
+  std::string_view v = Trim(std::string_view(it->value().data(), it->value().size()));
+  int64_t ms = 0;
+  bool digits = !v.empty() && v.size() <= 7;
+  for (char c : v) {
+    digits = digits && c >= '0' && c <= '9';
+    if (digits) ms = ms * 10 + (c - '0');
+  }
+  if (!digits || ms < 1 || ms > 3600000) {
+    return HeadProblem{Reason::kBadRequest,
+                       "X-Gpuha-Expect-Ms: expected whole milliseconds, 1 to 3600000"};
+  }
+  *out = std::chrono::milliseconds(ms);
+  return std::nullopt;
+}
+
 std::optional<std::string> NormalizeTarget(std::string_view target) {
   if (target.empty()) return std::nullopt;
   if (target[0] != '/') {

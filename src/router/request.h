@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory_resource>
 #include <optional>
@@ -64,6 +65,13 @@ struct HeadProblem {
   std::string detail;
 };
 std::optional<HeadProblem> CheckHead(const RequestHeader& h);
+
+// How long the client says its request takes: "X-Gpuha-Expect-Ms: 20000"
+// (1..3600000). The progress verdict then judges this request by it instead
+// of the window it learned (progress.h). Absent: *out is 0. Malformed or
+// given twice: a 400 that names the field.
+inline constexpr char kExpectHeader[] = "X-Gpuha-Expect-Ms";
+std::optional<HeadProblem> ReadExpectation(const RequestHeader& h, std::chrono::milliseconds* out);
 
 // The target in origin form, normalized before any routing decision:
 // absolute-form ("http://host/p") loses its scheme and authority;

@@ -1,9 +1,12 @@
 #include "router/request.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace gpuha::router {
 namespace {
+
+using ::testing::HasSubstr;
 
 RequestHeader Parse(const std::string& text) {
   RequestParser<http::empty_body> p;
@@ -68,6 +71,29 @@ TEST(RequestTest, UpstreamHeadDropsHopByHopAndSecrets) {
 
 std::optional<HeadProblem> Check(const std::string& head) {
   return CheckHead(Parse(head + "\r\n"));
+}
+
+TEST(RequestTest, ADeclaredExpectationIsReadStrictly) {
+  std::chrono::milliseconds ms{7};
+  EXPECT_FALSE(ReadExpectation(Parse("POST /x HTTP/1.1\r\nHost: h\r\n\r\n"), &ms));
+  EXPECT_EQ(ms.count(), 0);  // absent: nothing declared
+  EXPECT_FALSE(ReadExpectation(
+      Parse("POST /x HTTP/1.1\r\nHost: h\r\nX-Gpuha-Expect-Ms: 20000\r\n\r\n"), &ms));
+  EXPECT_EQ(ms.count(), 20000);
+  for (const char* bad :
+       {"0", "-5", "1.5", "12ms", "", "3600001", "99999999999999999999", "0x10"}) {
+    auto p = ReadExpectation(
+        Parse(std::string("POST /x HTTP/1.1\r\nHost: h\r\nX-Gpuha-Expect-Ms: ") + bad + "\r\n\r\n"),
+        &ms);
+    ASSERT_TRUE(p.has_value()) << bad;
+    EXPECT_EQ(p->reason, Reason::kBadRequest);
+    EXPECT_THAT(p->detail, HasSubstr("X-Gpuha-Expect-Ms: expected whole milliseconds")) << bad;
+  }
+  auto twice = ReadExpectation(Parse("POST /x HTTP/1.1\r\nHost: h\r\nX-Gpuha-Expect-Ms: 5\r\n"
+                                     "X-Gpuha-Expect-Ms: 6\r\n\r\n"),
+                               &ms);
+  ASSERT_TRUE(twice.has_value());
+  EXPECT_THAT(twice->detail, HasSubstr("more than once"));
 }
 
 // Regression (request smuggling): these codings were forwarded without their

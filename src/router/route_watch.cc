@@ -38,7 +38,7 @@ void RouteWatch::Run() {
     common::TimePoint started = clock_->Now();
     absl::Status s = WatchOnce(c, policy.ConnectTimeout());
     if (stopping_) break;
-    common::Duration wait = policy.Failed(started, clock_->Now());
+    common::Duration wait = policy.Failed(started, clock_->Now(), absl::IsDeadlineExceeded(s));
     reconnects_++;
     spdlog::warn("router: route watch on {}: {}; keeping routes v{}, retrying with {} in {} ms",
                  c.str(), s.message(), router_->routes() ? router_->routes()->version() : 0,

@@ -207,6 +207,49 @@ TEST_F(RouterTest, UpstreamThatAnswersItsProbeButNoRequestIsJudgedStalled) {
   EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
 }
 
+// The test backend's own half-hang (SetStuck, the benchmark's SIGUSR1): its
+// health path answers, nothing else does; the router re-sends to the standby.
+TEST_F(RouterTest, AHalfHungBackendIsJudgedByProgressWhileItsHealthAnswers) {
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->SetStuck(true);
+  EXPECT_EQ(Send(a_->port(), Get("/v2/health/ready")).status, 200);  // its health answers
+  std::vector<std::future<Reply>> stuck;
+  for (int i = 0; i < 6; ++i) {
+    stuck.push_back(
+        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+  }
+  for (auto& f : stuck) {
+    Reply r = f.get();
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  }
+  EXPECT_GE(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 1);
+  a_->SetStuck(false);
+}
+
+// A request may say how long it takes: long ones that said so are not taken
+// for a stall though the learned window is short; a malformed one is 400.
+TEST_F(RouterTest, DeclaredExpectationsKeepLongRequestsFromBeingTakenForAStall) {
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  std::vector<std::future<Reply>> slow;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(std::async(std::launch::async, [&] {
+      return Send(port(), Get("/streams/cam-1/x?delay_ms=800&only=a", "k-acme",
+                              "X-Gpuha-Expect-Ms: 3000\r\n"));
+    }));
+  }
+  for (auto& f : slow) {
+    Reply r = f.get();
+    EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 0);
+  Reply bad = Send(port(), Get("/streams/cam-1/x", "k-acme", "X-Gpuha-Expect-Ms: soon\r\n"));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("X-Gpuha-Expect-Ms"), std::string::npos) << bad.body;
+}
+
 // Legitimately slow requests on a healthy upstream are never cut: not a
 // lone one, and not three while others keep being answered.
 TEST_F(RouterTest, SlowRequestsOnAHealthyUpstreamAreNotCut) {

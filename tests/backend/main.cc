@@ -2,6 +2,7 @@
 // kill -9 or SIGSTOP an upstream.
 //   gpuha-test-backend --name a --port 0 --threads 1
 // Prints "backend NAME listening on 127.0.0.1:PORT" and serves until SIGTERM.
+// SIGUSR1 half-hangs it (health answers, inference waits); SIGUSR2 ends that.
 #include <signal.h>
 
 #include <cstdio>
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto b = gpuha::router::testing::TestBackend::Start(o);
   if (!b.ok()) {
@@ -39,7 +42,9 @@ int main(int argc, char** argv) {
   std::printf("backend %s listening on 127.0.0.1:%u\n", o.name.c_str(), (*b)->port());
   std::fflush(stdout);
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && (sig == SIGUSR1 || sig == SIGUSR2)) {
+    (*b)->SetStuck(sig == SIGUSR1);
+  }
   (*b)->Stop();
   return 0;
 }

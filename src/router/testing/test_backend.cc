@@ -27,6 +27,7 @@ using boost::system::error_code;
 struct TestBackend::Impl {
   std::string name;
   std::shared_ptr<std::atomic<uint64_t>> requests;
+  std::shared_ptr<std::atomic<bool>> stuck;
   std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP
 
   template <class Stream>
@@ -51,7 +52,8 @@ struct TestBackend::Impl {
       auto& req = p.get();
       std::string target(req.target());
       std::string path(common::TargetPath(target));
-      if (path.rfind("/v2/health/", 0) != 0) requests->fetch_add(1);  // probes not counted
+      const bool health = path.rfind("/v2/health/", 0) == 0;
+      if (!health) requests->fetch_add(1);  // probes not counted
       int64_t delay_ms = 0, size = -1, status = 200;
       bool chunked = false;
       // Test knobs; a malformed one is ignored (the backend serves anything).
@@ -75,6 +77,11 @@ struct TestBackend::Impl {
             std::string(req["x-gpuha-tenant"]), "\",\"stream\":\"",
             std::string(req["x-gpuha-stream"]), "\",\"api_key\":\"", std::string(req["x-api-key"]),
             "\"", tls ? absl::StrCat(",\"client_cn\":\"", client_cn, "\"") : "", "}\n");
+      }
+      while (!health && stuck->load()) {  // half-hung: health answers, nothing else
+        net::steady_timer t(s.get_executor());
+        t.expires_after(std::chrono::milliseconds(10));
+        co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
       }
       if (delay_ms > 0) {
         net::steady_timer t(s.get_executor());
@@ -133,6 +140,7 @@ absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
   b->impl_ = std::make_unique<Impl>();
   b->impl_->name = o.name;
   b->impl_->requests = b->requests_;
+  b->impl_->stuck = b->stuck_;
   if (!o.tls_cert.empty()) {
     auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
     error_code ec;

@@ -8,7 +8,10 @@
 //           and stream headers), chunked if asked. With &only=NAME the delay
 //           and status apply on the backend of that name alone.
 //
-// The request body is read in full and counted (streamed, never stored).
+// SetStuck(true) half-hangs it: health answers go on, every other request
+// waits unanswered until SetStuck(false) (the inference path of a deadlocked
+// engine). The request body is read in full and counted (streamed, never
+// stored).
 // With tls_cert/tls_key it speaks TLS; with tls_client_ca too it requires a
 // client certificate from that CA and puts its CN in the echo ("client_cn").
 #pragma once
@@ -43,6 +46,7 @@ class TestBackend {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   // Requests served, health probes excluded.
   uint64_t requests() const { return requests_->load(); }
+  void SetStuck(bool stuck) { stuck_->store(stuck); }
 
   struct Impl;
 
@@ -52,6 +56,7 @@ class TestBackend {
   std::unique_ptr<common::LoopServer> server_;  // stopped before impl_ goes
   uint16_t port_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> requests_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<std::atomic<bool>> stuck_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace gpuha::router::testing
