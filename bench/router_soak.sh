@@ -13,7 +13,13 @@ secs="${3:-600}"
 rate="${4:-300}"
 work="$(mktemp -d /tmp/gpuha-soak.XXXXXX)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# The work folder (router log, reports) is kept when the soak fails.
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ $rc -eq 0 ]]; then rm -rf "$work"; else echo "kept $work" >&2; fi
+}
 trap cleanup EXIT
 A=19501 B=19502 C=19503 PROXY=19510 ADMIN=19511
 for p in $A $B $C; do
@@ -32,9 +38,9 @@ done
 } > "$work/router.yaml"
 "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & pids+=($!)
 sleep 1
-load() {  # $1 = rate, $2 = seconds, $3 = report
+load() {  # $1 = rate, $2 = seconds, $3 = report; failures are counted below
   "$gpuha" load --target 127.0.0.1:$PROXY --streams 20 --rate "$1" --seconds "$2" --timeout 5 \
-    --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet --json "$3" >/dev/null 2>&1
+    --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet --json "$3" >"$3.out" 2>&1 || true
 }
 load "$rate" "$secs" "$work/base.json" & base=$!
 bursts=0
@@ -43,7 +49,7 @@ for ((t = 30; t + 5 <= secs; t += 30)); do
   load $((rate * 2)) 5 "$work/burst-$bursts.json"
   bursts=$((bursts + 1))
 done
-wait "$base"
+wait "$base" || true
 curl -s "http://127.0.0.1:$ADMIN/metrics" > "$work/metrics.txt"
 python3 - "$work" "$bursts" "$secs" "$rate" <<'PY'
 import glob, json, re, sys
@@ -58,8 +64,13 @@ failed = sum(r["failed"] for r in reports)
 slow_sent = sum(r["slow_sent"] for r in reports)
 slow_ok = sum(r["slow_ok"] for r in reports)
 stalls, ejections = metric("gpuha_router_stalls_total"), metric("gpuha_router_ejections_total")
-print(f"soak {secs} s at {rate} req/s, {bursts} bursts to 3x: sent {sent}, failed {failed}, "
-      f"slow {slow_ok} of {slow_sent} answered, stalls {stalls:.0f}, ejections {ejections:.0f}, "
-      f"p99 {reports[0]['latency_ms']['p99']:.1f} ms")
+failures = {}
+for r in reports:
+    for k, v in r["failures"].items():
+        failures[k] = failures.get(k, 0) + v
+print(f"soak {secs} s at {rate} req/s, {bursts} bursts to 3x: sent {sent}, failed {failed} "
+      f"{failures or ''}, slow {slow_ok} of {slow_sent} answered, stalls {stalls:.0f}, "
+      f"ejections {ejections:.0f}, p99 {reports[0]['latency_ms']['p99']:.1f} ms, "
+      f"longest gap {max(r['max_gap_ms'] for r in reports):.1f} ms")
 sys.exit(0 if failed == 0 and stalls == 0 and ejections == 0 and slow_ok == slow_sent else 1)
 PY
