@@ -10,6 +10,7 @@
 # engine). Each peer and fault gets fresh upstreams. FAULTS picks the faults.
 #   bench/router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
+source "$(dirname "$0")/lib/static_router.sh"
 gpuha="$(realpath "${1:?usage: router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]}")"
 backend="$(realpath "${2:?test backend binary}")"
 secs="${3:-12}"
@@ -114,16 +115,7 @@ CONF
 }
 
 router_conf() {
-  {
-    echo "listen: 127.0.0.1:$PROXY"
-    echo "threads: 1"
-    echo "auth: none"
-    echo "routes:"
-    for i in $(seq 0 19); do
-      primary=$([[ $i -lt 10 ]] && echo $A || echo $B)
-      echo "  - {stream: cam-$i, primary: 127.0.0.1:$primary, standby: 127.0.0.1:$C}"
-    done
-  } > "$work/router.yaml"
+  static_router_yaml "$work/router.yaml" $PROXY $A $B $C
   "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & proxy_pid=$!; pids+=($!)
 }
 

@@ -7,6 +7,7 @@
 # /metrics must show no stall and no ejection, and the load no failure.
 #   bench/router_soak.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
+source "$(dirname "$0")/lib/static_router.sh"
 gpuha="$(realpath "${1:?usage: router_soak.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]}")"
 backend="$(realpath "${2:?test backend binary}")"
 secs="${3:-600}"
@@ -25,17 +26,7 @@ A=19501 B=19502 C=19503 PROXY=19510 ADMIN=19511
 for p in $A $B $C; do
   "$backend" --name "$p" --port "$p" --threads 1 >/dev/null & pids+=($!)
 done
-{
-  echo "listen: 127.0.0.1:$PROXY"
-  echo "admin: 127.0.0.1:$ADMIN"
-  echo "threads: 1"
-  echo "auth: none"
-  echo "routes:"
-  for i in $(seq 0 19); do
-    primary=$([[ $i -lt 10 ]] && echo $A || echo $B)
-    echo "  - {stream: cam-$i, primary: 127.0.0.1:$primary, standby: 127.0.0.1:$C}"
-  done
-} > "$work/router.yaml"
+static_router_yaml "$work/router.yaml" $PROXY $A $B $C $ADMIN
 "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & pids+=($!)
 sleep 1
 load() {  # $1 = rate, $2 = seconds, $3 = report; failures are counted below
