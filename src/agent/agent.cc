@@ -216,14 +216,19 @@ void Agent::EventLoop() {
   // The probe wakes at once for an XID; the timeout bounds shutdown. A
   // driver whose event wait hangs is the watchdog's error, after the
   // timeout plus its deadline.
+  int failing = 0;  // waits in a row that failed; logged at the first and each minute
   while (!stopping_) {
     auto xids = probe_->WaitForXids(milliseconds(500));
     if (!xids.ok()) {
       counters_.probe_errors++;
-      spdlog::warn("agent: waiting for XID events failed: {}", xids.status().message());
+      if (failing++ % 60 == 0) {
+        spdlog::warn("agent {}: waiting for XID events failed ({} in a row): {}", config_.node,
+                     failing, xids.status().message());
+      }
       WaitFor(milliseconds(1000));
       continue;
     }
+    failing = 0;
     ReportXids(std::move(*xids));
   }
 }
