@@ -73,43 +73,6 @@ absl::Status Agent::Start() {
   return absl::OkStatus();
 }
 
-absl::Status Agent::OpenDriverWatch() {
-  // An explicit path that does not work is a config error; the nvml
-  // backend's defaults (/dev/kmsg needs root or CAP_SYSLOG) only warn.
-  pci_devices_ = PciDevicesPath(config_);
-  if (!pci_devices_.empty()) {
-    auto scan = gpu::ScanNvidiaGpus(pci_devices_);
-    if (!scan.ok()) {
-      if (!config_.pci_devices.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gpu.pci_devices: ", scan.status().message()));
-      }
-      spdlog::warn("agent {}: {}; the PCI presence check is off", config_.node,
-                   scan.status().message());
-      pci_devices_.clear();
-    } else {
-      pci_at_start_ = std::move(*scan);
-      for (const gpu::DeviceInfo& d : devices_) {
-        if (pci_at_start_.count(gpu::PciSlot(d.pci_bus_id)) == 0) {
-          spdlog::warn("agent {}: GPU {} ({}) is not under {}; the PCI check cannot watch it",
-                       config_.node, d.index, d.pci_bus_id, pci_devices_);
-        }
-      }
-    }
-  }
-  if (std::string path = KernelLogPath(config_); !path.empty()) {
-    auto log = gpu::KernelLog::Open(path);
-    if (log.ok()) {
-      kernel_log_ = std::move(*log);
-    } else if (!config_.kernel_log.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("gpu.kernel_log: ", log.status().message()));
-    } else {
-      spdlog::warn("agent {}: {}; XIDs come from NVML alone", config_.node, log.status().message());
-    }
-  }
-  return absl::OkStatus();
-}
-
 void Agent::Stop() {
   if (stopping_.exchange(true)) return;
   {
@@ -180,30 +143,6 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
   if (wake) WakeHeartbeat();
 }
 
-void Agent::CheckPci(gpu::Observation* obs) {
-  auto scan = gpu::ScanNvidiaGpus(pci_devices_);
-  if (!scan.ok()) {  // the tree was there at Start(); say so, but not every sample
-    if (counters_.pci_check_errors++ % 100 == 0) {
-      spdlog::warn("agent {}: {}", config_.node, scan.status().message());
-    }
-    return;
-  }
-  gpu::PciCheck check = gpu::ComparePci(devices_, pci_at_start_, *scan);
-  for (uint32_t index : check.vanished) {
-    auto it = std::find_if(obs->gpus.begin(), obs->gpus.end(),
-                           [&](const gpu::GpuSample& g) { return g.index == index; });
-    if (it == obs->gpus.end()) {  // its sample failed: report it lost all the same
-      it = obs->gpus.insert(obs->gpus.end(), gpu::GpuSample{});
-      it->index = index;
-    }
-    it->lost = true;
-    it->lost_detail = absl::StrCat("gone from the PCI bus (", devices_[index].pci_bus_id,
-                                   " is no longer under ", pci_devices_, ")");
-    counters_.gpus_vanished++;
-  }
-  obs->unseen_pci = std::move(check.unseen);
-}
-
 void Agent::SampleLoop() {
   while (!stopping_) {
     WaitFor(milliseconds(config_.sample_ms));
@@ -231,56 +170,6 @@ void Agent::EventLoop() {
     failing = 0;
     ReportXids(std::move(*xids));
   }
-}
-
-// On a thread of its own: the kernel log matters most when NVML hangs.
-void Agent::KernelLogLoop() {
-  while (!stopping_) {
-    WaitFor(milliseconds(200));
-    auto lines = kernel_log_->ReadNew();
-    if (!lines.ok()) {
-      if (counters_.probe_errors++ % 100 == 0) {
-        spdlog::warn("agent {}: {}", config_.node, lines.status().message());
-      }
-      continue;
-    }
-    std::vector<gpu::XidEvent> xids;
-    for (const std::string& line : *lines) {
-      std::optional<gpu::KernelXid> k = gpu::ParseKernelXid(line);
-      if (!k) continue;
-      counters_.kernel_log_xids++;
-      auto d = std::find_if(devices_.begin(), devices_.end(), [&](const gpu::DeviceInfo& d) {
-        return gpu::PciSlot(d.pci_bus_id) == k->pci_slot;
-      });
-      if (d == devices_.end()) {
-        spdlog::warn("agent {}: kernel log: XID {} on PCI {}, not a GPU the driver listed",
-                     config_.node, k->xid, k->pci_slot);
-        continue;
-      }
-      xids.push_back({d->index, k->xid, clock_->UnixNanos()});
-    }
-    ReportXids(std::move(xids));
-  }
-}
-
-void Agent::ReportXids(std::vector<gpu::XidEvent> seen) {
-  std::vector<gpu::XidEvent> fresh;
-  {
-    std::lock_guard<std::mutex> lock(xid_mu_);
-    for (const gpu::XidEvent& x : seen) {
-      if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now())) {
-        fresh.push_back(x);
-      } else {
-        counters_.xid_duplicates++;
-      }
-    }
-  }
-  if (fresh.empty()) return;
-  counters_.xid_events += fresh.size();
-  for (const gpu::XidEvent& x : fresh) {
-    spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
-  }
-  Evaluate(std::move(fresh));
 }
 
 void Agent::SupervisorLoop() {
