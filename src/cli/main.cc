@@ -12,6 +12,7 @@
 #include "cli/load_command.h"
 #include "cli/plan_command.h"
 #include "cli/router_command.h"
+#include "cli/sim_command.h"
 #include "cli/worker_command.h"
 #include "common/log.h"
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   // share of the agent's CPU. gpuha's own locks are std::mutex and unaffected.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   gpuha::cli::PlanCommand plan(app);
+  gpuha::cli::SimCommand sim(app);
   gpuha::cli::AgentCommand agent(app);
   gpuha::cli::ControllerCommand controller(app);
   gpuha::cli::RouterCommand router(app);
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? gpuha::cli::kExitOk : gpuha::cli::kExitBadInput;
   }
   if (plan.app()->parsed()) return plan.Run(std::cin, std::cout, std::cerr);
+  if (sim.app()->parsed()) return sim.Run(std::cout, std::cerr);
   if (agent.app()->parsed()) return agent.Run();
   if (controller.app()->parsed()) return controller.Run();
   if (router.app()->parsed()) return router.Run();

@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,10 +84,15 @@ class Placement {
   // Checks whether taking `node` out now keeps N+k for the admitted load.
   [[nodiscard]] absl::Status CanRemoveNode(const std::string& node) const;
   // Brings a node back as passive (stickiness: nothing moves back to it).
-  [[nodiscard]] absl::Status RestoreNode(const std::string& node);
+  // `as_passive` false brings an active node back active, as a scheduler
+  // without standby roles does (Kubernetes; `gpuha sim`'s scenarios).
+  [[nodiscard]] absl::Status RestoreNode(const std::string& node, bool as_passive = true);
   [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
 
   CapacityFigures Capacity() const;
+  // Units of the available GPU nodes that no admitted stream takes: room a
+  // drain can use (Capacity().total_units - admitted_units, in O(1)).
+  int64_t FreeUnits() const { return capacity_sum_ - admitted_units_; }
   std::optional<Assignment> Find(const std::string& stream) const;
   // Sorted by stream id.
   std::vector<Assignment> Assignments() const;
@@ -126,8 +132,13 @@ class Placement {
   void ChangeRole(Node& n, Role role);
   void SetPrimary(Stream& s, Node* node);
   void SetStandby(Stream& s, Node* node);
+  // Keeps unplaced_ and standbyless_ true after a stream's nodes change.
+  void Track(Stream& s);
   Node* PickPrimary(int64_t weight, const Node* avoid) const;
   Node* PickStandby(const Stream& s) const;
+  // False when no node could stand by for any stream: no ready passive node
+  // and no free unit anywhere.
+  bool AnyStandbyRoom() const;
   Node* FindNode(const std::string& id);
   const Node* FindNode(const std::string& id) const;
   static Assignment ToAssignment(const Stream& s);
@@ -140,7 +151,9 @@ class Placement {
   // Available active (and buffer) nodes by (free capacity, index), most free last.
   std::set<std::pair<int64_t, uint32_t>> active_free_;
   std::set<std::pair<int64_t, uint32_t>> buffer_free_;
-  std::set<uint32_t> passive_ready_;  // available passive nodes, by index
+  std::set<uint32_t> passive_ready_;         // available passive nodes, by index
+  std::unordered_set<Stream*> unplaced_;     // no primary
+  std::unordered_set<Stream*> standbyless_;  // a primary but no standby
   // Capacities of available GPU nodes, for the k-largest reserve.
   std::multiset<int64_t> capacities_;
   int64_t capacity_sum_ = 0;
