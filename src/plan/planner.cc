@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/gpu_models.h"
+#include "sim/simulator.h"
 
 namespace gpuha::plan {
 namespace {
@@ -229,6 +230,54 @@ FacilitiesSizing ComputeFacilities(const PlanInput& in) {
   return f;
 }
 
+std::string StrategyForOutcome(const std::string& outcome) {
+  if (outcome == "active-active-traffic-routing") return "gpuha";
+  if (outcome == "vgpu-san" || outcome == "passthrough-san") return "scenario-b";
+  if (outcome == "buffer-node") return "scenario-c";
+  if (outcome == "passthrough-k8s-n+1" || outcome == "vgpu-san-recommended") return "scenario-a";
+  if (outcome == "re-evaluate-workload") return "no-ha";
+  return "";  // stateful-dedicated-san: a job, not streams
+}
+
+ExpectedLoss EstimateLoss(const PlanInput& in, const std::string& outcome) {
+  ExpectedLoss loss;
+  std::string name = StrategyForOutcome(outcome);
+  if (name.empty()) {
+    loss.skipped = "stateful work is not a stream: gpuha sim does not model it";
+    return loss;
+  }
+  sim::SimInput s;
+  const PlanInput::Cluster& c = in.cluster;
+  s.fleet.gpus_per_node = c.gpus_per_node;
+  s.fleet.streams_per_gpu = c.streams_per_gpu;
+  s.fleet.redundancy = c.redundancy;
+  // A GPU buffer node is one more GPU node, held spare; a CPU one holds no GPU streams.
+  bool gpu_buffer = c.buffer_node == BufferNode::kGpu;
+  s.fleet.nodes = c.nodes + (gpu_buffer ? 1 : 0);
+  s.fleet.passive_nodes = gpu_buffer ? 1 : 0;
+  if (std::optional<sim::FleetProblem> p = sim::CheckFleet(s.fleet)) {
+    loss.skipped =
+        absl::StrCat("the cluster cannot be simulated: fleet.", p->field, ": ", p->message);
+    return loss;
+  }
+  s.failures = sim::PublishedFailureRates();
+  s.daily_load = sim::DefaultDailyLoad();
+  s.runs = 10;
+  for (const sim::Strategy& st : sim::BuiltinStrategies()) {
+    if (st.name == name) s.strategies.push_back(st);
+  }
+  sim::SimResult r = sim::Simulate(s);
+  const sim::StrategyResult& sr = r.strategies.front();
+  loss.strategy = name;
+  loss.stream_hours_lost_per_year = sr.stream_hours_lost_per_year.mean;
+  loss.lo = sr.stream_hours_lost_per_year.lo;
+  loss.hi = sr.stream_hours_lost_per_year.hi;
+  loss.availability = sr.availability.mean;
+  loss.overflow_events_per_year = sr.overflow_events.mean / s.horizon_years;
+  loss.runs = s.runs;
+  return loss;
+}
+
 Plan MakePlan(const PlanInput& in) {
   Plan p;
   p.input = in;
@@ -241,6 +290,7 @@ Plan MakePlan(const PlanInput& in) {
   p.facilities = ComputeFacilities(in);
   AddWarnings(p);
   AddMatrix(p);
+  p.expected_loss = EstimateLoss(in, p.outcome);
   return p;
 }
 

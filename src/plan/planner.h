@@ -62,6 +62,23 @@ struct MatrixRow {
   std::string best_choice;
 };
 
+// The recommended design's expected yearly loss, from `gpuha sim`'s model on
+// published failure rates (preset llama3) and this cluster.
+struct ExpectedLoss {
+  std::string strategy;  // the sim strategy modelling the design; empty: none
+  std::string skipped;   // why there is no figure, when strategy is empty
+  double stream_hours_lost_per_year = 0;
+  double lo = 0, hi = 0;  // its 95% interval
+  double availability = 0;
+  double overflow_events_per_year = 0;
+  int64_t runs = 0;
+};
+
+// The sim strategy that models a decision-flow outcome; empty when none does
+// (stateful jobs are not streams).
+std::string StrategyForOutcome(const std::string& outcome);
+ExpectedLoss EstimateLoss(const PlanInput& in, const std::string& outcome);
+
 struct Plan {
   PlanInput input;
   std::vector<Decision> path;
@@ -72,6 +89,7 @@ struct Plan {
   FacilitiesSizing facilities;
   std::vector<Warning> warnings;
   std::vector<MatrixRow> matrix;
+  ExpectedLoss expected_loss;
 };
 
 // Every leaf id the decision flow can end at, in the order of seed 002.

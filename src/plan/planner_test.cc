@@ -6,6 +6,8 @@
 #include <functional>
 #include <set>
 
+#include "sim/simulator.h"
+
 namespace gpuha::plan {
 namespace {
 
@@ -363,6 +365,50 @@ TEST(MatrixTest, VmwareSharingRows) {
   Plan p = MakePlan(in);
   EXPECT_THAT(p.matrix, ElementsAre(Field(&MatrixRow::best_choice, "vGPU"),
                                     Field(&MatrixRow::best_choice, "vGPU + SAN")));
+}
+
+// --- expected loss (gpuha sim's model) ---------------------------------------
+
+TEST(ExpectedLossTest, EveryOutcomeIsModelledOrSaysWhyNot) {
+  for (const std::string& o : AllOutcomes()) {
+    std::string s = StrategyForOutcome(o);
+    if (o == "stateful-dedicated-san") {
+      EXPECT_EQ(s, "") << o;
+    } else {
+      EXPECT_NE(s, "") << o;
+    }
+  }
+  PlanInput in = BaseInput();
+  in.workload.stateless = false;
+  Plan p = MakePlan(in);
+  EXPECT_EQ(p.outcome, "stateful-dedicated-san");
+  EXPECT_EQ(p.expected_loss.strategy, "");
+  EXPECT_THAT(p.expected_loss.skipped, ::testing::HasSubstr("stateful"));
+}
+
+TEST(ExpectedLossTest, TheRecommendedDesignGetsItsYearlyLoss) {
+  Plan p = MakePlan(BaseInput());
+  EXPECT_EQ(p.expected_loss.strategy, StrategyForOutcome(p.outcome));
+  EXPECT_EQ(p.expected_loss.runs, 10);
+  EXPECT_GT(p.expected_loss.availability, 0.99);
+  EXPECT_LE(p.expected_loss.availability, 1.0);
+  EXPECT_LE(p.expected_loss.lo, p.expected_loss.stream_hours_lost_per_year);
+  EXPECT_GE(p.expected_loss.hi, p.expected_loss.stream_hours_lost_per_year);
+  // The same model as `gpuha sim`: the same cluster there gives the same figure.
+  sim::SimInput s;
+  s.fleet = {.nodes = p.input.cluster.nodes,
+             .gpus_per_node = p.input.cluster.gpus_per_node,
+             .streams_per_gpu = p.input.cluster.streams_per_gpu,
+             .redundancy = p.input.cluster.redundancy,
+             .passive_nodes = 0,
+             .nodes_per_rack = 16};
+  s.failures = sim::PublishedFailureRates();
+  s.daily_load = sim::DefaultDailyLoad();
+  for (const sim::Strategy& st : sim::BuiltinStrategies()) {
+    if (st.name == p.expected_loss.strategy) s.strategies.push_back(st);
+  }
+  EXPECT_DOUBLE_EQ(sim::Simulate(s).strategies[0].stream_hours_lost_per_year.mean,
+                   p.expected_loss.stream_hours_lost_per_year);
 }
 
 }  // namespace

@@ -81,6 +81,19 @@ std::vector<CapacityLine> DesignLines(const Design& d) {
           {"capacity model", d.capacity_model}};
 }
 
+std::vector<CapacityLine> LossLines(const ExpectedLoss& l) {
+  if (l.strategy.empty()) return {{"not estimated", l.skipped}};
+  return {
+      {"modelled as", absl::StrCat("`gpuha sim` strategy ", l.strategy)},
+      {"stream-hours lost per year",
+       absl::StrFormat("%.1f (95%%: %.1f .. %.1f, %d runs)", l.stream_hours_lost_per_year, l.lo,
+                       l.hi, l.runs)},
+      {"availability", absl::StrFormat("%.6f", l.availability)},
+      {"overflow events per year", absl::StrFormat("%.1f", l.overflow_events_per_year)},
+      {"your own rates", "gpuha sim FILE (examples/sim/)"},
+  };
+}
+
 void TextTable(std::ostringstream& out, const std::vector<CapacityLine>& lines) {
   for (const CapacityLine& l : lines) out << absl::StrFormat("  %-30s %s\n", l.label, l.value);
 }
@@ -102,6 +115,8 @@ std::string RenderText(const Plan& p, absl::string_view source) {
   TextTable(out, CapacityLines(p));
   out << "\nFacilities (" << p.input.cluster.nodes << " nodes, " << GpuLabel(p) << ")\n";
   TextTable(out, FacilityLines(p));
+  out << "\nExpected loss (gpuha sim, Llama 3 failure rates)\n";
+  TextTable(out, LossLines(p.expected_loss));
   out << "\nDecision matrix (seed 002 section 6)\n";
   for (const MatrixRow& r : p.matrix) {
     out << absl::StrFormat("  %-30s %s\n", r.requirement, r.best_choice);
@@ -132,6 +147,7 @@ std::string RenderMarkdown(const Plan& p, absl::string_view source) {
   table("Design", DesignLines(p.design));
   table(absl::StrCat("Capacity (N+", p.capacity.redundancy, ")").c_str(), CapacityLines(p));
   table(absl::StrCat("Facilities (", GpuLabel(p), ")").c_str(), FacilityLines(p));
+  table("Expected loss (gpuha sim, Llama 3 failure rates)", LossLines(p.expected_loss));
   out << "\n## Decision matrix\n\n| Requirement | Best choice |\n|---|---|\n";
   for (const MatrixRow& r : p.matrix)
     out << "| " << r.requirement << " | " << r.best_choice << " |\n";
@@ -189,6 +205,18 @@ nlohmann::json RenderJson(const Plan& p) {
         {"cooling_btu_per_hour", Round1(p.facilities.cooling_btu_per_hour)}}},
       {"warnings", warnings},
       {"matrix", matrix},
+      {"expected_loss",
+       p.expected_loss.strategy.empty()
+           ? json{{"skipped", p.expected_loss.skipped}}
+           : json{{"strategy", p.expected_loss.strategy},
+                  {"rates", "llama3"},
+                  {"runs", p.expected_loss.runs},
+                  {"stream_hours_lost_per_year",
+                   Round1(p.expected_loss.stream_hours_lost_per_year)},
+                  {"stream_hours_lost_per_year_ci95",
+                   {Round1(p.expected_loss.lo), Round1(p.expected_loss.hi)}},
+                  {"availability", p.expected_loss.availability},
+                  {"overflow_events_per_year", p.expected_loss.overflow_events_per_year}}},
       {"defaults_applied", p.input.defaults_applied},
   };
 }
