@@ -1,4 +1,5 @@
-// Runs the real `gpuha plan` binary on the shipped examples and on bad input.
+// Runs the real `gpuha plan` and `gpuha sim` binaries on the shipped examples
+// and on bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -104,6 +105,71 @@ TEST(PlanCliTest, InteractiveWritesYamlThatPlansTheSame) {
   nlohmann::json example = PlanJson("iiot-edge.yaml");
   example["defaults_applied"] = nlohmann::json::array();  // every question was answered
   EXPECT_EQ(asked, example);
+}
+
+// --- gpuha sim ------------------------------------------------------------------
+
+TEST(SimCliTest, TheExampleComparesEveryStrategyInJson) {
+  CommandResult r = RunCommand(kGpuha + " sim --format json " + Example("sim/fleet.yaml"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["strategies"].size(), 5u);
+  for (const char* s : {"no-ha", "scenario-a", "scenario-b", "scenario-c", "gpuha"}) {
+    const nlohmann::json& x = j["strategies"][s];
+    EXPECT_GT(x["availability"].get<double>(), 0.99) << s;
+    EXPECT_LE(x["availability"].get<double>(), 1.0) << s;
+    EXPECT_EQ(x["availability_ci95"].size(), 2u) << s;
+    EXPECT_GE(x["stream_hours_lost"].get<double>(), 0) << s;
+    EXPECT_TRUE(x["overflow_events"].is_number()) << s;
+    EXPECT_TRUE(x["idle_gpus"].is_number_integer()) << s;
+  }
+  EXPECT_EQ(j["strategies"]["no-ha"]["idle_gpus"], 0);
+  EXPECT_EQ(j["runs"], 10);
+}
+
+TEST(SimCliTest, TextTableSvgAndSeed) {
+  std::string in = TempFile("small.yaml");
+  std::ofstream(in) << "fleet: { nodes: 16, gpus_per_node: 2, streams_per_gpu: 2 }\n"
+                       "failures: { preset: llama3, gpu: { mtbf_hours: 2000, repair_hours: 30 } }\n"
+                       "runs: 3\nstrategies: [no-ha, gpuha]\n";
+  std::string svg = TempFile("chart.svg");
+  CommandResult r = RunCommand(kGpuha + " sim " + in + " --svg " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("availability (95% interval)"));
+  EXPECT_THAT(r.out, HasSubstr("gpuha "));
+  EXPECT_THAT(r.out, HasSubstr("Llama 3 report"));  // each default cites its source
+  std::string chart = Slurp(svg);
+  EXPECT_THAT(chart, ::testing::StartsWith("<svg"));
+  EXPECT_THAT(chart, HasSubstr("no-ha 16:"));
+  EXPECT_THAT(chart, HasSubstr("gpuha 2:"));  // the sweep: 16, 8, 4, 2 nodes
+
+  auto lost = [&](const std::string& flags) {
+    CommandResult j = RunCommand(kGpuha + " sim -f json " + flags + " " + in);
+    EXPECT_EQ(j.exit_code, 0) << j.err;
+    return nlohmann::json::parse(j.out)["strategies"]["no-ha"]["stream_hours_lost"];
+  };
+  EXPECT_EQ(lost("--seed 7"), lost("--seed 7 -j 1"));
+  EXPECT_NE(lost("--seed 7"), lost("--seed 8"));
+}
+
+TEST(SimCliTest, BadInputExitsTwoNamingFieldAndLine) {
+  std::string bad = TempFile("bad-sim.yaml");
+  std::ofstream(bad) << "fleet: { nodes: 4, gpus_per_node: 1, streams_per_gpu: 1 }\n"
+                        "failures:\n  node: { mtbf_hours: 0, repair_hours: 2 }\n";
+  CommandResult r = RunCommand(kGpuha + " sim " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad-sim.yaml:3:23: failures.node.mtbf_hours: must be above 0"));
+  EXPECT_TRUE(r.out.empty());
+
+  std::ofstream(bad) << "fleet: { nodes: 4, gpus_per_node: 1, streams_per_gpu: 1 }\n"
+                        "failures: {}\nstrategies: [gpuha, k8s]\n";
+  r = RunCommand(kGpuha + " sim " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("strategies: unknown strategy 'k8s'"));
+
+  EXPECT_EQ(RunCommand(kGpuha + " sim " + TempFile("missing.yaml")).exit_code, 2);
+  EXPECT_EQ(RunCommand(kGpuha + " sim --format xml " + Example("sim/fleet.yaml")).exit_code, 2);
+  EXPECT_EQ(RunCommand(kGpuha + " sim").exit_code, 2);
 }
 
 }  // namespace
