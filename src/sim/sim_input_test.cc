@@ -40,7 +40,8 @@ TEST(SimInputTest, ReadsAFleetWithDefaults) {
 }
 
 TEST(SimInputTest, TheExampleFilesParse) {
-  for (const char* f : {"fleet.yaml", "published-rates.yaml", "scale-10k.yaml"}) {
+  for (const char* f : {"fleet.yaml", "published-rates.yaml", "scale-10k.yaml", "strategies.yaml",
+                        "per-gpu-failover.yaml"}) {
     absl::StatusOr<SimInput> in =
         LoadSimInputFile(std::string(GPUHA_SOURCE_DIR) + "/examples/sim/" + f);
     EXPECT_TRUE(in.ok()) << f << ": " << in.status();
@@ -63,6 +64,46 @@ TEST(SimInputTest, PublishedRatesFileMatchesThePreset) {
     EXPECT_EQ(it->scope, p.scope) << p.name;
     EXPECT_EQ(it->fixed_repair, p.fixed_repair) << p.name;
   }
+}
+
+// The built-ins written out behave as the built-ins, so the copyable file
+// cannot drift from the code.
+TEST(SimInputTest, StrategiesFileMatchesTheBuiltIns) {
+  absl::StatusOr<SimInput> file =
+      LoadSimInputFile(std::string(GPUHA_SOURCE_DIR) + "/examples/sim/strategies.yaml");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->strategies.size(), BuiltinStrategies().size());
+  for (size_t i = 0; i < file->strategies.size(); ++i) {
+    const Strategy& f = file->strategies[i];
+    const Strategy& b = BuiltinStrategies()[i];
+    EXPECT_EQ(f.name, b.name);
+    EXPECT_EQ(f.reserve, b.reserve) << b.name;
+    EXPECT_EQ(f.spares, b.spares) << b.name;
+    EXPECT_EQ(f.unit, b.unit) << b.name;
+    EXPECT_DOUBLE_EQ(f.node.detect_s, b.node.detect_s) << b.name;
+    EXPECT_DOUBLE_EQ(f.node.restart_s, b.node.restart_s) << b.name;
+    EXPECT_DOUBLE_EQ(f.gpu.detect_s, b.gpu.detect_s) << b.name;
+    EXPECT_DOUBLE_EQ(f.gpu.restart_s, b.gpu.restart_s) << b.name;
+    EXPECT_DOUBLE_EQ(f.planned_outage_s, b.planned_outage_s) << b.name;
+  }
+}
+
+// The input exactly as issue 17 writes it.
+TEST(SimInputTest, TheIssuesExampleParses) {
+  absl::StatusOr<SimInput> in = ParseSimInput(
+      R"(fleet: { nodes: 100, gpus_per_node: 8, streams_per_gpu: 4, redundancy: 1, passive_nodes: 1 }
+failures:
+  node: { mtbf_hours: 20000, repair_hours: 8 }
+  gpu:  { mtbf_hours: 80000, repair_hours: 4 }
+horizon_years: 1
+runs: 10
+strategies: [no-ha, scenario-a, gpuha]
+)",
+      "issue.yaml");
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->failures.size(), 2u);
+  EXPECT_EQ(in->strategies.size(), 3u);
+  EXPECT_EQ(in->fleet.passive_nodes, 1);
 }
 
 TEST(SimInputTest, PresetClassesCanBeReplacedOneByOne) {

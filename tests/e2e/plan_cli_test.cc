@@ -150,6 +150,12 @@ TEST(SimCliTest, TextTableSvgAndSeed) {
   };
   EXPECT_EQ(lost("--seed 7"), lost("--seed 7 -j 1"));
   EXPECT_NE(lost("--seed 7"), lost("--seed 8"));
+
+  // The progress bar goes to stderr (asked for here: stderr is no terminal).
+  CommandResult p = RunCommand(kGpuha + " sim --progress " + in);
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_THAT(p.err, HasSubstr("6/6 runs"));
+  EXPECT_THAT(p.out, HasSubstr("availability (95% interval)"));
 }
 
 TEST(SimCliTest, BadInputExitsTwoNamingFieldAndLine) {
