@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/yaml_reader.h"
 
@@ -255,21 +256,11 @@ void ReadFailures(YamlMap failures, std::vector<FailureClass>* out) {
   for (auto& [name, c] : by_name) out->push_back(c);
 }
 
+constexpr double kMaxGapSeconds = 1e7;
+
 void ReadGap(YamlMap m, Gap* g) {
-  if (auto v = m.Number("detect_s")) {
-    if (*v < 0 || *v > 1e7) {
-      m.Fail("detect_s", absl::StrCat("must be between 0 and 1e7 seconds, got ", *v));
-    } else {
-      g->detect_s = *v;
-    }
-  }
-  if (auto v = m.Number("restart_s")) {
-    if (*v < 0 || *v > 1e7) {
-      m.Fail("restart_s", absl::StrCat("must be between 0 and 1e7 seconds, got ", *v));
-    } else {
-      g->restart_s = *v;
-    }
-  }
+  common::ReadNumberIn(m, "detect_s", 0, kMaxGapSeconds, &g->detect_s);
+  common::ReadNumberIn(m, "restart_s", 0, kMaxGapSeconds, &g->restart_s);
 }
 
 std::vector<std::string> BuiltinNames() {
@@ -304,13 +295,7 @@ void ReadStrategyDefs(YamlMap& root, std::map<std::string, Strategy>* known) {
     if (auto v = d.Enum("unit", {"gpu", "node"})) s.unit = *v == "node" ? Unit::kNode : Unit::kGpu;
     if (d.Has("node")) ReadGap(d.Map("node"), &s.node);
     if (d.Has("gpu")) ReadGap(d.Map("gpu"), &s.gpu);
-    if (auto v = d.Number("planned_outage_s")) {
-      if (*v < 0 || *v > 1e7) {
-        d.Fail("planned_outage_s", absl::StrCat("must be between 0 and 1e7 seconds, got ", *v));
-      } else {
-        s.planned_outage_s = *v;
-      }
-    }
+    common::ReadNumberIn(d, "planned_outage_s", 0, kMaxGapSeconds, &s.planned_outage_s);
     if (auto v = d.String("note")) s.note = *v;
     (*known)[*name] = s;
   }
@@ -327,23 +312,13 @@ absl::StatusOr<SimInput> ParseSimInput(absl::string_view yaml, std::string sourc
 
   YamlMap fleet = root.Map("fleet");
   if (root.Require("fleet")) {
-    auto read_int = [&fleet](absl::string_view key, int64_t* out, int64_t min, int64_t max,
-                             bool required) {
-      if (required && !fleet.Require(key)) return;
-      if (auto v = fleet.Int(key)) {
-        if (*v < min || *v > max) {
-          fleet.Fail(key, absl::StrCat("must be between ", min, " and ", max, ", got ", *v));
-        } else {
-          *out = *v;
-        }
-      }
-    };
-    read_int("nodes", &in.fleet.nodes, 1, kMaxNodes, true);
-    read_int("gpus_per_node", &in.fleet.gpus_per_node, 1, 64, true);
-    read_int("streams_per_gpu", &in.fleet.streams_per_gpu, 1, 1000, true);
-    read_int("redundancy", &in.fleet.redundancy, 0, kMaxNodes, false);
-    read_int("passive_nodes", &in.fleet.passive_nodes, 0, kMaxNodes, false);
-    read_int("nodes_per_rack", &in.fleet.nodes_per_rack, 1, kMaxNodes, false);
+    for (const char* key : {"nodes", "gpus_per_node", "streams_per_gpu"}) fleet.Require(key);
+    common::ReadIntIn(fleet, "nodes", 1, kMaxNodes, &in.fleet.nodes);
+    common::ReadIntIn(fleet, "gpus_per_node", 1, 64, &in.fleet.gpus_per_node);
+    common::ReadIntIn(fleet, "streams_per_gpu", 1, 1000, &in.fleet.streams_per_gpu);
+    common::ReadIntIn(fleet, "redundancy", 0, kMaxNodes, &in.fleet.redundancy);
+    common::ReadIntIn(fleet, "passive_nodes", 0, kMaxNodes, &in.fleet.passive_nodes);
+    common::ReadIntIn(fleet, "nodes_per_rack", 1, kMaxNodes, &in.fleet.nodes_per_rack);
     if (std::optional<FleetProblem> p = CheckFleet(in.fleet); p && fleet.ok()) {
       fleet.Fail(p->field, p->message);
     }
@@ -380,13 +355,7 @@ absl::StatusOr<SimInput> ParseSimInput(absl::string_view yaml, std::string sourc
       in.horizon_years = *h;
     }
   }
-  if (auto r = root.Int("runs")) {
-    if (*r < 1 || *r > 10000) {
-      root.Fail("runs", absl::StrCat("must be between 1 and 10000, got ", *r));
-    } else {
-      in.runs = *r;
-    }
-  }
+  common::ReadIntIn(root, "runs", 1, 10000, &in.runs);
   if (auto s = root.Int("seed")) {
     if (*s < 0) {
       root.Fail("seed", absl::StrCat("must be at least 0, got ", *s));
