@@ -60,9 +60,11 @@ void Placement::Count(const Node& n, bool add) {
   if (add) {
     capacities_.insert(n.spec.capacity);
     capacity_sum_ += n.spec.capacity;
+    counted_load_ += n.load;
   } else {
     capacities_.erase(capacities_.find(n.spec.capacity));
     capacity_sum_ -= n.spec.capacity;
+    counted_load_ -= n.load;
   }
 }
 
@@ -147,6 +149,7 @@ void Placement::SetPrimary(Stream& s, Node* node) {
     Node& old = *s.primary;
     UnindexFree(old);
     old.load -= s.spec.weight;
+    if (Counts(old)) counted_load_ -= s.spec.weight;
     Leave(old.primaries, s.primary_slot, &Stream::primary_slot);
     IndexFree(old);
   }
@@ -154,6 +157,7 @@ void Placement::SetPrimary(Stream& s, Node* node) {
   if (node != nullptr) {
     UnindexFree(*node);
     node->load += s.spec.weight;
+    if (Counts(*node)) counted_load_ += s.spec.weight;
     Join(node->primaries, &s, &s.primary_slot);
     IndexFree(*node);
   }
@@ -317,14 +321,6 @@ FailoverPlan Placement::FailNode(const std::string& id) {
   return plan;
 }
 
-bool Placement::AnyStandbyRoom() const {
-  if (!passive_ready_.empty()) return true;
-  for (const auto* index : {&active_free_, &buffer_free_}) {
-    if (!index->empty() && index->rbegin()->first > 0) return true;
-  }
-  return false;
-}
-
 absl::Status Placement::RestoreNode(const std::string& id, bool as_passive) {
   Node* n = FindNode(id);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
@@ -339,12 +335,8 @@ absl::Status Placement::RestoreNode(const std::string& id, bool as_passive) {
   // moves. Both sets are kept as streams change, so a repair costs what it
   // changes, not a scan of every stream (a 10,000-node fleet repairs a node
   // every few minutes).
-  // A full fleet (every GPU at 100%) has many standby-less streams and no
-  // room for any: skip them in O(1).
-  if (AnyStandbyRoom()) {
-    for (Stream* s : std::vector<Stream*>(standbyless_.begin(), standbyless_.end())) {
-      SetStandby(*s, PickStandby(*s));
-    }
+  for (Stream* s : std::vector<Stream*>(standbyless_.begin(), standbyless_.end())) {
+    SetStandby(*s, PickStandby(*s));
   }
   std::vector<Stream*> waiting(unplaced_.begin(), unplaced_.end());
   std::sort(waiting.begin(), waiting.end(),

@@ -90,9 +90,10 @@ class Placement {
   [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
 
   CapacityFigures Capacity() const;
-  // Units of the available GPU nodes that no admitted stream takes: room a
-  // drain can use (Capacity().total_units - admitted_units, in O(1)).
-  int64_t FreeUnits() const { return capacity_sum_ - admitted_units_; }
+  // Units of the available GPU nodes that no placed stream takes: the room a
+  // drain can use. O(1). (Unplaced streams take none; Capacity()'s
+  // headroom counts them as admitted.)
+  int64_t FreeUnits() const { return capacity_sum_ - counted_load_; }
   std::optional<Assignment> Find(const std::string& stream) const;
   // Sorted by stream id.
   std::vector<Assignment> Assignments() const;
@@ -136,9 +137,6 @@ class Placement {
   void Track(Stream& s);
   Node* PickPrimary(int64_t weight, const Node* avoid) const;
   Node* PickStandby(const Stream& s) const;
-  // False when no node could stand by for any stream: no ready passive node
-  // and no free unit anywhere.
-  bool AnyStandbyRoom() const;
   Node* FindNode(const std::string& id);
   const Node* FindNode(const std::string& id) const;
   static Assignment ToAssignment(const Stream& s);
@@ -157,6 +155,7 @@ class Placement {
   // Capacities of available GPU nodes, for the k-largest reserve.
   std::multiset<int64_t> capacities_;
   int64_t capacity_sum_ = 0;
+  int64_t counted_load_ = 0;  // stream units placed on the nodes in capacity_sum_
   int64_t admitted_units_ = 0;
 };
 

@@ -177,5 +177,49 @@ TEST(PlacementTest, BadInputIsRefusedCleanly) {
   EXPECT_TRUE(p.SetRole("p1", Role::kBuffer).ok());
 }
 
+// FreeUnits is the room a drain can use: placed streams take it, unplaced
+// ones do not, and a failed node's capacity is not counted.
+TEST(PlacementTest, FreeUnitsCountsOnlyPlacedStreamsOnAvailableNodes) {
+  Placement p(1);
+  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 1}).ok());
+  ASSERT_TRUE(p.Admit({"s1", "t", 1}).ok());
+  ASSERT_TRUE(p.Admit({"s2", "t", 1}).ok());
+  EXPECT_EQ(p.FreeUnits(), 1);
+  std::string first = p.Find("s1")->primary;
+  FailoverPlan one = p.FailNode(first);
+  EXPECT_EQ(one.moved.size(), 1u);
+  EXPECT_EQ(p.FreeUnits(), 0);
+  std::string second = p.Find("s2")->primary;
+  FailoverPlan two = p.FailNode(second);
+  EXPECT_EQ(two.unplaced.size(), 1u);
+  EXPECT_EQ(p.FreeUnits(), 0);  // not -1: the unplaced stream takes no unit
+  EXPECT_EQ(p.Capacity().unplaced_streams, 1);
+  ASSERT_TRUE(p.RestoreNode(first).ok());  // takes the waiting stream
+  EXPECT_EQ(p.Capacity().unplaced_streams, 0);
+  EXPECT_EQ(p.FreeUnits(), 0);
+  ASSERT_TRUE(p.RestoreNode(second).ok());
+  EXPECT_EQ(p.FreeUnits(), 1);
+  ASSERT_TRUE(p.Remove("s1").ok());
+  EXPECT_EQ(p.FreeUnits(), 2);
+}
+
+// A node brought back active (a scheduler without standby roles) serves at
+// once and does not become every stream's standby.
+TEST(PlacementTest, RestoreAsActiveKeepsTheRole) {
+  Placement p(1);
+  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 2}).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  (void)p.FailNode("a");
+  ASSERT_TRUE(p.RestoreNode("a", /*as_passive=*/false).ok());
+  EXPECT_EQ(p.RoleOf("a"), Role::kActive);
+  EXPECT_EQ(p.FreeUnits(), 2);
+  FailoverPlan b = p.FailNode("b");  // b and c are full: only a has room
+  EXPECT_TRUE(b.unplaced.empty());
+  ASSERT_FALSE(b.moved.empty());
+  for (const Assignment& m : b.moved) EXPECT_EQ(m.primary, "a");
+  ASSERT_TRUE(p.RestoreNode("b").ok());
+  EXPECT_EQ(p.RoleOf("b"), Role::kPassive);
+}
+
 }  // namespace
 }  // namespace gpuha::controller

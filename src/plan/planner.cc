@@ -255,6 +255,13 @@ ExpectedLoss EstimateLoss(const PlanInput& in, const std::string& outcome) {
   bool gpu_buffer = c.buffer_node == BufferNode::kGpu;
   s.fleet.nodes = c.nodes + (gpu_buffer ? 1 : 0);
   s.fleet.passive_nodes = gpu_buffer ? 1 : 0;
+  // The plan answers at once; a fleet this large is `gpuha sim`'s job.
+  constexpr int64_t kMaxGpus = 4096;
+  if (s.fleet.nodes * s.fleet.gpus_per_node > kMaxGpus) {
+    loss.skipped =
+        absl::StrCat("more than ", kMaxGpus, " GPUs: run gpuha sim on this fleet (examples/sim/)");
+    return loss;
+  }
   if (std::optional<sim::FleetProblem> p = sim::CheckFleet(s.fleet)) {
     loss.skipped =
         absl::StrCat("the cluster cannot be simulated: fleet.", p->field, ": ", p->message);

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -370,7 +371,12 @@ absl::StatusOr<SimInput> ParseSimInput(absl::string_view yaml, std::string sourc
   std::vector<std::string> names = BuiltinNames();
   if (auto list = root.StringList("strategies")) names = *list;
   if (names.empty()) root.Fail("strategies", "name at least one strategy");
+  std::set<std::string> seen;
   for (const std::string& n : names) {
+    if (!seen.insert(n).second) {
+      root.Fail("strategies", absl::StrCat("'", n, "' is named twice"));
+      break;
+    }
     auto it = known.find(n);
     if (it == known.end()) {
       std::vector<std::string> all;

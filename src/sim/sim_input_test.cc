@@ -173,6 +173,8 @@ TEST(SimInputTest, BadInputNamesTheFieldAndItsLine) {
               HasSubstr("failures.gpu.shape: only a weibull distribution has a shape"));
   EXPECT_THAT(ErrorOf(fleet + "failures: {}\nstrategy_defs:\n  - { name: x, base: y }\n"),
               HasSubstr("strategy_defs[0].base: unknown strategy 'y'"));
+  EXPECT_THAT(ErrorOf(fleet + "failures: {}\nstrategies: [gpuha, no-ha, gpuha]\n"),
+              HasSubstr("s.yaml:3:13: strategies: 'gpuha' is named twice"));
   EXPECT_THAT(ErrorOf(fleet + "failures: {}\nruns: 0\n"),
               HasSubstr("runs: must be between 1 and 10000, got 0"));
   EXPECT_THAT(ErrorOf(fleet + "failures: {}\nhorizon_years: -1\n"),

@@ -124,6 +124,33 @@ std::vector<int64_t> SweepSizes(const SimInput& in) {
 
 namespace {
 
+// Strategy names come from the input: escaped before they go into the SVG.
+std::string Xml(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
 constexpr const char* kColors[] = {"#d62728", "#1f77b4", "#9467bd", "#ff7f0e",
                                    "#2ca02c", "#8c564b", "#e377c2", "#17becf"};
 
@@ -181,7 +208,7 @@ void DrawPanel(std::ostringstream& o, const Panel& p, const std::vector<int64_t>
       o << absl::StrFormat(
           "<circle cx='%.1f' cy='%.1f' r='3' fill='%s'><title>%s %d: %.6g"
           "</title></circle>\n",
-          x_of(i), y_of(series[s][i]), color, names[s], sizes[i], series[s][i]);
+          x_of(i), y_of(series[s][i]), color, Xml(names[s]), sizes[i], series[s][i]);
     }
     o << absl::StrFormat("<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>\n",
                          points, color);
@@ -243,7 +270,7 @@ std::string RenderSvg(const std::vector<SimResult>& sweep) {
     o << absl::StrFormat(
         "<line x1='%.0f' y1='410' x2='%.0f' y2='410' stroke='%s' stroke-width='3'/>"
         "<text x='%.0f' y='414' font-size='12'>%s</text>\n",
-        x, x + 24, kColors[s % std::size(kColors)], x + 30, names[s]);
+        x, x + 24, kColors[s % std::size(kColors)], x + 30, Xml(names[s]));
   }
   o << "</svg>\n";
   return o.str();

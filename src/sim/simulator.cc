@@ -28,6 +28,14 @@ uint64_t Next(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// FNV-1a: a class's stream is keyed by its name, so adding a class to an
+// input does not change the failures the others draw.
+uint64_t NameKey(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
 uint64_t Seed(uint64_t a, uint64_t b) {
   uint64_t s = a ^ (b * 0xd1b54a32d192ed03ULL);
   return Next(s);
@@ -142,8 +150,9 @@ class Run {
       const FailureClass& fc = in.failures[c];
       int64_t entities = EntitiesOf(fc.scope);
       rng_[c].resize(entities);
+      uint64_t class_seed = Seed(run_seed, NameKey(fc.name));
       for (int64_t e = 0; e < entities; ++e) {
-        rng_[c][e] = Seed(run_seed, (static_cast<uint64_t>(c) << 40) ^ static_cast<uint64_t>(e));
+        rng_[c][e] = Seed(class_seed, static_cast<uint64_t>(e));
         double t = TimeToFailure(fc, rng_[c][e]);
         if (t < horizon_) initial.push_back({t, c, static_cast<uint32_t>(e), false});
       }
@@ -296,7 +305,7 @@ class Run {
     down_capacity_ -= unit_capacity_;
     // gpuha's controller brings a repaired node back as a standby; the other
     // strategies' schedulers have no such role and use it at once.
-    (void)placement_.RestoreNode(unit_ids_[u], s_.spares == Spares::kPassive);
+    (void)placement_.RestoreNode(unit_ids_[u], s_.reserve && s_.spares == Spares::kPassive);
     if (waiting_.empty()) return;
     std::vector<int64_t> still;
     for (int64_t b : waiting_) {
