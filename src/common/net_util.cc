@@ -1,5 +1,6 @@
 #include "common/net_util.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/sha.h>
 #include <sys/socket.h>
@@ -58,6 +59,13 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::strin
   if (hp.host == "localhost") hp.host = "127.0.0.1";
   hp.port = static_cast<uint16_t>(port);
   return hp;
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 std::string Sha256Hex(absl::string_view data) {

@@ -19,6 +19,10 @@ struct HostPort {
 [[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
                                                      const std::string& field);
 
+// True for a host in 127.0.0.0/8 or ::1 (ParseHostPort already turned
+// "localhost" into 127.0.0.1). Any other name or address is not loopback.
+bool IsLoopbackHost(const std::string& host);
+
 // A loopback TCP port that was free a moment ago (0 if none), for processes
 // whose listen address must be known before they start.
 uint16_t FreeLoopbackPort();

@@ -113,6 +113,15 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       }
     }
   }
+  // Safe by default: without tokens the API gives admin rights to whoever
+  // reaches it, so it may only listen on loopback.
+  if (absl::StatusOr<common::HostPort> http = common::ParseHostPort(c.http_listen, "http");
+      c.tokens.empty() && http.ok() && !common::IsLoopbackHost(http->host)) {
+    listen.Fail("http", absl::StrCat("serving the API on ", c.http_listen,
+                                     " without tokens would give admin rights to anyone who "
+                                     "reaches it; add tokens (gpuha ctl hash-token KEY prints "
+                                     "the sha256 to list) or listen on 127.0.0.1"));
+  }
   common::YamlMap fence = root.Map("fence");
   if (auto h = fence.String("hook")) c.fence_hook = *h;
   common::ReadMillis(fence, "timeout_ms", &c.fence_timeout);

@@ -86,6 +86,26 @@ TEST(ControllerConfigTest, ValuesThatBreakLaterAreRefusedNamingTheField) {
   EXPECT_THAT(Err(two + "---\nnodes: []\n"), HasSubstr("c.yaml:3: a second YAML document"));
 }
 
+// Safe by default: an API without tokens listens on loopback only.
+TEST(ControllerConfigTest, AnApiWithoutTokensIsRefusedOffLoopback) {
+  const std::string two = "nodes: [{ name: a, capacity: 1 }, { name: b, capacity: 1 }]\n";
+  for (const char* addr : {"0.0.0.0:7401", "10.1.2.3:7401", "[::]:7401", "gpu-ctl.example:7401"}) {
+    EXPECT_THAT(Err(two + "listen: { http: \"" + addr + "\" }\n"),
+                HasSubstr("listen.http: serving the API on " + std::string(addr) +
+                          " without tokens would give admin rights"))
+        << addr;
+  }
+  for (const char* addr : {"127.0.0.1:7401", "127.3.4.5:7401", "localhost:7401", "[::1]:7401"}) {
+    auto c = ParseControllerConfig(two + "listen: { http: \"" + addr + "\" }\n", "c.yaml");
+    EXPECT_TRUE(c.ok()) << addr << ": " << c.status();
+  }
+  auto with_tokens = ParseControllerConfig(
+      two + "listen: { http: \"0.0.0.0:7401\" }\ntokens: [{ name: a, role: admin, sha256: " +
+          Sha256Hex("k") + " }]\n",
+      "c.yaml");
+  EXPECT_TRUE(with_tokens.ok()) << with_tokens.status();
+}
+
 // Regression: a restarted controller with a 500 ms grace fenced healthy
 // nodes whose agents back off up to 2.4 s between reconnects.
 TEST(ControllerConfigTest, StartupGraceCoversTheAgentsLongestReconnectWait) {
