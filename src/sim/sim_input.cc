@@ -52,7 +52,7 @@ const char* UnitName(Unit u) { return u == Unit::kGpu ? "gpu" : "node"; }
 
 const std::vector<Strategy>& BuiltinStrategies() {
   // Kubernetes: kube-controller-manager's --node-monitor-grace-period is 50 s
-  // (40 s before 1.32); the DefaultTolerationSeconds admission plugin gives
+  // (40 s until kubernetes#121793 raised it); the DefaultTolerationSeconds admission plugin gives
   // every pod 300 s of toleration for node.kubernetes.io/not-ready and
   // unreachable. Pod start with a cached image plus model load: 90 s,
   // an assumption. The device plugin marks a failed GPU unhealthy but
