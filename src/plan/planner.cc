@@ -270,9 +270,7 @@ ExpectedLoss EstimateLoss(const PlanInput& in, const std::string& outcome) {
   s.failures = sim::PublishedFailureRates();
   s.daily_load = sim::DefaultDailyLoad();
   s.runs = 10;
-  for (const sim::Strategy& st : sim::BuiltinStrategies()) {
-    if (st.name == name) s.strategies.push_back(st);
-  }
+  s.strategies.push_back(*sim::FindBuiltinStrategy(name));
   sim::SimResult r = sim::Simulate(s);
   const sim::StrategyResult& sr = r.strategies.front();
   loss.strategy = name;

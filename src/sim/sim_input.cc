@@ -112,6 +112,13 @@ const std::vector<Strategy>& BuiltinStrategies() {
   return kBuiltins;
 }
 
+const Strategy* FindBuiltinStrategy(const std::string& name) {
+  for (const Strategy& s : BuiltinStrategies()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
 std::vector<FailureClass> PublishedFailureRates() {
   // Meta, "The Llama 3 Herd of Models" (2024), Table 5: 419 unexpected
   // interruptions in 54 days of pre-training on 16,384 H100 GPUs (2,048

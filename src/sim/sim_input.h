@@ -87,6 +87,8 @@ struct Strategy {
 // The built-in strategies, in the order of seed 002 then gpuha: no-ha,
 // scenario-a, scenario-b, scenario-c, gpuha. Each cites its timings.
 const std::vector<Strategy>& BuiltinStrategies();
+// The built-in named `name`, or null.
+const Strategy* FindBuiltinStrategy(const std::string& name);
 
 // Failure rates from Meta's Llama 3 report (preset "llama3"), per GPU or
 // per node, each citing its count. Repair times are assumptions, said so.
@@ -101,6 +103,8 @@ struct SimInput {
   uint64_t seed = 1;
   std::vector<Strategy> strategies;
   std::vector<int64_t> sweep_nodes;  // fleet sizes for the chart; empty: derived
+
+  double horizon_hours() const { return horizon_years * 8760; }
 };
 
 // The daily curve when the input gives none: a trough of 0.5 at night and a

@@ -67,7 +67,7 @@ nlohmann::json RenderJson(const SimResult& r) {
                   {"nodes_per_rack", in.fleet.nodes_per_rack}};
   out["runs"] = in.runs;
   out["seed"] = in.seed;
-  out["horizon_hours"] = r.horizon_hours;
+  out["horizon_hours"] = in.horizon_hours();
   out["wall_seconds"] = r.wall_seconds;
   json failures = json::array();
   for (const FailureClass& c : in.failures) {

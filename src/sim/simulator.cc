@@ -112,7 +112,7 @@ class Run {
       : in_(in),
         s_(s),
         f_(in.fleet),
-        horizon_(in.horizon_years * 8760),
+        horizon_(in.horizon_hours()),
         load_(in.daily_load, horizon_),
         per_node_(s.unit == Unit::kGpu ? f_.gpus_per_node : 1),
         unit_capacity_(s.unit == Unit::kGpu ? f_.streams_per_gpu
@@ -423,7 +423,6 @@ SimResult Simulate(const SimInput& in, const SimOptions& options) {
 
   SimResult result;
   result.input = in;
-  result.horizon_hours = in.horizon_years * 8760;
   for (size_t s = 0; s < in.strategies.size(); ++s) {
     StrategyResult r;
     r.strategy = in.strategies[s];
@@ -440,7 +439,7 @@ SimResult Simulate(const SimInput& in, const SimOptions& options) {
         collect([&](const RunFigures& f) { return f.stream_hours_lost / in.horizon_years; });
     r.demand_stream_hours = collect([](const RunFigures& f) { return f.demand_stream_hours; });
     r.capacity_availability =
-        collect([&](const RunFigures& f) { return f.full_capacity_hours / result.horizon_hours; });
+        collect([&](const RunFigures& f) { return f.full_capacity_hours / in.horizon_hours(); });
     r.overflow_events = collect([](const RunFigures& f) { return double(f.overflow_events); });
     r.failures = collect([](const RunFigures& f) { return double(f.failures); });
     r.streams_moved = collect([](const RunFigures& f) { return double(f.streams_moved); });

@@ -70,7 +70,6 @@ struct StrategyResult {
 struct SimResult {
   SimInput input;
   std::vector<StrategyResult> strategies;  // in the input's order
-  double horizon_hours = 0;
   double wall_seconds = 0;
 };
 
