@@ -1,7 +1,8 @@
 // The agent's sources of truth beside the GPU probe (agent.h): the kernel
 // log as a second XID source, the sysfs PCI check for a GPU that vanished,
 // and the reporting of XIDs from either source once. Split from agent.cc,
-// which keeps the lifecycle, the controller stream and the endpoints.
+// which keeps the lifecycle and the controller stream (agent_endpoints.cc
+// has the HTTP endpoints).
 #include <algorithm>
 #include <optional>
 
