@@ -56,9 +56,16 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
       (f.triton ? triton_progress : vllm_progress) |= f.progress;
     }
   }
-  if (triton_progress) return triton;
-  if (vllm_progress) return vllm;
-  return std::nullopt;
+  // An engine that exports both (Triton's vLLM backend, gpuha's worker)
+  // is judged on the sum: work pending of either kind and none done of any.
+  if (!triton_progress && !vllm_progress) return std::nullopt;
+  EngineSample sum;
+  if (triton_progress) sum = triton;
+  if (vllm_progress) {
+    sum.pending += vllm.pending;
+    sum.progress += vllm.progress;
+  }
+  return sum;
 }
 
 }  // namespace gpuha::agent

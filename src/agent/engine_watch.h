@@ -28,7 +28,8 @@ struct EngineSample {
   double progress = 0;  // a counter of work done
 };
 
-// Sums each family over its label sets. nullopt when the text holds neither
+// Sums each family over its label sets, and Triton's and vLLM's together when
+// an engine exports both. nullopt when the text holds neither
 // Triton's nor vLLM's families (then the engine cannot be judged).
 std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 

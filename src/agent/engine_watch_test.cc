@@ -25,6 +25,15 @@ TEST(EngineWatchTest, ReadsTritonsAndVllmsFamiliesSummedOverLabels) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->pending, 6);
   EXPECT_EQ(v->progress, 12345);
+  // Both kinds from one engine: judged on the sum.
+  auto both = ParseEngineMetrics(
+      "nv_inference_exec_count{model=\"cv\"} 7\n"
+      "nv_inference_pending_request_count{model=\"cv\"} 1\n"
+      "vllm:num_requests_running 2\n"
+      "vllm:generation_tokens_total 100\n");
+  ASSERT_TRUE(both.has_value());
+  EXPECT_EQ(both->pending, 3);
+  EXPECT_EQ(both->progress, 107);
   EXPECT_FALSE(ParseEngineMetrics("up 1\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 50\n").has_value());
   EXPECT_FALSE(ParseEngineMetrics("").has_value());
   EXPECT_FALSE(ParseEngineMetrics("nv_inference_exec_count{oops 1\n").has_value());

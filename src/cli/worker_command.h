@@ -20,6 +20,8 @@ class WorkerCommand {
   std::string listen_ = "127.0.0.1:8000";
   std::string fault_;
   int latency_ms_ = 5;
+  int ttft_ms_ = 50;
+  int token_latency_ms_ = 20;
 };
 
 }  // namespace gpuha::cli

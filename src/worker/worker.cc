@@ -7,6 +7,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +16,7 @@
 #include "common/listen.h"
 #include "common/prometheus.h"
 #include "common/query.h"
+#include "worker/llm.h"
 #include "worker/model.h"
 
 namespace gpuha::worker {
@@ -51,12 +53,14 @@ absl::StatusOr<WorkerFault> ParseWorkerFault(const std::string& mode, const std:
     f.mode = FaultMode::kStuck;
   } else if (mode == "errors") {
     f.mode = FaultMode::kErrors;
+  } else if (mode == "cut") {
+    f.mode = FaultMode::kCut;
   } else if (mode == "slow") {
     f.mode = FaultMode::kSlow;
     f.factor = 10;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("mode: '", mode, "' is not one of none, stuck, errors, slow"));
+        absl::StrCat("mode: '", mode, "' is not one of none, stuck, errors, slow, cut"));
   }
   if (!factor.empty()) {
     if (f.mode != FaultMode::kSlow) {
@@ -80,6 +84,8 @@ const char* FaultModeName(FaultMode m) {
       return "errors";
     case FaultMode::kSlow:
       return "slow";
+    case FaultMode::kCut:
+      return "cut";
   }
   return "none";
 }
@@ -89,6 +95,7 @@ struct Worker::Impl {
   WorkerCounters counters;
   std::atomic<FaultMode> fault_mode{FaultMode::kNone};
   std::atomic<double> slow_factor{1};
+  std::atomic<uint64_t> seq{0};  // completion ids
 
   void SetFault(const WorkerFault& f) {
     slow_factor = f.factor;
@@ -105,9 +112,14 @@ struct Worker::Impl {
 #undef GPUHA_SAMPLE
     p.Family("nv_inference_pending_request_count", "gauge",
              "Inference requests accepted and not yet answered.");
-    p.Sample("nv_inference_pending_request_count", l, double(counters.in_service.load()));
+    // The cv model's alone: completions are counted in vLLM's gauge, and
+    // an agent sums the two.
+    p.Sample("nv_inference_pending_request_count", l,
+             double(counters.in_service.load() - counters.llm_running.load()));
     p.Family("gpuha_worker_in_service", "gauge", "Inference requests in service now.");
     p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
+    p.Family("vllm:num_requests_running", "gauge", "Completions being generated now.");
+    p.Sample("vllm:num_requests_running", {}, double(counters.llm_running.load()));
     return p.str();
   }
 
@@ -135,6 +147,10 @@ struct Worker::Impl {
           200,
           json{{"mode", FaultModeName(fault_mode.load())}, {"factor", slow_factor.load()}}.dump(),
           "application/json", false, 0};
+    }
+    if (path == "/v1/models") {
+      if (!get) return Error(405, "/v1/models takes GET");
+      return {200, LlmModelsJson(), "application/json", false, 0};
     }
     if (path == "/v2") {
       return {200,
@@ -191,6 +207,143 @@ struct Worker::Impl {
     return r;
   }
 
+  // Waits `d` of modelled GPU time, as the fault in force bends it: longer
+  // while slow, without end while stuck. False when the fault is `cut`.
+  net::awaitable<bool> GpuWait(std::chrono::milliseconds d) {
+    net::steady_timer t(co_await net::this_coro::executor);
+    error_code ec;
+    for (bool waited = false;;) {
+      FaultMode m = fault_mode.load();
+      if (m == FaultMode::kCut) co_return false;
+      if (m == FaultMode::kStuck) {
+        t.expires_after(std::chrono::milliseconds(10));
+      } else if (waited) {
+        co_return true;
+      } else {
+        waited = true;
+        t.expires_after(
+            m == FaultMode::kSlow
+                ? std::chrono::duration_cast<std::chrono::milliseconds>(d * slow_factor.load())
+                : d);
+      }
+      co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+
+  // One completion (worker/llm.h), streamed or whole. False: the connection
+  // is to close (asked for, a write failed, or the fault cut it).
+  net::awaitable<bool> ServeLlm(beast::tcp_stream& s, const http::request<http::string_body>& req,
+                                LlmApi api, bool close) {
+    error_code ec;
+    auto head = [&](int status, const char* type, bool chunked, size_t length) {
+      return absl::StrCat(
+          "HTTP/1.1 ", status, " ",
+          std::string(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)))),
+          "\r\nContent-Type: ", type, "\r\n",
+          chunked ? "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+                  : absl::StrCat("Content-Length: ", length, "\r\n"),
+          o.node.empty() ? "" : absl::StrCat("X-Gpuha-Node: ", o.node, "\r\n"),
+          status == 503 ? "Retry-After: 1\r\n" : "", close ? "Connection: close\r\n" : "", "\r\n");
+    };
+    auto write = [&](const std::string& out) -> net::awaitable<bool> {
+      s.expires_after(std::chrono::seconds(60));
+      co_await net::async_write(s, net::buffer(out), net::redirect_error(net::use_awaitable, ec));
+      co_return !ec;
+    };
+    auto whole = [&](int status, const std::string& body) -> net::awaitable<bool> {
+      bool ok = co_await write(head(status, "application/json", false, body.size()) + body);
+      co_return ok && !close;
+    };
+    if (req.method() != http::verb::post) {
+      co_return co_await whole(405, LlmErrorJson(405, "completions take POST"));
+    }
+    absl::StatusOr<LlmRequest> r = ParseLlmRequest(api, req.body());
+    if (!r.ok()) {
+      std::string msg(r.status().message());
+      co_return co_await whole(400, LlmErrorJson(400, msg, msg.substr(0, msg.find(':'))));
+    }
+    if (r->model != kLlmModelName) {
+      co_return co_await whole(
+          404,
+          LlmErrorJson(404, absl::StrCat("The model `", r->model, "` does not exist."), "model"));
+    }
+    if (counters.in_service.fetch_add(1) >= o.capacity) {
+      counters.in_service.fetch_sub(1);
+      counters.at_capacity++;
+      co_return co_await whole(
+          503, LlmErrorJson(
+                   503, absl::StrCat("worker at capacity (", o.capacity, " requests in service)")));
+    }
+    struct InService {
+      WorkerCounters& c;
+      ~InService() {
+        c.in_service.fetch_sub(1);
+        c.llm_running.fetch_sub(1);
+      }
+    } in_service{counters};
+    counters.llm_running.fetch_add(1);
+    if (fault_mode.load() == FaultMode::kErrors) {
+      co_return co_await whole(500,
+                               LlmErrorJson(500,
+                                            "CUDA error: an illegal memory access was encountered "
+                                            "(worker fault 'errors')"));
+    }
+    const int prompt_tokens = CountTokens(r->prompt);
+    counters.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+    const std::string id = absl::StrCat("cmpl-", o.node.empty() ? "w" : o.node, "-", ++seq);
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    std::string chunk;
+    auto event = [&](const std::string& data) {
+      std::string e = absl::StrCat("data: ", data, "\n\n");
+      absl::StrAppend(&chunk, absl::Hex(e.size()), "\r\n", e, "\r\n");
+    };
+    if (r->stream) {
+      if (!co_await write(head(200, "text/event-stream", true, 0))) co_return false;
+      if (api == LlmApi::kChat) {
+        event(LlmChunkJson(api, id, created, r->model, "", std::nullopt, /*role_only=*/true));
+        if (!co_await write(chunk)) co_return false;
+        chunk.clear();
+      }
+    }
+    TinyLm lm(r->prompt);
+    LlmAnswer a;
+    a.prompt_tokens = prompt_tokens;
+    a.finish_reason = "length";
+    for (int i = 0; i < r->max_tokens; ++i) {
+      if (!co_await GpuWait(i == 0 ? o.ttft : o.token_latency)) co_return false;  // cut
+      TinyLm::Token t = lm.Next();
+      bool last = t.end || i + 1 == r->max_tokens;
+      if (t.end) a.finish_reason = "stop";
+      if (!t.end) {
+        a.text.append(t.text);
+        ++a.completion_tokens;
+        counters.generation_tokens++;
+      }
+      if (!r->stream) {
+        if (t.end) break;
+        continue;
+      }
+      if (!t.end || last) {
+        event(LlmChunkJson(api, id, created, r->model, t.text,
+                           last ? std::optional<std::string_view>(a.finish_reason) : std::nullopt));
+      }
+      if (last) {
+        if (r->include_usage) {
+          event(
+              LlmUsageChunkJson(api, id, created, r->model, a.prompt_tokens, a.completion_tokens));
+        }
+        event("[DONE]");
+        chunk += "0\r\n\r\n";
+      }
+      if (!co_await write(chunk)) co_return false;
+      chunk.clear();
+      if (last) break;
+    }
+    counters.llm_success++;
+    if (r->stream) co_return !close;
+    co_return co_await whole(200, LlmResponseJson(api, id, created, r->model, a));
+  }
+
   net::awaitable<void> Serve(tcp::socket sock) {
     beast::tcp_stream s(std::move(sock));
     beast::flat_buffer buf;
@@ -221,6 +374,15 @@ struct Worker::Impl {
         auto& req = p.get();
         close = !req.keep_alive();
         std::string_view target(req.target().data(), req.target().size());
+        std::string path(common::TargetPath(std::string(target)));
+        if (path == "/v1/completions" || path == "/v1/chat/completions") {
+          LlmApi api = path == "/v1/completions" ? LlmApi::kCompletions : LlmApi::kChat;
+          if (!co_await ServeLlm(s, req, api, close)) {
+            s.socket().shutdown(tcp::socket::shutdown_send, ec);
+            co_return;
+          }
+          continue;
+        }
         bool infer = target.find("/infer") != std::string_view::npos;
         if (infer && counters.in_service.fetch_add(1) >= o.capacity) {
           counters.in_service.fetch_sub(1);
@@ -244,6 +406,12 @@ struct Worker::Impl {
           while (fault_mode.load() == FaultMode::kStuck) {
             t.expires_after(std::chrono::milliseconds(10));
             co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+          }
+          if (fault_mode.load() == FaultMode::kCut) {
+            counters.in_service.fetch_sub(1);
+            counters.failure++;
+            s.socket().close(ec);  // no answer at all: a crash, as the network sees it
+            co_return;
           }
           counters.executions++;
           auto gpu_time = o.latency + std::chrono::milliseconds(reply.extra_delay_ms);
@@ -290,6 +458,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
   if (o.threads < 1) return absl::InvalidArgumentError("--threads: must be at least 1");
   if (o.capacity < 1) return absl::InvalidArgumentError("--capacity: must be at least 1");
   if (o.latency.count() < 0) return absl::InvalidArgumentError("--latency: must not be negative");
+  if (o.ttft.count() < 0) return absl::InvalidArgumentError("--ttft: must not be negative");
+  if (o.token_latency.count() < 0) {
+    return absl::InvalidArgumentError("--token-latency: must not be negative");
+  }
   std::unique_ptr<Worker> w(new Worker());
   w->impl_ = std::make_unique<Impl>();
   w->impl_->o = o;

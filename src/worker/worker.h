@@ -8,6 +8,18 @@
 //   GET  /v2/models/cv[/versions/1]/ready
 //   POST /v2/models/cv[/versions/1]/infer JSON tensors, or binary tensor data
 //   GET  /metrics                         Triton's nv_inference_* counters
+//                                         and vLLM's vllm:* families
+//
+// and the OpenAI completions protocol, as vLLM serves it, for the built-in
+// language model "gpuha-tiny" (worker/llm.h):
+//
+//   POST /v1/completions, /v1/chat/completions   streaming (SSE) or not
+//   GET  /v1/models
+//
+// A streamed answer sends its status line and head at once, its first token
+// `ttft` later and each next one `token_latency` after that, one token per
+// SSE chunk, then the usage chunk (stream_options.include_usage) and
+// "data: [DONE]".
 //
 // `latency` models GPU time: an answer leaves that long after its request
 // was checked (a test may ask for more with ?delay_ms=N, as the benchmarks'
@@ -25,6 +37,9 @@
 //   errors  readiness says 200 and every inference answers 500 (a CUDA
 //           context broken by a device-side assert)
 //   slow    every inference takes `factor` times as long
+//   cut     every answer in progress, and every one begun, stops where it
+//           is: the connection closes with no end to the body (what the
+//           network sees of an engine that crashed mid-answer)
 //   none    clears the fault; stuck inferences then complete
 //
 // Async (Asio coroutines), one event loop per thread, keep-alive.
@@ -43,12 +58,12 @@
 
 namespace gpuha::worker {
 
-enum class FaultMode { kNone = 0, kStuck, kErrors, kSlow };
+enum class FaultMode { kNone = 0, kStuck, kErrors, kSlow, kCut };
 struct WorkerFault {
   FaultMode mode = FaultMode::kNone;
   double factor = 1;  // kSlow
 };
-// "none", "stuck", "errors", "slow" (factor 1..1000, default 10); errors name
+// "none", "stuck", "errors", "slow" (factor 1..1000, default 10), "cut"; errors name
 // the value.
 absl::StatusOr<WorkerFault> ParseWorkerFault(const std::string& mode,
                                              const std::string& factor = "");
@@ -60,6 +75,8 @@ struct WorkerOptions {
   int threads = 1;
   std::string node;  // sent back in X-Gpuha-Node
   std::chrono::milliseconds latency{5};
+  std::chrono::milliseconds ttft{50};           // the language model's time to first token
+  std::chrono::milliseconds token_latency{20};  // and between tokens
   int capacity = 64;
   size_t max_body_bytes = 64 << 20;
   WorkerFault fault;  // in force from the start
@@ -77,7 +94,10 @@ struct WorkerOptions {
   X(duration_us, "nv_inference_request_duration_us", true,                               \
     "Cumulative inference request duration, microseconds.")                              \
   X(at_capacity, "gpuha_worker_rejected_at_capacity_total", false,                       \
-    "Requests answered 503 because the worker was at --capacity.")
+    "Requests answered 503 because the worker was at --capacity.")                       \
+  X(llm_success, "vllm:request_success_total", false, "Completions answered in full.")    \
+  X(prompt_tokens, "vllm:prompt_tokens_total", false, "Prompt tokens read.")               \
+  X(generation_tokens, "vllm:generation_tokens_total", false, "Tokens generated.")
 
 struct WorkerCounters {
 #define GPUHA_FIELD(name, family, model_labels, help) std::atomic<uint64_t> name{0};
@@ -86,6 +106,8 @@ struct WorkerCounters {
   // Inferences accepted and not answered (a gauge: Triton's
   // nv_inference_pending_request_count, and gpuha_worker_in_service).
   std::atomic<int64_t> in_service{0};
+  // Completions in service (vLLM's vllm:num_requests_running).
+  std::atomic<int64_t> llm_running{0};
 };
 
 class Worker {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
+#include "worker/llm.h"
 #include "worker/model.h"
 
 namespace gpuha::worker {
@@ -204,6 +205,96 @@ TEST_F(WorkerTest, ErrorsAndSlowFaultsAndBadFaultRequests) {
   EXPECT_NE(Send(port(), GetReq("/v1/fault")).body.find(R"("mode":"slow")"), std::string::npos);
   EXPECT_FALSE(ParseWorkerFault("slow", "1e9").ok());
   EXPECT_EQ(ParseWorkerFault("slow")->factor, 10);
+}
+
+WorkerOptions LlmOptions(int ttft_ms, int token_ms) {
+  WorkerOptions o = Options(0);
+  o.ttft = milliseconds(ttft_ms);
+  o.token_latency = milliseconds(token_ms);
+  return o;
+}
+
+TEST_F(WorkerTest, StreamsTheModelsAnswerAsSseAndWholeWithoutStream) {
+  WorkerOptions o = LlmOptions(0, 0);
+  o.node = "gpu-3";
+  StartWorker(o);
+  LlmRequest ref;
+  ref.prompt = "tell me about failover";
+  ref.max_tokens = 30;
+  const LlmAnswer want = Complete(ref);
+  Reply r = Send(port(), Post("/v1/completions",
+                              R"({"model":"gpuha-tiny","prompt":"tell me about failover",
+                                  "max_tokens":30,"stream":true,
+                                  "stream_options":{"include_usage":true}})"));
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers["Content-Type"], "text/event-stream");
+  EXPECT_EQ(r.headers["X-Gpuha-Node"], "gpu-3");
+  auto got = ParseStreamedAnswer(LlmApi::kCompletions, r.body);
+  ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.body;
+  EXPECT_EQ(got->text, want.text);
+  EXPECT_EQ(got->finish_reason, want.finish_reason);
+  EXPECT_EQ(got->completion_tokens, want.completion_tokens);
+  EXPECT_EQ(got->prompt_tokens, want.prompt_tokens);
+  EXPECT_EQ(got->chunks, want.completion_tokens);  // one token per chunk
+  // Chat: a role chunk first, then the same kind of stream.
+  Reply chat = Send(port(), Post("/v1/chat/completions",
+                                 R"({"model":"gpuha-tiny","stream":true,"max_tokens":8,
+                                     "messages":[{"role":"user","content":"hi"}]})"));
+  ASSERT_EQ(chat.status, 200);
+  EXPECT_NE(chat.body.find(R"("role":"assistant")"), std::string::npos);
+  auto chat_got = ParseStreamedAnswer(LlmApi::kChat, chat.body);
+  ASSERT_TRUE(chat_got.ok()) << chat_got.status();
+  ref.prompt = "<|user|>\nhi\n<|assistant|>\n";
+  ref.max_tokens = 8;
+  EXPECT_EQ(chat_got->text, Complete(ref).text);
+  // Not streamed: one JSON answer with usage.
+  Reply whole = Send(port(), Post("/v1/completions",
+                                  R"({"model":"gpuha-tiny","prompt":"tell me about failover",
+                                      "max_tokens":30})"));
+  ASSERT_EQ(whole.status, 200);
+  EXPECT_NE(whole.body.find(absl::StrCat("\"completion_tokens\":", want.completion_tokens)),
+            std::string::npos)
+      << whole.body;
+  Reply models = Send(port(), GetReq("/v1/models"));
+  EXPECT_NE(models.body.find("\"gpuha-tiny\""), std::string::npos);
+  Reply metrics = Send(port(), GetReq("/metrics"));
+  // The streamed and the whole completion, and the chat answer.
+  EXPECT_NE(metrics.body.find(absl::StrCat("vllm:generation_tokens_total ",
+                                           2 * want.completion_tokens + chat_got->chunks, "\n")),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("vllm:num_requests_running 0"), std::string::npos);
+}
+
+TEST_F(WorkerTest, CompletionErrorsAreOpenAiShaped) {
+  StartWorker(LlmOptions(0, 0));
+  Reply bad = Send(port(), Post("/v1/completions", R"({"model":"gpuha-tiny","max_tokens":-1,
+                                                        "prompt":"x"})"));
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find(R"("param":"max_tokens")"), std::string::npos) << bad.body;
+  Reply unknown = Send(port(), Post("/v1/completions", R"({"model":"llama","prompt":"x"})"));
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("The model `llama` does not exist."), std::string::npos);
+  EXPECT_EQ(Send(port(), GetReq("/v1/completions")).status, 405);
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=errors", "")).status, 200);
+  EXPECT_EQ(Send(port(), Post("/v1/completions", R"({"model":"gpuha-tiny","prompt":"x"})")).status,
+            500);
+}
+
+TEST_F(WorkerTest, CutStopsAStreamMidAnswerWithNoEnd) {
+  StartWorker(LlmOptions(0, 20));
+  std::future<Reply> f = std::async(std::launch::async, [this] {
+    return Send(port(), Post("/v1/completions",
+                             R"({"model":"gpuha-tiny","prompt":"long","max_tokens":4000,
+                                 "stream":true})"));
+  });
+  ASSERT_TRUE(gpuha::testing::Eventually(
+      [&] { return worker_->counters().generation_tokens.load() >= 3; }));
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=cut", "")).status, 200);
+  Reply r = f.get();
+  EXPECT_FALSE(r.error.empty()) << "the cut stream ended cleanly: " << r.body.size();
+  EXPECT_EQ(worker_->counters().llm_success.load(), 0u);
+  EXPECT_EQ(worker_->counters().llm_running.load(), 0);
 }
 
 TEST_F(WorkerTest, BadOptionsAreRefused) {

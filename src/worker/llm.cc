@@ -1,0 +1,331 @@
+#include "worker/llm.h"
+
+#include <array>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/sse.h"
+
+namespace gpuha::worker {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t Fnv(uint64_t h, std::string_view s) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+// 64 words, each with its leading space: a token.
+constexpr std::array<std::string_view, 64> kVocab = {
+    " the",     " GPU",    " node",    " stream", " river",   " light",   " keeps",   " serving",
+    " while",   " a",      " standby", " waits",  " for",     " its",     " turn",    " and",
+    " every",   " token",  " arrives", " in",     " order",   " across",  " quiet",   " racks",
+    " of",      " warm",   " silicon", " where",  " memory",  " holds",   " one",     " more",
+    " answer",  " than",   " before",  " so",     " nothing", " is",      " lost",    " when",
+    " links",   " fail",   " or",      " fans",   " slow",    " down",    " through", " night",
+    " engines", " hum",    " above",   " cold",   " aisles",  " bright",  " signals", " travel",
+    " far",     " beyond", " each",    " fence",  " clear",   " morning", " data",    " flows"};
+
+// SplitMix64's finaliser: the low bits of FNV-1a alone are poorly mixed.
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+absl::Status Bad(absl::string_view param, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(param, ": ", what));
+}
+
+const char* ObjectOf(LlmApi api, bool chunk) {
+  if (api == LlmApi::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+}  // namespace
+
+TinyLm::TinyLm(std::string_view context) : h_(Fnv(kFnvOffset, context)) {}
+
+TinyLm::Token TinyLm::Next() {
+  uint64_t m = Mix(h_);
+  if (m % 48 == 0) return {"", true};
+  std::string_view t = kVocab[(m >> 8) % kVocab.size()];
+  h_ = Fnv(h_, t);
+  return {t, false};
+}
+
+int CountTokens(std::string_view text) {
+  int n = 0;
+  bool in_word = false;
+  for (char c : text) {
+    bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("body", "not JSON");
+  if (!j.is_object()) return Bad("body", "not a JSON object");
+  LlmRequest r;
+  r.api = api;
+  auto model = j.find("model");
+  if (model == j.end() || !model->is_string()) return Bad("model", "required, a string");
+  r.model = model->get<std::string>();
+  if (auto mt = j.find("max_tokens"); mt != j.end() && !mt->is_null()) {
+    if (!mt->is_number_integer() || *mt < 1 || *mt > kLlmMaxTokens) {
+      return Bad("max_tokens", absl::StrCat("must be an integer from 1 to ", kLlmMaxTokens));
+    }
+    r.max_tokens = mt->get<int>();
+  }
+  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
+    if (!s->is_boolean()) return Bad("stream", "must be true or false");
+    r.stream = s->get<bool>();
+  }
+  if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
+    if (!so->is_object()) return Bad("stream_options", "must be an object");
+    if (auto iu = so->find("include_usage"); iu != so->end()) {
+      if (!iu->is_boolean()) return Bad("stream_options.include_usage", "must be true or false");
+      r.include_usage = iu->get<bool>();
+    }
+  }
+  if (auto n = j.find("n"); n != j.end() && !n->is_null() && *n != 1) {
+    return Bad("n", "only 1 is served");
+  }
+  if (api == LlmApi::kCompletions) {
+    auto p = j.find("prompt");
+    if (p == j.end() || !p->is_string()) return Bad("prompt", "required, a string");
+    r.prompt = p->get<std::string>();
+  } else {
+    auto m = j.find("messages");
+    if (m == j.end() || !m->is_array() || m->empty()) {
+      return Bad("messages", "required, a non-empty array");
+    }
+    bool cont = false, gen = true;
+    if (auto c = j.find("continue_final_message"); c != j.end() && !c->is_null()) {
+      if (!c->is_boolean()) return Bad("continue_final_message", "must be true or false");
+      cont = c->get<bool>();
+    }
+    if (auto g = j.find("add_generation_prompt"); g != j.end() && !g->is_null()) {
+      if (!g->is_boolean()) return Bad("add_generation_prompt", "must be true or false");
+      gen = g->get<bool>();
+    }
+    if (cont && gen && j.contains("add_generation_prompt")) {
+      return Bad("continue_final_message", "cannot be set with add_generation_prompt");
+    }
+    if (cont) gen = false;
+    for (size_t i = 0; i < m->size(); ++i) {
+      const json& msg = (*m)[i];
+      std::string at = absl::StrCat("messages[", i, "]");
+      if (!msg.is_object()) return Bad(at, "must be an object");
+      auto role = msg.find("role");
+      if (role == msg.end() || !role->is_string()) return Bad(at + ".role", "required, a string");
+      const std::string rs = role->get<std::string>();
+      if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer") {
+        return Bad(at + ".role",
+                   absl::StrCat("'", rs, "' is not system, developer, user or assistant"));
+      }
+      auto content = msg.find("content");
+      if (content == msg.end() || !content->is_string()) {
+        return Bad(at + ".content", "required, a string");
+      }
+      bool last = i + 1 == m->size();
+      if (last && cont && rs != "assistant") {
+        return Bad("continue_final_message", "the last message must be the assistant's");
+      }
+      absl::StrAppend(&r.prompt, "<|", rs, "|>\n", content->get<std::string>(),
+                      last && cont ? "" : "\n");
+    }
+    if (gen) r.prompt += "<|assistant|>\n";
+  }
+  if (r.prompt.size() > kLlmMaxPromptBytes) {
+    return Bad(api == LlmApi::kChat ? "messages" : "prompt",
+               absl::StrCat("over ", kLlmMaxPromptBytes, " bytes"));
+  }
+  return r;
+}
+
+LlmAnswer Complete(const LlmRequest& r) {
+  LlmAnswer a;
+  a.prompt_tokens = CountTokens(r.prompt);
+  TinyLm lm(r.prompt);
+  a.finish_reason = "length";
+  for (int i = 0; i < r.max_tokens; ++i) {
+    TinyLm::Token t = lm.Next();
+    if (t.end) {
+      a.finish_reason = "stop";
+      break;
+    }
+    a.text.append(t.text);
+    ++a.completion_tokens;
+  }
+  return a;
+}
+
+std::string LlmChunkJson(LlmApi api, const std::string& id, int64_t created,
+                         const std::string& model, std::string_view text,
+                         std::optional<std::string_view> finish_reason, bool role_only) {
+  json choice = {{"index", 0}};
+  if (api == LlmApi::kChat) {
+    choice["delta"] = role_only ? json{{"role", "assistant"}, {"content", ""}}
+                                : json{{"content", std::string(text)}};
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason ? json(std::string(*finish_reason)) : json(nullptr);
+  return json{{"id", id},
+              {"object", ObjectOf(api, true)},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})}}
+      .dump();
+}
+
+std::string LlmUsageChunkJson(LlmApi api, const std::string& id, int64_t created,
+                              const std::string& model, int prompt_tokens, int completion_tokens) {
+  return json{{"id", id},
+              {"object", ObjectOf(api, true)},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array()},
+              {"usage",
+               {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}}}}
+      .dump();
+}
+
+std::string LlmResponseJson(LlmApi api, const std::string& id, int64_t created,
+                            const std::string& model, const LlmAnswer& a) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", a.finish_reason}};
+  if (api == LlmApi::kChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", a.text}};
+  } else {
+    choice["text"] = a.text;
+  }
+  return json{{"id", id},
+              {"object", ObjectOf(api, false)},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage",
+               {{"prompt_tokens", a.prompt_tokens},
+                {"completion_tokens", a.completion_tokens},
+                {"total_tokens", a.prompt_tokens + a.completion_tokens}}}}
+      .dump();
+}
+
+std::string LlmModelsJson() {
+  return json{{"object", "list"},
+              {"data", json::array({{{"id", kLlmModelName},
+                                     {"object", "model"},
+                                     {"created", 0},
+                                     {"owned_by", "gpuha"},
+                                     {"max_model_len", kLlmMaxTokens}}})}}
+      .dump();
+}
+
+std::string LlmErrorJson(int status, std::string_view message, std::string_view param) {
+  const char* type = status == 404   ? "NotFoundError"
+                     : status == 400 ? "BadRequestError"
+                     : status == 503 ? "ServiceUnavailableError"
+                                     : "InternalServerError";
+  return json{{"error",
+               {{"message", std::string(message)},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(std::string(param))},
+                {"code", status}}}}
+      .dump();
+}
+
+absl::StatusOr<StreamedAnswer> ParseStreamedAnswer(LlmApi api, std::string_view sse) {
+  StreamedAnswer out;
+  common::SseSplitter split(sse.size() + 1);
+  absl::Status status;
+  bool done = false;
+  int n = 0;
+  split.Feed(sse, [&](std::string_view raw) {
+    ++n;
+    if (!status.ok()) return;
+    common::SseEvent e = common::ParseSseEvent(raw);
+    if (e.comment_only) return;
+    if (e.event == "error") {
+      json j = json::parse(e.data, nullptr, false);
+      std::string msg = e.data;
+      if (!j.is_discarded() && j.contains("error") && j["error"].contains("message") &&
+          j["error"]["message"].is_string()) {
+        msg = j["error"]["message"].get<std::string>();
+      }
+      status = absl::UnavailableError(absl::StrCat("event ", n, ": an error event: ", msg));
+      return;
+    }
+    if (done) {
+      status = absl::DataLossError(absl::StrCat("event ", n, ": after [DONE]"));
+      return;
+    }
+    if (e.data == "[DONE]") {
+      done = true;
+      return;
+    }
+    json j = json::parse(e.data, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      status = absl::DataLossError(absl::StrCat("event ", n, ": data is not a JSON object"));
+      return;
+    }
+    if (auto id = j.find("id"); id != j.end() && id->is_string()) {
+      if (out.ids.empty() || out.ids.back() != id->get<std::string>()) {
+        out.ids.push_back(id->get<std::string>());
+      }
+    }
+    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+      out.prompt_tokens = u->value("prompt_tokens", -1);
+      out.completion_tokens = u->value("completion_tokens", -1);
+    }
+    auto choices = j.find("choices");
+    if (choices == j.end() || !choices->is_array()) {
+      status = absl::DataLossError(absl::StrCat("event ", n, ": no choices array"));
+      return;
+    }
+    for (const json& c : *choices) {
+      const json* text = nullptr;
+      if (api == LlmApi::kChat) {
+        if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
+          if (auto ct = d->find("content"); ct != d->end() && ct->is_string()) text = &*ct;
+        }
+      } else if (auto t = c.find("text"); t != c.end() && t->is_string()) {
+        text = &*t;
+      }
+      if (text != nullptr && !text->get_ref<const std::string&>().empty()) {
+        if (!out.finish_reason.empty()) {
+          status = absl::DataLossError(absl::StrCat("event ", n, ": text after the finish reason"));
+          return;
+        }
+        out.text += text->get_ref<const std::string&>();
+        ++out.chunks;
+      }
+      if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) {
+        out.finish_reason = f->get<std::string>();
+      }
+    }
+  });
+  if (!status.ok()) return status;
+  if (split.pending() > 0) {
+    return absl::DataLossError(
+        absl::StrCat("the stream ends inside an event, after ", n, " events"));
+  }
+  if (!done) return absl::DataLossError(absl::StrCat("no [DONE] after ", n, " events (cut)"));
+  return out;
+}
+
+}  // namespace gpuha::worker
