@@ -61,6 +61,12 @@ class SseSplitter {
   }
   // Bytes of an event not yet complete.
   size_t pending() const { return buf_.size(); }
+  // Hands them over and starts afresh (after an event over the limit, say).
+  std::string TakePending() {
+    std::string out = std::move(buf_);
+    *this = SseSplitter(max_event_);
+    return out;
+  }
 
  private:
   size_t max_event_;

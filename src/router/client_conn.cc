@@ -5,6 +5,7 @@
 #include <boost/beast/ssl.hpp>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/listen.h"
 #include "common/log.h"
@@ -181,6 +182,52 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     framing = Framing::kChunked;
   }
 
+  // An LLM route's request is followed (SseContinuity): if its answer is a
+  // token stream and the upstream fails mid-answer, the rest is asked of
+  // the standby and the client's stream goes on. When that cannot be, the
+  // stream still ends with an error event that says why.
+  std::optional<SseContinuity> sse;
+  if (req.method() == http::verb::post) {
+    if (const LlmRoute* lr = FindLlmRoute(config.llm, ref.target)) {
+      std::optional<LlmCall> call;
+      std::string why;
+      auto off = req["x-gpuha-continue"];
+      if (!config.llm.continuation || !lr->continuation) {
+        why = "continuation is off for this route (llm.continuation, llm.routes)";
+      } else if (absl::EqualsIgnoreCase(absl::string_view(off.data(), off.size()), "off")) {
+        why = "continuation is off for this request (X-Gpuha-Continue: off)";
+      } else if (!complete) {
+        why = absl::StrCat("the request body is over the ", config.limits.retry_buffer_bytes,
+                           "-byte retry buffer");
+      } else if (absl::StatusOr<LlmCall> c = ReadLlmCall(lr->api, body); c.ok()) {
+        call = std::move(*c);
+      } else {
+        why = std::string(c.status().message());
+      }
+      sse.emplace(lr->api, std::move(call), std::move(why), config.llm.max_text_bytes);
+    }
+  }
+  // A token stream whose rest cannot be had ends with an error event: the
+  // client's parser reports it, instead of taking a cut answer for a whole one.
+  Framing client_down = Framing::kNone;
+  // By value: the coroutine runs after the caller's temporaries are gone.
+  auto end_stream = [&](std::string events, bool error) -> awaitable<bool> {
+    if (error) Inc(L.stats.sse_error_events);
+    std::string& out = cc.pending;
+    out.clear();
+    FrameForClient(client_down, events, &out);
+    if (client_down == Framing::kChunked) out.append("0\r\n\r\n");
+    error_code wec;
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(out), Redirect(wec));
+    co_return keep_alive && !wec && client_down == Framing::kChunked;
+  };
+  auto cut = [&](std::string why) {
+    spdlog::warn("router: stream {}: answer ended with an error event after {} tokens: {}",
+                 stream_id, sse->tokens(), why);
+    return end_stream(SseContinuity::ErrorEvent(why), true);
+  };
+
   L.retry_budget.Deposit(L.now);
   struct InFlight {
     std::atomic<int64_t>& n;
@@ -190,11 +237,19 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   ExchangeResult f;
   std::string last_failure;
   bool any_timeout = false;
+  // The client's answer began on an earlier upstream and broke: the next
+  // one is asked for the rest (continuation_body).
+  bool continuing = false;
+  std::string continuation_body;
   for (size_t i = 0; i < order.size(); ++i) {
     UpstreamState& up = *order[i];
     if (i > 0) {
       if (f.body_consumed) break;
       if (!L.retry_budget.TryWithdraw(L.now)) {
+        if (continuing) {
+          co_return co_await cut(
+              absl::StrCat("the retry budget is spent; the answer broke: ", last_failure));
+        }
         co_return co_await answer(Reason::kRetryBudget,
                                   absl::StrCat("retry budget exhausted after: ", last_failure), 1);
       }
@@ -202,13 +257,52 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       if (f.hung) Inc(L.stats.hung_resends);
       if (f.upstream_5xx) Inc(L.stats.retries_5xx);
     }
+    const std::string& send = continuing ? continuation_body : body;
+    const Framing send_framing = continuing ? Framing::kLength : framing;
     cc.head.clear();
-    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip, framing,
-                       length, &cc.head);
+    AppendUpstreamHead(req, ref.target, up.address, tenant->name, stream_id, cc.peer_ip,
+                       send_framing, continuing ? send.size() : length, &cc.head);
     f = ExchangeResult{};
-    const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete;
+    const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete && !continuing;
     co_await Exchange(L, client, lowest, cc, p, up,
-                      {body, complete, framing, keep_alive, retry_5xx, expect}, f);
+                      {send, complete || continuing, send_framing, keep_alive, retry_5xx, expect,
+                       sse ? &*sse : nullptr, continuing, client_down},
+                      f);
+    if (f.sse_broken) {
+      last_failure = absl::StrCat(up.node, ": ", f.why);
+      if (!continuing) client_down = f.down;
+      continuing = true;
+      if (i == 0 && e != nullptr && order.size() > 1) {
+        L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
+      }
+      if (std::optional<std::string> end = sse->OnlyTheEndIsMissing()) {
+        co_return co_await end_stream(*end, false);
+      }
+      if (std::optional<std::string> why = sse->CannotContinue()) {
+        co_return co_await cut(absl::StrCat(*why, "; the answer broke: ", last_failure));
+      }
+      if (sse->continuations() >= config.llm.max_continuations) {
+        co_return co_await cut(absl::StrCat("continued ", sse->continuations(),
+                                            " times already (llm.max_continuations); ",
+                                            last_failure));
+      }
+      if (i + 1 >= order.size()) {
+        co_return co_await cut(
+            absl::StrCat("no standby to continue the answer on; ", last_failure));
+      }
+      continuation_body = sse->BeginContinuation();
+      Inc(L.stats.sse_continuations);
+      spdlog::info("router: stream {}: answer broke after {} tokens ({}); continuing it on {}",
+                   stream_id, sse->tokens(), last_failure, order[i + 1]->node);
+      continue;
+    }
+    if (continuing) {
+      if (f.retryable) {
+        last_failure = absl::StrCat(up.node, ": ", f.why);
+        continue;
+      }
+      break;
+    }
     if (!f.retryable) break;
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;
@@ -219,6 +313,13 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   if (f.client_gone) {
     Inc(L.stats.client_aborts);
     co_return false;
+  }
+  if (continuing) {
+    if (f.retryable) {
+      co_return co_await cut(
+          absl::StrCat("the standby failed before continuing the answer: ", last_failure));
+    }
+    co_return keep_alive && !f.close_client;
   }
   if (f.started) co_return keep_alive && !f.close_client;
   if (f.body_consumed) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <span>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/listen.h"
 #include "common/log.h"
@@ -40,6 +41,154 @@ RelayFraming DecideRelayFraming(bool head_request, int status, bool chunked,
   }
   return f;
 }
+
+void FrameForClient(Framing down, std::string_view bytes, std::string* out) {
+  if (down == Framing::kChunked) {
+    AppendChunkHeader(bytes.size(), out);
+    out->append(bytes);
+    out->append("\r\n");
+  } else {
+    out->append(bytes);
+  }
+}
+
+namespace {
+
+template <class Message>
+std::string_view ContentType(const Message& m) {
+  auto v = m[http::field::content_type];
+  return std::string_view(v.data(), v.size());
+}
+
+bool IsEventStream(std::string_view content_type) {
+  std::string_view t = content_type.substr(0, content_type.find(';'));
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  return absl::EqualsIgnoreCase(absl::string_view(t.data(), t.size()), "text/event-stream");
+}
+
+// An LLM token stream, event by event: whole events only reach the client,
+// each as soon as it arrives; tokens are timed for the stall verdict. On a
+// break the connection is dropped and `out.sse_broken` set: the caller may
+// continue the answer elsewhere.
+template <class Stream>
+awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
+                            std::unique_ptr<UpConn>& conn, ResponseParser<http::buffer_body>& rp,
+                            UpstreamState& up, const OutgoingRequest& req,
+                            const RelayFraming& framing, ExchangeResult& out) {
+  const RouterConfig& config = L.config;
+  SseContinuity& sc = *req.sse;
+  auto& res = rp.get();
+  error_code ec;
+  std::string& pending = cc.pending;
+  const Framing down = req.continuation ? req.client_down : framing.down;
+  out.down = down;
+  out.close_client = down == Framing::kNone;
+  if (!req.continuation) {
+    Inc(L.stats.sse_streams);
+    pending.clear();
+    AppendClientHead(res, down, framing.length, framing.client_keep_alive, &pending);
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+    if (ec) {
+      out.client_gone = true;
+      co_return;
+    }
+  }
+  out.started = true;
+  // Watched by the sweep (JudgeProgress) from here: first for the first
+  // token within the learned time to first token, then for each next one.
+  TimePoint last = L.clock.Now();
+  conn->waiting_since = last;
+  conn->expect = up.first_token.Window();
+  conn->hung_cancel = false;
+  up.streaming.push_back(*conn);
+  bool first = true;
+  bool ok = true;
+  Chunk chunk(L);
+  std::string events;
+  while (!rp.is_done()) {
+    res.body().data = chunk.get();
+    res.body().size = kChunk;
+    conn->deadline.Arm(config.limits.response_timeout);
+    co_await ReadSome(*conn, conn->buf, rp, ec);
+    if (ec == http::error::end_of_stream && !rp.chunked()) {
+      ec = {};  // a body delimited by close: ended
+      break;
+    }
+    if (ec) {
+      ok = false;
+      break;
+    }
+    size_t n = kChunk - res.body().size;
+    if (n == 0) continue;
+    events.clear();
+    int tokens = sc.Feed(std::string_view(chunk.get(), n), &events);
+    if (tokens > 0) {
+      const TimePoint now = L.clock.Now();
+      if (first) {
+        up.first_token.Answered(now, now - last);
+        up.tokens.Progressed(now);
+      } else {
+        up.tokens.Answered(now, (now - last) / tokens);
+      }
+      first = false;
+      last = now;
+      conn->waiting_since = now;
+      conn->expect = {};
+      L.stats.sse_tokens.fetch_add(static_cast<uint64_t>(tokens), std::memory_order_relaxed);
+    }
+    if (sc.upstream_error()) {
+      ok = false;
+      break;
+    }
+    if (events.empty()) continue;
+    pending.clear();
+    FrameForClient(down, events, &pending);
+    lowest.Arm(config.limits.body_timeout);
+    co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+    if (ec) {
+      out.client_gone = true;
+      co_return;
+    }
+  }
+  conn->waiting_hook.unlink();
+  if (ok && sc.done()) {
+    if (down == Framing::kChunked) {
+      lowest.Arm(config.limits.body_timeout);
+      co_await net::async_write(client, net::buffer("0\r\n\r\n", 5), Redirect(ec));
+      if (ec) {
+        out.client_gone = true;
+        co_return;
+      }
+    }
+    if (framing.upstream_reusable && rp.is_done() && up.idle.size() < kMaxIdlePerUpstream &&
+        up.health() == Health::kUp) {
+      conn->deadline.Disarm();
+      up.idle.push_back(std::move(conn));
+    }
+    co_return;
+  }
+  out.sse_broken = true;
+  out.hung = conn->hung_cancel;
+  if (sc.upstream_error()) {
+    out.why = absl::StrCat("reported an error mid-answer: ", *sc.upstream_error());
+  } else if (conn->hung_cancel) {
+    out.why = absl::StrCat("hung or stalled mid-answer, after ", sc.tokens(), " tokens");
+  } else if (conn->deadline.expired()) {
+    out.timeout = true;
+    out.why = absl::StrCat("no token within ", config.limits.response_timeout.count(), " ms");
+  } else if (ok) {
+    out.why = "ended the answer without [DONE]";
+  } else {
+    out.why = absl::StrCat("broke mid-answer: ", ec.message());
+  }
+  // A connection broken mid-answer is the upstream's failure; a verdict
+  // already ejected it, and an answer ended early or an error event is
+  // not a connection failure.
+  if (!ok && !conn->hung_cancel && !sc.upstream_error()) ConnectionFailed(L, up);
+}
+
+}  // namespace
 
 template <class Stream>
 awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
@@ -249,12 +398,25 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     up.consecutive_5xx = 0;
     up.Answered();
   }
+  const bool event_stream = req.sse != nullptr && status == 200 && !head_request &&
+                            !rp->content_length() && IsEventStream(ContentType(res));
+  if (req.continuation && !event_stream) {
+    // The client's answer has begun: only the rest of an event stream can follow it.
+    out.retryable = true;
+    out.why = status == 200 ? std::string("the continuation's answer is not an event stream")
+                            : absl::StrCat("answered the continuation ", status);
+    co_return;
+  }
   // Relay the response. From the first byte on, the client owns the outcome.
-  Inc(L.stats.upstream_class[std::min(5, status / 100)]);
+  if (!req.continuation) Inc(L.stats.upstream_class[std::min(5, status / 100)]);
   const RelayFraming framing = DecideRelayFraming(
       head_request, status, rp->chunked(),
       rp->content_length() ? std::optional<uint64_t>(*rp->content_length()) : std::nullopt,
       rp->keep_alive(), method_req.version(), req.keep_alive);
+  if (event_stream) {
+    co_await RelayEvents(L, client, lowest, cc, conn, *rp, up, req, framing, out);
+    co_return;
+  }
   const Framing down = framing.down;
   const uint64_t len = framing.length;
   const bool head_only = framing.head_only;
@@ -323,7 +485,9 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
       } else {
         pending.append(chunk.get(), n);
       }
-      if (pending.size() >= kChunk || rp->is_done()) {
+      // Out the moment nothing more is buffered: a streamed body (SSE on
+      // any route, a long poll) reaches the client as it is produced.
+      if (pending.size() >= kChunk || rp->is_done() || conn->buf.size() == 0) {
         lowest.Arm(config.limits.body_timeout);
         co_await net::async_write(client, net::buffer(pending), Redirect(ec));
         out.started = true;

@@ -4,7 +4,8 @@
 // of a large body, awaits the response head and relays the response to the
 // client. Until the response head arrives a failure is retryable and the
 // caller may try the stream's standby; from the first byte relayed, the
-// client owns the outcome.
+// client owns the outcome, except for an LLM token stream, whose answer the
+// caller may continue on the standby (sse_broken).
 //
 //   ExchangeResult out;
 //   co_await Exchange(L, client, lowest, cc, parser, upstream, {body, complete, framing, keep},
@@ -23,6 +24,7 @@
 #include "router/client_conn.h"
 #include "router/loop.h"
 #include "router/request.h"
+#include "router/sse_relay.h"
 
 namespace gpuha::router {
 
@@ -35,6 +37,11 @@ struct ExchangeResult {
   bool hung = false;          // cancelled: the upstream was judged hung or stalled
   bool upstream_5xx = false;  // answered 500/502/503/504, discarded for a re-send
   bool close_client = false;  // the response could not be completed
+  // A token stream broke mid-answer (the upstream failed, stalled, or
+  // ended it without [DONE]); the client's answer is open, and the rest
+  // may be asked of the next upstream (SseContinuity).
+  bool sse_broken = false;
+  Framing down = Framing::kNone;  // the client's body framing, once started
   std::string why;
 };
 
@@ -50,7 +57,18 @@ struct OutgoingRequest {
   bool retry_5xx = false;
   // What the request declared it takes (X-Gpuha-Expect-Ms); 0: nothing.
   common::Duration expect{};
+  // An LLM route's request: an event-stream answer is relayed event by
+  // event through it, and followed.
+  SseContinuity* sse = nullptr;
+  // The rest of an answer already begun (sse set): the upstream's head is
+  // not relayed, and only a 200 event stream is taken; the client's body
+  // goes on in `client_down` framing.
+  bool continuation = false;
+  Framing client_down = Framing::kNone;
 };
+
+// Events for the client in its body framing: a chunk, or raw bytes.
+void FrameForClient(Framing down, std::string_view bytes, std::string* out);
 
 // How a response goes back to the client, decided from its head alone.
 struct RelayFraming {

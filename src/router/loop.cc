@@ -24,8 +24,17 @@ awaitable<void> Sweep(Loop& L) {
 
 namespace {
 
+void CancelStreams(UpstreamState& up) {
+  for (UpConn& c : up.streaming) {
+    c.hung_cancel = true;
+    error_code ec;
+    c.s.cancel(ec);
+  }
+}
+
 // Waiting requests cancelled for their standbys; the upstream ejected (and
 // named to the controller as a suspect).
+// Token streams are cut too: their answers go on at the standby.
 void Stall(Loop& L, UpstreamState& up) {
   for (UpConn& c : up.waiting) {
     c.hung_cancel = true;
@@ -33,6 +42,7 @@ void Stall(Loop& L, UpstreamState& up) {
     error_code ec;
     c.s.cancel(ec);
   }
+  CancelStreams(up);
   ConnectionFailed(L, up);
 }
 
@@ -42,6 +52,23 @@ void JudgeProgress(Loop& L) {
   const TimePoint now = L.clock.Now();
   std::vector<ProgressMonitor::Waiting> waiting;
   for (auto& [address, up] : L.upstreams) {
+    if (!up->streaming.empty() && up->usable(now)) {
+      waiting.clear();
+      for (const UpConn& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
+      if (up->tokens.StreamsStalled(now, waiting)) {
+        // Token streams are open and none moves: the engine is stuck
+        // mid-answer, whatever its probe says.
+        Inc(L.stats.token_stalls);
+        spdlog::warn(
+            "router: upstream {} ({}) is stalled mid-answer: {} token stream(s) open, no token "
+            "for {} ms (the window its tokens set is {} ms); continuing them on standbys",
+            address, up->node, waiting.size(), common::ToMillis(now - up->tokens.last_answer()),
+            common::ToMillis(up->tokens.Window()));
+        Stall(L, *up);
+        if (L.shared.on_stall) L.shared.on_stall(address, &L);
+        continue;
+      }
+    }
     if (up->waiting.empty() || !up->usable(now)) continue;
     waiting.clear();
     for (const UpConn& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
@@ -65,10 +92,10 @@ void StallVerdict(Loop& L, const std::string& address) {
   const TimePoint now = L.clock.Now();
   if (it == L.upstreams.end() || !it->second->usable(now)) return;
   UpstreamState& up = *it->second;
-  // This loop saw it answer within a window: it is not stalled here.
-  if (up.progress.last_answer() != TimePoint() &&
-      now - up.progress.last_answer() < up.progress.Window()) {
-    return;
+  // This loop saw it answer, or give a token, within a window: it is not
+  // stalled here.
+  for (const ProgressMonitor* m : {&up.progress, &up.tokens}) {
+    if (m->last_answer() != TimePoint() && now - m->last_answer() < m->Window()) return;
   }
   Stall(L, up);
 }
@@ -123,6 +150,7 @@ void SetHealth(Loop& L, const std::string& address, Health h) {
     error_code ec;
     c.s.cancel(ec);
   }
+  CancelStreams(up);
   up.idle.clear();
 }
 

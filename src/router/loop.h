@@ -102,7 +102,7 @@ struct UpConn {
   Deadline deadline;
   beast::flat_buffer buf;
   bool hung_cancel = false;   // cancelled because its upstream was judged hung or stalled
-  TimePoint waiting_since{};  // when it began to await the response head
+  TimePoint waiting_since{};  // when it began to await the response head (or the next token)
   common::Duration expect{};  // what its request declared it takes (0: nothing)
   // In its upstream's `waiting` list while it awaits a response head; leaves
   // it by itself when destroyed.
@@ -134,35 +134,51 @@ using WaitingList = boost::intrusive::list<
 // its connections. Loop-local: no locks.
 struct UpstreamState : UpstreamHealth {
   UpstreamState(UpstreamHealth::Options ejection, ProgressOptions progress_options)
-      : UpstreamHealth(ejection), progress(progress_options) {}
+      : UpstreamHealth(ejection),
+        progress(progress_options),
+        first_token(progress_options),
+        tokens(progress_options) {}
   ProgressMonitor progress;  // answers and their latencies, for the stall verdict
-  int consecutive_5xx = 0;   // answers of 5xx in a row
+  // Token streams (SSE): the time to first token, and the gap between
+  // tokens, learned per upstream; a stream silent past them is stalled by
+  // the same rule as a request awaiting its head.
+  ProgressMonitor first_token;
+  ProgressMonitor tokens;
+  int consecutive_5xx = 0;  // answers of 5xx in a row
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
   std::vector<std::unique_ptr<UpConn>> idle;
   WaitingList waiting;  // awaiting a response head (no allocation per request)
+  // Relaying a token stream: waiting_since is the stream's last token (or
+  // its head), expect the first-token window until the first one.
+  WaitingList streaming;
 };
 
 // Every plain counter of a loop, declared once: the list makes both the
 // fields and their /metrics families (gpuha_router_<field>_total).
-#define GPUHA_ROUTER_COUNTERS(X)                                                            \
-  X(requests, "Requests read from clients.")                                                \
-  X(retries, "Requests re-sent to another upstream.")                                       \
-  X(hung_resends, "Requests re-sent because their upstream was judged hung.")               \
-  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.") \
-  X(ejections, "Upstreams ejected after a connection failure.")                             \
-  X(upstream_connects, "New upstream connections.")                                         \
-  X(upstream_reuses, "Requests sent on a pooled connection.")                               \
-  X(client_aborts, "Clients that left before their answer.")                                \
-  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                  \
-  X(connections, "Client connections accepted.")                                            \
-  X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")   \
-  X(stalls, "Upstreams judged stalled: requests waiting, none answered (progress).")        \
-  X(stall_resends, "Requests re-sent because their upstream was judged stalled.")           \
-  X(ejections_5xx, "Upstreams ejected after consecutive 5xx answers.")                      \
-  X(retries_5xx, "Requests re-sent to the standby after a 500, 502, 503 or 504.")           \
-  X(tls_handshake_failures, "Failed TLS handshakes.")
+#define GPUHA_ROUTER_COUNTERS(X)                                                                 \
+  X(requests, "Requests read from clients.")                                                     \
+  X(retries, "Requests re-sent to another upstream.")                                            \
+  X(hung_resends, "Requests re-sent because their upstream was judged hung.")                    \
+  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.")      \
+  X(ejections, "Upstreams ejected after a connection failure.")                                  \
+  X(upstream_connects, "New upstream connections.")                                              \
+  X(upstream_reuses, "Requests sent on a pooled connection.")                                    \
+  X(client_aborts, "Clients that left before their answer.")                                     \
+  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                       \
+  X(connections, "Client connections accepted.")                                                 \
+  X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")        \
+  X(stalls, "Upstreams judged stalled: requests waiting, none answered (progress).")             \
+  X(stall_resends, "Requests re-sent because their upstream was judged stalled.")                \
+  X(ejections_5xx, "Upstreams ejected after consecutive 5xx answers.")                           \
+  X(retries_5xx, "Requests re-sent to the standby after a 500, 502, 503 or 504.")                \
+  X(tls_handshake_failures, "Failed TLS handshakes.")                                            \
+  X(sse_streams, "LLM token streams (SSE on an llm route) relayed.")                             \
+  X(sse_tokens, "Tokens relayed on LLM token streams (chunks with text).")                       \
+  X(sse_continuations, "Token streams continued on the standby mid-answer.")                     \
+  X(sse_error_events, "Token streams ended with an SSE error event: the rest could not be had.") \
+  X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")
 
 struct Stats {
 #define GPUHA_FIELD(name, help) std::atomic<uint64_t> name{0};

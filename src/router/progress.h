@@ -63,6 +63,11 @@ class ProgressMonitor {
     ++next_;
   }
 
+  // Progress seen with no latency to learn from (a token stream's first
+  // token, learned by another monitor): others waiting since before now
+  // are outpaced.
+  void Progressed(common::TimePoint now) { last_answer_ = now; }
+
   // How long a request may wait, with others waiting beside it and no
   // answer at all, before the upstream counts as stalled.
   common::Duration Window() const {
@@ -88,6 +93,23 @@ class ProgressMonitor {
       // Begun before the last answer: outpaced by another, so slow, not
       // evidence that nothing moves.
       if (w.since < last_answer_) continue;
+      common::Duration limit =
+          w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling) : window;
+      if (now - w.since > limit) ++overdue;
+    }
+    return overdue >= o_.min_waiting;
+  }
+
+  // The same verdict on token streams: `waiting` holds each open stream
+  // since its last token (expect: its first-token window, until the first).
+  // Streams of one engine interleave, so none is "outpaced" by another;
+  // instead the engine as a whole must have given no token for a window.
+  bool StreamsStalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
+    if (waiting.size() < o_.min_waiting) return false;
+    const common::Duration window = Window();
+    if (now - last_answer_ <= window) return false;
+    size_t overdue = 0;
+    for (const Waiting& w : waiting) {
       common::Duration limit =
           w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling) : window;
       if (now - w.since > limit) ++overdue;

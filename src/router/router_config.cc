@@ -195,6 +195,34 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   if (c.probe_interval.count() > 0 && c.hang_after < c.probe_interval && failover.ok()) {
     failover.Fail("hang_after_ms", "must be at least probe_interval_ms");
   }
+  if (root.Has("llm")) {
+    common::YamlMap llm = root.Map("llm");
+    if (auto v = llm.Bool("continuation")) c.llm.continuation = *v;
+    common::ReadIntIn(llm, "max_text_bytes", 0, int64_t{1} << 30, &c.llm.max_text_bytes);
+    common::ReadIntIn(llm, "max_continuations", 0, 100, &c.llm.max_continuations);
+    if (llm.Has("routes")) {
+      c.llm.routes.clear();
+      std::set<std::string> paths;
+      for (common::YamlMap& r : llm.MapList("routes")) {
+        LlmRoute lr;
+        if (r.Require("path")) {
+          lr.path = r.String("path").value_or("");
+          if (lr.path.empty() || lr.path[0] != '/' ||
+              lr.path.find_first_of("?# \r\n") != std::string::npos) {
+            r.Fail("path", "must be a path starting with '/', without query or spaces");
+          } else if (!paths.insert(lr.path).second) {
+            r.Fail("path", absl::StrCat("'", lr.path, "' is listed twice"));
+          }
+        }
+        if (r.Require("api")) {
+          lr.api = r.Enum("api", {"completions", "chat"}) == "chat" ? LlmApi::kChat
+                                                                    : LlmApi::kCompletions;
+        }
+        if (auto v = r.Bool("continuation")) lr.continuation = *v;
+        c.llm.routes.push_back(lr);
+      }
+    }
+  }
   c.auth_none = root.Enum("auth", {"api_key", "none"}) == "none";
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   // After every other check, so that any other error is the one reported.

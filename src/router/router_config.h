@@ -59,6 +59,22 @@ struct RouterLimits {
   std::chrono::milliseconds response_timeout{60000};  // to the response head
 };
 
+// The OpenAI-style completion APIs whose token streams the router can
+// continue on a standby (router/sse_relay.h).
+enum class LlmApi { kCompletions, kChat };
+struct LlmRoute {
+  std::string path;  // the upstream path, e.g. /v1/chat/completions
+  LlmApi api = LlmApi::kCompletions;
+  bool continuation = true;
+};
+struct LlmConfig {
+  bool continuation = true;         // off: no stream is continued, on any route
+  size_t max_text_bytes = 1 << 20;  // answer text kept per stream for a continuation
+  int max_continuations = 2;        // per answer
+  std::vector<LlmRoute> routes = {{"/v1/completions", LlmApi::kCompletions, true},
+                                  {"/v1/chat/completions", LlmApi::kChat, true}};
+};
+
 struct RouterConfig {
   common::HostPort listen{"127.0.0.1", 8080};
   common::HostPort admin{"127.0.0.1", 0};  // /metrics, /healthz, /routes
@@ -119,6 +135,8 @@ struct RouterConfig {
   // re-send to the standby of a 500/502/503/504 answer (within the budget).
   int consecutive_5xx = 5;
   bool retry_5xx = true;
+  // LLM token streams (SSE): continued on the standby mid-answer.
+  LlmConfig llm;
 };
 
 [[nodiscard]] absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml,

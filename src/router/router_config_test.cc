@@ -74,6 +74,25 @@ TEST(RouterConfigTest, TheExampleFileLoads) {
   EXPECT_EQ(c->controllers.size(), 1u);
 }
 
+TEST(RouterConfigTest, LlmRoutesDefaultToOpenAisAndCanBeSwitchedOff) {
+  auto d = ParseRouterConfig("auth: none\n", "open.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->llm.continuation);
+  ASSERT_EQ(d->llm.routes.size(), 2u);
+  EXPECT_EQ(d->llm.routes[1].path, "/v1/chat/completions");
+  auto c = ParseRouterConfig(
+      "auth: none\nllm:\n  max_text_bytes: 4096\n  routes:\n"
+      "    - {path: /v1/chat/completions, api: chat, continuation: false}\n"
+      "    - {path: /generate, api: completions}\n",
+      "llm.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->llm.max_text_bytes, 4096u);
+  ASSERT_EQ(c->llm.routes.size(), 2u);
+  EXPECT_FALSE(c->llm.routes[0].continuation);
+  EXPECT_EQ(c->llm.routes[1].api, LlmApi::kCompletions);
+  EXPECT_TRUE(c->llm.routes[1].continuation);
+}
+
 TEST(RouterConfigTest, DefaultsAreUsable) {
   auto c = ParseRouterConfig("auth: none\n", "open.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -108,6 +127,14 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
            "]}\nroutes:\n  - {stream: s, tenant: b, primary: 127.0.0.1:1}",
        "tenant 'b'"},
       {"limits: {max_headers: 0}", "limits.max_headers"},
+      {"auth: none\nllm: {continuation: maybe}", "llm.continuation"},
+      {"auth: none\nllm: {max_continuations: -1}", "llm.max_continuations"},
+      {"auth: none\nllm: {routes: [{path: v1/x, api: chat}]}", "llm.routes[0].path"},
+      {"auth: none\nllm: {routes: [{path: /v1/x, api: embeddings}]}", "llm.routes[0].api"},
+      {"auth: none\nllm: {routes: [{path: /v1/x}]}", "llm.routes[0].api"},
+      {"auth: none\nllm: {routes: [{path: /a, api: chat}, {path: /a, api: chat}]}",
+       "'/a' is listed twice"},
+      {"auth: none\nllm: {routs: []}", "routs"},
       {"limits: {header_timeout_ms: soon}", "limits.header_timeout_ms"},
       {"failover: {probe_interval_ms: 50, hang_after_ms: 20}", "hang_after_ms"},
       {"failover: {probe_path: health}", "probe_path"},

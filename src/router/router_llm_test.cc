@@ -1,0 +1,212 @@
+// The router in-process in front of two real gpuha workers serving the
+// language model: token streams relayed as they come, and continued on the
+// standby when the primary cuts, stalls or errs mid-answer. Every answer is
+// checked against the model run locally.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/eventually.h"
+#include "common/testing/raw_http.h"
+#include "router/router.h"
+#include "worker/llm.h"
+#include "worker/worker.h"
+
+namespace gpuha::router {
+namespace {
+
+using gpuha::testing::Eventually;
+using gpuha::testing::Reply;
+using gpuha::testing::Send;
+using std::chrono::milliseconds;
+
+double MetricValue(const std::string& text, const std::string& name) {
+  size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+std::string Post(const std::string& target, const std::string& body,
+                 const std::string& extra = "") {
+  return absl::StrCat("POST ", target, " HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n",
+                      "Content-Length: ", body.size(), "\r\n", extra, "\r\n", body);
+}
+
+// A completion body, and what the model answers to it.
+struct Ask {
+  std::string body;
+  worker::LlmAnswer want;
+};
+Ask Completion(const std::string& prompt, int max_tokens) {
+  Ask a;
+  a.body = absl::StrCat(R"({"model":"gpuha-tiny","stream":true,"max_tokens":)", max_tokens,
+                        R"(,"stream_options":{"include_usage":true},"prompt":")", prompt, R"("})");
+  worker::LlmRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  a.want = worker::Complete(r);
+  return a;
+}
+// The first prompt from `seed` on whose answer runs at least `min_tokens`.
+Ask LongCompletion(const std::string& seed, int max_tokens, int min_tokens) {
+  for (int i = 0;; ++i) {
+    Ask a = Completion(absl::StrCat(seed, " ", i), max_tokens);
+    if (a.want.completion_tokens >= min_tokens) return a;
+  }
+}
+
+class RouterLlmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto [w, name] : {std::pair{&a_, "a"}, std::pair{&b_, "b"}}) {
+      worker::WorkerOptions o;
+      o.port = 0;
+      o.node = name;
+      o.ttft = milliseconds(5);
+      o.token_latency = milliseconds(5);
+      auto s = worker::Worker::Start(o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      *w = std::move(*s);
+    }
+    config_.listen = {"127.0.0.1", 0};
+    config_.threads = 2;
+    config_.auth_none = true;
+    config_.probe_interval = milliseconds(10);
+    config_.hang_after = milliseconds(200);
+    config_.routes = {{"chat-1", "", Address(*a_), Address(*b_)}};
+    router_ = std::make_unique<Router>(config_);
+    ASSERT_TRUE(router_->Start().ok());
+  }
+  static std::string Address(const worker::Worker& w) {
+    return absl::StrCat("127.0.0.1:", w.port());
+  }
+  void Fault(worker::Worker& w, const std::string& mode) {
+    ASSERT_EQ(Send(w.port(), Post(absl::StrCat("/v1/fault?mode=", mode), "")).status, 200);
+  }
+  std::future<Reply> Start(const std::string& body, const std::string& extra = "",
+                           const std::string& path = "/v1/completions") {
+    return std::async(std::launch::async, [this, body, extra, path] {
+      return Send(router_->port(), Post("/streams/chat-1" + path, body, extra));
+    });
+  }
+  double Metric(const std::string& name) {
+    return MetricValue(router_->MetricsText(), "gpuha_router_" + name);
+  }
+  // The answer is the model's, whole, with the usage of an uninterrupted one.
+  static void ExpectWhole(const Reply& r, const worker::LlmAnswer& want) {
+    ASSERT_EQ(r.status, 200) << r.error << r.body;
+    auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, r.body);
+    ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.body;
+    EXPECT_EQ(got->text, want.text);
+    EXPECT_EQ(got->finish_reason, want.finish_reason);
+    EXPECT_EQ(got->completion_tokens, want.completion_tokens);
+    EXPECT_EQ(got->prompt_tokens, want.prompt_tokens);
+    EXPECT_EQ(got->ids.size(), 1u);
+  }
+
+  std::unique_ptr<worker::Worker> a_, b_;
+  RouterConfig config_;
+  std::unique_ptr<Router> router_;
+};
+
+TEST_F(RouterLlmTest, TokensReachTheClientAsTheyAreMade) {
+  Ask ask = LongCompletion("as they come", 60, 40);
+  // One connection, read as it arrives: the first token is out long
+  // before the answer ends.
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::socket s(ioc);
+  s.connect({net::ip::make_address("127.0.0.1"), router_->port()});
+  net::write(s, net::buffer(Post("/streams/chat-1/v1/completions", ask.body)));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    size_t n = s.read_some(net::buffer(buf));
+    got.append(buf, n);
+  }
+  EXPECT_LT(a_->counters().generation_tokens.load(), 40u)
+      << "the first token came only after most of the answer was made";
+}
+
+TEST_F(RouterLlmTest, APrimaryThatDiesMidAnswerIsContinuedOnTheStandby) {
+  Ask ask = LongCompletion("tell me about failover", 200, 80);
+  std::future<Reply> f = Start(ask.body);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 20; }));
+  Fault(*a_, "cut");  // connections close mid-answer: a crash, as the network sees it
+  Reply r = f.get();
+  ExpectWhole(r, ask.want);
+  EXPECT_EQ(Metric("sse_continuations_total"), 1);
+  EXPECT_GT(b_->counters().generation_tokens.load(), 0u);
+  EXPECT_LT(b_->counters().generation_tokens.load(),
+            static_cast<uint64_t>(ask.want.completion_tokens));  // the rest only
+}
+
+TEST_F(RouterLlmTest, StreamsStalledMidAnswerAreJudgedByTheirTokensAndContinued) {
+  // The primary's probe keeps answering; only its tokens stop.
+  std::vector<Ask> asks;
+  std::vector<std::future<Reply>> replies;
+  for (int i = 0; i < 4; ++i) {
+    asks.push_back(LongCompletion(absl::StrCat("stall ", i), 200, 100));
+    replies.push_back(Start(asks.back().body));
+  }
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 80; }));
+  Fault(*a_, "stuck");
+  for (size_t i = 0; i < replies.size(); ++i) ExpectWhole(replies[i].get(), asks[i].want);
+  EXPECT_GE(Metric("token_stalls_total"), 1);
+  EXPECT_EQ(Metric("sse_continuations_total"), 4);
+  Fault(*a_, "none");
+}
+
+TEST_F(RouterLlmTest, ChatIsContinuedWithAnAssistantPrefix) {
+  std::string body;
+  worker::LlmAnswer want;
+  for (int i = 0; want.completion_tokens < 60; ++i) {
+    body = absl::StrCat(
+        R"({"model":"gpuha-tiny","stream":true,"max_tokens":150,"messages":[{"role":"user","content":"q)",
+        i, R"("}]})");
+    want = worker::Complete(*worker::ParseLlmRequest(worker::LlmApi::kChat, body));
+  }
+  std::future<Reply> f = Start(body, "", "/v1/chat/completions");
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 10; }));
+  Fault(*a_, "cut");
+  Reply r = f.get();
+  ASSERT_EQ(r.status, 200) << r.error;
+  auto got = worker::ParseStreamedAnswer(worker::LlmApi::kChat, r.body);
+  ASSERT_TRUE(got.ok()) << got.status() << r.body;
+  EXPECT_EQ(got->text, want.text);
+  EXPECT_EQ(got->finish_reason, want.finish_reason);
+}
+
+TEST_F(RouterLlmTest, AStreamThatCannotBeContinuedEndsWithAnErrorEventThatSaysWhy) {
+  Ask ask = LongCompletion("no continuation", 200, 80);
+  std::future<Reply> f = Start(ask.body, "X-Gpuha-Continue: off\r\n");
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 10; }));
+  Fault(*a_, "cut");
+  Reply r = f.get();
+  ASSERT_EQ(r.status, 200) << r.error;  // a well-formed end, not a cut connection
+  auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, r.body);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("continuation is off for this request"), std::string::npos)
+      << got.status() << "\n"
+      << r.body;
+  EXPECT_EQ(Metric("sse_error_events_total"), 1);
+  EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);
+}
+
+TEST_F(RouterLlmTest, HealthyStreamsPassUntouched) {
+  std::vector<Ask> asks;
+  std::vector<std::future<Reply>> replies;
+  for (int i = 0; i < 8; ++i) {
+    asks.push_back(Completion(absl::StrCat("healthy ", i), 30));
+    replies.push_back(Start(asks.back().body));
+  }
+  for (size_t i = 0; i < replies.size(); ++i) ExpectWhole(replies[i].get(), asks[i].want);
+  EXPECT_EQ(Metric("sse_streams_total"), 8);
+  EXPECT_EQ(Metric("sse_continuations_total"), 0);
+  EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);
+}
+
+}  // namespace
+}  // namespace gpuha::router

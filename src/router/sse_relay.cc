@@ -1,0 +1,248 @@
+#include "router/sse_relay.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::router {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool PositiveInt(const json& j) { return j.is_number_integer() && j.get<int64_t>() >= 1; }
+
+}  // namespace
+
+const LlmRoute* FindLlmRoute(const LlmConfig& c, std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  for (const LlmRoute& r : c.routes) {
+    if (path == r.path) return &r;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body) {
+  auto no = [](const std::string& why) { return absl::FailedPreconditionError(why); };
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return no("the request body is not a JSON object");
+  auto stream = j.find("stream");
+  if (stream == j.end() || *stream != true) return no("the request is not streamed (stream: true)");
+  if (auto n = j.find("n"); n != j.end() && !n->is_null() && *n != 1) {
+    return no("the request asks for more than one choice (n)");
+  }
+  if (auto b = j.find("best_of"); b != j.end() && !b->is_null() && *b != 1) {
+    return no("the request asks for best_of");
+  }
+  if (auto e = j.find("echo"); e != j.end() && *e == true) {
+    return no("the request echoes its prompt (echo)");
+  }
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (auto m = j.find(f); m != j.end() && !m->is_null() && !PositiveInt(*m)) {
+      return no(absl::StrCat(f, " is not a positive integer"));
+    }
+  }
+  if (api == LlmApi::kCompletions) {
+    auto p = j.find("prompt");
+    if (p == j.end() || !p->is_string()) return no("the prompt is not one string");
+  } else {
+    auto m = j.find("messages");
+    if (m == j.end() || !m->is_array() || m->empty()) return no("the request has no messages");
+    for (const json& msg : *m) {
+      if (!msg.is_object()) return no("a message is not an object");
+    }
+  }
+  return LlmCall{api, std::move(j)};
+}
+
+SseContinuity::SseContinuity(LlmApi api, std::optional<LlmCall> call, std::string why_not,
+                             size_t max_text_bytes)
+    : call_api_(api),
+      call_(std::move(call)),
+      why_not_(std::move(why_not)),
+      max_text_bytes_(max_text_bytes) {}
+
+int SseContinuity::Feed(std::string_view bytes, std::string* out) {
+  int tokens = 0;
+  if (opaque_ || done_) {
+    out->append(bytes);
+    return 0;
+  }
+  if (!split_.Feed(bytes, [&](std::string_view raw) { OnEvent(raw, out, &tokens); })) {
+    // An event over the limit: relayed as it is, and no longer followed.
+    opaque_ = true;
+    why_not_ = "an event of the stream is over 1 MiB";
+    out->append(split_.TakePending());
+  }
+  return tokens;
+}
+
+void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens) {
+  if (opaque_ || done_) {
+    out->append(raw);
+    return;
+  }
+  common::SseEvent e = common::ParseSseEvent(raw);
+  if (e.comment_only) {
+    out->append(raw);
+    return;
+  }
+  if (e.data == "[DONE]") {
+    done_ = true;
+    out->append(raw);
+    return;
+  }
+  json j = json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    opaque_ = true;
+    why_not_ = "an event of the stream is not a JSON completion chunk";
+    out->append(raw);
+    return;
+  }
+  if (e.event == "error" || (j.contains("error") && !j.contains("choices"))) {
+    // The upstream's own report of a failure mid-answer (vLLM sends one
+    // when its engine dies): not for the client, whose answer goes on
+    // elsewhere. Held here for the caller to fail the upstream.
+    const json* msg = nullptr;
+    if (auto err = j.find("error"); err != j.end()) {
+      msg = err->is_object() && err->contains("message") ? &(*err)["message"] : &*err;
+    }
+    upstream_error_ = msg != nullptr && msg->is_string() ? msg->get<std::string>() : e.data;
+    return;
+  }
+  std::string piece;
+  bool role_only = false;
+  auto choices = j.find("choices");
+  if (choices != j.end() && choices->is_array() && !choices->empty()) {
+    const json& c = (*choices)[0];
+    if (choices->size() > 1 || c.value("index", 0) != 0) {
+      opaque_ = true;
+      why_not_ = "the stream has more than one choice";
+      out->append(raw);
+      return;
+    }
+    const json* t = nullptr;
+    if (call_api_ == LlmApi::kChat) {
+      if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
+        if (auto ct = d->find("content"); ct != d->end() && ct->is_string()) t = &*ct;
+        role_only = d->contains("role");
+      }
+    } else if (auto tt = c.find("text"); tt != c.end() && tt->is_string()) {
+      t = &*tt;
+    }
+    if (t != nullptr) piece = t->get<std::string>();
+    auto f = c.find("finish_reason");
+    bool finish = f != c.end() && f->is_string();
+    if (finish) finished_ = true;
+    role_only = role_only && piece.empty() && !finish;
+  }
+  if (continuations_ == 0) {
+    if (id_.is_null() && j.contains("id")) id_ = j["id"];
+    if (created_.is_null() && j.contains("created")) created_ = j["created"];
+    if (!piece.empty() || template_.is_null()) template_ = j;
+    out->append(raw);
+  } else {
+    if (role_only && !j.contains("usage")) return;  // the continuation's second role chunk
+    if (!id_.is_null()) j["id"] = id_;
+    if (!created_.is_null()) j["created"] = created_;
+    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+      int64_t p = u->value("prompt_tokens", int64_t{0}) - base_tokens_;
+      int64_t c = u->value("completion_tokens", int64_t{0}) + base_tokens_;
+      (*u)["prompt_tokens"] = p;
+      (*u)["completion_tokens"] = c;
+      (*u)["total_tokens"] = p + c;
+    }
+    absl::StrAppend(out, e.event.empty() ? "" : absl::StrCat("event: ", e.event, "\n"),
+                    "data: ", Dump(j), "\n\n");
+  }
+  if (!piece.empty()) {
+    ++*tokens;
+    ++tokens_;
+    if (!text_over_ && text_.size() + piece.size() > max_text_bytes_) {
+      text_over_ = true;
+      std::string().swap(text_);
+    }
+    if (!text_over_) text_ += piece;
+  }
+}
+
+std::optional<int64_t> SseContinuity::Remaining() const {
+  if (!call_) return std::nullopt;
+  const json& b = call_->body;
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (auto m = b.find(f); m != b.end() && m->is_number_integer()) {
+      return m->get<int64_t>() - tokens_;
+    }
+  }
+  if (call_->api == LlmApi::kCompletions) return kCompletionsDefaultMaxTokens - tokens_;
+  return std::nullopt;
+}
+
+std::optional<std::string> SseContinuity::CannotContinue() const {
+  if (!call_) return why_not_;
+  if (opaque_) return why_not_;
+  if (text_over_) {
+    return absl::StrCat("the answer's text is over llm.max_text_bytes (", max_text_bytes_,
+                        " bytes)");
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> SseContinuity::OnlyTheEndIsMissing() const {
+  if (done_) return std::nullopt;
+  if (finished_) return std::string("data: [DONE]\n\n");
+  std::optional<int64_t> left = Remaining();
+  if (!left || *left > 0 || template_.is_null()) return std::nullopt;
+  json last = template_;
+  last.erase("usage");
+  if (!id_.is_null()) last["id"] = id_;
+  json& c = last["choices"][0];
+  if (call_api_ == LlmApi::kChat) {
+    c["delta"] = json::object();
+  } else {
+    c["text"] = "";
+  }
+  c["finish_reason"] = "length";
+  return absl::StrCat("data: ", Dump(last), "\n\ndata: [DONE]\n\n");
+}
+
+std::string SseContinuity::BeginContinuation() {
+  json b = call_->body;
+  if (call_->api == LlmApi::kCompletions) {
+    b["prompt"] = b["prompt"].get<std::string>() + text_;
+  } else {
+    json& msgs = b["messages"];
+    json& last = msgs.back();
+    if (b.value("continue_final_message", false) && last.value("role", "") == "assistant" &&
+        last.contains("content") && last["content"].is_string()) {
+      last["content"] = last["content"].get<std::string>() + text_;
+    } else {
+      msgs.push_back({{"role", "assistant"}, {"content", text_}});
+    }
+    b["continue_final_message"] = true;
+    b["add_generation_prompt"] = false;
+  }
+  bool limited = false;
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (auto m = b.find(f); m != b.end() && m->is_number_integer()) {
+      *m = m->get<int64_t>() - tokens_;
+      limited = true;
+    }
+  }
+  if (!limited && call_->api == LlmApi::kCompletions) {
+    b["max_tokens"] = kCompletionsDefaultMaxTokens - tokens_;
+  }
+  base_tokens_ = tokens_;
+  ++continuations_;
+  upstream_error_.reset();
+  split_ = common::SseSplitter();  // the broken stream's partial event is dropped
+  return Dump(b);
+}
+
+std::string SseContinuity::ErrorEvent(std::string_view why) {
+  json e = {{"error",
+             {{"message", std::string(why)}, {"type", "gpuha_stream_interrupted"}, {"code", 502}}}};
+  return absl::StrCat("event: error\ndata: ", Dump(e), "\n\n");
+}
+
+}  // namespace gpuha::router

@@ -1,0 +1,117 @@
+// SseContinuity: what the router keeps of one LLM token stream (an
+// OpenAI-style completion with stream: true, relayed as server-sent events)
+// so that, when its upstream fails or stalls mid-answer, the standby can be
+// asked for the rest and the client's open stream goes on as one answer.
+//
+// While relaying, Feed() takes the upstream's body bytes and hands back
+// whole events only (a partial event is held, so the client never holds
+// half of one), keeping the text delivered and the tokens counted (one per
+// chunk with text). On a failure, BeginContinuation() makes the request for
+// the standby:
+//   completions  the prompt extended by the delivered text;
+//   chat         the messages with the delivered text as an assistant
+//                prefix, continue_final_message: true and
+//                add_generation_prompt: false (vLLM's parameters);
+//   both         max_tokens (or max_completion_tokens) less the tokens
+//                delivered; a completion that gave none gets OpenAI's
+//                default of 16 less the tokens delivered.
+// The continuation's events are then rewritten to read as the first
+// upstream's: its id and created, no second chat role chunk, and its usage
+// with the delivered tokens moved from the prompt back to the completion.
+//
+// The count of tokens is a count of chunks with text: exact for servers
+// that send one token per chunk (vLLM's default, gpuha's worker), an
+// undercount for a server that batches tokens into chunks. Sampling with
+// temperature makes a continuation a different (equally valid) text; with
+// greedy decoding or gpuha's model it is the same text.
+//
+// When the rest cannot be asked for (not a streamed completion of a known
+// shape, continuation off, the text over max_text_bytes, or no upstream
+// left), ErrorEvent() ends the stream with an SSE error event that names the
+// reason: never a silent cut.
+//
+// Pure: bytes in, bytes out. Thread-safety: none (one request's).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/sse.h"
+#include "router/router_config.h"
+
+namespace gpuha::router {
+
+// The LLM route a request's upstream target is on (its path, without the
+// query, equals a route's path); null if none.
+const LlmRoute* FindLlmRoute(const LlmConfig& c, std::string_view target);
+
+// A request the router may continue: parsed and checked.
+struct LlmCall {
+  LlmApi api = LlmApi::kCompletions;
+  nlohmann::json body;
+};
+// Not OK (with the reason) for a request whose answer cannot be continued:
+// not JSON, not streamed, n > 1, echo, or a prompt that is not one string.
+[[nodiscard]] absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body);
+
+// The OpenAI default of max_tokens for /v1/completions.
+inline constexpr int64_t kCompletionsDefaultMaxTokens = 16;
+
+class SseContinuity {
+ public:
+  // `call` nullopt: track only, and `why_not` is what the error event says
+  // if the stream breaks.
+  SseContinuity(LlmApi api, std::optional<LlmCall> call, std::string why_not,
+                size_t max_text_bytes);
+
+  // The upstream's body bytes; whole events are appended to `out`
+  // (rewritten during a continuation). Returns the tokens in them.
+  int Feed(std::string_view bytes, std::string* out);
+
+  bool done() const { return done_; }  // "data: [DONE]" went to the client
+  int tokens() const { return tokens_; }
+  const std::string& text() const { return text_; }
+  int continuations() const { return continuations_; }
+  // The upstream reported a failure in the stream itself (an error event,
+  // or a data chunk holding only an error): the caller fails it over.
+  // The event is not relayed.
+  const std::optional<std::string>& upstream_error() const { return upstream_error_; }
+
+  // Why the rest cannot be asked of another upstream; nullopt: it can.
+  std::optional<std::string> CannotContinue() const;
+  // Every token was delivered and only the end was lost: the events that
+  // close the answer (a finish chunk if none came, and [DONE]). Asking an
+  // upstream for nothing would be wrong.
+  std::optional<std::string> OnlyTheEndIsMissing() const;
+  // The body of the continuation request; from here on Feed() reads the
+  // continuation's stream.
+  std::string BeginContinuation();
+  // "event: error" with an OpenAI-shaped error naming `why`.
+  static std::string ErrorEvent(std::string_view why);
+
+ private:
+  void OnEvent(std::string_view raw, std::string* out, int* tokens);
+  std::optional<int64_t> Remaining() const;  // max tokens left; nullopt: no limit given
+
+  LlmApi call_api_;
+  std::optional<LlmCall> call_;
+  std::string why_not_;
+  size_t max_text_bytes_;
+  common::SseSplitter split_;
+  std::string text_;
+  int tokens_ = 0;
+  bool done_ = false;
+  bool finished_ = false;  // a finish_reason was delivered
+  bool opaque_ = false;    // an event was not JSON, or too long: not tracked
+  bool text_over_ = false;
+  int continuations_ = 0;
+  int base_tokens_ = 0;  // delivered before the current continuation
+  nlohmann::json id_, created_;
+  nlohmann::json template_;  // the last chunk with text: the shape of a made-up finish chunk
+  std::optional<std::string> upstream_error_;
+};
+
+}  // namespace gpuha::router

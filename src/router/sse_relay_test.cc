@@ -1,0 +1,231 @@
+#include "router/sse_relay.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/llm.h"
+
+namespace gpuha::router {
+namespace {
+
+using nlohmann::json;
+
+worker::LlmApi W(LlmApi a) {
+  return a == LlmApi::kChat ? worker::LlmApi::kChat : worker::LlmApi::kCompletions;
+}
+
+// The events gpuha's worker streams for a request body (as a vLLM would).
+std::vector<std::string> Stream(LlmApi api, const std::string& body, const std::string& id) {
+  auto r = worker::ParseLlmRequest(W(api), body);
+  EXPECT_TRUE(r.ok()) << r.status() << " " << body;
+  std::vector<std::string> ev;
+  auto add = [&](const std::string& d) { ev.push_back(absl::StrCat("data: ", d, "\n\n")); };
+  if (api == LlmApi::kChat) add(worker::LlmChunkJson(W(api), id, 7, "gpuha-tiny", "", {}, true));
+  worker::TinyLm lm(r->prompt);
+  int n = 0;
+  for (int i = 0; i < r->max_tokens; ++i) {
+    worker::TinyLm::Token t = lm.Next();
+    bool last = t.end || i + 1 == r->max_tokens;
+    if (!t.end) ++n;
+    if (!t.end || last) {
+      add(worker::LlmChunkJson(
+          W(api), id, 7, "gpuha-tiny", t.text,
+          last ? std::optional<std::string_view>(t.end ? "stop" : "length") : std::nullopt));
+    }
+    if (last) break;
+  }
+  if (r->include_usage) {
+    add(worker::LlmUsageChunkJson(W(api), id, 7, "gpuha-tiny", worker::CountTokens(r->prompt), n));
+  }
+  add("[DONE]");
+  return ev;
+}
+
+std::string Join(const std::vector<std::string>& v, size_t from = 0, size_t to = ~size_t{0}) {
+  std::string s;
+  for (size_t i = from; i < v.size() && i < to; ++i) s += v[i];
+  return s;
+}
+
+SseContinuity Follow(LlmApi api, const std::string& body, size_t max_text = 1 << 20) {
+  auto call = ReadLlmCall(api, body);
+  EXPECT_TRUE(call.ok()) << call.status();
+  return SseContinuity(api, std::move(*call), "", max_text);
+}
+
+// The client's view: the answer the router relays when the first upstream
+// breaks after `cut_at` bytes of its stream and the standby gives the rest.
+std::string Continued(LlmApi api, const std::string& body, size_t cut_at) {
+  SseContinuity sc = Follow(api, body);
+  std::string whole = Join(Stream(api, body, "first"));
+  std::string client;
+  sc.Feed(std::string_view(whole).substr(0, cut_at), &client);
+  if (sc.done()) return client;
+  if (auto end = sc.OnlyTheEndIsMissing()) return client + *end;
+  std::string next = sc.BeginContinuation();
+  sc.Feed(Join(Stream(api, next, "second")), &client);
+  EXPECT_TRUE(sc.done());
+  return client;
+}
+
+TEST(SseRelayTest, ACompletionCutAnywhereIsContinuedToTheUninterruptedAnswer) {
+  for (LlmApi api : {LlmApi::kCompletions, LlmApi::kChat}) {
+    // The first prompt whose answer is long enough to cut in many places.
+    std::string body, whole;
+    for (int q = 0; q < 100; ++q) {
+      std::string prompt = absl::StrCat("what fails over? ", q);
+      body = api == LlmApi::kChat
+                 ? absl::StrCat(R"({"model":"gpuha-tiny","stream":true,"max_tokens":40,
+                     "stream_options":{"include_usage":true},
+                     "messages":[{"role":"user","content":")",
+                                prompt, R"("}]})")
+                 : absl::StrCat(R"({"model":"gpuha-tiny","stream":true,"max_tokens":40,
+                     "stream_options":{"include_usage":true},"prompt":")",
+                                prompt, R"("})");
+      whole = Join(Stream(api, body, "first"));
+      if (worker::ParseStreamedAnswer(W(api), whole)->chunks > 20) break;
+    }
+    auto want = worker::ParseStreamedAnswer(W(api), whole);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_GT(want->chunks, 20);
+    // Every byte position, mid-event included.
+    for (size_t cut = 0; cut < whole.size(); cut += 7) {
+      std::string client = Continued(api, body, cut);
+      auto got = worker::ParseStreamedAnswer(W(api), client);
+      ASSERT_TRUE(got.ok()) << got.status() << " at " << cut << "\n" << client;
+      EXPECT_EQ(got->text, want->text) << cut;
+      EXPECT_EQ(got->finish_reason, want->finish_reason) << cut;
+      // The usage, moved back from prompt to completion. Only a cut between
+      // the finish chunk and the usage chunk loses it: no upstream can be
+      // asked for a usage alone.
+      if (cut <= whole.find("finish_reason\":\"") || got->prompt_tokens) {
+        EXPECT_EQ(got->prompt_tokens, want->prompt_tokens) << cut;
+        EXPECT_EQ(got->completion_tokens, want->completion_tokens) << cut;
+      }
+      // One id throughout: the first upstream's, once the client saw it.
+      ASSERT_EQ(got->ids.size(), 1u) << cut;
+      if (cut >= whole.find("\n\n") + 2) EXPECT_EQ(got->ids[0], "first") << cut;
+      // One role chunk at most: the continuation's is dropped.
+      size_t roles = 0;
+      for (size_t at = client.find("\"role\""); at != std::string::npos;
+           at = client.find("\"role\"", at + 1)) {
+        ++roles;
+      }
+      EXPECT_LE(roles, 1u) << cut;
+    }
+  }
+}
+
+TEST(SseRelayTest, TheContinuationRequestCarriesTheDeliveredText) {
+  SseContinuity sc =
+      Follow(LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi","max_tokens":10})");
+  std::string out;
+  EXPECT_EQ(sc.Feed("data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"text\":\" one\"}]}\n\n"
+                    "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"text\":\" two\"}]}\n\ndata: {",
+                    &out),
+            2);
+  EXPECT_EQ(sc.text(), " one two");
+  // The partial event was held back from the client.
+  EXPECT_EQ(out.find("data: {\n"), std::string::npos);
+  EXPECT_EQ(out.substr(out.size() - 2), "\n\n");
+  json next = json::parse(sc.BeginContinuation());
+  EXPECT_EQ(next["prompt"], "hi one two");
+  EXPECT_EQ(next["max_tokens"], 8);
+  // No max_tokens: OpenAI's default of 16 for completions, less the two.
+  SseContinuity d = Follow(LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi"})");
+  d.Feed("data: {\"choices\":[{\"text\":\" x\"}]}\n\n", &out);
+  EXPECT_EQ(json::parse(d.BeginContinuation())["max_tokens"], 15);
+  // Chat: an assistant prefix, or the existing one extended.
+  SseContinuity c = Follow(LlmApi::kChat, R"({"model":"m","stream":true,"max_completion_tokens":5,
+      "messages":[{"role":"user","content":"q"}]})");
+  c.Feed("data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n", &out);
+  json cn = json::parse(c.BeginContinuation());
+  EXPECT_EQ(cn["messages"].back(), (json{{"role", "assistant"}, {"content", " a"}}));
+  EXPECT_EQ(cn["continue_final_message"], true);
+  EXPECT_EQ(cn["add_generation_prompt"], false);
+  EXPECT_EQ(cn["max_completion_tokens"], 4);
+  EXPECT_FALSE(cn.contains("max_tokens"));
+  c.Feed("data: {\"choices\":[{\"delta\":{\"content\":\" b\"}}]}\n\n", &out);
+  json again = json::parse(c.BeginContinuation());
+  EXPECT_EQ(again["messages"].size(), 2u);
+  EXPECT_EQ(again["messages"].back()["content"], " a b");
+  EXPECT_EQ(again["max_completion_tokens"], 3);
+  EXPECT_EQ(c.continuations(), 2);
+}
+
+TEST(SseRelayTest, RequestsThatCannotBeContinuedSayWhy) {
+  struct Case {
+    LlmApi api;
+    const char* body;
+    const char* why;
+  } cases[] = {
+      {LlmApi::kCompletions, "{", "not a JSON object"},
+      {LlmApi::kCompletions, R"({"prompt":"x"})", "not streamed"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"n":2})", "more than one choice"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"echo":true})", "echoes"},
+      {LlmApi::kCompletions, R"({"prompt":["a","b"],"stream":true})", "not one string"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"max_tokens":0})",
+       "max_tokens is not a positive integer"},
+      {LlmApi::kChat, R"({"stream":true,"messages":[]})", "no messages"},
+  };
+  for (const Case& c : cases) {
+    auto r = ReadLlmCall(c.api, c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_NE(r.status().message().find(c.why), std::string::npos) << r.status();
+  }
+  SseContinuity untracked(LlmApi::kCompletions, std::nullopt, "continuation is off", 100);
+  EXPECT_EQ(untracked.CannotContinue(), "continuation is off");
+  // Text over the bound: relayed, not kept.
+  SseContinuity small = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true})", 4);
+  std::string out;
+  small.Feed("data: {\"choices\":[{\"text\":\" abcdef\"}]}\n\n", &out);
+  EXPECT_NE(out.find("abcdef"), std::string::npos);
+  EXPECT_NE(small.CannotContinue()->find("llm.max_text_bytes (4 bytes)"), std::string::npos);
+  SseContinuity odd = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true})");
+  odd.Feed("data: not json\n\n", &out);
+  EXPECT_NE(odd.CannotContinue()->find("not a JSON completion chunk"), std::string::npos);
+  auto ev = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions,
+                                        SseContinuity::ErrorEvent("no standby"));
+  EXPECT_NE(ev.status().message().find("no standby"), std::string::npos);
+}
+
+TEST(SseRelayTest, AnUpstreamsErrorChunkIsHeldAndOnlyAMissingEndIsMadeUp) {
+  SseContinuity sc = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true,"max_tokens":2})");
+  std::string out, full_out;
+  sc.Feed(
+      "data: {\"id\":\"a\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
+      "\"text\":\" p\",\"finish_reason\":null}]}\n\n"
+      "data: {\"error\":{\"message\":\"engine dead\"}}\n\n",
+      &out);
+  EXPECT_EQ(sc.upstream_error(), "engine dead");
+  EXPECT_EQ(out.find("engine dead"), std::string::npos);
+  EXPECT_FALSE(sc.OnlyTheEndIsMissing());  // one token of two: the rest is asked for
+  sc.Feed("", &out);
+  // Both tokens, no finish chunk and no [DONE]: a finish chunk ("length") is made up.
+  SseContinuity full =
+      Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true,"max_tokens":2})");
+  full.Feed(
+      "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"text\":\" p\"}]}\n\n"
+      "data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"text\":\" q\"}]}\n\n",
+      &full_out);
+  auto end = full.OnlyTheEndIsMissing();
+  ASSERT_TRUE(end);
+  auto a = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, full_out + *end);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->finish_reason, "length");
+  EXPECT_EQ(a->text, " p q");
+}
+
+TEST(SseRelayTest, LlmRoutesMatchThePathWithoutItsQuery) {
+  LlmConfig c;
+  EXPECT_EQ(FindLlmRoute(c, "/v1/completions?x=1")->api, LlmApi::kCompletions);
+  EXPECT_EQ(FindLlmRoute(c, "/v1/chat/completions")->api, LlmApi::kChat);
+  EXPECT_EQ(FindLlmRoute(c, "/v1/completionsX"), nullptr);
+  EXPECT_EQ(FindLlmRoute(c, "/v2/models/cv/infer"), nullptr);
+}
+
+}  // namespace
+}  // namespace gpuha::router
