@@ -44,6 +44,15 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--image-side", o_.image_side, "--infer: image side in pixels (RGB)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app_->add_option("--protocol", protocol_,
+                   "http: a request per answer; sse: streamed completions of the worker's "
+                   "language model, every token timed and every answer checked "
+                   "(POST /v1/completions unless --path is given)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"http", "sse"}));
+  app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_flag("--quiet", quiet_, "No progress line");
 }
@@ -59,6 +68,8 @@ int LoadCommand::Run() {
     return kExitBadInput;
   }
   if (o_.infer && app_->count("--path") == 0) o_.path = "/v2/models/cv/infer";
+  o_.sse = protocol_ == "sse";
+  if (o_.sse && app_->count("--path") == 0) o_.path = "/v1/completions";
   o_.host = hp->host;
   o_.port = hp->port;
   o_.duration = std::chrono::milliseconds(static_cast<int64_t>(seconds_ * 1000));

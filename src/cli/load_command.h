@@ -21,6 +21,7 @@ class LoadCommand {
   double seconds_ = 10;
   double timeout_s_ = 30;
   std::string json_path_;
+  std::string protocol_ = "http";
   bool quiet_ = false;
 };
 

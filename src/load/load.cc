@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
@@ -17,6 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/sse.h"
+#include "worker/llm.h"
 #include "worker/model.h"
 
 namespace gpuha::load {
@@ -116,7 +119,156 @@ class Runner {
     return Clock::now() < end_;
   }
 
+  // Where the pooled connection comes from: the stream's idle list, or a
+  // new one (nullptr and `failure` set when the connect fails).
+  net::awaitable<std::unique_ptr<beast::tcp_stream>> Connection(StreamState& s,
+                                                                std::string* failure) {
+    if (!s.idle.empty()) {
+      auto c = std::move(s.idle.back());
+      s.idle.pop_back();
+      co_return c;
+    }
+    auto c = std::make_unique<beast::tcp_stream>(ioc_);
+    c->expires_after(o_.timeout);
+    error_code ec;
+    co_await c->async_connect(tcp::endpoint(net::ip::make_address(o_.host), o_.port),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      *failure = "connect: " + ec.message();
+      co_return nullptr;
+    }
+    co_return c;
+  }
+
+  // One streamed completion: every token timed, the whole answer checked.
+  net::awaitable<void> OneSse(StreamState& s) {
+    report_.sent++;
+    in_flight_++;
+    worker::LlmRequest want_req;
+    want_req.prompt = absl::StrCat("load ", s.id, " request ", report_.sent);
+    want_req.max_tokens = o_.max_tokens;
+    const worker::LlmAnswer want = worker::Complete(want_req);
+    const std::string body = nlohmann::json{{"model", worker::kLlmModelName},
+                                            {"prompt", want_req.prompt},
+                                            {"max_tokens", o_.max_tokens},
+                                            {"stream", true},
+                                            {"stream_options", {{"include_usage", true}}}}
+                                 .dump();
+    const std::string req = absl::StrCat(
+        "POST /streams/", s.id, o_.path, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
+        o_.api_key.empty() ? "" : "X-Api-Key: " + o_.api_key + "\r\n",
+        "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
+    const auto sent_at = Clock::now();
+    std::string failure;
+    std::string node;
+    bool keep = false;
+    error_code ec;
+    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
+    if (c) {
+      c->expires_after(o_.timeout);
+      co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
+      beast::flat_buffer buf;
+      http::response_parser<http::string_body> p;
+      p.body_limit(64 << 20);
+      if (!ec) {
+        co_await http::async_read_header(*c, buf, p, net::redirect_error(net::use_awaitable, ec));
+      }
+      common::SseSplitter split;
+      size_t fed = 0;
+      int tokens = 0;
+      Clock::time_point last = sent_at;
+      double longest = 0;
+      while (!ec && p.get().result_int() == 200 && !p.is_done()) {
+        co_await http::async_read_some(*c, buf, p, net::redirect_error(net::use_awaitable, ec));
+        const auto now = Clock::now();
+        const std::string& b = p.get().body();
+        split.Feed(std::string_view(b).substr(fed), [&](std::string_view raw) {
+          common::SseEvent e = common::ParseSseEvent(raw);
+          // A chunk with text is a token (a role or usage chunk is not).
+          if (e.data.find("\"text\":\"\"") != std::string::npos ||
+              e.data.find("\"text\":\"") == std::string::npos) {
+            return;
+          }
+          ++tokens;
+          double gap = Ms(now - last);
+          if (tokens == 1) {
+            ttfts_.push_back(gap);
+          } else {
+            gaps_.push_back(gap);
+          }
+          longest = std::max(longest, gap);
+          last = now;
+        });
+        fed = b.size();
+      }
+      report_.tokens += static_cast<uint64_t>(tokens);
+      s.report.max_stall_ms = std::max(s.report.max_stall_ms, longest);
+      node = std::string(p.get()["X-Gpuha-Node"]);
+      if (ec == beast::error::timeout) {
+        failure = tokens > 0 ? "cut: timeout mid-answer" : "timeout";
+      } else if (ec) {
+        failure = tokens > 0 ? "cut: connection closed mid-answer" : "read: " + ec.message();
+      } else if (p.get().result_int() != 200) {
+        failure = absl::StrCat("http_", p.get().result_int());
+        if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
+      } else {
+        failure = CheckAnswer(p.get().body(), want);
+        keep = failure.empty() && p.keep_alive();
+      }
+    }
+    const auto now = Clock::now();
+    in_flight_--;
+    if (!node.empty() && failure.empty()) report_.served_by[node]++;
+    if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
+    if (failure.empty()) {
+      report_.ok++;
+      s.report.ok++;
+      latencies_.push_back(Ms(now - sent_at));
+      if (now <= end_) {
+        s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
+        s.last_answer = now;
+      }
+      if (keep) {
+        c->expires_never();
+        s.idle.push_back(std::move(c));
+      }
+    } else {
+      report_.failed++;
+      s.report.failed++;
+      report_.failures[failure]++;
+    }
+  }
+
+  // Empty when `sse` is the model's answer `want`, whole; else what is wrong.
+  static std::string CheckAnswer(const std::string& sse, const worker::LlmAnswer& want) {
+    if (sse.empty()) return "empty answer";
+    auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, sse);
+    if (!got.ok()) {
+      std::string_view m(got.status().message().data(), got.status().message().size());
+      if (m.find("an error event") != std::string_view::npos) return "error event";
+      if (m.find("no [DONE]") != std::string_view::npos ||
+          m.find("inside an event") != std::string_view::npos) {
+        return "cut: no [DONE]";
+      }
+      return "malformed stream";
+    }
+    if (got->text.empty() && !want.text.empty()) return "empty answer";
+    if (got->text != want.text) {
+      return got->text.size() > want.text.size() ? "duplicated or extra text" : "wrong text";
+    }
+    if (got->finish_reason != want.finish_reason) return "wrong finish_reason";
+    if (got->completion_tokens != want.completion_tokens ||
+        got->prompt_tokens != want.prompt_tokens) {
+      return "wrong usage";
+    }
+    return "";
+  }
+
   net::awaitable<void> One(StreamState& s) {
+    if (o_.sse) {
+      co_await OneSse(s);
+      co_return;
+    }
     bool slow =
         o_.slow_fraction > 0 && std::uniform_real_distribution<>(0, 1)(rng_) < o_.slow_fraction;
     report_.sent++;
@@ -139,18 +291,8 @@ class Runner {
       if (!s.stalled_since) s.stalled_since = sent_at;
     }
     std::string failure;
-    std::unique_ptr<beast::tcp_stream> c;
     error_code ec;
-    if (!s.idle.empty()) {
-      c = std::move(s.idle.back());
-      s.idle.pop_back();
-    } else {
-      c = std::make_unique<beast::tcp_stream>(ioc_);
-      c->expires_after(o_.timeout);
-      co_await c->async_connect(tcp::endpoint(net::ip::make_address(o_.host), o_.port),
-                                net::redirect_error(net::use_awaitable, ec));
-      if (ec) failure = "connect: " + ec.message();
-    }
+    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
     bool keep = false;
     std::string node;
     if (failure.empty()) {
@@ -256,6 +398,20 @@ class Runner {
     report_.p99_ms = pct(0.99);
     report_.p999_ms = pct(0.999);
     report_.max_ms = latencies_.empty() ? 0 : latencies_.back();
+    report_.sse = o_.sse;
+    if (o_.sse) {
+      auto pct_of = [](std::vector<double>& v, double p) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+      };
+      report_.ttft_p50_ms = pct_of(ttfts_, 0.5);
+      report_.ttft_p99_ms = pct_of(ttfts_, 0.99);
+      report_.gap_p50_ms = pct_of(gaps_, 0.5);
+      report_.gap_p99_ms = pct_of(gaps_, 0.99);
+      report_.gap_p999_ms = pct_of(gaps_, 0.999);
+      report_.gap_max_ms = gaps_.empty() ? 0 : gaps_.back();
+    }
     for (auto& s : streams_) {
       // A stream silent at the end counts the silence up to the end.
       s->report.max_gap_ms = std::max(s->report.max_gap_ms, Ms(end_ - s->last_answer));
@@ -277,6 +433,7 @@ class Runner {
   std::mt19937 rng_;
   std::vector<std::unique_ptr<StreamState>> streams_;
   std::vector<double> latencies_;
+  std::vector<double> ttfts_, gaps_;  // sse
   LoadReport report_;
   int64_t in_flight_ = 0;
   Clock::time_point start_, end_;
@@ -296,6 +453,11 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
   if (o.slow_fraction < 0 || o.slow_fraction > 1) {
     return absl::InvalidArgumentError("--slow-fraction: must be 0 to 1");
   }
+  if (o.sse && (o.max_tokens < 1 || o.max_tokens > worker::kLlmMaxTokens)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens: must be 1 to ", worker::kLlmMaxTokens));
+  }
+  if (o.sse && o.infer) return absl::InvalidArgumentError("--protocol sse and --infer: pick one");
   error_code ec;
   net::ip::make_address(o.host, ec);
   if (ec) return absl::InvalidArgumentError("--target: host must be an IP address");
@@ -316,9 +478,15 @@ std::string LoadReport::Json() const {
   return absl::StrFormat(
       R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
-      R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},"streams":[%s]})",
+      R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
       sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
-      max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","), absl::StrJoin(s, ","));
+      max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
+      sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
+                            R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
+                            tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms,
+                            gap_max_ms)
+          : std::string(),
+      absl::StrJoin(s, ","));
 }
 
 std::string LoadReport::Text() const {
@@ -331,6 +499,12 @@ std::string LoadReport::Text() const {
       max_ms, max_gap_ms, max_stall_ms);
   if (slow_sent > 0)
     out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
+  if (sse) {
+    out += absl::StrFormat(
+        "tokens %d  time to first token ms: p50 %.1f  p99 %.1f\n"
+        "gap between tokens ms: p50 %.1f  p99 %.1f  p999 %.1f  max %.1f\n",
+        tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms);
+  }
   for (const auto& [reason, n] : failures)
     out += absl::StrFormat("  failed: %-30s %d\n", reason, n);
   for (const auto& [node, n] : served_by) out += absl::StrFormat("  served by %-20s %d\n", node, n);

@@ -48,7 +48,14 @@ struct LoadOptions {
   // each answer's histogram, brightness and motion are checked against the
   // model run here. A wrong answer is a failure ("wrong answer").
   bool infer = false;
-  int image_side = 16;                           // infer: images are side x side x 3
+  int image_side = 16;  // infer: images are side x side x 3
+  // LLM token streams: each request is a streamed completion (SSE) of the
+  // worker's language model, with a prompt of its own; the whole answer is
+  // checked against the model run here (text, finish reason, usage) and
+  // each token is timed. A cut, empty, duplicated or wrong answer, or one
+  // ended by an error event, is a failure that says which.
+  bool sse = false;
+  int max_tokens = 64;
   std::function<void(const Answer&)> on_answer;  // called on the load thread
   // When set, load stops early once it turns true (checked before each send).
   const std::atomic<bool>* stop = nullptr;
@@ -78,6 +85,12 @@ struct LoadReport {
   double seconds = 0;
   std::vector<StreamReport> streams;
   std::map<std::string, uint64_t> served_by;  // node (X-Gpuha-Node) -> answers
+  // sse: tokens received, time to first token, and the gaps between tokens
+  // of one answer (max_stall_ms is then the longest of either).
+  bool sse = false;
+  uint64_t tokens = 0;
+  double ttft_p50_ms = 0, ttft_p99_ms = 0;
+  double gap_p50_ms = 0, gap_p99_ms = 0, gap_p999_ms = 0, gap_max_ms = 0;
   std::string Json() const;
   std::string Text() const;
 };

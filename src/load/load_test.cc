@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "common/net_util.h"
+#include "router/router.h"
 #include "router/testing/test_backend.h"
+#include "worker/worker.h"
 
 namespace gpuha::load {
 namespace {
@@ -49,6 +51,68 @@ TEST(LoadTest, FailuresStallTheStreamUntilAnAnswer) {
   // The streams waited from their first request to the end of the run.
   EXPECT_GT(r->max_stall_ms, 1000) << r->Json();
   EXPECT_LE(r->max_stall_ms, 1500.5) << r->Json();
+}
+
+// Streamed completions through a router to a worker: every answer checked
+// and timed; with the worker cutting answers and no standby, each cut one
+// is a failure that says how it ended.
+TEST(LoadTest, SseAnswersAreCheckedAndTimed) {
+  worker::WorkerOptions wo;
+  wo.port = 0;
+  wo.ttft = milliseconds(10);
+  wo.token_latency = milliseconds(2);
+  auto w = worker::Worker::Start(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  router::RouterConfig rc;
+  rc.listen = {"127.0.0.1", 0};
+  rc.threads = 1;
+  rc.auth_none = true;
+  rc.probe_interval = milliseconds(0);
+  std::string up = "127.0.0.1:" + std::to_string((*w)->port());
+  rc.routes = {{"llm-0", "", up, ""}, {"llm-1", "", up, ""}};
+  router::Router r(rc);
+  ASSERT_TRUE(r.Start().ok());
+  LoadOptions o = Options(r.port());
+  o.sse = true;
+  o.path = "/v1/completions";
+  o.stream_prefix = "llm-";
+  o.rate = 0;
+  o.concurrency = 4;
+  o.duration = milliseconds(800);
+  o.max_tokens = 16;
+  auto rep = RunLoad(o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->failed, 0u) << rep->Json();
+  ASSERT_GT(rep->ok, 4u);
+  EXPECT_GT(rep->tokens, rep->ok);
+  EXPECT_GE(rep->ttft_p50_ms, 9) << rep->Json();
+  EXPECT_GT(rep->gap_p50_ms, 0) << rep->Json();
+  EXPECT_NE(rep->Text().find("time to first token"), std::string::npos);
+  EXPECT_NE(rep->Json().find("\"sse\":{\"tokens\":"), std::string::npos);
+  // Answers cut with no standby end with the router's error event.
+  (*w)->Stop();
+  wo.fault = *worker::ParseWorkerFault("cut");
+  wo.ttft = milliseconds(0);
+  auto cutting = worker::Worker::Start(wo);
+  ASSERT_TRUE(cutting.ok());
+  rc.routes = {{"llm-0", "", "127.0.0.1:" + std::to_string((*cutting)->port()), ""}};
+  router::Router r2(rc);
+  ASSERT_TRUE(r2.Start().ok());
+  o.port = r2.port();
+  o.streams = 1;
+  o.concurrency = 1;
+  o.duration = milliseconds(200);
+  auto bad = RunLoad(o);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->ok, 0u) << bad->Json();
+  EXPECT_GT(bad->failed, 0u);
+  EXPECT_EQ(bad->failures.begin()->first, "error event") << bad->Json();
+  EXPECT_FALSE(RunLoad([&] {
+                 LoadOptions x = o;
+                 x.max_tokens = 0;
+                 return x;
+               }())
+                   .ok());
 }
 
 }  // namespace
