@@ -32,6 +32,9 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--key", o_.api_key, "Tenant API key (or $GPUHA_API_KEY)")
       ->envname("GPUHA_API_KEY");
   app_->add_option("--path", o_.path, "Path after /streams/ID")->capture_default_str();
+  app_->add_flag("--direct", o_.direct,
+                 "Send --path as it is, without /streams/ID: straight to one server, for a "
+                 "baseline");
   app_->add_option("--method", o_.method, "HTTP method")->capture_default_str();
   app_->add_option("--body", o_.body, "Request body");
   app_->add_option("--slow-fraction", o_.slow_fraction,

@@ -119,6 +119,10 @@ class Runner {
     return Clock::now() < end_;
   }
 
+  std::string Target(const StreamState& s) const {
+    return o_.direct ? o_.path : absl::StrCat("/streams/", s.id, o_.path);
+  }
+
   // Where the pooled connection comes from: the stream's idle list, or a
   // new one (nullptr and `failure` set when the connect fails).
   net::awaitable<std::unique_ptr<beast::tcp_stream>> Connection(StreamState& s,
@@ -155,7 +159,7 @@ class Runner {
                                             {"stream_options", {{"include_usage", true}}}}
                                  .dump();
     const std::string req = absl::StrCat(
-        "POST /streams/", s.id, o_.path, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
+        "POST ", Target(s), " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
         o_.api_key.empty() ? "" : "X-Api-Key: " + o_.api_key + "\r\n",
         "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
     const auto sent_at = Clock::now();
@@ -274,7 +278,7 @@ class Runner {
     report_.sent++;
     in_flight_++;
     if (slow) report_.slow_sent++;
-    std::string target = "/streams/" + s.id + o_.path;
+    std::string target = Target(s);
     if (slow) target += (target.find('?') == std::string::npos ? "?" : "&") + o_.slow_query;
     const Frame* frame = frames_.empty() ? nullptr : &frames_[report_.sent % frames_.size()];
     const std::string& body = frame ? frame->body : o_.body;

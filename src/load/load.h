@@ -38,6 +38,7 @@ struct LoadOptions {
   std::chrono::milliseconds timeout{30000};  // per request
   std::string api_key;
   std::string path = "/v2/models/m/infer";  // sent as /streams/ID<path>
+  bool direct = false;  // sent as <path> alone: straight to a server, for a baseline
   std::string method = "GET";
   std::string body;
   double slow_fraction = 0;  // this share of requests gets slow_query appended
