@@ -139,7 +139,8 @@ f = r["failures"]
 def count(*keys):
     return sum(v for k, v in f.items() if any(k.startswith(x) for x in keys))
 s = r["sse"]
-other = r["failed"] - count("cut", "empty", "duplicated", "error event", "wrong")
+classes = ("cut", "empty", "duplicated", "error event", "wrong")
+other = ", ".join(f"{k} {v}" for k, v in f.items() if not k.startswith(classes)) or "0"
 print(f"| {peer} | {fault} | {r['sent']} | {r['ok']} | {r['failed']} | {count('cut')} | "
       f"{count('empty')} | {count('duplicated')} | {count('wrong')} | {count('error event')} | {other} | "
       f"{s['gap_ms']['max']:.0f} | {r['max_stall_ms']:.0f} |")
@@ -168,7 +169,7 @@ run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang|half-hang
 echo "$conc concurrent streamed completions (max_tokens 64, 20 ms a token), ${secs} s, fault at ${fault_at} s."
 echo "'whole' answers equal the model's uninterrupted answer exactly (text, finish reason, usage)."
 echo
-echo "| peer | fault | answers | whole | failed | cut | empty | duplicated | wrong text | error event | other | longest gap between tokens ms | longest wait for a token ms |"
+echo "| peer | fault | answers | whole | failed | cut | empty | duplicated | wrong text | error event | other failures | longest gap between tokens ms | longest wait for a token ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for fault in $faults; do
   run_one "gpuha router" router_conf "$fault"

@@ -31,6 +31,11 @@ DemoCommand::DemoCommand(CLI::App& parent) {
   app_->add_option("--rate", o_.rate, "Requests/s through the router")
       ->capture_default_str()
       ->check(CLI::Range(10.0, 5000.0));
+  app_->add_option("--llm-streams", o_.llm_streams,
+                   "LLM token streams kept open beside the KServe load (streamed completions, "
+                   "every answer checked whole); 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 200));
   app_->add_option("--latency", o_.latency_ms, "Workers' modelled GPU time, ms")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));

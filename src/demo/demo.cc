@@ -154,10 +154,36 @@ class Demo {
       if (r.ok()) report_.load = *r;
     });
     status_thread_ = std::thread([this] { StatusLine(); });
+    if (o_.llm_streams > 0) {
+      llm_ = Load(0, std::chrono::hours(24), milliseconds(10000));
+      llm_.sse = true;
+      llm_.infer = false;
+      llm_.path = "/v1/completions";
+      llm_.streams = std::min(o_.llm_streams, o_.streams);
+      llm_.concurrency = o_.llm_streams;
+      llm_.max_tokens = 64;
+      llm_.stop = &stop_load_;
+      llm_.on_answer = [this](const load::Answer& a) { llm_answers_.Add(a); };
+      llm_thread_ = std::thread([this] {
+        auto r = load::RunLoad(llm_);
+        if (r.ok()) report_.llm = *r;
+      });
+    }
+  }
+
+  // The router's count of answers continued on the standby mid-answer.
+  double Continuations() const {
+    auto r = common::HttpCall("GET", "127.0.0.1", c_.router_admin_port(), "/metrics", "",
+                              milliseconds(2000));
+    if (!r.ok()) return 0;
+    const std::string name = "\ngpuha_router_sse_continuations_total ";
+    size_t at = r->body.find(name);
+    return at == std::string::npos ? 0 : std::stod(r->body.substr(at + name.size()));
   }
   void StopLoad() {
     stop_load_ = true;
     if (load_thread_.joinable()) load_thread_.join();
+    if (llm_thread_.joinable()) llm_thread_.join();
     status_done_ = true;
     if (status_thread_.joinable()) status_thread_.join();
   }
@@ -203,6 +229,7 @@ class Demo {
     }
     out_ << absl::StrFormat("\n== %s on %s (%d streams) ==\n", fault, t.node, t.streams_hit);
     out_.flush();
+    const double continued_before = Continuations();
     int64_t t0 = UnixNanos();
     absl::Status injected = spec.inject(faults_, *node);
     if (injected.ok() && second_ != nullptr) injected = spec.inject(faults_, *second_);
@@ -239,6 +266,12 @@ class Demo {
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
     Count(t0, t_end, hit, controller ? "" : node->name, &t);
+    for (const AnswerLog::Rec& r : llm_answers_.Snapshot()) {
+      if (r.ns < t0 || r.ns > t_end) continue;
+      t.llm_answered++;
+      if (!r.ok) t.llm_failed++;
+    }
+    t.llm_continued = static_cast<uint64_t>(Continuations() - continued_before);
     PrintTimeline(t);
     return t;
   }
@@ -354,6 +387,11 @@ class Demo {
     }
     out_ << absl::StrFormat("  answers %d, failed %d, longest gap on a hit stream %.1f ms\n",
                             t.answered, t.failed, t.max_gap_ms);
+    if (o_.llm_streams > 0) {
+      out_ << absl::StrFormat(
+          "  LLM answers %d, failed %d; continued on the standby mid-answer %d\n", t.llm_answered,
+          t.llm_failed, t.llm_continued);
+    }
     if (t.unplaced_streams > 0) {
       out_ << absl::StrFormat("  over capacity: %d stream(s) unplaced, answered 503 no_capacity\n",
                               t.unplaced_streams);
@@ -396,6 +434,9 @@ class Demo {
   DemoReport report_;
   AnswerLog answers_;
   load::LoadOptions lo_;
+  AnswerLog llm_answers_;
+  load::LoadOptions llm_;
+  std::thread llm_thread_;
   std::atomic<bool> stop_load_{false};
   std::atomic<bool> status_done_{false};
   std::thread load_thread_, status_thread_;
@@ -501,11 +542,20 @@ std::string DemoReport::Text() const {
                   "(milliseconds after the fault; standby = first request served by the "
                   "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
   absl::StrAppend(&out, load.Text());
+  if (llm.sent > 0) {
+    uint64_t continued = 0;
+    for (const FaultTimeline& t : faults) continued += t.llm_continued;
+    absl::StrAppend(&out,
+                    absl::StrFormat("LLM token streams: %d answers checked whole, %d failed; %d "
+                                    "continued on the standby mid-answer\n",
+                                    llm.ok, llm.failed, continued),
+                    llm.Text());
+  }
   absl::StrAppend(&out, absl::StrFormat("requests lost: %d", Lost()));
-  if (load.failed > Lost()) {
+  if (uint64_t by_design = load.failed + llm.failed - Lost(); by_design > 0) {
     absl::StrAppend(&out, absl::StrFormat(" (%d more answered 503 no_capacity: streams past "
                                           "what N+1 covers, by design)",
-                                          load.failed - Lost()));
+                                          by_design));
   }
   absl::StrAppend(&out, "\n");
   return out;
@@ -516,7 +566,13 @@ uint64_t DemoReport::Lost() const {
   for (const auto& [reason, n] : load.failures) {
     if (reason.rfind("http_503 no_capacity", 0) == 0) by_design += n;
   }
-  return load.failed - by_design;
+  // An LLM answer that failed is lost whatever the reason: its stream was
+  // placed (it started), so no capacity refusal applies to it mid-answer.
+  uint64_t llm_by_design = 0;
+  for (const auto& [reason, n] : llm.failures) {
+    if (reason.rfind("http_503 no_capacity", 0) == 0) llm_by_design += n;
+  }
+  return load.failed - by_design + llm.failed - llm_by_design;
 }
 
 std::string DemoReport::Json() const {
@@ -541,10 +597,15 @@ std::string DemoReport::Json() const {
                             t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
                            {"held_out", t.held_out},
                            {"routers_reacked", t.routers_reacked},
+                           {"llm_answered", t.llm_answered},
+                           {"llm_failed", t.llm_failed},
+                           {"llm_continued", t.llm_continued},
                            {"note", t.note}});
   }
-  return json{
-      {"faults", faults_json}, {"load", json::parse(load.Json(), nullptr, false)}, {"lost", Lost()}}
+  return json{{"faults", faults_json},
+              {"load", json::parse(load.Json(), nullptr, false)},
+              {"llm", llm.sent > 0 ? json::parse(llm.Json(), nullptr, false) : json(nullptr)},
+              {"lost", Lost()}}
       .dump(2);
 }
 

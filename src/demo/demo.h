@@ -12,6 +12,9 @@
 //   thermal      a temperature ramp to 95 C: a proactive drain
 //   agent-hang   SIGSTOP of the agent (its worker keeps running)
 //   server-hang  SIGSTOP of the worker alone, its agent healthy
+//   worker-kill  kill -9 of the worker alone, mid-answer for the LLM streams
+//                on it: the router continues each answer on the standby;
+//                the agent restarts the worker
 //   controller-restart  kill -9 of the controller and a restart: routes
 //                must not change and no request may fail
 //   double-crash kill -9 of the two busiest nodes at once: more than N+1
@@ -67,13 +70,18 @@ struct DemoOptions {
   bool keep = false;         // leave everything running until stop
   std::string target;        // the node every fault hits; empty: the busiest node each time
   int max_failures = 20;     // the controller's recovery.max_failures (held out past it)
-  std::string workdir;       // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
+  // LLM token streams beside the KServe load: this many streamed
+  // completions open at all times on the first streams, every answer
+  // checked (0: none). A fault mid-answer is continued on the standby.
+  int llm_streams = 10;
+  std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };
 
 struct DemoReport {
   std::vector<FaultTimeline> faults;
   load::LoadReport load;
+  load::LoadReport llm;  // the LLM token streams (DemoOptions::llm_streams)
   // Failed requests other than the router's clear 503 no_capacity for streams
   // past what the cluster can place (double-crash): expected to be 0.
   uint64_t Lost() const;

@@ -55,6 +55,16 @@ const std::vector<FaultSpec>& FaultTable() {
          ::kill(f.stopped_worker, SIGCONT);
          return absl::OkStatus();
        }},
+      // The worker alone killed, mid-answer for the LLM streams on it; the
+      // agent's supervisor restarts it.
+      {"worker-kill", Target::kNode, false,
+       [](FaultContext& f, LocalNode& n) {
+         pid_t w = f.cluster.WorkerPid(n);
+         if (w <= 0) return absl::InternalError("no worker process found");
+         ::kill(w, SIGKILL);
+         return absl::OkStatus();
+       },
+       [](FaultContext&, LocalNode&) { return absl::OkStatus(); }},
       {"controller-restart", Target::kController, false,
        [](FaultContext& f, LocalNode&) {
          f.cluster.KillController();

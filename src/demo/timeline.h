@@ -36,6 +36,9 @@ struct FaultTimeline {
   std::optional<bool> routes_before_fence;
   bool held_out = false;         // the node stayed out after its repair (flapped too often)
   bool routers_reacked = false;  // controller-restart: every router acknowledged the new one
+  // LLM token streams in the same span: answers, failed ones, and answers
+  // the router continued on the standby mid-answer.
+  uint64_t llm_answered = 0, llm_failed = 0, llm_continued = 0;
   std::string note;
 };
 

@@ -1,5 +1,6 @@
 #include "router/client_conn.h"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/beast/ssl.hpp>
@@ -241,6 +242,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   // one is asked for the rest (continuation_body).
   bool continuing = false;
   std::string continuation_body;
+  std::shared_ptr<const RouteTable> continuation_routes;  // keeps the chosen entries alive
   for (size_t i = 0; i < order.size(); ++i) {
     UpstreamState& up = *order[i];
     if (i > 0) {
@@ -285,6 +287,20 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
         co_return co_await cut(absl::StrCat("continued ", sse->continuations(),
                                             " times already (llm.max_continuations); ",
                                             last_failure));
+      }
+      // An answer lasts seconds: where it goes on is chosen again, from the
+      // routes and health of now. A standby that was down when the answer
+      // began may be back, and the controller may have moved the stream.
+      RefreshRoutes(L);
+      continuation_routes = L.routes;
+      UpstreamOrder<UpstreamState> now_order;
+      const RouteEntry* now_entry = nullptr;
+      order.resize(i + 1);
+      if (!ChooseUpstreams(L, continuation_routes.get(), *tenant, stream_id, L.clock.Now(),
+                           &now_order, &now_entry)) {
+        for (UpstreamState* u : now_order) {
+          if (std::find(order.begin(), order.end(), u) == order.end()) order.push_back(u);
+        }
       }
       if (i + 1 >= order.size()) {
         co_return co_await cut(

@@ -88,9 +88,13 @@ class ChaosTest : public ::testing::Test {
   // `faults`: how many faults the run injected, one after another.
   void ExpectLosslessFailover(const json& r, size_t faults = 1) {
     ASSERT_TRUE(r.is_object());
-    EXPECT_EQ(r["lost"], 0) << r["load"].dump();
+    EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
     EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
     EXPECT_GT(r["load"]["ok"].get<int>(), 500);
+    // The LLM token streams beside it: every answer whole, none cut.
+    ASSERT_TRUE(r["llm"].is_object()) << r.dump();
+    EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+    EXPECT_GT(r["llm"]["ok"].get<int>(), 10);
     ASSERT_EQ(r["faults"].size(), faults);
     for (const json& f : r["faults"]) {
       EXPECT_GT(f["streams_hit"].get<int>(), 0);
@@ -126,8 +130,20 @@ TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {
 
 TEST_F(ChaosTest, HungAgentLosesNothing) { ExpectLosslessFailover(RunDemo("agent-hang")); }
 
-TEST_F(ChaosTest, HungInferenceServerOnAHealthyAgentLosesNothing) {
-  ExpectLosslessFailover(RunDemo("server-hang"));
+// The inference server alone, killed and then hung, on a healthy agent; the
+// demo's LLM token streams are mid-answer on it both times, and the router
+// continues them on the standby (one cluster for both faults).
+// The order matters, and that is a known gap: after server-hang's repair
+// (SIGCONT) the node rejoins as the spare while its fence's SIGTERM, pending
+// on the stopped worker, is still to end that worker; a fault right after
+// then finds the spare's worker restarting (about a second of 502s).
+TEST_F(ChaosTest, KilledOrHungInferenceServerOnAHealthyAgentLosesNothing) {
+  json r = RunDemo("worker-kill,server-hang");
+  ExpectLosslessFailover(r, 2);
+  uint64_t continued = 0;
+  for (const json& f : r["faults"]) continued += f["llm_continued"].get<uint64_t>();
+  EXPECT_GT(continued, 0u) << "no LLM answer was mid-answer on the failed servers: "
+                           << r["faults"].dump();
 }
 
 // The half-hung inference server: its inference stuck while its health and
@@ -145,7 +161,7 @@ TEST_F(ChaosTest, HalfHungInferenceServerLosesNothing) {
 TEST_F(ChaosTest, ErrorBurstLosesNothing) {
   json r = RunDemo("error-burst");
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump();
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
   EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
   const json& f = r["faults"][0];
   EXPECT_FALSE(f["first_standby_ms"].is_null()) << f.dump();
