@@ -32,11 +32,12 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
     std::string_view name;
     bool progress;  // else pending
     bool triton;
+    bool generating = false;  // also counted as requests generating tokens
   };
   static constexpr Family kFamilies[] = {
       {"nv_inference_pending_request_count", false, true},
       {"nv_inference_exec_count", true, true},
-      {"vllm:num_requests_running", false, false},
+      {"vllm:num_requests_running", false, false, true},
       {"vllm:num_requests_waiting", false, false},
       {"vllm:generation_tokens_total", true, false},
       {"vllm:prompt_tokens_total", true, false},  // prefill and pooling models
@@ -53,6 +54,7 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
       if (!v) continue;
       EngineSample& s = f.triton ? triton : vllm;
       (f.progress ? s.progress : s.pending) += *v;
+      if (f.generating) s.generating += *v;
       (f.triton ? triton_progress : vllm_progress) |= f.progress;
     }
   }
@@ -64,6 +66,7 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
   if (vllm_progress) {
     sum.pending += vllm.pending;
     sum.progress += vllm.progress;
+    sum.generating = vllm.generating;
   }
   return sum;
 }

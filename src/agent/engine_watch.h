@@ -26,6 +26,10 @@ namespace gpuha::agent {
 struct EngineSample {
   double pending = 0;   // requests accepted and not finished
   double progress = 0;  // a counter of work done
+  // Requests a token engine is generating for now (vLLM's
+  // num_requests_running): each one makes a token every step while the
+  // engine works, so their tokens stopping is a stall by itself.
+  double generating = 0;
 };
 
 // Sums each family over its label sets, and Triton's and vLLM's together when
@@ -38,7 +42,11 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 // take. A stall is work arriving and none done: at least `min_pending`
 // requests pending, more than when progress last moved, and no progress for
 // stall_after (found by the half-hang demo, whose 1.5 s slow requests on a
-// quiet spare once failed it over).
+// quiet spare once failed it over). A token engine is judged more directly:
+// requests it is generating for and no progress for stall_after is a stall,
+// since a running request makes a token every step. (Its long answers hold
+// pending high from before the stall, so the first rule, needing more than
+// that, could miss it once a router stops sending it work.)
 class EngineWatch {
  public:
   explicit EngineWatch(common::Duration stall_after, double min_pending = 3)
@@ -52,8 +60,8 @@ class EngineWatch {
       pending_when_moved_ = s.pending;
       return false;
     }
-    return s.pending >= min_pending_ && s.pending > pending_when_moved_ &&
-           now - moved_at_ >= stall_after_;
+    if (now - moved_at_ < stall_after_) return false;
+    return s.generating >= 1 || (s.pending >= min_pending_ && s.pending > pending_when_moved_);
   }
   // Since when nothing has moved (meaningful while Observe says stalled).
   common::TimePoint moved_at() const { return moved_at_; }

@@ -34,6 +34,7 @@ TEST(EngineWatchTest, ReadsTritonsAndVllmsFamiliesSummedOverLabels) {
   ASSERT_TRUE(both.has_value());
   EXPECT_EQ(both->pending, 3);
   EXPECT_EQ(both->progress, 107);
+  EXPECT_EQ(both->generating, 2);
   EXPECT_FALSE(ParseEngineMetrics("up 1\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} 50\n").has_value());
   EXPECT_FALSE(ParseEngineMetrics("").has_value());
   EXPECT_FALSE(ParseEngineMetrics("nv_inference_exec_count{oops 1\n").has_value());
@@ -71,6 +72,23 @@ TEST(EngineWatchTest, AnIdleEngineIsNeverStalled) {
   }
   // Two more arrive and still nothing moves: now it is one.
   EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 6, .progress = 8}));
+}
+
+// A token engine's long answers hold pending high from before it stuck; once
+// a router stops sending it work, pending never rises past that. Requests
+// generating and no token for stall_after is a stall by itself.
+TEST(EngineWatchTest, ATokenEngineGeneratingNothingIsAStall) {
+  common::FakeClock clock;
+  EngineWatch w(milliseconds(1000));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 500, .generating = 4}));
+  clock.Advance(milliseconds(500));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 500, .generating = 4}));
+  clock.Advance(milliseconds(500));
+  EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 4, .progress = 500, .generating = 4}));
+  // Tokens again: not stalled; and none generating, the first rule alone.
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 501, .generating = 4}));
+  clock.Advance(milliseconds(2000));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 501, .generating = 0}));
 }
 
 }  // namespace

@@ -289,7 +289,6 @@ struct Worker::Impl {
                                             "(worker fault 'errors')"));
     }
     const int prompt_tokens = CountTokens(r->prompt);
-    counters.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
     const std::string id = absl::StrCat("cmpl-", o.node.empty() ? "w" : o.node, "-", ++seq);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     std::string chunk;
@@ -311,6 +310,9 @@ struct Worker::Impl {
     a.finish_reason = "length";
     for (int i = 0; i < r->max_tokens; ++i) {
       if (!co_await GpuWait(i == 0 ? o.ttft : o.token_latency)) co_return false;  // cut
+      // The prompt counts once it is processed (prefill done), as vLLM
+      // counts it: a stuck engine that still takes requests shows no progress.
+      if (i == 0) counters.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
       TinyLm::Token t = lm.Next();
       bool last = t.end || i + 1 == r->max_tokens;
       if (t.end) a.finish_reason = "stop";

@@ -85,18 +85,18 @@ struct WorkerOptions {
 // The worker's counters, declared once: field, /metrics family, whether it
 // carries Triton's model labels, and help. Families named nv_* have Triton's
 // names and meaning, so a scraper written for Triton reads the worker as is.
-#define GPUHA_WORKER_COUNTERS(X)                                                         \
-  X(success, "nv_inference_request_success", true, "Successful inference requests.")     \
-  X(failure, "nv_inference_request_failure", true,                                       \
-    "Failed inference requests (bad input, or 503 at capacity).")                        \
-  X(inferences, "nv_inference_count", true, "Inferences performed (batch size 1 each).") \
-  X(executions, "nv_inference_exec_count", true, "Model executions run.")                \
-  X(duration_us, "nv_inference_request_duration_us", true,                               \
-    "Cumulative inference request duration, microseconds.")                              \
-  X(at_capacity, "gpuha_worker_rejected_at_capacity_total", false,                       \
-    "Requests answered 503 because the worker was at --capacity.")                       \
-  X(llm_success, "vllm:request_success_total", false, "Completions answered in full.")    \
-  X(prompt_tokens, "vllm:prompt_tokens_total", false, "Prompt tokens read.")               \
+#define GPUHA_WORKER_COUNTERS(X)                                                                 \
+  X(success, "nv_inference_request_success", true, "Successful inference requests.")             \
+  X(failure, "nv_inference_request_failure", true,                                               \
+    "Failed inference requests (bad input, or 503 at capacity).")                                \
+  X(inferences, "nv_inference_count", true, "Inferences performed (batch size 1 each).")         \
+  X(executions, "nv_inference_exec_count", true, "Model executions run.")                        \
+  X(duration_us, "nv_inference_request_duration_us", true,                                       \
+    "Cumulative inference request duration, microseconds.")                                      \
+  X(at_capacity, "gpuha_worker_rejected_at_capacity_total", false,                               \
+    "Requests answered 503 because the worker was at --capacity.")                               \
+  X(llm_success, "vllm:request_success_total", false, "Completions answered in full.")           \
+  X(prompt_tokens, "vllm:prompt_tokens_total", false, "Prompt tokens processed (prefill done).") \
   X(generation_tokens, "vllm:generation_tokens_total", false, "Tokens generated.")
 
 struct WorkerCounters {
