@@ -38,8 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string got;
     sc.Feed(body.substr(at, piece), &got);
     // Followed (not opaque): whole events only.
-    if (!sc.CannotContinue() && !sc.done() && !got.empty() &&
-        got.substr(got.size() - 1) != "\n") {
+    if (!sc.CannotContinue() && !sc.done() && !got.empty() && got.substr(got.size() - 1) != "\n") {
       __builtin_trap();
     }
     out += got;

@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# Builds the router's libFuzzer target with clang (ASan + UBSan) and runs it
-# for a bounded time. `make test` runs it through ctest for 30 s.
+# Builds the router's libFuzzer targets with clang (ASan + UBSan) and runs
+# them for a bounded time, half each. `make test` runs it through ctest for 30 s.
+#   router_request_fuzz  the request path: client bytes through Beast's
+#                        parser and every head helper
+#   sse_relay_fuzz       the LLM relay: an upstream's token stream, cut and
+#                        continued (router/sse_relay.h)
 #   scripts/fuzz-router.sh [SECONDS] [BUILD_DIR]
 set -euo pipefail
 secs="${1:-30}"
 out="${2:-build/fuzz}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$out/corpus"
-bin="$out/router_request_fuzz"
-if [[ ! -x "$bin" || "$root/fuzz/router_request_fuzz.cc" -nt "$bin" || \
-      "$root/src/router/request.cc" -nt "$bin" || "$root/src/router/request.h" -nt "$bin" ]]; then
-  clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$root/src" "$root/fuzz/router_request_fuzz.cc" "$root/src/router/request.cc" -o "$bin"
-fi
+flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I"$root/src")
+
+# build NAME SOURCES... -- LIBS...: rebuilt when any source or header it names is newer.
+build() {
+  local name=$1
+  shift
+  local srcs=() libs=() deps=()
+  while [[ $# -gt 0 && $1 != -- ]]; do srcs+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  libs=("$@")
+  local bin="$out/$name"
+  for s in "${srcs[@]}"; do deps+=("$s" "${s%.cc}.h"); done
+  local stale=0
+  [[ -x "$bin" ]] || stale=1
+  for d in "${deps[@]}"; do [[ -f "$d" && "$d" -nt "$bin" ]] && stale=1; done
+  if [[ $stale == 1 ]]; then
+    clang++ "${flags[@]}" "${srcs[@]}" -o "$bin" "${libs[@]}"
+  fi
+}
+
+mkdir -p "$out/corpus/router_request" "$out/corpus/sse_relay"
+build router_request_fuzz "$root/fuzz/router_request_fuzz.cc" "$root/src/router/request.cc"
+# Abseil's strings and status are the one library the relay needs
+# (Debian's libabsl-dev, which the build already uses).
+build sse_relay_fuzz "$root/fuzz/sse_relay_fuzz.cc" "$root/src/router/sse_relay.cc" \
+  "$root/src/common/sse.cc" -- -labsl_strings -labsl_status -labsl_statusor -labsl_str_format_internal \
+  -labsl_cord -labsl_raw_logging_internal -labsl_throw_delegate -labsl_int128 -labsl_strings_internal
+
+half=$(( secs / 2 > 0 ? secs / 2 : 1 ))
 # New inputs go to the build directory; the checked-in seeds stay read-only.
-exec "$bin" -max_total_time="$secs" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
-  "$out/corpus" "$root/fuzz/corpus/router_request"
+for name in router_request sse_relay; do
+  "$out/${name}_fuzz" -max_total_time="$half" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$out/corpus/$name" "$root/fuzz/corpus/$name"
+done

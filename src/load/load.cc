@@ -220,26 +220,33 @@ class Runner {
         keep = failure.empty() && p.keep_alive();
       }
     }
-    const auto now = Clock::now();
     in_flight_--;
+    Record(s, sent_at, Clock::now(), failure, node, keep ? std::move(c) : nullptr);
+  }
+
+  // One answer (or failure) in the report; a connection to keep goes back
+  // to the stream's pool.
+  void Record(StreamState& s, Clock::time_point sent_at, Clock::time_point now,
+              const std::string& failure, const std::string& node,
+              std::unique_ptr<beast::tcp_stream> keep) {
     if (!node.empty() && failure.empty()) report_.served_by[node]++;
     if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
-    if (failure.empty()) {
-      report_.ok++;
-      s.report.ok++;
-      latencies_.push_back(Ms(now - sent_at));
-      if (now <= end_) {
-        s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
-        s.last_answer = now;
-      }
-      if (keep) {
-        c->expires_never();
-        s.idle.push_back(std::move(c));
-      }
-    } else {
+    if (!failure.empty()) {
       report_.failed++;
       s.report.failed++;
       report_.failures[failure]++;
+      return;
+    }
+    report_.ok++;
+    s.report.ok++;
+    latencies_.push_back(Ms(now - sent_at));
+    if (now <= end_) {
+      s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
+      s.last_answer = now;
+    }
+    if (keep) {
+      keep->expires_never();
+      s.idle.push_back(std::move(keep));
     }
   }
 
@@ -336,26 +343,8 @@ class Runner {
         s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
       }
     }
-    if (!node.empty() && failure.empty()) report_.served_by[node]++;
-    if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
-    if (failure.empty()) {
-      report_.ok++;
-      s.report.ok++;
-      if (slow) report_.slow_ok++;
-      latencies_.push_back(Ms(now - sent_at));
-      if (now <= end_) {
-        s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
-        s.last_answer = now;
-      }
-      if (keep) {
-        c->expires_never();
-        s.idle.push_back(std::move(c));
-      }
-    } else {
-      report_.failed++;
-      s.report.failed++;
-      report_.failures[failure]++;
-    }
+    if (slow && failure.empty()) report_.slow_ok++;
+    Record(s, sent_at, now, failure, node, keep ? std::move(c) : nullptr);
   }
 
   net::awaitable<void> Progress() {
