@@ -208,10 +208,12 @@ class Runner {
       report_.tokens += static_cast<uint64_t>(tokens);
       s.report.max_stall_ms = std::max(s.report.max_stall_ms, longest);
       node = std::string(p.get()["X-Gpuha-Node"]);
+      // Once the head came, a broken body is a cut answer, tokens or not.
+      const bool began = p.is_header_done() && p.get().result_int() == 200;
       if (ec == beast::error::timeout) {
-        failure = tokens > 0 ? "cut: timeout mid-answer" : "timeout";
+        failure = began ? "cut: timeout mid-answer" : "timeout";
       } else if (ec) {
-        failure = tokens > 0 ? "cut: connection closed mid-answer" : "read: " + ec.message();
+        failure = began ? "cut: connection closed mid-answer" : "read: " + ec.message();
       } else if (p.get().result_int() != 200) {
         failure = absl::StrCat("http_", p.get().result_int());
         if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);

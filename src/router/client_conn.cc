@@ -266,6 +266,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
                        send_framing, continuing ? send.size() : length, &cc.head);
     f = ExchangeResult{};
     const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete && !continuing;
+    if (continuing) Inc(L.stats.sse_continuations);
     co_await Exchange(L, client, lowest, cc, p, up,
                       {send, complete || continuing, send_framing, keep_alive, retry_5xx, expect,
                        sse ? &*sse : nullptr, continuing, client_down},
@@ -274,9 +275,6 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       last_failure = absl::StrCat(up.node, ": ", f.why);
       if (!continuing) client_down = f.down;
       continuing = true;
-      if (i == 0 && e != nullptr && order.size() > 1) {
-        L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
-      }
       if (std::optional<std::string> end = sse->OnlyTheEndIsMissing()) {
         co_return co_await end_stream(*end, false);
       }
@@ -307,7 +305,9 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
             absl::StrCat("no standby to continue the answer on; ", last_failure));
       }
       continuation_body = sse->BeginContinuation();
-      Inc(L.stats.sse_continuations);
+      if (i == 0 && e != nullptr && !e->standby.empty()) {
+        L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
+      }
       spdlog::info("router: stream {}: answer broke after {} tokens ({}); continuing it on {}",
                    stream_id, sse->tokens(), last_failure, order[i + 1]->node);
       continue;
@@ -331,7 +331,9 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     co_return false;
   }
   if (continuing) {
-    if (f.retryable) {
+    // Not started: failed before its head, or answered what cannot follow
+    // (a protocol upgrade): the client's open answer still needs its end.
+    if (f.retryable || !f.started) {
       co_return co_await cut(
           absl::StrCat("the standby failed before continuing the answer: ", last_failure));
     }

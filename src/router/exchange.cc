@@ -1,5 +1,6 @@
 #include "router/exchange.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <span>

@@ -1,6 +1,9 @@
 #include "router/sse_relay.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 
 namespace gpuha::router {
 
@@ -11,6 +14,23 @@ namespace {
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 bool PositiveInt(const json& j) { return j.is_number_integer() && j.get<int64_t>() >= 1; }
+
+// What is at `key`, if it is an integer; nullopt otherwise. The JSON comes
+// from an upstream or a client: nothing here may throw on a wrong type
+// (nlohmann's value() does).
+std::optional<int64_t> IntAt(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+bool IsTrue(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && *it == true;
+}
+bool StringIs(const json& j, const char* key, std::string_view want) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+}
 
 }  // namespace
 
@@ -24,6 +44,9 @@ const LlmRoute* FindLlmRoute(const LlmConfig& c, std::string_view target) {
 
 absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body) {
   auto no = [](const std::string& why) { return absl::FailedPreconditionError(why); };
+  if (!common::JsonDepthWithin(body, common::kMaxJsonDepth)) {
+    return no("the request body's JSON nests too deep");
+  }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return no("the request body is not a JSON object");
   auto stream = j.find("stream");
@@ -64,12 +87,15 @@ SseContinuity::SseContinuity(LlmApi api, std::optional<LlmCall> call, std::strin
 
 int SseContinuity::Feed(std::string_view bytes, std::string* out) {
   int tokens = 0;
-  if (opaque_ || done_) {
+  if (raw_ || done_) {
+    // Relayed as it is; the end is still looked for.
     out->append(bytes);
+    if (!done_ && bytes.find("data: [DONE]") != std::string_view::npos) done_ = true;
     return 0;
   }
   if (!split_.Feed(bytes, [&](std::string_view raw) { OnEvent(raw, out, &tokens); })) {
     // An event over the limit: relayed as it is, and no longer followed.
+    raw_ = true;
     opaque_ = true;
     why_not_ = "an event of the stream is over 1 MiB";
     out->append(split_.TakePending());
@@ -78,7 +104,10 @@ int SseContinuity::Feed(std::string_view bytes, std::string* out) {
 }
 
 void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens) {
-  if (opaque_ || done_) {
+  // After the upstream reported its failure, nothing more of its is taken:
+  // the caller continues the answer from what was delivered before.
+  if (upstream_error_) return;
+  if (done_) {
     out->append(raw);
     return;
   }
@@ -92,12 +121,21 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     out->append(raw);
     return;
   }
-  json j = json::parse(e.data, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    opaque_ = true;
-    why_not_ = "an event of the stream is not a JSON completion chunk";
+  if (opaque_) {  // not followed any more, but its end still counts
     out->append(raw);
     return;
+  }
+  auto not_followed = [&](const char* why) {
+    opaque_ = true;
+    why_not_ = why;
+    out->append(raw);
+  };
+  if (!common::JsonDepthWithin(e.data, common::kMaxJsonDepth)) {
+    return not_followed("an event of the stream nests its JSON too deep");
+  }
+  json j = json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return not_followed("an event of the stream is not a JSON completion chunk");
   }
   if (e.event == "error" || (j.contains("error") && !j.contains("choices"))) {
     // The upstream's own report of a failure mid-answer (vLLM sends one
@@ -115,15 +153,21 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
   auto choices = j.find("choices");
   if (choices != j.end() && choices->is_array() && !choices->empty()) {
     const json& c = (*choices)[0];
-    if (choices->size() > 1 || c.value("index", 0) != 0) {
-      opaque_ = true;
-      why_not_ = "the stream has more than one choice";
-      out->append(raw);
-      return;
+    if (!c.is_object()) return not_followed("a choice of the stream is not an object");
+    if (choices->size() > 1 || IntAt(c, "index").value_or(0) != 0) {
+      return not_followed("the stream has more than one choice");
     }
     const json* t = nullptr;
     if (call_api_ == LlmApi::kChat) {
       if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
+        // What a continuation by text alone would lose.
+        for (const char* f : {"tool_calls", "function_call", "reasoning_content"}) {
+          if (d->contains(f) && !(*d)[f].is_null()) {
+            return not_followed(
+                "the answer has tool calls or reasoning, which a continuation "
+                "by text would lose");
+          }
+        }
         if (auto ct = d->find("content"); ct != d->end() && ct->is_string()) t = &*ct;
         role_only = d->contains("role");
       }
@@ -139,21 +183,22 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
   if (continuations_ == 0) {
     if (id_.is_null() && j.contains("id")) id_ = j["id"];
     if (created_.is_null() && j.contains("created")) created_ = j["created"];
-    if (!piece.empty() || template_.is_null()) template_ = j;
+    if (!piece.empty()) template_ = j;
     out->append(raw);
   } else {
     if (role_only && !j.contains("usage")) return;  // the continuation's second role chunk
     if (!id_.is_null()) j["id"] = id_;
     if (!created_.is_null()) j["created"] = created_;
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      int64_t p = u->value("prompt_tokens", int64_t{0}) - base_tokens_;
-      int64_t c = u->value("completion_tokens", int64_t{0}) + base_tokens_;
+      int64_t p = IntAt(*u, "prompt_tokens").value_or(0) - base_tokens_;
+      int64_t c = IntAt(*u, "completion_tokens").value_or(0) + base_tokens_;
       (*u)["prompt_tokens"] = p;
       (*u)["completion_tokens"] = c;
       (*u)["total_tokens"] = p + c;
     }
     absl::StrAppend(out, e.event.empty() ? "" : absl::StrCat("event: ", e.event, "\n"),
                     "data: ", Dump(j), "\n\n");
+    if (!piece.empty()) template_ = std::move(j);
   }
   if (!piece.empty()) {
     ++*tokens;
@@ -168,14 +213,14 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
 
 std::optional<int64_t> SseContinuity::Remaining() const {
   if (!call_) return std::nullopt;
-  const json& b = call_->body;
+  // The tighter of the limits given (a chat request may give both).
+  std::optional<int64_t> limit;
   for (const char* f : {"max_tokens", "max_completion_tokens"}) {
-    if (auto m = b.find(f); m != b.end() && m->is_number_integer()) {
-      return m->get<int64_t>() - tokens_;
-    }
+    if (std::optional<int64_t> m = IntAt(call_->body, f)) limit = std::min(limit.value_or(*m), *m);
   }
-  if (call_->api == LlmApi::kCompletions) return kCompletionsDefaultMaxTokens - tokens_;
-  return std::nullopt;
+  if (!limit && call_->api == LlmApi::kCompletions) limit = kCompletionsDefaultMaxTokens;
+  if (!limit) return std::nullopt;
+  return *limit - tokens_;
 }
 
 std::optional<std::string> SseContinuity::CannotContinue() const {
@@ -213,7 +258,7 @@ std::string SseContinuity::BeginContinuation() {
   } else {
     json& msgs = b["messages"];
     json& last = msgs.back();
-    if (b.value("continue_final_message", false) && last.value("role", "") == "assistant" &&
+    if (IsTrue(b, "continue_final_message") && StringIs(last, "role", "assistant") &&
         last.contains("content") && last["content"].is_string()) {
       last["content"] = last["content"].get<std::string>() + text_;
     } else {

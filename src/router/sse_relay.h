@@ -105,7 +105,8 @@ class SseContinuity {
   int tokens_ = 0;
   bool done_ = false;
   bool finished_ = false;  // a finish_reason was delivered
-  bool opaque_ = false;    // an event was not JSON, or too long: not tracked
+  bool opaque_ = false;    // not followed (no continuation), but its [DONE] still seen
+  bool raw_ = false;       // an event over the limit: the rest is relayed as bytes
   bool text_over_ = false;
   int continuations_ = 0;
   int base_tokens_ = 0;  // delivered before the current continuation

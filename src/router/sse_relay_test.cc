@@ -219,6 +219,68 @@ TEST(SseRelayTest, AnUpstreamsErrorChunkIsHeldAndOnlyAMissingEndIsMadeUp) {
   EXPECT_EQ(a->text, " p q");
 }
 
+// What an upstream or a client sends may have any JSON type anywhere:
+// nothing throws (an exception would end the router's loop).
+TEST(SseRelayTest, WrongJsonTypesFromEitherSideNeverThrow) {
+  SseContinuity sc = Follow(LlmApi::kChat, R"({"stream":true,"max_tokens":9,
+      "max_completion_tokens":4,"continue_final_message":"yes",
+      "messages":[{"role":7,"content":"q"}]})");
+  std::string out;
+  EXPECT_NO_THROW(
+      sc.Feed("data: {\"choices\":[{\"index\":\"x\",\"delta\":{\"content\":\" a\"}}]}\n\n"
+              "data: {\"choices\":\"none\"}\n\n"
+              "data: {\"choices\":[7],\"usage\":{\"prompt_tokens\":\"many\"}}\n\n",
+              &out));
+  std::string body;
+  EXPECT_NO_THROW(body = sc.BeginContinuation());
+  json next = json::parse(body);
+  // The first chunk's text counted (an index that is no number reads as 0),
+  // the odd ones not; the stream is no longer followed after a choice that
+  // is not an object.
+  EXPECT_EQ(next["max_completion_tokens"], 3);
+  EXPECT_NE(sc.CannotContinue()->find("not an object"), std::string::npos);
+  EXPECT_EQ(next["messages"].size(), 2u);
+  EXPECT_NO_THROW(
+      sc.Feed("data: {\"id\":1,\"usage\":{\"prompt_tokens\":\"x\"},\"choices\":[]}\n\n", &out));
+  // The tighter of two limits decides what is left.
+  SseContinuity two = Follow(LlmApi::kChat, R"({"stream":true,"max_tokens":9,
+      "max_completion_tokens":1,"messages":[{"role":"user","content":"q"}]})");
+  std::string o2;
+  two.Feed("data: {\"choices\":[{\"delta\":{\"content\":\" a\"}}]}\n\n", &o2);
+  ASSERT_TRUE(two.OnlyTheEndIsMissing());
+}
+
+TEST(SseRelayTest, AStreamNoLongerFollowedStillEndsAndAnErrorEndsTheTakeOfIt) {
+  // Not followed after an odd event, but its [DONE] is seen: no false break.
+  SseContinuity odd = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true})");
+  std::string out;
+  odd.Feed("data: not json\n\ndata: {\"choices\":[{\"text\":\" a\"}]}\n\ndata: [DONE]\n\n", &out);
+  EXPECT_TRUE(odd.done());
+  EXPECT_TRUE(odd.CannotContinue());
+  // An error chunk: what came before it goes out, what comes after does not.
+  SseContinuity err = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true})");
+  std::string o2;
+  EXPECT_EQ(err.Feed("data: {\"choices\":[{\"text\":\" a\"}]}\n\n"
+                     "data: {\"error\":{\"message\":\"gone\"}}\n\n"
+                     "data: {\"choices\":[{\"text\":\" b\"}]}\n\n",
+                     &o2),
+            1);
+  EXPECT_NE(o2.find(" a"), std::string::npos);
+  EXPECT_EQ(o2.find(" b"), std::string::npos);
+  EXPECT_EQ(err.text(), " a");
+  // JSON nested past the limit: refused from a client, not followed from
+  // an upstream (a deep value would overflow the stack when copied).
+  std::string deep = std::string(100, '[') + std::string(100, ']');
+  EXPECT_NE(ReadLlmCall(LlmApi::kCompletions, R"({"stream":true,"prompt":"x","a":)" + deep + "}")
+                .status()
+                .message()
+                .find("nests too deep"),
+            std::string::npos);
+  SseContinuity d = Follow(LlmApi::kCompletions, R"({"prompt":"x","stream":true})");
+  d.Feed("data: {\"x\":" + deep + "}\n\n", &out);
+  EXPECT_NE(d.CannotContinue()->find("too deep"), std::string::npos);
+}
+
 TEST(SseRelayTest, LlmRoutesMatchThePathWithoutItsQuery) {
   LlmConfig c;
   EXPECT_EQ(FindLlmRoute(c, "/v1/completions?x=1")->api, LlmApi::kCompletions);

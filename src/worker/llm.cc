@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "common/sse.h"
 
 namespace gpuha::worker {
@@ -74,6 +75,9 @@ int CountTokens(std::string_view text) {
 }
 
 absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
+  if (!common::JsonDepthWithin(body, common::kMaxJsonDepth)) {
+    return Bad("body", absl::StrCat("JSON nested deeper than ", common::kMaxJsonDepth));
+  }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("body", "not JSON");
   if (!j.is_object()) return Bad("body", "not a JSON object");
@@ -289,8 +293,13 @@ absl::StatusOr<StreamedAnswer> ParseStreamedAnswer(LlmApi api, std::string_view 
       }
     }
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      out.prompt_tokens = u->value("prompt_tokens", -1);
-      out.completion_tokens = u->value("completion_tokens", -1);
+      // Whatever the server sent: a wrong type reads as -1, never a throw.
+      auto count = [&](const char* key) {
+        auto it = u->find(key);
+        return it != u->end() && it->is_number_integer() ? it->get<int>() : -1;
+      };
+      out.prompt_tokens = count("prompt_tokens");
+      out.completion_tokens = count("completion_tokens");
     }
     auto choices = j.find("choices");
     if (choices == j.end() || !choices->is_array()) {
