@@ -42,10 +42,17 @@ void Supervisor::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!state_.supervised) return;
   common::TimePoint now = clock_->Now();
-  if (shutdown_ || (state_.fenced && options_.fence_mode == FenceMode::kStop)) {
+  // A stop once begun runs to its end, even if the fence is lifted
+  // meanwhile: the SIGTERM cannot be taken back. A server stopped (SIGSTOP)
+  // when it was fenced gets that SIGTERM when it runs again; taking it for
+  // ready then would let the node rejoin as the spare with a server about to
+  // exit (found by the chaos test: server-hang, then another fault within a
+  // second, met a spare whose server was restarting).
+  if (shutdown_ || (state_.fenced && options_.fence_mode == FenceMode::kStop) || term_sent_) {
     StopLocked(now);
     state_.ready = false;
-    return;
+    if (state_.running || shutdown_ || state_.fenced) return;
+    // The old server is gone and the fence lifted: start afresh below.
   }
   if (state_.running) {
     if (auto exit = runner_->Poll(state_.pid)) {

@@ -114,6 +114,33 @@ TEST_F(SupervisorTest, FenceStopsTheServerWithTermThenKill) {
   EXPECT_TRUE(s.state().ready);
 }
 
+// A fence lifted while its stop is under way (the server was SIGSTOPped, so
+// the SIGTERM waits): the old server is not taken for ready; it is stopped
+// (killed after the grace), and a new one starts.
+TEST_F(SupervisorTest, AStopUnderWayRunsToItsEndWhenTheFenceIsLifted) {
+  runner_.dies_on_term = false;
+  Supervisor s(Options(), &runner_, &clock_, [&] { return true; });
+  s.Tick();
+  const pid_t old = runner_.last_pid;
+  s.Fence();
+  s.Tick();
+  EXPECT_EQ(runner_.signals, std::vector<int>{SIGTERM});
+  clock_.Advance(milliseconds(500));
+  s.Unfence();
+  s.Tick();
+  EXPECT_FALSE(s.state().ready) << "the server that got SIGTERM is about to exit";
+  EXPECT_EQ(runner_.spawns, 1);
+  clock_.Advance(milliseconds(1500));  // the grace is over
+  s.Tick();
+  EXPECT_EQ(runner_.signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  EXPECT_FALSE(runner_.alive[old]);
+  s.Tick();  // notices the exit and starts a new one
+  EXPECT_EQ(runner_.spawns, 2);
+  EXPECT_TRUE(s.state().running);
+  EXPECT_NE(s.state().pid, old);
+  EXPECT_TRUE(s.state().ready);
+}
+
 TEST_F(SupervisorTest, UnreadyFenceKeepsTheServerRunning) {
   SupervisorOptions o = Options();
   o.fence_mode = FenceMode::kUnready;

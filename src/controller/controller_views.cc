@@ -34,6 +34,9 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
           {"connected", n.sink != nullptr},
           {"lifecycle", NodeLifecycleName(n.lifecycle)},
           {"fenced", n.fenced()},
+          // The agent's last word on its inference server (false while
+          // fenced, and while a server stops or starts).
+          {"server_ready", n.server_ready},
           {"drained", n.lifecycle == NodeLifecycle::kDrained},
           {"held_out", n.lifecycle == NodeLifecycle::kHeldOut},
           {"capacity", n.cfg.spec.capacity},

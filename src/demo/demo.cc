@@ -333,7 +333,11 @@ class Demo {
           // Flapped past max_failures: it stays out, by design, once its
           // agent is back.
           t->held_out = j->value("state", "") == "held-out" && j->value("connected", false);
-          return t->held_out || (j->value("state", "") == "alive" && !j->value("fenced", true));
+          // Back means in service with its server ready by its agent's
+          // word: a worker that answers may still be the old one, about to
+          // end on the SIGTERM its fence sent while it was stopped.
+          return t->held_out || (j->value("state", "") == "alive" && !j->value("fenced", true) &&
+                                 j->value("server_ready", false));
         },
         milliseconds(15000));
     if (!back) return absl::DeadlineExceededError(n.name + " did not rejoin within 15 s");

@@ -107,7 +107,9 @@ TEST(SseRelayTest, ACompletionCutAnywhereIsContinuedToTheUninterruptedAnswer) {
       }
       // One id throughout: the first upstream's, once the client saw it.
       ASSERT_EQ(got->ids.size(), 1u) << cut;
-      if (cut >= whole.find("\n\n") + 2) EXPECT_EQ(got->ids[0], "first") << cut;
+      if (cut >= whole.find("\n\n") + 2) {
+        EXPECT_EQ(got->ids[0], "first") << cut;
+      }
       // One role chunk at most: the continuation's is dropped.
       size_t roles = 0;
       for (size_t at = client.find("\"role\""); at != std::string::npos;

@@ -130,15 +130,15 @@ TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {
 
 TEST_F(ChaosTest, HungAgentLosesNothing) { ExpectLosslessFailover(RunDemo("agent-hang")); }
 
-// The inference server alone, killed and then hung, on a healthy agent; the
+// The inference server alone, hung and then killed, on a healthy agent; the
 // demo's LLM token streams are mid-answer on it both times, and the router
-// continues them on the standby (one cluster for both faults).
-// The order matters, and that is a known gap: after server-hang's repair
-// (SIGCONT) the node rejoins as the spare while its fence's SIGTERM, pending
-// on the stopped worker, is still to end that worker; a fault right after
-// then finds the spare's worker restarting (about a second of 502s).
-TEST_F(ChaosTest, KilledOrHungInferenceServerOnAHealthyAgentLosesNothing) {
-  json r = RunDemo("worker-kill,server-hang");
+// continues them on the standby (one cluster for both faults). In this
+// order it also holds the agent to finishing a fence's stop: the hung
+// server's pending SIGTERM ends it after the repair (SIGCONT), and the node
+// must not rejoin as the spare until a new server is up, or the fault right
+// after meets a spare whose server is restarting.
+TEST_F(ChaosTest, HungOrKilledInferenceServerOnAHealthyAgentLosesNothing) {
+  json r = RunDemo("server-hang,worker-kill");
   ExpectLosslessFailover(r, 2);
   uint64_t continued = 0;
   for (const json& f : r["faults"]) continued += f["llm_continued"].get<uint64_t>();
