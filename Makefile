@@ -2,6 +2,8 @@
 #   make demo    install deps, build, run the main job
 #   make test    install deps, build, run every test (ctest)
 #   make bench   install deps, build optimised, run the benchmarks
+#   make package install deps, build, make the .deb (and its -dbgsym .ddeb)
+#                in $(BUILD_DIR)/packages with CPack
 # Options: SANITIZE=ON (AddressSanitizer + UBSan), WERROR=ON (warnings fail
 # the build). CI (.ci/run) runs `make test` under the sanitizers for the unit
 # and fuzz tests (CTEST_ARGS="-LE e2e") and on the plain build for the e2e ones.
@@ -22,7 +24,7 @@ CTEST_ARGS ?=
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR)
 
-.PHONY: deps configure build test demo bench format clean
+.PHONY: deps configure build test demo bench package format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -48,6 +50,10 @@ bench: deps
 	build-release/bench/controller_bench build-release/gpuha 2000 15
 	bench/router_throughput.sh build-release/gpuha 5 64 5
 	bench/failover.sh build-release 10
+
+package: build
+	cd $(BUILD_DIR) && cpack -B packages
+	@ls -l $(BUILD_DIR)/packages/*.deb $(BUILD_DIR)/packages/*.ddeb
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

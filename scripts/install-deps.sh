@@ -26,6 +26,9 @@ PACKAGES=(
   nginx-light haproxy wrk    # benchmark peers of the router (bench/), never run by tests
   iproute2            # the partition chaos test: network namespaces and veth pairs
   chromium-headless-shell    # the dashboard test loads the page in a real browser
+  dpkg-dev file binutils     # make package: CPack's .deb, dpkg-shlibdeps, the split debug info
+  systemd                    # systemd-analyze verify checks the packaged units
+  python3 python3-yaml       # the package test and the Kubernetes manifest test
 )
 
 missing=()

@@ -51,6 +51,18 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(c->call_deadline_ms, 2000);
 }
 
+// The example the package installs and the README points at loads as is.
+TEST(AgentConfigTest, TheExampleLoads) {
+  auto c = LoadAgentConfig(GPUHA_SOURCE_DIR "/examples/agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(ValidateAgentConfig(*c).ok());
+  EXPECT_EQ(c->node, "gpu-1");
+  EXPECT_EQ(c->gpu_backend, "nvml");
+  EXPECT_EQ(KernelLogPath(*c), "/dev/kmsg");
+  EXPECT_EQ(c->server.command.front(), "tritonserver");
+  EXPECT_EQ(c->listen.port, 9400);
+}
+
 TEST(AgentConfigTest, DriverWatchSourcesDefaultByBackend) {
   auto c = ParseAgentConfig("gpu: { backend: nvml, call_deadline_ms: 500 }", "a.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

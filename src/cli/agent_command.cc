@@ -7,6 +7,7 @@
 #include "cli/signals.h"
 #include "common/http_server.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "gpu/nvml_probe.h"
 #include "gpu/sim_probe.h"
 
@@ -121,8 +122,11 @@ int AgentCommand::Run() {
   std::printf("gpuha agent %s listening on %s:%u\n", c.node.c_str(), c.listen.host.c_str(),
               a.http_port());
   std::fflush(stdout);
+  common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=agent ", c.node, " metrics on ",
+                                     c.listen.host, ":", a.http_port()));
   int signo = stop_signals.Wait();
   spdlog::info("agent {}: signal {}, stopping", c.node, signo);
+  common::SdNotifyOrLog("STOPPING=1");
   a.Stop();
   return kExitOk;
 }

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/net_util.h"
+#include "common/sd_notify.h"
 #include "controller/controller.h"
 #include "controller/service.h"
 
@@ -77,8 +78,11 @@ int ControllerCommand::Run() {
   std::printf("gpuha controller grpc %s:%d http %s:%u\n", host.c_str(), server.grpc_port(),
               host.c_str(), server.http_port());
   std::fflush(stdout);
+  common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=controller grpc ", host, ":",
+                                     server.grpc_port(), " http ", host, ":", server.http_port()));
   int signo = stop_signals.Wait();
   spdlog::info("controller: signal {}, stopping", signo);
+  common::SdNotifyOrLog("STOPPING=1");
   server.Stop();
   return kExitOk;
 }

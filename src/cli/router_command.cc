@@ -6,6 +6,7 @@
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "router/route_watch.h"
 #include "router/router.h"
 
@@ -74,16 +75,22 @@ int RouterCommand::Run() {
   std::printf("gpuha router listening on %s:%u admin %s:%u\n", config->listen.host.c_str(),
               r.port(), config->admin.host.c_str(), r.admin_port());
   std::fflush(stdout);
+  common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=router on ", config->listen.host, ":",
+                                     r.port(), " admin ", config->admin.host, ":", r.admin_port()));
   for (;;) {
     int signo = signals.Wait();
     if (signo != SIGHUP) {
       spdlog::info("router: signal {}, stopping", signo);
+      common::SdNotifyOrLog("STOPPING=1");
       break;
     }
+    // Type=notify-reload's handshake (systemd 253+), harmless before it.
+    common::SdNotifyOrLog("RELOADING=1");
     auto fresh = Load(config_path_, listen_, admin_, controllers_, threads_);
     absl::Status s = fresh.ok() ? r.Reload(*fresh) : fresh.status();
     if (!s.ok())
       spdlog::error("router: SIGHUP: reload refused, keeping the running config: {}", s.message());
+    common::SdNotifyOrLog("READY=1");
   }
   if (watch) watch->Stop();
   r.Stop();

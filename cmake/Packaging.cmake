@@ -1,0 +1,41 @@
+# What `cmake --install` puts where, and the .deb CPack makes of it
+# (`make package`). The binary goes to /usr/bin; its debug info goes into a
+# separate gpuha-dbgsym .ddeb (Debian's convention), found again through the
+# binary's build-id.
+include(GNUInstallDirs)
+
+install(TARGETS gpuha RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES
+          ${PROJECT_SOURCE_DIR}/deploy/systemd/gpuha-agent.service
+          ${PROJECT_SOURCE_DIR}/deploy/systemd/gpuha-controller.service
+          ${PROJECT_SOURCE_DIR}/deploy/systemd/gpuha-router.service
+        DESTINATION lib/systemd/system)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/gpuha.sysusers
+        DESTINATION lib/sysusers.d RENAME gpuha.conf)
+install(FILES ${PROJECT_SOURCE_DIR}/deploy/completions/gpuha.bash
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gpuha)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
+        FILES_MATCHING PATTERN "*.yaml")
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/LICENSE
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME gpuha)
+set(CPACK_PACKAGE_VENDOR "gpuha developers")
+set(CPACK_PACKAGE_CONTACT "gpuha developers <gpuha@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "keeps GPU inference serving while GPUs, nodes and links fail")
+set(CPACK_PACKAGE_DESCRIPTION
+    "One binary with the agent, controller, router, planner, simulator, worker and operator CLI.")
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION net)
+set(CPACK_DEBIAN_PACKAGE_LICENSE Apache-2.0)
+# Runtime dependencies from the libraries the binary links (dpkg-shlibdeps).
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# Debug info split off into gpuha-dbgsym_*.ddeb, and the packaged binary
+# stripped of it (objcopy), as Debian packages do.
+set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
+include(CPack)

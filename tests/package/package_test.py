@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""The .deb as a user gets it: built by CPack from the build tree, unpacked
+(dpkg-deb -x) into a temporary root, never installed onto this machine.
+
+  package_test.py BUILD_DIR SOURCE_DIR
+
+Checks, each failure naming what it saw:
+  - gpuha_VERSION_ARCH.deb and its gpuha-dbgsym .ddeb are made, and the .deb's
+    control names its library dependencies;
+  - the unpacked tree holds the binary, the systemd units, the sysusers file,
+    the bash completion, the examples, README and LICENSE;
+  - the packaged binary carries no DWARF, and the .ddeb holds its debug info
+    under its build-id;
+  - the unpacked binary runs: --version, and `plan` on a packaged example;
+  - Type=notify: the unpacked router and controller say READY=1 on
+    $NOTIFY_SOCKET once they serve, and STOPPING=1 on SIGTERM;
+  - `systemd-analyze verify` accepts each unit, pointed at the unpacked
+    binary, with no warning;
+  - the packaged bash completion completes subcommands from the binary.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
+
+
+def notify_roundtrip(tmp, argv, name):
+    """Starts argv with NOTIFY_SOCKET set; expects READY=1, then STOPPING=1."""
+    path = os.path.join(tmp, name + ".notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(20)
+    env = dict(os.environ, NOTIFY_SOCKET=path)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        try:
+            first = sock.recv(4096).decode()
+        except socket.timeout:
+            first = "(nothing in 20 s)"
+        check(first.startswith("READY=1"), f"{name}: READY=1 on $NOTIFY_SOCKET (got {first!r})")
+        check("STATUS=" in first, f"{name}: the READY message carries a STATUS line ({first!r})")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            second = sock.recv(4096).decode()
+        except socket.timeout:
+            second = "(nothing in 20 s)"
+        check(second == "STOPPING=1", f"{name}: STOPPING=1 on SIGTERM (got {second!r})")
+        rc = proc.wait(timeout=20)
+        check(rc == 0, f"{name}: exits 0 on SIGTERM (rc {rc}; stderr {proc.stderr.read()[-400:]!r})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sock.close()
+
+
+def main():
+    build, source = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory(prefix="gpuha-package-") as tmp:
+        out = os.path.join(tmp, "out")
+        r = run(["cpack", "--config", os.path.join(build, "CPackConfig.cmake"), "-B", out])
+        if not check(r.returncode == 0, f"cpack builds the package ({r.stdout[-600:]}{r.stderr[-600:]})"):
+            return
+        debs = [f for f in os.listdir(out) if f.endswith(".deb")]
+        ddebs = [f for f in os.listdir(out) if f.endswith(".ddeb")]
+        check(len(debs) == 1 and re.fullmatch(r"gpuha_\d+\.\d+\.\d+_amd64\.deb", debs[0]) is not None,
+              f"one gpuha_VERSION_amd64.deb ({debs})")
+        check(len(ddebs) == 1 and ddebs[0].startswith("gpuha-dbgsym_"), f"one gpuha-dbgsym .ddeb ({ddebs})")
+        if not debs or not ddebs:
+            return
+        deb = os.path.join(out, debs[0])
+        info = run(["dpkg-deb", "-f", deb, "Package", "Depends", "License"]).stdout
+        check("Package: gpuha" in info, f"control: Package gpuha ({info!r})")
+        check(re.search(r"Depends:.*libc6.*libgrpc", info) is not None,
+              f"control: Depends lists the linked libraries ({info!r})")
+
+        root = os.path.join(tmp, "root")
+        r = run(["dpkg-deb", "-x", deb, root])
+        check(r.returncode == 0, f"dpkg-deb -x unpacks it ({r.stderr})")
+        exe = os.path.join(root, "usr/bin/gpuha")
+        for rel in ["usr/bin/gpuha",
+                    "usr/lib/systemd/system/gpuha-agent.service",
+                    "usr/lib/systemd/system/gpuha-controller.service",
+                    "usr/lib/systemd/system/gpuha-router.service",
+                    "usr/lib/sysusers.d/gpuha.conf",
+                    "usr/share/bash-completion/completions/gpuha",
+                    "usr/share/doc/gpuha/examples/controller.yaml",
+                    "usr/share/doc/gpuha/examples/agent.yaml",
+                    "usr/share/doc/gpuha/examples/router.yaml",
+                    "usr/share/doc/gpuha/README.md",
+                    "usr/share/doc/gpuha/LICENSE"]:
+            check(os.path.isfile(os.path.join(root, rel)), f"the package holds /{rel}")
+        if not os.path.isfile(exe):
+            return
+
+        # Debug info: off the binary, into the .ddeb under the build-id.
+        sections = run(["readelf", "-S", "-W", exe]).stdout
+        check(".debug_info" not in sections, "the packaged binary carries no .debug_info")
+        notes = run(["readelf", "-n", exe]).stdout
+        m = re.search(r"Build ID: ([0-9a-f]{2})([0-9a-f]+)", notes)
+        if check(m is not None, "the packaged binary has a build-id"):
+            want = f"./usr/lib/debug/.build-id/{m.group(1)}/{m.group(2)}.debug"
+            listing = run(["dpkg-deb", "-c", os.path.join(out, ddebs[0])]).stdout
+            check(want in listing, f"the .ddeb holds {want}")
+        size = os.path.getsize(exe)
+        unstripped = os.path.getsize(os.path.join(build, "gpuha"))
+        print(f"     binary: {unstripped} bytes in the build tree, {size} bytes packaged")
+        check(size < unstripped, "the packaged binary is smaller than the build tree's")
+
+        r = run([exe, "--version"])
+        check(r.returncode == 0 and re.search(r"\d+\.\d+\.\d+", r.stdout) is not None,
+              f"the unpacked binary runs: --version ({r.stdout!r} {r.stderr!r})")
+        r = run([exe, "plan", os.path.join(root, "usr/share/doc/gpuha/examples/scenario-a-dedicated-no-san.yaml")])
+        check(r.returncode == 0 and "N+" in r.stdout,
+              f"the unpacked binary plans a packaged example (rc {r.returncode}, {r.stderr[-300:]!r})")
+
+        # Type=notify, as systemd would see it.
+        with open(os.path.join(tmp, "router.yaml"), "w") as f:
+            f.write("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nthreads: 1\nauth: none\n")
+        notify_roundtrip(tmp, [exe, "router", "--config", os.path.join(tmp, "router.yaml")], "router")
+        with open(os.path.join(tmp, "controller.yaml"), "w") as f:
+            f.write("nodes:\n  - { name: n1, role: active, capacity: 4 }\n"
+                    "  - { name: n2, role: passive, capacity: 4 }\n"
+                    "listen: { grpc: \"127.0.0.1:0\", http: \"127.0.0.1:0\" }\n")
+        notify_roundtrip(tmp, [exe, "controller", "--config", os.path.join(tmp, "controller.yaml"),
+                               "--store", os.path.join(tmp, "controller.db")], "controller")
+
+        # systemd-analyze verify, the units pointed at the unpacked binary.
+        units = os.path.join(tmp, "units")
+        os.makedirs(units)
+        for name in ["gpuha-agent.service", "gpuha-controller.service", "gpuha-router.service"]:
+            with open(os.path.join(root, "usr/lib/systemd/system", name)) as f:
+                text = f.read()
+            check("/usr/bin/gpuha " in text, f"{name}: ExecStart runs /usr/bin/gpuha")
+            with open(os.path.join(units, name), "w") as f:
+                f.write(text.replace("/usr/bin/gpuha ", exe + " "))
+            r = run(["systemd-analyze", "verify", os.path.join(units, name)])
+            said = (r.stdout + r.stderr).strip()
+            check(r.returncode == 0 and said == "", f"systemd-analyze verify {name}: rc {r.returncode} {said!r}")
+
+        # The packaged completion, against the unpacked binary.
+        script = (f"source {os.path.join(root, 'usr/share/bash-completion/completions/gpuha')}; "
+                  f"COMP_WORDS=({exe} ro); COMP_CWORD=1; _gpuha; echo \"${{COMPREPLY[@]}}\"; "
+                  f"COMP_WORDS=({exe} router --con); COMP_CWORD=2; _gpuha; echo \"${{COMPREPLY[@]}}\"")
+        r = run(["bash", "-c", script])
+        check(r.stdout.split("\n")[:2] == ["router", "--config --controller"],
+              f"bash completion: 'ro' -> router, 'router --con' -> its flags ({r.stdout!r} {r.stderr!r})")
+
+
+if __name__ == "__main__":
+    main()
+    if failures:
+        print(f"{len(failures)} check(s) failed", flush=True)
+        sys.exit(1)
+    print("all checks passed")
