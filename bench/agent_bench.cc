@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   FakeController controller;
   ChildProcess agent({gpuha, "agent", "--node", "bench", "--controller",
                       "127.0.0.1:" + std::to_string(controller.port()), "--gpu", "sim",
-                      "--sim-gpus", "8", "--sample-ms", "100", "--heartbeat-ms", "50"});
+                      "--sim-gpus", "8", "--sample-ms", "100", "--heartbeat-ms", "50", "--listen",
+                      "127.0.0.1:0"});
   auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
   if (!port || !controller.WaitForHello(milliseconds(10000))) {
     std::fprintf(stderr, "agent did not start: %s\n", agent.err().c_str());

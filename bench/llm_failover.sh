@@ -112,6 +112,7 @@ CONF
 router_conf() {
   {
     echo "listen: 127.0.0.1:$PROXY"
+    echo "admin: 127.0.0.1:0"
     echo "threads: 1"
     echo "auth: none"
     echo "routes:"

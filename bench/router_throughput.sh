@@ -86,6 +86,7 @@ backend be
 CONF
   cat > "$work/router.yaml" <<CONF
 listen: 127.0.0.1:$ROUTER
+admin: 127.0.0.1:0
 threads: $t
 auth: none
 routes:

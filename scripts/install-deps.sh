@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs every Debian package gpuha needs to build, test and benchmark.
+#   scripts/install-deps.sh           everything (make test, make bench)
+#   scripts/install-deps.sh --build   only what building the binary and its
+#                                     .deb needs (the container's build stage)
 # Idempotent: packages already present are skipped, and apt-get update runs at
 # most once per invocation, only when something is missing.
 set -euo pipefail
 
 # Each package is here for a reason; DESIGN.md lists the dependencies.
-PACKAGES=(
+BUILD_PACKAGES=(
   build-essential     # g++ 12
   cmake ninja-build   # build
   pkg-config
@@ -18,18 +21,26 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # agent/controller RPC
   libboost-dev        # Asio and Beast: HTTP endpoints and the router
   libssl-dev          # TLS
+  libgtest-dev libgmock-dev  # unit tests (CMake configures them with the rest)
+  dpkg-dev file binutils     # make package: CPack's .deb, dpkg-shlibdeps, the split debug info
+)
+TEST_PACKAGES=(
   openssl             # tests make their own CA and certificates for mTLS
-  libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev    # micro benchmarks
   clang libclang-rt-14-dev   # sanitizers and libFuzzer
   curl                # tests and the demo talk to the router like a user would
   nginx-light haproxy wrk    # benchmark peers of the router (bench/), never run by tests
   iproute2            # the partition chaos test: network namespaces and veth pairs
   chromium-headless-shell    # the dashboard test loads the page in a real browser
-  dpkg-dev file binutils     # make package: CPack's .deb, dpkg-shlibdeps, the split debug info
   systemd                    # systemd-analyze verify checks the packaged units
   python3 python3-yaml       # the package test and the Kubernetes manifest test
 )
+
+case "${1:-}" in
+  "") PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (expected nothing or --build)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

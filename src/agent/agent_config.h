@@ -11,7 +11,7 @@
 //   server: { command: [gpuha, worker, --port, "8001"],
 //             ready_url: "http://127.0.0.1:8001/v2/health/ready", fence_mode: stop,
 //             probe_interval_ms: 500, probe_timeout_ms: 300 }
-//   listen: 127.0.0.1:9400
+//   listen: 127.0.0.1:7402
 //   tls: { ca: ca.pem, cert: agent.pem, key: agent.key }
 #pragma once
 
@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "agent/supervisor.h"
 #include "common/net_util.h"
+#include "common/ports.h"
 #include "gpu/fault_script.h"
 #include "gpu/health.h"
 #include "gpu/sim_probe.h"
@@ -50,7 +51,7 @@ struct AgentConfig {
   std::string sysfs_net = "/sys/class/net";
   gpu::HealthThresholds thresholds;
   SupervisorOptions server;
-  HostPort listen{"127.0.0.1", 0};
+  HostPort listen{"127.0.0.1", common::kAgentPort};
   std::string tls_ca, tls_cert, tls_key;
 };
 

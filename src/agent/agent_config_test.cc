@@ -60,7 +60,7 @@ TEST(AgentConfigTest, TheExampleLoads) {
   EXPECT_EQ(c->gpu_backend, "nvml");
   EXPECT_EQ(KernelLogPath(*c), "/dev/kmsg");
   EXPECT_EQ(c->server.command.front(), "tritonserver");
-  EXPECT_EQ(c->listen.port, 9400);
+  EXPECT_EQ(c->listen.port, 7402);
 }
 
 TEST(AgentConfigTest, DriverWatchSourcesDefaultByBackend) {

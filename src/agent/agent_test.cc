@@ -40,6 +40,7 @@ class AgentTest : public ::testing::Test {
   AgentConfig Config(std::vector<int> ports) {
     AgentConfig c;
     c.node = "gpu-1";
+    c.listen.port = 0;
     for (int p : ports) c.controllers.push_back({"127.0.0.1", static_cast<uint16_t>(p)});
     c.gpu_backend = "sim";
     c.sim.count = 2;
@@ -375,6 +376,7 @@ class MtlsTest : public ::testing::Test {
   AgentConfig Config(int port) {
     AgentConfig c;
     c.node = "tls-1";
+    c.listen.port = 0;
     c.controllers = {{"127.0.0.1", static_cast<uint16_t>(port)}};
     c.gpu_backend = "sim";
     c.heartbeat_ms = 20;

@@ -26,7 +26,7 @@ AgentCommand::AgentCommand(CLI::App& parent) {
   app_->add_option("--fault", faults_, "Sim fault, e.g. at_ms=2000,gpu=0,kind=xid,xid=79");
   app_->add_option("--fault-script", fault_script_, "Sim fault script YAML");
   app_->add_option("--listen", listen_,
-                   "HOST:PORT for /metrics and /healthz (default 127.0.0.1:0)");
+                   "HOST:PORT for /metrics and /healthz (default 127.0.0.1:7402)");
   app_->add_option("--heartbeat-ms", heartbeat_ms_, "Heartbeat interval")
       ->check(CLI::Range(5, 10000));
   app_->add_option("--sample-ms", sample_ms_, "Sampling interval")->check(CLI::Range(10, 60000));

@@ -16,8 +16,11 @@ RouterCommand::RouterCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("router",
                                "Data plane: routes streams, fails over to standbys, TLS, tenants");
   app_->add_option("--config", config_path_, "Router config YAML")->required();
-  app_->add_option("--listen", listen_, "HOST:PORT for clients (overrides listen)");
-  app_->add_option("--admin", admin_, "HOST:PORT for /metrics, /healthz, /routes");
+  app_->add_option("--listen", listen_,
+                   "HOST:PORT for clients (overrides listen; default 127.0.0.1:8080)");
+  app_->add_option(
+      "--admin", admin_,
+      "HOST:PORT for /metrics, /healthz, /routes (overrides admin; default 127.0.0.1:8081)");
   app_->add_option("--controller", controllers_,
                    "HOST:PORT[,HOST:PORT...] route watch (overrides controllers)");
   app_->add_option("--threads", threads_, "Event loops (0: one per core)")

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/net_util.h"
+#include "common/ports.h"
 #include "common/reconnect.h"
 #include "controller/failure_detector.h"
 #include "controller/placement.h"
@@ -47,8 +49,8 @@ struct ControllerConfig {
   int64_t redundancy = 1;
   std::vector<NodeConfig> nodes;
   std::vector<std::string> tenants;
-  std::string grpc_listen = "127.0.0.1:7400";
-  std::string http_listen = "127.0.0.1:7401";
+  std::string grpc_listen = absl::StrCat("127.0.0.1:", common::kControllerGrpcPort);
+  std::string http_listen = absl::StrCat("127.0.0.1:", common::kControllerHttpPort);
   std::string store_path;  // empty: in-memory (tests and the demo's throwaway runs)
   // gRPC over TLS when cert and key are set; with ca, agents and routers must
   // present a certificate it signed (mTLS).

@@ -144,6 +144,7 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
   for (const char* name : {"n1", "n2", "n3"}) {
     agent::AgentConfig ac;
     ac.node = name;
+    ac.listen.port = 0;
     ac.controllers = {{"127.0.0.1", static_cast<uint16_t>(server.grpc_port())}};
     ac.gpu_backend = "sim";
     ac.heartbeat_ms = 20;
@@ -216,6 +217,7 @@ TEST(ControllerServerTest, MutualTlsAdmitsOnlyAgentsWithACertificateItSigned) {
   auto make_agent = [&](const char* node, const std::string& cert) {
     agent::AgentConfig ac;
     ac.node = node;
+    ac.listen.port = 0;
     ac.controllers = {{"127.0.0.1", static_cast<uint16_t>(server.grpc_port())}};
     ac.gpu_backend = "sim";
     ac.tls_ca = dir + "/ca.pem";

@@ -65,6 +65,7 @@ TEST(LoadTest, SseAnswersAreCheckedAndTimed) {
   ASSERT_TRUE(w.ok()) << w.status();
   router::RouterConfig rc;
   rc.listen = {"127.0.0.1", 0};
+  rc.admin = {"127.0.0.1", 0};
   rc.threads = 1;
   rc.auth_none = true;
   rc.probe_interval = milliseconds(0);

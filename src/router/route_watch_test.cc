@@ -97,6 +97,7 @@ class RouteWatchTest : public ::testing::Test {
  protected:
   void StartRouter(const std::vector<uint16_t>& controller_ports) {
     config_.listen = {"127.0.0.1", 0};
+    config_.admin = {"127.0.0.1", 0};
     config_.threads = 1;
     config_.probe_interval = milliseconds(0);
     for (uint16_t p : controller_ports) config_.controllers.push_back({"127.0.0.1", p});

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/net_util.h"
+#include "common/ports.h"
 #include "router/progress.h"
 
 namespace gpuha::router {
@@ -76,9 +77,9 @@ struct LlmConfig {
 };
 
 struct RouterConfig {
-  common::HostPort listen{"127.0.0.1", 8080};
-  common::HostPort admin{"127.0.0.1", 0};  // /metrics, /healthz, /routes
-  int threads = 0;                         // 0: one per core
+  common::HostPort listen{"127.0.0.1", common::kRouterPort};
+  common::HostPort admin{"127.0.0.1", common::kRouterAdminPort};  // /metrics, /healthz, /routes
+  int threads = 0;                                                // 0: one per core
   std::string router_id = "router";
   std::vector<common::HostPort> controllers;
   std::vector<StaticRoute> routes;

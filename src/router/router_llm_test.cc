@@ -71,6 +71,7 @@ class RouterLlmTest : public ::testing::Test {
       *w = std::move(*s);
     }
     config_.listen = {"127.0.0.1", 0};
+    config_.admin = {"127.0.0.1", 0};
     config_.threads = 2;
     config_.auth_none = true;
     config_.probe_interval = milliseconds(10);

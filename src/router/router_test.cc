@@ -65,6 +65,7 @@ class RouterTest : public ::testing::Test {
     a_ = *TestBackend::Start({.name = "a"});
     b_ = *TestBackend::Start({.name = "b"});
     config_.listen = {"127.0.0.1", 0};
+    config_.admin = {"127.0.0.1", 0};
     config_.threads = 2;
     config_.probe_interval = milliseconds(10);
     config_.hang_after = milliseconds(80);

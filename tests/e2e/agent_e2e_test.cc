@@ -38,7 +38,8 @@ class AgentE2eTest : public ::testing::Test {
             "--gpu",          "nvml",
             "--nvml-lib",     FAKE_NVML_COMPLETE,
             "--heartbeat-ms", "20",
-            "--sample-ms",    "50"};
+            "--sample-ms",    "50",
+            "--listen",       "127.0.0.1:0"};
   }
   std::string state_;
 };
@@ -122,7 +123,8 @@ TEST_F(AgentE2eTest, FenceStopsTheRealServerAndSigtermLeavesNoStrayProcess) {
   FakeController controller;
   ChildProcess agent({kGpuha, "agent", "--node", "srv", "--controller",
                       "127.0.0.1:" + std::to_string(controller.port()), "--gpu", "sim",
-                      "--heartbeat-ms", "20", "--server-cmd", "sleep 300"});
+                      "--heartbeat-ms", "20", "--server-cmd", "sleep 300", "--listen",
+                      "127.0.0.1:0"});
   ASSERT_TRUE(controller.WaitForHello(milliseconds(10000))) << agent.err();
   auto running = controller.WaitForHeartbeat(
       [](const v1::Heartbeat& h) { return h.server().running() && h.server().pid() > 0; });

@@ -52,7 +52,7 @@ class ClusterTest : public ::testing::Test {
   void StartAgent(const std::string& node) {
     agents_[node] = std::make_unique<ChildProcess>(std::vector<std::string>{
         kGpuha, "agent", "--node", node, "--controller", "127.0.0.1:" + std::to_string(grpc_),
-        "--gpu", "sim", "--heartbeat-ms", "50", "--sample-ms", "100"});
+        "--gpu", "sim", "--heartbeat-ms", "50", "--sample-ms", "100", "--listen", "127.0.0.1:0"});
     auto port = agents_[node]->WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
     ASSERT_TRUE(port.has_value()) << agents_[node]->err();
     agent_http_[node] = static_cast<uint16_t>(std::stoi(*port));

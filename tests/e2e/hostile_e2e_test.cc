@@ -131,7 +131,7 @@ TEST_F(HostileTest, RouterRequestPath) {
   std::ofstream(dir_ / "router.yaml")
       << r.Yaml() << "limits: { header_timeout_ms: 1000, max_header_bytes: 8192 }\n";
   ChildProcess router({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
-                       "127.0.0.1:0", "--threads", "2"});
+                       "127.0.0.1:0", "--admin", "127.0.0.1:0", "--threads", "2"});
   auto rest = router.WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
   ASSERT_TRUE(rest.has_value()) << router.err();
   const auto port = static_cast<uint16_t>(std::stoi(*rest));
@@ -323,7 +323,8 @@ TEST_F(HostileTest, ControllerApiAndAgentFaultScripts) {
 
   // The agent's fault scripts (its /v1/sim/faults endpoint).
   ChildProcess agent({kGpuha, "agent", "--node", "n1", "--controller",
-                      "127.0.0.1:" + std::to_string(grpc), "--gpu", "sim"});
+                      "127.0.0.1:" + std::to_string(grpc), "--gpu", "sim", "--listen",
+                      "127.0.0.1:0"});
   auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
   ASSERT_TRUE(port.has_value()) << agent.err();
   const auto agent_port = static_cast<uint16_t>(std::stoi(*port));

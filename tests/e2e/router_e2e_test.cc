@@ -114,9 +114,11 @@ class RouterE2eTest : public ::testing::Test {
   bool WaitAllConnected(ControlledCluster& c);
   // `nofile` > 0: the router runs under that file-descriptor limit.
   void StartRouter(std::vector<std::string> extra = {}, int nofile = 0) {
-    std::vector<std::string> argv = {
-        kGpuha,     "router",      "--config",  (dir_ / "router.yaml").string(),
-        "--listen", "127.0.0.1:0", "--threads", "2"};
+    std::vector<std::string> argv = {kGpuha,      "router",
+                                     "--config",  (dir_ / "router.yaml").string(),
+                                     "--listen",  "127.0.0.1:0",
+                                     "--admin",   "127.0.0.1:0",
+                                     "--threads", "2"};
     if (nofile > 0)
       argv.insert(argv.begin(), {"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile)});
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -299,8 +301,8 @@ TEST_F(RouterE2eTest, BadConfigExitsTwoNamingTheField) {
   EXPECT_EQ(p.Wait(milliseconds(10000)), 2);
   EXPECT_NE(p.err().find("limits.max_headers"), std::string::npos) << p.err();
   WriteConfig("auth: none\ntls: {cert: /nonexistent.pem, key: /nonexistent.key}\n");
-  ChildProcess q(
-      {kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen", "127.0.0.1:0"});
+  ChildProcess q({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
+                  "127.0.0.1:0", "--admin", "127.0.0.1:0"});
   EXPECT_EQ(q.Wait(milliseconds(10000)), 2);
   EXPECT_NE(q.err().find("tls.cert"), std::string::npos) << q.err();
 }
@@ -347,7 +349,7 @@ void RouterE2eTest::StartControlledCluster(ControlledCluster& c) {
   for (auto& [n, p] : c.ports) {
     c.agents[n] = std::make_unique<ChildProcess>(std::vector<std::string>{
         kGpuha, "agent", "--node", n, "--controller", "127.0.0.1:" + std::to_string(c.grpc),
-        "--gpu", "sim", "--heartbeat-ms", "50"});
+        "--gpu", "sim", "--heartbeat-ms", "50", "--listen", "127.0.0.1:0"});
     ASSERT_TRUE(c.agents[n]->WaitForLine("listening on", milliseconds(10000)));
   }
   ASSERT_TRUE(WaitAllConnected(c));
