@@ -186,6 +186,14 @@ v1::AgentMessage Agent::BuildHello() const {
   h->set_heartbeat_interval_ms(config_.heartbeat_ms);
   h->set_last_epoch(epoch_.load());
   h->set_fenced(fenced_.load());
+  if (const AgentConfig::Registration& r = config_.registration; r.capacity > 0) {
+    v1::Registration* out = h->mutable_registration();
+    out->set_address(r.address);
+    out->set_capacity(r.capacity);
+    out->set_cpu_only(r.cpu_only);
+    out->mutable_labels()->insert(r.labels.begin(), r.labels.end());
+    out->set_join_token(r.join_token);
+  }
   for (const gpu::DeviceInfo& d : devices_) {
     v1::GpuInfo* g = h->add_gpus();
     g->set_index(d.index);
@@ -207,7 +215,7 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   ServerState server = supervisor_.state();
   v1::ServerStatus* ss = hb->mutable_server();
   ss->set_running(server.running || !server.supervised);
-  ss->set_ready(server.supervised ? server.ready : !fenced_.load());
+  ss->set_ready(server.supervised || server.watched ? server.ready : !fenced_.load());
   ss->set_pid(server.pid);
   ss->set_restarts(server.restarts);
   ss->set_last_exit(server.last_exit);

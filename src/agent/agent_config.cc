@@ -109,8 +109,72 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   c.tls_ca = tls.ca;
   c.tls_cert = tls.cert;
   c.tls_key = tls.key;
+  common::YamlMap reg = root.Map("register");
+  if (auto v = reg.String("address")) {
+    if (!ParseHostPort(*v, "address").ok()) {
+      reg.Fail("address", absl::StrCat("'", *v, "' is not HOST:PORT"));
+    }
+    c.registration.address = *v;
+  }
+  common::ReadIntIn(reg, "capacity", 1, 1'000'000, &c.registration.capacity);
+  if (auto v = reg.Bool("cpu_only")) c.registration.cpu_only = *v;
+  if (auto labels = reg.StringList("labels")) {
+    for (const std::string& label : *labels) {
+      if (absl::Status s = AddLabel(label, &c.registration.labels); !s.ok()) {
+        reg.Fail("labels", s.message());
+        break;
+      }
+    }
+  }
+  if (auto v = reg.String("join_token_file")) c.registration.join_token_file = *v;
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   return c;
+}
+
+absl::Status ReadJoinToken(AgentConfig& c) {
+  const std::string& path = c.registration.join_token_file;
+  if (path.empty()) return absl::OkStatus();
+  auto text = common::ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register.join_token_file: ", text.status().message()));
+  }
+  c.registration.join_token = std::string(absl::StripAsciiWhitespace(*text));
+  if (c.registration.join_token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register.join_token_file: ", path, " is empty"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddLabel(const std::string& flag_value, std::map<std::string, std::string>* labels) {
+  // Kubernetes' label syntax: an optional DNS prefix and a name, each of
+  // [A-Za-z0-9._-/], and a value of at most 63 characters.
+  size_t eq = flag_value.find('=');
+  auto ok = [](absl::string_view s, size_t max, bool slash) {
+    if (s.size() > max) return false;
+    for (char ch : s) {
+      if (!absl::ascii_isalnum(ch) && ch != '.' && ch != '_' && ch != '-' && !(slash && ch == '/'))
+        return false;
+    }
+    return true;
+  };
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label '", absl::CHexEscape(flag_value), "' is not KEY=VALUE"));
+  }
+  std::string key = flag_value.substr(0, eq), value = flag_value.substr(eq + 1);
+  if (!ok(key, 253, true)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label key '", absl::CHexEscape(key), "' must be [A-Za-z0-9._/-]"));
+  }
+  if (!ok(value, 63, false)) {
+    return absl::InvalidArgumentError(absl::StrCat("label ", key, ": value '",
+                                                   absl::CHexEscape(value),
+                                                   "' must be [A-Za-z0-9._-], at most 63"));
+  }
+  (*labels)[key] = value;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path) {
@@ -131,6 +195,12 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
   }
   if (c.gpu_backend.empty()) {
     return absl::InvalidArgumentError("gpu: choose a backend, --gpu nvml or --gpu sim");
+  }
+  // A registration must name the server routers are to reach.
+  if (c.registration.capacity > 0 && c.registration.address.empty()) {
+    return absl::InvalidArgumentError(
+        "register.address: a registering node must give its inference server's HOST:PORT "
+        "(--address)");
   }
   // A certificate that cannot be read must stop the agent here, not surface
   // later as an anonymous TLS handshake failure.

@@ -13,9 +13,12 @@
 //             probe_interval_ms: 500, probe_timeout_ms: 300 }
 //   listen: 127.0.0.1:7402
 //   tls: { ca: ca.pem, cert: agent.pem, key: agent.key }
+//   register: { address: "10.0.0.5:8000", capacity: 10, cpu_only: false,
+//               labels: ["gpuha.io/role=passive"], join_token_file: /etc/gpuha/join-token }
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,7 +56,25 @@ struct AgentConfig {
   SupervisorOptions server;
   HostPort listen{"127.0.0.1", common::kAgentPort};
   std::string tls_ca, tls_cert, tls_key;
+  // What the hello says about this node, for a controller that registers
+  // nodes instead of listing them. capacity 0: not registering.
+  struct Registration {
+    std::string address;  // HOST:PORT of the inference server, for routers
+    int64_t capacity = 0;
+    bool cpu_only = false;
+    std::map<std::string, std::string> labels;
+    std::string join_token_file;  // read at start (ReadJoinToken)
+    std::string join_token;
+  } registration;
 };
+
+// Reads registration.join_token from registration.join_token_file (none:
+// OK); the error names the field and the file.
+[[nodiscard]] absl::Status ReadJoinToken(AgentConfig& c);
+
+// "KEY=VALUE" (a --label flag) into `labels`; InvalidArgument naming it.
+[[nodiscard]] absl::Status AddLabel(const std::string& flag_value,
+                                    std::map<std::string, std::string>* labels);
 
 // Reads a config file; fault_script paths resolve against the file's folder.
 [[nodiscard]] absl::StatusOr<AgentConfig> LoadAgentConfig(const std::string& path);

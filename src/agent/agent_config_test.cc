@@ -63,6 +63,44 @@ TEST(AgentConfigTest, TheExampleLoads) {
   EXPECT_EQ(c->listen.port, 7402);
 }
 
+TEST(AgentConfigTest, RegistrationSectionAndLabels) {
+  std::string token = (gpuha::testing::TestTempDir() / "join-token").string();
+  std::ofstream(token) << "  join-me\n";
+  auto c = ParseAgentConfig(
+      "node: g1\ncontrollers: [\"127.0.0.1:7400\"]\ngpu: { backend: sim }\n"
+      "register: { address: \"10.0.0.1:8000\", capacity: 12, cpu_only: true,\n"
+      "  labels: [\"gpuha.io/role=passive\", \"zone=a\"], join_token_file: " +
+          token + " }\n",
+      "agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(ReadJoinToken(*c).ok());
+  EXPECT_EQ(c->registration.join_token, "join-me");
+  EXPECT_EQ(c->registration.address, "10.0.0.1:8000");
+  EXPECT_EQ(c->registration.capacity, 12);
+  EXPECT_TRUE(c->registration.cpu_only);
+  EXPECT_EQ(c->registration.labels.at("gpuha.io/role"), "passive");
+  EXPECT_EQ(c->registration.labels.at("zone"), "a");
+  EXPECT_TRUE(ValidateAgentConfig(*c).ok());
+
+  EXPECT_THAT(Err(ParseAgentConfig("register: { address: nowhere }\n", "a.yaml")),
+              HasSubstr("register.address: 'nowhere' is not HOST:PORT"));
+  EXPECT_THAT(Err(ParseAgentConfig("register: { labels: [\"no-equals\"] }\n", "a.yaml")),
+              HasSubstr("register.labels: label 'no-equals' is not KEY=VALUE"));
+  std::map<std::string, std::string> labels;
+  EXPECT_THAT(AddLabel("k=has space", &labels).message(), HasSubstr("label k: value"));
+  EXPECT_TRUE(AddLabel("topology.kubernetes.io/zone=us-east-1a", &labels).ok());
+  // A capacity with no address is refused: routers could not reach it.
+  auto no_address = ParseAgentConfig(
+      "node: g1\ncontrollers: [\"127.0.0.1:7400\"]\ngpu: { backend: sim }\nregister: { capacity: 4 "
+      "}\n",
+      "a.yaml");
+  ASSERT_TRUE(no_address.ok());
+  EXPECT_THAT(ValidateAgentConfig(*no_address).message(), HasSubstr("register.address"));
+  c->registration.join_token_file = "/nonexistent/join-token";
+  EXPECT_THAT(ReadJoinToken(*c).message(),
+              HasSubstr("register.join_token_file: /nonexistent/join-token"));
+}
+
 TEST(AgentConfigTest, DriverWatchSourcesDefaultByBackend) {
   auto c = ParseAgentConfig("gpu: { backend: nvml, call_deadline_ms: 500 }", "a.yaml");
   ASSERT_TRUE(c.ok()) << c.status();

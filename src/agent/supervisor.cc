@@ -16,6 +16,8 @@ Supervisor::Supervisor(SupervisorOptions options, ProcessRunner* runner, common:
       probe_(std::move(probe)),
       backoff_(options_.backoff) {
   state_.supervised = !options_.command.empty();
+  state_.watched =
+      !state_.supervised && (!options_.ready_url.empty() || !options_.metrics_url.empty());
   next_start_ = clock_->Now();
 }
 
@@ -40,8 +42,17 @@ void Supervisor::StopLocked(common::TimePoint now) {
 
 void Supervisor::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!state_.supervised) return;
   common::TimePoint now = clock_->Now();
+  if (state_.watched) {
+    if (now >= next_probe_) {
+      probe_ok_ = probe_();
+      next_probe_ = now + options_.probe_interval;
+    }
+    state_.running = probe_ok_;  // as far as the agent can tell
+    state_.ready = probe_ok_ && !state_.fenced;
+    return;
+  }
+  if (!state_.supervised) return;
   // A stop once begun runs to its end, even if the fence is lifted
   // meanwhile: the SIGTERM cannot be taken back. A server stopped (SIGSTOP)
   // when it was fenced gets that SIGTERM when it runs again; taking it for

@@ -1,5 +1,6 @@
 // Supervisor: keeps the node's inference server running, probes its
 // readiness, and stops serving on a fence (keepalived's child supervision).
+// A server the agent does not start is only probed (watched).
 //
 //   Supervisor s(options, &runner, clock, probe);
 //   while (running) { s.Tick(); sleep(100ms); }   // on the supervisor thread
@@ -24,8 +25,11 @@ namespace gpuha::agent {
 enum class FenceMode { kStop, kUnready };
 
 struct SupervisorOptions {
-  std::vector<std::string> command;  // empty: no server to supervise
-  std::string ready_url;             // empty: a running server counts as ready
+  // Empty: no server to start. With ready_url or metrics_url, the server
+  // is still watched (one the agent does not own: a Triton pod beside a
+  // DaemonSet agent); a fence then marks it unready but cannot stop it.
+  std::vector<std::string> command;
+  std::string ready_url;  // empty: a running server counts as ready
   // The engine's metrics (Triton or vLLM), scraped once a second (or every
   // stall_after / 4 when shorter): requests
   // pending with no progress for stall_after counts as not ready, whatever
@@ -40,7 +44,8 @@ struct SupervisorOptions {
 };
 
 struct ServerState {
-  bool supervised = false;
+  bool supervised = false;  // the agent starts and stops the server
+  bool watched = false;     // not started here, but probed
   bool running = false;
   bool ready = false;  // probe passed and not fenced
   bool fenced = false;

@@ -176,6 +176,40 @@ TEST_F(SupervisorTest, NoCommandMeansNothingSupervised) {
   EXPECT_EQ(runner_.spawns, 0);
 }
 
+// A server the agent does not start (a Triton pod beside a DaemonSet agent)
+// is probed: ready follows the probe, a fence makes it unready, and nothing
+// is ever spawned or signalled.
+TEST_F(SupervisorTest, AServerWithAReadyUrlButNoCommandIsWatched) {
+  SupervisorOptions o;
+  o.ready_url = "http://127.0.0.1:8000/v2/health/ready";
+  bool answering = false;
+  int probes = 0;
+  Supervisor s(o, &runner_, &clock_, [&] {
+    ++probes;
+    return answering;
+  });
+  s.Tick();
+  EXPECT_FALSE(s.state().supervised);
+  EXPECT_TRUE(s.state().watched);
+  EXPECT_FALSE(s.state().ready);
+  answering = true;
+  s.Tick();  // within the probe interval: the last verdict stands
+  EXPECT_FALSE(s.state().ready);
+  clock_.Advance(o.probe_interval);
+  s.Tick();
+  EXPECT_TRUE(s.state().ready);
+  EXPECT_EQ(probes, 2);
+  s.Fence();
+  clock_.Advance(o.probe_interval);
+  s.Tick();
+  EXPECT_FALSE(s.state().ready);
+  s.Unfence();
+  clock_.Advance(o.probe_interval);
+  s.Tick();
+  EXPECT_TRUE(s.state().ready);
+  EXPECT_EQ(runner_.spawns, 0);
+}
+
 TEST(RealProcessRunnerTest, RunsReportsExitAndSignals) {
   RealProcessRunner r;
   auto pid = r.Spawn({"sh", "-c", "exit 3"});

@@ -1,10 +1,13 @@
 #include "cli/agent_command.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
+#include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
@@ -12,6 +15,9 @@
 #include "gpu/sim_probe.h"
 
 namespace gpuha::cli {
+
+// Stream units a registering node offers when neither flag nor file says.
+constexpr int64_t kDefaultCapacity = 10;
 
 AgentCommand::AgentCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("agent", "Per-node GPU/NIC health, heartbeats, server supervision");
@@ -35,6 +41,14 @@ AgentCommand::AgentCommand(CLI::App& parent) {
   app_->add_option("--ready-url", ready_url_, "Readiness URL of the server");
   app_->add_option("--fence-mode", fence_mode_, "On fence: stop the server or mark it unready")
       ->check(CLI::IsMember({"stop", "unready"}));
+  app_->add_option("--address", address_,
+                   "register: HOST:PORT of this node's inference server, for routers");
+  app_->add_option("--capacity", capacity_, "register: this node's stream units (default 10)")
+      ->check(CLI::Range(1, 1000000));
+  app_->add_option("--label", labels_, "register: KEY=VALUE, e.g. gpuha.io/role=passive");
+  app_->add_option("--join-token-file", join_token_file_,
+                   "register: file holding the controller's join token");
+  app_->add_flag("--check", check_, "Check the config and flags, print them, and exit");
 }
 
 int AgentCommand::Run() {
@@ -93,7 +107,32 @@ int AgentCommand::Run() {
     c.server.fence_mode =
         fence_mode_ == "stop" ? agent::FenceMode::kStop : agent::FenceMode::kUnready;
   }
+  agent::AgentConfig::Registration& reg = c.registration;
+  if (!address_.empty()) {
+    if (auto hp = agent::ParseHostPort(address_, "--address"); !hp.ok()) return fail(hp.status());
+    reg.address = address_;
+  }
+  if (capacity_ > 0) reg.capacity = capacity_;
+  for (const std::string& l : labels_) {
+    if (absl::Status s = agent::AddLabel(l, &reg.labels); !s.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--label: ", s.message())));
+    }
+  }
+  if (!join_token_file_.empty()) reg.join_token_file = join_token_file_;
+  if (absl::Status s = agent::ReadJoinToken(c); !s.ok()) return fail(s);
+  // Registration flags without a capacity register with the default one.
+  if (reg.capacity == 0 && (!reg.address.empty() || !reg.labels.empty() || !reg.join_token.empty()))
+    reg.capacity = kDefaultCapacity;
   if (absl::Status s = agent::ValidateAgentConfig(c); !s.ok()) return fail(s);
+  if (check_) {
+    std::string registers =
+        reg.capacity > 0 ? absl::StrCat(", registers ", reg.address, " capacity ", reg.capacity)
+                         : "";
+    std::printf("agent config ok: node %s, %zu controller(s), gpu %s, metrics on %s:%u%s\n",
+                c.node.c_str(), c.controllers.size(), c.gpu_backend.c_str(), c.listen.host.c_str(),
+                c.listen.port, registers.c_str());
+    return kExitOk;
+  }
   if (c.gpu_backend != "sim" && !c.sim.faults.empty()) {
     return fail(absl::InvalidArgumentError("--fault and fault scripts need --gpu sim"));
   }

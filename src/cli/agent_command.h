@@ -33,6 +33,11 @@ class AgentCommand {
   std::string server_cmd_;
   std::string ready_url_;
   std::string fence_mode_;
+  std::string address_;
+  int64_t capacity_ = 0;
+  std::vector<std::string> labels_;
+  std::string join_token_file_;
+  bool check_ = false;
 };
 
 }  // namespace gpuha::cli

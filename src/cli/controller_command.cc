@@ -27,6 +27,7 @@ ControllerCommand::ControllerCommand(CLI::App& parent) {
   app_->add_option("--config", config_path_, "Controller config YAML")->required();
   app_->add_option("--grpc-listen", grpc_listen_, "HOST:PORT for agents and routers");
   app_->add_option("--http-listen", http_listen_, "HOST:PORT for the API and /metrics");
+  app_->add_flag("--check", check_, "Check the config and flags, print a summary, and exit");
   app_->add_option("--store", store_path_, "SQLite file (overrides store.path)");
   app_->add_flag("--init", init_,
                  "Begin a new cluster state in a store file that exists but holds none");
@@ -50,6 +51,20 @@ int ControllerCommand::Run() {
   if (!grpc_listen_.empty()) config->grpc_listen = grpc_listen_;
   if (!http_listen_.empty()) config->http_listen = http_listen_;
   if (!store_path_.empty()) config->store_path = store_path_;
+  // The flags may move a port off loopback: the file's safety rules again.
+  if (std::optional<controller::ExposureProblem> p = controller::CheckExposure(*config)) {
+    spdlog::error("controller: {} (with the flags): {}", p->field, p->message);
+    return kExitBadInput;
+  }
+  if (check_) {
+    std::printf(
+        "controller config ok: %zu listed node(s)%s, redundancy %lld, grpc %s, http %s, "
+        "%zu token(s)\n",
+        config->nodes.size(), config->registration.enabled ? " + registration" : "",
+        static_cast<long long>(config->redundancy), config->grpc_listen.c_str(),
+        config->http_listen.c_str(), config->tokens.size());
+    return kExitOk;
+  }
   std::unique_ptr<controller::Store> store;
   if (config->store_path.empty()) {
     spdlog::warn("controller: no store.path: state lives in memory and dies with the process");

@@ -20,6 +20,7 @@ class ControllerCommand {
   std::string http_listen_;
   std::string store_path_;
   bool init_ = false;
+  bool check_ = false;
 };
 
 class CtlCommand {

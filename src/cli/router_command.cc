@@ -21,6 +21,7 @@ RouterCommand::RouterCommand(CLI::App& parent) {
   app_->add_option(
       "--admin", admin_,
       "HOST:PORT for /metrics, /healthz, /routes (overrides admin; default 127.0.0.1:8081)");
+  app_->add_flag("--check", check_, "Check the config and flags, print a summary, and exit");
   app_->add_option("--controller", controllers_,
                    "HOST:PORT[,HOST:PORT...] route watch (overrides controllers)");
   app_->add_option("--threads", threads_, "Event loops (0: one per core)")
@@ -64,6 +65,15 @@ int RouterCommand::Run() {
   if (!config.ok()) {
     spdlog::error("router: {}", config.status().message());
     return kExitBadInput;
+  }
+  if (check_) {
+    std::printf(
+        "router config ok: listen %s:%u admin %s:%u, %zu tenant(s)%s, %zu controller(s), "
+        "%zu static route(s)\n",
+        config->listen.host.c_str(), config->listen.port, config->admin.host.c_str(),
+        config->admin.port, config->tenants.size(), config->auth_none ? " (auth: none)" : "",
+        config->controllers.size(), config->routes.size());
+    return kExitOk;
   }
   router::Router r(*config);
   if (absl::Status s = r.Start(); !s.ok()) {

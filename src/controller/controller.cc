@@ -6,6 +6,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/net_util.h"
 #include "controller/state_codec.h"
 
 namespace gpuha::controller {
@@ -65,9 +66,12 @@ void Controller::EventLocked(const std::string& type, const std::string& node,
 
 void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const {
   const std::string& id = n.cfg.spec.id;
-  batch->push_back({"node", id,
-                    EncodeNode({placement_.RoleOf(id).value_or(n.cfg.spec.role),
-                                placement_.Available(id), n.lifecycle})});
+  NodeRecord r{placement_.RoleOf(id).value_or(n.cfg.spec.role), placement_.Available(id),
+               n.lifecycle};
+  if (n.registered) {
+    r.registered = RegisteredNode{n.cfg.address, n.cfg.spec.capacity, n.cfg.spec.cpu_only};
+  }
+  batch->push_back({"node", id, EncodeNode(r)});
 }
 
 void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const {
@@ -110,9 +114,23 @@ absl::Status Controller::Recover() {
   }
   auto stored_nodes = store_->Load("node");
   if (!stored_nodes.ok()) return stored_nodes.status();
+  // Nodes their agents registered come back from their rows (a listed node
+  // keeps the config's values).
+  for (auto& [id, text] : *stored_nodes) {
+    if (nodes_.count(id) != 0) continue;
+    absl::StatusOr<NodeRecord> r = DecodeNode(id, text);
+    if (!r.ok()) return r.status();
+    if (!r->registered) continue;  // a node since removed from the config
+    NodeState& n = nodes_[id];
+    n.cfg = {{id, r->role, r->registered->capacity, r->registered->cpu_only},
+             r->registered->address};
+    n.registered = true;
+  }
   for (auto& [id, n] : nodes_) {
     NodeSpec spec = n.cfg.spec;
-    bool available = true;
+    // A node never stored has never had its agent connect: it waits.
+    bool available = false;
+    n.lifecycle = NodeLifecycle::kPending;
     if (auto it = stored_nodes->find(id); it != stored_nodes->end()) {
       absl::StatusOr<NodeRecord> r = DecodeNode(id, it->second);
       if (!r.ok()) return r.status();
@@ -181,8 +199,23 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
-    return absl::NotFoundError(absl::StrCat("node '", absl::CHexEscape(hello.node()),
-                                            "' is not in the controller's config"));
+    absl::StatusOr<NodeState*> added = RegisterLocked(hello);
+    if (!added.ok()) return added.status();
+    n = *added;
+  } else if (n->registered) {
+    // A registered node proves its token on every connection; its server
+    // may have moved (a rescheduled pod), and routers get the new address.
+    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+    const std::string& address = hello.registration().address();
+    if (!address.empty() && address != n->cfg.address &&
+        common::ParseHostPort(address, "address").ok()) {
+      EventLocked("address_changed", hello.node(), absl::StrCat(n->cfg.address, " -> ", address));
+      n->cfg.address = address;
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
+      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
+    }
   }
   if (n->sink && !proven) {
     counters_.agents_refused++;
@@ -213,9 +246,11 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
   welcome.mutable_welcome()->set_fenced(n->fenced());
   n->sink->Send(welcome);
-  EventLocked("agent_connected", hello.node(),
-              absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
-                           n->fenced() ? ", fenced" : ""));
+  EventLocked(
+      "agent_connected", hello.node(),
+      absl::StrCat(
+          hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(), n->fenced() ? ", fenced" : "",
+          n->lifecycle == NodeLifecycle::kPending ? "; joins once its server is ready" : ""));
   return absl::OkStatus();
 }
 
@@ -269,6 +304,13 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   // become ready yet (starting, rejoining) does not.
   bool server_was_ready = n->server_ready;
   n->server_ready = hb.server().ready() && !hb.fenced();
+  if (n->lifecycle == NodeLifecycle::kPending) {
+    if (n->server_ready &&
+        (hb.health() == v1::NODE_HEALTH_HEALTHY || hb.health() == v1::NODE_HEALTH_DEGRADED)) {
+      JoinLocked(*n);
+    }
+    return;
+  }
   if (!in_service || clock_->Now() < grace_until_) return;
   if (server_was_ready && !n->server_ready && !hb.fenced() &&
       hb.health() != v1::NODE_HEALTH_FAILED) {
@@ -445,6 +487,85 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   CommitLocked(std::move(batch));
 }
 
+absl::Status Controller::CheckJoinToken(const v1::Hello& hello) const {
+  const std::string& want = config_.registration.join_token_sha256;
+  const std::string& token = hello.registration().join_token();
+  if (want.empty() || common::Sha256Hex(token) == want) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("node '", absl::CHexEscape(hello.node()), "': the join token is ",
+                   token.empty() ? "missing" : "wrong", " (--join-token-file)"));
+}
+
+absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello) {
+  const RegistrationPolicy& policy = config_.registration;
+  const std::string node = absl::CHexEscape(hello.node());
+  if (!policy.enabled) {
+    return absl::NotFoundError(absl::StrCat(
+        "node '", node, "' is not in the controller's config (and registration is off)"));
+  }
+  const v1::Registration& reg = hello.registration();
+  if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+  if (!common::ValidName(hello.node())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node, "': a name must be ", common::kNameRule));
+  }
+  if (reg.capacity() < 1 || reg.capacity() > 1'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node,
+                     "' is not in the config and its agent registers no capacity in 1..1000000 "
+                     "(--capacity, --address)"));
+  }
+  if (!common::ParseHostPort(reg.address(), "address").ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("node '", node, "': registration address '",
+                                                   absl::CHexEscape(reg.address()),
+                                                   "' is not HOST:PORT (--address)"));
+  }
+  if (static_cast<int64_t>(nodes_.size()) >= policy.max_nodes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "node '", node, "': the cluster holds ", nodes_.size(), " nodes, registration.max_nodes"));
+  }
+  Role role = policy.default_role;
+  if (auto it = reg.labels().find(policy.role_label); it != reg.labels().end()) {
+    std::optional<Role> r;
+    for (Role candidate : {Role::kActive, Role::kPassive, Role::kBuffer}) {
+      if (it->second == RoleName(candidate)) r = candidate;
+    }
+    if (!r) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", node, "': label ", policy.role_label,
+                                                     "='", absl::CHexEscape(it->second),
+                                                     "' is not active, passive or buffer"));
+    }
+    role = *r;
+  }
+  NodeState& n = nodes_[hello.node()];
+  n.cfg = {{hello.node(), role, reg.capacity(), reg.cpu_only()}, reg.address()};
+  n.registered = true;
+  n.lifecycle = NodeLifecycle::kPending;
+  if (absl::Status s = placement_.AddNode(n.cfg.spec, /*available=*/false); !s.ok()) {
+    nodes_.erase(hello.node());
+    return s;
+  }
+  EventLocked("registered", hello.node(),
+              absl::StrCat(RoleName(role), ", capacity ", reg.capacity(), ", server ",
+                           reg.address(), reg.cpu_only() ? ", CPU only" : ""));
+  return &n;
+}
+
+void Controller::JoinLocked(NodeState& n) {
+  const std::string id = n.cfg.spec.id;
+  if (absl::Status s = placement_.RestoreNode(id, /*as_passive=*/false); !s.ok()) return;
+  n.lifecycle = NodeLifecycle::kServing;
+  detector_.Connected(id);
+  EventLocked("joined", id,
+              absl::StrCat("agent connected and server ready; serves as ",
+                           RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))));
+  std::vector<StoreWrite> batch;
+  PersistNodeLocked(n, &batch);
+  for (const Assignment& a : placement_.Assignments()) PersistStreamLocked(a.stream, &batch);
+  PushRoutesLocked(absl::StrCat("join of ", id));
+  CommitLocked(std::move(batch));
+}
+
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   const std::string id = n.cfg.spec.id;
   if (absl::Status s = placement_.RestoreNode(id); !s.ok()) return;
@@ -533,6 +654,11 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (n->lifecycle == NodeLifecycle::kPending) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node,
+        " has not joined (no agent with a ready server yet): it has no work to drain"));
+  }
   if (!force) {
     if (absl::Status s = placement_.CanRemoveNode(node); !s.ok()) return s;
   }
@@ -558,7 +684,10 @@ absl::Status Controller::Fail(const std::string& node) {
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (!placement_.Available(node)) {
-    return absl::FailedPreconditionError(absl::StrCat("node ", node, " is already out of service"));
+    return absl::FailedPreconditionError(absl::StrCat("node ", node,
+                                                      n->lifecycle == NodeLifecycle::kPending
+                                                          ? " has not joined yet"
+                                                          : " is already out of service"));
   }
   TakeOutLocked(*n, "operator fail (drill)", clock_->UnixNanos(), /*make_before_break=*/false,
                 /*count_failure=*/false, NodeLifecycle::kFenced);

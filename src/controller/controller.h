@@ -78,7 +78,9 @@ class Controller {
   [[nodiscard]] absl::Status Recover();
 
   // --- agents ---------------------------------------------------------------
-  // NotFound for a node that is not in the config. `proven`: the transport
+  // NotFound for a node that is not in the config, unless the registration
+  // policy lets its hello add it (PermissionDenied for a wrong join token,
+  // InvalidArgument for a registration that does not hold). `proven`: the transport
   // proved the name (mTLS), so this stream replaces a connected one (a
   // reconnect); otherwise a node with a connected agent refuses a second
   // stream (AlreadyExists) until the first one ends.
@@ -139,9 +141,14 @@ class Controller {
     std::vector<v1::HealthReason> reasons;
     v1::Heartbeat last;  // telemetry, for the API
     // Written only by the transition functions below.
-    NodeLifecycle lifecycle = NodeLifecycle::kServing;
-    bool fenced() const { return lifecycle != NodeLifecycle::kServing; }
+    NodeLifecycle lifecycle = NodeLifecycle::kPending;
+    // Held out of service: its agent must not serve. A pending node's agent
+    // runs its server (it cannot become ready otherwise); it gets no work.
+    bool fenced() const {
+      return lifecycle != NodeLifecycle::kServing && lifecycle != NodeLifecycle::kPending;
+    }
     bool known = false;         // its agent has connected at least once (stored)
+    bool registered = false;    // added by its agent's registration, not the config
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
@@ -165,6 +172,14 @@ class Controller {
   void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch);
   // any -> serving, as passive.
   void RejoinLocked(NodeState& n, const std::string& why);
+  // A node the config does not list, added from its agent's hello under
+  // the registration policy (pending until its server is ready).
+  [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello);
+  // OK when no join token is configured or the hello carries the right one.
+  [[nodiscard]] absl::Status CheckJoinToken(const v1::Hello& hello) const;
+  // pending -> serving, in its configured role: its agent is connected and
+  // its server ready. Streams that fit nowhere so far are placed now.
+  void JoinLocked(NodeState& n);
   // Tells the agent (or runs the fence hook) that the node serves nothing.
   void FenceLocked(NodeState& n, const std::string& why);
   // The fence message alone, to a connected agent: no event.

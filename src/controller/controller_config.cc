@@ -24,6 +24,32 @@ const char* ApiRoleName(ApiRole r) {
   return "viewer";
 }
 
+std::optional<ExposureProblem> CheckExposure(const ControllerConfig& c) {
+  // Without tokens the API gives admin rights to whoever reaches it, so it
+  // may only listen on loopback.
+  if (absl::StatusOr<common::HostPort> http = common::ParseHostPort(c.http_listen, "http");
+      c.tokens.empty() && http.ok() && !common::IsLoopbackHost(http->host)) {
+    return ExposureProblem{"listen.http",
+                           absl::StrCat("serving the API on ", c.http_listen,
+                                        " without tokens would give admin rights to anyone who "
+                                        "reaches it; add tokens (gpuha ctl hash-token KEY prints "
+                                        "the sha256 to list) or listen on 127.0.0.1")};
+  }
+  // Registration lets whoever reaches the gRPC port add a node that then
+  // gets streams: beyond loopback it needs a join token or mTLS.
+  if (absl::StatusOr<common::HostPort> grpc = common::ParseHostPort(c.grpc_listen, "grpc");
+      c.registration.enabled && c.registration.join_token_sha256.empty() && c.tls_ca.empty() &&
+      grpc.ok() && !common::IsLoopbackHost(grpc->host)) {
+    return ExposureProblem{
+        "registration.join_token_sha256",
+        absl::StrCat("registering nodes on ", c.grpc_listen,
+                     " without a join token or mTLS (tls.ca) would let anyone who reaches it "
+                     "add a node that gets streams; add join_token_sha256 (gpuha ctl "
+                     "hash-token TOKEN) or listen on 127.0.0.1")};
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
                                                        const std::string& source) {
   auto doc = common::YamlDocument::LoadString(yaml, source);
@@ -32,7 +58,25 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   ControllerConfig c;
   common::YamlMap cluster = root.Map("cluster");
   common::ReadIntIn(cluster, "redundancy", 0, 64, &c.redundancy);
-  root.Require("nodes");
+  common::YamlMap reg = root.Map("registration");
+  if (auto b = reg.Bool("enabled")) c.registration.enabled = *b;
+  if (reg.Has("join_token_sha256")) {
+    if (std::optional<std::string> hex = common::ReadSha256Hex(reg, "join_token_sha256")) {
+      c.registration.join_token_sha256 = *hex;
+    }
+  }
+  if (auto v = reg.String("role_label")) {
+    if (v->empty()) reg.Fail("role_label", "must not be empty");
+    c.registration.role_label = *v;
+  }
+  if (auto r = common::ReadEnum<Role>(
+          reg, "default_role",
+          {{"active", Role::kActive}, {"passive", Role::kPassive}, {"buffer", Role::kBuffer}})) {
+    c.registration.default_role = *r;
+  }
+  common::ReadIntIn(reg, "max_nodes", 1, 1'000'000, &c.registration.max_nodes);
+  // Without registration the config is the inventory.
+  if (!c.registration.enabled) root.Require("nodes");
   std::set<std::string> names;
   std::vector<common::YamlMap> nodes = root.MapList("nodes");
   for (common::YamlMap& n : nodes) {
@@ -63,7 +107,8 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     }
     c.nodes.push_back(nc);
   }
-  if (root.ok() && c.redundancy >= static_cast<int64_t>(c.nodes.size())) {
+  if (root.ok() && !c.registration.enabled &&
+      c.redundancy >= static_cast<int64_t>(c.nodes.size())) {
     cluster.Fail("redundancy", absl::StrCat("k=", c.redundancy, " is impossible with ",
                                             c.nodes.size(), " node(s): nodes must exceed k"));
   }
@@ -113,14 +158,11 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       }
     }
   }
-  // Safe by default: without tokens the API gives admin rights to whoever
-  // reaches it, so it may only listen on loopback.
-  if (absl::StatusOr<common::HostPort> http = common::ParseHostPort(c.http_listen, "http");
-      c.tokens.empty() && http.ok() && !common::IsLoopbackHost(http->host)) {
-    listen.Fail("http", absl::StrCat("serving the API on ", c.http_listen,
-                                     " without tokens would give admin rights to anyone who "
-                                     "reaches it; add tokens (gpuha ctl hash-token KEY prints "
-                                     "the sha256 to list) or listen on 127.0.0.1"));
+  if (root.ok()) {
+    if (std::optional<ExposureProblem> p = CheckExposure(c)) {
+      (p->field == "listen.http" ? listen : reg)
+          .Fail(p->field.substr(p->field.find('.') + 1), p->message);
+    }
   }
   common::YamlMap fence = root.Map("fence");
   if (auto h = fence.String("hook")) c.fence_hook = *h;

@@ -1,7 +1,9 @@
 // ControllerConfig: the cluster the controller runs, from one YAML file.
 //
 //   cluster: { redundancy: 1 }
-//   nodes:
+//   registration: { enabled: true, join_token_sha256: "86d1...", role_label: gpuha.io/role,
+//                   default_role: active, max_nodes: 10000 }
+//   nodes:                        # optional with registration enabled
 //     - { name: gpu-1, role: active, capacity: 10, address: "127.0.0.1:8001" }
 //     - { name: gpu-4, role: passive, capacity: 10, address: "127.0.0.1:8004" }
 //     - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true, address: "127.0.0.1:8005" }
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,9 +48,20 @@ struct ApiToken {
   ApiRole role;
 };
 
+// Nodes that agents add themselves (their hello's registration), so that the
+// config holds policy rather than an inventory. Listed nodes keep working.
+struct RegistrationPolicy {
+  bool enabled = false;
+  std::string join_token_sha256;  // lower-case hex; empty: no token asked (loopback or mTLS)
+  std::string role_label = "gpuha.io/role";  // a label whose value names the role
+  Role default_role = Role::kActive;
+  int64_t max_nodes = 10'000;
+};
+
 struct ControllerConfig {
   int64_t redundancy = 1;
   std::vector<NodeConfig> nodes;
+  RegistrationPolicy registration;
   std::vector<std::string> tenants;
   std::string grpc_listen = absl::StrCat("127.0.0.1:", common::kControllerGrpcPort);
   std::string http_listen = absl::StrCat("127.0.0.1:", common::kControllerHttpPort);
@@ -69,6 +83,14 @@ struct ControllerConfig {
   common::Duration startup_grace =
       common::ReconnectPolicy::LongestWait() + std::chrono::milliseconds(500);
 };
+
+// Safe by default: an API without tokens, or node registration without a
+// join token or mTLS, only on loopback. The field at fault and why.
+struct ExposureProblem {
+  std::string field;  // "listen.http" or "registration.join_token_sha256"
+  std::string message;
+};
+std::optional<ExposureProblem> CheckExposure(const ControllerConfig& c);
 
 [[nodiscard]] absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
                                                                      const std::string& source);

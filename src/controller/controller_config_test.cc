@@ -106,6 +106,42 @@ TEST(ControllerConfigTest, AnApiWithoutTokensIsRefusedOffLoopback) {
   EXPECT_TRUE(with_tokens.ok()) << with_tokens.status();
 }
 
+// A config that lists no nodes: agents register them under its policy.
+TEST(ControllerConfigTest, RegistrationPolicyReplacesTheInventory) {
+  const std::string hash = Sha256Hex("join-me");
+  auto c = ParseControllerConfig("registration: { enabled: true, join_token_sha256: " + hash +
+                                     ", role_label: pool, default_role: passive, max_nodes: 50 }\n"
+                                     "listen: { grpc: \"0.0.0.0:7400\" }\n",
+                                 "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->nodes.empty());
+  EXPECT_TRUE(c->registration.enabled);
+  EXPECT_EQ(c->registration.join_token_sha256, hash);
+  EXPECT_EQ(c->registration.role_label, "pool");
+  EXPECT_EQ(c->registration.default_role, Role::kPassive);
+  EXPECT_EQ(c->registration.max_nodes, 50);
+  // Without registration the nodes are required, as before.
+  EXPECT_THAT(Err("tenants: [a]\n"), HasSubstr("nodes"));
+  EXPECT_THAT(Err("registration: { enabled: true, default_role: leader }\n"),
+              HasSubstr("registration.default_role"));
+  EXPECT_THAT(Err("registration: { enabled: true, join_token_sha256: abc }\n"),
+              HasSubstr("registration.join_token_sha256"));
+  // Safe by default: registration beyond loopback needs a token or mTLS.
+  EXPECT_THAT(Err("registration: { enabled: true }\nlisten: { grpc: \"0.0.0.0:7400\" }\n"),
+              HasSubstr("registration.join_token_sha256: registering nodes on 0.0.0.0:7400 "
+                        "without a join token or mTLS"));
+  EXPECT_TRUE(ParseControllerConfig("registration: { enabled: true }\n", "c.yaml").ok());
+  // The flags can move a port off loopback after the file was read.
+  ControllerConfig flags = *ParseControllerConfig("registration: { enabled: true }\n", "c.yaml");
+  flags.grpc_listen = "0.0.0.0:7400";
+  ASSERT_TRUE(CheckExposure(flags).has_value());
+  EXPECT_EQ(CheckExposure(flags)->field, "registration.join_token_sha256");
+  flags.grpc_listen = "127.0.0.1:7400";
+  flags.http_listen = "0.0.0.0:7401";
+  ASSERT_TRUE(CheckExposure(flags).has_value());
+  EXPECT_EQ(CheckExposure(flags)->field, "listen.http");
+}
+
 // Regression: a restarted controller with a 500 ms grace fenced healthy
 // nodes whose agents back off up to 2.4 s between reconnects.
 TEST(ControllerConfigTest, StartupGraceCoversTheAgentsLongestReconnectWait) {

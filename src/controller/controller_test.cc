@@ -67,7 +67,9 @@ class ControllerTest : public ::testing::Test {
     if (!store) store = std::make_unique<MemoryStore>();
     c_ = std::make_unique<Controller>(config, std::move(store), &clock_, &fencer_);
     ASSERT_TRUE(c_->Recover().ok());
+    // Each node joins: its agent connects and says its server is ready.
     for (const NodeConfig& n : config.nodes) Connect(n.spec.id);
+    for (const NodeConfig& n : config.nodes) Beat(n.spec.id);
   }
   void Connect(const std::string& node) {
     sinks_[node] = std::make_shared<FakeSink>();
@@ -81,6 +83,9 @@ class ControllerTest : public ::testing::Test {
     hb.set_health(health);
     hb.set_fenced(fenced);
     hb.set_epoch(epoch == 0 ? c_->epoch() : epoch);
+    // The agent's server answers its readiness probe unless it is fenced.
+    hb.mutable_server()->set_running(!fenced);
+    hb.mutable_server()->set_ready(!fenced);
     if (health != v1::NODE_HEALTH_HEALTHY) {
       auto* r = hb.add_reasons();
       r->set_code("gpu0.test");
@@ -222,7 +227,7 @@ TEST_F(ControllerTest, ANodeWhoseAgentNeverConnectedIsNotFailedOver) {
   Connect("a1");
   Run(milliseconds(2000), {"a1"});
   EXPECT_EQ(c_->counters().failovers, 0u);
-  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "disconnected");
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "pending");
 }
 
 TEST_F(ControllerTest, BrokenStreamFailsTheNodeWithin100Ms) {
@@ -279,6 +284,70 @@ TEST_F(ControllerTest, AgentReportedFailureFailsOverAtOnce) {
   EXPECT_EQ(sinks_["a2"]->fences(), 1);
 }
 
+// Placement uses only nodes whose agent is connected and whose server is
+// ready: a configured node that never started once got streams, and the
+// router answered 502.
+TEST_F(ControllerTest, ANodeJoinsOnlyOnceItsAgentConnectedWithAReadyServer) {
+  ControllerConfig config = ThreePlusOne();
+  std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  for (const char* n : {"a1", "a2", "a3", "p1"}) {
+    EXPECT_EQ((*c_->NodeJson(n))["state"], "pending") << n;
+    EXPECT_EQ((*c_->NodeJson(n))["lifecycle"], "pending") << n;
+  }
+  // No node has joined: nothing can be admitted, and nothing is placed.
+  auto refused = c_->AddStream({"cam-0", "acme", 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->Snapshot().routes_size(), 0);
+  EXPECT_EQ(c_->Drain("a1", false).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->Fail("a1").code(), absl::StatusCode::kFailedPrecondition);
+
+  // Connected, with a server still starting: it waits, and is not fenced
+  // (its agent must start the server to become ready).
+  for (const char* n : {"a1", "a2", "p1"}) Connect(n);
+  EXPECT_FALSE(sinks_["a1"]->sent.at(0).welcome().fenced());
+  v1::Heartbeat starting;
+  starting.set_health(v1::NODE_HEALTH_HEALTHY);
+  starting.set_epoch(c_->epoch());
+  starting.mutable_server()->set_running(true);
+  c_->AgentHeartbeat("a1", starting);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "pending");
+  // A failed agent with a ready server does not join either.
+  v1::Heartbeat failed = starting;
+  failed.set_health(v1::NODE_HEALTH_FAILED);
+  failed.mutable_server()->set_ready(true);
+  c_->AgentHeartbeat("a1", failed);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "pending");
+
+  // Ready: a1, a2 and p1 join; the stream goes on the joined actives, its
+  // standby on the passive, and a3 (never connected) gets nothing.
+  for (const char* n : {"a1", "a2", "p1"}) Beat(n);
+  for (const char* n : {"a1", "a2", "p1"}) {
+    EXPECT_EQ((*c_->NodeJson(n))["lifecycle"], "serving") << n;
+  }
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "pending");
+  ASSERT_TRUE(c_->AddStream({"cam-0", "acme", 1}).ok());
+  auto a = c_->StreamJson("cam-0");
+  ASSERT_TRUE(a.ok());
+  EXPECT_THAT(std::string((*a)["primary"]), ::testing::AnyOf("a1", "a2"));
+  EXPECT_EQ((*a)["standby"], "p1");
+  v1::RouteSnapshot snapshot = c_->Snapshot();
+  for (const v1::Route& r : snapshot.routes()) {
+    EXPECT_NE(r.primary().node(), "a3");
+    EXPECT_NE(r.standby().node(), "a3");
+  }
+  EXPECT_GE(IndexOf("joined"), 0);
+
+  // A restarted controller keeps a3 waiting and the others as they were.
+  c_.reset();
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ((*c_->NodeJson("a3"))["lifecycle"], "pending");
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_EQ((*c_->StreamJson("cam-0"))["standby"], "p1");
+}
+
 TEST_F(ControllerTest, HungInferenceServerOnAHealthyAgentFailsOver) {
   Start();
   AddStreams(3);
@@ -291,9 +360,6 @@ TEST_F(ControllerTest, HungInferenceServerOnAHealthyAgentFailsOver) {
     hb.mutable_server()->set_ready(ready);
     c_->AgentHeartbeat(node, hb);
   };
-  // Not ready while starting: no failover.
-  beat_server("a2", false);
-  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "alive");
   beat_server("a2", true);
   EXPECT_EQ((*c_->NodeJson("a2"))["state"], "alive");
   // Ready, then not: the node goes, its streams move to the passive.
@@ -670,6 +736,110 @@ TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   ASSERT_GE(failovers.size(), 1u) << failovers.dump();
   EXPECT_EQ(failovers[0]["node"], "a1");
   EXPECT_TRUE(failovers[0].contains("detected_to_routes_pushed_ms")) << failovers.dump();
+}
+
+}  // namespace
+}  // namespace gpuha::controller
+
+namespace gpuha::controller {
+namespace {
+
+// Agents add their own nodes: the config holds policy, not an inventory.
+class RegistrationTest : public ControllerTest {
+ protected:
+  static ControllerConfig Policy() {
+    ControllerConfig c;
+    c.redundancy = 1;
+    c.registration.enabled = true;
+    c.registration.join_token_sha256 = Sha256Hex("join-me");
+    c.tenants = {"acme"};
+    c.startup_grace = milliseconds(0);
+    return c;
+  }
+  absl::Status Register(const std::string& node, const std::string& address,
+                        const std::string& role = "", const std::string& token = "join-me",
+                        int64_t capacity = 10) {
+    v1::Hello hello;
+    hello.set_node(node);
+    v1::Registration* r = hello.mutable_registration();
+    r->set_address(address);
+    r->set_capacity(capacity);
+    r->set_join_token(token);
+    if (!role.empty()) (*r->mutable_labels())["gpuha.io/role"] = role;
+    sinks_[node] = std::make_shared<FakeSink>();
+    return c_->AgentConnected(hello, sinks_[node], /*proven=*/true);
+  }
+};
+
+TEST_F(RegistrationTest, AgentsRegisterTheirNodesWhichJoinOnceReadyAndSurviveARestart) {
+  std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_TRUE(c_->NodesJson().empty());
+
+  // What is refused, each with a reason that names it.
+  absl::Status s = Register("g1", "10.0.0.1:8000", "", "guess");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("join token is wrong"));
+  s = Register("g1", "10.0.0.1:8000", "", "");
+  EXPECT_THAT(s.message(), HasSubstr("join token is missing"));
+  s = Register("g1", "10.0.0.1:8000", "", "join-me", 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("capacity"));
+  s = Register("g1", "nowhere", "");
+  EXPECT_THAT(s.message(), HasSubstr("'nowhere' is not HOST:PORT"));
+  s = Register("g1", "10.0.0.1:8000", "leader");
+  EXPECT_THAT(s.message(), HasSubstr("gpuha.io/role='leader'"));
+  EXPECT_TRUE(c_->NodesJson().empty()) << c_->NodesJson().dump();
+
+  ASSERT_TRUE(Register("g1", "10.0.0.1:8000").ok());
+  ASSERT_TRUE(Register("g2", "10.0.0.2:8000", "active").ok());
+  ASSERT_TRUE(Register("g3", "10.0.0.3:8000", "passive").ok());
+  EXPECT_EQ((*c_->NodeJson("g3"))["role"], "passive");
+  EXPECT_EQ((*c_->NodeJson("g1"))["state"], "pending");
+  EXPECT_FALSE(c_->AddStream({"cam-0", "acme", 1}).ok());  // nothing has joined
+  for (const char* n : {"g1", "g2", "g3"}) Beat(n);
+  ASSERT_TRUE(c_->AddStream({"cam-0", "acme", 1}).ok());
+  v1::RouteSnapshot snap = c_->Snapshot();
+  ASSERT_EQ(snap.routes_size(), 1);
+  EXPECT_THAT(snap.routes(0).primary().address(),
+              ::testing::AnyOf("10.0.0.1:8000", "10.0.0.2:8000"));
+  EXPECT_EQ(snap.routes(0).standby().address(), "10.0.0.3:8000");
+  EXPECT_GE(IndexOf("registered"), 0);
+
+  // Restarted: the registered nodes come back from the store.
+  c_.reset();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  ASSERT_EQ(c_->NodesJson().size(), 3u);
+  EXPECT_EQ((*c_->NodeJson("g3"))["address"], "10.0.0.3:8000");
+  EXPECT_EQ((*c_->NodeJson("g3"))["role"], "passive");
+  EXPECT_EQ((*c_->NodeJson("g1"))["lifecycle"], "serving");
+  // A rescheduled server: the node's new address reaches the routes, but
+  // only with the token.
+  EXPECT_EQ(Register("g3", "10.0.0.9:8000", "passive", "guess").code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Register("g3", "10.0.0.9:8000", "passive").ok());
+  EXPECT_EQ(c_->Snapshot().routes(0).standby().address(), "10.0.0.9:8000");
+  EXPECT_GE(IndexOf("address_changed"), 0);
+}
+
+TEST_F(RegistrationTest, WithRegistrationOffAnUnlistedNodeIsNotFound) {
+  ControllerConfig c = ThreePlusOne();
+  c_ = std::make_unique<Controller>(c, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  absl::Status s = Register("stranger", "10.0.0.1:8000");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("registration is off"));
+}
+
+TEST_F(RegistrationTest, MaxNodesBoundsTheCluster) {
+  ControllerConfig c = Policy();
+  c.registration.max_nodes = 1;
+  c_ = std::make_unique<Controller>(c, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  ASSERT_TRUE(Register("g1", "10.0.0.1:8000").ok());
+  EXPECT_EQ(Register("g2", "10.0.0.2:8000").code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   const std::string& id = n.cfg.spec.id;
   std::string state = n.lifecycle == NodeLifecycle::kHeldOut   ? "held-out"
                       : n.lifecycle == NodeLifecycle::kDrained ? "drained"
+                      : n.lifecycle == NodeLifecycle::kPending ? "pending"
                       : !placement_.Available(id)              ? "failed"
                       : !n.sink                                ? "disconnected"
                                                                : LivenessName(detector_.state(id));

@@ -3,13 +3,17 @@
 // transition functions (TakeOutLocked, HoldOutLocked, RejoinLocked, Undrain)
 // are its only writers; each records its event and persists the node once.
 //
+//   pending --agent connected, server ready--> serving
 //   serving --failure--> fenced --healthy for healthy_for--> serving
 //   serving --drain----> drained --undrain--> serving
 //   fenced  --too many failures, or the fence hook failed--> held-out
 //   held-out / drained --undrain--> serving
 //
-// Only a serving node carries work or stands by; every other state is fenced
-// (its agent stops serving, routers send it nothing).
+// Only a serving node carries work or stands by. A pending node has never
+// served: its agent has not yet connected with a ready server (placement
+// once put streams on nodes that never started, and routers answered 502).
+// Every other state is fenced (its agent stops serving, routers send it
+// nothing).
 #pragma once
 
 #include <optional>
@@ -18,6 +22,7 @@
 namespace gpuha::controller {
 
 enum class NodeLifecycle {
+  kPending,  // not yet joined: no agent with a ready server so far; no work
   kServing,  // in placement: primary or standby work
   kFenced,   // taken out after a failure; rejoins by itself once healthy
   kDrained,  // taken out by an operator; stays out until undrained
@@ -26,6 +31,8 @@ enum class NodeLifecycle {
 
 inline const char* NodeLifecycleName(NodeLifecycle s) {
   switch (s) {
+    case NodeLifecycle::kPending:
+      return "pending";
     case NodeLifecycle::kServing:
       return "serving";
     case NodeLifecycle::kFenced:
@@ -39,8 +46,8 @@ inline const char* NodeLifecycleName(NodeLifecycle s) {
 }
 
 inline std::optional<NodeLifecycle> ParseNodeLifecycle(std::string_view s) {
-  for (NodeLifecycle l : {NodeLifecycle::kServing, NodeLifecycle::kFenced, NodeLifecycle::kDrained,
-                          NodeLifecycle::kHeldOut}) {
+  for (NodeLifecycle l : {NodeLifecycle::kPending, NodeLifecycle::kServing, NodeLifecycle::kFenced,
+                          NodeLifecycle::kDrained, NodeLifecycle::kHeldOut}) {
     if (s == NodeLifecycleName(l)) return l;
   }
   return std::nullopt;

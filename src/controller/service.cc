@@ -74,11 +74,11 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
       if (absl::Status s = controller_->AgentConnected(in_.hello(), sink_,
                                                        /*proven=*/identities_.has_value());
           !s.ok()) {
-        if (s.code() == absl::StatusCode::kAlreadyExists) {
-          spdlog::warn("controller: {}", s.message());
-          return Done(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, std::string(s.message())));
-        }
-        return Done(grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(s.message())));
+        // The absl and gRPC codes share their numbers; the agent logs the
+        // message and retries.
+        spdlog::warn("controller: agent refused: {}", s.message());
+        return Done(
+            grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
       }
       node_ = node;
     } else if (in_.has_heartbeat()) {

@@ -39,7 +39,21 @@ class ApiTest : public ::testing::Test {
         controller_(config_, std::make_unique<MemoryStore>(), common::RealClock::Get(), &fencer_),
         server_(&controller_, config_) {
     EXPECT_TRUE(controller_.Recover().ok());
+    // Every node joins: its agent connects and its server is ready.
+    for (const NodeConfig& n : config_.nodes) {
+      v1::Hello hello;
+      hello.set_node(n.spec.id);
+      EXPECT_TRUE(controller_.AgentConnected(hello, std::make_shared<NullSink>(), true).ok());
+      v1::Heartbeat hb;
+      hb.set_health(v1::NODE_HEALTH_HEALTHY);
+      hb.mutable_server()->set_running(true);
+      hb.mutable_server()->set_ready(true);
+      controller_.AgentHeartbeat(n.spec.id, hb);
+    }
   }
+  struct NullSink : AgentSink {
+    void Send(const v1::ControllerMessage&) override {}
+  };
   common::HttpResponse Call(const std::string& method, const std::string& target,
                             const std::string& token, const std::string& body = "") {
     common::HttpRequest r;
@@ -158,8 +172,9 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
        ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
+  // Joined: agent connected and server ready (placement uses no other).
   for (const char* n : {"n1", "n2", "n3"}) {
-    for (int i = 0; i < 500 && (*controller.NodeJson(n))["connected"] != true; ++i) {
+    for (int i = 0; i < 500 && (*controller.NodeJson(n))["lifecycle"] != "serving"; ++i) {
       std::this_thread::sleep_for(milliseconds(10));
     }
   }

@@ -41,13 +41,18 @@ absl::StatusOr<json> ParseRow(const std::string& row, std::string_view text) {
 std::string EncodeNode(const NodeRecord& r) {
   // The booleans are what binaries before the lifecycle enum read: written
   // for one more release, so a rollback keeps drained and held-out nodes out.
-  return json{{"role", RoleName(r.role)},
-              {"available", r.available},
-              {"state", NodeLifecycleName(r.lifecycle)},
-              {"fenced", r.lifecycle != NodeLifecycle::kServing},
-              {"drained", r.lifecycle == NodeLifecycle::kDrained},
-              {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}}
-      .dump();
+  json j{{"role", RoleName(r.role)},
+         {"available", r.available},
+         {"state", NodeLifecycleName(r.lifecycle)},
+         {"fenced", r.lifecycle != NodeLifecycle::kServing},
+         {"drained", r.lifecycle == NodeLifecycle::kDrained},
+         {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}};
+  if (r.registered) {
+    j["registered"] = {{"address", r.registered->address},
+                       {"capacity", r.registered->capacity},
+                       {"cpu_only", r.registered->cpu_only}};
+  }
+  return j.dump();
 }
 
 absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text) {
@@ -80,6 +85,21 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
                   : drained ? NodeLifecycle::kDrained
                   : fenced  ? NodeLifecycle::kFenced
                             : NodeLifecycle::kServing;
+  }
+  if (auto reg = j->find("registered"); reg != j->end()) {
+    const std::string sub = row + ".registered";
+    if (!reg->is_object()) return absl::DataLossError(absl::StrCat("store: ", sub, ": wrong type"));
+    RegisteredNode n;
+    for (absl::Status s :
+         {Field(*reg, "address", sub, &n.address), Field(*reg, "capacity", sub, &n.capacity),
+          Field(*reg, "cpu_only", sub, &n.cpu_only)}) {
+      if (!s.ok()) return s;
+    }
+    if (n.capacity < 1 || n.capacity > 1'000'000) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
+    }
+    r.registered = n;
   }
   return r;
 }

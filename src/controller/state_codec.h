@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,10 +21,19 @@
 
 namespace gpuha::controller {
 
+// A node that its agent registered (no config entry): what a restarted
+// controller needs to know it again.
+struct RegisteredNode {
+  std::string address;  // HOST:PORT of its inference server
+  int64_t capacity = 0;
+  bool cpu_only = false;
+};
+
 struct NodeRecord {
   Role role = Role::kActive;
   bool available = true;  // placement counts it (false while it is out)
   NodeLifecycle lifecycle = NodeLifecycle::kServing;
+  std::optional<RegisteredNode> registered{};  // absent for a node the config lists
 };
 std::string EncodeNode(const NodeRecord& r);
 absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text);

@@ -49,6 +49,24 @@ TEST(StateCodecTest, BadNodeRowsNameTheRowAndField) {
               HasSubstr("node n1.available: wrong type"));
 }
 
+TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
+  NodeRecord r{Role::kPassive, false, NodeLifecycle::kPending,
+               RegisteredNode{"10.0.0.3:8000", 12, true}};
+  auto back = DecodeNode("g3", EncodeNode(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->registered.has_value());
+  EXPECT_EQ(back->registered->address, "10.0.0.3:8000");
+  EXPECT_EQ(back->registered->capacity, 12);
+  EXPECT_TRUE(back->registered->cpu_only);
+  EXPECT_EQ(back->lifecycle, NodeLifecycle::kPending);
+  EXPECT_FALSE(DecodeNode("n1", EncodeNode({Role::kActive, true, NodeLifecycle::kServing}))
+                   ->registered.has_value());
+  auto bad = DecodeNode("g3", R"({"role":"active","registered":{"capacity":0}})");
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.capacity"));
+  bad = DecodeNode("g3", R"({"role":"active","registered":{"address":7,"capacity":1}})");
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.address"));
+}
+
 TEST(StateCodecTest, StreamRoundTripsAndBadRowsAreRefused) {
   StreamRecord r{"acme", 3, "n1", "n4"};
   absl::StatusOr<StreamRecord> back = DecodeStream("cam-1", EncodeStream(r));

@@ -78,7 +78,8 @@ class ClusterTest : public ::testing::Test {
     StartController();
     for (const char* n : {"n1", "n2", "n3"}) StartAgent(n);
     for (const char* n : {"n1", "n2", "n3"}) {
-      ASSERT_TRUE(WaitNode(n, [](const json& j) { return j["connected"] == true; })) << n;
+      // Joined: agent connected and server ready (placement uses no other).
+      ASSERT_TRUE(WaitNode(n, [](const json& j) { return j["lifecycle"] == "serving"; })) << n;
     }
     for (int i = 0; i < 4; ++i) {
       json r = Api("POST", "/api/v1/streams",

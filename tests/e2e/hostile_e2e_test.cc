@@ -21,6 +21,7 @@
 #include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "common/names.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
 #include "tests/e2e/free_port.h"
@@ -251,6 +252,28 @@ TEST_F(HostileTest, ControllerApiAndAgentFaultScripts) {
   auto call = [&](const std::string& method, const std::string& target, const std::string& body) {
     return common::HttpCall(method, "127.0.0.1", http, target, body, milliseconds(5000));
   };
+  // Both nodes join (agents connected, servers ready) before a stream can
+  // be placed; n1's agent serves the fault-script part below.
+  auto start_agent = [&](const char* node) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "agent", "--node", node, "--controller", "127.0.0.1:" + std::to_string(grpc),
+        "--gpu", "sim", "--listen", "127.0.0.1:0"});
+  };
+  std::unique_ptr<ChildProcess> agent = start_agent("n1"), agent2 = start_agent("n2");
+  auto port = agent->WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
+  ASSERT_TRUE(port.has_value()) << agent->err();
+  const auto agent_port = static_cast<uint16_t>(std::stoi(*port));
+  ASSERT_TRUE(gpuha::testing::Eventually(
+      [&] {
+        auto r = call("GET", "/api/v1/nodes", "");
+        if (!r.ok()) return false;
+        int serving = 0;
+        for (const json& n : json::parse(r->body, nullptr, false)) {
+          serving += n.value("lifecycle", "") == "serving";
+        }
+        return serving == 2;
+      },
+      milliseconds(10000)));
   ASSERT_EQ(call("POST", "/api/v1/streams", R"({"id":"cam-1","tenant":"acme"})")->status, 201);
 
   const std::string kNul("\0", 1);
@@ -322,12 +345,6 @@ TEST_F(HostileTest, ControllerApiAndAgentFaultScripts) {
   t.ExpectClean();
 
   // The agent's fault scripts (its /v1/sim/faults endpoint).
-  ChildProcess agent({kGpuha, "agent", "--node", "n1", "--controller",
-                      "127.0.0.1:" + std::to_string(grpc), "--gpu", "sim", "--listen",
-                      "127.0.0.1:0"});
-  auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
-  ASSERT_TRUE(port.has_value()) << agent.err();
-  const auto agent_port = static_cast<uint16_t>(std::stoi(*port));
   std::vector<std::string> specs = {"kind=xid,xid=4242",
                                     "gpu=9,kind=xid,xid=79",
                                     "kind=nope",
@@ -352,7 +369,7 @@ TEST_F(HostileTest, ControllerApiAndAgentFaultScripts) {
     if (!r.ok()) ++f.hangs;
     if (r.ok() && r->status >= 500) ++f.lost;
   }
-  if (!Alive(agent)) ++f.crashes;
+  if (!Alive(*agent)) ++f.crashes;
   f.Print();
   f.ExpectClean();
 }

@@ -379,7 +379,10 @@ bool RouterE2eTest::WaitAllConnected(ControlledCluster& c) {
   for (int i = 0; i < 400; ++i) {
     json all = c.Api("GET", "/api/v1/nodes");
     size_t connected = 0;
-    for (const json& n : all) connected += n.value("connected", false) ? 1 : 0;
+    // Joined: agent connected and server ready (placement uses no other).
+    for (const json& n : all) {
+      connected += n.value("connected", false) && n.value("lifecycle", "") == "serving";
+    }
     if (connected == c.ports.size()) return true;
     std::this_thread::sleep_for(milliseconds(25));
   }

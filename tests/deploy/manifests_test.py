@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Checks deploy/kubernetes for what an API server or kustomize would reject,
+and what would deploy but not work, without a cluster:
+
+  manifests_test.py SOURCE_DIR GPUHA_BINARY
+
+- the kustomization lists every manifest in the folder, and each exists;
+- each object's apiVersion and kind are known, its name a valid DNS name;
+- workloads: selectors match the pod template's labels; container ports
+  are named (IANA service names) and unique; probes name a port the
+  container has, on a path the component's source serves; volume mounts
+  name volumes; ConfigMaps, Secrets, Services and ServiceAccounts named
+  by a workload exist; every flag the container passes to gpuha is one
+  `gpuha SUBCOMMAND --help` lists;
+- Services and PodDisruptionBudgets select a workload's pods, and a
+  Service's target ports are ports those pods name;
+- ServiceMonitors select a Service and scrape ports it names;
+- RBAC bindings name a role and a service account that exist;
+- every gpuha config carried in a ConfigMap or Secret passes
+  `gpuha SUBCOMMAND --config FILE --check`.
+Each failure names the file, the object and the field.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+KNOWN = {
+    ("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+}
+WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet"}
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+# Where each subcommand's HTTP paths are served from.
+COMPONENT_SOURCES = {"agent": "src/agent", "controller": "src/controller", "router": "src/router"}
+
+failures = []
+
+
+def fail(where, what):
+    failures.append(f"{where}: {what}")
+    print(f"FAIL {where}: {what}", flush=True)
+
+
+def labels_match(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def main():
+    source, gpuha = sys.argv[1], sys.argv[2]
+    folder = os.path.join(source, "deploy/kubernetes")
+    with open(os.path.join(folder, "kustomization.yaml")) as f:
+        kust = yaml.safe_load(f)
+    if kust.get("kind") != "Kustomization":
+        fail("kustomization.yaml", "kind is not Kustomization")
+    listed = kust.get("resources", [])
+    present = sorted(f for f in os.listdir(folder) if f.endswith(".yaml") and f != "kustomization.yaml")
+    for f in listed:
+        if not os.path.isfile(os.path.join(folder, f)):
+            fail("kustomization.yaml", f"resources lists {f}, which does not exist")
+    for f in present:
+        if f not in listed:
+            fail("kustomization.yaml", f"{f} is not in resources")
+    namespace = kust.get("namespace", "default")
+
+    objects = []  # (file, doc)
+    for f in present:
+        with open(os.path.join(folder, f)) as fh:
+            for doc in yaml.safe_load_all(fh):
+                if doc is not None:
+                    objects.append((f, doc))
+
+    by_kind = {}
+    for f, o in objects:
+        kind, api = o.get("kind"), o.get("apiVersion")
+        name = (o.get("metadata") or {}).get("name", "")
+        where = f"{f} {kind}/{name}"
+        if (api, kind) not in KNOWN:
+            fail(where, f"apiVersion {api!r} kind {kind!r} is not a known pair")
+        if not DNS_SUBDOMAIN.match(name or ""):
+            fail(where, f"metadata.name {name!r} is not a DNS subdomain")
+        if kind == "Service" and not DNS_LABEL.match(name or ""):
+            fail(where, f"a Service name must be a DNS label: {name!r}")
+        by_kind.setdefault(kind, {})[name] = (f, o)
+
+    def exists(kind, name):
+        return name in by_kind.get(kind, {})
+
+    # Workloads.
+    pods = []  # (where, pod labels, {port name: number}, subcommand)
+    for kind in WORKLOADS:
+        for name, (f, o) in by_kind.get(kind, {}).items():
+            where = f"{f} {kind}/{name}"
+            spec = o.get("spec", {})
+            selector = (spec.get("selector") or {}).get("matchLabels", {})
+            template = spec.get("template", {})
+            labels = (template.get("metadata") or {}).get("labels", {})
+            if not labels_match(selector, labels):
+                fail(where, f"spec.selector.matchLabels {selector} does not match the template's labels {labels}")
+            pod = template.get("spec", {})
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            for vname, v in volumes.items():
+                if "configMap" in v and not exists("ConfigMap", v["configMap"]["name"]):
+                    fail(where, f"volume {vname}: ConfigMap {v['configMap']['name']} is not defined")
+                if "secret" in v and not exists("Secret", v["secret"]["secretName"]):
+                    fail(where, f"volume {vname}: Secret {v['secret']['secretName']} is not defined")
+            if kind == "StatefulSet":
+                if not exists("Service", spec.get("serviceName", "")):
+                    fail(where, f"spec.serviceName {spec.get('serviceName')!r} names no Service")
+                for claim in spec.get("volumeClaimTemplates", []):
+                    volumes[claim["metadata"]["name"]] = claim
+            sa = pod.get("serviceAccountName")
+            if sa and not exists("ServiceAccount", sa):
+                fail(where, f"serviceAccountName {sa} is not defined")
+            ports = {}
+            subcommand = None
+            for c in pod.get("containers", []):
+                cwhere = f"{where} container {c.get('name')}"
+                if not c.get("image"):
+                    fail(cwhere, "no image")
+                for p in c.get("ports", []):
+                    pname = p.get("name")
+                    if not pname or not PORT_NAME.match(pname):
+                        fail(cwhere, f"port {p.get('containerPort')} needs a name of at most 15 lowercase characters: {pname!r}")
+                    elif pname in ports:
+                        fail(cwhere, f"port name {pname} is used twice")
+                    else:
+                        ports[pname] = p.get("containerPort")
+                    if not isinstance(p.get("containerPort"), int):
+                        fail(cwhere, f"port {pname}: containerPort is not a number")
+                args = c.get("args", [])
+                subcommand = args[0] if args else None
+                if subcommand not in COMPONENT_SOURCES:
+                    fail(cwhere, f"args[0] {subcommand!r} is not a gpuha daemon subcommand")
+                    continue
+                help_text = subprocess.run([gpuha, subcommand, "--help"], capture_output=True, text=True).stdout
+                for a in args[1:]:
+                    flag = a.split("=", 1)[0]
+                    if flag.startswith("--") and not re.search(r"(^|[\s,])" + re.escape(flag) + r"\b", help_text):
+                        fail(cwhere, f"gpuha {subcommand} has no flag {flag}")
+                for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                    get = (c.get(probe) or {}).get("httpGet")
+                    if not get:
+                        continue
+                    if get.get("port") not in ports and get.get("port") not in ports.values():
+                        fail(cwhere, f"{probe}.httpGet.port {get.get('port')!r} is not a port of the container")
+                    path = get.get("path", "")
+                    src = os.path.join(source, COMPONENT_SOURCES[subcommand])
+                    served = any(f'"{path}"' in open(os.path.join(src, x), errors="replace").read()
+                                 for x in os.listdir(src) if x.endswith(".cc") and not x.endswith("_test.cc"))
+                    if not served:
+                        fail(cwhere, f"{probe}.httpGet.path {path!r} is not a path {src} serves")
+                for m in c.get("volumeMounts", []):
+                    if m["name"] not in volumes:
+                        fail(cwhere, f"volumeMount {m['name']} names no volume")
+            pods.append((where, labels, ports, subcommand))
+
+    def selected(selector):
+        return [p for p in pods if labels_match(selector, p[1])]
+
+    for name, (f, o) in by_kind.get("Service", {}).items():
+        where = f"{f} Service/{name}"
+        targets = selected(o["spec"].get("selector", {}))
+        if not targets:
+            fail(where, f"spec.selector {o['spec'].get('selector')} selects no workload's pods")
+        for p in o["spec"].get("ports", []):
+            if not p.get("name") or not PORT_NAME.match(p["name"]):
+                fail(where, f"port {p.get('port')} needs a name")
+            t = p.get("targetPort", p.get("port"))
+            for pod in targets:
+                if t not in pod[2] and t not in pod[2].values():
+                    fail(where, f"targetPort {t!r} is not a port of {pod[0]}")
+    for name, (f, o) in by_kind.get("PodDisruptionBudget", {}).items():
+        if not selected((o["spec"].get("selector") or {}).get("matchLabels", {})):
+            fail(f"{f} PodDisruptionBudget/{name}", "its selector matches no workload's pods")
+    for name, (f, o) in by_kind.get("ServiceMonitor", {}).items():
+        where = f"{f} ServiceMonitor/{name}"
+        sel = (o["spec"].get("selector") or {}).get("matchLabels", {})
+        services = [s for s in by_kind.get("Service", {}).values()
+                    if labels_match(sel, (s[1].get("metadata") or {}).get("labels", {}))]
+        if not services:
+            fail(where, f"selector {sel} matches no Service's labels")
+        for e in o["spec"].get("endpoints", []):
+            for s in services:
+                if e.get("port") not in [p.get("name") for p in s[1]["spec"].get("ports", [])]:
+                    fail(where, f"endpoint port {e.get('port')!r} is not a port name of Service {s[1]['metadata']['name']}")
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        for name, (f, o) in by_kind.get(kind, {}).items():
+            where = f"{f} {kind}/{name}"
+            ref = o.get("roleRef", {})
+            if ref.get("kind") != role_kind and not (kind == "RoleBinding" and ref.get("kind") == "ClusterRole"):
+                fail(where, f"roleRef.kind {ref.get('kind')!r}")
+            if not exists(ref.get("kind"), ref.get("name")):
+                fail(where, f"roleRef names {ref.get('kind')}/{ref.get('name')}, which is not defined")
+            for s in o.get("subjects", []):
+                if s.get("kind") == "ServiceAccount":
+                    if not exists("ServiceAccount", s.get("name")):
+                        fail(where, f"subject ServiceAccount {s.get('name')} is not defined")
+                    if s.get("namespace") != namespace:
+                        fail(where, f"subject namespace {s.get('namespace')!r} is not {namespace!r}")
+
+    # The gpuha configs the manifests carry, checked by gpuha itself.
+    with tempfile.TemporaryDirectory(prefix="gpuha-manifests-") as tmp:
+        for kind in ("ConfigMap", "Secret"):
+            for name, (f, o) in by_kind.get(kind, {}).items():
+                data = dict(o.get("data") or {}, **(o.get("stringData") or {}))
+                for key, text in data.items():
+                    m = re.fullmatch(r"(agent|controller|router)\.yaml", key)
+                    if not m:
+                        continue
+                    path = os.path.join(tmp, key)
+                    with open(path, "w") as fh:
+                        fh.write(text)
+                    argv = [gpuha, m.group(1), "--config", path, "--check"]
+                    if m.group(1) == "agent":
+                        # What the DaemonSet passes from the downward API and
+                        # mounts from the join Secret.
+                        token = os.path.join(tmp, "join-token")
+                        with open(token, "w") as fh:
+                            fh.write("a-join-token\n")
+                        argv += ["--node", "gpu-node-1", "--address", "10.0.0.5:8000",
+                                 "--join-token-file", token]
+                    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+                    if r.returncode != 0:
+                        fail(f"{f} {kind}/{name} {key}", f"gpuha {m.group(1)} --check: rc {r.returncode}: {r.stderr.strip()[-400:]}")
+                    else:
+                        print(f"ok   {f} {kind}/{name} {key}: gpuha {m.group(1)} --check passes")
+
+    print(f"{len(objects)} objects in {len(present)} files checked")
+
+
+if __name__ == "__main__":
+    main()
+    if failures:
+        print(f"{len(failures)} problem(s)")
+        sys.exit(1)
+    print("all checks passed")

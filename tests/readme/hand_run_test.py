@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Runs the README's "Try a cluster by hand" lines as a new user would:
+
+  hand_run_test.py SOURCE_DIR GPUHA_BINARY
+
+The ```sh block after that heading is read from README.md, not copied here,
+so the README cannot drift from what is tested. Each line runs from the
+repository root with `build/gpuha` meaning GPUHA_BINARY. Lines that start a
+daemon (controller, agent, router) run in the background, as in their own
+terminals; every other line must exit 0, and is retried for up to 30 s the
+way a user retries a command that the cluster was not ready for yet (a
+stream added before any node has joined is refused with 409). The ports are
+the README's fixed ones, so ctest runs this test alone (RUN_SERIAL).
+"""
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+DAEMONS = ("controller", "agent", "router")
+
+
+def block(readme):
+    text = open(readme).read()
+    at = text.index("Try a cluster by hand")
+    m = re.search(r"```sh\n(.*?)```", text[at:], re.S)
+    return [l for l in m.group(1).splitlines() if l.strip() and not l.startswith("#")]
+
+
+def main():
+    source, gpuha = sys.argv[1], os.path.abspath(sys.argv[2])
+    lines = block(os.path.join(source, "README.md"))
+    if len(lines) < 5:
+        print(f"FAIL the README's hand-run block has {len(lines)} lines")
+        return 1
+    procs = []
+    logs = tempfile.mkdtemp(prefix="gpuha-readme-")
+    ok = True
+    try:
+        for i, line in enumerate(lines):
+            argv = [gpuha if a == "build/gpuha" else a.replace("build/gpuha ", gpuha + " ")
+                    for a in shlex.split(line)]
+            if argv[0] == gpuha and argv[1] in DAEMONS:
+                log = open(os.path.join(logs, f"{i}-{argv[1]}.log"), "w")
+                procs.append((line, subprocess.Popen(argv, cwd=source, stdout=log, stderr=log,
+                                                     start_new_session=True), log.name))
+                print(f"started  {line}", flush=True)
+                continue
+            deadline = time.monotonic() + 30
+            while True:
+                r = subprocess.run(argv, cwd=source, capture_output=True, text=True, timeout=60)
+                if r.returncode == 0:
+                    print(f"ok       {line}\n{r.stdout.strip()[-1500:]}", flush=True)
+                    break
+                if time.monotonic() > deadline:
+                    print(f"FAIL     {line}\n  rc {r.returncode}\n  stdout {r.stdout[-1500:]}\n"
+                          f"  stderr {r.stderr[-1500:]}", flush=True)
+                    ok = False
+                    break
+                time.sleep(0.5)
+            if not ok:
+                break
+        for line, p, _ in procs:
+            if p.poll() is not None:
+                print(f"FAIL     exited early (rc {p.returncode}): {line}")
+                ok = False
+    finally:
+        for _, p, _ in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for line, p, log in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            if not ok:
+                print(f"--- {line}\n{open(log).read()[-2000:]}")
+    print("the README's hand-run steps work" if ok else "the README's hand-run steps failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
