@@ -34,11 +34,24 @@ std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const 
   *entry = e;
   UpstreamState* primary = &FindUpstream(L, e->primary);
   UpstreamState* standby = e->standby.empty() ? nullptr : &FindUpstream(L, e->standby);
+  for (UpstreamState* up : {primary, standby}) {
+    if (up != nullptr && up->named && up->dns_generation != L.shared.dns->generation()) {
+      LookUpName(L, *up);
+    }
+  }
   bool stuck =
       L.sticky.Stuck(stream_id, e->primary.address, e->standby.address, primary->usable(now), now);
   *order = StreamOrder(primary, standby, stuck, now);
   DropUnfit(*order, now);
   if (order->empty()) {
+    // Never silent: a name that does not resolve says so.
+    if (!primary->resolvable && (standby == nullptr || !standby->resolvable)) {
+      return Refusal{Reason::kUpstreamUnresolved,
+                     standby == nullptr
+                         ? absl::StrCat("upstream ", e->primary.address, " does not resolve")
+                         : absl::StrCat("upstreams ", e->primary.address, " and ",
+                                        e->standby.address, " do not resolve")};
+    }
     return Refusal{Reason::kNoUpstream, "every upstream of the stream is down or hung", 1};
   }
   return std::nullopt;

@@ -121,9 +121,22 @@ UpstreamState& FindUpstream(Loop& L, const Upstream& u) {
     if (!ec) up->endpoint = tcp::endpoint(a, hp->port);
   }
   up->resolvable = hp.ok() && !ec;
+  up->named = hp.ok() && ec && L.shared.dns != nullptr;
   if (auto v = L.verdicts.find(u.address); v != L.verdicts.end()) up->SetHealth(v->second);
-  if (!up->resolvable) spdlog::warn("router: upstream '{}' is not IP:PORT; skipped", u.address);
-  return *L.upstreams.emplace(u.address, std::move(up)).first->second;
+  if (!hp.ok()) spdlog::warn("router: upstream '{}' is not HOST:PORT; skipped", u.address);
+  UpstreamState& out = *L.upstreams.emplace(u.address, std::move(up)).first->second;
+  if (out.named) LookUpName(L, out);
+  return out;
+}
+
+void LookUpName(Loop& L, UpstreamState& up) {
+  up.dns_generation = L.shared.dns->generation();
+  std::optional<tcp::endpoint> ep = L.shared.dns->Find(up.address);
+  up.resolvable = ep.has_value();
+  if (ep && *ep != up.endpoint) {
+    up.endpoint = *ep;
+    up.idle.clear();  // pooled connections go to the old address
+  }
 }
 
 void ConnectionFailed(Loop& L, UpstreamState& up) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "router/dns_cache.h"
 #include "router/progress.h"
 #include "router/request.h"
 #include "router/retry_budget.h"
@@ -148,6 +149,10 @@ struct UpstreamState : UpstreamHealth {
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
+  // A DNS name (not an IP): its endpoint comes from the shared DnsCache,
+  // looked up again whenever the cache's generation moves.
+  bool named = false;
+  uint64_t dns_generation = 0;
   std::vector<std::unique_ptr<UpConn>> idle;
   WaitingList waiting;  // awaiting a response head (no allocation per request)
   // Relaying a token stream: waiting_since is the stream's last token (or
@@ -203,6 +208,8 @@ struct RouterShared {
   // A loop that judged an upstream stalled hands the verdict to the others
   // (set once, before the loops run): each loop sees only its own requests.
   std::function<void(const std::string& address, const Loop* from)> on_stall;
+  // Upstreams given by name (set once, before the loops run).
+  const DnsCache* dns = nullptr;
 };
 
 struct Loop {
@@ -352,6 +359,9 @@ awaitable<void> Sweep(Loop& L);
 void RefreshRoutes(Loop& L);
 // The loop's state for upstream `u`, made on first use.
 UpstreamState& FindUpstream(Loop& L, const Upstream& u);
+// A named upstream's endpoint from the DnsCache (resolvable false while the
+// name does not resolve); a moved address drops the pooled connections.
+void LookUpName(Loop& L, UpstreamState& up);
 // A connection-level failure: outlier ejection, the pool dropped, and the
 // node reported to the controller as a suspect.
 void ConnectionFailed(Loop& L, UpstreamState& up);

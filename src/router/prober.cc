@@ -18,8 +18,8 @@ namespace http = boost::beast::http;
 using tcp = net::ip::tcp;
 using std::chrono::milliseconds;
 
-Prober::Prober(const RouterConfig& config, OnVerdict on_verdict)
-    : config_(config), on_verdict_(std::move(on_verdict)) {}
+Prober::Prober(const RouterConfig& config, const DnsCache* dns, OnVerdict on_verdict)
+    : config_(config), dns_(dns), on_verdict_(std::move(on_verdict)) {}
 
 Prober::~Prober() { Stop(); }
 
@@ -49,8 +49,10 @@ awaitable<void> Prober::Probe(std::string address) {
   error_code ec;
   if (!hp.ok()) co_return;
   auto a = net::ip::make_address(hp->host, ec);
-  if (ec) co_return;
-  tcp::endpoint ep(a, hp->port);
+  // A DNS name is probed at its latest answer, looked up again for each new
+  // connection.
+  const bool named = static_cast<bool>(ec);
+  tcp::endpoint ep = named ? tcp::endpoint() : tcp::endpoint(a, hp->port);
   auto ex = co_await net::this_coro::executor;
   std::unique_ptr<beast::tcp_stream> s;
   std::shared_ptr<ssl::context> tls_ctx;
@@ -84,15 +86,19 @@ awaitable<void> Prober::Probe(std::string address) {
     on_verdict_(address, h);
   };
   for (;;) {
-    if (!wanted_.count(address)) {  // no longer in the routes
-      // Its verdict goes with it: an upstream that returns to the routes
-      // starts clean (its next probe starts from "up" and is only broadcast
-      // when it differs).
+    std::optional<tcp::endpoint> answer;
+    if (named && !s) answer = dns_ != nullptr ? dns_->Find(address) : std::nullopt;
+    // No longer in the routes, or a name with no answer (the data path says
+    // upstream_unresolved; ProbeLoop starts it again next scan).
+    if (!wanted_.count(address) || (named && !s && !answer)) {
+      // Its verdict goes with it: an upstream that returns starts clean (its
+      // next probe starts from "up" and is only broadcast when it differs).
       if (state_[address] != Health::kUp) on_verdict_(address, Health::kUp);
       state_.erase(address);
       probed_.store(state_.size());
       co_return;
     }
+    if (answer) ep = *answer;
     auto started = Clock::now();
     if (!s) {
       s = std::make_unique<beast::tcp_stream>(ex);

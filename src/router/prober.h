@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "router/dns_cache.h"
 #include "router/loop.h"
 #include "router/route_table.h"
 #include "router/router_config.h"
@@ -38,7 +39,8 @@ namespace gpuha::router {
 class Prober {
  public:
   using OnVerdict = std::function<void(const std::string& address, Health h)>;
-  Prober(const RouterConfig& config, OnVerdict on_verdict);
+  // `dns` resolves upstreams given by name (null: IP addresses only).
+  Prober(const RouterConfig& config, const DnsCache* dns, OnVerdict on_verdict);
   ~Prober();
   Prober(const Prober&) = delete;
   Prober& operator=(const Prober&) = delete;
@@ -62,6 +64,7 @@ class Prober {
   awaitable<void> Probe(std::string address);
 
   const RouterConfig& config_;
+  const DnsCache* dns_;
   OnVerdict on_verdict_;
   net::io_context ioc_{1};
   std::thread thread_;

@@ -32,6 +32,7 @@ constexpr std::array<ReasonInfo, static_cast<size_t>(Reason::kCount)> kReasons =
     {400, "no_stream"},
     {501, "transfer_coding_not_implemented"},
     {405, "method_not_allowed"},
+    {502, "upstream_unresolved"},
 }};
 
 bool IEquals(std::string_view a, std::string_view b) {

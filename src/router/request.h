@@ -29,24 +29,25 @@ using ResponseParser = http::parser<false, Body, std::pmr::polymorphic_allocator
 // Why the router itself answered instead of an upstream. Each has a status
 // and a label for /metrics.
 enum class Reason {
-  kBadRequest,        // 400: malformed HTTP
-  kHeaderTooLarge,    // 431
-  kTooManyHeaders,    // 431
-  kBodyTooLarge,      // 413
-  kBadStream,         // 400: stream id not [A-Za-z0-9._:-]{1,128}
-  kUnauthorized,      // 401: missing or unknown API key
-  kUnknownStream,     // 404: no such stream for this tenant (or another tenant's)
-  kNoCapacity,        // 503: the stream fits nowhere / tenant has no active node
-  kRateLimited,       // 429 with Retry-After
-  kOverQuota,         // 429: concurrent requests quota
-  kUpstreamFailed,    // 502: every upstream tried refused, reset or hung
-  kUpstreamTimeout,   // 504: no response head within response_timeout
-  kNotReplayable,     // 502: body streamed past the retry buffer, upstream failed
-  kRetryBudget,       // 503: retry budget exhausted
-  kNoUpstream,        // 503: every upstream of the stream is down or hung
-  kNoStream,          // 400: names no stream, and its tenant has no default_stream
-  kNotImplemented,    // 501: a transfer coding other than chunked
-  kMethodNotAllowed,  // 405: CONNECT, OPTIONS *
+  kBadRequest,          // 400: malformed HTTP
+  kHeaderTooLarge,      // 431
+  kTooManyHeaders,      // 431
+  kBodyTooLarge,        // 413
+  kBadStream,           // 400: stream id not [A-Za-z0-9._:-]{1,128}
+  kUnauthorized,        // 401: missing or unknown API key
+  kUnknownStream,       // 404: no such stream for this tenant (or another tenant's)
+  kNoCapacity,          // 503: the stream fits nowhere / tenant has no active node
+  kRateLimited,         // 429 with Retry-After
+  kOverQuota,           // 429: concurrent requests quota
+  kUpstreamFailed,      // 502: every upstream tried refused, reset or hung
+  kUpstreamTimeout,     // 504: no response head within response_timeout
+  kNotReplayable,       // 502: body streamed past the retry buffer, upstream failed
+  kRetryBudget,         // 503: retry budget exhausted
+  kNoUpstream,          // 503: every upstream of the stream is down or hung
+  kNoStream,            // 400: names no stream, and its tenant has no default_stream
+  kNotImplemented,      // 501: a transfer coding other than chunked
+  kMethodNotAllowed,    // 405: CONNECT, OPTIONS *
+  kUpstreamUnresolved,  // 502: the stream's upstreams are names that do not resolve
   kCount,
 };
 int ReasonStatus(Reason r);

@@ -21,10 +21,11 @@ namespace gpuha::router {
 // The router's control side: its loops, the admin server, the prober, and
 // what they share. The request path lives in client_conn and exchange.
 struct Router::Impl {
-  Impl(RouterConfig c, common::Clock& clk)
+  Impl(RouterConfig c, common::Clock& clk, DnsCache::ResolveFn resolve)
       : config(std::move(c)),
         clock(clk),
-        prober(config, [this](const std::string& a, Health h) { Broadcast(a, h); }) {}
+        dns(config.dns_refresh, std::move(resolve)),
+        prober(config, &dns, [this](const std::string& a, Health h) { Broadcast(a, h); }) {}
 
   // Hands one loop's stall verdict to the others.
   void BroadcastStall(const std::string& address, const Loop* from) {
@@ -49,6 +50,7 @@ struct Router::Impl {
   std::unique_ptr<common::HttpServer> admin;
   uint16_t port = 0;
   std::shared_ptr<const TenantSet> tenants;  // as last published to the loops
+  DnsCache dns;                              // before the prober, which reads it
   Prober prober;
 };
 
@@ -65,8 +67,8 @@ absl::Status Router::Impl::Listen() {
   return absl::OkStatus();
 }
 
-Router::Router(RouterConfig config, common::Clock* clock)
-    : impl_(std::make_unique<Impl>(std::move(config), *clock)) {}
+Router::Router(RouterConfig config, common::Clock* clock, DnsCache::ResolveFn resolve)
+    : impl_(std::make_unique<Impl>(std::move(config), *clock, std::move(resolve))) {}
 Router::~Router() { Stop(); }
 
 absl::Status Router::Start() {
@@ -83,6 +85,7 @@ absl::Status Router::Start() {
   I.shared.on_stall = [&I](const std::string& address, const Loop* from) {
     I.BroadcastStall(address, from);
   };
+  I.shared.dns = &I.dns;
   for (int i = 0; i < threads; ++i) {
     auto L = std::make_unique<Loop>(I.clock, I.config, I.shared);
     L->tls = *tls;
@@ -119,6 +122,7 @@ absl::Status Router::Start() {
     lp->thread = std::thread([lp] { lp->ioc.run(); });
   }
   I.prober.Start();
+  I.dns.Start();
   spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
                I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
   if (!I.tenants->auth_required()) {
@@ -134,6 +138,7 @@ void Router::Stop() {
   if (!impl_) return;
   Impl& I = *impl_;
   I.prober.Stop();
+  I.dns.Stop();
   for (auto& L : I.loops) L->ioc.stop();
   for (auto& L : I.loops) {
     if (L->thread.joinable()) L->thread.join();
@@ -146,6 +151,11 @@ uint16_t Router::admin_port() const { return impl_->admin ? impl_->admin->port()
 
 absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
   if (table == nullptr) return absl::InvalidArgumentError("no route table");
+  // New names are resolved before the loops see them (a control thread
+  // blocks here, never a loop).
+  std::vector<std::string> addresses;
+  for (const Upstream& u : table->upstreams()) addresses.push_back(u.address);
+  impl_->dns.Track(addresses);
   {
     std::lock_guard<std::mutex> lock(impl_->shared.mu);
     const RouteTable* held = impl_->shared.routes.get();
@@ -249,6 +259,11 @@ std::string Router::Impl::Metrics() const {
   for (const auto& L : loops) in_flight += L->stats.in_flight.load(std::memory_order_relaxed);
   p.Family("gpuha_router_requests_in_flight", "gauge", "Requests being forwarded.");
   p.Sample("gpuha_router_requests_in_flight", {}, double(in_flight));
+  p.Family("gpuha_router_dns_names", "gauge", "Upstream DNS names the router resolves.");
+  p.Sample("gpuha_router_dns_names", {}, double(dns.tracked()));
+  p.Family("gpuha_router_dns_failures_total", "counter",
+           "Upstream names that stopped resolving (or never did).");
+  p.Sample("gpuha_router_dns_failures_total", {}, double(dns.failures()));
   p.Family("gpuha_router_probes_total", "counter", "Upstream liveness probes answered or failed.");
   p.Sample("gpuha_router_probes_total", {}, double(prober.probes()));
   p.Family("gpuha_router_probed_upstreams", "gauge", "Upstreams the router's prober checks.");

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "router/dns_cache.h"
 #include "router/route_table.h"
 #include "router/router_config.h"
 
@@ -29,7 +30,9 @@ class Router {
  public:
   // `clock` drives the policy (ejection, stickiness, retry budget); the
   // event loops' own timers stay on the steady clock.
-  explicit Router(RouterConfig config, common::Clock* clock = common::RealClock::Get());
+  // `resolve`: how upstream names are looked up (tests give a fake).
+  explicit Router(RouterConfig config, common::Clock* clock = common::RealClock::Get(),
+                  DnsCache::ResolveFn resolve = DnsCache::SystemResolve);
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;

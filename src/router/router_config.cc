@@ -181,6 +181,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     }
   }
   ReadMillis(failover, "probe_interval_ms", &c.probe_interval, /*allow_zero=*/true);
+  common::YamlMap dns = root.Map("dns");
+  ReadMillis(dns, "refresh_ms", &c.dns_refresh, /*allow_zero=*/false, kDayMs);
   ReadMillis(failover, "hang_after_ms", &c.hang_after);
   if (auto v = failover.Bool("stall_detection")) c.stall_detection = *v;
   common::ReadMillis(failover, "stall_floor_ms", &c.progress.floor, {.min = 10, .max = kHourMs});

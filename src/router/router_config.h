@@ -127,6 +127,9 @@ struct RouterConfig {
   int probe_expect_status = 0;  // 0: any answer below 500
   std::chrono::milliseconds probe_interval{25};
   std::chrono::milliseconds hang_after{100};
+  // Upstreams given by DNS name are resolved again this often
+  // (dns: { refresh_ms }).
+  std::chrono::milliseconds dns_refresh{30000};
   // Judging upstreams by progress (ProgressMonitor): requests waiting and
   // none answered for longer than its requests take (learned; within
   // stall_floor_ms .. stall_ceiling_ms) is a stall, whatever the probe says.

@@ -98,6 +98,8 @@ TEST(RouterConfigTest, DefaultsAreUsable) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->auth_none);
   EXPECT_EQ(c->listen.str(), "127.0.0.1:8080");
+  EXPECT_EQ(c->admin.str(), "127.0.0.1:8081");  // fixed, for Prometheus
+  EXPECT_EQ(c->dns_refresh, std::chrono::seconds(30));
   EXPECT_TRUE(c->tenants.empty());
   EXPECT_GT(c->probe_interval.count(), 0);
 }
@@ -111,6 +113,7 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
   std::vector<BadCase> cases = {
       {"listen: nowhere", "listen"},
       {"threads: -1", "threads"},
+      {"auth: none\ndns: { refresh_ms: 0 }", "dns.refresh_ms"},
       {"tenants:\n  - name: a\n    api_keys_sha256: [abc]", "tenants[0].api_keys_sha256"},
       {"tenants:\n  - name: a\n    api_keys_sha256: [" + std::string(64, 'g') + "]",
        "is not a hex SHA-256"},

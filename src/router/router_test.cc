@@ -814,6 +814,63 @@ TEST_F(RouterTest, SlowHeadersAreCutOff) {
   EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
 }
 
+// Upstreams given by DNS name (a Kubernetes Service, a pod's headless name):
+// resolved off the loops, re-resolved on a refresh, and a name that does not
+// resolve answers 502 upstream_unresolved instead of failing silently. The
+// resolver is a fake: a real lookup of an unknown name would ask the
+// network's DNS server.
+TEST_F(RouterTest, UpstreamNamesResolveAndAnUnresolvedOneAnswers502) {
+  std::mutex mu;
+  std::map<std::string, std::string> zone = {{"gpu-a.test", a_->address()}};
+  auto resolve = [&](const std::string& address,
+                     std::string* error) -> std::optional<DnsCache::Endpoint> {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = zone.find(address.substr(0, address.rfind(':')));
+    if (it == zone.end()) {
+      *error = "Host not found (authoritative)";
+      return std::nullopt;
+    }
+    auto hp = *common::ParseHostPort(it->second, "test");
+    return DnsCache::Endpoint(net::ip::make_address(hp.host), hp.port);
+  };
+  config_.dns_refresh = milliseconds(20);
+  config_.routes = {{"cam-1", "acme", "gpu-a.test:1234", ""},
+                    {"cam-3", "acme", "gpu-z.test:8000", ""},
+                    {"cam-4", "acme", "gpu-z.test:8000", b_->address()}};
+  router_ = std::make_unique<Router>(config_, common::RealClock::Get(), resolve);
+  ASSERT_TRUE(router_->Start().ok());
+  Reply r = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"a")"), std::string::npos) << r.body;
+  // Never silent: the name, and the reason.
+  r = Send(port(), Get("/streams/cam-3/x"));
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(r.headers["X-Gpuha-Error"], "upstream_unresolved");
+  EXPECT_NE(r.body.find("upstream gpu-z.test:8000 does not resolve"), std::string::npos) << r.body;
+  // A standby that resolves serves meanwhile.
+  r = Send(port(), Get("/streams/cam-4/x"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  // The name appears, and gpu-a's moves to b: both are picked up on refresh.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    zone["gpu-z.test"] = a_->address();
+    zone["gpu-a.test"] = b_->address();
+  }
+  EXPECT_TRUE(gpuha::testing::Eventually(
+      [&] { return Send(port(), Get("/streams/cam-3/x")).status == 200; }, milliseconds(5000)));
+  EXPECT_TRUE(gpuha::testing::Eventually(
+      [&] {
+        return Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")") !=
+               std::string::npos;
+      },
+      milliseconds(5000)));
+  std::string metrics = router_->MetricsText();
+  EXPECT_NE(metrics.find("gpuha_router_dns_names 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("gpuha_router_dns_failures_total 1"), std::string::npos);
+  EXPECT_NE(metrics.find(R"(reason="upstream_unresolved")"), std::string::npos);
+}
+
 TEST_F(RouterTest, BadTlsFilesFailStart) {
   config_.tls_cert = "/nonexistent/cert.pem";
   config_.tls_key = "/nonexistent/key.pem";
