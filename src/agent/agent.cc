@@ -186,7 +186,7 @@ v1::AgentMessage Agent::BuildHello() const {
   h->set_heartbeat_interval_ms(config_.heartbeat_ms);
   h->set_last_epoch(epoch_.load());
   h->set_fenced(fenced_.load());
-  if (const AgentConfig::Registration& r = config_.registration; r.capacity > 0) {
+  if (const AgentConfig::Registration& r = config_.registration; !r.address.empty()) {
     v1::Registration* out = h->mutable_registration();
     out->set_address(r.address);
     out->set_capacity(r.capacity);

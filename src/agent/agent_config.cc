@@ -196,8 +196,11 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
   if (c.gpu_backend.empty()) {
     return absl::InvalidArgumentError("gpu: choose a backend, --gpu nvml or --gpu sim");
   }
-  // A registration must name the server routers are to reach.
-  if (c.registration.capacity > 0 && c.registration.address.empty()) {
+  // A registration must name the server routers are to reach: the other
+  // register settings without an address would be dropped silently.
+  const AgentConfig::Registration& reg = c.registration;
+  if (reg.address.empty() &&
+      (!reg.labels.empty() || !reg.join_token_file.empty() || reg.cpu_only)) {
     return absl::InvalidArgumentError(
         "register.address: a registering node must give its inference server's HOST:PORT "
         "(--address)");

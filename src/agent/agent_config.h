@@ -1,7 +1,7 @@
 // AgentConfig: everything `gpuha agent` needs, from a YAML file and/or flags.
 //
 //   node: gpu-1
-//   controllers: ["127.0.0.1:7400", "127.0.0.1:7401"]
+//   controllers: ["10.0.0.1:7400", "10.0.0.2:7400"]
 //   gpu: { backend: sim, nvml_lib: libnvidia-ml.so.1,
 //          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml,
 //          call_deadline_ms: 2000, kernel_log: /dev/kmsg, pci_devices: /sys/bus/pci/devices }
@@ -57,10 +57,10 @@ struct AgentConfig {
   HostPort listen{"127.0.0.1", common::kAgentPort};
   std::string tls_ca, tls_cert, tls_key;
   // What the hello says about this node, for a controller that registers
-  // nodes instead of listing them. capacity 0: not registering.
+  // nodes instead of listing them. No address: not registering.
   struct Registration {
-    std::string address;  // HOST:PORT of the inference server, for routers
-    int64_t capacity = 0;
+    std::string address;    // HOST:PORT of the inference server, for routers
+    int64_t capacity = 10;  // stream units
     bool cpu_only = false;
     std::map<std::string, std::string> labels;
     std::string join_token_file;  // read at start (ReadJoinToken)

@@ -89,10 +89,11 @@ TEST(AgentConfigTest, RegistrationSectionAndLabels) {
   std::map<std::string, std::string> labels;
   EXPECT_THAT(AddLabel("k=has space", &labels).message(), HasSubstr("label k: value"));
   EXPECT_TRUE(AddLabel("topology.kubernetes.io/zone=us-east-1a", &labels).ok());
-  // A capacity with no address is refused: routers could not reach it.
+  // Registration settings with no address are refused: routers could not
+  // reach the node, and the agent would not register it.
   auto no_address = ParseAgentConfig(
-      "node: g1\ncontrollers: [\"127.0.0.1:7400\"]\ngpu: { backend: sim }\nregister: { capacity: 4 "
-      "}\n",
+      "node: g1\ncontrollers: [\"127.0.0.1:7400\"]\ngpu: { backend: sim }\n"
+      "register: { labels: [\"gpuha.io/role=passive\"] }\n",
       "a.yaml");
   ASSERT_TRUE(no_address.ok());
   EXPECT_THAT(ValidateAgentConfig(*no_address).message(), HasSubstr("register.address"));

@@ -16,9 +16,6 @@
 
 namespace gpuha::cli {
 
-// Stream units a registering node offers when neither flag nor file says.
-constexpr int64_t kDefaultCapacity = 10;
-
 AgentCommand::AgentCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("agent", "Per-node GPU/NIC health, heartbeats, server supervision");
   app_->add_option("--config", config_path_, "Agent config YAML (flags override it)");
@@ -120,21 +117,24 @@ int AgentCommand::Run() {
   }
   if (!join_token_file_.empty()) reg.join_token_file = join_token_file_;
   if (absl::Status s = agent::ReadJoinToken(c); !s.ok()) return fail(s);
-  // Registration flags without a capacity register with the default one.
-  if (reg.capacity == 0 && (!reg.address.empty() || !reg.labels.empty() || !reg.join_token.empty()))
-    reg.capacity = kDefaultCapacity;
   if (absl::Status s = agent::ValidateAgentConfig(c); !s.ok()) return fail(s);
+  if (c.gpu_backend != "sim" && !c.sim.faults.empty()) {
+    return fail(absl::InvalidArgumentError("--fault and fault scripts need --gpu sim"));
+  }
+  if (c.server.command.empty() && c.server.fence_mode == agent::FenceMode::kStop &&
+      (!c.server.ready_url.empty() || !c.server.metrics_url.empty())) {
+    spdlog::warn(
+        "agent: server.fence_mode stop: the agent cannot stop a server it does not "
+        "start (no server.command); a fence marks it unready (fence_mode: unready)");
+  }
   if (check_) {
     std::string registers =
-        reg.capacity > 0 ? absl::StrCat(", registers ", reg.address, " capacity ", reg.capacity)
-                         : "";
+        reg.address.empty() ? ""
+                            : absl::StrCat(", registers ", reg.address, " capacity ", reg.capacity);
     std::printf("agent config ok: node %s, %zu controller(s), gpu %s, metrics on %s:%u%s\n",
                 c.node.c_str(), c.controllers.size(), c.gpu_backend.c_str(), c.listen.host.c_str(),
                 c.listen.port, registers.c_str());
     return kExitOk;
-  }
-  if (c.gpu_backend != "sim" && !c.sim.faults.empty()) {
-    return fail(absl::InvalidArgumentError("--fault and fault scripts need --gpu sim"));
   }
 
   std::unique_ptr<gpu::GpuProbe> probe;

@@ -1,7 +1,10 @@
 #include "cli/router_command.h"
 
+#include <time.h>
+
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
@@ -97,8 +100,12 @@ int RouterCommand::Run() {
       common::SdNotifyOrLog("STOPPING=1");
       break;
     }
-    // Type=notify-reload's handshake (systemd 253+), harmless before it.
-    common::SdNotifyOrLog("RELOADING=1");
+    // sd_notify's reload handshake: RELOADING=1 with the monotonic time,
+    // READY=1 when done (what Type=notify-reload, systemd 253+, expects).
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    common::SdNotifyOrLog(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=",
+                                       int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000));
     auto fresh = Load(config_path_, listen_, admin_, controllers_, threads_);
     absl::Status s = fresh.ok() ? r.Reload(*fresh) : fresh.status();
     if (!s.ok())

@@ -162,6 +162,20 @@ absl::Status Controller::Recover() {
                                                 n->cfg.spec.capacity));
       }
     }
+    // A listed node with no row that stored streams name was placed before
+    // nodes waited to join (an older binary): it serves as it did, and the
+    // detector watches it, rather than holding streams while pending.
+    for (const std::string* node : {&r->primary, &r->standby}) {
+      NodeState* n = node->empty() ? nullptr : FindLocked(*node);
+      if (n != nullptr && n->lifecycle == NodeLifecycle::kPending &&
+          stored_nodes->count(*node) == 0) {
+        n->lifecycle = NodeLifecycle::kServing;
+        if (absl::Status s = placement_.RestoreNode(*node, /*as_passive=*/false); !s.ok()) {
+          return s;
+        }
+        stored_nodes->emplace(*node, "");  // known from now on
+      }
+    }
     if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
     specs_[id] = spec;
   }
@@ -203,19 +217,13 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
     if (!added.ok()) return added.status();
     n = *added;
   } else if (n->registered) {
-    // A registered node proves its token on every connection; its server
-    // may have moved (a rescheduled pod), and routers get the new address.
-    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
-    const std::string& address = hello.registration().address();
-    if (!address.empty() && address != n->cfg.address &&
-        common::ParseHostPort(address, "address").ok()) {
-      EventLocked("address_changed", hello.node(), absl::StrCat(n->cfg.address, " -> ", address));
-      n->cfg.address = address;
-      std::vector<StoreWrite> batch;
-      PersistNodeLocked(*n, &batch);
-      CommitLocked(std::move(batch));
-      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
+    // A registered node proves its token on every connection, and only
+    // while registration is on.
+    if (!config_.registration.enabled) {
+      return absl::NotFoundError(
+          absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
     }
+    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
   }
   if (n->sink && !proven) {
     counters_.agents_refused++;
@@ -223,6 +231,30 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
         absl::StrCat("node '", hello.node(),
                      "' already has a connected agent; a second stream is refused until the "
                      "first one ends (use mTLS to prove a node's name)"));
+  }
+  // Only the stream that holds the node may move it: its server may have
+  // moved (a rescheduled pod), and routers get the new address.
+  if (n->registered) {
+    const std::string& address = hello.registration().address();
+    if (!address.empty() && address != n->cfg.address) {
+      if (!common::ParseHostPort(address, "address").ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", hello.node(), "': registration address '",
+                         absl::CHexEscape(address), "' is not HOST:PORT (--address)"));
+      }
+      EventLocked("address_changed", hello.node(), absl::StrCat(n->cfg.address, " -> ", address));
+      n->cfg.address = address;
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
+      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
+    }
+    if (hello.registration().capacity() != n->cfg.spec.capacity) {
+      EventLocked("registration_ignored", hello.node(),
+                  absl::StrCat("capacity ", hello.registration().capacity(), " kept at ",
+                               n->cfg.spec.capacity,
+                               ": a registered node's capacity is fixed at its registration"));
+    }
   }
   n->sink = std::move(sink);
   n->healthy_since.reset();
@@ -246,6 +278,14 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
   welcome.mutable_welcome()->set_fenced(n->fenced());
   n->sink->Send(welcome);
+  // A pending node's agent may still hold a fence from an earlier life of
+  // the cluster (a store lost, --init): it must run its server to join.
+  if (n->lifecycle == NodeLifecycle::kPending && hello.fenced()) {
+    v1::ControllerMessage m;
+    m.mutable_rejoin()->set_epoch(epoch_);
+    m.mutable_rejoin()->set_role(RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
+    n->sink->Send(m);
+  }
   EventLocked(
       "agent_connected", hello.node(),
       absl::StrCat(
@@ -521,15 +561,13 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
                                                    "' is not HOST:PORT (--address)"));
   }
   if (static_cast<int64_t>(nodes_.size()) >= policy.max_nodes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "node '", node, "': the cluster holds ", nodes_.size(), " nodes, registration.max_nodes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node '", node, "': the cluster holds ", nodes_.size(),
+                     " nodes, registration.max_nodes (", policy.max_nodes, ")"));
   }
   Role role = policy.default_role;
   if (auto it = reg.labels().find(policy.role_label); it != reg.labels().end()) {
-    std::optional<Role> r;
-    for (Role candidate : {Role::kActive, Role::kPassive, Role::kBuffer}) {
-      if (it->second == RoleName(candidate)) r = candidate;
-    }
+    std::optional<Role> r = ParseRole(it->second);
     if (!r) {
       return absl::InvalidArgumentError(absl::StrCat("node '", node, "': label ", policy.role_label,
                                                      "='", absl::CHexEscape(it->second),

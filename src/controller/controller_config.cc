@@ -65,10 +65,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       c.registration.join_token_sha256 = *hex;
     }
   }
-  if (auto v = reg.String("role_label")) {
-    if (v->empty()) reg.Fail("role_label", "must not be empty");
-    c.registration.role_label = *v;
-  }
+  if (auto v = reg.String("role_label")) c.registration.role_label = *v;
   if (auto r = common::ReadEnum<Role>(
           reg, "default_role",
           {{"active", Role::kActive}, {"passive", Role::kPassive}, {"buffer", Role::kBuffer}})) {

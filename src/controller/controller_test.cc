@@ -758,16 +758,19 @@ class RegistrationTest : public ControllerTest {
   }
   absl::Status Register(const std::string& node, const std::string& address,
                         const std::string& role = "", const std::string& token = "join-me",
-                        int64_t capacity = 10) {
+                        int64_t capacity = 10, bool proven = true, bool fenced = false) {
     v1::Hello hello;
     hello.set_node(node);
+    hello.set_fenced(fenced);
     v1::Registration* r = hello.mutable_registration();
     r->set_address(address);
     r->set_capacity(capacity);
     r->set_join_token(token);
     if (!role.empty()) (*r->mutable_labels())["gpuha.io/role"] = role;
-    sinks_[node] = std::make_shared<FakeSink>();
-    return c_->AgentConnected(hello, sinks_[node], /*proven=*/true);
+    auto sink = std::make_shared<FakeSink>();
+    absl::Status s = c_->AgentConnected(hello, sink, proven);
+    if (s.ok()) sinks_[node] = sink;
+    return s;
   }
 };
 
@@ -822,6 +825,52 @@ TEST_F(RegistrationTest, AgentsRegisterTheirNodesWhichJoinOnceReadyAndSurviveARe
   ASSERT_TRUE(Register("g3", "10.0.0.9:8000", "passive").ok());
   EXPECT_EQ(c_->Snapshot().routes(0).standby().address(), "10.0.0.9:8000");
   EXPECT_GE(IndexOf("address_changed"), 0);
+  // A second stream for the connected node, token and all, is refused
+  // before it can move the node's traffic.
+  EXPECT_EQ(Register("g3", "10.6.6.6:8000", "passive", "join-me", 10, /*proven=*/false).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(c_->Snapshot().routes(0).standby().address(), "10.0.0.9:8000");
+
+  // Registration turned off: the registered nodes are refused.
+  ControllerConfig off = Policy();
+  off.registration.enabled = false;
+  c_.reset();
+  c_ = std::make_unique<Controller>(off, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  absl::Status refused = Register("g1", "10.0.0.1:8000");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(refused.message(), HasSubstr("registration is now off"));
+}
+
+// A pending node's agent that still holds a fence (the controller lost its
+// state) is told to rejoin, so that its server can start and the node join.
+TEST_F(RegistrationTest, APendingNodesFencedAgentIsToldToRejoin) {
+  c_ = std::make_unique<Controller>(Policy(), std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  ASSERT_TRUE(
+      Register("g1", "10.0.0.1:8000", "", "join-me", 10, /*proven=*/true, /*fenced=*/true).ok());
+  EXPECT_EQ(sinks_["g1"]->rejoins(), 1);
+  ASSERT_TRUE(Register("g2", "10.0.0.2:8000").ok());
+  EXPECT_EQ(sinks_["g2"]->rejoins(), 0);
+}
+
+// A store written before nodes waited to join: a listed node with no row
+// that stored streams name keeps serving them (and is watched), instead of
+// holding them while pending.
+TEST_F(ControllerTest, StreamsStoredOnANodeWithNoRowKeepItServing) {
+  auto store = std::make_unique<MemoryStore>();
+  ASSERT_TRUE(store
+                  ->Apply({{"stream", "cam-0", EncodeStream({"acme", 1, "a1", "p1"})},
+                           {"meta", "epoch", "4"}})
+                  .ok());
+  c_ = std::make_unique<Controller>(ThreePlusOne(), std::move(store), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_EQ((*c_->NodeJson("p1"))["lifecycle"], "serving");
+  EXPECT_EQ((*c_->NodeJson("a2"))["lifecycle"], "pending");
+  v1::RouteSnapshot snap = c_->Snapshot();
+  ASSERT_EQ(snap.routes_size(), 1);
+  EXPECT_EQ(snap.routes(0).primary().node(), "a1");
 }
 
 TEST_F(RegistrationTest, WithRegistrationOffAnUnlistedNodeIsNotFound) {

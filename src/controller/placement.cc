@@ -18,6 +18,13 @@ const char* RoleName(Role r) {
   return "active";
 }
 
+std::optional<Role> ParseRole(std::string_view name) {
+  for (Role r : {Role::kActive, Role::kPassive, Role::kBuffer}) {
+    if (name == RoleName(r)) return r;
+  }
+  return std::nullopt;
+}
+
 Placement::Node* Placement::FindNode(const std::string& id) {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -26,6 +27,8 @@ namespace gpuha::controller {
 
 enum class Role { kActive, kPassive, kBuffer };
 const char* RoleName(Role r);
+// "active", "passive" or "buffer"; nullopt for anything else.
+std::optional<Role> ParseRole(std::string_view name);
 
 struct NodeSpec {
   std::string id;

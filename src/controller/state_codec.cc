@@ -3,19 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/net_util.h"
 
 namespace gpuha::controller {
 
 using nlohmann::json;
 
 namespace {
-
-std::optional<Role> ParseRole(std::string_view r) {
-  for (Role role : {Role::kActive, Role::kPassive, Role::kBuffer}) {
-    if (r == RoleName(role)) return role;
-  }
-  return std::nullopt;
-}
 
 // Reads `key` of `j` into `out` when present; a wrong type names the field.
 template <class T>
@@ -94,6 +88,10 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
          {Field(*reg, "address", sub, &n.address), Field(*reg, "capacity", sub, &n.capacity),
           Field(*reg, "cpu_only", sub, &n.cpu_only)}) {
       if (!s.ok()) return s;
+    }
+    if (!common::ParseHostPort(n.address, "address").ok()) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", sub, ".address: '", n.address, "' is not HOST:PORT"));
     }
     if (n.capacity < 1 || n.capacity > 1'000'000) {
       return absl::DataLossError(

@@ -40,42 +40,58 @@ std::optional<DnsCache::Endpoint> DnsCache::SystemResolve(const std::string& add
   return best;
 }
 
-void DnsCache::Store(const std::string& address, std::optional<Endpoint> ep,
-                     const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+void DnsCache::StoreLocked(const std::string& address, std::optional<Endpoint> ep,
+                           const std::string& error) {
   auto it = answers_.find(address);
-  bool known = it != answers_.end();
-  if (known && it->second == ep) return;
+  if (it == answers_.end()) return;  // dropped from the routes meanwhile
+  Entry& e = it->second;
+  e.next = std::chrono::steady_clock::now() + (ep ? refresh_ : std::min(refresh_, kRetry));
+  if (e.tried && e.ep == ep) return;
   if (!ep) {
     failures_.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn(
         "router: upstream name {} does not resolve ({}); it answers 502 "
         "upstream_unresolved until it does",
         address, error);
-  } else if (known) {
+  } else if (e.tried) {
     spdlog::info("router: upstream name {} now resolves to {}", address, ep->address().to_string());
   }
-  answers_[address] = ep;
+  e.tried = true;
+  e.ep = ep;
   generation_.fetch_add(1, std::memory_order_release);
 }
 
-void DnsCache::Track(const std::vector<std::string>& addresses) {
+void DnsCache::Track(const std::vector<std::string>& addresses, common::Duration wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::map<std::string, Entry> kept;
+  bool added = false;
   for (const std::string& a : addresses) {
-    if (IsIpAddress(a)) continue;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (answers_.count(a) != 0) continue;
+    if (IsIpAddress(a) || kept.count(a) != 0) continue;
+    auto it = answers_.find(a);
+    if (it != answers_.end()) {
+      kept.emplace(a, it->second);
+    } else {
+      kept.emplace(a, Entry{});  // due at once
+      added = true;
     }
-    std::string error;
-    std::optional<Endpoint> ep = resolve_(a, &error);
-    Store(a, ep, error);
   }
+  if (kept.size() != answers_.size() || added) generation_.fetch_add(1, std::memory_order_release);
+  answers_ = std::move(kept);
+  if (!added) return;
+  cv_.notify_all();
+  answered_.wait_for(lock, wait, [this] {
+    if (stopping_ || !thread_.joinable()) return true;
+    for (const auto& [_, e] : answers_) {
+      if (!e.tried) return false;
+    }
+    return true;
+  });
 }
 
 std::optional<DnsCache::Endpoint> DnsCache::Find(const std::string& address) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = answers_.find(address);
-  return it == answers_.end() ? std::nullopt : it->second;
+  return it == answers_.end() ? std::nullopt : it->second.ep;
 }
 
 size_t DnsCache::tracked() const {
@@ -87,7 +103,7 @@ void DnsCache::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { RefreshLoop(); });
+  thread_ = std::thread([this] { Run(); });
 }
 
 void DnsCache::Stop() {
@@ -96,24 +112,40 @@ void DnsCache::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  answered_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
-void DnsCache::RefreshLoop() {
+void DnsCache::Run() {
   std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait_for(lock, refresh_, [this] { return stopping_; });
-    if (stopping_) return;
-    std::vector<std::string> names;
-    for (const auto& [a, _] : answers_) names.push_back(a);
+  while (!stopping_) {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string> due;
+    auto wake = now + refresh_;
+    for (const auto& [a, e] : answers_) {
+      if (e.next <= now) {
+        due.push_back(a);
+      } else {
+        wake = std::min(wake, e.next);
+      }
+    }
+    if (due.empty()) {
+      cv_.wait_until(lock, wake);
+      continue;
+    }
     lock.unlock();
-    // Resolved outside the lock: Find never waits for getaddrinfo.
-    for (const std::string& a : names) {
+    // Resolved outside the lock: Find and Track never wait for getaddrinfo.
+    std::vector<std::pair<std::optional<Endpoint>, std::string>> results;
+    for (const std::string& a : due) {
       std::string error;
       std::optional<Endpoint> ep = resolve_(a, &error);
-      Store(a, ep, error);
+      results.emplace_back(std::move(ep), std::move(error));
     }
     lock.lock();
+    for (size_t i = 0; i < due.size(); ++i) {
+      StoreLocked(due[i], results[i].first, results[i].second);
+    }
+    answered_.notify_all();
   }
 }
 

@@ -1,18 +1,19 @@
 // DnsCache: upstream addresses given by name (HOST:PORT with a DNS name, as
-// a Kubernetes Service or a pod's headless name), resolved off the event
-// loops and re-resolved every `refresh` (Envoy's strict DNS refresh rate;
-// getaddrinfo gives no TTL). A name that does not resolve is logged when it
-// stops resolving, and its upstream answers 502 upstream_unresolved.
+// a Kubernetes Service or a pod's headless name), resolved on the cache's
+// own thread and re-resolved every `refresh` (Envoy's strict DNS refresh
+// rate; getaddrinfo gives no TTL). A name that does not resolve is logged
+// when it stops resolving, tried again every second, and its upstream
+// answers 502 upstream_unresolved meanwhile.
 //
 //   DnsCache dns(std::chrono::seconds(30));
-//   dns.Start();                          // the refresh thread
-//   dns.Track(table->upstreams());        // a control thread: resolves new names now
+//   dns.Start();                          // the resolving thread
+//   dns.Track(addresses);                 // the names now in the routes
 //   std::optional<tcp::endpoint> ep = dns.Find("triton-0.triton:8000");  // any thread
 //   if (dns.generation() != seen) ...     // an answer changed: look again
 //
 // IP hosts are not tracked (they need no resolving). Thread-safety: all
-// methods lock; Track and the refresh thread block on getaddrinfo, never a
-// loop.
+// methods lock; only the cache's thread calls getaddrinfo (a DNS outage
+// delays no route snapshot by more than Track's short wait).
 #pragma once
 
 #include <atomic>
@@ -48,9 +49,11 @@ class DnsCache {
 
   void Start();
   void Stop();
-  // Resolves the names among `addresses` not yet tracked, now, and keeps
-  // every one of them for refresh.
-  void Track(const std::vector<std::string>& addresses);
+  // The names among `addresses` are the ones kept (others are dropped).
+  // New ones are resolved at once on the cache's thread; Track waits up to
+  // `wait` for their first answer, so that routes rarely go live unresolved.
+  void Track(const std::vector<std::string>& addresses,
+             common::Duration wait = std::chrono::milliseconds(200));
   // The last answer for a tracked name; nullopt when it did not resolve or
   // is not tracked.
   std::optional<Endpoint> Find(const std::string& address) const;
@@ -63,15 +66,24 @@ class DnsCache {
   static bool IsIpAddress(const std::string& address);
 
  private:
-  void Store(const std::string& address, std::optional<Endpoint> ep, const std::string& error);
-  void RefreshLoop();
+  struct Entry {
+    bool tried = false;  // resolved at least once
+    std::optional<Endpoint> ep;
+    std::chrono::steady_clock::time_point next{};  // when to resolve it again
+  };
+  static constexpr common::Duration kRetry = std::chrono::seconds(1);
+  // Records an answer (under mu_); logs a name that stops resolving once.
+  void StoreLocked(const std::string& address, std::optional<Endpoint> ep,
+                   const std::string& error);
+  void Run();
 
   const common::Duration refresh_;
   const ResolveFn resolve_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                                   // guarded by mu_
-  std::map<std::string, std::optional<Endpoint>> answers_;  // guarded by mu_
+  std::condition_variable cv_;            // wakes the thread: new names, or stop
+  std::condition_variable answered_;      // wakes Track: a first answer came
+  bool stopping_ = false;                 // guarded by mu_
+  std::map<std::string, Entry> answers_;  // guarded by mu_
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> failures_{0};
   std::thread thread_;

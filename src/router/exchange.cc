@@ -162,8 +162,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
         co_return;
       }
     }
-    if (framing.upstream_reusable && rp.is_done() && up.idle.size() < kMaxIdlePerUpstream &&
-        up.health() == Health::kUp) {
+    if (framing.upstream_reusable && rp.is_done() && Poolable(*conn, up)) {
       conn->deadline.Disarm();
       up.idle.push_back(std::move(conn));
     }
@@ -519,8 +518,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     ConnectionFailed(L, up);
     co_return;
   }
-  if (framing.upstream_reusable && up.idle.size() < kMaxIdlePerUpstream &&
-      up.health() == Health::kUp) {
+  if (framing.upstream_reusable && Poolable(*conn, up)) {
     conn->deadline.Disarm();
     up.idle.push_back(std::move(conn));
   }

@@ -139,6 +139,13 @@ void LookUpName(Loop& L, UpstreamState& up) {
   }
 }
 
+bool Poolable(const UpConn& c, const UpstreamState& up) {
+  if (up.health() != Health::kUp || up.idle.size() >= kMaxIdlePerUpstream) return false;
+  if (!up.named) return true;
+  error_code ec;
+  return c.s.remote_endpoint(ec) == up.endpoint && !ec;
+}
+
 void ConnectionFailed(Loop& L, UpstreamState& up) {
   up.UpstreamHealth::ConnectionFailed(L.clock.Now());
   up.idle.clear();

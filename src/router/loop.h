@@ -362,6 +362,10 @@ UpstreamState& FindUpstream(Loop& L, const Upstream& u);
 // A named upstream's endpoint from the DnsCache (resolvable false while the
 // name does not resolve); a moved address drops the pooled connections.
 void LookUpName(Loop& L, UpstreamState& up);
+// Whether a connection may go back to its upstream's pool: it is still to
+// the upstream's address (a named upstream may have moved while it was in
+// use), and the upstream is up.
+bool Poolable(const UpConn& c, const UpstreamState& up);
 // A connection-level failure: outlier ejection, the pool dropped, and the
 // node reported to the controller as a suspect.
 void ConnectionFailed(Loop& L, UpstreamState& up);

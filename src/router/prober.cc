@@ -87,10 +87,13 @@ awaitable<void> Prober::Probe(std::string address) {
   };
   for (;;) {
     std::optional<tcp::endpoint> answer;
-    if (named && !s) answer = dns_ != nullptr ? dns_->Find(address) : std::nullopt;
+    if (named) answer = dns_ != nullptr ? dns_->Find(address) : std::nullopt;
+    // A kept-alive probe connection to an address the name has left would
+    // judge the wrong server.
+    if (answer && *answer != ep) close();
     // No longer in the routes, or a name with no answer (the data path says
     // upstream_unresolved; ProbeLoop starts it again next scan).
-    if (!wanted_.count(address) || (named && !s && !answer)) {
+    if (!wanted_.count(address) || (named && !answer)) {
       // Its verdict goes with it: an upstream that returns starts clean (its
       // next probe starts from "up" and is only broadcast when it differs).
       if (state_[address] != Health::kUp) on_verdict_(address, Health::kUp);

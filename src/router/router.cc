@@ -86,6 +86,7 @@ absl::Status Router::Start() {
     I.BroadcastStall(address, from);
   };
   I.shared.dns = &I.dns;
+  I.dns.Start();  // before the first routes, whose names it resolves
   for (int i = 0; i < threads; ++i) {
     auto L = std::make_unique<Loop>(I.clock, I.config, I.shared);
     L->tls = *tls;
@@ -122,7 +123,6 @@ absl::Status Router::Start() {
     lp->thread = std::thread([lp] { lp->ioc.run(); });
   }
   I.prober.Start();
-  I.dns.Start();
   spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
                I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
   if (!I.tenants->auth_required()) {
@@ -151,13 +151,8 @@ uint16_t Router::admin_port() const { return impl_->admin ? impl_->admin->port()
 
 absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
   if (table == nullptr) return absl::InvalidArgumentError("no route table");
-  // New names are resolved before the loops see them (a control thread
-  // blocks here, never a loop).
-  std::vector<std::string> addresses;
-  for (const Upstream& u : table->upstreams()) addresses.push_back(u.address);
-  impl_->dns.Track(addresses);
-  {
-    std::lock_guard<std::mutex> lock(impl_->shared.mu);
+  // Under shared.mu: OK, or why `table` is older than the one held.
+  auto check = [&]() -> absl::Status {
     const RouteTable* held = impl_->shared.routes.get();
     if (held != nullptr &&
         (table->epoch() < held->epoch() ||
@@ -166,6 +161,21 @@ absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
           "stale route snapshot: version ", table->version(), " epoch ", table->epoch(),
           " is older than the held version ", held->version(), " epoch ", held->epoch()));
     }
+    return absl::OkStatus();
+  };
+  {
+    std::lock_guard<std::mutex> lock(impl_->shared.mu);
+    if (absl::Status s = check(); !s.ok()) return s;
+  }
+  // The table's names, resolved on the cache's thread; new ones get a short
+  // wait for their first answer before the loops see the table (a DNS
+  // outage cannot hold up a failover's routes for long).
+  std::vector<std::string> addresses;
+  for (const Upstream& u : table->upstreams()) addresses.push_back(u.address);
+  impl_->dns.Track(addresses);
+  {
+    std::lock_guard<std::mutex> lock(impl_->shared.mu);
+    if (absl::Status s = check(); !s.ok()) return s;  // a newer one came meanwhile
     impl_->shared.routes = table;
   }
   impl_->shared.routes_gen.fetch_add(1, std::memory_order_release);

@@ -146,7 +146,7 @@ def main():
                 help_text = subprocess.run([gpuha, subcommand, "--help"], capture_output=True, text=True).stdout
                 for a in args[1:]:
                     flag = a.split("=", 1)[0]
-                    if flag.startswith("--") and not re.search(r"(^|[\s,])" + re.escape(flag) + r"\b", help_text):
+                    if flag.startswith("--") and not re.search(r"(^|[\s,])" + re.escape(flag) + r"(?=[\s,=]|$)", help_text, re.M):
                         fail(cwhere, f"gpuha {subcommand} has no flag {flag}")
                 for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                     get = (c.get(probe) or {}).get("httpGet")
