@@ -47,21 +47,32 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 // since a running request makes a token every step. (Its long answers hold
 // pending high from before the stall, so the first rule, needing more than
 // that, could miss it once a router stops sending it work.)
+//
+// The stall_after clock runs only while work waits: from the last scrape
+// that saw progress or nothing waiting. Counted from the last progress
+// alone, an engine idle for seconds was stalled at the first scrape after
+// work arrived, before that work had had a step to run (the demo's LLM
+// streams starting on a quiet worker failed it over, and a second failure
+// meanwhile lost requests).
 class EngineWatch {
  public:
   explicit EngineWatch(common::Duration stall_after, double min_pending = 3)
       : stall_after_(stall_after), min_pending_(min_pending) {}
-  // One scrape at `now`; true while the engine is stalled: at least
-  // min_pending requests pending and progress unchanged for stall_after.
+  // One scrape at `now`; true while the engine is stalled: work waiting
+  // (see above) and progress unchanged for stall_after since it was seen
+  // not waiting.
   bool Observe(common::TimePoint now, const EngineSample& s) {
     if (!progress_ || s.progress != *progress_) {
       progress_ = s.progress;
       moved_at_ = now;
+      clear_at_ = now;
       pending_when_moved_ = s.pending;
       return false;
     }
-    if (now - moved_at_ < stall_after_) return false;
-    return s.generating >= 1 || (s.pending >= min_pending_ && s.pending > pending_when_moved_);
+    const bool waiting =
+        s.generating >= 1 || (s.pending >= min_pending_ && s.pending > pending_when_moved_);
+    if (!waiting) clear_at_ = now;
+    return waiting && now - clear_at_ >= stall_after_;
   }
   // Since when nothing has moved (meaningful while Observe says stalled).
   common::TimePoint moved_at() const { return moved_at_; }
@@ -72,6 +83,7 @@ class EngineWatch {
   std::optional<double> progress_;
   double pending_when_moved_ = 0;
   common::TimePoint moved_at_{};
+  common::TimePoint clear_at_{};  // last scrape with progress or nothing waiting
 };
 
 }  // namespace gpuha::agent

@@ -70,8 +70,40 @@ TEST(EngineWatchTest, AnIdleEngineIsNeverStalled) {
     clock.Advance(milliseconds(100));
     EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 4, .progress = 8}));
   }
-  // Two more arrive and still nothing moves: now it is one.
+  // Two more arrive: not yet a stall when first seen; still nothing moves
+  // for stall_after: now it is one.
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 6, .progress = 8}));
+  clock.Advance(milliseconds(900));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 6, .progress = 8}));
+  clock.Advance(milliseconds(100));
   EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 6, .progress = 8}));
+}
+
+// Regression (ChaosTest.NodeCrashLosesNothing, in CI): the clock ran from
+// the last progress, so an engine idle for seconds was stalled at the first
+// scrape after work arrived: four LLM requests starting on a quiet worker
+// failed it over before their first token was due.
+TEST(EngineWatchTest, WorkArrivingAfterIdleIsNotAStallBeforeStallAfter) {
+  common::FakeClock clock;
+  EngineWatch w(milliseconds(600));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 100}));
+  for (int i = 0; i < 15; ++i) {  // 2.25 s idle, scraped every 150 ms
+    clock.Advance(milliseconds(150));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 100}));
+  }
+  // Four completions start generating, a burst of three more queued behind.
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 7, .progress = 100, .generating = 4}));
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 7, .progress = 130, .generating = 4}));
+  // And stuck from here: a stall once stall_after has passed with work
+  // waiting and nothing done, not before.
+  for (int i = 0; i < 3; ++i) {
+    clock.Advance(milliseconds(150));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 7, .progress = 130, .generating = 4}));
+  }
+  clock.Advance(milliseconds(150));
+  EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 7, .progress = 130, .generating = 4}));
 }
 
 // A token engine's long answers hold pending high from before it stuck; once

@@ -278,19 +278,14 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
   welcome.mutable_welcome()->set_fenced(n->fenced());
   n->sink->Send(welcome);
-  // A pending node's agent may still hold a fence from an earlier life of
-  // the cluster (a store lost, --init): it must run its server to join.
-  if (n->lifecycle == NodeLifecycle::kPending && hello.fenced()) {
-    v1::ControllerMessage m;
-    m.mutable_rejoin()->set_epoch(epoch_);
-    m.mutable_rejoin()->set_role(RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
-    n->sink->Send(m);
-  }
-  EventLocked(
-      "agent_connected", hello.node(),
-      absl::StrCat(
-          hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(), n->fenced() ? ", fenced" : "",
-          n->lifecycle == NodeLifecycle::kPending ? "; joins once its server is ready" : ""));
+  // A joining node's agent may still hold a fence (from an earlier life of
+  // the cluster, a store lost or --init; or its restart lost the rejoin
+  // message): it must run its server to join.
+  if (n->joining() && hello.fenced()) SendRejoinLocked(*n);
+  EventLocked("agent_connected", hello.node(),
+              absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
+                           n->fenced() ? ", fenced" : "",
+                           n->joining() ? "; joins once its server is ready" : ""));
   return absl::OkStatus();
 }
 
@@ -344,10 +339,18 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   // become ready yet (starting, rejoining) does not.
   bool server_was_ready = n->server_ready;
   n->server_ready = hb.server().ready() && !hb.fenced();
-  if (n->lifecycle == NodeLifecycle::kPending) {
+  if (n->joining()) {
     if (n->server_ready &&
         (hb.health() == v1::NODE_HEALTH_HEALTHY || hb.health() == v1::NODE_HEALTH_DEGRADED)) {
       JoinLocked(*n);
+    } else if (n->lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
+      // Failed again before it took work: back to fenced, and it must
+      // prove itself healthy for healthy_for once more.
+      n->lifecycle = NodeLifecycle::kFenced;
+      FenceLocked(*n, "agent reports failed while rejoining: " + why);
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
     }
     return;
   }
@@ -471,7 +474,10 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   if (!placement_.Available(id)) {
     // Already out: only an operator's drain changes its state (a held-out
     // node stays held out).
-    if (to == NodeLifecycle::kDrained && n.lifecycle == NodeLifecycle::kFenced) {
+    if (to == NodeLifecycle::kDrained &&
+        (n.lifecycle == NodeLifecycle::kFenced || n.lifecycle == NodeLifecycle::kRejoining)) {
+      // A rejoining node's agent was told to serve again: fenced once more.
+      if (n.lifecycle == NodeLifecycle::kRejoining) FenceLocked(n, why);
       n.lifecycle = to;
       std::vector<StoreWrite> batch;
       PersistNodeLocked(n, &batch);
@@ -591,40 +597,46 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
 
 void Controller::JoinLocked(NodeState& n) {
   const std::string id = n.cfg.spec.id;
-  if (absl::Status s = placement_.RestoreNode(id, /*as_passive=*/false); !s.ok()) return;
+  const bool rejoin = n.lifecycle == NodeLifecycle::kRejoining;
+  if (absl::Status s = placement_.RestoreNode(id, /*as_passive=*/rejoin); !s.ok()) return;
   n.lifecycle = NodeLifecycle::kServing;
+  n.refence_gap = common::Duration::zero();
+  n.refence_at = common::TimePoint();
   detector_.Connected(id);
-  EventLocked("joined", id,
-              absl::StrCat("agent connected and server ready; serves as ",
-                           RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))));
+  EventLocked(
+      rejoin ? "rejoined" : "joined", id,
+      absl::StrCat(rejoin ? "server ready again" : "agent connected and server ready",
+                   "; serves as ", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))));
   std::vector<StoreWrite> batch;
   PersistNodeLocked(n, &batch);
   for (const Assignment& a : placement_.Assignments()) PersistStreamLocked(a.stream, &batch);
-  PushRoutesLocked(absl::StrCat("join of ", id));
+  PushRoutesLocked(absl::StrCat(rejoin ? "rejoin of " : "join of ", id));
   CommitLocked(std::move(batch));
+}
+
+void Controller::SendRejoinLocked(NodeState& n) {
+  if (!n.sink) return;
+  // The role it will take: a rejoining active node comes back as passive.
+  Role role = placement_.RoleOf(n.cfg.spec.id).value_or(n.cfg.spec.role);
+  if (n.lifecycle == NodeLifecycle::kRejoining && role == Role::kActive) role = Role::kPassive;
+  v1::ControllerMessage m;
+  m.mutable_rejoin()->set_epoch(epoch_);
+  m.mutable_rejoin()->set_role(RoleName(role));
+  n.sink->Send(m);
 }
 
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   const std::string id = n.cfg.spec.id;
-  if (absl::Status s = placement_.RestoreNode(id); !s.ok()) return;
-  n.lifecycle = NodeLifecycle::kServing;
+  if (placement_.Available(id)) return;
+  n.lifecycle = NodeLifecycle::kRejoining;
   n.refence_gap = common::Duration::zero();
   n.refence_at = common::TimePoint();
   ++epoch_;
-  detector_.Connected(id);
-  if (n.sink) {
-    v1::ControllerMessage m;
-    m.mutable_rejoin()->set_epoch(epoch_);
-    m.mutable_rejoin()->set_role(RoleName(placement_.RoleOf(id).value_or(Role::kPassive)));
-    n.sink->Send(m);
-  }
-  EventLocked(
-      "rejoined", id,
-      absl::StrCat(why, "; rejoins as ", RoleName(placement_.RoleOf(id).value_or(Role::kPassive))));
+  SendRejoinLocked(n);
+  EventLocked("rejoining", id,
+              absl::StrCat(why, "; told to serve again, it takes work once its server is ready"));
   std::vector<StoreWrite> batch;
   PersistNodeLocked(n, &batch);
-  for (const Assignment& a : placement_.Assignments()) PersistStreamLocked(a.stream, &batch);
-  PushRoutesLocked(absl::StrCat("rejoin of ", id));
   CommitLocked(std::move(batch));
 }
 

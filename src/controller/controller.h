@@ -142,11 +142,13 @@ class Controller {
     v1::Heartbeat last;  // telemetry, for the API
     // Written only by the transition functions below.
     NodeLifecycle lifecycle = NodeLifecycle::kPending;
-    // Held out of service: its agent must not serve. A pending node's agent
-    // runs its server (it cannot become ready otherwise); it gets no work.
-    bool fenced() const {
-      return lifecycle != NodeLifecycle::kServing && lifecycle != NodeLifecycle::kPending;
+    // Waits for its agent's server to answer ready before it takes work.
+    bool joining() const {
+      return lifecycle == NodeLifecycle::kPending || lifecycle == NodeLifecycle::kRejoining;
     }
+    // Held out of service: its agent must not serve. A joining node's agent
+    // runs its server (it cannot become ready otherwise); it gets no work.
+    bool fenced() const { return lifecycle != NodeLifecycle::kServing && !joining(); }
     bool known = false;         // its agent has connected at least once (stored)
     bool registered = false;    // added by its agent's registration, not the config
     bool server_ready = false;  // the agent's last word on its inference server
@@ -170,20 +172,25 @@ class Controller {
                      bool make_before_break, bool count_failure, NodeLifecycle to);
   // fenced or drained -> held-out: an operator must undrain it.
   void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch);
-  // any -> serving, as passive.
+  // fenced, drained or held-out -> rejoining: its agent is told to serve
+  // again, as passive; JoinLocked puts it back once its server is ready.
   void RejoinLocked(NodeState& n, const std::string& why);
   // A node the config does not list, added from its agent's hello under
   // the registration policy (pending until its server is ready).
   [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello);
   // OK when no join token is configured or the hello carries the right one.
   [[nodiscard]] absl::Status CheckJoinToken(const v1::Hello& hello) const;
-  // pending -> serving, in its configured role: its agent is connected and
-  // its server ready. Streams that fit nowhere so far are placed now.
+  // pending -> serving, in its configured role, or rejoining -> serving, as
+  // passive: its agent is connected and its server ready. Streams that fit
+  // nowhere so far are placed now.
   void JoinLocked(NodeState& n);
   // Tells the agent (or runs the fence hook) that the node serves nothing.
   void FenceLocked(NodeState& n, const std::string& why);
   // The fence message alone, to a connected agent: no event.
   void SendFenceLocked(NodeState& n, const std::string& why);
+  // The rejoin message (serve again, at this epoch, in this role), to a
+  // connected agent: no event.
+  void SendRejoinLocked(NodeState& n);
   void PushRoutesLocked(const std::string& why);
   // epoch_ = past + 1, persisted, with an event and new routes.
   void AdvanceEpochLocked(uint64_t past, const std::string& why);

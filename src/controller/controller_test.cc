@@ -93,6 +93,15 @@ class ControllerTest : public ::testing::Test {
     }
     c_->AgentHeartbeat(node, hb);
   }
+  // A healthy agent whose server runs, ready or not (starting, stuck).
+  void BeatServer(const std::string& node, bool ready) {
+    v1::Heartbeat hb;
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_running(true);
+    hb.mutable_server()->set_ready(ready);
+    c_->AgentHeartbeat(node, hb);
+  }
   // Advances time in 10 ms steps; every node in `alive` heartbeats every 50 ms.
   void Run(milliseconds d, const std::vector<std::string>& alive) {
     for (milliseconds t(0); t < d; t += milliseconds(10)) {
@@ -352,22 +361,79 @@ TEST_F(ControllerTest, HungInferenceServerOnAHealthyAgentFailsOver) {
   Start();
   AddStreams(3);
   Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
-  auto beat_server = [&](const std::string& node, bool ready) {
-    v1::Heartbeat hb;
-    hb.set_health(v1::NODE_HEALTH_HEALTHY);
-    hb.set_epoch(c_->epoch());
-    hb.mutable_server()->set_running(true);
-    hb.mutable_server()->set_ready(ready);
-    c_->AgentHeartbeat(node, hb);
-  };
-  beat_server("a2", true);
+  BeatServer("a2", true);
   EXPECT_EQ((*c_->NodeJson("a2"))["state"], "alive");
   // Ready, then not: the node goes, its streams move to the passive.
-  beat_server("a2", false);
+  BeatServer("a2", false);
   EXPECT_EQ((*c_->NodeJson("a2"))["state"], "failed");
   EXPECT_EQ(sinks_["a2"]->fences(), 1);
   for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a2") << s.dump();
   EXPECT_NE(c_->EventsJson(0, 100).dump().find("inference server not ready"), std::string::npos);
+}
+
+// Regression (ChaosTest.NodeCrashLosesNothing, in CI): a fenced node healthy
+// again was put back at once, while its stopped server was still starting.
+// Another node failing in that window had its streams moved onto it, and
+// routers answered 502 for them. Now it is told to serve again and takes
+// work only once its server answers ready.
+TEST_F(ControllerTest, RejoiningNodeTakesNoWorkUntilItsServerIsReady) {
+  Start();
+  AddStreams(6);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  ASSERT_EQ((*c_->NodeJson("a1"))["lifecycle"], "fenced");
+  // Healthy for healthy_for with its server stopped by the fence.
+  for (int t = 10; t <= 600; t += 10) {
+    clock_.Advance(milliseconds(10));
+    if (t % 50 == 0) {
+      for (const char* n : {"a2", "a3", "p1"}) Beat(n);
+      Beat("a1", v1::NODE_HEALTH_HEALTHY, /*fenced=*/true);
+    }
+    c_->Tick();
+  }
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "rejoining");
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "rejoining");
+  EXPECT_EQ((*c_->NodeJson("a1"))["fenced"], false);  // its agent may start its server
+  ASSERT_EQ(sinks_["a1"]->rejoins(), 1);
+  EXPECT_EQ(sinks_["a1"]->sent.back().rejoin().role(), "passive");
+  EXPECT_EQ(sinks_["a1"]->sent.back().rejoin().epoch(), c_->epoch());
+  // Unfenced, its server starting; another node fails meanwhile.
+  BeatServer("a1", false);
+  Beat("a2", v1::NODE_HEALTH_FAILED);
+  for (const auto& s : c_->StreamsJson()) {
+    EXPECT_NE(s["primary"], "a1") << s.dump();
+    EXPECT_NE(s["standby"], "a1") << s.dump();
+    EXPECT_NE(s["primary"], "a2") << s.dump();
+  }
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "rejoining");
+  // Its server ready: it is back, as passive, and stands by.
+  BeatServer("a1", true);
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
+  EXPECT_GT(IndexOf("rejoined"), IndexOf("rejoining"));
+  bool stands_by = false;
+  for (const auto& s : c_->StreamsJson()) stands_by |= s["standby"] == "a1";
+  EXPECT_TRUE(stands_by);
+  EXPECT_EQ(sinks_["a1"]->rejoins(), 1);
+}
+
+// A rejoining node that fails again before it took work is fenced again,
+// and must be healthy for healthy_for once more.
+TEST_F(ControllerTest, RejoiningNodeThatFailsIsFencedAgain) {
+  Start();
+  AddStreams(3);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  for (int t = 10; t <= 600; t += 10) {
+    clock_.Advance(milliseconds(10));
+    if (t % 50 == 0) Beat("a1", v1::NODE_HEALTH_HEALTHY, /*fenced=*/true);
+    c_->Tick();
+  }
+  ASSERT_EQ((*c_->NodeJson("a1"))["lifecycle"], "rejoining");
+  const int fences = sinks_["a1"]->fences();
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "fenced");
+  EXPECT_EQ(sinks_["a1"]->fences(), fences + 1);
+  BeatServer("a1", true);  // healthy at once: not enough
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "fenced");
 }
 
 TEST_F(ControllerTest, DrainingIsMakeBeforeBreak) {
@@ -418,6 +484,8 @@ TEST_F(ControllerTest, OperatorDrainCommitsTheNodeOnceAsDrained) {
   Run(milliseconds(1000), {"a1", "a2", "a3", "p1"});
   EXPECT_EQ((*c_->NodeJson("a3"))["state"], "drained");
   ASSERT_TRUE(c_->Undrain("a3").ok());
+  EXPECT_EQ((*c_->NodeJson("a3"))["lifecycle"], "rejoining");
+  Beat("a3");  // its server is ready again
   EXPECT_EQ((*c_->NodeJson("a3"))["lifecycle"], "serving");
   EXPECT_EQ((*c_->NodeJson("a3"))["role"], "passive");
 }
@@ -485,6 +553,7 @@ TEST_F(ControllerTest, FlappingNodeIsHeldOutAfterMaxFailures) {
   EXPECT_THAT(EventTypes("a1"), ::testing::Contains("held_out"));
   EXPECT_EQ(sinks_["a1"]->rejoins(), 0);  // each Connect made a new sink; the last saw none
   ASSERT_TRUE(c_->Undrain("a1").ok());
+  Beat("a1");  // its server is ready again
   EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
 }
 
@@ -514,6 +583,7 @@ TEST_F(ControllerTest, DrainIsRefusedAtPeakUnlessForced) {
   EXPECT_TRUE(c_->Drain("a1", true).ok());
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "drained");
   ASSERT_TRUE(c_->Undrain("a1").ok());
+  Beat("a1");  // its server is ready again
   EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
   EXPECT_EQ(c_->Drain("ghost", false).code(), absl::StatusCode::kNotFound);
 }

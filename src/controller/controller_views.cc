@@ -11,12 +11,13 @@ using nlohmann::json;
 
 json Controller::NodeJsonLocked(const NodeState& n) const {
   const std::string& id = n.cfg.spec.id;
-  std::string state = n.lifecycle == NodeLifecycle::kHeldOut   ? "held-out"
-                      : n.lifecycle == NodeLifecycle::kDrained ? "drained"
-                      : n.lifecycle == NodeLifecycle::kPending ? "pending"
-                      : !placement_.Available(id)              ? "failed"
-                      : !n.sink                                ? "disconnected"
-                                                               : LivenessName(detector_.state(id));
+  std::string state = n.lifecycle == NodeLifecycle::kHeldOut     ? "held-out"
+                      : n.lifecycle == NodeLifecycle::kDrained   ? "drained"
+                      : n.lifecycle == NodeLifecycle::kPending   ? "pending"
+                      : n.lifecycle == NodeLifecycle::kRejoining ? "rejoining"
+                      : !placement_.Available(id)                ? "failed"
+                      : !n.sink                                  ? "disconnected"
+                                : LivenessName(detector_.state(id));
   json gpus = json::array();
   for (const v1::GpuSample& g : n.last.gpus()) {
     gpus.push_back({{"index", g.index()},

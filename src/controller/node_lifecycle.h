@@ -4,16 +4,21 @@
 // are its only writers; each records its event and persists the node once.
 //
 //   pending --agent connected, server ready--> serving
-//   serving --failure--> fenced --healthy for healthy_for--> serving
-//   serving --drain----> drained --undrain--> serving
+//   serving --failure--> fenced --healthy for healthy_for--> rejoining
+//   serving --drain----> drained --undrain--> rejoining
+//   rejoining --server ready--> serving (as passive)
+//   rejoining --agent reports failed--> fenced
 //   fenced  --too many failures, or the fence hook failed--> held-out
-//   held-out / drained --undrain--> serving
+//   held-out --undrain--> rejoining
 //
 // Only a serving node carries work or stands by. A pending node has never
 // served: its agent has not yet connected with a ready server (placement
 // once put streams on nodes that never started, and routers answered 502).
-// Every other state is fenced (its agent stops serving, routers send it
-// nothing).
+// A rejoining node's agent has been told to serve again and restarts its
+// server; it takes work once that server answers ready (a node put back at
+// once was given a failed node's streams while its server was still
+// starting, and routers answered 502). Every other state is fenced (its
+// agent stops serving, routers send it nothing).
 #pragma once
 
 #include <optional>
@@ -22,11 +27,12 @@
 namespace gpuha::controller {
 
 enum class NodeLifecycle {
-  kPending,  // not yet joined: no agent with a ready server so far; no work
-  kServing,  // in placement: primary or standby work
-  kFenced,   // taken out after a failure; rejoins by itself once healthy
-  kDrained,  // taken out by an operator; stays out until undrained
-  kHeldOut,  // failed too often, or its fence was not confirmed: an operator decides
+  kPending,    // not yet joined: no agent with a ready server so far; no work
+  kServing,    // in placement: primary or standby work
+  kFenced,     // taken out after a failure; rejoins by itself once healthy
+  kRejoining,  // told to serve again; takes work once its server is ready
+  kDrained,    // taken out by an operator; stays out until undrained
+  kHeldOut,    // failed too often, or its fence was not confirmed: an operator decides
 };
 
 inline const char* NodeLifecycleName(NodeLifecycle s) {
@@ -37,6 +43,8 @@ inline const char* NodeLifecycleName(NodeLifecycle s) {
       return "serving";
     case NodeLifecycle::kFenced:
       return "fenced";
+    case NodeLifecycle::kRejoining:
+      return "rejoining";
     case NodeLifecycle::kDrained:
       return "drained";
     case NodeLifecycle::kHeldOut:
@@ -46,8 +54,9 @@ inline const char* NodeLifecycleName(NodeLifecycle s) {
 }
 
 inline std::optional<NodeLifecycle> ParseNodeLifecycle(std::string_view s) {
-  for (NodeLifecycle l : {NodeLifecycle::kPending, NodeLifecycle::kServing, NodeLifecycle::kFenced,
-                          NodeLifecycle::kDrained, NodeLifecycle::kHeldOut}) {
+  for (NodeLifecycle l :
+       {NodeLifecycle::kPending, NodeLifecycle::kServing, NodeLifecycle::kFenced,
+        NodeLifecycle::kRejoining, NodeLifecycle::kDrained, NodeLifecycle::kHeldOut}) {
     if (s == NodeLifecycleName(l)) return l;
   }
   return std::nullopt;

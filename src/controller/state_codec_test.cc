@@ -61,7 +61,8 @@ TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
   EXPECT_EQ(back->lifecycle, NodeLifecycle::kPending);
   EXPECT_FALSE(DecodeNode("n1", EncodeNode({Role::kActive, true, NodeLifecycle::kServing}))
                    ->registered.has_value());
-  auto bad = DecodeNode("g3", R"({"role":"active","registered":{"address":"10.0.0.3:8000","capacity":0}})");
+  auto bad = DecodeNode(
+      "g3", R"({"role":"active","registered":{"address":"10.0.0.3:8000","capacity":0}})");
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.capacity"));
   bad = DecodeNode("g3", R"({"role":"active","registered":{"address":7,"capacity":1}})");
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.address"));
