@@ -74,7 +74,8 @@ function fill(id, rows) {
 }
 
 const ms = v => (typeof v === "number" ? v.toFixed(1) : "-");
-const stateClass = s => (s === "alive" ? "ok" : s === "suspect" ? "warn" : "bad");
+const stateClass = s =>
+  s === "alive" ? "ok" : ["suspect", "pending", "rejoining"].includes(s) ? "warn" : "bad";
 const healthClass = h => (h === "healthy" ? "ok" : h === "degraded" ? "warn" : "bad");
 
 async function refresh() {
