@@ -34,6 +34,7 @@ TEST_PACKAGES=(
   chromium-headless-shell    # the dashboard test loads the page in a real browser
   systemd                    # systemd-analyze verify checks the packaged units
   python3 python3-yaml       # the package test and the Kubernetes manifest test
+  prometheus                 # promtool: the alert rules' tests, every /metrics page checked
 )
 
 case "${1:-}" in

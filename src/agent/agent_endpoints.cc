@@ -60,9 +60,15 @@ std::string Agent::MetricsText() const {
     auto it = last_xid_.find(d.index);
     p.Sample("DCGM_FI_DEV_XID_ERRORS", gpu_labels(d.index), it == last_xid_.end() ? 0 : it->second);
   }
+  // gpuha's own series take Prometheus' snake_case label names; the DCGM
+  // ones above keep dcgm-exporter's (UUID, modelName, Hostname).
   p.Family("gpuha_agent_gpu_lost", "gauge", "1 when the GPU stopped answering.");
-  for (const gpu::GpuSample& s : samples_)
-    p.Sample("gpuha_agent_gpu_lost", gpu_labels(s.index), s.lost);
+  for (const gpu::GpuSample& s : samples_) {
+    const gpu::DeviceInfo* d = s.index < devices_.size() ? &devices_[s.index] : nullptr;
+    p.Sample("gpuha_agent_gpu_lost",
+             {{"node", config_.node}, {"gpu", std::to_string(s.index)}, {"uuid", d ? d->uuid : ""}},
+             s.lost);
+  }
   const common::PromLabels node{{"node", config_.node}};
   p.Family("gpuha_agent_health_state", "gauge", "1 for the node's current health state.");
   for (auto st : {gpu::HealthState::kHealthy, gpu::HealthState::kDegraded,

@@ -416,6 +416,25 @@ TEST_F(ControllerTest, RejoiningNodeTakesNoWorkUntilItsServerIsReady) {
   EXPECT_EQ(sinks_["a1"]->rejoins(), 1);
 }
 
+// Liveness, role and lifecycle are separate series: a failover changes the
+// role and the state, never which series says whether the node is up.
+TEST_F(ControllerTest, NodeLivenessRoleAndStateAreSeriesOfTheirOwn) {
+  Start();
+  AddStreams(3);
+  std::string m = c_->MetricsText();
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_up{node=\"a1\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_role{node=\"p1\",role=\"passive\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a1\",state=\"serving\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a1\",state=\"fenced\"} 0\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_connected{node=\"a1\"} 1\n"));
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  m = c_->MetricsText();
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_up{node=\"a1\"} 0\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_role{node=\"p1\",role=\"active\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a1\",state=\"fenced\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a1\",state=\"serving\"} 0\n"));
+}
+
 // A rejoining node that fails again before it took work is fenced again,
 // and must be healthy for healthy_for once more.
 TEST_F(ControllerTest, RejoiningNodeThatFailsIsFencedAgain) {

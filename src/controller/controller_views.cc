@@ -160,11 +160,32 @@ std::string Controller::MetricsText() const {
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");
   p.Sample("gpuha_controller_route_version", {}, double(route_version_));
-  p.Family("gpuha_controller_node_up", "gauge", "1 when the node serves or stands by.");
+  // Liveness, role and lifecycle as series of their own: a role change
+  // does not change the identity of the liveness series (Kubernetes'
+  // kube_node_status_condition and kube_node_role do the same).
+  p.Family("gpuha_controller_node_up", "gauge",
+           "1 when the node serves or stands by (joined, in placement, not fenced).");
   for (const auto& [id, n] : nodes_) {
-    p.Sample("gpuha_controller_node_up",
+    p.Sample("gpuha_controller_node_up", {{"node", id}}, placement_.Available(id));
+  }
+  p.Family("gpuha_controller_node_role", "gauge", "1 for the node's current role.");
+  for (const auto& [id, n] : nodes_) {
+    p.Sample("gpuha_controller_node_role",
              {{"node", id}, {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))}},
-             placement_.Available(id));
+             1);
+  }
+  p.Family("gpuha_controller_node_state", "gauge",
+           "1 for the node's current lifecycle state, 0 for the others.");
+  for (const auto& [id, n] : nodes_) {
+    for (NodeLifecycle l : kNodeLifecycles) {
+      p.Sample("gpuha_controller_node_state", {{"node", id}, {"state", NodeLifecycleName(l)}},
+               n.lifecycle == l);
+    }
+  }
+  p.Family("gpuha_controller_node_connected", "gauge",
+           "1 while the node's agent holds its heartbeat stream.");
+  for (const auto& [id, n] : nodes_) {
+    p.Sample("gpuha_controller_node_connected", {{"node", id}}, n.sink != nullptr);
   }
   struct Gauge {
     const char* name;

@@ -53,10 +53,12 @@ inline const char* NodeLifecycleName(NodeLifecycle s) {
   return "unknown";
 }
 
+inline constexpr NodeLifecycle kNodeLifecycles[] = {
+    NodeLifecycle::kPending,   NodeLifecycle::kServing, NodeLifecycle::kFenced,
+    NodeLifecycle::kRejoining, NodeLifecycle::kDrained, NodeLifecycle::kHeldOut};
+
 inline std::optional<NodeLifecycle> ParseNodeLifecycle(std::string_view s) {
-  for (NodeLifecycle l :
-       {NodeLifecycle::kPending, NodeLifecycle::kServing, NodeLifecycle::kFenced,
-        NodeLifecycle::kRejoining, NodeLifecycle::kDrained, NodeLifecycle::kHeldOut}) {
+  for (NodeLifecycle l : kNodeLifecycles) {
     if (s == NodeLifecycleName(l)) return l;
   }
   return std::nullopt;

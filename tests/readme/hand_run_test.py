@@ -11,6 +11,13 @@ terminals; every other line must exit 0, and is retried for up to 30 s the
 way a user retries a command that the cluster was not ready for yet (a
 stream added before any node has joined is refused with 409). The ports are
 the README's fixed ones, so ctest runs this test alone (RUN_SERIAL).
+
+While that cluster runs, every component's /metrics (controller, both
+agents, router, both workers) goes through `promtool check metrics`
+(Debian's prometheus package). Its only findings allowed are on names gpuha
+keeps on purpose from other exporters: dcgm-exporter's label names on the
+DCGM_FI_ families (UUID, modelName, Hostname), and the Triton and vLLM
+families the worker serves as those servers do.
 """
 import os
 import re
@@ -20,8 +27,55 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 DAEMONS = ("controller", "agent", "router")
+
+# The README's fixed ports, and the viewer token of its controller config.
+METRICS = [("controller", "http://127.0.0.1:7401/metrics"),
+           ("agent gpu-1", "http://127.0.0.1:7402/metrics"),
+           ("agent gpu-2", "http://127.0.0.1:7412/metrics"),
+           ("router", "http://127.0.0.1:8081/metrics"),
+           ("worker gpu-1", "http://127.0.0.1:8101/metrics"),
+           ("worker gpu-2", "http://127.0.0.1:8102/metrics")]
+TOKEN = "demo-viewer"
+# Names kept from other exporters, so their dashboards and alerts work.
+FOREIGN = [
+    (re.compile(r"^DCGM_FI_[A-Z_]+$"),
+     "label names should be written in 'snake_case' not 'camelCase'"),
+    (re.compile(r"^nv_inference_[a-z_]+$"), None),  # Triton's names
+    (re.compile(r"^vllm:[a-z_]+$"), None),  # vLLM's names
+]
+
+
+def allowed(finding):
+    name, _, message = finding.partition(" ")
+    return any(p.match(name) and (m is None or message == m) for p, m in FOREIGN)
+
+
+def check_metrics():
+    ok = True
+    for what, url in METRICS:
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+        try:
+            text = urllib.request.urlopen(req, timeout=10).read()
+        except OSError as e:
+            print(f"FAIL     {what} {url}: {e}")
+            ok = False
+            continue
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                           timeout=60)
+        findings = [l for l in (r.stdout + r.stderr).decode().splitlines() if l.strip()]
+        bad = [f for f in findings if not allowed(f)]
+        families = text.count(b"# TYPE ")
+        if bad or families == 0 or r.returncode not in (0, 3):
+            print(f"FAIL     promtool check metrics, {what} ({families} families, "
+                  f"rc {r.returncode}):\n  " + "\n  ".join(bad))
+            ok = False
+        else:
+            print(f"ok       promtool check metrics, {what}: {families} families, "
+                  f"{len(findings)} finding(s), all on names kept from other exporters")
+    return ok
 
 
 def block(readme):
@@ -68,6 +122,8 @@ def main():
             if p.poll() is not None:
                 print(f"FAIL     exited early (rc {p.returncode}): {line}")
                 ok = False
+        if ok:
+            ok = check_metrics()
     finally:
         for _, p, _ in procs:
             if p.poll() is None:
