@@ -17,7 +17,9 @@ agents, router, both workers) goes through `promtool check metrics`
 (Debian's prometheus package). Its only findings allowed are on names gpuha
 keeps on purpose from other exporters: dcgm-exporter's label names on the
 DCGM_FI_ families (UUID, modelName, Hostname), and the Triton and vLLM
-families the worker serves as those servers do.
+families the worker serves as those servers do. Every gpuha and DCGM name
+that the alert rules (deploy/prometheus) and the Grafana dashboard
+(deploy/grafana) query must be among the families these pages export.
 """
 import os
 import re
@@ -53,8 +55,20 @@ def allowed(finding):
     return any(p.match(name) and (m is None or message == m) for p, m in FOREIGN)
 
 
-def check_metrics():
+def queried_names(source):
+    """The gpuha_* and DCGM_FI_* names the alert rules and dashboards query."""
+    names = set()
+    for d in ("deploy/prometheus", "deploy/grafana"):
+        for f in sorted(os.listdir(os.path.join(source, d))):
+            if f.endswith((".yaml", ".json")) and "test" not in f:
+                text = open(os.path.join(source, d, f)).read()
+                names |= set(re.findall(r"\b(gpuha_[a-z_]+|DCGM_FI_[A-Z_]+)\b", text))
+    return names
+
+
+def check_metrics(source):
     ok = True
+    exported = set()
     for what, url in METRICS:
         req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
         try:
@@ -66,6 +80,7 @@ def check_metrics():
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                            timeout=60)
         findings = [l for l in (r.stdout + r.stderr).decode().splitlines() if l.strip()]
+        exported |= set(re.findall(r"^# TYPE (\S+) ", text.decode(), re.M))
         bad = [f for f in findings if not allowed(f)]
         families = text.count(b"# TYPE ")
         if bad or families == 0 or r.returncode not in (0, 3):
@@ -75,6 +90,15 @@ def check_metrics():
         else:
             print(f"ok       promtool check metrics, {what}: {families} families, "
                   f"{len(findings)} finding(s), all on names kept from other exporters")
+    queried = queried_names(source)
+    missing = sorted(queried - exported)
+    if missing or not queried:
+        print(f"FAIL     queried by the alert rules or the dashboard, exported by no "
+              f"component: {missing}")
+        ok = False
+    else:
+        print(f"ok       the {len(queried)} names the alert rules and the dashboard query "
+              f"are all exported")
     return ok
 
 
@@ -123,7 +147,7 @@ def main():
                 print(f"FAIL     exited early (rc {p.returncode}): {line}")
                 ok = False
         if ok:
-            ok = check_metrics()
+            ok = check_metrics(source)
     finally:
         for _, p, _ in procs:
             if p.poll() is None:
