@@ -92,6 +92,7 @@ std::string Agent::MetricsText() const {
   p.Sample("gpuha_agent_server_ready", node, server.ready);
   p.Family("gpuha_agent_server_restarts_total", "counter", "Inference server restarts.");
   p.Sample("gpuha_agent_server_restarts_total", node, server.restarts);
+  common::AppendProcessFamilies("agent", &p);
   return p.str();
 }
 

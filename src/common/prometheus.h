@@ -28,6 +28,12 @@ class PromText {
   std::string out_;
 };
 
+// gpuha_build_info{component,version} and the process_* families that the
+// Prometheus client libraries export (CPU seconds, resident and virtual
+// memory, open and maximum descriptors, start time), read from /proc and
+// getrusage, so every component's page says what runs and what it costs.
+void AppendProcessFamilies(absl::string_view component, PromText* p);
+
 // Escapes a label value: backslash, double quote and newline.
 std::string PromEscape(absl::string_view value);
 

@@ -213,6 +213,7 @@ std::string Controller::MetricsText() const {
   p.Sample("gpuha_controller_" #name "_total", {}, double(counters_.name));
   GPUHA_CONTROLLER_COUNTERS(GPUHA_FAMILY)
 #undef GPUHA_FAMILY
+  common::AppendProcessFamilies("controller", &p);
   return p.str();
 }
 

@@ -290,6 +290,7 @@ std::string Router::Impl::Metrics() const {
   p.Sample("gpuha_router_route_version", {}, double(t ? t->version() : 0));
   p.Family("gpuha_router_routes", "gauge", "Streams in the route table.");
   p.Sample("gpuha_router_routes", {}, double(t ? t->size() : 0));
+  common::AppendProcessFamilies("router", &p);
   return p.str();
 }
 }  // namespace gpuha::router

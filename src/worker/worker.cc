@@ -120,6 +120,7 @@ struct Worker::Impl {
     p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
     p.Family("vllm:num_requests_running", "gauge", "Completions being generated now.");
     p.Sample("vllm:num_requests_running", {}, double(counters.llm_running.load()));
+    common::AppendProcessFamilies("worker", &p);
     return p.str();
   }
 
