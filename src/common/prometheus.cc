@@ -58,6 +58,27 @@ void PromText::Sample(absl::string_view name, const PromLabels& labels, double v
   }
 }
 
+void PromText::Histogram(absl::string_view name, const PromLabels& labels, const double* bounds,
+                         const uint64_t* counts, size_t n_bounds, double sum) {
+  const std::string bucket = absl::StrCat(name, "_bucket");
+  PromLabels with_le = labels;
+  with_le.emplace_back("le", "");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= n_bounds; ++i) {
+    cumulative += counts[i];
+    if (i < n_bounds) {
+      char buf[32];
+      auto r = std::to_chars(buf, buf + sizeof buf, bounds[i]);
+      with_le.back().second.assign(buf, r.ptr);
+    } else {
+      with_le.back().second = "+Inf";
+    }
+    Sample(bucket, with_le, double(cumulative));
+  }
+  Sample(absl::StrCat(name, "_sum"), labels, sum);
+  Sample(absl::StrCat(name, "_count"), labels, double(cumulative));
+}
+
 namespace {
 
 // The process's start, in seconds since the epoch: its start time in clock

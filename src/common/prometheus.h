@@ -21,6 +21,11 @@ class PromText {
  public:
   void Family(absl::string_view name, absl::string_view type, absl::string_view help);
   void Sample(absl::string_view name, const PromLabels& labels, double value);
+  // One histogram's samples under a family declared with type "histogram":
+  // NAME_bucket{...,le} (cumulative), NAME_sum and NAME_count. `counts` has
+  // one entry per bound and a last one for +Inf, each not cumulative.
+  void Histogram(absl::string_view name, const PromLabels& labels, const double* bounds,
+                 const uint64_t* counts, size_t n_bounds, double sum);
   const std::string& str() const { return out_; }
   static constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
 

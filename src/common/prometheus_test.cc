@@ -39,5 +39,18 @@ TEST(PromTextTest, ProcessFamiliesSayWhatRunsAndWhatItCosts) {
   EXPECT_GT(start, now - 86400);
 }
 
+TEST(PromTextTest, HistogramBucketsAreCumulativeWithInfCountAndSum) {
+  PromText p;
+  const double bounds[] = {0.1, 1};
+  const uint64_t counts[] = {2, 0, 3};  // two under 0.1 s, three over 1 s
+  p.Histogram("h_seconds", {{"t", "x"}}, bounds, counts, 2, 7.5);
+  EXPECT_EQ(p.str(),
+            "h_seconds_bucket{t=\"x\",le=\"0.1\"} 2\n"
+            "h_seconds_bucket{t=\"x\",le=\"1\"} 2\n"
+            "h_seconds_bucket{t=\"x\",le=\"+Inf\"} 5\n"
+            "h_seconds_sum{t=\"x\"} 7.5\n"
+            "h_seconds_count{t=\"x\"} 5\n");
+}
+
 }  // namespace
 }  // namespace gpuha::common

@@ -71,6 +71,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   // Every early answer goes through here: counted, written, done.
   auto answer = [&](Reason r, std::string detail, int retry_after = 0) -> awaitable<bool> {
     Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+    cc.status = ReasonStatus(r);
     // An unread request body would be taken for the next request: close.
     bool keep = keep_alive && p.is_done();
     std::string out = ErrorResponse(r, detail, stream_id, retry_after, keep);
@@ -105,6 +106,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   Identity who = Identify(*L.tenants, ApiKey(req), &cc.key_cache);
   if (!who.tenant) co_return co_await refuse(std::move(*who.refusal));
   std::shared_ptr<Tenant> tenant = std::move(who.tenant);
+  cc.tenant = tenant->name;
 
   // Route.
   // Every decision below reads the normalized target, and the upstream
@@ -414,7 +416,11 @@ awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string pee
       co_await net::async_write(client, net::buffer(out), Redirect(ec));
       co_return;
     }
+    const TimePoint started = L.clock.Now();
+    cc.tenant.clear();
+    cc.status = 0;
     bool keep = co_await Handle(L, client, lowest, cc, p);
+    L.latency.Observe(cc.tenant, cc.status, L.clock.Now() - started);
     if (!keep) co_return;
     // A large chunked answer grew them: an idle connection keeps no more.
     if (cc.pending.capacity() > 4096) std::string().swap(cc.pending);

@@ -30,6 +30,10 @@ struct ClientConn {
   // (an arena per request over this storage, spilling to the heap).
   alignas(std::max_align_t) std::array<char, 2048> field_storage;
   std::pmr::memory_resource* fields = nullptr;  // the current request's arena
+  // The current request's tenant (once known) and answer status (0: none
+  // sent), for the latency histograms.
+  std::string tenant;
+  int status = 0;
 };
 
 // Accepts connections on L.acceptor until it is closed; serves each on L.

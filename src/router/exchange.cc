@@ -408,7 +408,10 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     co_return;
   }
   // Relay the response. From the first byte on, the client owns the outcome.
-  if (!req.continuation) Inc(L.stats.upstream_class[std::min(5, status / 100)]);
+  if (!req.continuation) {
+    Inc(L.stats.upstream_class[std::min(5, status / 100)]);
+    cc.status = status;
+  }
   const RelayFraming framing = DecideRelayFraming(
       head_request, status, rp->chunked(),
       rp->content_length() ? std::optional<uint64_t>(*rp->content_length()) : std::nullopt,

@@ -32,6 +32,7 @@
 
 #include "common/clock.h"
 #include "router/dns_cache.h"
+#include "router/latency_histograms.h"
 #include "router/progress.h"
 #include "router/request.h"
 #include "router/retry_budget.h"
@@ -267,6 +268,7 @@ struct Loop {
   std::unordered_map<std::string, Health> verdicts;
   bool accept_paused = false;  // out of descriptors: accepts wait kAcceptPause
   Stats stats;
+  LatencyHistograms latency;
 };
 
 inline Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) {

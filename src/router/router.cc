@@ -290,6 +290,16 @@ std::string Router::Impl::Metrics() const {
   p.Sample("gpuha_router_route_version", {}, double(t ? t->version() : 0));
   p.Family("gpuha_router_routes", "gauge", "Streams in the route table.");
   p.Sample("gpuha_router_routes", {}, double(t ? t->size() : 0));
+  p.Family("gpuha_router_request_duration_seconds", "histogram",
+           "Requests from head read to answer written, by tenant and answer class "
+           "(none: the client went away first).");
+  LatencyHistograms::Map latency;
+  for (const auto& L : loops) L->latency.AddTo(&latency);
+  for (const auto& [key, c] : latency) {
+    p.Histogram("gpuha_router_request_duration_seconds",
+                {{"tenant", key.first}, {"result", key.second}}, LatencyHistograms::kBounds.data(),
+                c.buckets.data(), LatencyHistograms::kBounds.size(), c.sum);
+  }
   common::AppendProcessFamilies("router", &p);
   return p.str();
 }

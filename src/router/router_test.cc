@@ -181,6 +181,40 @@ TEST_F(RouterTest, MalformedFramingAndMethodsGetAnAnswer) {
             200);
 }
 
+// Latency by tenant and answer class: upstream answers and the router's own
+// refusals each land in their class, and the exposition is a histogram.
+TEST_F(RouterTest, RequestLatencyIsAHistogramByTenantAndResult) {
+  StartRouter();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  ASSERT_EQ(Send(port(), Get("/streams/nope/x")).status, 404);
+  ASSERT_EQ(Send(port(), Get("/streams/cam-1/x?delay_ms=30")).status, 200);
+  // Observed once the answer is written, which the client may see first.
+  const std::string ok = R"({tenant="acme",result="2xx"})";
+  std::string m;
+  for (int i = 0; i < 200; ++i) {
+    m = router_->MetricsText();
+    if (MetricValue(m, "gpuha_router_request_duration_seconds_count" + ok) == 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(m.find("# TYPE gpuha_router_request_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_EQ(MetricValue(m, "gpuha_router_request_duration_seconds_count" + ok), 6) << m;
+  EXPECT_EQ(
+      MetricValue(m, R"(gpuha_router_request_duration_seconds_count{tenant="acme",result="4xx"})"),
+      1);
+  EXPECT_EQ(
+      MetricValue(
+          m,
+          R"(gpuha_router_request_duration_seconds_bucket{tenant="acme",result="2xx",le="+Inf"})"),
+      6);
+  // The 30 ms request is past the 25 ms bucket; the 5 quick ones are not.
+  EXPECT_EQ(
+      MetricValue(
+          m,
+          R"(gpuha_router_request_duration_seconds_bucket{tenant="acme",result="2xx",le="0.025"})"),
+      5);
+  EXPECT_GE(MetricValue(m, "gpuha_router_request_duration_seconds_sum" + ok), 0.03);
+}
+
 // The half-hang: the primary keeps answering its probe (health) while its
 // requests never come back. The router judges it by progress: the waiting
 // requests go to the standby one learned window after answers stopped, not
