@@ -49,7 +49,9 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 // that, could miss it once a router stops sending it work.)
 //
 // The stall_after clock runs only while work waits: from the last scrape
-// that saw progress or nothing waiting. Counted from the last progress
+// that saw progress, or the second of two in a row that saw nothing
+// waiting (one dip, clients cancelling while the engine is stuck, does not
+// restart it). Counted from the last progress
 // alone, an engine idle for seconds was stalled at the first scrape after
 // work arrived, before that work had had a step to run (the demo's LLM
 // streams starting on a quiet worker failed it over, and a second failure
@@ -66,12 +68,14 @@ class EngineWatch {
       progress_ = s.progress;
       moved_at_ = now;
       clear_at_ = now;
+      idle_scrapes_ = 0;
       pending_when_moved_ = s.pending;
       return false;
     }
     const bool waiting =
         s.generating >= 1 || (s.pending >= min_pending_ && s.pending > pending_when_moved_);
-    if (!waiting) clear_at_ = now;
+    idle_scrapes_ = waiting ? 0 : idle_scrapes_ + 1;
+    if (idle_scrapes_ >= 2) clear_at_ = now;
     return waiting && now - clear_at_ >= stall_after_;
   }
   // Since when nothing has moved (meaningful while Observe says stalled).
@@ -83,7 +87,8 @@ class EngineWatch {
   std::optional<double> progress_;
   double pending_when_moved_ = 0;
   common::TimePoint moved_at_{};
-  common::TimePoint clear_at_{};  // last scrape with progress or nothing waiting
+  common::TimePoint clear_at_{};  // last scrape with progress, or 2nd in a row idle
+  int idle_scrapes_ = 0;          // scrapes in a row with nothing waiting
 };
 
 }  // namespace gpuha::agent

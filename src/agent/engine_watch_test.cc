@@ -106,6 +106,27 @@ TEST(EngineWatchTest, WorkArrivingAfterIdleIsNotAStallBeforeStallAfter) {
   EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 7, .progress = 130, .generating = 4}));
 }
 
+// A stuck engine whose queue dips for one scrape (clients cancelling) is
+// still judged from when work began waiting; two idle scrapes restart it.
+TEST(EngineWatchTest, OneDipInTheQueueDoesNotRestartTheStallClock) {
+  common::FakeClock clock;
+  EngineWatch w(milliseconds(600));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 5}));
+  for (double pending : {4.0, 5.0, 0.0}) {
+    clock.Advance(milliseconds(150));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = pending, .progress = 5}));
+  }
+  clock.Advance(milliseconds(150));  // 600 ms since progress; waiting but for one dip
+  EXPECT_TRUE(w.Observe(clock.Now(), {.pending = 6, .progress = 5}));
+  // Idle twice in a row: the engine had nothing to do; the clock restarts.
+  for (int i = 0; i < 2; ++i) {
+    clock.Advance(milliseconds(150));
+    EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 0, .progress = 5}));
+  }
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(w.Observe(clock.Now(), {.pending = 6, .progress = 5}));
+}
+
 // A token engine's long answers hold pending high from before it stuck; once
 // a router stops sending it work, pending never rises past that. Requests
 // generating and no token for stall_after is a stall by itself.

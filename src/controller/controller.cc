@@ -274,8 +274,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   }
   v1::ControllerMessage welcome;
   welcome.mutable_welcome()->set_epoch(epoch_);
-  welcome.mutable_welcome()->set_role(
-      RoleName(placement_.RoleOf(hello.node()).value_or(Role::kActive)));
+  welcome.mutable_welcome()->set_role(RoleName(RoleToTellLocked(*n)));
   welcome.mutable_welcome()->set_fenced(n->fenced());
   n->sink->Send(welcome);
   // A joining node's agent may still hold a fence (from an earlier life of
@@ -345,10 +344,12 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
       JoinLocked(*n);
     } else if (n->lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
       // Failed again before it took work: back to fenced, and it must
-      // prove itself healthy for healthy_for once more.
+      // prove itself healthy for healthy_for once more. Counted, so a node
+      // that fails each time it comes back is held out after max_failures.
       n->lifecycle = NodeLifecycle::kFenced;
       FenceLocked(*n, "agent reports failed while rejoining: " + why);
       std::vector<StoreWrite> batch;
+      CountFailureLocked(*n, &batch);
       PersistNodeLocked(*n, &batch);
       CommitLocked(std::move(batch));
     }
@@ -460,6 +461,22 @@ void Controller::FenceLocked(NodeState& n, const std::string& why) {
   });
 }
 
+void Controller::CountFailureLocked(NodeState& n, std::vector<StoreWrite>* batch) {
+  common::TimePoint now = clock_->Now();
+  n.failures.push_back(now);
+  while (!n.failures.empty() && now - n.failures.front() > config_.failure_window) {
+    n.failures.pop_front();
+  }
+  if (static_cast<int>(n.failures.size()) >= config_.max_failures) {
+    HoldOutLocked(
+        n,
+        absl::StrCat(
+            n.failures.size(), " failures within ",
+            std::chrono::duration_cast<std::chrono::seconds>(config_.failure_window).count(), " s"),
+        batch);
+  }
+}
+
 void Controller::HoldOutLocked(NodeState& n, const std::string& why,
                                std::vector<StoreWrite>* batch) {
   if (n.lifecycle == NodeLifecycle::kHeldOut) return;
@@ -499,22 +516,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   for (const Assignment& a : plan.moved) PersistStreamLocked(a.stream, &batch);
   for (const Assignment& a : plan.restandbyed) PersistStreamLocked(a.stream, &batch);
   for (const std::string& s : plan.unplaced) PersistStreamLocked(s, &batch);
-  if (count_failure) {
-    common::TimePoint now = clock_->Now();
-    n.failures.push_back(now);
-    while (!n.failures.empty() && now - n.failures.front() > config_.failure_window) {
-      n.failures.pop_front();
-    }
-    if (static_cast<int>(n.failures.size()) >= config_.max_failures) {
-      HoldOutLocked(
-          n,
-          absl::StrCat(
-              n.failures.size(), " failures within ",
-              std::chrono::duration_cast<std::chrono::seconds>(config_.failure_window).count(),
-              " s"),
-          &batch);
-    }
-  }
+  if (count_failure) CountFailureLocked(n, &batch);
   std::string moved = absl::StrCat(plan.moved.size(), " stream(s) moved",
                                    plan.promoted.empty() ? "" : " to passive " + plan.promoted);
   EventLocked("streams_moved", id, moved);
@@ -614,14 +616,18 @@ void Controller::JoinLocked(NodeState& n) {
   CommitLocked(std::move(batch));
 }
 
+Role Controller::RoleToTellLocked(const NodeState& n) const {
+  Role role = placement_.RoleOf(n.cfg.spec.id).value_or(n.cfg.spec.role);
+  // A rejoining active node comes back as passive (JoinLocked).
+  if (n.lifecycle == NodeLifecycle::kRejoining && role == Role::kActive) role = Role::kPassive;
+  return role;
+}
+
 void Controller::SendRejoinLocked(NodeState& n) {
   if (!n.sink) return;
-  // The role it will take: a rejoining active node comes back as passive.
-  Role role = placement_.RoleOf(n.cfg.spec.id).value_or(n.cfg.spec.role);
-  if (n.lifecycle == NodeLifecycle::kRejoining && role == Role::kActive) role = Role::kPassive;
   v1::ControllerMessage m;
   m.mutable_rejoin()->set_epoch(epoch_);
-  m.mutable_rejoin()->set_role(RoleName(role));
+  m.mutable_rejoin()->set_role(RoleName(RoleToTellLocked(n)));
   n.sink->Send(m);
 }
 

@@ -170,6 +170,11 @@ class Controller {
   // node already out only moves to the stronger state (drained, held-out).
   void TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
                      bool make_before_break, bool count_failure, NodeLifecycle to);
+  // Records a failure now; past max_failures within the window, holds the
+  // node out.
+  void CountFailureLocked(NodeState& n, std::vector<StoreWrite>* batch);
+  // The role its agent is told: where a rejoining node will serve.
+  Role RoleToTellLocked(const NodeState& n) const;
   // fenced or drained -> held-out: an operator must undrain it.
   void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch);
   // fenced, drained or held-out -> rejoining: its agent is told to serve

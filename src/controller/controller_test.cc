@@ -453,6 +453,17 @@ TEST_F(ControllerTest, RejoiningNodeThatFailsIsFencedAgain) {
   EXPECT_EQ(sinks_["a1"]->fences(), fences + 1);
   BeatServer("a1", true);  // healthy at once: not enough
   EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "fenced");
+  // Each failure while rejoining counts: the failover and two such failures
+  // are max_failures (3), and the node is held out, not cycled for ever.
+  for (int t = 10; t <= 600; t += 10) {
+    clock_.Advance(milliseconds(10));
+    if (t % 50 == 0) Beat("a1", v1::NODE_HEALTH_HEALTHY, /*fenced=*/true);
+    c_->Tick();
+  }
+  ASSERT_EQ((*c_->NodeJson("a1"))["lifecycle"], "rejoining");
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "held-out");
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("held_out"));
 }
 
 TEST_F(ControllerTest, DrainingIsMakeBeforeBreak) {

@@ -35,12 +35,17 @@ absl::StatusOr<json> ParseRow(const std::string& row, std::string_view text) {
 std::string EncodeNode(const NodeRecord& r) {
   // The booleans are what binaries before the lifecycle enum read: written
   // for one more release, so a rollback keeps drained and held-out nodes out.
-  json j{{"role", RoleName(r.role)},
-         {"available", r.available},
-         {"state", NodeLifecycleName(r.lifecycle)},
-         {"fenced", r.lifecycle != NodeLifecycle::kServing},
-         {"drained", r.lifecycle == NodeLifecycle::kDrained},
-         {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}};
+  // A rejoining node is written as fenced for the same release (the binary
+  // before it refuses a state it does not know): read back, it is fenced
+  // and rejoins after healthy_for again.
+  json j{
+      {"role", RoleName(r.role)},
+      {"available", r.available},
+      {"state", NodeLifecycleName(r.lifecycle == NodeLifecycle::kRejoining ? NodeLifecycle::kFenced
+                                                                           : r.lifecycle)},
+      {"fenced", r.lifecycle != NodeLifecycle::kServing},
+      {"drained", r.lifecycle == NodeLifecycle::kDrained},
+      {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}};
   if (r.registered) {
     j["registered"] = {{"address", r.registered->address},
                        {"capacity", r.registered->capacity},

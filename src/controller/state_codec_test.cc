@@ -25,6 +25,15 @@ TEST(StateCodecTest, NodeRowsKeepTheOldBooleansForARollback) {
   EXPECT_THAT(row, HasSubstr(R"("drained":true)"));
   EXPECT_THAT(row, HasSubstr(R"("fenced":true)"));
   EXPECT_THAT(row, HasSubstr(R"("held_out":false)"));
+  // The binary before 'rejoining' refuses a state it does not know: a
+  // rejoining node is written as fenced, and is read back fenced.
+  row = EncodeNode({Role::kActive, false, NodeLifecycle::kRejoining});
+  EXPECT_THAT(row, HasSubstr(R"("state":"fenced")"));
+  EXPECT_EQ(DecodeNode("n1", row)->lifecycle, NodeLifecycle::kFenced);
+  // A row that says rejoining (a later binary) is read.
+  EXPECT_EQ(
+      DecodeNode("n1", R"({"role":"passive","available":false,"state":"rejoining"})")->lifecycle,
+      NodeLifecycle::kRejoining);
 }
 
 TEST(StateCodecTest, NodeRowsFromBeforeTheEnumAreRead) {
