@@ -35,6 +35,7 @@ TEST_PACKAGES=(
   systemd                    # systemd-analyze verify checks the packaged units
   python3 python3-yaml       # the package test and the Kubernetes manifest test
   prometheus                 # promtool: the alert rules' tests, every /metrics page checked
+  zsh fish                   # `gpuha completion` scripts run in the shells they are for
 )
 
 case "${1:-}" in

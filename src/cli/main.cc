@@ -7,7 +7,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "cli/agent_command.h"
+#include "cli/completion_command.h"
 #include "cli/controller_command.h"
+#include "cli/ctl_command.h"
 #include "cli/demo_command.h"
 #include "cli/load_command.h"
 #include "cli/plan_command.h"
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   gpuha::cli::WorkerCommand worker(app);
   gpuha::cli::DemoCommand demo(app);
   gpuha::cli::CtlCommand ctl(app);
+  gpuha::cli::CompletionCommand completion(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
 
@@ -56,5 +59,6 @@ int main(int argc, char** argv) {
   if (worker.app()->parsed()) return worker.Run();
   if (demo.app()->parsed()) return demo.Run();
   if (ctl.app()->parsed()) return ctl.Run();
+  if (completion.app()->parsed()) return completion.Run(app);
   return gpuha::cli::kExitBadInput;
 }

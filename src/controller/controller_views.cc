@@ -111,7 +111,8 @@ json Controller::StatusJson() const {
   return {{"epoch", epoch_},
           {"route_version", route_version_},
           {"startup_grace_left_ms", common::ToMillis(left)},
-          {"routers", routers_.size()}};
+          {"routers", routers_.size()},
+          {"store", store_->Kind()}};
 }
 
 json Controller::TenantsJson() const {
@@ -142,7 +143,10 @@ json Controller::FailoversJson() const {
   json out = json::array();
   for (const FailoverTiming& t : FailoverTimings(events_.Since(0))) {
     const Event& d = t.detected;
-    json f = {{"node", d.node}, {"epoch", d.epoch}, {"reason", d.detail}};
+    json f = {{"node", d.node},
+              {"epoch", d.epoch},
+              {"reason", d.detail},
+              {"detected_unix_ms", d.unix_ms}};
     if (t.fault_seen) f["fault_to_detected_ms"] = d.unix_ms - t.fault_seen->unix_ms;
     if (t.fenced) f["detected_to_fenced_ms"] = t.fenced->mono_ms - d.mono_ms;
     if (t.routes_pushed) f["detected_to_routes_pushed_ms"] = t.routes_pushed->mono_ms - d.mono_ms;

@@ -31,6 +31,8 @@ struct StoreWrite {
 class Store {
  public:
   virtual ~Store() = default;
+  // "memory" or "sqlite": the API and `gpuha ctl status` name the backend.
+  virtual const char* Kind() const = 0;
   [[nodiscard]] virtual absl::Status Apply(const std::vector<StoreWrite>& batch) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::map<std::string, std::string>> Load(
       const std::string& table) = 0;
@@ -42,6 +44,7 @@ class Store {
 
 class MemoryStore : public Store {
  public:
+  const char* Kind() const override { return "memory"; }
   absl::Status Apply(const std::vector<StoreWrite>& batch) override;
   absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
   absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
@@ -73,6 +76,7 @@ struct SqliteStoreOptions {
 
 class SqliteStore : public Store {
  public:
+  const char* Kind() const override { return "sqlite"; }
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path, SqliteStoreOptions options = {});
   ~SqliteStore() override;

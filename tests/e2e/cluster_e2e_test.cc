@@ -24,6 +24,7 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kGpuha = GPUHA_BINARY;
 
@@ -203,6 +204,48 @@ TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   CommandResult bad = RunCommand(ctl + " add-stream cam-x");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tenant is required"));
+  // The summary, the machine formats, describe, and events by time.
+  CommandResult status = RunCommand(ctl + " status");
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("Control plane: one controller"));
+  EXPECT_THAT(status.out, HasSubstr("Nodes: 3"));
+  EXPECT_THAT(status.out, HasSubstr("Capacity: N+1 holds; headroom "));
+  EXPECT_THAT(status.out, HasSubstr("Recent failovers: none"));
+  CommandResult as_json = RunCommand(ctl + " capacity -o json");
+  EXPECT_EQ(json::parse(as_json.out, nullptr, false).value("max_production_units", -1), 8)
+      << as_json.out;
+  CommandResult alias = RunCommand(ctl + " --json tenants");
+  EXPECT_THAT(alias.out, HasSubstr("\"name\": \"acme\""));
+  CommandResult yaml = RunCommand(ctl + " nodes -o yaml");
+  EXPECT_THAT(yaml.out, HasSubstr("  name: n3\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("- address: "));
+  CommandResult wide = RunCommand(ctl + " nodes -o wide");
+  EXPECT_THAT(wide.out, HasSubstr("SERVER-READY"));
+  CommandResult node = RunCommand(ctl + " describe node n1");
+  EXPECT_EQ(node.exit_code, 0) << node.err;
+  EXPECT_THAT(node.out, HasSubstr("Name:         n1"));
+  EXPECT_THAT(node.out, HasSubstr("primary"));  // its streams, with their role there
+  EXPECT_THAT(node.out, HasSubstr("agent_connected"));
+  CommandResult stream = RunCommand(ctl + " describe stream cam-5 -o yaml");
+  EXPECT_THAT(stream.out, HasSubstr("tenant: acme"));
+  CommandResult none = RunCommand(ctl + " describe node n9");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.err, HasSubstr("404"));
+  CommandResult recent = RunCommand(ctl + " events --since 10m");
+  EXPECT_THAT(recent.out, HasSubstr("stream_added"));
+  EXPECT_THAT(recent.out, ::testing::ContainsRegex("20[0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9:.]+Z"));
+  CommandResult future = RunCommand(ctl + " events --since 2099-01-01T00:00:00Z");
+  EXPECT_THAT(future.out, Not(HasSubstr("stream_added")));
+  CommandResult since = RunCommand(ctl + " events --since yesterday");
+  EXPECT_EQ(since.exit_code, 2);
+  EXPECT_THAT(since.err, HasSubstr("--since: 'yesterday'"));
+  // --watch prints what happens after it started (and runs until stopped).
+  CommandResult watch = RunCommand(
+      "sh -c '(sleep 1; " + ctl + " remove-stream cam-7 >/dev/null) & timeout 4 " + ctl +
+      " events --watch --interval 0.2 -o json --since \"$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)\"; "
+      "wait'");
+  EXPECT_THAT(watch.out, HasSubstr("\"type\":\"stream_removed\"")) << watch.err;
+  EXPECT_THAT(watch.out, Not(HasSubstr("stream_added"))) << "older than --since";
   // Regression: a token with CR LF wrote a header of its own.
   CommandResult crlf = RunCommand(ctl + " --token \"$(printf 't\\r\\nX-Injected: 1')\" nodes");
   EXPECT_EQ(crlf.exit_code, 2) << crlf.err;
