@@ -193,6 +193,8 @@ absl::Status Controller::Recover() {
     e->id = id;
     events_.Restore(std::move(*e));
   }
+  // Failovers before the restart were counted by the previous process.
+  failover_steps_.Skip(FailoverTimings(events_.Since(0)));
   // A restarted controller has heard from nobody yet: it waits one detection
   // window for agents to reconnect before it fails anything over.
   grace_until_ = clock_->Now() + config_.startup_grace;

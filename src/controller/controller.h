@@ -232,6 +232,7 @@ class Controller {
   std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
   uint64_t acked_version_logged_ = 0;        // guarded by mu_
   EventLog events_{10000};                   // guarded by mu_; the newest 10000
+  mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;              // guarded by mu_
   std::vector<std::thread> hooks_;           // fence hooks in flight
 };

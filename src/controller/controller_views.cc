@@ -160,6 +160,8 @@ std::string Controller::MetricsText() const {
   std::lock_guard<std::mutex> lock(mu_);
   common::PromText p;
   CapacityFigures c = placement_.Capacity();
+  failover_steps_.Observe(FailoverTimings(events_.Since(0)));
+  failover_steps_.AppendTo(&p);
   p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");

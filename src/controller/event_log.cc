@@ -96,4 +96,49 @@ std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
   return out;
 }
 
+void FailoverStepHistograms::Observe(const std::vector<FailoverTiming>& timings) {
+  Walk(timings, true);
+}
+
+void FailoverStepHistograms::Skip(const std::vector<FailoverTiming>& timings) {
+  Walk(timings, false);
+}
+
+void FailoverStepHistograms::Walk(const std::vector<FailoverTiming>& timings, bool count) {
+  // Failovers that left the event log cannot come back: forget them.
+  if (!timings.empty()) seen_.erase(seen_.begin(), seen_.lower_bound(timings.front().detected.id));
+  for (const FailoverTiming& t : timings) {
+    const Event& d = t.detected;
+    // Steps in kSteps' order; the fault is timed by the wall clock (it
+    // comes from the agent), the others by the controller's monotonic one.
+    const std::array<std::optional<double>, kSteps.size()> ms = {
+        t.fault_seen ? std::optional(d.unix_ms - t.fault_seen->unix_ms) : std::nullopt,
+        t.fenced ? std::optional(t.fenced->mono_ms - d.mono_ms) : std::nullopt,
+        t.routes_pushed ? std::optional(t.routes_pushed->mono_ms - d.mono_ms) : std::nullopt,
+        t.routers_acked ? std::optional(t.routers_acked->mono_ms - d.mono_ms) : std::nullopt};
+    unsigned& seen = seen_[d.id];
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (!ms[i] || (seen & (1u << i)) != 0) continue;
+      seen |= 1u << i;
+      if (!count) continue;
+      const double s = std::max(0.0, *ms[i] / 1000);
+      size_t b = 0;
+      while (b < kBounds.size() && s > kBounds[b]) ++b;
+      steps_[i].buckets[b]++;
+      steps_[i].sum += s;
+    }
+  }
+}
+
+void FailoverStepHistograms::AppendTo(common::PromText* p) const {
+  const char* name = "gpuha_controller_failover_step_seconds";
+  p->Family(name, "histogram",
+            "Duration of each failover step, from the controller's events (fault_to_detected "
+            "by the wall clock).");
+  for (size_t i = 0; i < kSteps.size(); ++i) {
+    p->Histogram(name, {{"step", kSteps[i]}}, kBounds.data(), steps_[i].buckets.data(),
+                 kBounds.size(), steps_[i].sum);
+  }
+}
+
 }  // namespace gpuha::controller

@@ -125,3 +125,72 @@ TEST(FailoverTimingsTest, MissingStepsStayEmpty) {
 
 }  // namespace
 }  // namespace gpuha::controller
+
+namespace gpuha::controller {
+namespace {
+
+// The bucket counts of one step's histogram, read back from the exposition.
+std::string Exposition(const FailoverStepHistograms& h) {
+  common::PromText p;
+  h.AppendTo(&p);
+  return p.str();
+}
+
+TEST(FailoverStepHistogramsTest, EachStepOfEachFailoverCountsOnce) {
+  FailoverStepHistograms h;
+  std::vector<Event> first = {E("fault_seen", "n2", 2, 9), E("detected", "n2", 2, 10),
+                              E("fenced", "n2", 2, 11)};
+  std::vector<Event> events = Logged(first);
+  h.Observe(FailoverTimings(events));
+  h.Observe(FailoverTimings(events));  // a second scrape of the same events
+  std::string text = Exposition(h);
+  EXPECT_NE(
+      text.find("gpuha_controller_failover_step_seconds_count{step=\"detected_to_fenced\"} 1\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpuha_controller_failover_step_seconds_bucket{step=\"detected_to_fenced\","
+                      "le=\"0.001\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("gpuha_controller_failover_step_seconds_count{step=\"fault_to_detected\"} 1\n"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "gpuha_controller_failover_step_seconds_count{step=\"detected_to_routers_acked\"} 0\n"),
+      std::string::npos);
+  // The routes and the acknowledgement come later: counted then, the fence not again.
+  first.push_back(E("routes_pushed", "", 2, 40));
+  first.push_back(E("routers_acked", "", 2, 310));
+  h.Observe(FailoverTimings(Logged(first)));
+  text = Exposition(h);
+  EXPECT_NE(
+      text.find("gpuha_controller_failover_step_seconds_count{step=\"detected_to_fenced\"} 1\n"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find("gpuha_controller_failover_step_seconds_bucket{step=\"detected_to_routers_acked\","
+                "le=\"0.25\"} 0\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("gpuha_controller_failover_step_seconds_bucket{step=\"detected_to_routers_acked\","
+                "le=\"0.5\"} 1\n"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find(
+          "gpuha_controller_failover_step_seconds_sum{step=\"detected_to_routers_acked\"} 0.3\n"),
+      std::string::npos);
+}
+
+TEST(FailoverStepHistogramsTest, FailoversRestoredAtRecoveryAreNotCountedAgain) {
+  FailoverStepHistograms h;
+  std::vector<Event> restored = Logged({E("detected", "n2", 2, 10), E("fenced", "n2", 2, 11)});
+  h.Skip(FailoverTimings(restored));
+  h.Observe(FailoverTimings(restored));
+  EXPECT_NE(Exposition(h).find(
+                "gpuha_controller_failover_step_seconds_count{step=\"detected_to_fenced\"} 0\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuha::controller
