@@ -29,6 +29,7 @@
 #include "agent/supervisor.h"
 #include "common/clock.h"
 #include "common/http_server.h"
+#include "common/prometheus.h"
 #include "gpu/gpu_probe.h"
 #include "gpu/health.h"
 #include "gpu/kernel_log.h"
@@ -83,6 +84,8 @@ class Agent {
   std::string MetricsText() const;
 
  private:
+  // dcgm-exporter's GPU families and labels (agent_endpoints.cc). Caller holds mu_.
+  void AppendDcgmFamilies(common::PromText* p) const;
   void SampleLoop();
   void EventLoop();
   void ConnectionLoop();

@@ -105,6 +105,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     else
       c.listen = *hp;
   }
+  if (auto v = root.Map("metrics").Bool("dcgm_names")) c.dcgm_names = *v;
   common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"));
   c.tls_ca = tls.ca;
   c.tls_cert = tls.cert;

@@ -55,6 +55,10 @@ struct AgentConfig {
   gpu::HealthThresholds thresholds;
   SupervisorOptions server;
   HostPort listen{"127.0.0.1", common::kAgentPort};
+  // /metrics carries the GPU series in dcgm-exporter's names (DCGM_FI_*).
+  // Off where dcgm-exporter already runs on the node, so that no series
+  // arrives from two jobs; gpuha's own series stay.
+  bool dcgm_names = true;
   std::string tls_ca, tls_cert, tls_key;
   // What the hello says about this node, for a controller that registers
   // nodes instead of listing them. No address: not registering.

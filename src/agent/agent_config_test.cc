@@ -51,6 +51,15 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(c->call_deadline_ms, 2000);
 }
 
+TEST(AgentConfigTest, DcgmNamesSwitch) {
+  EXPECT_TRUE(ParseAgentConfig("node: a\n", "a.yaml")->dcgm_names);
+  EXPECT_FALSE(ParseAgentConfig("metrics: { dcgm_names: false }\n", "a.yaml")->dcgm_names);
+  EXPECT_THAT(Err(ParseAgentConfig("metrics: { dcgm_names: sometimes }\n", "a.yaml")),
+              HasSubstr("metrics.dcgm_names"));
+  EXPECT_THAT(Err(ParseAgentConfig("metrics: { dcgm: false }\n", "a.yaml")),
+              HasSubstr("metrics.dcgm"));
+}
+
 // The example the package installs and the README points at loads as is.
 TEST(AgentConfigTest, TheExampleLoads) {
   auto c = LoadAgentConfig(GPUHA_SOURCE_DIR "/examples/agent.yaml");

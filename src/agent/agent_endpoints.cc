@@ -1,6 +1,10 @@
 // The agent's HTTP endpoints (agent.h): /metrics in dcgm-exporter's names,
 // /healthz, and the sim backend's live fault injection. Split from agent.cc,
 // which keeps the lifecycle, the evaluation and the controller stream.
+#include <unistd.h>
+
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "common/log.h"
@@ -9,57 +13,109 @@
 
 namespace gpuha::agent {
 
+namespace {
+
+// dcgm-exporter's default counters (its default-counters.csv): names, types
+// and units as it writes them, so its Grafana dashboards and alerts work on
+// gpuha's page. A reading the device does not report is left out.
+struct DcgmFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  std::optional<double> (*value)(const gpu::GpuSample&);
+};
+template <typename T>
+std::optional<double> Opt(const std::optional<T>& v) {
+  return v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt;
+}
+const DcgmFamily kDcgmFamilies[] = {
+    {"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
+     [](const gpu::GpuSample& s) { return Opt(s.sm_clock_mhz); }},
+    {"DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
+     [](const gpu::GpuSample& s) { return Opt(s.memory_clock_mhz); }},
+    {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
+     [](const gpu::GpuSample& s) { return std::optional(s.temperature_c); }},
+    {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
+     [](const gpu::GpuSample& s) { return std::optional(s.power_w); }},
+    {"DCGM_FI_DEV_POWER_MGMT_LIMIT", "gauge", "Power management limit (in W).",
+     [](const gpu::GpuSample& s) { return std::optional(s.power_limit_w); }},
+    {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+     "Total energy consumption since boot (in mJ).",
+     [](const gpu::GpuSample& s) { return Opt(s.energy_mj); }},
+    {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
+     [](const gpu::GpuSample& s) { return Opt(s.pcie_replays); }},
+    {"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.utilization_pct); }},
+    {"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
+     [](const gpu::GpuSample& s) { return Opt(s.memory_copy_util_pct); }},
+    {"DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).",
+     [](const gpu::GpuSample& s) { return Opt(s.encoder_util_pct); }},
+    {"DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).",
+     [](const gpu::GpuSample& s) { return Opt(s.decoder_util_pct); }},
+    {"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.memory_used_bytes >> 20); }},
+    {"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).",
+     [](const gpu::GpuSample& s) {
+       return std::optional<double>((s.memory_total_bytes - s.memory_used_bytes) >> 20);
+     }},
+    {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons (bitmask).",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.throttle_reasons); }},
+    {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors.",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.ecc_corrected); }},
+    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.ecc_uncorrected); }},
+    {"DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Pages pending retirement or row remapping.",
+     [](const gpu::GpuSample& s) { return std::optional<double>(s.pages_pending); }},
+    {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
+     "Number of remapped rows for correctable errors.",
+     [](const gpu::GpuSample& s) { return Opt(s.remapped_rows_correctable); }},
+    {"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
+     "Number of remapped rows for uncorrectable errors.",
+     [](const gpu::GpuSample& s) { return Opt(s.remapped_rows_uncorrectable); }},
+    {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.",
+     [](const gpu::GpuSample& s) { return Opt(s.row_remap_failed); }},
+};
+
+std::string OsHostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace
+
+void Agent::AppendDcgmFamilies(common::PromText* p) const {
+  // dcgm-exporter's labels; Hostname is the OS host name, as there.
+  static const std::string hostname = OsHostname();
+  auto labels = [&](uint32_t index) {
+    const gpu::DeviceInfo* d = index < devices_.size() ? &devices_[index] : nullptr;
+    return common::PromLabels{
+        {"gpu", std::to_string(index)},
+        {"UUID", d ? d->uuid : ""},
+        {"pci_bus_id", d ? d->pci_bus_id : ""},
+        {"device", absl::StrCat("nvidia", d && d->minor_number ? *d->minor_number : index)},
+        {"modelName", d ? d->name : ""},
+        {"Hostname", hostname},
+        {"DCGM_FI_DRIVER_VERSION", d ? d->driver_version : ""}};
+  };
+  for (const DcgmFamily& f : kDcgmFamilies) {
+    p->Family(f.name, f.type, f.help);
+    for (const gpu::GpuSample& s : samples_) {
+      if (s.lost) continue;
+      if (std::optional<double> v = f.value(s)) p->Sample(f.name, labels(s.index), *v);
+    }
+  }
+  p->Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.");
+  for (const gpu::DeviceInfo& d : devices_) {
+    auto it = last_xid_.find(d.index);
+    p->Sample("DCGM_FI_DEV_XID_ERRORS", labels(d.index), it == last_xid_.end() ? 0 : it->second);
+  }
+}
+
 std::string Agent::MetricsText() const {
   common::PromText p;
   std::lock_guard<std::mutex> lock(mu_);
-  auto gpu_labels = [&](uint32_t index) {
-    const gpu::DeviceInfo* d = index < devices_.size() ? &devices_[index] : nullptr;
-    return common::PromLabels{{"gpu", std::to_string(index)},
-                              {"UUID", d ? d->uuid : ""},
-                              {"modelName", d ? d->name : ""},
-                              {"Hostname", config_.node}};
-  };
-  // dcgm-exporter's names and units, so existing Grafana dashboards work.
-  struct GpuFamily {
-    const char* name;
-    const char* help;
-    double (*value)(const gpu::GpuSample&);
-  };
-  static const GpuFamily kGpuFamilies[] = {
-      {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).",
-       [](const gpu::GpuSample& s) { return s.temperature_c; }},
-      {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).",
-       [](const gpu::GpuSample& s) { return s.power_w; }},
-      {"DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).",
-       [](const gpu::GpuSample& s) { return s.power_limit_w; }},
-      {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
-       [](const gpu::GpuSample& s) { return double(s.memory_used_bytes >> 20); }},
-      {"DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-       [](const gpu::GpuSample& s) {
-         return double((s.memory_total_bytes - s.memory_used_bytes) >> 20);
-       }},
-      {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).",
-       [](const gpu::GpuSample& s) { return double(s.utilization_pct); }},
-      {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask).",
-       [](const gpu::GpuSample& s) { return double(s.throttle_reasons); }},
-      {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total single-bit volatile ECC errors.",
-       [](const gpu::GpuSample& s) { return double(s.ecc_corrected); }},
-      {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total double-bit volatile ECC errors.",
-       [](const gpu::GpuSample& s) { return double(s.ecc_uncorrected); }},
-      {"DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement or row remapping.",
-       [](const gpu::GpuSample& s) { return double(s.pages_pending); }},
-  };
-  for (const GpuFamily& f : kGpuFamilies) {
-    p.Family(f.name, "gauge", f.help);
-    for (const gpu::GpuSample& s : samples_) {
-      if (!s.lost) p.Sample(f.name, gpu_labels(s.index), f.value(s));
-    }
-  }
-  p.Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.");
-  for (const gpu::DeviceInfo& d : devices_) {
-    auto it = last_xid_.find(d.index);
-    p.Sample("DCGM_FI_DEV_XID_ERRORS", gpu_labels(d.index), it == last_xid_.end() ? 0 : it->second);
-  }
+  if (config_.dcgm_names) AppendDcgmFamilies(&p);
   // gpuha's own series take Prometheus' snake_case label names; the DCGM
   // ones above keep dcgm-exporter's (UUID, modelName, Hostname).
   p.Family("gpuha_agent_gpu_lost", "gauge", "1 when the GPU stopped answering.");

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
 #include "common/testing/eventually.h"
@@ -25,6 +27,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::FakeController;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class NoProcesses : public ProcessRunner {
  public:
@@ -325,6 +328,18 @@ TEST_F(AgentTest, StopWhileTheStreamStartsDoesNotHang) {
   }
 }
 
+TEST_F(AgentTest, DcgmNamesCanBeTurnedOffWhereDcgmExporterRuns) {
+  FakeController controller;
+  AgentConfig config = Config({controller.port()});
+  config.dcgm_names = false;
+  auto agent = Start(config);
+  auto m =
+      common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "", milliseconds(2000));
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m->body, Not(HasSubstr("DCGM_FI_")));
+  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_gpu_lost{node=\"gpu-1\",gpu=\"0\""));
+}
+
 TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
   FakeController controller;
   auto agent = Start(Config({controller.port()}));
@@ -333,7 +348,27 @@ TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
   ASSERT_TRUE(m.ok());
   EXPECT_THAT(m->body, HasSubstr("# TYPE DCGM_FI_DEV_GPU_TEMP gauge"));
   EXPECT_THAT(m->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-"));
-  EXPECT_THAT(m->body, HasSubstr("modelName=\"NVIDIA L4\",Hostname=\"gpu-1\"}"));
+  // dcgm-exporter's labels: Hostname is the OS host name, not the node's.
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  EXPECT_THAT(m->body, HasSubstr(absl::StrCat("pci_bus_id=\"00000000:41:00.0\",device=\"nvidia0\","
+                                              "modelName=\"NVIDIA L4\",Hostname=\"",
+                                              host, "\",DCGM_FI_DRIVER_VERSION=\"sim\"}")));
+  // Its other default counters, with its types: ECC and energy are counters.
+  for (const char* family :
+       {"# TYPE DCGM_FI_DEV_SM_CLOCK gauge", "# TYPE DCGM_FI_DEV_MEM_CLOCK gauge",
+        "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter",
+        "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter", "# TYPE DCGM_FI_DEV_MEM_COPY_UTIL gauge",
+        "# TYPE DCGM_FI_DEV_ENC_UTIL gauge", "# TYPE DCGM_FI_DEV_DEC_UTIL gauge",
+        "# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL counter",
+        "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter",
+        "# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS counter",
+        "# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter",
+        "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge"}) {
+    EXPECT_THAT(m->body, HasSubstr(family));
+  }
+  EXPECT_THAT(m->body,
+              ::testing::ContainsRegex("\nDCGM_FI_DEV_SM_CLOCK\\{gpu=\"0\",[^}]*\\} [1-9]"));
   EXPECT_THAT(m->body, HasSubstr("gpuha_agent_health_state{node=\"gpu-1\",state=\"healthy\"} 1"));
   // Every declared counter is shown.
 #define GPUHA_SHOWN(name, help) \

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct DeviceInfo {
   std::string name;
   std::string pci_bus_id;
   uint64_t memory_total_bytes = 0;
+  std::optional<uint32_t> minor_number;  // /dev/nvidiaN: dcgm-exporter's `device` label
+  std::string driver_version;            // the same on every GPU of a node
 };
 
 // Bits of NVML's clocks_event_reasons (nvml.h, nvmlClocksThrottleReasons*);
@@ -59,6 +62,14 @@ struct GpuSample {
   uint64_t ecc_corrected = 0;  // volatile count since driver load
   uint64_t ecc_uncorrected = 0;
   uint32_t pages_pending = 0;  // retired or remapped pages waiting for a reset
+  // dcgm-exporter's other default counters. Empty where the device or the
+  // driver does not report them (older drivers lack some entry points).
+  std::optional<uint32_t> sm_clock_mhz, memory_clock_mhz;
+  std::optional<uint64_t> energy_mj;  // since the driver loaded
+  std::optional<uint32_t> pcie_replays;
+  std::optional<uint32_t> memory_copy_util_pct, encoder_util_pct, decoder_util_pct;
+  std::optional<uint32_t> remapped_rows_correctable, remapped_rows_uncorrectable;
+  std::optional<bool> row_remap_failed;
   // A field the device did not support this time (e.g. ECC on a consumer GPU).
   std::vector<std::string> unsupported;
 };

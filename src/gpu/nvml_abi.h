@@ -31,6 +31,8 @@ enum : int {
 
 // nvmlTemperatureSensors_t
 enum : int { NVML_TEMPERATURE_GPU = 0 };
+enum : int { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };
+constexpr unsigned int NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
 // nvmlMemoryErrorType_t and nvmlEccCounterType_t
 enum : int { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
 enum : int { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
@@ -96,3 +98,19 @@ typedef struct {
     (nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set))                     \
   X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeout_ms))    \
   X(nvmlEventSetFree, (nvmlEventSet_t set))
+
+// Entry points a driver may lack (older branches, some boards): resolved if
+// present; a reading they serve is then missing, not an error.
+#define GPUHA_NVML_OPTIONAL_FUNCTIONS(X)                                                \
+  X(nvmlDeviceGetRemappedRows,                                                          \
+    (nvmlDevice_t device, unsigned int* corrected, unsigned int* uncorrected,           \
+     unsigned int* pending, unsigned int* failed))                                      \
+  X(nvmlDeviceGetClockInfo, (nvmlDevice_t device, int type, unsigned int* mhz))         \
+  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* mj)) \
+  X(nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t device, unsigned int* count))         \
+  X(nvmlDeviceGetEncoderUtilization,                                                    \
+    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                \
+  X(nvmlDeviceGetDecoderUtilization,                                                    \
+    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                \
+  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minor))               \
+  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,8 +33,10 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
   GPUHA_NVML_FUNCTIONS(GPUHA_NVML_RESOLVE)
 #undef GPUHA_NVML_RESOLVE
   if (absl::Status s = resolve("nvmlErrorString", &api.nvmlErrorString); !s.ok()) return s;
-  api.nvmlDeviceGetRemappedRows = reinterpret_cast<decltype(api.nvmlDeviceGetRemappedRows)>(
-      ::dlsym(handle, "nvmlDeviceGetRemappedRows"));
+#define GPUHA_NVML_OPTIONAL(name, params) \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(handle, #name));
+  GPUHA_NVML_OPTIONAL_FUNCTIONS(GPUHA_NVML_OPTIONAL)
+#undef GPUHA_NVML_OPTIONAL
 
   if (nvmlReturn_t rc = api.nvmlInit_v2(); rc != NVML_SUCCESS) {
     return absl::FailedPreconditionError(probe->Error("nvmlInit_v2", rc));
@@ -84,6 +87,12 @@ std::string NvmlProbe::Error(const char* call, nvmlReturn_t rc) const {
 
 absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
   std::vector<DeviceInfo> out;
+  std::string driver;
+  char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+  if (api_.nvmlSystemGetDriverVersion != nullptr &&
+      api_.nvmlSystemGetDriverVersion(version, sizeof(version)) == NVML_SUCCESS) {
+    driver.assign(version, strnlen(version, sizeof(version)));
+  }
   for (uint32_t i = 0; i < devices_.size(); ++i) {
     nvmlDevice_t dev = devices_[i];
     DeviceInfo info;
@@ -99,6 +108,12 @@ absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
     }
     if (api_.nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS)
       info.memory_total_bytes = mem.total;
+    unsigned int minor = 0;
+    if (api_.nvmlDeviceGetMinorNumber != nullptr &&
+        api_.nvmlDeviceGetMinorNumber(dev, &minor) == NVML_SUCCESS) {
+      info.minor_number = minor;
+    }
+    info.driver_version = driver;
     out.push_back(std::move(info));
   }
   return out;
@@ -145,6 +160,7 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   nvmlUtilization_t util = {};
   if (check("nvmlDeviceGetUtilizationRates", api_.nvmlDeviceGetUtilizationRates(dev, &util))) {
     s.utilization_pct = util.gpu;
+    s.memory_copy_util_pct = util.memory;
   }
   unsigned long long reasons = 0;
   if (check("nvmlDeviceGetCurrentClocksThrottleReasons",
@@ -172,7 +188,43 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     if (check("nvmlDeviceGetRemappedRows",
               api_.nvmlDeviceGetRemappedRows(dev, &corr, &unc, &is_pending, &failed))) {
       s.pages_pending += is_pending != 0 || failed != 0 ? 1 : 0;
+      s.remapped_rows_correctable = corr;
+      s.remapped_rows_uncorrectable = unc;
+      s.row_remap_failed = failed != 0;
     }
+  }
+  // dcgm-exporter's other default readings, from entry points a driver may
+  // lack (a null pointer: the reading stays empty).
+  unsigned int mhz = 0, count = 0, pct = 0, period_us = 0;
+  unsigned long long mj = 0;
+  if (api_.nvmlDeviceGetClockInfo != nullptr) {
+    if (check("nvmlDeviceGetClockInfo(SM)",
+              api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
+      s.sm_clock_mhz = mhz;
+    }
+    if (check("nvmlDeviceGetClockInfo(MEM)",
+              api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz))) {
+      s.memory_clock_mhz = mhz;
+    }
+  }
+  if (api_.nvmlDeviceGetTotalEnergyConsumption != nullptr &&
+      check("nvmlDeviceGetTotalEnergyConsumption",
+            api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
+    s.energy_mj = mj;
+  }
+  if (api_.nvmlDeviceGetPcieReplayCounter != nullptr &&
+      check("nvmlDeviceGetPcieReplayCounter", api_.nvmlDeviceGetPcieReplayCounter(dev, &count))) {
+    s.pcie_replays = count;
+  }
+  if (api_.nvmlDeviceGetEncoderUtilization != nullptr &&
+      check("nvmlDeviceGetEncoderUtilization",
+            api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
+    s.encoder_util_pct = pct;
+  }
+  if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
+      check("nvmlDeviceGetDecoderUtilization",
+            api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
+    s.decoder_util_pct = pct;
   }
   if (s.lost) return s;
   if (!failure.ok()) return failure;

@@ -36,11 +36,11 @@ class NvmlProbe : public GpuProbe {
   struct Api {
 #define GPUHA_NVML_POINTER(name, params) nvmlReturn_t(*name) params = nullptr;
     GPUHA_NVML_FUNCTIONS(GPUHA_NVML_POINTER)
+    // Optional (null when absent). Ampere and later report row remapping
+    // through nvmlDeviceGetRemappedRows instead of retired pages.
+    GPUHA_NVML_OPTIONAL_FUNCTIONS(GPUHA_NVML_POINTER)
 #undef GPUHA_NVML_POINTER
     const char* (*nvmlErrorString)(nvmlReturn_t) = nullptr;
-    // Optional: Ampere and later report row remapping here instead of retired pages.
-    nvmlReturn_t (*nvmlDeviceGetRemappedRows)(nvmlDevice_t, unsigned int*, unsigned int*,
-                                              unsigned int*, unsigned int*) = nullptr;
   };
   NvmlProbe(void* handle, std::string lib_path) : handle_(handle), lib_path_(std::move(lib_path)) {}
   std::string Error(const char* call, nvmlReturn_t rc) const;

@@ -50,6 +50,47 @@ TEST_F(NvmlProbeTest, ReadsDevicesAndSamplesThroughDlopen) {
   EXPECT_THAT(s1->unsupported, ::testing::Contains("nvmlDeviceGetRetiredPagesPendingStatus"));
 }
 
+TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
+  Write(
+      "count 1\ndriver_version 550.54.15\ngpu0.minor 3\ngpu0.sm_clock 1980\n"
+      "gpu0.mem_clock 2619\ngpu0.energy_mj 987654321\ngpu0.pcie_replay 2\ngpu0.util 80\n"
+      "gpu0.enc_util 7\ngpu0.dec_util 9\ngpu0.remap_corr 4\ngpu0.remap_unc 1\n"
+      "gpu0.remap_failed 0\ngpu0.pending 0\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto devices = (*probe)->Devices();
+  ASSERT_TRUE(devices.ok());
+  EXPECT_EQ((*devices)[0].driver_version, "550.54.15");
+  EXPECT_EQ((*devices)[0].minor_number, 3u);
+  auto s = (*probe)->Sample(0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->sm_clock_mhz, 1980u);
+  EXPECT_EQ(s->memory_clock_mhz, 2619u);
+  EXPECT_EQ(s->energy_mj, 987654321u);
+  EXPECT_EQ(s->pcie_replays, 2u);
+  EXPECT_EQ(s->memory_copy_util_pct, 40u);  // the fake's memory utilisation: half the GPU's
+  EXPECT_EQ(s->encoder_util_pct, 7u);
+  EXPECT_EQ(s->decoder_util_pct, 9u);
+  EXPECT_EQ(s->remapped_rows_correctable, 4u);
+  EXPECT_EQ(s->remapped_rows_uncorrectable, 1u);
+  EXPECT_EQ(s->row_remap_failed, false);
+}
+
+TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {
+  Write("count 1\nomit_optional 1\ngpu0.pending 0\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ((*probe)->Devices()->at(0).driver_version, "");
+  EXPECT_FALSE((*probe)->Devices()->at(0).minor_number.has_value());
+  auto s = (*probe)->Sample(0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->sm_clock_mhz.has_value());
+  EXPECT_FALSE(s->energy_mj.has_value());
+  EXPECT_FALSE(s->remapped_rows_uncorrectable.has_value());
+  EXPECT_THAT(s->unsupported, ::testing::Contains("nvmlDeviceGetTotalEnergyConsumption"));
+  EXPECT_DOUBLE_EQ(s->temperature_c, 40);  // the required readings still come
+}
+
 TEST_F(NvmlProbeTest, GpuIsLostIsAHealthEventNotAnError) {
   auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
   ASSERT_TRUE(probe.ok());

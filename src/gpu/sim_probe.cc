@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<DeviceInfo>> SimProbe::Devices() {
     std::snprintf(uuid, sizeof(uuid), "GPU-5f1a0000-0000-4000-8000-%012llx",
                   static_cast<unsigned long long>(options_.seed * 1000 + i));
     out.push_back(DeviceInfo{i, uuid, absl::StrCat("NVIDIA ", model_->name), SimPciBusId(i),
-                             static_cast<uint64_t>(model_->memory_gb * (1ull << 30))});
+                             static_cast<uint64_t>(model_->memory_gb * (1ull << 30)), i, "sim"});
   }
   return out;
 }
@@ -208,6 +208,24 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   s.ecc_corrected = g.ecc_corrected;
   s.ecc_uncorrected = g.ecc_uncorrected;
   s.pages_pending = g.pages_pending;
+  // dcgm-exporter's other readings, shaped like a datacenter GPU's: boost
+  // clock under load, cut by a thermal slowdown; memory clock fixed; energy
+  // the integral of the power drawn.
+  const bool slowed = (s.throttle_reasons & throttle::kHwThermalSlowdown) != 0;
+  s.sm_clock_mhz = static_cast<uint32_t>((load_ < 0.05 ? 210 : 1410) * (slowed ? 0.6 : 1.0));
+  s.memory_clock_mhz = 1215;
+  if (g.last_sample) {
+    g.energy_mj += s.power_w * std::chrono::duration<double>(now - *g.last_sample).count() * 1000;
+  }
+  g.last_sample = now;
+  s.energy_mj = static_cast<uint64_t>(g.energy_mj);
+  s.pcie_replays = 0;
+  s.memory_copy_util_pct = static_cast<uint32_t>(load_ * 40 + 0.5);
+  s.encoder_util_pct = 0;
+  s.decoder_util_pct = 0;
+  s.remapped_rows_correctable = 0;
+  s.remapped_rows_uncorrectable = g.pages_pending;
+  s.row_remap_failed = false;
   return s;
 }
 

@@ -71,6 +71,9 @@ class SimProbe : public GpuProbe {
     bool hung = false;
     std::optional<common::TimePoint> hang_until;
     std::mt19937_64 noise;
+    // Energy since "driver load", integrated from the power at each sample.
+    double energy_mj = 0;
+    std::optional<common::TimePoint> last_sample;
   };
   SimProbe(SimOptions options, const GpuModel* model, common::Clock* clock);
   // Fires every fault due by now. Caller holds mu_.

@@ -7,6 +7,10 @@
 //   init_error 9            nvmlInit_v2 returns this (9 = driver not loaded)
 //   gpu0.temp 45            also: power_mw limit_mw mem_total mem_used util
 //                           throttle ecc_corr ecc_unc pending name uuid
+//                           sm_clock mem_clock energy_mj pcie_replay enc_util
+//                           dec_util minor remap_corr remap_unc remap_failed
+//   driver_version 550.54   nvmlSystemGetDriverVersion
+//   omit_optional 1         the optional entry points answer NOT_SUPPORTED
 //   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
 //   gpu0.hang 1             every call on gpu0 blocks (as a driver stuck in
 //                           the kernel) until the line says 0 again
@@ -211,6 +215,74 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRetiredPagesPen
   if (Num(kv, Key(d, "pending"), -1) < 0) return NVML_ERROR_NOT_SUPPORTED;
   *pending = Num(kv, Key(d, "pending"), 0) != 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
   return NVML_SUCCESS;
+}
+// The optional entry points: a value from the state file, or NOT_SUPPORTED
+// where the line omit_optional says so.
+#define FAKE_OPTIONAL_CHECK(kv, d) \
+  FAKE_LOST_CHECK(kv, d);          \
+  if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type,
+                                                                           unsigned int* mhz) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *mhz = static_cast<unsigned int>(type == NVML_CLOCK_MEM ? Num(kv, Key(d, "mem_clock"), 1215)
+                                                          : Num(kv, Key(d, "sm_clock"), 1410));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(
+    nvmlDevice_t d, unsigned long long* mj) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *mj = static_cast<unsigned long long>(Num(kv, Key(d, "energy_mj"), 123456789));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieReplayCounter(
+    nvmlDevice_t d, unsigned int* count) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *count = static_cast<unsigned int>(Num(kv, Key(d, "pcie_replay"), 0));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEncoderUtilization(
+    nvmlDevice_t d, unsigned int* pct, unsigned int* period_us) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *pct = static_cast<unsigned int>(Num(kv, Key(d, "enc_util"), 0));
+  *period_us = 167000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetDecoderUtilization(
+    nvmlDevice_t d, unsigned int* pct, unsigned int* period_us) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *pct = static_cast<unsigned int>(Num(kv, Key(d, "dec_util"), 0));
+  *period_us = 167000;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRemappedRows(
+    nvmlDevice_t d, unsigned int* corr, unsigned int* unc, unsigned int* pending,
+    unsigned int* failed) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *corr = static_cast<unsigned int>(Num(kv, Key(d, "remap_corr"), 0));
+  *unc = static_cast<unsigned int>(Num(kv, Key(d, "remap_unc"), 0));
+  *pending = 0;
+  *failed = static_cast<unsigned int>(Num(kv, Key(d, "remap_failed"), 0));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d,
+                                                                             unsigned int* minor) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *minor = static_cast<unsigned int>(Num(kv, Key(d, "minor"), IndexOf(d)));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetDriverVersion(char* version,
+                                                                               unsigned int len) {
+  auto kv = State();
+  if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED;
+  auto it = kv.find("driver_version");
+  return CopyString(it == kv.end() ? "550.54.15" : it->second, version, len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
   *set = reinterpret_cast<nvmlEventSet_t>(&g_event_set_token);
