@@ -296,6 +296,10 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   if (n == nullptr) return;
   counters_.heartbeats++;
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
+  for (const v1::XidEvent& x : hb.xids()) {
+    n->xids.push_back(x);
+    if (n->xids.size() > 10) n->xids.pop_front();
+  }
   v1::NodeHealth before = n->health;
   n->health = hb.health();
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
@@ -396,6 +400,7 @@ void Controller::Tick() {
                  common::ToMillis(now - *last_tick_));
   }
   last_tick_ = now;
+  traffic_.Tick(static_cast<double>(clock_->UnixNanos()) / 1e6, counters_.failovers);
   std::vector<LivenessChange> changes = detector_.Check();
   bool grace = clock_->Now() < grace_until_;
   for (const LivenessChange& c : changes) {
@@ -814,9 +819,12 @@ uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
 }
 
 void Controller::RouterAck(const std::string& router, uint64_t version,
-                           const std::vector<std::string>& suspects) {
+                           const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
   std::lock_guard<std::mutex> lock(mu_);
   routers_[router] = version;
+  if (stats != nullptr) {
+    traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
+  }
   for (const std::string& s : suspects)
     EventLocked("router_hint", s, absl::StrCat("from ", router));
   if (version != route_version_ || acked_version_logged_ == version) return;
@@ -848,6 +856,7 @@ void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
 void Controller::RouterGone(const std::string& router) {
   std::lock_guard<std::mutex> lock(mu_);
   routers_.erase(router);
+  traffic_.Forget(router);
 }
 
 uint64_t Controller::epoch() const {

@@ -33,6 +33,7 @@
 #include "controller/node_lifecycle.h"
 #include "controller/placement.h"
 #include "controller/store.h"
+#include "controller/traffic_history.h"
 #include "gpuha/v1/agent.pb.h"
 #include "gpuha/v1/routes.pb.h"
 
@@ -113,6 +114,10 @@ class Controller {
   // One entry per failover (a `detected` event), timed from its events:
   // fault seen -> detected -> fenced -> routes pushed -> routers acknowledged.
   nlohmann::json FailoversJson() const;
+  // The data plane over the last minutes, a point a second (TrafficHistory).
+  nlohmann::json HistoryJson() const;
+  // Each router watching routes: the version it holds and its traffic.
+  nlohmann::json RoutersJson() const;
   std::string MetricsText() const;
   bool HasTenant(const std::string& t) const;
 
@@ -121,8 +126,9 @@ class Controller {
   uint64_t route_version() const;
   // Blocks until the route version passes `known` or `timeout` ends.
   uint64_t WaitForRoutes(uint64_t known, common::Duration timeout);
+  // `stats`: the router's traffic so far, when the ack carries it.
   void RouterAck(const std::string& router, uint64_t version,
-                 const std::vector<std::string>& suspects);
+                 const std::vector<std::string>& suspects, const v1::RouterStats* stats = nullptr);
   // A router starts watching, holding routes of `held_epoch`. If that is not
   // older than the controller's epoch, the controller moves past it (and
   // persists it) so that the router takes its routes.
@@ -139,7 +145,8 @@ class Controller {
     std::shared_ptr<AgentSink> sink;
     v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
     std::vector<v1::HealthReason> reasons;
-    v1::Heartbeat last;  // telemetry, for the API
+    v1::Heartbeat last;             // telemetry, for the API
+    std::deque<v1::XidEvent> xids;  // the newest XIDs its agent reported, for the API
     // Written only by the transition functions below.
     NodeLifecycle lifecycle = NodeLifecycle::kPending;
     // Waits for its agent's server to answer ready before it takes work.
@@ -223,18 +230,19 @@ class Controller {
 
   mutable std::mutex mu_;
   std::condition_variable routes_cv_;
-  Placement placement_;                      // guarded by mu_
-  FailureDetector detector_;                 // guarded by mu_
-  std::map<std::string, NodeState> nodes_;   // guarded by mu_
-  std::map<std::string, StreamSpec> specs_;  // guarded by mu_
-  uint64_t epoch_ = 1;                       // guarded by mu_
-  uint64_t route_version_ = 1;               // guarded by mu_
-  std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
-  uint64_t acked_version_logged_ = 0;        // guarded by mu_
-  EventLog events_{10000};                   // guarded by mu_; the newest 10000
+  Placement placement_;                            // guarded by mu_
+  FailureDetector detector_;                       // guarded by mu_
+  std::map<std::string, NodeState> nodes_;         // guarded by mu_
+  std::map<std::string, StreamSpec> specs_;        // guarded by mu_
+  uint64_t epoch_ = 1;                             // guarded by mu_
+  uint64_t route_version_ = 1;                     // guarded by mu_
+  std::map<std::string, uint64_t> routers_;        // guarded by mu_; acked version per router
+  uint64_t acked_version_logged_ = 0;              // guarded by mu_
+  EventLog events_{10000};                         // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
-  ControllerCounters counters_;              // guarded by mu_
-  std::vector<std::thread> hooks_;           // fence hooks in flight
+  ControllerCounters counters_;                    // guarded by mu_
+  TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes
+  std::vector<std::thread> hooks_;                 // fence hooks in flight
 };
 
 }  // namespace gpuha::controller

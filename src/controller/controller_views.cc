@@ -20,11 +20,21 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
                                 : LivenessName(detector_.state(id));
   json gpus = json::array();
   for (const v1::GpuSample& g : n.last.gpus()) {
+    json xids = json::array();
+    for (const v1::XidEvent& x : n.xids) {
+      if (x.gpu_index() == g.index()) {
+        xids.push_back({{"xid", x.xid()}, {"unix_ms", static_cast<double>(x.unix_nanos()) / 1e6}});
+      }
+    }
     gpus.push_back({{"index", g.index()},
                     {"lost", g.lost()},
                     {"temperature_c", g.temperature_c()},
                     {"power_w", g.power_w()},
-                    {"utilization_pct", g.utilization_pct()}});
+                    {"power_limit_w", g.power_limit_w()},
+                    {"utilization_pct", g.utilization_pct()},
+                    {"memory_used_bytes", g.memory_used_bytes()},
+                    {"memory_total_bytes", g.memory_total_bytes()},
+                    {"xids", xids}});
   }
   json reasons = json::array();
   for (const v1::HealthReason& r : n.reasons)
@@ -152,6 +162,25 @@ json Controller::FailoversJson() const {
     if (t.routes_pushed) f["detected_to_routes_pushed_ms"] = t.routes_pushed->mono_ms - d.mono_ms;
     if (t.routers_acked) f["detected_to_routers_acked_ms"] = t.routers_acked->mono_ms - d.mono_ms;
     out.push_back(std::move(f));
+  }
+  return out;
+}
+
+json Controller::HistoryJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {{"interval_ms", 1000}, {"points", traffic_.PointsJson()}};
+}
+
+json Controller::RoutersJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json traffic = traffic_.RoutersJson();
+  json out = json::array();
+  for (const auto& [id, version] : routers_) {
+    json r = {{"router", id}, {"route_version", version}, {"current", version == route_version_}};
+    for (const json& t : traffic) {
+      if (t["router"] == id) r.update(t);
+    }
+    out.push_back(std::move(r));
   }
   return out;
 }

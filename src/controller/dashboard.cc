@@ -21,17 +21,37 @@ const char* DashboardHtml() {
   .ok { color: #1a7f37; } .warn { color: #9a6700; } .bad { color: #cf222e; font-weight: 600; }
   #status { color: #57606a; }
   #summary span { margin-right: 1.5em; }
+  #graphs { display: grid; grid-template-columns: repeat(auto-fit, minmax(260px, 1fr)); gap: 1em; }
+  figure.graph { margin: 0; border: 1px solid #e3e6ea; border-radius: 6px; padding: .4em .6em; }
+  figure.graph figcaption { font-size: .9em; color: #57606a; }
+  figure.graph svg { width: 100%; height: 80px; display: block; }
+  figure.graph polyline { fill: none; stroke: #0969da; stroke-width: 1.5; }
+  figure.graph.errors polyline, figure.graph.failovers polyline { stroke: #cf222e; }
 </style>
 </head>
 <body>
 <h1>gpuha cluster</h1>
 <div id="status">loading...</div>
 <div id="summary"></div>
+<h2>Traffic, last minutes</h2>
+<div id="graphs">
+<figure class="graph" id="g-requests"><figcaption>requests/s</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
+<figure class="graph errors" id="g-errors"><figcaption>errors/s (5xx)</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
+<figure class="graph" id="g-p99"><figcaption>p99 latency ms</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
+<figure class="graph failovers" id="g-failovers"><figcaption>failovers/min</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
+</div>
 <h2>Nodes</h2>
 <table id="nodes"><thead><tr><th>node</th><th>role</th><th>state</th><th>health</th>
 <th>load / capacity</th><th>GPUs</th><th>reasons</th></tr></thead><tbody></tbody></table>
+<h2>GPUs</h2>
+<table id="gpus"><thead><tr><th>node</th><th>GPU</th><th>temp C</th><th>power W</th>
+<th>util %</th><th>memory GiB</th><th>recent XIDs</th></tr></thead><tbody></tbody></table>
+<h2>Routers</h2>
+<table id="routers"><thead><tr><th>router</th><th>routes</th><th>answered</th><th>5xx</th>
+<th>re-sent</th><th>stalls</th><th>in flight</th><th>p99 ms</th><th>reported</th></tr></thead>
+<tbody></tbody></table>
 <h2>Failovers</h2>
-<table id="failovers"><thead><tr><th>node</th><th>reason</th><th>fault &rarr; detected ms</th>
+<table id="failovers"><thead><tr><th>time</th><th>node</th><th>reason</th><th>fault &rarr; detected ms</th>
 <th>detected &rarr; fenced ms</th><th>&rarr; routes pushed ms</th><th>&rarr; routers acked ms</th>
 </tr></thead><tbody></tbody></table>
 <h2>Streams</h2>
@@ -74,14 +94,54 @@ function fill(id, rows) {
 }
 
 const ms = v => (typeof v === "number" ? v.toFixed(1) : "-");
+const when = t => (typeof t === "number" ? new Date(t).toISOString().replace("T", " ").slice(0, 23) : "-");
+const gib = b => (b / 1073741824).toFixed(1);
+
+// One graph: the points of the last five minutes, scaled to the largest;
+// the caption says the latest and the largest value.
+function graph(id, points, field) {
+  const fig = document.getElementById(id);
+  const label = fig.querySelector("figcaption").textContent.split(":")[0];
+  const now = Date.now(), span = 5 * 60 * 1000;
+  const pts = points.filter(p => p.unix_ms >= now - span && typeof p[field] === "number");
+  const max = Math.max(0, ...pts.map(p => p[field]));
+  const top = max > 0 ? max * 1.1 : 1;
+  const line = pts.map(p =>
+    (300 * (1 - (now - p.unix_ms) / span)).toFixed(1) + "," + (80 - 78 * p[field] / top).toFixed(1));
+  const poly = fig.querySelector("polyline");
+  poly.setAttribute("points", line.join(" "));
+  fig.dataset.points = String(pts.length);
+  fig.dataset.max = String(max);
+  const last = pts.length ? pts[pts.length - 1][field] : null;
+  fig.querySelector("figcaption").textContent = label + ": now " +
+    (last === null ? "-" : last.toFixed(1)) + ", max " + max.toFixed(1);
+}
 const stateClass = s =>
   s === "alive" ? "ok" : ["suspect", "pending", "rejoining"].includes(s) ? "warn" : "bad";
 const healthClass = h => (h === "healthy" ? "ok" : h === "degraded" ? "warn" : "bad");
 
 async function refresh() {
   try {
-    const [nodes, streams, capacity, failovers, events] = await Promise.all([
-      api("nodes"), api("streams"), api("capacity"), api("failovers"), api("events")]);
+    const [nodes, streams, capacity, failovers, events, history, routers] = await Promise.all([
+      api("nodes"), api("streams"), api("capacity"), api("failovers"), api("events"),
+      api("history"), api("routers")]);
+    graph("g-requests", history.points, "requests_per_s");
+    graph("g-errors", history.points, "errors_per_s");
+    graph("g-p99", history.points, "p99_ms");
+    graph("g-failovers", history.points, "failovers_per_min");
+    fill("gpus", nodes.flatMap(n => n.gpus.map(g => [
+      cell(n.name), cell(g.index, null, true),
+      cell(g.lost ? "lost" : g.temperature_c.toFixed(0), g.lost ? "bad" : null, true),
+      cell(g.lost ? "-" : g.power_w.toFixed(0) + " / " + g.power_limit_w.toFixed(0), null, true),
+      cell(g.lost ? "-" : g.utilization_pct, null, true),
+      cell(g.lost ? "-" : gib(g.memory_used_bytes) + " / " + gib(g.memory_total_bytes), null, true),
+      cell(g.xids.map(x => x.xid + " at " + when(x.unix_ms)).join(", "),
+           g.xids.length ? "bad" : null)])));
+    fill("routers", routers.map(r => [cell(r.router),
+      cell("v" + r.route_version + (r.current ? "" : " (behind)"), r.current ? null : "warn"),
+      cell(r.answered, null, true), cell(r.errors, r.errors ? "warn" : null, true),
+      cell(r.resends, null, true), cell(r.stalls, null, true), cell(r.in_flight, null, true),
+      cell(ms(r.p99_ms_since_start), null, true), cell(when(r.reported_unix_ms))]));
     fill("nodes", nodes.map(n => [
       cell(n.name), cell(n.role), cell(n.state + (n.fenced ? ", fenced" : ""), stateClass(n.state)),
       cell(n.health, healthClass(n.health)), cell(n.load + " / " + n.capacity, null, true),
@@ -89,12 +149,12 @@ async function refresh() {
       cell(n.reasons.map(r => r.code + ": " + r.detail).join("; "))]));
     fill("streams", streams.map(s => [cell(s.id), cell(s.tenant),
       cell(s.primary || "unplaced", s.primary ? null : "bad"), cell(s.standby)]));
-    fill("failovers", failovers.slice(-20).reverse().map(f => [cell(f.node), cell(f.reason),
+    fill("failovers", failovers.slice(-20).reverse().map(f => [cell(when(f.detected_unix_ms)),
+      cell(f.node), cell(f.reason),
       cell(ms(f.fault_to_detected_ms), null, true), cell(ms(f.detected_to_fenced_ms), null, true),
       cell(ms(f.detected_to_routes_pushed_ms), null, true),
       cell(ms(f.detected_to_routers_acked_ms), null, true)]));
-    fill("events", events.slice(-30).reverse().map(e => [
-      cell(new Date(e.unix_ms).toISOString().replace("T", " ").slice(0, 23)), cell(e.type),
+    fill("events", events.slice(-30).reverse().map(e => [cell(when(e.unix_ms)), cell(e.type),
       cell(e.node), cell(e.detail)]));
     const summary = document.getElementById("summary");
     summary.replaceChildren(...[

@@ -211,7 +211,8 @@ class ControllerServer::RouteServiceImpl final : public v1::RouteService::Servic
       v1::RouteAck ack;
       while (stream->Read(&ack)) {
         controller_->RouterAck(router, ack.version(),
-                               {ack.suspect_nodes().begin(), ack.suspect_nodes().end()});
+                               {ack.suspect_nodes().begin(), ack.suspect_nodes().end()},
+                               ack.has_stats() ? &ack.stats() : nullptr);
       }
       done = true;
     });
@@ -435,6 +436,8 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
   }
   if (what == "tenants" && get) return JsonResponse(200, controller_->TenantsJson());
   if (what == "failovers" && get) return JsonResponse(200, controller_->FailoversJson());
+  if (what == "history" && get) return JsonResponse(200, controller_->HistoryJson());
+  if (what == "routers" && get) return JsonResponse(200, controller_->RoutersJson());
   if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
   if (what == "status" && get) return JsonResponse(200, controller_->StatusJson());
   if (what == "events" && get) {

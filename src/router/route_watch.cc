@@ -77,17 +77,24 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   if (ok) {
     connected_ = true;
     spdlog::info("router: watching routes on controller {}", controller.str());
-    // Suspects go out at once, not only with the next snapshot's ack.
+    // Suspects go out at once, not only with the next snapshot's ack; the
+    // traffic figures once a second.
     hints = std::thread([&] {
       std::unique_lock<std::mutex> lock(mu_);
+      auto last_stats = std::chrono::steady_clock::now();
       while (!done && !stopping_) {
         cv_.wait_for(lock, milliseconds(20));
         std::vector<std::string> s = router_->TakeSuspects();
-        if (s.empty()) continue;
+        const bool stats_due = std::chrono::steady_clock::now() - last_stats >= milliseconds(1000);
+        if (s.empty() && !stats_due) continue;
         v1::RouteAck ack;
         ack.set_router(config_.router_id);
         ack.set_version(router_->routes() ? router_->routes()->version() : 0);
         for (auto& n : s) ack.add_suspect_nodes(n);
+        if (stats_due) {
+          *ack.mutable_stats() = router_->TrafficStats();
+          last_stats = std::chrono::steady_clock::now();
+        }
         lock.unlock();
         bool written;
         {

@@ -238,6 +238,29 @@ std::vector<std::string> Router::TakeSuspects() {
 
 std::string Router::MetricsText() const { return impl_->Metrics(); }
 
+v1::RouterStats Router::TrafficStats() const {
+  v1::RouterStats out;
+  LatencyHistograms::Map latency;
+  for (const auto& L : impl_->loops) L->latency.AddTo(&latency);
+  std::array<uint64_t, LatencyHistograms::kBounds.size() + 1> counts{};
+  for (const auto& [key, c] : latency) {
+    if (key.second == "none") continue;  // the client left: nothing was answered
+    for (size_t b = 0; b < counts.size(); ++b) {
+      counts[b] += c.buckets[b];
+      out.set_answered(out.answered() + c.buckets[b]);
+      if (key.second == "5xx") out.set_errors(out.errors() + c.buckets[b]);
+    }
+  }
+  for (double b : LatencyHistograms::kBounds) out.add_latency_bounds(b);
+  for (uint64_t c : counts) out.add_latency_counts(c);
+  for (const auto& L : impl_->loops) {
+    out.set_resends(out.resends() + L->stats.retries.load(std::memory_order_relaxed));
+    out.set_stalls(out.stalls() + L->stats.stalls.load(std::memory_order_relaxed));
+    out.set_in_flight(out.in_flight() + L->stats.in_flight.load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
 std::string Router::Impl::Metrics() const {
   common::PromText p;
   auto sum = [&](auto field) {

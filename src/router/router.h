@@ -57,6 +57,8 @@ class Router {
   // the controller.
   std::vector<std::string> TakeSuspects();
   std::string MetricsText() const;
+  // The traffic so far, for the controller's dashboard (sent with route acks).
+  v1::RouterStats TrafficStats() const;
 
   struct Impl;
 

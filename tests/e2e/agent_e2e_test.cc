@@ -59,7 +59,9 @@ TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
                                   "/metrics", "", milliseconds(2000));
   ASSERT_TRUE(metrics.ok());
   EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""));
-  EXPECT_THAT(metrics->body, HasSubstr("Hostname=\"e2e-1\"} 52"));
+  // dcgm-exporter's labels, the driver's version from NVML among them.
+  EXPECT_THAT(metrics->body, HasSubstr("pci_bus_id=\"00000000:42:00.0\",device=\"nvidia1\""));
+  EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 52"));
 
   // Count first: the heartbeat can arrive before the wait starts.
   size_t from = controller.heartbeat_count();

@@ -14,6 +14,7 @@
 #include "cluster/config_builders.h"
 #include "common/http_server.h"
 #include "common/testing/temp_dir.h"
+#include "tests/e2e/browser.h"
 #include "tests/e2e/child_process.h"
 #include "tests/e2e/free_port.h"
 #include "tests/e2e/run_command.h"
@@ -361,22 +362,6 @@ TEST_F(ClusterTest, BadControllerConfigIsRefusedAtStart) {
   ChildProcess listen({kGpuha, "controller", "--config", (dir_ / "listen.yaml").string()});
   EXPECT_EQ(listen.Wait(milliseconds(10000)), 2);
   EXPECT_THAT(listen.err(), HasSubstr("listen.yaml:2:17: listen.http"));
-}
-
-// The dashboard in a real headless Chromium: the page at `/` renders the
-// cluster from /api/v1 (nodes, streams, failovers, events) with its own JS.
-std::string DumpDom(const std::string& url) {
-  const std::string chromium = "/usr/bin/chromium-headless-shell";
-  if (!std::filesystem::exists(chromium)) {
-    ADD_FAILURE() << chromium << " is missing: run scripts/install-deps.sh";
-    return "";
-  }
-  // --virtual-time-budget runs the page's timers and waits out its fetches.
-  ChildProcess browser({chromium, "--no-sandbox", "--disable-gpu", "--no-first-run",
-                        "--user-data-dir=" + gpuha::testing::TestTempDir().string() + "/chromium",
-                        "--virtual-time-budget=3000", "--dump-dom", url});
-  EXPECT_EQ(browser.Wait(milliseconds(60000)).value_or(-1), 0) << browser.err();
-  return browser.out();
 }
 
 TEST_F(ClusterTest, DashboardShowsNodesStreamsAndAFailoverInARealBrowser) {

@@ -2,6 +2,7 @@
 // (gpuha-test-backend), on loopback: kill -9 and SIGSTOP of a primary under
 // load, SIGHUP reload, bad config, and routes that follow a real controller
 // while its nodes fail. Gaps are printed for bench/RESULTS.md, not asserted.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
 #include "common/testing/temp_dir.h"
+#include "tests/e2e/browser.h"
 #include "tests/e2e/child_process.h"
 #include "tests/e2e/free_port.h"
 
@@ -429,6 +432,35 @@ TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
   Reply after = Send(port_, Get("/streams/s1/x", "k1"));
   EXPECT_EQ(after.status, 200);
   EXPECT_EQ(after.headers["X-Backend"], moved_to);
+
+  // The dashboard's graphs draw this load and this failover: the router
+  // reports its traffic once a second, the controller keeps a point a second.
+  std::this_thread::sleep_for(milliseconds(2500));
+  json history = api("GET", "/api/v1/history", "");
+  double max_rate = 0, max_failovers = 0;
+  for (const json& p : history["points"]) {
+    max_rate = std::max(max_rate, p.value("requests_per_s", 0.0));
+    max_failovers = std::max(max_failovers, p.value("failovers_per_min", 0.0));
+  }
+  EXPECT_GT(max_rate, 0) << history.dump();
+  EXPECT_GT(max_failovers, 0) << history.dump();
+  json routers = api("GET", "/api/v1/routers", "");
+  ASSERT_EQ(routers.size(), 1u) << routers.dump();
+  EXPECT_GE(routers[0].value("answered", 0), r.ok) << routers.dump();
+  std::string dom = DumpDom("http://127.0.0.1:" + std::to_string(c.http) + "/");
+  for (const char* id : {"g-requests", "g-p99", "g-failovers"}) {
+    std::smatch m;
+    std::regex figure(std::string("id=\"") + id +
+                      "\" data-points=\"([0-9]+)\" data-max=\"([-0-9.e+]+)\"");
+    ASSERT_TRUE(std::regex_search(dom, m, figure)) << id << " did not draw:\n" << dom;
+    EXPECT_GE(std::stoi(m[1]), 2) << id;
+    EXPECT_GT(std::stod(m[2]), 0) << id;
+  }
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<polyline points=\"[0-9.]+,[0-9.]+ [0-9.]+,")));
+  EXPECT_THAT(
+      dom, ::testing::HasSubstr("<td>" + routers[0].value("router", std::string("?")) + "</td>"));
+  EXPECT_THAT(dom, ::testing::ContainsRegex("<td>" + moved_to + "</td><td class=\"num\">0</td>"))
+      << "the GPU table's row of the node the stream moved to";
 }
 
 // kill -9 of the controller under load: the router keeps serving on the
