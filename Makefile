@@ -21,8 +21,11 @@ JOBS ?= $(shell nproc)
 # CTEST_ARGS="-LE e2e" (everything else: unit, in-process and fuzz tests).
 CTEST_ARGS ?=
 
+# More -D flags, e.g. CMAKE_EXTRA=-DGPUHA_ONLY_E2E=ON (with a BUILD_DIR of its own).
+CMAKE_EXTRA ?=
+
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-  -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR)
+  -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR) $(CMAKE_EXTRA)
 
 .PHONY: deps configure build test demo bench package format clean
 
@@ -59,4 +62,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf build build-asan build-release
+	rm -rf build build-asan build-e2e build-release

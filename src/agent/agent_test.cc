@@ -364,9 +364,13 @@ TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
         "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter",
         "# TYPE DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS counter",
         "# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter",
-        "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge"}) {
+        "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge", "# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge",
+        "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge", "# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge",
+        "# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter"}) {
     EXPECT_THAT(m->body, HasSubstr(family));
   }
+  // The sim's boards have no NVLink: the family is declared, no GPU has a value.
+  EXPECT_THAT(m->body, Not(HasSubstr("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{")));
   EXPECT_THAT(m->body,
               ::testing::ContainsRegex("\nDCGM_FI_DEV_SM_CLOCK\\{gpu=\"0\",[^}]*\\} [1-9]"));
   EXPECT_THAT(m->body, HasSubstr("gpuha_agent_health_state{node=\"gpu-1\",state=\"healthy\"} 1"));

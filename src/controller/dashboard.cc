@@ -97,12 +97,15 @@ const ms = v => (typeof v === "number" ? v.toFixed(1) : "-");
 const when = t => (typeof t === "number" ? new Date(t).toISOString().replace("T", " ").slice(0, 23) : "-");
 const gib = b => (b / 1073741824).toFixed(1);
 
-// One graph: the points of the last five minutes, scaled to the largest;
-// the caption says the latest and the largest value.
+// One graph: the points of the last five minutes (or of the last minute
+// while there is less history), scaled to the largest; the caption says the
+// latest and the largest value.
 function graph(id, points, field) {
   const fig = document.getElementById(id);
   const label = fig.querySelector("figcaption").textContent.split(":")[0];
-  const now = Date.now(), span = 5 * 60 * 1000;
+  const now = Date.now();
+  const first = points.length ? points[0].unix_ms : now;
+  const span = Math.min(5 * 60 * 1000, Math.max(60 * 1000, now - first));
   const pts = points.filter(p => p.unix_ms >= now - span && typeof p[field] === "number");
   const max = Math.max(0, ...pts.map(p => p[field]));
   const top = max > 0 ? max * 1.1 : 1;

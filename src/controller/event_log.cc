@@ -121,11 +121,7 @@ void FailoverStepHistograms::Walk(const std::vector<FailoverTiming>& timings, bo
       if (!ms[i] || (seen & (1u << i)) != 0) continue;
       seen |= 1u << i;
       if (!count) continue;
-      const double s = std::max(0.0, *ms[i] / 1000);
-      size_t b = 0;
-      while (b < kBounds.size() && s > kBounds[b]) ++b;
-      steps_[i].buckets[b]++;
-      steps_[i].sum += s;
+      steps_[i].Observe(std::max(0.0, *ms[i] / 1000));
     }
   }
 }
@@ -135,10 +131,7 @@ void FailoverStepHistograms::AppendTo(common::PromText* p) const {
   p->Family(name, "histogram",
             "Duration of each failover step, from the controller's events (fault_to_detected "
             "by the wall clock).");
-  for (size_t i = 0; i < kSteps.size(); ++i) {
-    p->Histogram(name, {{"step", kSteps[i]}}, kBounds.data(), steps_[i].buckets.data(),
-                 kBounds.size(), steps_[i].sum);
-  }
+  for (size_t i = 0; i < kSteps.size(); ++i) steps_[i].AppendTo(p, name, {{"step", kSteps[i]}});
 }
 
 }  // namespace gpuha::controller

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/histogram.h"
 #include "common/prometheus.h"
 
 namespace gpuha::controller {
@@ -96,11 +97,8 @@ class FailoverStepHistograms {
 
  private:
   void Walk(const std::vector<FailoverTiming>& timings, bool count);
-  struct Counts {
-    std::array<uint64_t, kBounds.size() + 1> buckets{};
-    double sum = 0;
-  };
-  std::array<Counts, kSteps.size()> steps_{};
+  std::vector<common::Histogram> steps_ = std::vector<common::Histogram>(
+      kSteps.size(), common::Histogram({kBounds.begin(), kBounds.end()}));
   std::map<int64_t, unsigned> seen_;  // detected event id -> steps counted (bits)
 };
 

@@ -70,6 +70,9 @@ struct GpuSample {
   std::optional<uint32_t> memory_copy_util_pct, encoder_util_pct, decoder_util_pct;
   std::optional<uint32_t> remapped_rows_correctable, remapped_rows_uncorrectable;
   std::optional<bool> row_remap_failed;
+  std::optional<double> memory_temperature_c;
+  std::optional<double> pcie_tx_bytes_per_s, pcie_rx_bytes_per_s;
+  std::optional<uint64_t> nvlink_kib_total;  // sent and received over all links
   // A field the device did not support this time (e.g. ECC on a consumer GPU).
   std::vector<std::string> unsupported;
 };

@@ -33,6 +33,22 @@ enum : int {
 enum : int { NVML_TEMPERATURE_GPU = 0 };
 enum : int { NVML_CLOCK_GRAPHICS = 0, NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };
 constexpr unsigned int NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
+enum : int { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 };
+// Field IDs (nvmlDeviceGetFieldValues) and the scope that sums all links.
+enum : unsigned int {
+  NVML_FI_DEV_MEMORY_TEMP = 82,
+  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138,  // KiB, cumulative
+  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,
+};
+constexpr unsigned int NVML_SCOPE_ALL_LINKS = 0xFFFFFFFFu;
+enum : int {
+  NVML_VALUE_TYPE_DOUBLE = 0,
+  NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+  NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+  NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+  NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+  NVML_VALUE_TYPE_SIGNED_INT = 5,
+};
 // nvmlMemoryErrorType_t and nvmlEccCounterType_t
 enum : int { NVML_MEMORY_ERROR_TYPE_CORRECTED = 0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1 };
 enum : int { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
@@ -63,6 +79,25 @@ typedef struct {
   unsigned int gpu;
   unsigned int memory;
 } nvmlUtilization_t;
+
+typedef union {
+  double dVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  long long sllVal;
+  int siVal;
+} nvmlValue_t;
+
+typedef struct {
+  unsigned int fieldId;
+  unsigned int scopeId;  // for NVLink fields: the link, or NVML_SCOPE_ALL_LINKS
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;  // NVML_VALUE_TYPE_*
+  nvmlReturn_t nvmlReturn;
+  nvmlValue_t value;
+} nvmlFieldValue_t;
 
 typedef struct {
   nvmlDevice_t device;
@@ -101,16 +136,18 @@ typedef struct {
 
 // Entry points a driver may lack (older branches, some boards): resolved if
 // present; a reading they serve is then missing, not an error.
-#define GPUHA_NVML_OPTIONAL_FUNCTIONS(X)                                                \
-  X(nvmlDeviceGetRemappedRows,                                                          \
-    (nvmlDevice_t device, unsigned int* corrected, unsigned int* uncorrected,           \
-     unsigned int* pending, unsigned int* failed))                                      \
-  X(nvmlDeviceGetClockInfo, (nvmlDevice_t device, int type, unsigned int* mhz))         \
-  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* mj)) \
-  X(nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t device, unsigned int* count))         \
-  X(nvmlDeviceGetEncoderUtilization,                                                    \
-    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                \
-  X(nvmlDeviceGetDecoderUtilization,                                                    \
-    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                \
-  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minor))               \
-  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))
+#define GPUHA_NVML_OPTIONAL_FUNCTIONS(X)                                                     \
+  X(nvmlDeviceGetRemappedRows,                                                               \
+    (nvmlDevice_t device, unsigned int* corrected, unsigned int* uncorrected,                \
+     unsigned int* pending, unsigned int* failed))                                           \
+  X(nvmlDeviceGetClockInfo, (nvmlDevice_t device, int type, unsigned int* mhz))              \
+  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* mj))      \
+  X(nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t device, unsigned int* count))              \
+  X(nvmlDeviceGetEncoderUtilization,                                                         \
+    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                     \
+  X(nvmlDeviceGetDecoderUtilization,                                                         \
+    (nvmlDevice_t device, unsigned int* pct, unsigned int* sampling_us))                     \
+  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minor))                    \
+  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                        \
+  X(nvmlDeviceGetPcieThroughput, (nvmlDevice_t device, int counter, unsigned int* kb_per_s)) \
+  X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int count, nvmlFieldValue_t* values))

@@ -9,6 +9,28 @@
 
 namespace gpuha::gpu {
 
+namespace {
+
+// A field value as a number, whatever type NVML gave it.
+double FieldValue(const nvmlFieldValue_t& f) {
+  switch (f.valueType) {
+    case NVML_VALUE_TYPE_DOUBLE:
+      return f.value.dVal;
+    case NVML_VALUE_TYPE_UNSIGNED_INT:
+      return f.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG:
+      return static_cast<double>(f.value.ulVal);
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+      return static_cast<double>(f.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      return f.value.siVal;
+    default:
+      return static_cast<double>(f.value.ullVal);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& lib_path) {
   void* handle = ::dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -220,6 +242,38 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
       check("nvmlDeviceGetEncoderUtilization",
             api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
     s.encoder_util_pct = pct;
+  }
+  if (api_.nvmlDeviceGetPcieThroughput != nullptr) {
+    unsigned int kbps = 0;
+    if (check("nvmlDeviceGetPcieThroughput(TX)",
+              api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kbps))) {
+      s.pcie_tx_bytes_per_s = kbps * 1024.0;
+    }
+    if (check("nvmlDeviceGetPcieThroughput(RX)",
+              api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kbps))) {
+      s.pcie_rx_bytes_per_s = kbps * 1024.0;
+    }
+  }
+  if (api_.nvmlDeviceGetFieldValues != nullptr) {
+    // One call for the fields; each answer carries its own return code.
+    nvmlFieldValue_t f[3] = {};
+    f[0].fieldId = NVML_FI_DEV_MEMORY_TEMP;
+    f[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
+    f[1].scopeId = NVML_SCOPE_ALL_LINKS;
+    f[2].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
+    f[2].scopeId = NVML_SCOPE_ALL_LINKS;
+    if (check("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 3, f))) {
+      if (f[0].nvmlReturn == NVML_SUCCESS) {
+        s.memory_temperature_c = FieldValue(f[0]);
+      } else {
+        s.unsupported.push_back("NVML_FI_DEV_MEMORY_TEMP");
+      }
+      if (f[1].nvmlReturn == NVML_SUCCESS && f[2].nvmlReturn == NVML_SUCCESS) {
+        s.nvlink_kib_total = static_cast<uint64_t>(FieldValue(f[1]) + FieldValue(f[2]));
+      } else {
+        s.unsupported.push_back("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA");  // no NVLink (PCIe boards)
+      }
+    }
   }
   if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
       check("nvmlDeviceGetDecoderUtilization",

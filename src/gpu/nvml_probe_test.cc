@@ -55,7 +55,8 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
       "count 1\ndriver_version 550.54.15\ngpu0.minor 3\ngpu0.sm_clock 1980\n"
       "gpu0.mem_clock 2619\ngpu0.energy_mj 987654321\ngpu0.pcie_replay 2\ngpu0.util 80\n"
       "gpu0.enc_util 7\ngpu0.dec_util 9\ngpu0.remap_corr 4\ngpu0.remap_unc 1\n"
-      "gpu0.remap_failed 0\ngpu0.pending 0\n");
+      "gpu0.remap_failed 0\ngpu0.pending 0\ngpu0.mem_temp 61\ngpu0.pcie_tx_kbps 2000\n"
+      "gpu0.nvlink_tx_kib 300\ngpu0.nvlink_rx_kib 400\n");
   auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
   ASSERT_TRUE(probe.ok()) << probe.status();
   auto devices = (*probe)->Devices();
@@ -74,6 +75,17 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
   EXPECT_EQ(s->remapped_rows_correctable, 4u);
   EXPECT_EQ(s->remapped_rows_uncorrectable, 1u);
   EXPECT_EQ(s->row_remap_failed, false);
+  EXPECT_EQ(s->memory_temperature_c, 61);
+  EXPECT_EQ(s->pcie_tx_bytes_per_s, 2000 * 1024.0);
+  EXPECT_EQ(s->pcie_rx_bytes_per_s, 1000 * 1024.0);
+  EXPECT_EQ(s->nvlink_kib_total, 700u);  // sent and received, all links
+  // A board without NVLink answers NOT_SUPPORTED for that field alone.
+  Write("count 1\ngpu0.pending 0\n");
+  auto pcie = (*probe)->Sample(0);
+  ASSERT_TRUE(pcie.ok()) << pcie.status();
+  EXPECT_EQ(pcie->memory_temperature_c, 45);
+  EXPECT_FALSE(pcie->nvlink_kib_total.has_value());
+  EXPECT_THAT(pcie->unsupported, ::testing::Contains("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA"));
 }
 
 TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {
@@ -87,6 +99,8 @@ TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {
   EXPECT_FALSE(s->sm_clock_mhz.has_value());
   EXPECT_FALSE(s->energy_mj.has_value());
   EXPECT_FALSE(s->remapped_rows_uncorrectable.has_value());
+  EXPECT_FALSE(s->memory_temperature_c.has_value());
+  EXPECT_FALSE(s->pcie_tx_bytes_per_s.has_value());
   EXPECT_THAT(s->unsupported, ::testing::Contains("nvmlDeviceGetTotalEnergyConsumption"));
   EXPECT_DOUBLE_EQ(s->temperature_c, 40);  // the required readings still come
 }

@@ -226,6 +226,10 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   s.remapped_rows_correctable = 0;
   s.remapped_rows_uncorrectable = g.pages_pending;
   s.row_remap_failed = false;
+  s.memory_temperature_c = s.temperature_c + 4;  // HBM and GDDR run a little hotter
+  s.pcie_tx_bytes_per_s = load_ * 2.0e9;
+  s.pcie_rx_bytes_per_s = load_ * 3.0e9;
+  // A PCIe card (the sim's models): no NVLink, so no NVLink figure.
   return s;
 }
 

@@ -282,6 +282,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     f = ExchangeResult{};
     const bool retry_5xx = config.retry_5xx && i + 1 < order.size() && complete && !continuing;
     if (continuing) Inc(L.stats.sse_continuations);
+    cc.attempts = static_cast<int>(i + 1);
     co_await Exchange(L, client, lowest, cc, p, up,
                       {send, complete || continuing, send_framing, keep_alive, retry_5xx, expect,
                        sse ? &*sse : nullptr, continuing, client_down},
@@ -419,8 +420,11 @@ awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string pee
     const TimePoint started = L.clock.Now();
     cc.tenant.clear();
     cc.status = 0;
+    cc.attempts = 0;
     bool keep = co_await Handle(L, client, lowest, cc, p);
-    L.latency.Observe(cc.tenant, cc.status, L.clock.Now() - started);
+    const common::Duration took = L.clock.Now() - started;
+    L.latency.Observe(cc.tenant, cc.status, took);
+    if (cc.attempts > 0) L.requests.Request(cc.attempts, took);
     if (!keep) co_return;
     // A large chunked answer grew them: an idle connection keeps no more.
     if (cc.pending.capacity() > 4096) std::string().swap(cc.pending);

@@ -34,6 +34,7 @@ struct ClientConn {
   // sent), for the latency histograms.
   std::string tenant;
   int status = 0;
+  int attempts = 0;  // upstreams tried for the current request
 };
 
 // Accepts connections on L.acceptor until it is closed; serves each on L.

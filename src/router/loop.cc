@@ -77,6 +77,9 @@ void JudgeProgress(Loop& L) {
     // may well pass) but makes no progress. Its waiting requests go to their
     // standbys now, it is ejected, and the controller hears of it.
     Inc(L.stats.stalls);
+    common::Duration oldest{};
+    for (const UpConn& c : up->waiting) oldest = std::max(oldest, now - c.waiting_since);
+    L.requests.Stall(oldest);
     spdlog::warn(
         "router: upstream {} ({}) is stalled: {} request(s) waiting, none answered for {} ms "
         "(its requests take up to {} ms); re-sending them to standbys",

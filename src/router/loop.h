@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "router/dns_cache.h"
 #include "router/latency_histograms.h"
 #include "router/progress.h"
@@ -197,6 +198,31 @@ struct Stats {
 
 inline void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
 
+// What failovers cost, per loop, merged at scrape: upstream attempts per
+// request (1: no failover), how long a request that needed more than one
+// upstream took in all, and how long the oldest waiting request had waited
+// when its upstream was judged stalled. The loop writes, a scrape reads:
+// each call takes the mutex, uncontended but while a scrape copies.
+struct RequestHistograms {
+  static std::vector<double> Attempts() { return {1, 2, 3, 4, 8}; }
+  static std::vector<double> Seconds() {
+    return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  }
+  void Request(int attempts, common::Duration took) {
+    std::lock_guard<std::mutex> lock(mu);
+    upstream_attempts.Observe(attempts);
+    if (attempts > 1) failover_seconds.Observe(std::chrono::duration<double>(took).count());
+  }
+  void Stall(common::Duration oldest_wait) {
+    std::lock_guard<std::mutex> lock(mu);
+    stall_detection_seconds.Observe(std::chrono::duration<double>(oldest_wait).count());
+  }
+  mutable std::mutex mu;
+  common::Histogram upstream_attempts{Attempts()};
+  common::Histogram failover_seconds{Seconds()};
+  common::Histogram stall_detection_seconds{Seconds()};
+};
+
 constexpr milliseconds kSweep{20};
 
 // What every loop and the router's control thread share.
@@ -269,6 +295,7 @@ struct Loop {
   bool accept_paused = false;  // out of descriptors: accepts wait kAcceptPause
   Stats stats;
   LatencyHistograms latency;
+  RequestHistograms requests;
 };
 
 inline Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) {

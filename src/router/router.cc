@@ -323,6 +323,25 @@ std::string Router::Impl::Metrics() const {
                 {{"tenant", key.first}, {"result", key.second}}, LatencyHistograms::kBounds.data(),
                 c.buckets.data(), LatencyHistograms::kBounds.size(), c.sum);
   }
+  common::Histogram attempts(RequestHistograms::Attempts());
+  common::Histogram failover(RequestHistograms::Seconds());
+  common::Histogram stall(RequestHistograms::Seconds());
+  for (const auto& L : loops) {
+    std::lock_guard<std::mutex> lock(L->requests.mu);
+    attempts.Merge(L->requests.upstream_attempts);
+    failover.Merge(L->requests.failover_seconds);
+    stall.Merge(L->requests.stall_detection_seconds);
+  }
+  p.Family("gpuha_router_upstream_attempts", "histogram",
+           "Upstreams tried per request that reached one (1: no failover).");
+  attempts.AppendTo(&p, "gpuha_router_upstream_attempts", {});
+  p.Family("gpuha_router_failover_duration_seconds", "histogram",
+           "Requests that needed more than one upstream: head read to answer written.");
+  failover.AppendTo(&p, "gpuha_router_failover_duration_seconds", {});
+  p.Family("gpuha_router_stall_detection_seconds", "histogram",
+           "How long the oldest waiting request had waited when its upstream was judged "
+           "stalled.");
+  stall.AppendTo(&p, "gpuha_router_stall_detection_seconds", {});
   common::AppendProcessFamilies("router", &p);
   return p.str();
 }

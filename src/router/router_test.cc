@@ -238,6 +238,17 @@ TEST_F(RouterTest, UpstreamThatAnswersItsProbeButNoRequestIsJudgedStalled) {
   std::string m = router_->MetricsText();
   EXPECT_GE(MetricValue(m, "gpuha_router_stalls_total"), 1) << m;
   EXPECT_GE(MetricValue(m, "gpuha_router_stall_resends_total"), 3);
+  // What the stall cost, as histograms: the verdict came after the oldest
+  // request had waited at least a moment and under the 5 s above; each
+  // re-sent request took two upstreams.
+  EXPECT_GE(MetricValue(m, "gpuha_router_stall_detection_seconds_count"), 1);
+  EXPECT_EQ(MetricValue(m, "gpuha_router_stall_detection_seconds_bucket{le=\"0.005\"}"), 0) << m;
+  EXPECT_EQ(MetricValue(m, "gpuha_router_stall_detection_seconds_bucket{le=\"5\"}"),
+            MetricValue(m, "gpuha_router_stall_detection_seconds_count"));
+  EXPECT_GE(MetricValue(m, "gpuha_router_failover_duration_seconds_count"), 3);
+  EXPECT_GE(MetricValue(m, "gpuha_router_upstream_attempts_bucket{le=\"2\"}") -
+                MetricValue(m, "gpuha_router_upstream_attempts_bucket{le=\"1\"}"),
+            3);
   // Ejected: the next request goes to the standby at once.
   EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
 }

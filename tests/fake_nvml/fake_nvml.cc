@@ -9,6 +9,8 @@
 //                           throttle ecc_corr ecc_unc pending name uuid
 //                           sm_clock mem_clock energy_mj pcie_replay enc_util
 //                           dec_util minor remap_corr remap_unc remap_failed
+//                           mem_temp pcie_tx_kbps pcie_rx_kbps nvlink_tx_kib
+//                           nvlink_rx_kib (no nvlink_* line: no NVLink)
 //   driver_version 550.54   nvmlSystemGetDriverVersion
 //   omit_optional 1         the optional entry points answer NOT_SUPPORTED
 //   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
@@ -268,6 +270,42 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRemappedRows(
   *unc = static_cast<unsigned int>(Num(kv, Key(d, "remap_unc"), 0));
   *pending = 0;
   *failed = static_cast<unsigned int>(Num(kv, Key(d, "remap_failed"), 0));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieThroughput(
+    nvmlDevice_t d, int counter, unsigned int* kbps) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *kbps = static_cast<unsigned int>(
+      Num(kv, Key(d, counter == NVML_PCIE_UTIL_TX_BYTES ? "pcie_tx_kbps" : "pcie_rx_kbps"), 1000));
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
+    nvmlDevice_t d, int count, nvmlFieldValue_t* values) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  for (int i = 0; i < count; ++i) {
+    nvmlFieldValue_t& f = values[i];
+    const char* key = f.fieldId == NVML_FI_DEV_MEMORY_TEMP                 ? "mem_temp"
+                      : f.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? "nvlink_tx_kib"
+                      : f.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX ? "nvlink_rx_kib"
+                                                                           : nullptr;
+    long v =
+        key == nullptr ? -1 : Num(kv, Key(d, key), f.fieldId == NVML_FI_DEV_MEMORY_TEMP ? 45 : -1);
+    if (v < 0) {
+      f.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+      continue;
+    }
+    f.nvmlReturn = NVML_SUCCESS;
+    // Temperatures come as unsigned int, throughput counters as unsigned long long.
+    if (f.fieldId == NVML_FI_DEV_MEMORY_TEMP) {
+      f.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+      f.value.uiVal = static_cast<unsigned int>(v);
+    } else {
+      f.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+      f.value.ullVal = static_cast<unsigned long long>(v);
+    }
+  }
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d,
