@@ -53,7 +53,7 @@ void Walk(const CLI::App& app, const std::string& path, std::vector<Command>* ou
     for (const std::string& l : o->get_lnames()) f.names.push_back("--" + l);
     for (const std::string& s : o->get_snames()) f.names.push_back("-" + s);
     f.help = o->get_description();
-    f.takes_value = o->get_type_size() != 0;
+    f.takes_value = !o->get_type_name().empty();  // flags have no type (CLI11 help shows none)
     f.choices = Choices(*o);
     c.flags.push_back(std::move(f));
   }
@@ -214,10 +214,12 @@ complete -c gpuha -f
   for (const Command& c : tree) {
     std::string here = absl::StrCat("test (__gpuha_path) = ", c.path);
     // A parent's flags apply to its subcommands too (CLI11 fallthrough).
-    std::string below =
-        c.path == "gpuha"
-            ? here
-            : absl::StrCat("string match -q -- ", FishQuote(c.path + "*"), " (__gpuha_path)");
+    // The command or one below it: `gpuha/ctl/fail` must not match
+    // `gpuha/ctl/failovers`.
+    std::string below = c.path == "gpuha"
+                            ? here
+                            : absl::StrCat("string match -q -r -- ",
+                                           FishQuote("^" + c.path + "(/|$)"), " (__gpuha_path)");
     for (const std::string& s : c.subs) {
       out += absl::StrCat("complete -c gpuha -n ", FishQuote(here), " -a ", s, " -d ",
                           FishQuote(help[c.path + "/" + s]), "\n");

@@ -100,6 +100,8 @@ TEST_F(CompletionTest, BashCompletesCommandsFlagsAndChoices) {
   EXPECT_THAT(Bash("gpuha ctl events --"), IsSupersetOf({"--since", "--watch", "--token"}));
   EXPECT_THAT(Bash("gpuha ctl set-role n1 "), IsSupersetOf({"active", "passive", "buffer"}));
   EXPECT_THAT(Bash("gpuha completion "), UnorderedElementsAre("bash", "zsh", "fish"));
+  // A flag without a value (--watch) is not followed by file names.
+  EXPECT_THAT(Bash("gpuha ctl events --watch "), ::testing::IsEmpty());
 }
 
 TEST_F(CompletionTest, ZshCompletesCommandsFlagsAndChoices) {
@@ -117,6 +119,12 @@ TEST_F(CompletionTest, FishCompletesCommandsFlagsAndChoices) {
   EXPECT_THAT(Fish("gpuha ctl nodes -o "), UnorderedElementsAre("table", "wide", "json", "yaml"));
   EXPECT_THAT(Fish("gpuha ctl events --"), IsSupersetOf({"--since", "--watch", "--controller"}));
   EXPECT_THAT(Fish("gpuha completion "), UnorderedElementsAre("bash", "zsh", "fish"));
+  EXPECT_THAT(Fish("gpuha ctl drain --"), ::testing::Contains("--force"));
+  // A verb's flags stay with it and its subcommands: `fail` is a prefix of
+  // `failovers`, not its parent.
+  EXPECT_THAT(
+      CompletionScript(root_, "fish"),
+      ::testing::HasSubstr("string match -q -r -- \\'^gpuha/ctl/fail(/|$)\\' (__gpuha_path)"));
 }
 
 }  // namespace

@@ -221,6 +221,18 @@ int CtlCommand::Print(const json& j, const std::function<void(const json&)>& tab
 }
 
 int CtlCommand::Run() {
+  // An answer of a shape this ctl does not read (another version's
+  // controller) is an error message, not an abort.
+  try {
+    return RunVerb();
+  } catch (const json::exception& e) {
+    std::cerr << "gpuha ctl: " << controller_ << " answered in a shape this ctl does not read ("
+              << e.what() << "); -o json prints it\n";
+    return kExitFailure;
+  }
+}
+
+int CtlCommand::RunVerb() {
   if (json_) output_ = "json";
   const CLI::App* verb = app_->get_subcommands().front();
   const std::string command = verb->get_name();

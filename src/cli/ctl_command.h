@@ -31,6 +31,7 @@ class CtlCommand {
               const std::string& body = "") const;
   // Prints `j` as -o asks, with `table` for the table and wide forms.
   int Print(const nlohmann::json& j, const std::function<void(const nlohmann::json&)>& table) const;
+  int RunVerb();
   int Status();
   int Events();
   int DescribeNode();

@@ -16,12 +16,17 @@ namespace gpuha::cli {
 
 using nlohmann::json;
 
+// Times past these are not times (a bad field): kept in int64_t's range.
+constexpr double kMaxMs = 1e17;
+
 std::string FormatTime(double unix_ms) {
+  if (!(std::fabs(unix_ms) < kMaxMs)) return "-";
   absl::Time t = absl::FromUnixMillis(static_cast<int64_t>(std::floor(unix_ms)));
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
 }
 
 std::string FormatAge(double unix_ms, double now_unix_ms) {
+  if (!(std::fabs(unix_ms) < kMaxMs)) return "-";
   double delta_s = (now_unix_ms - unix_ms) / 1000;
   bool future = delta_s < 0;
   auto s = static_cast<int64_t>(std::floor(std::fabs(delta_s)));
@@ -38,6 +43,7 @@ std::string FormatDurationMs(double ms) {
   if (ms < 10) return absl::StrFormat("%.1fms", ms);
   if (ms < 1000) return absl::StrFormat("%.0fms", ms);
   if (ms < 60000) return absl::StrFormat("%.1fs", ms / 1000);
+  if (!(ms < kMaxMs)) return "-";
   auto s = static_cast<int64_t>(std::llround(ms / 1000));
   if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);

@@ -33,6 +33,10 @@ TEST(CtlFormatTest, DurationsAreRoundedForPeople) {
   EXPECT_EQ(FormatDurationMs(185'000), "3m05s");
   EXPECT_EQ(FormatDurationMs(7'800'000), "2h10m");
   EXPECT_EQ(FormatDurationMs(-3), "-3.0ms");
+  // A field that is not a time or a duration prints as such, not as garbage.
+  EXPECT_EQ(FormatDurationMs(1e300), "-");
+  EXPECT_EQ(FormatTime(1e300), "-");
+  EXPECT_EQ(FormatAge(-1e300, kNow), "-");
 }
 
 TEST(CtlFormatTest, CellsShowBooleansNullsListsAndNoFloatNoise) {

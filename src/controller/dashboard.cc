@@ -103,7 +103,8 @@ const gib = b => (b / 1073741824).toFixed(1);
 function graph(id, points, field) {
   const fig = document.getElementById(id);
   const label = fig.querySelector("figcaption").textContent.split(":")[0];
-  const now = Date.now();
+  // The controller's clock, not the browser's: the newest point is "now".
+  const now = points.length ? points[points.length - 1].unix_ms : Date.now();
   const first = points.length ? points[0].unix_ms : now;
   const span = Math.min(5 * 60 * 1000, Math.max(60 * 1000, now - first));
   const pts = points.filter(p => p.unix_ms >= now - span && typeof p[field] === "number");

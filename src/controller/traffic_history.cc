@@ -16,8 +16,15 @@ uint64_t Grew(uint64_t before, uint64_t now) { return now >= before ? now - befo
 
 void TrafficHistory::Report(const std::string& router, const v1::RouterStats& s, double unix_ms) {
   auto it = routers_.find(router);
+  if (it == routers_.end()) {
+    // The first report of a router (new, reconnected, or after this
+    // controller restarted) is a baseline: what it served before is not
+    // traffic of this second.
+    routers_[router] = {s, unix_ms};
+    return;
+  }
   const v1::RouterStats empty;
-  const v1::RouterStats& before = it == routers_.end() ? empty : it->second.last;
+  const v1::RouterStats& before = it->second.last;
   // A restart shows as the answered count going down: every figure is new.
   const bool restarted = s.answered() < before.answered();
   const v1::RouterStats& base = restarted ? empty : before;

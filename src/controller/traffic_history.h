@@ -2,9 +2,9 @@
 // dashboard's graphs. Routers send their cumulative figures (RouterStats, on
 // their route acks) about once a second; each report adds what changed since
 // the router's previous one (a lower figure means the router restarted: all
-// of it is new). Once a second the sums become one point: requests, errors
-// and re-sends per second, p99 latency from the latency buckets, and the
-// controller's failovers per minute.
+// of it is new). A router's first report, after it connects, is a baseline. Once a second the sums
+// become one point: requests, errors and re-sends per second, p99 latency from the latency buckets,
+// and the controller's failovers per minute.
 //
 //   TrafficHistory h(600);                         // ten minutes of points
 //   h.Report("r1", ack.stats(), now_ms);           // each router ack with stats

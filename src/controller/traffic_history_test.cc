@@ -37,8 +37,9 @@ TEST(TrafficHistoryTest, PointsAreRatesOfWhatGrewSummedOverRouters) {
   EXPECT_TRUE(h.points().empty());
   h.Tick(1000, 0);
   ASSERT_EQ(h.points().size(), 1u);
-  // Everything before the first report of a router counts in its first interval.
-  EXPECT_DOUBLE_EQ(h.points()[0].requests_per_s, 150);
+  // A router's first report is a baseline: what it served before it
+  // connected (or before this controller started) is not this second's.
+  EXPECT_DOUBLE_EQ(h.points()[0].requests_per_s, 0);
   // r1 answers 200 more, 10 of them 5xx and slow, 4 re-sent; a failover happens.
   h.Report("r1", Stats(300, 10, 4, {290, 0, 0, 10, 0}), 1500);
   h.Tick(3000, 1);

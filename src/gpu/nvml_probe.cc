@@ -216,41 +216,52 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     }
   }
   // dcgm-exporter's other default readings, from entry points a driver may
-  // lack (a null pointer: the reading stays empty).
+  // lack (a null pointer: the reading stays empty). Any failure of theirs
+  // but a lost GPU only leaves that reading out: the required ones above
+  // still make the sample.
+  auto reading = [&](const char* what, nvmlReturn_t rc) {
+    if (rc == NVML_SUCCESS) return true;
+    if (rc == NVML_ERROR_GPU_IS_LOST) {
+      s.lost = true;
+    } else {
+      s.unsupported.push_back(what);
+    }
+    return false;
+  };
   unsigned int mhz = 0, count = 0, pct = 0, period_us = 0;
   unsigned long long mj = 0;
   if (api_.nvmlDeviceGetClockInfo != nullptr) {
-    if (check("nvmlDeviceGetClockInfo(SM)",
-              api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
+    if (reading("nvmlDeviceGetClockInfo(SM)",
+                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
       s.sm_clock_mhz = mhz;
     }
-    if (check("nvmlDeviceGetClockInfo(MEM)",
-              api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz))) {
+    if (reading("nvmlDeviceGetClockInfo(MEM)",
+                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz))) {
       s.memory_clock_mhz = mhz;
     }
   }
   if (api_.nvmlDeviceGetTotalEnergyConsumption != nullptr &&
-      check("nvmlDeviceGetTotalEnergyConsumption",
-            api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
+      reading("nvmlDeviceGetTotalEnergyConsumption",
+              api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
     s.energy_mj = mj;
   }
   if (api_.nvmlDeviceGetPcieReplayCounter != nullptr &&
-      check("nvmlDeviceGetPcieReplayCounter", api_.nvmlDeviceGetPcieReplayCounter(dev, &count))) {
+      reading("nvmlDeviceGetPcieReplayCounter", api_.nvmlDeviceGetPcieReplayCounter(dev, &count))) {
     s.pcie_replays = count;
   }
   if (api_.nvmlDeviceGetEncoderUtilization != nullptr &&
-      check("nvmlDeviceGetEncoderUtilization",
-            api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
+      reading("nvmlDeviceGetEncoderUtilization",
+              api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
     s.encoder_util_pct = pct;
   }
   if (api_.nvmlDeviceGetPcieThroughput != nullptr) {
     unsigned int kbps = 0;
-    if (check("nvmlDeviceGetPcieThroughput(TX)",
-              api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kbps))) {
+    if (reading("nvmlDeviceGetPcieThroughput(TX)",
+                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kbps))) {
       s.pcie_tx_bytes_per_s = kbps * 1024.0;
     }
-    if (check("nvmlDeviceGetPcieThroughput(RX)",
-              api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kbps))) {
+    if (reading("nvmlDeviceGetPcieThroughput(RX)",
+                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kbps))) {
       s.pcie_rx_bytes_per_s = kbps * 1024.0;
     }
   }
@@ -262,22 +273,25 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     f[1].scopeId = NVML_SCOPE_ALL_LINKS;
     f[2].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
     f[2].scopeId = NVML_SCOPE_ALL_LINKS;
-    if (check("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 3, f))) {
+    if (reading("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 3, f))) {
       if (f[0].nvmlReturn == NVML_SUCCESS) {
         s.memory_temperature_c = FieldValue(f[0]);
       } else {
         s.unsupported.push_back("NVML_FI_DEV_MEMORY_TEMP");
       }
-      if (f[1].nvmlReturn == NVML_SUCCESS && f[2].nvmlReturn == NVML_SUCCESS) {
-        s.nvlink_kib_total = static_cast<uint64_t>(FieldValue(f[1]) + FieldValue(f[2]));
+      const double kib = f[1].nvmlReturn == NVML_SUCCESS && f[2].nvmlReturn == NVML_SUCCESS
+                             ? FieldValue(f[1]) + FieldValue(f[2])
+                             : -1;
+      if (kib >= 0 && kib < 1.8e19) {  // in range of uint64_t, whatever types NVML gave
+        s.nvlink_kib_total = static_cast<uint64_t>(kib);
       } else {
         s.unsupported.push_back("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA");  // no NVLink (PCIe boards)
       }
     }
   }
   if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
-      check("nvmlDeviceGetDecoderUtilization",
-            api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
+      reading("nvmlDeviceGetDecoderUtilization",
+              api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
     s.decoder_util_pct = pct;
   }
   if (s.lost) return s;

@@ -89,7 +89,6 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
         if (s.empty() && !stats_due) continue;
         v1::RouteAck ack;
         ack.set_router(config_.router_id);
-        ack.set_version(router_->routes() ? router_->routes()->version() : 0);
         for (auto& n : s) ack.add_suspect_nodes(n);
         if (stats_due) {
           *ack.mutable_stats() = router_->TrafficStats();
@@ -98,7 +97,11 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
         lock.unlock();
         bool written;
         {
+          // The version is read here, under write_mu: read earlier, a
+          // snapshot applied and acked meanwhile would be followed by this
+          // older version, and the controller would take the router as behind.
           std::lock_guard<std::mutex> w(write_mu);
+          ack.set_version(router_->routes() ? router_->routes()->version() : 0);
           written = stream->Write(ack);
         }
         lock.lock();

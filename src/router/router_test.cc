@@ -238,6 +238,13 @@ TEST_F(RouterTest, UpstreamThatAnswersItsProbeButNoRequestIsJudgedStalled) {
   std::string m = router_->MetricsText();
   EXPECT_GE(MetricValue(m, "gpuha_router_stalls_total"), 1) << m;
   EXPECT_GE(MetricValue(m, "gpuha_router_stall_resends_total"), 3);
+  // A request's histograms are written once its answer is, which the client
+  // may see first.
+  for (int i = 0; i < 200 && MetricValue(m, "gpuha_router_failover_duration_seconds_count") < 3;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = router_->MetricsText();
+  }
   // What the stall cost, as histograms: the verdict came after the oldest
   // request had waited at least a moment and under the 5 s above; each
   // re-sent request took two upstreams.

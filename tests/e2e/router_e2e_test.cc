@@ -453,7 +453,8 @@ TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
     std::regex figure(std::string("id=\"") + id +
                       "\" data-points=\"([0-9]+)\" data-max=\"([-0-9.e+]+)\"");
     ASSERT_TRUE(std::regex_search(dom, m, figure)) << id << " did not draw:\n" << dom;
-    EXPECT_GE(std::stoi(m[1]), 2) << id;
+    // p99 has a point only where something was answered: the load may fit in one.
+    EXPECT_GE(std::stoi(m[1]), std::string(id) == "g-p99" ? 1 : 2) << id;
     EXPECT_GT(std::stod(m[2]), 0) << id;
   }
   EXPECT_TRUE(std::regex_search(dom, std::regex("<polyline points=\"[0-9.]+,[0-9.]+ [0-9.]+,")));
