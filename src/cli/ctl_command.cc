@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "cli/ctl_format.h"
 #include "cli/exit_codes.h"
+#include "common/clock.h"
 #include "common/http_server.h"
 #include "common/names.h"
 #include "controller/service.h"
@@ -24,7 +24,8 @@ using nlohmann::json;
 
 namespace {
 
-double NowUnixMs() { return absl::ToDoubleMilliseconds(absl::Now() - absl::UnixEpoch()); }
+// The wall clock the rest of gpuha reads (common::RealClock), in ms.
+double NowUnixMs() { return static_cast<double>(common::RealClock::Get()->UnixNanos()) / 1e6; }
 
 const std::vector<Column>& NodeColumns(bool wide) {
   static const std::vector<Column> kTable = {
