@@ -68,6 +68,9 @@ absl::Status Agent::Start() {
   if (kernel_log_) threads_.emplace_back([this] { KernelLogLoop(); });
   threads_.emplace_back([this] { ConnectionLoop(); });
   if (!config_.server.command.empty()) threads_.emplace_back([this] { SupervisorLoop(); });
+  if (std::string socket = PodResourcesSocket(config_); !socket.empty()) {
+    threads_.emplace_back([this, socket] { PodResourcesLoop(socket); });
+  }
   return absl::OkStatus();
 }
 
@@ -82,6 +85,27 @@ void Agent::Stop() {
   threads_.clear();
   supervisor_.Shutdown();
   if (http_) http_->Stop();
+}
+
+void Agent::PodResourcesLoop(const std::string& socket) {
+  spdlog::info("agent {}: reading pod labels from the kubelet at {}", config_.node, socket);
+  PodResourcesClient kubelet(socket);
+  bool failing = false;
+  while (!stopping_.load()) {
+    auto list = kubelet.List(std::chrono::seconds(2));
+    if (list.ok()) {
+      GpuOwners owners = GpuOwnersFromList(*list, devices_);
+      std::lock_guard<std::mutex> lock(mu_);
+      gpu_owners_ = std::move(owners);
+    } else {
+      // The last answer stays: pods keep their GPUs while the kubelet restarts.
+      counters_.pod_resources_errors++;
+      if (!failing) spdlog::warn("agent {}: {}", config_.node, list.status().message());
+    }
+    if (failing && list.ok()) spdlog::info("agent {}: the kubelet answers again", config_.node);
+    failing = !list.ok();
+    WaitFor(config_.pod_resources_interval);
+  }
 }
 
 void Agent::WaitFor(common::Duration d) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/pod_resources.h"
 #include "agent/process.h"
 #include "agent/supervisor.h"
 #include "common/clock.h"
@@ -47,18 +48,19 @@ namespace gpuha::agent {
 // The agent's counters, declared once: each is a field of AgentCounters and
 // the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
 // nothing is counted and never shown.
-#define GPUHA_AGENT_COUNTERS(X)                                         \
-  X(heartbeats_sent, "Heartbeats written to a controller.")             \
-  X(reconnects, "Controller streams that broke or never opened.")       \
-  X(samples, "Telemetry samples taken.")                                \
-  X(probe_errors, "GPU probe calls that failed.")                       \
-  X(xid_events, "XID events seen (NVML and kernel log, each once).")    \
-  X(kernel_log_xids, "XID lines read from the kernel log.")             \
-  X(xid_duplicates, "XIDs seen by both sources, reported once.")        \
-  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")      \
-  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")           \
-  X(pci_check_errors, "PCI presence checks that could not read sysfs.") \
-  X(fences, "Fence commands obeyed.")                                   \
+#define GPUHA_AGENT_COUNTERS(X)                                            \
+  X(heartbeats_sent, "Heartbeats written to a controller.")                \
+  X(reconnects, "Controller streams that broke or never opened.")          \
+  X(samples, "Telemetry samples taken.")                                   \
+  X(probe_errors, "GPU probe calls that failed.")                          \
+  X(xid_events, "XID events seen (NVML and kernel log, each once).")       \
+  X(kernel_log_xids, "XID lines read from the kernel log.")                \
+  X(xid_duplicates, "XIDs seen by both sources, reported once.")           \
+  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")         \
+  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")              \
+  X(pci_check_errors, "PCI presence checks that could not read sysfs.")    \
+  X(fences, "Fence commands obeyed.")                                      \
+  X(pod_resources_errors, "Kubelet pod-resources List calls that failed.") \
   X(stale_commands, "Commands ignored for carrying an old epoch.")
 
 struct AgentCounters {
@@ -90,6 +92,8 @@ class Agent {
   void EventLoop();
   void ConnectionLoop();
   void SupervisorLoop();
+  // Asks the kubelet which pods hold the GPUs, every pod_resources_interval.
+  void PodResourcesLoop(const std::string& socket);
   // Samples every GPU and NIC and updates the health state; `xids` are new
   // XID events. Wakes the heartbeat thread when the state changed.
   void Evaluate(std::vector<gpu::XidEvent> xids);
@@ -144,6 +148,7 @@ class Agent {
   int64_t health_changed_unix_nanos_ = 0;      // guarded by mu_
   std::vector<gpu::XidEvent> unsent_xids_;     // guarded by mu_
   std::map<uint32_t, uint32_t> last_xid_;      // guarded by mu_, per GPU index
+  GpuOwners gpu_owners_;                       // guarded by mu_; the kubelet's last answer
   std::string role_;                           // guarded by mu_
   grpc::ClientContext* stream_ctx_ = nullptr;  // guarded by mu_
   uint64_t heartbeat_seq_ = 0;                 // connection thread only

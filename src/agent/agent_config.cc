@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/pod_resources.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
@@ -105,7 +106,11 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     else
       c.listen = *hp;
   }
-  if (auto v = root.Map("metrics").Bool("dcgm_names")) c.dcgm_names = *v;
+  common::YamlMap metrics = root.Map("metrics");
+  if (auto v = metrics.Bool("dcgm_names")) c.dcgm_names = *v;
+  if (auto v = metrics.String("pod_resources")) c.pod_resources = *v;  // auto | off | a path
+  common::ReadMillis(metrics, "pod_resources_interval_ms", &c.pod_resources_interval,
+                     {.min = 100, .max = 600000});
   common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"));
   c.tls_ca = tls.ca;
   c.tls_cert = tls.cert;
@@ -216,6 +221,13 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string PodResourcesSocket(const AgentConfig& c) {
+  if (c.pod_resources == "off") return "";
+  if (c.pod_resources != "auto") return c.pod_resources;
+  std::error_code ec;
+  return std::filesystem::exists(kKubeletPodResourcesSocket, ec) ? kKubeletPodResourcesSocket : "";
 }
 
 std::string KernelLogPath(const AgentConfig& c) {

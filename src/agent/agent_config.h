@@ -59,6 +59,11 @@ struct AgentConfig {
   // Off where dcgm-exporter already runs on the node, so that no series
   // arrives from two jobs; gpuha's own series stay.
   bool dcgm_names = true;
+  // The kubelet's pod-resources socket, for the pod, namespace and container
+  // labels on the GPU series: "auto" reads the kubelet's own socket where it
+  // exists (a Kubernetes node), "off" never, a path that socket.
+  std::string pod_resources = "auto";
+  common::Duration pod_resources_interval = std::chrono::seconds(10);
   std::string tls_ca, tls_cert, tls_key;
   // What the hello says about this node, for a controller that registers
   // nodes instead of listing them. No address: not registering.
@@ -87,6 +92,10 @@ struct AgentConfig {
 // Checks what flags and file together must give: a node name, at least one
 // controller, a backend.
 [[nodiscard]] absl::Status ValidateAgentConfig(const AgentConfig& c);
+
+// The pod-resources socket in force for `c` ("" when off or, for "auto", when
+// this is not a Kubernetes node).
+std::string PodResourcesSocket(const AgentConfig& c);
 
 // The kernel log and PCI tree in force for `c` ("" when off).
 std::string KernelLogPath(const AgentConfig& c);

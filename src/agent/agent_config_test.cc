@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/pod_resources.h"
 #include "common/testing/temp_dir.h"
 
 namespace gpuha::agent {
@@ -58,6 +59,24 @@ TEST(AgentConfigTest, DcgmNamesSwitch) {
               HasSubstr("metrics.dcgm_names"));
   EXPECT_THAT(Err(ParseAgentConfig("metrics: { dcgm: false }\n", "a.yaml")),
               HasSubstr("metrics.dcgm"));
+}
+
+TEST(AgentConfigTest, PodResourcesSocketAutoOffOrAPath) {
+  auto c = ParseAgentConfig("node: a\n", "a.yaml");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->pod_resources, "auto");
+  // "auto" reads the kubelet's socket only where there is one.
+  EXPECT_EQ(PodResourcesSocket(*c),
+            std::filesystem::exists(kKubeletPodResourcesSocket) ? kKubeletPodResourcesSocket : "");
+  c = ParseAgentConfig("metrics: { pod_resources: /run/k.sock, pod_resources_interval_ms: 5000 }\n",
+                       "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(PodResourcesSocket(*c), "/run/k.sock");
+  EXPECT_EQ(c->pod_resources_interval, std::chrono::seconds(5));
+  c->pod_resources = "off";
+  EXPECT_EQ(PodResourcesSocket(*c), "");
+  EXPECT_THAT(Err(ParseAgentConfig("metrics: { pod_resources_interval_ms: 5 }\n", "a.yaml")),
+              HasSubstr("metrics.pod_resources_interval_ms: must be between 100 and 600000 ms"));
 }
 
 // The example the package installs and the README points at loads as is.

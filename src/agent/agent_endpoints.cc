@@ -84,6 +84,10 @@ const DcgmFamily kDcgmFamilies[] = {
      [](const gpu::GpuSample& s) { return Opt(s.remapped_rows_uncorrectable); }},
     {"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.",
      [](const gpu::GpuSample& s) { return Opt(s.row_remap_failed); }},
+    // A guest's own vGPU (NVML's licensable features); DCGM reads it per vGPU
+    // instance on the hypervisor. Absent on bare metal.
+    {"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status (1: licensed).",
+     [](const gpu::GpuSample& s) { return Opt(s.vgpu_licensed); }},
 };
 
 std::string OsHostname() {
@@ -108,17 +112,33 @@ void Agent::AppendDcgmFamilies(common::PromText* p) const {
         {"Hostname", hostname},
         {"DCGM_FI_DRIVER_VERSION", d ? d->driver_version : ""}};
   };
+  // Under Kubernetes, a GPU's series carries the pod, namespace and container
+  // holding it, once per holder where time-slicing shares the GPU, as
+  // dcgm-exporter writes them; a GPU no pod holds has none.
+  auto sample = [&](const char* name, uint32_t index, double v) {
+    auto it = gpu_owners_.find(index);
+    if (it == gpu_owners_.end() || it->second.empty()) {
+      p->Sample(name, labels(index), v);
+      return;
+    }
+    for (const PodRef& owner : it->second) {
+      common::PromLabels l = labels(index);
+      l.insert(l.end(),
+               {{"pod", owner.pod}, {"namespace", owner.ns}, {"container", owner.container}});
+      p->Sample(name, l, v);
+    }
+  };
   for (const DcgmFamily& f : kDcgmFamilies) {
     p->Family(f.name, f.type, f.help);
     for (const gpu::GpuSample& s : samples_) {
       if (s.lost) continue;
-      if (std::optional<double> v = f.value(s)) p->Sample(f.name, labels(s.index), *v);
+      if (std::optional<double> v = f.value(s)) sample(f.name, s.index, *v);
     }
   }
   p->Family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.");
   for (const gpu::DeviceInfo& d : devices_) {
     auto it = last_xid_.find(d.index);
-    p->Sample("DCGM_FI_DEV_XID_ERRORS", labels(d.index), it == last_xid_.end() ? 0 : it->second);
+    sample("DCGM_FI_DEV_XID_ERRORS", d.index, it == last_xid_.end() ? 0 : it->second);
   }
 }
 

@@ -4,6 +4,8 @@
 #include "agent/agent.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "agent/pod_resources.h"
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
 #include "common/testing/eventually.h"
@@ -340,6 +343,116 @@ TEST_F(AgentTest, DcgmNamesCanBeTurnedOffWhereDcgmExporterRuns) {
   EXPECT_THAT(m->body, HasSubstr("gpuha_agent_gpu_lost{node=\"gpu-1\",gpu=\"0\""));
 }
 
+// The kubelet's pod-resources service on a unix socket: real gRPC, a set answer.
+class FakeKubelet final : public ::v1::PodResourcesLister::Service {
+ public:
+  explicit FakeKubelet(const std::string& socket) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakeKubelet() override { server_->Shutdown(); }
+  bool running() const { return server_ != nullptr; }
+  // pod/namespace/container holds `ids` of `resource`.
+  void Hold(const std::string& pod, const std::string& ns, const std::string& container,
+            const std::string& resource, std::vector<std::string> ids) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ::v1::PodResources* p = answer_.add_pod_resources();
+    p->set_name(pod);
+    p->set_namespace_(ns);
+    ::v1::ContainerResources* c = p->add_containers();
+    c->set_name(container);
+    ::v1::ContainerDevices* d = c->add_devices();
+    d->set_resource_name(resource);
+    for (const std::string& id : ids) d->add_device_ids(id);
+  }
+  grpc::Status List(grpc::ServerContext*, const ::v1::ListPodResourcesRequest*,
+                    ::v1::ListPodResourcesResponse* r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *r = answer_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mu_;
+  ::v1::ListPodResourcesResponse answer_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(GpuOwnersTest, NvidiaDevicesByUuidReplicaOrIndex) {
+  std::vector<gpu::DeviceInfo> devices(3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    devices[i].index = i;
+    devices[i].uuid = absl::StrCat("GPU-", i);
+  }
+  ::v1::ListPodResourcesResponse list;
+  auto hold = [&](const char* pod, const char* resource, std::vector<std::string> ids) {
+    ::v1::PodResources* p = list.add_pod_resources();
+    p->set_name(pod);
+    p->set_namespace_("ns");
+    ::v1::ContainerResources* c = p->add_containers();
+    c->set_name("main");
+    ::v1::ContainerDevices* d = c->add_devices();
+    d->set_resource_name(resource);
+    for (const std::string& id : ids) d->add_device_ids(id);
+  };
+  hold("a", "nvidia.com/gpu", {"GPU-0"});
+  hold("b", "nvidia.com/gpu", {"GPU-1::0", "GPU-1::1"});  // two replicas: one holder
+  hold("c", "nvidia.com/gpu", {"GPU-1::2"});
+  hold("d", "nvidia.com/gpu", {"2"});                 // DEVICE_ID_STRATEGY=index
+  hold("e", "example.com/fpga", {"GPU-0"});           // not NVIDIA's
+  hold("f", "nvidia.com/mig-1g.10gb", {"MIG-7a2c"});  // no such GPU listed
+  hold("g", "nvidia.com/gpu", {"7"});                 // no GPU 7 here
+  GpuOwners owners = GpuOwnersFromList(list, devices);
+  ASSERT_EQ(owners.size(), 3u);
+  EXPECT_EQ(owners[0], (std::vector<PodRef>{{"a", "ns", "main"}}));
+  EXPECT_EQ(owners[1], (std::vector<PodRef>{{"b", "ns", "main"}, {"c", "ns", "main"}}));
+  EXPECT_EQ(owners[2], (std::vector<PodRef>{{"d", "ns", "main"}}));
+}
+
+// Under Kubernetes, the DCGM series carry dcgm-exporter's pod labels, read
+// from the kubelet; a kubelet that stops answering leaves the last answer.
+TEST_F(AgentTest, GpuSeriesCarryThePodThatHoldsTheGpu) {
+  FakeController controller;
+  AgentConfig config = Config({controller.port()});
+  std::string socket = (gpuha::testing::TestTempDir() / "kubelet.sock").string();
+  auto kubelet = std::make_unique<FakeKubelet>(socket);
+  ASSERT_TRUE(kubelet->running());
+  auto sim = gpu::SimProbe::Create(config.sim, common::RealClock::Get());
+  ASSERT_TRUE(sim.ok());
+  std::vector<gpu::DeviceInfo> devices = *(*sim)->Devices();
+  kubelet->Hold("llama-0", "serving", "triton", "nvidia.com/gpu", {devices[0].uuid});
+  kubelet->Hold("cv-a", "vision", "worker", "nvidia.com/gpu", {devices[1].uuid + "::0"});
+  kubelet->Hold("cv-b", "vision", "worker", "nvidia.com/gpu", {devices[1].uuid + "::1"});
+  config.pod_resources = socket;
+  config.pod_resources_interval = milliseconds(100);
+  auto agent = Start(config);
+  auto metrics = [&] {
+    auto m = common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "",
+                              milliseconds(2000));
+    return m.ok() ? m->body : "";
+  };
+  const std::string llama = "pod=\"llama-0\",namespace=\"serving\",container=\"triton\"} ";
+  ASSERT_TRUE(WaitUntil([&] { return metrics().find(llama) != std::string::npos; })) << metrics();
+  std::string body = metrics();
+  EXPECT_THAT(body,
+              ::testing::ContainsRegex("\nDCGM_FI_DEV_GPU_TEMP\\{gpu=\"0\",[^}]*,pod=\"llama-0\""));
+  // A time-sliced GPU: one series per pod holding it.
+  for (const char* pod : {"cv-a", "cv-b"}) {
+    EXPECT_THAT(body, ::testing::ContainsRegex(
+                          absl::StrCat("\nDCGM_FI_DEV_GPU_TEMP\\{gpu=\"1\",[^}]*,pod=\"", pod,
+                                       "\",namespace=\"vision\",container=\"worker\"\\} ")));
+  }
+  EXPECT_THAT(body, HasSubstr("gpuha_agent_pod_resources_errors_total{node=\"gpu-1\"} 0"));
+  kubelet.reset();  // the kubelet restarts
+  ASSERT_TRUE(WaitUntil([&] {
+    return metrics().find("gpuha_agent_pod_resources_errors_total{node=\"gpu-1\"} 0") ==
+           std::string::npos;
+  }));
+  EXPECT_THAT(metrics(), HasSubstr(llama));
+}
+
 TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
   FakeController controller;
   auto agent = Start(Config({controller.port()}));
@@ -366,11 +479,14 @@ TEST_F(AgentTest, MetricsUseDcgmNamesAndBadFaultsAreRefused) {
         "# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter",
         "# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge", "# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge",
         "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge", "# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge",
-        "# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter"}) {
+        "# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter",
+        "# TYPE DCGM_FI_DEV_VGPU_LICENSE_STATUS gauge"}) {
     EXPECT_THAT(m->body, HasSubstr(family));
   }
-  // The sim's boards have no NVLink: the family is declared, no GPU has a value.
+  // The sim's boards are bare metal without NVLink: those families are
+  // declared, no GPU has a value.
   EXPECT_THAT(m->body, Not(HasSubstr("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{")));
+  EXPECT_THAT(m->body, Not(HasSubstr("DCGM_FI_DEV_VGPU_LICENSE_STATUS{")));
   EXPECT_THAT(m->body,
               ::testing::ContainsRegex("\nDCGM_FI_DEV_SM_CLOCK\\{gpu=\"0\",[^}]*\\} [1-9]"));
   EXPECT_THAT(m->body, HasSubstr("gpuha_agent_health_state{node=\"gpu-1\",state=\"healthy\"} 1"));

@@ -73,6 +73,9 @@ struct GpuSample {
   std::optional<double> memory_temperature_c;
   std::optional<double> pcie_tx_bytes_per_s, pcie_rx_bytes_per_s;
   std::optional<uint64_t> nvlink_kib_total;  // sent and received over all links
+  // A vGPU seen from its guest: whether its software license is held (an
+  // unlicensed vGPU runs degraded). Empty on bare metal and passthrough.
+  std::optional<bool> vgpu_licensed;
   // A field the device did not support this time (e.g. ECC on a consumer GPU).
   std::vector<std::string> unsupported;
 };

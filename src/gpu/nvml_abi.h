@@ -99,6 +99,32 @@ typedef struct {
   nvmlValue_t value;
 } nvmlFieldValue_t;
 
+// vGPU software licensing, as a guest VM sees its vGPU
+// (nvmlDeviceGetGridLicensableFeatures_v4; NVML_GRID_LICENSE_BUFFER_SIZE 128,
+// NVML_GRID_LICENSE_FEATURE_MAX_COUNT 3). Bare metal: isGridLicenseSupported 0.
+constexpr unsigned int NVML_GRID_LICENSE_BUFFER_SIZE = 128;
+constexpr unsigned int NVML_GRID_LICENSE_FEATURE_MAX_COUNT = 3;
+typedef struct {
+  unsigned int year;
+  unsigned short month, day, hour, min, sec;
+  unsigned char status;
+} nvmlGridLicenseExpiry_t;
+typedef struct {
+  int featureCode;            // nvmlGridLicenseFeatureCode_t: 1 vGPU, 2 RTX vWS, 4 compute
+  unsigned int featureState;  // non-zero: licensed
+  char licenseInfo[NVML_GRID_LICENSE_BUFFER_SIZE];
+  char productName[NVML_GRID_LICENSE_BUFFER_SIZE];
+  unsigned int featureEnabled;  // non-zero: the feature this vGPU uses
+  nvmlGridLicenseExpiry_t licenseExpiry;
+} nvmlGridLicensableFeature_t;
+typedef struct {
+  int isGridLicenseSupported;
+  unsigned int licensableFeaturesCount;
+  nvmlGridLicensableFeature_t gridLicensableFeatures[NVML_GRID_LICENSE_FEATURE_MAX_COUNT];
+} nvmlGridLicensableFeatures_t;
+static_assert(sizeof(nvmlGridLicensableFeature_t) == 284, "NVML's layout");
+static_assert(sizeof(nvmlGridLicensableFeatures_t) == 860, "NVML's layout");
+
 typedef struct {
   nvmlDevice_t device;
   unsigned long long eventType;
@@ -150,4 +176,6 @@ typedef struct {
   X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minor))                    \
   X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                        \
   X(nvmlDeviceGetPcieThroughput, (nvmlDevice_t device, int counter, unsigned int* kb_per_s)) \
-  X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int count, nvmlFieldValue_t* values))
+  X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int count, nvmlFieldValue_t* values))    \
+  X(nvmlDeviceGetGridLicensableFeatures_v4,                                                  \
+    (nvmlDevice_t device, nvmlGridLicensableFeatures_t * features))

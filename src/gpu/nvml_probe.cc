@@ -29,6 +29,20 @@ double FieldValue(const nvmlFieldValue_t& f) {
   }
 }
 
+// Licensed when the feature the vGPU uses (the enabled one; any, if the
+// driver marks none) holds its license, as the guest's nvidia-smi -q shows it.
+bool VgpuLicensed(const nvmlGridLicensableFeatures_t& lic) {
+  const unsigned int n = std::min(lic.licensableFeaturesCount, NVML_GRID_LICENSE_FEATURE_MAX_COUNT);
+  bool any_enabled = false;
+  for (unsigned int i = 0; i < n; ++i)
+    any_enabled |= lic.gridLicensableFeatures[i].featureEnabled != 0;
+  for (unsigned int i = 0; i < n; ++i) {
+    const nvmlGridLicensableFeature_t& f = lic.gridLicensableFeatures[i];
+    if ((f.featureEnabled != 0 || !any_enabled) && f.featureState != 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& lib_path) {
@@ -287,6 +301,14 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
       } else {
         s.unsupported.push_back("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA");  // no NVLink (PCIe boards)
       }
+    }
+  }
+  if (api_.nvmlDeviceGetGridLicensableFeatures_v4 != nullptr) {
+    nvmlGridLicensableFeatures_t lic = {};
+    if (reading("nvmlDeviceGetGridLicensableFeatures_v4",
+                api_.nvmlDeviceGetGridLicensableFeatures_v4(dev, &lic)) &&
+        lic.isGridLicenseSupported != 0) {
+      s.vgpu_licensed = VgpuLicensed(lic);
     }
   }
   if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&

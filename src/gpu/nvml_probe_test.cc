@@ -86,6 +86,24 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
   EXPECT_EQ(pcie->memory_temperature_c, 45);
   EXPECT_FALSE(pcie->nvlink_kib_total.has_value());
   EXPECT_THAT(pcie->unsupported, ::testing::Contains("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA"));
+  EXPECT_FALSE(pcie->vgpu_licensed.has_value());  // bare metal: no vGPU licensing
+}
+
+// A vGPU guest: the feature its profile enables holds the license or not.
+TEST_F(NvmlProbeTest, AVgpuGuestReportsWhetherItsLicenseIsHeld) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  Write("count 2\ngpu0.pending 0\ngpu0.vgpu_license 1\ngpu1.pending 0\ngpu1.vgpu_license 0\n");
+  auto held = (*probe)->Sample(0);
+  auto lapsed = (*probe)->Sample(1);
+  ASSERT_TRUE(held.ok() && lapsed.ok());
+  EXPECT_EQ(held->vgpu_licensed, true);
+  EXPECT_EQ(lapsed->vgpu_licensed, false);
+  Write("count 1\nomit_optional 1\ngpu0.pending 0\n");  // a driver without the entry point
+  auto old = (*probe)->Sample(0);
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE(old->vgpu_licensed.has_value());
+  EXPECT_THAT(old->unsupported, ::testing::Contains("nvmlDeviceGetGridLicensableFeatures_v4"));
 }
 
 TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {

@@ -11,6 +11,8 @@
 //                           dec_util minor remap_corr remap_unc remap_failed
 //                           mem_temp pcie_tx_kbps pcie_rx_kbps nvlink_tx_kib
 //                           nvlink_rx_kib (no nvlink_* line: no NVLink)
+//                           vgpu_license (0 or 1: a vGPU guest whose compute
+//                           license is not or is held; no line: bare metal)
 //   driver_version 550.54   nvmlSystemGetDriverVersion
 //   omit_optional 1         the optional entry points answer NOT_SUPPORTED
 //   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
@@ -306,6 +308,25 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
       f.value.ullVal = static_cast<unsigned long long>(v);
     }
   }
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(
+    nvmlDevice_t d, nvmlGridLicensableFeatures_t* lic) {
+  auto kv = State();
+  FAKE_OPTIONAL_CHECK(kv, d);
+  *lic = {};
+  const long state = Num(kv, Key(d, "vgpu_license"), -1);
+  if (state < 0) return NVML_SUCCESS;  // licensing not supported: bare metal
+  lic->isGridLicenseSupported = 1;
+  // A guest lists every licensable feature and enables the one its profile
+  // uses: here vWS (not used, not licensed) and compute (a C-series profile).
+  lic->licensableFeaturesCount = 2;
+  lic->gridLicensableFeatures[0].featureCode = 2;
+  lic->gridLicensableFeatures[1].featureCode = 4;
+  lic->gridLicensableFeatures[1].featureEnabled = 1;
+  lic->gridLicensableFeatures[1].featureState = state != 0 ? 1 : 0;
+  std::strncpy(lic->gridLicensableFeatures[1].productName, "NVIDIA Virtual Compute Server",
+               NVML_GRID_LICENSE_BUFFER_SIZE - 1);
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d,

@@ -1,5 +1,8 @@
 // TestTempDir: a fresh directory for the running test, unique across the
-// parallel processes ctest starts, so tests never share files.
+// parallel processes ctest starts, so tests never share files. The first call
+// in a test empties it: a process id is reused, across runs on one machine
+// and in containers whose pids start low, and a file left by an earlier run
+// (a log opened for append) must not reach this one.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,6 +21,11 @@ inline std::filesystem::path TestTempDir() {
     if (c == '/') c = '_';
   }
   std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  static const ::testing::TestInfo* emptied_for = nullptr;
+  if (emptied_for != info) {
+    std::filesystem::remove_all(dir);
+    emptied_for = info;
+  }
   std::filesystem::create_directories(dir);
   return dir;
 }
