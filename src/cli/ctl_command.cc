@@ -445,6 +445,7 @@ int CtlCommand::Status() {
         "Control plane: %s; epoch %s, route version %s, %s router(s) following\n",
         s.value("store", "") == "sqlite"   ? "one controller on SQLite (no quorum to lose)"
         : s.value("store", "") == "memory" ? "one controller, state in memory only"
+        : s.value("store", "") == "etcd"   ? "the leading controller on etcd (standbys wait)"
                                            : "one controller",
         FormatCell(s.value("epoch", json()), CellKind::kText, now),
         FormatCell(s.value("route_version", json()), CellKind::kText, now),
@@ -455,11 +456,11 @@ int CtlCommand::Status() {
     }
     std::map<std::string, std::vector<std::string>> by_state;
     for (const json& n : j["nodes"]) {
-      std::string who = n.value("name", "?");
+      std::string who = Printable(n.value("name", "?"));
       if (n.contains("reasons") && n["reasons"].is_array() && !n["reasons"].empty()) {
         who += " (" + FormatCell(n["reasons"], CellKind::kList, now) + ")";
       }
-      by_state[n.value("state", "?")].push_back(who);
+      by_state[Printable(n.value("state", "?"))].push_back(who);
     }
     std::cout << absl::StrFormat("Nodes: %d\n", j["nodes"].size());
     for (const auto& [state, names] : by_state) {
@@ -479,9 +480,10 @@ int CtlCommand::Status() {
           "  %s (%s)  %s  epoch %s  detected to acked %s  %s\n",
           FormatCell(f.value("detected_unix_ms", json()), CellKind::kTime, now),
           FormatCell(f.value("detected_unix_ms", json()), CellKind::kAge, now),
-          f.value("node", "?"), FormatCell(f.value("epoch", json()), CellKind::kText, now),
+          Printable(f.value("node", "?")),
+          FormatCell(f.value("epoch", json()), CellKind::kText, now),
           FormatCell(f.value("detected_to_routers_acked_ms", json()), CellKind::kDuration, now),
-          f.value("reason", ""));
+          Printable(f.value("reason", "")));
     }
   });
 }

@@ -49,6 +49,19 @@ std::string FormatDurationMs(double ms) {
   return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
 }
 
+std::string Printable(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
 std::string FormatCell(const json& v, CellKind kind, double now_unix_ms) {
   if (v.is_null()) return "-";
   switch (kind) {
@@ -76,7 +89,7 @@ std::string FormatCell(const json& v, CellKind kind, double now_unix_ms) {
     case CellKind::kText:
       break;
   }
-  if (v.is_string()) return v.get<std::string>();
+  if (v.is_string()) return Printable(v.get<std::string>());
   if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
   if (v.is_number_float()) {
     // Raw floats (12.300000001) are noise in a table.

@@ -29,6 +29,9 @@ struct Column {
   CellKind kind = CellKind::kText;
 };
 
+// `s` with its control characters (C0, DEL) as \xNN: text from the API (an
+// event's detail, a reason) cannot move the cursor or recolour the terminal.
+std::string Printable(const std::string& s);
 // "2026-12-02T15:39:18.123Z".
 std::string FormatTime(double unix_ms);
 // "now", "12s ago", "3m ago", "2h ago", "4d ago" (floored; future times say "in 5s").

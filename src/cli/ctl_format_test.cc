@@ -52,6 +52,21 @@ TEST(CtlFormatTest, CellsShowBooleansNullsListsAndNoFloatNoise) {
   EXPECT_EQ(FormatCell("soon", CellKind::kDuration, kNow), "soon");
 }
 
+// Text from the API is shown, not obeyed: an escape sequence in an event's
+// detail cannot recolour or clear the operator's terminal.
+TEST(CtlFormatTest, ControlCharactersAreShownEscaped) {
+  const std::string hostile = "xid \x1b[2J\x1b[31mgone\r\n\x7f";
+  EXPECT_EQ(Printable(hostile), "xid \\x1b[2J\\x1b[31mgone\\x0d\\x0a\\x7f");
+  EXPECT_EQ(FormatCell(hostile, CellKind::kText, kNow), Printable(hostile));
+  EXPECT_EQ(FormatCell(json::array({hostile}), CellKind::kList, kNow), Printable(hostile));
+  std::string table =
+      RenderTable(json::array({{{"detail", hostile}}}), {{"detail", "detail"}}, kNow);
+  EXPECT_EQ(table.find('\x1b'), std::string::npos) << table;
+  std::string yaml = RenderYaml({{"detail", hostile}});
+  EXPECT_EQ(yaml.find('\x1b'), std::string::npos) << yaml;
+  EXPECT_EQ(Printable("plain text, ünïcode"), "plain text, ünïcode");
+}
+
 TEST(CtlFormatTest, TableColumnsAreAsWideAsTheirWidestCell) {
   json rows = json::array({{{"name", "n1"}, {"at", kNow - 61'000}, {"took", 85}},
                            {{"name", "gpu-long-name"}, {"took", 1500}}});
