@@ -36,6 +36,7 @@ TEST_PACKAGES=(
   python3 python3-yaml       # the package test and the Kubernetes manifest test
   prometheus                 # promtool: the alert rules' tests, every /metrics page checked
   zsh fish                   # `gpuha completion` scripts run in the shells they are for
+  etcd-server                # the controller's etcd store and leadership, tested on a real etcd
 )
 
 case "${1:-}" in

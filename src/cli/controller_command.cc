@@ -1,9 +1,15 @@
 #include "cli/controller_command.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
+#include <future>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
 #include "common/http_server.h"
@@ -11,6 +17,7 @@
 #include "common/net_util.h"
 #include "common/sd_notify.h"
 #include "controller/controller.h"
+#include "controller/etcd.h"
 #include "controller/service.h"
 
 namespace gpuha::cli {
@@ -60,7 +67,16 @@ int ControllerCommand::Run() {
     return kExitOk;
   }
   std::unique_ptr<controller::Store> store;
-  if (config->store_path.empty()) {
+  std::unique_ptr<controller::EtcdLeader> leader;
+  if (!config->etcd.endpoints.empty()) {
+    auto etcd = LeadOnEtcd(*config, stop_signals, &leader);
+    if (!etcd.ok()) {
+      if (absl::IsCancelled(etcd.status())) return kExitOk;  // stopped while standing by
+      spdlog::error("controller: {}", etcd.status().message());
+      return kExitFailure;
+    }
+    store = std::move(*etcd);
+  } else if (config->store_path.empty()) {
     spdlog::warn("controller: no store.path: state lives in memory and dies with the process");
     store = std::make_unique<controller::MemoryStore>();
   } else {
@@ -89,11 +105,57 @@ int ControllerCommand::Run() {
   std::fflush(stdout);
   common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=controller grpc ", host, ":",
                                      server.grpc_port(), " http ", host, ":", server.http_port()));
+  std::atomic<bool> leadership_lost{false};
+  if (leader) {
+    // Losing the lease (etcd without quorum, or this process paused past the
+    // TTL) ends this process, as kube-controller-manager does: another
+    // controller may lead already, and the store refuses this one's writes.
+    leader->KeepAlive([&leadership_lost](const std::string& why) {
+      spdlog::error("controller: leadership lost: {}; stopping so that only the leader acts", why);
+      leadership_lost = true;
+      ::kill(::getpid(), SIGTERM);
+    });
+  }
   int signo = stop_signals.Wait();
   spdlog::info("controller: signal {}, stopping", signo);
   common::SdNotifyOrLog("STOPPING=1");
   server.Stop();
+  if (leadership_lost) return kExitFailure;
+  // A planned stop hands over at once: the lease goes, a standby leads.
+  if (leader) leader->Resign();
   return kExitOk;
+}
+
+absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd(
+    const controller::ControllerConfig& config, StopSignals& stop_signals,
+    std::unique_ptr<controller::EtcdLeader>* leader) {
+  const auto& etcd = config.etcd;
+  auto client = controller::EtcdClient::Connect({.endpoints = etcd.endpoints,
+                                                 .tls_ca = etcd.tls_ca,
+                                                 .tls_cert = etcd.tls_cert,
+                                                 .tls_key = etcd.tls_key});
+  if (!client.ok()) return client.status();
+  const std::string identity = etcd.advertise.empty() ? config.http_listen : etcd.advertise;
+  *leader = std::make_unique<controller::EtcdLeader>(*client, etcd.prefix + "leader", identity,
+                                                     etcd.lease_ttl);
+  spdlog::info("controller: on etcd {} as {}; campaigning to lead",
+               absl::StrJoin(etcd.endpoints, ","), identity);
+  common::SdNotifyOrLog("STATUS=standing by: campaigning to lead on etcd");
+  // Campaign on a thread; this one still answers a stop signal.
+  std::atomic<bool> stopping{false};
+  auto campaign = std::async(std::launch::async, [&] { return (*leader)->Campaign(&stopping); });
+  while (campaign.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    if (int signo = stop_signals.WaitFor(100); signo != 0) {
+      spdlog::info("controller: signal {} while standing by, stopping", signo);
+      stopping = true;
+    }
+  }
+  absl::StatusOr<int64_t> token = campaign.get();
+  if (!token.ok()) return token.status();
+  spdlog::info("controller: leading (fencing token {})", *token);
+  auto store = std::make_unique<controller::EtcdStore>(*client, etcd.prefix);
+  store->SetFence((*leader)->key(), *token);
+  return store;
 }
 
 }  // namespace gpuha::cli

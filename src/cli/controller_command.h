@@ -3,8 +3,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "absl/status/statusor.h"
+#include "cli/signals.h"
+#include "controller/controller_config.h"
+#include "controller/etcd.h"
 
 namespace gpuha::cli {
 
@@ -15,6 +21,13 @@ class ControllerCommand {
   CLI::App* app() const { return app_; }
 
  private:
+  // On an etcd store: campaigns (standing by while another leads) and, once
+  // leading, returns the store fenced by this leadership. Cancelled when a
+  // stop signal came first.
+  absl::StatusOr<std::unique_ptr<controller::Store>> LeadOnEtcd(
+      const controller::ControllerConfig& config, StopSignals& stop_signals,
+      std::unique_ptr<controller::EtcdLeader>* leader);
+
   CLI::App* app_;
   std::string config_path_;
   std::string grpc_listen_;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
@@ -129,7 +130,50 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     }
   }
   common::YamlMap store = root.Map("store");
-  if (auto p = store.String("path")) c.store_path = *p;
+  for (const char* key : {"sqlite", "path"}) {
+    if (auto p = store.String(key)) {
+      if (!c.store_path.empty()) store.Fail(key, "give store.sqlite or store.path, not both");
+      c.store_path = *p;
+    }
+  }
+  if (auto urls = store.StringList("etcd")) {
+    if (urls->empty()) store.Fail("etcd", "list at least one endpoint (http://HOST:PORT)");
+    if (!c.store_path.empty()) {
+      store.Fail("etcd", "one store: either etcd or sqlite (store.sqlite or store.path)");
+    }
+    for (size_t i = 0; i < urls->size(); ++i) {
+      const std::string& url = (*urls)[i];
+      const bool https = absl::StartsWith(url, "https://");
+      std::string hostport = url.substr(https ? 8 : absl::StartsWith(url, "http://") ? 7 : 0);
+      if (hostport.size() == url.size() || !common::ParseHostPort(hostport, "").ok()) {
+        store.Fail("etcd", absl::StrCat("[", i, "] '", url,
+                                        "' is not http://HOST:PORT or https://HOST:PORT"));
+      }
+    }
+    c.etcd.endpoints = *urls;
+  }
+  if (auto p = store.String("prefix")) {
+    if (p->empty() || p->back() != '/') store.Fail("prefix", "must end with '/'");
+    c.etcd.prefix = *p;
+  }
+  common::ReadMillis(store, "lease_ttl_ms", &c.etcd.lease_ttl, {.min = 1000, .max = 60000});
+  if (auto a = store.String("advertise")) {
+    if (!common::ParseHostPort(*a, "advertise").ok()) {
+      store.Fail("advertise", absl::StrCat("'", *a, "' is not HOST:PORT"));
+    }
+    c.etcd.advertise = *a;
+  }
+  if (store.Has("tls")) {
+    common::TlsFiles etcd_tls = common::ReadTlsFiles(store.Map("tls"));
+    c.etcd.tls_ca = etcd_tls.ca;
+    c.etcd.tls_cert = etcd_tls.cert;
+    c.etcd.tls_key = etcd_tls.key;
+  }
+  if (c.etcd.endpoints.empty()) {
+    for (const char* key : {"prefix", "lease_ttl_ms", "advertise", "tls"}) {
+      if (store.Has(key)) store.Fail(key, "is for an etcd store (store.etcd)");
+    }
+  }
   common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"), {.ca_needs_cert = true});
   c.tls_ca = tls.ca;
   c.tls_cert = tls.cert;

@@ -9,7 +9,9 @@
 //     - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true, address: "127.0.0.1:8005" }
 //   tenants: [acme, globex]
 //   listen: { grpc: "127.0.0.1:7400", http: "127.0.0.1:7401" }
-//   store: { path: /var/lib/gpuha/controller.db }
+//   store: { sqlite: /var/lib/gpuha/controller.db }   # or { path: ... }, the older spelling
+//   store: { etcd: ["http://10.0.0.1:2379", ...], prefix: /gpuha/, lease_ttl_ms: 2000,
+//            tls: { ca: etcd-ca.pem, cert: c.pem, key: c.key }, advertise: "10.0.0.5:7401" }
 //   tls: { ca: ca.pem, cert: controller.pem, key: controller.key }
 //   tokens:                       # SHA-256 of each bearer token: gpuha ctl hash-token
 //     - { name: ops, role: operator, sha256: "5e88..." }
@@ -65,7 +67,18 @@ struct ControllerConfig {
   std::vector<std::string> tenants;
   std::string grpc_listen = absl::StrCat("127.0.0.1:", common::kControllerGrpcPort);
   std::string http_listen = absl::StrCat("127.0.0.1:", common::kControllerHttpPort);
-  std::string store_path;  // empty: in-memory (tests and the demo's throwaway runs)
+  std::string store_path;  // SQLite; empty (and no etcd): in memory (tests, throwaway runs)
+  // etcd: the controllers that share these endpoints elect one leader, which
+  // alone acts (controller/etcd.h).
+  struct Etcd {
+    std::vector<std::string> endpoints;  // empty: not on etcd
+    std::string prefix = "/gpuha/";
+    std::string tls_ca, tls_cert, tls_key;
+    common::Duration lease_ttl = std::chrono::seconds(2);
+    // What this controller says it is when it leads: its HTTP API's address
+    // as others reach it. Empty: listen.http.
+    std::string advertise;
+  } etcd;
   // gRPC over TLS when cert and key are set; with ca, agents and routers must
   // present a certificate it signed (mTLS).
   std::string tls_ca, tls_cert, tls_key;

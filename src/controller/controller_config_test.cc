@@ -169,6 +169,47 @@ TEST(ControllerConfigTest, ShippedExampleLoadsAndItsTokensMatchTheReadme) {
   EXPECT_EQ(c->nodes.size(), 4u);
   EXPECT_EQ(c->tokens.at(Sha256Hex("demo-admin")).role, ApiRole::kAdmin);
   EXPECT_EQ(c->tokens.at(Sha256Hex("demo-viewer")).role, ApiRole::kViewer);
+  auto etcd =
+      LoadControllerConfig(std::string(GPUHA_SOURCE_DIR) + "/examples/controller-etcd.yaml");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  EXPECT_EQ(etcd->etcd.endpoints.size(), 3u);
+  EXPECT_TRUE(etcd->store_path.empty());
+}
+
+TEST(ControllerConfigTest, StoreIsSqliteOrEtcdAndErrorsNameTheField) {
+  const std::string nodes =
+      "nodes: [{ name: gpu-1, role: active, capacity: 10 }, "
+      "{ name: gpu-2, role: passive, capacity: 10 }]\n";
+  auto parse = [&](const std::string& store) {
+    return ParseControllerConfig(nodes + store, "c.yaml");
+  };
+  EXPECT_EQ(parse("store: { sqlite: /var/lib/c.db }\n")->store_path, "/var/lib/c.db");
+  EXPECT_EQ(parse("store: { path: /var/lib/c.db }\n")->store_path, "/var/lib/c.db");
+  auto etcd = parse(
+      "store: { etcd: [\"https://10.0.0.1:2379\"], prefix: /a/, lease_ttl_ms: 3000, "
+      "tls: { ca: ca.pem, cert: c.pem, key: c.key }, advertise: \"10.0.0.5:7401\" }\n");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  EXPECT_EQ(etcd->etcd.endpoints, std::vector<std::string>{"https://10.0.0.1:2379"});
+  EXPECT_EQ(etcd->etcd.prefix, "/a/");
+  EXPECT_EQ(etcd->etcd.lease_ttl, std::chrono::seconds(3));
+  EXPECT_EQ(etcd->etcd.tls_cert, "c.pem");
+  EXPECT_EQ(etcd->etcd.advertise, "10.0.0.5:7401");
+  for (auto [store, error] : std::vector<std::pair<std::string, std::string>>{
+           {"store: { sqlite: a.db, path: b.db }", "store.path: give store.sqlite or store.path"},
+           {"store: { etcd: [\"http://h:1\"], sqlite: a.db }", "store.etcd: one store"},
+           {"store: { etcd: [] }", "store.etcd: list at least one endpoint"},
+           {"store: { etcd: [\"10.0.0.1:2379\"] }", "store.etcd: [0] '10.0.0.1:2379' is not http"},
+           {"store: { etcd: [\"http://h:1\"], prefix: gpuha }", "store.prefix: must end with '/'"},
+           {"store: { etcd: [\"http://h:1\"], lease_ttl_ms: 100 }",
+            "store.lease_ttl_ms: must be between 1000 and 60000"},
+           {"store: { sqlite: a.db, prefix: /a/ }", "store.prefix: is for an etcd store"},
+           {"store: { etcd: [\"http://h:1\"], tls: { cert: c.pem } }",
+            "store.tls.key: cert and key come together"},
+       }) {
+    auto c = parse(store + "\n");
+    ASSERT_FALSE(c.ok()) << store;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(error)) << store;
+  }
 }
 
 }  // namespace

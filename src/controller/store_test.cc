@@ -12,7 +12,10 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "common/testing/etcd_server.h"
 #include "common/testing/temp_dir.h"
+#include "controller/etcd.h"
 
 namespace gpuha::controller {
 namespace {
@@ -30,12 +33,26 @@ std::unique_ptr<Store> MakeStore<SqliteStore>(const std::string& path) {
   return std::move(*s);
 }
 
+// One real etcd for the test process; each store gets its own prefix.
+template <>
+std::unique_ptr<Store> MakeStore<EtcdStore>(const std::string&) {
+  static gpuha::testing::EtcdServer* etcd = [] {
+    auto* e = new gpuha::testing::EtcdServer();
+    EXPECT_TRUE(e->Start()) << e->log();
+    return e;
+  }();
+  static int stores = 0;
+  auto client = EtcdClient::Connect({.endpoints = {etcd->url()}});
+  EXPECT_TRUE(client.ok()) << client.status();
+  return std::make_unique<EtcdStore>(*client, absl::StrCat("/test", ++stores, "/"));
+}
+
 template <typename T>
 class StoreTest : public ::testing::Test {
  protected:
   std::string path_ = (gpuha::testing::TestTempDir() / "controller.db").string();
 };
-using Backends = ::testing::Types<MemoryStore, SqliteStore>;
+using Backends = ::testing::Types<MemoryStore, SqliteStore, EtcdStore>;
 TYPED_TEST_SUITE(StoreTest, Backends);
 
 TYPED_TEST(StoreTest, BatchWritesAndDeletesReadBack) {
@@ -51,6 +68,21 @@ TYPED_TEST(StoreTest, BatchWritesAndDeletesReadBack) {
   EXPECT_EQ(*rows, (std::map<std::string, std::string>{{"b", "{\"w\":3}"}}));
   EXPECT_EQ(store->Load("node")->size(), 1u);
   EXPECT_TRUE(store->Load("nothing")->empty());
+}
+
+// Writes of one key in one batch apply in order: the last one wins (etcd
+// refuses a key twice in a transaction; its store folds them).
+TYPED_TEST(StoreTest, TheLastWriteOfAKeyInABatchWins) {
+  auto store = MakeStore<TypeParam>(this->path_);
+  ASSERT_TRUE(store
+                  ->Apply({{"s", "a", "1"},
+                           {"s", "a", std::nullopt},
+                           {"s", "b", "2"},
+                           {"s", "b", "3"},
+                           {"t", "b", "4"}})
+                  .ok());
+  EXPECT_EQ(*store->Load("s"), (std::map<std::string, std::string>{{"b", "3"}}));
+  EXPECT_EQ(*store->Load("t"), (std::map<std::string, std::string>{{"b", "4"}}));
 }
 
 TYPED_TEST(StoreTest, EventsComeBackInOrderAfterAnId) {

@@ -1,0 +1,474 @@
+#include "controller/etcd.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_client.h"
+#include "common/net_util.h"
+
+namespace gpuha::controller {
+
+namespace {
+
+using etcdserverpb::Compare;
+using etcdserverpb::RangeRequest;
+using etcdserverpb::TxnRequest;
+
+// The first key after every key that starts with `prefix`: a range's end.
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+std::string EventKey(const std::string& prefix, int64_t id) {
+  return absl::StrFormat("%se/%020d", prefix, id);
+}
+
+bool Unreachable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions options) {
+  if (options.endpoints.empty()) {
+    return absl::InvalidArgumentError("store.etcd: list at least one endpoint");
+  }
+  std::shared_ptr<EtcdClient> c(new EtcdClient());
+  c->timeout_ = options.timeout;
+  bool any_tls = false;
+  for (const std::string& url : options.endpoints) any_tls |= absl::StartsWith(url, "https://");
+  common::ClientTls tls{options.tls_ca, options.tls_cert, options.tls_key, "store.tls"};
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (any_tls && tls.ca.empty() && tls.cert.empty()) {
+    creds = grpc::SslCredentials({});  // https with the system's roots
+  } else {
+    auto made = common::ClientCredentials(tls);
+    if (!made.ok()) return made.status();
+    creds = *made;
+  }
+  for (size_t i = 0; i < options.endpoints.size(); ++i) {
+    const std::string& url = options.endpoints[i];
+    const std::string field = absl::StrCat("store.etcd[", i, "]");
+    const bool https = absl::StartsWith(url, "https://");
+    if (!https && !absl::StartsWith(url, "http://")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", url, "' is not http://HOST:PORT or https://HOST:PORT"));
+    }
+    if (https != any_tls) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", url, "' mixes http and https endpoints; use one scheme"));
+    }
+    std::string hostport = url.substr(https ? 8 : 7);
+    if (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
+    auto hp = common::ParseHostPort(hostport, field);
+    if (!hp.ok()) return hp.status();
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetMaxReceiveMessageSize(64 << 20);  // a Load of a large table
+    Endpoint e;
+    e.channel = grpc::CreateCustomChannel(hp->str(), creds, args);
+    e.kv = etcdserverpb::KV::NewStub(e.channel);
+    e.lease = etcdserverpb::Lease::NewStub(e.channel);
+    e.maintenance = etcdserverpb::Maintenance::NewStub(e.channel);
+    c->endpoints_.push_back(std::move(e));
+    c->urls_.push_back(url);
+  }
+  auto status = c->Status();
+  if (!status.ok()) return status.status();
+  return c;
+}
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> EtcdClient::Unary(const char* what, Call call, common::Duration deadline) {
+  const size_t n = endpoints_.size();
+  const size_t first = current_.load();
+  std::vector<std::string> tried;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (first + k) % n;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    // etcd fails the call at once when its cluster has no leader (no quorum)
+    // rather than letting it wait out the deadline.
+    ctx.AddMetadata("hasleader", "true");
+    Response response;
+    grpc::Status s = call(endpoints_[i], &ctx, &response);
+    if (s.ok()) {
+      current_.store(i);
+      return response;
+    }
+    tried.push_back(absl::StrCat(urls_[i], ": ", s.error_message()));
+    if (!Unreachable(s)) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("etcd ", what, " at ", tried.back()));
+    }
+  }
+  return absl::UnavailableError(
+      absl::StrCat("etcd ", what, ": no endpoint answered (", absl::StrJoin(tried, "; "), ")"));
+}
+
+absl::StatusOr<etcdserverpb::RangeResponse> EtcdClient::Range(const RangeRequest& r) {
+  return Unary<etcdserverpb::RangeResponse>(
+      "Range",
+      [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::RangeResponse* out) {
+        return e.kv->Range(ctx, r, out);
+      },
+      timeout_);
+}
+
+absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(const TxnRequest& r) {
+  return Unary<etcdserverpb::TxnResponse>(
+      "Txn",
+      [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::TxnResponse* out) {
+        return e.kv->Txn(ctx, r, out);
+      },
+      timeout_);
+}
+
+absl::StatusOr<etcdserverpb::LeaseGrantResponse> EtcdClient::LeaseGrant(int64_t ttl_seconds) {
+  etcdserverpb::LeaseGrantRequest r;
+  r.set_ttl(ttl_seconds);
+  auto out = Unary<etcdserverpb::LeaseGrantResponse>(
+      "LeaseGrant",
+      [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::LeaseGrantResponse* resp) {
+        return e.lease->LeaseGrant(ctx, r, resp);
+      },
+      timeout_);
+  if (out.ok() && !out->error().empty()) {
+    return absl::UnavailableError(absl::StrCat("etcd LeaseGrant: ", out->error()));
+  }
+  return out;
+}
+
+absl::Status EtcdClient::LeaseRevoke(int64_t id) {
+  etcdserverpb::LeaseRevokeRequest r;
+  r.set_id(id);
+  return Unary<etcdserverpb::LeaseRevokeResponse>(
+             "LeaseRevoke",
+             [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::LeaseRevokeResponse* resp) {
+               return e.lease->LeaseRevoke(ctx, r, resp);
+             },
+             timeout_)
+      .status();
+}
+
+absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t id, common::Duration deadline) {
+  auto out = Unary<etcdserverpb::LeaseKeepAliveResponse>(
+      "LeaseKeepAlive",
+      [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::LeaseKeepAliveResponse* resp) {
+        // The keep-alive is a stream; one request and its answer is a renewal.
+        auto stream = e.lease->LeaseKeepAlive(ctx);
+        etcdserverpb::LeaseKeepAliveRequest req;
+        req.set_id(id);
+        if (!stream->Write(req) || !stream->Read(resp)) {
+          ctx->TryCancel();
+          grpc::Status s = stream->Finish();
+          return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keep-alive stream closed")
+                        : s;
+        }
+        stream->WritesDone();
+        ctx->TryCancel();
+        stream->Finish();
+        return grpc::Status::OK;
+      },
+      deadline);
+  if (!out.ok()) return out.status();
+  return out->ttl();  // 0 or less: the lease is gone (expired or revoked)
+}
+
+absl::StatusOr<etcdserverpb::StatusResponse> EtcdClient::Status() {
+  return Unary<etcdserverpb::StatusResponse>(
+      "Status",
+      [&](Endpoint& e, grpc::ClientContext* ctx, etcdserverpb::StatusResponse* out) {
+        return e.maintenance->Status(ctx, etcdserverpb::StatusRequest(), out);
+      },
+      timeout_);
+}
+
+// ---- EtcdStore ----
+
+EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
+    : client_(std::move(client)), prefix_(std::move(prefix)) {}
+
+void EtcdStore::SetFence(const std::string& key, int64_t create_revision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fence_key_ = key;
+  fence_revision_ = create_revision;
+}
+
+void EtcdStore::AddFence(TxnRequest* txn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fence_key_.empty()) return;
+  Compare* c = txn->add_compare();
+  c->set_key(fence_key_);
+  c->set_target(Compare::CREATE);
+  c->set_result(Compare::EQUAL);
+  c->set_create_revision(fence_revision_);
+}
+
+absl::Status EtcdStore::FenceLost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "store: this controller no longer leads (", fence_key_,
+      " is not the one created at revision ", fence_revision_, "); its write was refused"));
+}
+
+absl::Status EtcdStore::Apply(const std::vector<StoreWrite>& batch) {
+  // etcd refuses a key twice in one transaction: the last write of a key wins,
+  // as it would applied in order.
+  std::map<std::string, std::optional<std::string>> last;
+  for (const StoreWrite& w : batch)
+    last[absl::StrCat(prefix_, "t/", w.table, "/", w.key)] = w.value;
+  TxnRequest txn;
+  AddFence(&txn);
+  for (const auto& [key, value] : last) {
+    etcdserverpb::RequestOp* op = txn.add_success();
+    if (value) {
+      op->mutable_request_put()->set_key(key);
+      op->mutable_request_put()->set_value(*value);
+    } else {
+      op->mutable_request_delete_range()->set_key(key);
+    }
+  }
+  auto r = client_->Txn(txn);
+  if (!r.ok()) return r.status();
+  return r->succeeded() ? absl::OkStatus() : FenceLost();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> EtcdStore::Load(const std::string& table) {
+  const std::string from = absl::StrCat(prefix_, "t/", table, "/");
+  RangeRequest req;
+  req.set_key(from);
+  req.set_range_end(PrefixEnd(from));
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  std::map<std::string, std::string> rows;
+  for (const etcdserverpb::KeyValue& kv : r->kvs()) rows[kv.key().substr(from.size())] = kv.value();
+  return rows;
+}
+
+absl::StatusOr<std::optional<etcdserverpb::KeyValue>> EtcdStore::Get(const std::string& key) {
+  RangeRequest req;
+  req.set_key(key);
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  if (r->kvs().empty()) return std::optional<etcdserverpb::KeyValue>();
+  return std::optional<etcdserverpb::KeyValue>(r->kvs(0));
+}
+
+absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
+  std::lock_guard<std::mutex> lock(append_mu_);
+  const std::string next_key = prefix_ + "e-next";
+  // Compare-and-swap on the counter; a retry after an answer that was lost
+  // finds its own event in place and does not append it twice.
+  bool ambiguous = false;  // the last attempt's answer was lost: it may have applied
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto next = Get(next_key);
+    if (!next.ok()) return next.status();
+    int64_t id = 1;
+    if (*next && !absl::SimpleAtoi((*next)->value(), &id)) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", next_key, " holds '", (*next)->value(), "', not an event id"));
+    }
+    if (ambiguous && id > 1) {
+      auto mine = Get(EventKey(prefix_, id - 1));
+      if (mine.ok() && *mine && (*mine)->value() == json) return id - 1;
+    }
+    TxnRequest txn;
+    AddFence(&txn);
+    Compare* c = txn.add_compare();
+    c->set_key(next_key);
+    c->set_result(Compare::EQUAL);
+    c->set_target(Compare::MOD);
+    c->set_mod_revision(*next ? (*next)->mod_revision() : 0);
+    etcdserverpb::PutRequest* event = txn.add_success()->mutable_request_put();
+    event->set_key(EventKey(prefix_, id));
+    event->set_value(json);
+    etcdserverpb::PutRequest* counter = txn.add_success()->mutable_request_put();
+    counter->set_key(next_key);
+    counter->set_value(std::to_string(id + 1));
+    auto r = client_->Txn(txn);
+    ambiguous = !r.ok() && r.status().code() == absl::StatusCode::kUnavailable;
+    if (ambiguous && attempt < 2) continue;  // etcd gone for longer: the caller hears it
+    if (!r.ok()) return r.status();
+    if (r->succeeded()) return id;
+    // The counter moved (another writer, or our own lost answer), or the
+    // fence failed: the fence is checked here, the counter next round.
+    std::string fence_key;
+    int64_t fence_revision = 0;
+    {
+      std::lock_guard<std::mutex> fence_lock(mu_);
+      fence_key = fence_key_;
+      fence_revision = fence_revision_;
+    }
+    if (!fence_key.empty()) {
+      auto holder = Get(fence_key);
+      if (holder.ok() && (!*holder || (*holder)->create_revision() != fence_revision)) {
+        return FenceLost();
+      }
+    }
+  }
+  return absl::UnavailableError("store: appending an event kept racing another writer");
+}
+
+absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> EtcdStore::LoadEvents(int64_t after_id,
+                                                                                   size_t limit) {
+  RangeRequest req;
+  req.set_key(EventKey(prefix_, after_id + 1));
+  req.set_range_end(PrefixEnd(prefix_ + "e/"));
+  req.set_limit(static_cast<int64_t>(limit));
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  std::vector<std::pair<int64_t, std::string>> out;
+  const size_t skip = prefix_.size() + 2;
+  for (const etcdserverpb::KeyValue& kv : r->kvs()) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(kv.key().substr(skip), &id)) {
+      return absl::DataLossError(absl::StrCat("store: '", kv.key(), "' is not an event key"));
+    }
+    out.emplace_back(id, kv.value());
+  }
+  return out;
+}
+
+// ---- EtcdLeader ----
+
+EtcdLeader::EtcdLeader(std::shared_ptr<EtcdClient> client, std::string key, std::string identity,
+                       common::Duration ttl)
+    : client_(std::move(client)), key_(std::move(key)), identity_(std::move(identity)), ttl_(ttl) {}
+
+EtcdLeader::~EtcdLeader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+}
+
+absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) {
+  const int64_t ttl_s = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(ttl_ + std::chrono::milliseconds(999))
+             .count());
+  std::string last_holder, last_error;
+  auto warn = [&](const absl::Status& s) {  // once per distinct error, not every round
+    if (s.message() == last_error) return;
+    last_error = std::string(s.message());
+    spdlog::warn("controller: campaign: {}", last_error);
+  };
+  while (!stopping->load()) {
+    if (lease_ == 0) {
+      auto grant = client_->LeaseGrant(ttl_s);
+      if (grant.ok()) {
+        lease_ = grant->id();
+      } else {
+        warn(grant.status());
+      }
+    } else if (auto left = client_->LeaseKeepAliveOnce(lease_, ttl_); left.ok() && *left <= 0) {
+      lease_ = 0;  // expired while we waited: grant another
+      continue;
+    }
+    if (lease_ != 0) {
+      // Create the key with our lease unless someone holds it.
+      TxnRequest txn;
+      Compare* c = txn.add_compare();
+      c->set_key(key_);
+      c->set_target(Compare::CREATE);
+      c->set_result(Compare::EQUAL);
+      c->set_create_revision(0);
+      etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(key_);
+      put->set_value(identity_);
+      put->set_lease(lease_);
+      txn.add_failure()->mutable_request_range()->set_key(key_);
+      auto r = client_->Txn(txn);
+      if (r.ok() && r->succeeded()) return r->header().revision();
+      if (r.ok() && r->responses_size() > 0 && r->responses(0).response_range().kvs_size() > 0) {
+        const etcdserverpb::KeyValue& held = r->responses(0).response_range().kvs(0);
+        if (held.value() == identity_ && held.lease() == lease_) return held.create_revision();
+        if (held.value() != last_holder) {
+          last_holder = held.value();
+          spdlog::info("controller: {} leads; standing by to take over", last_holder);
+        }
+      } else if (!r.ok()) {
+        warn(r.status());
+      }
+    }
+    std::this_thread::sleep_for(
+        std::min<common::Duration>(ttl_ / 8, std::chrono::milliseconds(250)));
+  }
+  return absl::CancelledError("stopped before leading");
+}
+
+void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
+  keepalive_ = std::thread([this, on_lost = std::move(on_lost)] { KeepAliveLoop(on_lost); });
+}
+
+void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lost) {
+  // Renew every third of the TTL; the lease is counted lost at the TTL after
+  // the last renewal etcd confirmed, as etcd itself counts it.
+  auto renewed = std::chrono::steady_clock::now();
+  std::string last_error;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, ttl_ / 3, [this] { return stop_; })) return;
+    }
+    const auto left_of_lease = renewed + ttl_ - std::chrono::steady_clock::now();
+    if (left_of_lease <= common::Duration::zero()) {
+      on_lost(absl::StrCat("no renewal of the leader lease for ",
+                           std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
+                           " ms (", last_error, ")"));
+      return;
+    }
+    auto ttl = client_->LeaseKeepAliveOnce(lease_, left_of_lease);
+    if (ttl.ok() && *ttl > 0) {
+      renewed = std::chrono::steady_clock::now();
+    } else if (ttl.ok()) {
+      on_lost("the leader lease expired or was revoked");
+      return;
+    } else {
+      last_error = std::string(ttl.status().message());
+    }
+  }
+}
+
+void EtcdLeader::Resign() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (lease_ != 0) {
+    if (absl::Status s = client_->LeaseRevoke(lease_); !s.ok()) {
+      spdlog::warn("controller: resigning: {}", std::string(s.message()));
+    }
+    lease_ = 0;
+  }
+}
+
+absl::StatusOr<std::string> EtcdLeader::Holder() {
+  RangeRequest req;
+  req.set_key(key_);
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  return r->kvs().empty() ? std::string() : r->kvs(0).value();
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,142 @@
+// The controller on etcd v3: a Store whose rows live in etcd, and leadership
+// on an etcd lease, so that several controllers share one state and one of
+// them acts. etcd is reached over its gRPC API (proto/etcd/v3, our own
+// declarations of etcd's published wire format), never the JSON gateway.
+//
+//   auto client = EtcdClient::Connect({.endpoints = {"http://127.0.0.1:2379"}});
+//   EtcdLeader leader(*client, "/gpuha/leader", "ctrl-a", std::chrono::seconds(2));
+//   auto token = leader.Campaign(&stopping);          // blocks until this one leads
+//   auto store = std::make_unique<EtcdStore>(*client, "/gpuha/");
+//   store->SetFence(leader.key(), *token);            // a deposed leader commits nothing
+//   leader.KeepAlive([](const std::string& why) { ... leadership lost ... });
+//
+// Layout under the prefix: "t/TABLE/KEY" a row, "e/%020d" event N, "e-next"
+// the next event id. A batch is one etcd transaction, so it is atomic; with a
+// fence set, the transaction first compares the leader key's create revision.
+//
+// Thread-safety: EtcdClient and EtcdStore may be used from any thread;
+// EtcdLeader's calls come from one thread (KeepAlive runs its own).
+#pragma once
+
+#include <grpcpp/channel.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "controller/store.h"
+#include "etcd/v3/rpc.grpc.pb.h"
+
+namespace gpuha::controller {
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints{};  // http://HOST:PORT or https://HOST:PORT
+  // For https endpoints: the CA (empty: the system's roots) and, for etcd's
+  // --client-cert-auth, our certificate and key.
+  std::string tls_ca{}, tls_cert{}, tls_key{};
+  common::Duration timeout = std::chrono::seconds(2);  // per call
+};
+
+class EtcdClient {
+ public:
+  // Checks every endpoint's URL and that one of them answers (Maintenance.Status).
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<EtcdClient>> Connect(EtcdOptions options);
+
+  // Unary calls. One that finds its endpoint unreachable moves to the next;
+  // errors name etcd's message and the endpoints tried.
+  absl::StatusOr<etcdserverpb::RangeResponse> Range(const etcdserverpb::RangeRequest& r);
+  absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& r);
+  absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
+  absl::Status LeaseRevoke(int64_t id);
+  // One keep-alive of lease `id`; the lease's remaining TTL in seconds (0: gone).
+  absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t id, common::Duration deadline);
+  absl::StatusOr<etcdserverpb::StatusResponse> Status();
+
+  const std::vector<std::string>& endpoints() const { return urls_; }
+
+ private:
+  struct Endpoint {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<etcdserverpb::KV::Stub> kv;
+    std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
+  };
+  EtcdClient() = default;
+  // Runs `call(endpoint, context)` on the current endpoint, then on the others
+  // while they are unreachable.
+  template <typename Response, typename Call>
+  absl::StatusOr<Response> Unary(const char* what, Call call, common::Duration deadline);
+
+  std::vector<std::string> urls_;
+  std::vector<Endpoint> endpoints_;
+  common::Duration timeout_{};
+  std::atomic<size_t> current_{0};
+};
+
+class EtcdStore : public Store {
+ public:
+  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix);
+  const char* Kind() const override { return "etcd"; }
+  // Every later write also requires that `key` was created at `create_revision`:
+  // the leader's key, so that a controller that no longer leads commits nothing.
+  void SetFence(const std::string& key, int64_t create_revision);
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override;
+  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
+  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
+                                                                          size_t limit) override;
+
+ private:
+  // The fence's compare (none when unset) and the error when it fails.
+  void AddFence(etcdserverpb::TxnRequest* txn) const;
+  absl::Status FenceLost() const;
+  absl::StatusOr<std::optional<etcdserverpb::KeyValue>> Get(const std::string& key);
+
+  std::shared_ptr<EtcdClient> client_;
+  const std::string prefix_;
+  mutable std::mutex mu_;
+  std::string fence_key_;       // guarded by mu_
+  int64_t fence_revision_ = 0;  // guarded by mu_
+  std::mutex append_mu_;        // one AppendEvent at a time from this process
+};
+
+class EtcdLeader {
+ public:
+  EtcdLeader(std::shared_ptr<EtcdClient> client, std::string key, std::string identity,
+             common::Duration ttl);
+  ~EtcdLeader();  // stops the keep-alive thread; does not resign
+  // Blocks until this process holds the key (written with its own lease), or
+  // `*stopping` turns true (Cancelled). Returns the key's create revision:
+  // the fencing token, which only grows from one leader to the next.
+  absl::StatusOr<int64_t> Campaign(const std::atomic<bool>* stopping);
+  // Keeps the lease alive from a thread. `on_lost` runs once, on that thread,
+  // when the lease is gone: expired, revoked, or etcd unreachable (or without
+  // quorum) for a whole TTL.
+  void KeepAlive(std::function<void(const std::string& why)> on_lost);
+  // Revokes the lease: the key goes at once and the next controller takes over.
+  void Resign();
+  // Who holds the key now ("" when nobody).
+  absl::StatusOr<std::string> Holder();
+  const std::string& key() const { return key_; }
+
+ private:
+  void KeepAliveLoop(std::function<void(const std::string& why)> on_lost);
+
+  std::shared_ptr<EtcdClient> client_;
+  const std::string key_, identity_;
+  const common::Duration ttl_;
+  int64_t lease_ = 0;
+  std::thread keepalive_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+};
+
+}  // namespace gpuha::controller

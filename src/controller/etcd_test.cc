@@ -1,0 +1,123 @@
+// The etcd store's leadership and fencing, and its endpoints, against a real
+// etcd (the typed store suite in store_test.cc covers its rows and events).
+#include "controller/etcd.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "common/testing/etcd_server.h"
+
+namespace gpuha::controller {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(etcd_.Start()) << etcd_.log(); }
+  std::shared_ptr<EtcdClient> Client() {
+    auto c = EtcdClient::Connect({.endpoints = {etcd_.url()}, .timeout = milliseconds(500)});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : nullptr;
+  }
+  gpuha::testing::EtcdServer etcd_;
+  std::atomic<bool> stopping_{false};
+};
+
+TEST_F(EtcdTest, ASecondControllerWaitsAndTakesOverWhenTheLeaderResigns) {
+  EtcdLeader a(Client(), "/gpuha/leader", "ctrl-a", milliseconds(2000));
+  auto token_a = a.Campaign(&stopping_);
+  ASSERT_TRUE(token_a.ok()) << token_a.status();
+  EXPECT_EQ(*a.Holder(), "ctrl-a");
+  EtcdLeader b(Client(), "/gpuha/leader", "ctrl-b", milliseconds(2000));
+  auto b_leads = std::async(std::launch::async, [&] { return b.Campaign(&stopping_); });
+  EXPECT_EQ(b_leads.wait_for(milliseconds(700)), std::future_status::timeout)
+      << "two controllers lead at once";
+  auto resigned = std::chrono::steady_clock::now();
+  a.Resign();
+  ASSERT_EQ(b_leads.wait_for(milliseconds(1500)), std::future_status::ready)
+      << "the standby did not take over after the leader resigned";
+  auto token_b = b_leads.get();
+  ASSERT_TRUE(token_b.ok()) << token_b.status();
+  // Well inside the lease's TTL: a resignation hands over at once.
+  EXPECT_LT(std::chrono::steady_clock::now() - resigned, milliseconds(1000));
+  EXPECT_GT(*token_b, *token_a);  // the fencing token only grows
+  EXPECT_EQ(*b.Holder(), "ctrl-b");
+}
+
+TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
+  auto client = Client();
+  EtcdLeader a(client, "/gpuha/leader", "ctrl-a", milliseconds(2000));
+  auto token_a = a.Campaign(&stopping_);
+  ASSERT_TRUE(token_a.ok());
+  EtcdStore old_store(client, "/gpuha/");
+  old_store.SetFence(a.key(), *token_a);
+  ASSERT_TRUE(old_store.Apply({{"meta", "epoch", "1"}}).ok());
+  ASSERT_EQ(*old_store.AppendEvent("{\"by\":\"a\"}"), 1);
+
+  a.Resign();  // or its lease ran out while it was paused
+  EtcdLeader b(Client(), "/gpuha/leader", "ctrl-b", milliseconds(2000));
+  auto token_b = b.Campaign(&stopping_);
+  ASSERT_TRUE(token_b.ok());
+  EtcdStore new_store(Client(), "/gpuha/");
+  new_store.SetFence(b.key(), *token_b);
+  ASSERT_TRUE(new_store.Apply({{"meta", "epoch", "2"}}).ok());
+
+  absl::Status late = old_store.Apply({{"meta", "epoch", "1"}, {"node", "n1", "{}"}});
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_THAT(late.message(), HasSubstr("no longer leads"));
+  auto late_event = old_store.AppendEvent("{\"by\":\"a\"}");
+  EXPECT_EQ(late_event.status().code(), absl::StatusCode::kFailedPrecondition)
+      << late_event.status();
+  EXPECT_EQ((*new_store.Load("meta"))["epoch"], "2");
+  EXPECT_TRUE(new_store.Load("node")->empty());
+  EXPECT_EQ(*new_store.AppendEvent("{\"by\":\"b\"}"), 2);
+  EXPECT_EQ(new_store.LoadEvents(0, 10)->size(), 2u);
+}
+
+// A leader that cannot renew its lease (etcd hung, or without quorum) hears
+// so within about one TTL, and stops.
+TEST_F(EtcdTest, ALeaderThatCannotRenewItsLeaseIsToldItLostIt) {
+  EtcdLeader a(Client(), "/gpuha/leader", "ctrl-a", milliseconds(1500));
+  ASSERT_TRUE(a.Campaign(&stopping_).ok());
+  std::promise<std::string> lost;
+  a.KeepAlive([&](const std::string& why) { lost.set_value(why); });
+  auto told = lost.get_future();
+  EXPECT_EQ(told.wait_for(milliseconds(2500)), std::future_status::timeout)
+      << "a renewing leader was told it lost the lease";
+  auto paused = std::chrono::steady_clock::now();
+  etcd_.Pause();
+  ASSERT_EQ(told.wait_for(milliseconds(4000)), std::future_status::ready);
+  EXPECT_THAT(told.get(), HasSubstr("no renewal of the leader lease"));
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, milliseconds(3500));
+  etcd_.Resume();
+}
+
+TEST_F(EtcdTest, EndpointsAreCheckedAndAnUnreachableOneIsSkipped) {
+  auto bad = EtcdClient::Connect({.endpoints = {"ftp://127.0.0.1:2379"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("store.etcd[0]: 'ftp://127.0.0.1:2379'"));
+  auto mixed = EtcdClient::Connect({.endpoints = {etcd_.url(), "https://127.0.0.1:1"}});
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_THAT(mixed.status().message(), HasSubstr("store.etcd[0]"));
+  EXPECT_FALSE(EtcdClient::Connect({}).ok());
+  const std::string dead = "http://127.0.0.1:1";
+  auto none = EtcdClient::Connect({.endpoints = {dead}, .timeout = milliseconds(300)});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(none.status().message(), HasSubstr(dead));
+  // A dead member first in the list: calls move on to the live one.
+  auto client =
+      EtcdClient::Connect({.endpoints = {dead, etcd_.url()}, .timeout = milliseconds(300)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  EtcdStore store(*client, "/x/");
+  ASSERT_TRUE(store.Apply({{"t", "k", "v"}}).ok());
+  EXPECT_EQ((*store.Load("t"))["k"], "v");
+}
+
+}  // namespace
+}  // namespace gpuha::controller
