@@ -536,6 +536,9 @@ TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
   EXPECT_GT(errors, 0u);
   EXPECT_THAT(c_->MetricsText(),
               HasSubstr("\ngpuha_controller_store_errors_total " + std::to_string(errors) + "\n"));
+  // It still leads (and says so) while its store fails: the store alert
+  // fires, not the no-leader one.
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_leader{store=\"memory\"} 1\n"));
   EXPECT_EQ((*raw->Load("stream")).count("cam-0"), 1u);  // the stream row is still the old one
   raw->FailWrites(false);
   ASSERT_TRUE(c_->AddStream({"cam-new", "acme", 1}).ok());

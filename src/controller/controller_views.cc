@@ -191,6 +191,11 @@ std::string Controller::MetricsText() const {
   CapacityFigures c = placement_.Capacity();
   failover_steps_.Observe(FailoverTimings(events_.Since(0)));
   failover_steps_.AppendTo(&p);
+  // Served only by a controller that acts: the one on SQLite, or the leader
+  // on etcd (standbys serve nothing until they lead). Its absence across
+  // the fleet is the "no controller leads" alert.
+  p.Family("gpuha_controller_leader", "gauge", "1: this controller leads and acts.");
+  p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, 1);
   p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");

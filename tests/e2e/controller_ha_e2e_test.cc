@@ -73,6 +73,10 @@ TEST_F(ControllerHaTest, OneLeadsAndAStandbyTakesOverOnKillAndOnAPlannedStop) {
   nlohmann::json status_a = Status(a);
   ASSERT_TRUE(status_a.is_object()) << a.process->err();
   EXPECT_EQ(status_a.value("store", ""), "etcd");
+  auto metrics = common::HttpCall("GET", "127.0.0.1", a.http_port, "/metrics", "",
+                                  milliseconds(2000), kViewer);
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_THAT(metrics->body, HasSubstr("\ngpuha_controller_leader{store=\"etcd\"} 1\n"));
   Controller b = Start("b");
   EXPECT_FALSE(Leads(b, milliseconds(1500))) << "two controllers lead at once";
   EXPECT_THAT(b.process->err(), HasSubstr("standing by to take over"));
