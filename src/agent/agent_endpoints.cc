@@ -74,6 +74,14 @@ const DcgmFamily kDcgmFamilies[] = {
      [](const gpu::GpuSample& s) { return std::optional<double>(s.ecc_corrected); }},
     {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.",
      [](const gpu::GpuSample& s) { return std::optional<double>(s.ecc_uncorrected); }},
+    {"DCGM_FI_DEV_RETIRED_SBE", "counter",
+     "Total number of retired pages due to single-bit errors.",
+     [](const gpu::GpuSample& s) { return Opt(s.retired_pages_sbe); }},
+    {"DCGM_FI_DEV_RETIRED_DBE", "counter",
+     "Total number of retired pages due to double-bit errors.",
+     [](const gpu::GpuSample& s) { return Opt(s.retired_pages_dbe); }},
+    // dcgm-exporter declares this one a counter; it is a 0/1 state that
+    // clears at a GPU reset, so it is a gauge here.
     {"DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Pages pending retirement or row remapping.",
      [](const gpu::GpuSample& s) { return std::optional<double>(s.pages_pending); }},
     {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",

@@ -69,6 +69,7 @@ struct GpuSample {
   std::optional<uint32_t> pcie_replays;
   std::optional<uint32_t> memory_copy_util_pct, encoder_util_pct, decoder_util_pct;
   std::optional<uint32_t> remapped_rows_correctable, remapped_rows_uncorrectable;
+  std::optional<uint64_t> retired_pages_sbe, retired_pages_dbe;  // boards before Ampere
   std::optional<bool> row_remap_failed;
   std::optional<double> memory_temperature_c;
   std::optional<double> pcie_tx_bytes_per_s, pcie_rx_bytes_per_s;

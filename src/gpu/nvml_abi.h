@@ -36,6 +36,8 @@ constexpr unsigned int NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
 enum : int { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 };
 // Field IDs (nvmlDeviceGetFieldValues) and the scope that sums all links.
 enum : unsigned int {
+  NVML_FI_DEV_RETIRED_SBE = 29,  // pages retired for single-bit errors
+  NVML_FI_DEV_RETIRED_DBE = 30,  // pages retired for double-bit errors
   NVML_FI_DEV_MEMORY_TEMP = 82,
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138,  // KiB, cumulative
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,

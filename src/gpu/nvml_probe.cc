@@ -281,13 +281,22 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   }
   if (api_.nvmlDeviceGetFieldValues != nullptr) {
     // One call for the fields; each answer carries its own return code.
-    nvmlFieldValue_t f[3] = {};
+    nvmlFieldValue_t f[5] = {};
     f[0].fieldId = NVML_FI_DEV_MEMORY_TEMP;
     f[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
     f[1].scopeId = NVML_SCOPE_ALL_LINKS;
     f[2].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX;
     f[2].scopeId = NVML_SCOPE_ALL_LINKS;
-    if (reading("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 3, f))) {
+    f[3].fieldId = NVML_FI_DEV_RETIRED_SBE;
+    f[4].fieldId = NVML_FI_DEV_RETIRED_DBE;
+    if (reading("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 5, f))) {
+      // Page retirement is for boards before Ampere (later ones remap rows).
+      if (f[3].nvmlReturn == NVML_SUCCESS && f[4].nvmlReturn == NVML_SUCCESS) {
+        s.retired_pages_sbe = static_cast<uint64_t>(FieldValue(f[3]));
+        s.retired_pages_dbe = static_cast<uint64_t>(FieldValue(f[4]));
+      } else {
+        s.unsupported.push_back("NVML_FI_DEV_RETIRED_SBE/DBE");
+      }
       if (f[0].nvmlReturn == NVML_SUCCESS) {
         s.memory_temperature_c = FieldValue(f[0]);
       } else {

@@ -56,7 +56,7 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
       "gpu0.mem_clock 2619\ngpu0.energy_mj 987654321\ngpu0.pcie_replay 2\ngpu0.util 80\n"
       "gpu0.enc_util 7\ngpu0.dec_util 9\ngpu0.remap_corr 4\ngpu0.remap_unc 1\n"
       "gpu0.remap_failed 0\ngpu0.pending 0\ngpu0.mem_temp 61\ngpu0.pcie_tx_kbps 2000\n"
-      "gpu0.nvlink_tx_kib 300\ngpu0.nvlink_rx_kib 400\n");
+      "gpu0.nvlink_tx_kib 300\ngpu0.nvlink_rx_kib 400\ngpu0.retired_sbe 2\ngpu0.retired_dbe 1\n");
   auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
   ASSERT_TRUE(probe.ok()) << probe.status();
   auto devices = (*probe)->Devices();
@@ -79,6 +79,8 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
   EXPECT_EQ(s->pcie_tx_bytes_per_s, 2000 * 1024.0);
   EXPECT_EQ(s->pcie_rx_bytes_per_s, 1000 * 1024.0);
   EXPECT_EQ(s->nvlink_kib_total, 700u);  // sent and received, all links
+  EXPECT_EQ(s->retired_pages_sbe, 2u);
+  EXPECT_EQ(s->retired_pages_dbe, 1u);
   // A board without NVLink answers NOT_SUPPORTED for that field alone.
   Write("count 1\ngpu0.pending 0\n");
   auto pcie = (*probe)->Sample(0);
@@ -86,7 +88,8 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
   EXPECT_EQ(pcie->memory_temperature_c, 45);
   EXPECT_FALSE(pcie->nvlink_kib_total.has_value());
   EXPECT_THAT(pcie->unsupported, ::testing::Contains("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA"));
-  EXPECT_FALSE(pcie->vgpu_licensed.has_value());  // bare metal: no vGPU licensing
+  EXPECT_FALSE(pcie->vgpu_licensed.has_value());      // bare metal: no vGPU licensing
+  EXPECT_FALSE(pcie->retired_pages_sbe.has_value());  // an Ampere board remaps rows instead
 }
 
 // A vGPU guest: the feature its profile enables holds the license or not.

@@ -11,6 +11,8 @@
 //                           dec_util minor remap_corr remap_unc remap_failed
 //                           mem_temp pcie_tx_kbps pcie_rx_kbps nvlink_tx_kib
 //                           nvlink_rx_kib (no nvlink_* line: no NVLink)
+//                           retired_sbe retired_dbe (no line: a board
+//                           that remaps rows instead)
 //                           vgpu_license (0 or 1: a vGPU guest whose compute
 //                           license is not or is held; no line: bare metal)
 //   driver_version 550.54   nvmlSystemGetDriverVersion
@@ -291,6 +293,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
     const char* key = f.fieldId == NVML_FI_DEV_MEMORY_TEMP                 ? "mem_temp"
                       : f.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX ? "nvlink_tx_kib"
                       : f.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX ? "nvlink_rx_kib"
+                      : f.fieldId == NVML_FI_DEV_RETIRED_SBE               ? "retired_sbe"
+                      : f.fieldId == NVML_FI_DEV_RETIRED_DBE               ? "retired_dbe"
                                                                            : nullptr;
     long v =
         key == nullptr ? -1 : Num(kv, Key(d, key), f.fieldId == NVML_FI_DEV_MEMORY_TEMP ? 45 : -1);
