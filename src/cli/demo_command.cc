@@ -53,11 +53,16 @@ DemoCommand::DemoCommand(CLI::App& parent) {
   app_->add_option("--max-failures", o_.max_failures,
                    "Failures within 10 min before the controller holds a node out")
       ->check(CLI::Range(1, 1000));
+  app_->add_flag("--ha", o_.ha,
+                 absl::StrCat("Three controllers on a three-member etcd cluster (etcd-server); "
+                              "the faults then default to ",
+                              absl::StrJoin(demo::kHaFaults, ",")));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }
 
 int DemoCommand::Run() {
+  if (o_.ha && app_->count("--faults") == 0) faults_ = absl::StrJoin(demo::kHaFaults, ",");
   std::vector<std::string> faults = absl::StrSplit(faults_, ',', absl::SkipWhitespace());
   o_.faults = faults;
   char exe[4096];

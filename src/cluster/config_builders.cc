@@ -47,6 +47,11 @@ std::string ControllerYaml::Yaml() const {
   if (!http_listen.empty()) absl::StrAppend(&listen, ", http: ", Quote(http_listen));
   if (!listen.empty()) absl::StrAppend(&out, "listen: ", FlowMap(listen), "\n");
   if (!store_path.empty()) absl::StrAppend(&out, "store: { path: ", Quote(store_path), " }\n");
+  if (!etcd.empty()) {
+    std::vector<std::string> quoted;
+    for (const std::string& e : etcd) quoted.push_back(Quote(e));
+    absl::StrAppend(&out, "store: { etcd: [", absl::StrJoin(quoted, ", "), "] }\n");
+  }
   std::string recovery = absl::StrCat(Opt("healthy_for_ms", healthy_for_ms),
                                       Opt("max_failures", max_failures), Opt("window_s", window_s));
   if (!recovery.empty()) absl::StrAppend(&out, "recovery: ", FlowMap(recovery), "\n");

@@ -39,6 +39,7 @@ struct ControllerYaml {
   std::vector<std::string> tenants{};
   std::string grpc_listen{}, http_listen{};  // empty: the defaults (or flags)
   std::string store_path{};                  // empty: none (or --store)
+  std::vector<std::string> etcd{};           // etcd endpoints (instead of store_path)
   std::optional<int64_t> healthy_for_ms{}, max_failures{}, window_s{};
   std::optional<int64_t> startup_grace_ms{};
   std::string Yaml() const;

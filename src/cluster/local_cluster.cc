@@ -16,6 +16,7 @@
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "common/subprocess.h"
+#include "controller/etcd.h"
 #include "gpu/kernel_log.h"
 #include "gpu/sim_probe.h"
 
@@ -54,8 +55,16 @@ absl::Status LocalCluster::Start() {
     }
     return p;
   };
-  ctl_grpc_ = port();
-  ctl_http_ = port();
+  for (int i = 0; i < std::max(1, o_.controllers); ++i) {
+    LocalController c;
+    c.name = o_.controllers > 1 ? absl::StrCat("controller-", i + 1) : "controller";
+    c.grpc_port = port();
+    c.http_port = port();
+    controllers_.push_back(c);
+  }
+  if (o_.controllers > 1) {
+    for (int i = 0; i < 3; ++i) etcd_.push_back({absl::StrCat("etcd-", i + 1), port(), port()});
+  }
   router_ = port();
   router_admin_ = port();
   for (int i = 0; i < o_.nodes; ++i) {
@@ -69,6 +78,13 @@ absl::Status LocalCluster::Start() {
     if (absl::Status s = SetUpPartitionNetns(); !s.ok()) return s;
   }
   if (absl::Status s = WriteConfigs(); !s.ok()) return s;
+  for (size_t i = 0; i < etcd_.size(); ++i) {
+    if (absl::Status s = StartEtcd(static_cast<int>(i)); !s.ok()) return s;
+  }
+  if (!etcd_.empty() && !WaitFor([&] { return EtcdLeader() >= 0; }, milliseconds(15000))) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd elected no leader in 15 s; see ", dir_, "/etcd-*.log"));
+  }
   if (absl::Status s = StartController(); !s.ok()) return s;
   for (LocalNode& n : nodes_) {
     if (absl::Status s = StartAgent(n); !s.ok()) return s;
@@ -80,14 +96,98 @@ absl::Status LocalCluster::Start() {
 }
 
 absl::Status LocalCluster::StartController() {
-  auto pid = Spawn({o_.exe, "controller", "--config", dir_ + "/controller.yaml"}, "controller");
-  if (!pid.ok()) return pid.status();
-  controller_pid_ = *pid;
-  if (!WaitFor([&] { return Api("GET", "/healthz").ok(); }, milliseconds(10000))) {
-    return absl::UnavailableError(
-        absl::StrCat("the controller did not answer in 10 s; see ", dir_, "/controller.log"));
+  Reap();
+  for (LocalController& c : controllers_) {
+    if (c.pid > 0 && ::kill(c.pid, 0) == 0) continue;  // running (leading or standing by)
+    auto pid = Spawn({o_.exe, "controller", "--config", c.config}, c.name);
+    if (!pid.ok()) return pid.status();
+    c.pid = *pid;
+  }
+  const bool ha = controllers_.size() > 1;
+  if (!WaitFor([&] { return Api("GET", "/healthz").ok(); }, milliseconds(ha ? 15000 : 10000))) {
+    return absl::UnavailableError(absl::StrCat("no controller answered in ", ha ? 15 : 10,
+                                               " s; see ", dir_, "/controller*.log"));
   }
   return absl::OkStatus();
+}
+
+const LocalController* LocalCluster::Leader() const {
+  for (size_t k = 0; k < controllers_.size(); ++k) {
+    const size_t i = (leader_.load() + k) % controllers_.size();
+    auto r = common::HttpCall("GET", "127.0.0.1", controllers_[i].http_port, "/healthz", "",
+                              milliseconds(500));
+    if (r.ok() && r->status == 200) {
+      leader_.store(i);
+      return &controllers_[i];
+    }
+  }
+  return nullptr;
+}
+
+uint16_t LocalCluster::api_port() const {
+  const LocalController* c = Leader();
+  return c != nullptr ? c->http_port : controllers_.front().http_port;
+}
+
+absl::Status LocalCluster::StartEtcd(int i) {
+  LocalEtcd& e = etcd_[static_cast<size_t>(i)];
+  std::vector<std::string> members;
+  for (const LocalEtcd& m : etcd_) {
+    members.push_back(absl::StrCat(m.name, "=http://127.0.0.1:", m.peer_port));
+  }
+  const std::string client = absl::StrCat("http://127.0.0.1:", e.client_port);
+  const std::string peer = absl::StrCat("http://127.0.0.1:", e.peer_port);
+  // A restart finds its data folder and rejoins; the initial-cluster flags
+  // only count at the first start.
+  auto pid = Spawn({"/usr/bin/etcd",
+                    "--name",
+                    e.name,
+                    "--data-dir",
+                    dir_ + "/" + e.name,
+                    "--listen-client-urls",
+                    client,
+                    "--advertise-client-urls",
+                    client,
+                    "--listen-peer-urls",
+                    peer,
+                    "--initial-advertise-peer-urls",
+                    peer,
+                    "--initial-cluster",
+                    absl::StrJoin(members, ","),
+                    "--initial-cluster-token",
+                    "gpuha-local",
+                    "--initial-cluster-state",
+                    "new",
+                    "--logger",
+                    "zap",
+                    "--log-outputs",
+                    "stderr"},
+                   e.name);
+  if (!pid.ok()) return pid.status();
+  e.pid = *pid;
+  return absl::OkStatus();
+}
+
+void LocalCluster::KillEtcd(int i) {
+  LocalEtcd& e = etcd_[static_cast<size_t>(i)];
+  if (e.pid > 0) ::kill(e.pid, SIGKILL);
+  Reap();
+  e.pid = -1;
+}
+
+int LocalCluster::EtcdLeader() const {
+  for (size_t i = 0; i < etcd_.size(); ++i) {
+    if (etcd_[i].pid <= 0) continue;
+    auto client = controller::EtcdClient::Connect(
+        {.endpoints = {absl::StrCat("http://127.0.0.1:", etcd_[i].client_port)},
+         .timeout = milliseconds(500)});
+    if (!client.ok()) continue;
+    auto status = (*client)->Status();
+    if (status.ok() && status->leader() != 0 && status->leader() == status->header().member_id()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
 }
 
 std::string LocalCluster::PciDir(const LocalNode& n) const {
@@ -127,9 +227,14 @@ void LocalCluster::KillNode(LocalNode& n) {
   n.agent = -1;
 }
 
-void LocalCluster::KillController() {
-  ::kill(controller_pid_, SIGKILL);
+std::string LocalCluster::KillController() {
+  const LocalController* leader = Leader();
+  if (leader == nullptr) return "";
+  LocalController& c = controllers_[static_cast<size_t>(leader - controllers_.data())];
+  ::kill(c.pid, SIGKILL);
   Reap();
+  c.pid = -1;
+  return c.name;
 }
 
 pid_t LocalCluster::WorkerPid(const LocalNode& n) const {
@@ -140,7 +245,10 @@ pid_t LocalCluster::WorkerPid(const LocalNode& n) const {
 
 absl::StatusOr<json> LocalCluster::Api(const std::string& method, const std::string& target,
                                        const std::string& body) const {
-  auto r = common::HttpCall(method, "127.0.0.1", ctl_http_, target, body, milliseconds(2000));
+  const LocalController* leader = controllers_.size() > 1 ? Leader() : &controllers_.front();
+  if (leader == nullptr) return absl::UnavailableError("no controller leads");
+  auto r =
+      common::HttpCall(method, "127.0.0.1", leader->http_port, target, body, milliseconds(2000));
   if (!r.ok()) return r.status();
   if (r->status / 100 != 2) {
     return absl::UnavailableError(absl::StrCat(method, " ", target, ": ", r->status, " ", r->body));
@@ -212,7 +320,12 @@ void LocalCluster::Stop() {
     if (w > 0) pids.push_back(w);
     if (n.agent > 0) pids.push_back(n.agent);
   }
-  if (controller_pid_ > 0) pids.push_back(controller_pid_);
+  for (const LocalController& c : controllers_) {
+    if (c.pid > 0) pids.push_back(c.pid);
+  }
+  for (const LocalEtcd& e : etcd_) {
+    if (e.pid > 0) pids.push_back(e.pid);
+  }
   for (pid_t p : pids) {
     ::kill(p, SIGCONT);
     ::kill(p, SIGTERM);
@@ -287,7 +400,10 @@ absl::Status LocalCluster::SetUpPartitionNetns() {
 }
 
 absl::Status LocalCluster::WriteConfigs() {
-  const std::string controller = absl::StrCat(ctl_host_, ":", ctl_grpc_);
+  std::vector<std::string> grpc;  // every controller: agents and the router follow the leader
+  for (const LocalController& ctl : controllers_) {
+    grpc.push_back(absl::StrCat(ctl_host_, ":", ctl.grpc_port));
+  }
   ControllerYaml c;
   c.comment = absl::StrCat("written by gpuha: ", o_.nodes - 1, " active nodes and 1 passive (N+1)");
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -297,21 +413,26 @@ absl::Status LocalCluster::WriteConfigs() {
                        .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)});
   }
   c.tenants = {"acme"};
-  c.grpc_listen = controller;
-  c.http_listen = absl::StrCat("127.0.0.1:", ctl_http_);
-  c.store_path = dir_ + "/controller.db";
   c.healthy_for_ms = 1000;
   c.max_failures = o_.max_failures;
   c.window_s = 600;
-  if (absl::Status s = common::WriteFileAtomic(dir_ + "/controller.yaml", c.Yaml()); !s.ok()) {
-    return s;
+  for (const LocalEtcd& e : etcd_)
+    c.etcd.push_back(absl::StrCat("http://127.0.0.1:", e.client_port));
+  if (etcd_.empty()) c.store_path = dir_ + "/controller.db";
+  for (size_t i = 0; i < controllers_.size(); ++i) {
+    c.grpc_listen = grpc[i];
+    c.http_listen = absl::StrCat("127.0.0.1:", controllers_[i].http_port);
+    controllers_[i].config = absl::StrCat(dir_, "/", controllers_[i].name, ".yaml");
+    if (absl::Status s = common::WriteFileAtomic(controllers_[i].config, c.Yaml()); !s.ok()) {
+      return s;
+    }
   }
   for (LocalNode& n : nodes_) {
     n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
     const std::string worker = absl::StrCat(n.host, ":", n.worker_port);
     AgentYaml a;
     a.node = n.name;
-    a.controllers = {controller};
+    a.controllers = grpc;
     a.sample_ms = 100;
     a.heartbeat_ms = 50;
     // A GPU probe call stuck for 500 ms fails its GPU; the sim GPUs sit in a
@@ -336,7 +457,7 @@ absl::Status LocalCluster::WriteConfigs() {
   r.admin = absl::StrCat("127.0.0.1:", router_admin_);
   r.threads = 1;
   r.id = "demo-router";
-  r.controllers = {controller};
+  r.controllers = grpc;
   r.tenants = {{.name = "acme",
                 .api_keys = {o_.api_key},
                 .requests_per_second = 100000,

@@ -1,6 +1,7 @@
 // LocalCluster: a whole gpuha cluster as real processes on loopback, for the
 // demo (and through it the chaos tests): one controller (SQLite store in the
-// cluster's folder), one router, and N agents with a simulated L4 each, every
+// cluster's folder), or with `controllers: 3` three on a three-member etcd
+// cluster (Debian's etcd-server), one router, and N agents with a simulated L4 each, every
 // agent supervising a `gpuha worker`. The last node is passive (N+1); the
 // configs are written with config_builders.h. With `partition`, node 1 runs
 // in a network namespace of its own, joined by a veth pair whose link
@@ -39,11 +40,27 @@ struct LocalClusterOptions {
   std::string exe{};  // the gpuha binary, run for every component
   int nodes = 4;      // the last one passive
   int node_capacity = 10;
-  int worker_latency_ms = 5;                // the workers' modelled GPU time
-  int max_failures = 20;                    // the controller's recovery.max_failures
-  bool partition = false;                   // node 1 in its own network namespace (root)
+  int worker_latency_ms = 5;  // the workers' modelled GPU time
+  int max_failures = 20;      // the controller's recovery.max_failures
+  bool partition = false;     // node 1 in its own network namespace (root)
+  // 1: one controller on SQLite. More: that many on a three-member etcd
+  // cluster; they elect a leader, and agents and the router know them all.
+  int controllers = 1;
   std::string api_key = "demo-acme-key";    // tenant acme's key at the router
   const std::atomic<bool>* stop = nullptr;  // WaitFor gives up when set
+};
+
+struct LocalController {
+  std::string name;
+  uint16_t grpc_port = 0, http_port = 0;
+  std::string config;
+  pid_t pid = -1;
+};
+
+struct LocalEtcd {
+  std::string name;
+  uint16_t client_port = 0, peer_port = 0;
+  pid_t pid = -1;
 };
 
 struct LocalNode {
@@ -65,12 +82,23 @@ class LocalCluster {
 
   // Picks distinct free ports, writes the configs and starts every process.
   [[nodiscard]] absl::Status Start();
-  // (Re)starts the controller and waits for its API (10 s).
+  // (Re)starts every controller that is not running and waits until one
+  // leads and answers its API (10 s; on etcd, 15 s).
   [[nodiscard]] absl::Status StartController();
   [[nodiscard]] absl::Status StartAgent(LocalNode& n);
   // SIGKILL to a node's agent and its worker (a crashed or rebooted host).
   void KillNode(LocalNode& n);
-  void KillController();
+  // SIGKILL to the controller that leads (the only one on SQLite); its name.
+  std::string KillController();
+  // The controller that answers the API now (the leader), or null.
+  const LocalController* Leader() const;
+  // etcd members (HA only): the index of the member that leads etcd's raft
+  // (-1: none answers), and kill -9 or a restart of one.
+  int EtcdLeader() const;
+  void KillEtcd(int i);
+  [[nodiscard]] absl::Status StartEtcd(int i);
+  std::vector<LocalEtcd>& etcd() { return etcd_; }
+  std::vector<LocalController>& controllers() { return controllers_; }
   // Cuts (or restores) the partitioned node's only link: packets are dropped
   // both ways, with no reset, as when a switch port or cable fails.
   [[nodiscard]] absl::Status SetLink(bool up);
@@ -106,7 +134,8 @@ class LocalCluster {
   LocalNode* FindNode(const std::string& name);
   uint16_t router_port() const { return router_; }
   uint16_t router_admin_port() const { return router_admin_; }
-  uint16_t api_port() const { return ctl_http_; }
+  // The leading controller's HTTP port (the first controller's when none leads).
+  uint16_t api_port() const;
   const std::string& dir() const { return dir_; }
   const LocalClusterOptions& options() const { return o_; }
 
@@ -120,14 +149,17 @@ class LocalCluster {
 
   const LocalClusterOptions o_;
   const std::string dir_;
-  uint16_t ctl_grpc_ = 0, ctl_http_ = 0, router_ = 0, router_admin_ = 0;
+  uint16_t router_ = 0, router_admin_ = 0;
+  std::vector<LocalController> controllers_;
+  std::vector<LocalEtcd> etcd_;
+  mutable std::atomic<size_t> leader_{0};  // the controller Api() tries first
   // The partition: node 1 runs in its own network namespace, joined to this
   // one by a veth pair; the controller listens on this side's address.
   std::string ctl_host_ = "127.0.0.1";
   std::string netns_, veth_;
   bool netns_made_ = false;
   std::vector<LocalNode> nodes_;
-  pid_t controller_pid_ = -1, router_pid_ = -1;
+  pid_t router_pid_ = -1;
   bool stopped_ = false;
 };
 

@@ -1,12 +1,14 @@
 // ReconnectPolicy: which controller a client (an agent's heartbeat stream, a
 // router's route watch) tries next, and how long it waits first. It walks
-// the listed controllers in turn, and backs off 100 ms, 200 ms ... 2 s,
-// jittered by +-20% so a fleet does not reconnect in step, and starts over
-// once a session stayed up for 5 s. An attempt may take ConnectTimeout() to
-// connect: 1 s, doubled after each attempt whose connection timed out, up
-// to 4 s, so that a controller whose TLS handshakes are slow (a loaded host)
-// is reached in the end instead of being cut at the same 1 s on every
-// attempt; an attempt that connected starts it over.
+// the listed controllers in turn, going on to the next at once, and backs
+// off after each whole round 100 ms, 200 ms ... 2 s, jittered by +-20% so a
+// fleet does not reconnect in step; it starts over once a session stayed up
+// for 5 s. One wait per round, not per controller: among three controllers
+// on etcd only the leader listens, and a client that waited before each
+// standby found a new leader only after its startup grace had ended. An attempt may take
+// ConnectTimeout() to connect: 1 s, doubled after each attempt whose connection timed out, up to 4
+// s, so that a controller whose TLS handshakes are slow (a loaded host) is reached in the end
+// instead of being cut at the same 1 s on every attempt; an attempt that connected starts it over.
 //
 //   ReconnectPolicy policy(config.controllers, /*seed=*/hash(node));
 //   while (!stopping) {
@@ -65,6 +67,7 @@ class ReconnectPolicy {
     ++next_;
     timeouts_ = connect_timed_out ? timeouts_ + 1 : 0;
     backoff_.MaybeReset(started, now);
+    if (next_ % targets_.size() != 0) return Duration::zero();  // the round goes on
     return backoff_.Next();
   }
 

@@ -18,22 +18,38 @@ TEST(ReconnectPolicyTest, WalksTheControllersInTurnAndBacksOff) {
     waits.push_back(p.Failed(started, clock.Now()));
   }
   EXPECT_EQ(p.target().host, "10.0.0.1");  // 6 failures: round twice
-  // Jittered +-20% around 100, 200, 400, 800, 1600, 2000 ms.
-  const int64_t base[] = {100, 200, 400, 800, 1600, 2000};
+  // On to the next controller at once within a round; after each round, a
+  // wait jittered +-20% around 100, then 200 ms.
+  const int64_t base[] = {0, 0, 100, 0, 0, 200};
   for (int i = 0; i < 6; ++i) {
     EXPECT_GE(ToMillis(waits[i]), base[i] * 8 / 10) << i;
     EXPECT_LE(ToMillis(waits[i]), base[i] * 12 / 10) << i;
   }
 }
 
+TEST(ReconnectPolicyTest, OneControllerBacksOffAfterEveryAttemptUpToTwoSeconds) {
+  FakeClock clock;
+  ReconnectPolicy p({{"10.0.0.1", 7400}}, 1);
+  const int64_t base[] = {100, 200, 400, 800, 1600, 2000, 2000};
+  for (int i = 0; i < 7; ++i) {
+    TimePoint started = clock.Now();
+    clock.Advance(milliseconds(10));
+    const int64_t wait = ToMillis(p.Failed(started, clock.Now()));
+    EXPECT_GE(wait, base[i] * 8 / 10) << i;
+    EXPECT_LE(wait, base[i] * 12 / 10) << i;
+    EXPECT_LE(wait, ToMillis(ReconnectPolicy::LongestWait()));
+  }
+}
+
 TEST(ReconnectPolicyTest, ASessionThatStayedUpStartsTheBackoffOver) {
   FakeClock clock;
   ReconnectPolicy p({{"10.0.0.1", 7400}, {"10.0.0.2", 7400}}, 1);
-  for (int i = 0; i < 4; ++i) p.Failed(clock.Now(), clock.Now());
+  for (int i = 0; i < 5; ++i) p.Failed(clock.Now(), clock.Now());
+  EXPECT_EQ(p.target().host, "10.0.0.2");
   TimePoint started = clock.Now();
   clock.Advance(milliseconds(5000));
-  EXPECT_LE(ToMillis(p.Failed(started, clock.Now())), 120);
-  EXPECT_EQ(p.target().host, "10.0.0.2");
+  EXPECT_LE(ToMillis(p.Failed(started, clock.Now())), 120);  // ends a round: backs off from 100
+  EXPECT_EQ(p.target().host, "10.0.0.1");
 }
 
 TEST(ReconnectPolicyTest, TheConnectTimeoutGrowsWithTimedOutAttemptsAndStartsOver) {

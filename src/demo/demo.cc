@@ -221,7 +221,7 @@ class Demo {
         hit.insert(s);
       }
     }
-    t.node = controller ? "controller" : second_ ? node->name + "+" + second_->name : node->name;
+    t.node = controller ? "control-plane" : second_ ? node->name + "+" + second_->name : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -231,8 +231,10 @@ class Demo {
     out_.flush();
     const double continued_before = Continuations();
     int64_t t0 = UnixNanos();
+    faults_.hit.clear();
     absl::Status injected = spec.inject(faults_, *node);
     if (injected.ok() && second_ != nullptr) injected = spec.inject(faults_, *second_);
+    if (controller && !faults_.hit.empty()) t.node = faults_.hit;
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
     c_.Sleep(milliseconds(o_.observe_ms));
 
@@ -254,7 +256,8 @@ class Demo {
     for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
       if (p.empty()) hit.erase(s);
     }
-    absl::Status repaired = controller ? RepairController(primaries, &t) : Repair(spec, *node, &t);
+    absl::Status repaired =
+        controller ? RepairController(primaries, t0, &t) : Repair(spec, *node, &t);
     if (repaired.ok() && second_ != nullptr) repaired = Repair(spec, *second_, &t);
     if (!controller) {
       // A node that came back is the spare: the work it lost stays where it went.
@@ -281,10 +284,37 @@ class Demo {
  private:
   // The controller is back: same routes, every agent reconnected, and the
   // router has acknowledged the new controller's routes.
-  absl::Status RepairController(const std::map<std::string, std::string>& primaries,
+  absl::Status RepairController(const std::map<std::string, std::string>& primaries, int64_t t0,
                                 FaultTimeline* t) {
     {
+      if (t->fault == "etcd-quorum-loss") {
+        // Without quorum for as long as it takes the leader to stop acting
+        // (its lease's TTL), whatever --observe-ms says.
+        if (c_.WaitFor([&] { return c_.Leader() == nullptr; }, milliseconds(8000))) {
+          t->leader_stopped_ms = double(UnixNanos() - t0) / 1e6;
+        }
+      }
+      for (int i : faults_.killed_etcd) {
+        if (absl::Status s = c_.StartEtcd(i); !s.ok()) return s;
+      }
+      faults_.killed_etcd.clear();
+      if (!c_.etcd().empty() &&
+          !c_.WaitFor([&] { return c_.EtcdLeader() >= 0; }, milliseconds(15000))) {
+        return absl::DeadlineExceededError("etcd did not elect a leader again within 15 s");
+      }
+      // Every controller that is down (killed, or stopped when it lost its
+      // lease) starts again; one leads.
       if (absl::Status s = c_.StartController(); !s.ok()) return s;
+      // The first act of the controller that leads after the fault.
+      if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array()) {
+        for (const json& e : *ev) {
+          const double at = e.value("unix_ms", 0.0);
+          if (e.value("type", "") == "controller_started" && at * 1e6 >= double(t0)) {
+            t->takeover_ms = at - double(t0) / 1e6;
+            break;
+          }
+        }
+      }
       // The restarted controller must hold the same routes.
       auto after = c_.Api("GET", "/api/v1/streams");
       t->routes_unchanged = after.ok() && Primaries(*after) == primaries;
@@ -380,6 +410,19 @@ class Demo {
     if (t.fault == "controller-restart") {
       out_ << absl::StrFormat("  controller killed and restarted; routes %s\n",
                               t.routes_unchanged ? "unchanged" : "CHANGED");
+    } else if (FindFault(t.fault)->target == Target::kController) {
+      if (t.leader_stopped_ms) {
+        out_ << absl::StrFormat(
+            "  without quorum, the leading controller stopped acting after "
+            "%.1f ms; routers served on their last routes\n",
+            *t.leader_stopped_ms);
+      }
+      out_ << absl::StrFormat("  %s killed; %s; routes %s\n", t.node,
+                              t.takeover_ms ? absl::StrFormat("a controller led and acted again "
+                                                              "after %.1f ms (takeover_ms)",
+                                                              *t.takeover_ms)
+                                            : std::string("the leading controller kept its lease"),
+                              t.routes_unchanged ? "unchanged" : "CHANGED");
     } else {
       out_ << absl::StrFormat("  %-34s %8s ms\n", "fault injected", "0.0")
            << absl::StrFormat("  %-34s %8s ms\n", "detected by the controller", Ms(t.detected_ms))
@@ -455,6 +498,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(absl::StrCat("--faults: unknown fault '", f, "' (",
                                                      absl::StrJoin(FaultNames(), ", "), ")"));
     }
+    if (FindFault(f)->ha && !o.ha) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--faults: '", f, "' is a fault of the etcd control plane; run it with --ha"));
+    }
   }
   if (o.streams < 1 || o.streams > 30) {
     return absl::InvalidArgumentError("--streams: must be 1 to 30 (3 active nodes x 10)");
@@ -478,11 +525,12 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .worker_latency_ms = o.latency_ms,
                         .max_failures = o.max_failures,
                         .partition = partition,
+                        .controllers = o.ha ? 3 : 1,
                         .stop = o.stop},
                        dir);
-  out << "gpuha demo: controller, router and 4 agents (3 active + 1 passive, simulated L4) "
-         "with workers, in "
-      << dir << "\n";
+  out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
+      << ", router and 4 agents (3 active + 1 passive, simulated L4) with workers, in " << dir
+      << "\n";
   out.flush();
   absl::Status s = cluster.Start();
   Demo demo(o, cluster, out);
@@ -533,18 +581,25 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
 
 std::string DemoReport::Text() const {
   std::string out =
-      absl::StrFormat("%-19s %-10s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams",
+      absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams",
                       "detected", "fenced", "routes", "acked", "standby", "failed", "gap");
   for (const FaultTimeline& t : faults) {
     absl::StrAppend(
         &out,
-        absl::StrFormat("%-19s %-10s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
+        absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
                         t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms), Ms(t.routes_pushed_ms),
                         Ms(t.routers_acked_ms), Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
   }
   absl::StrAppend(&out,
                   "(milliseconds after the fault; standby = first request served by the "
                   "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
+  for (const FaultTimeline& t : faults) {
+    if (t.takeover_ms) {
+      absl::StrAppend(&out, absl::StrFormat("%s (%s): takeover_ms %.1f (to the first act of the "
+                                            "controller that leads after it)\n",
+                                            t.fault, t.node, *t.takeover_ms));
+    }
+  }
   absl::StrAppend(&out, load.Text());
   if (llm.sent > 0) {
     uint64_t continued = 0;
@@ -601,6 +656,8 @@ std::string DemoReport::Json() const {
                             t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
                            {"held_out", t.held_out},
                            {"routers_reacked", t.routers_reacked},
+                           {"takeover_ms", opt(t.takeover_ms)},
+                           {"leader_stopped_ms", opt(t.leader_stopped_ms)},
                            {"llm_answered", t.llm_answered},
                            {"llm_failed", t.llm_failed},
                            {"llm_continued", t.llm_continued},

@@ -17,6 +17,14 @@
 //                the agent restarts the worker
 //   controller-restart  kill -9 of the controller and a restart: routes
 //                must not change and no request may fail
+//   leader-kill  (--ha) kill -9 of the leading controller: a standby leads
+//                once its lease runs out; the report gives takeover_ms, from
+//                the kill to the new leader's first act
+//   etcd-leader-kill  (--ha) kill -9 of the etcd member leading the raft
+//   etcd-quorum-loss  (--ha) two of the three etcd members killed, then
+//                started: the leading controller stops acting, the data
+//                plane serves on its last routes, a controller leads again
+//                once etcd has quorum
 //   double-crash kill -9 of the two busiest nodes at once: more than N+1
 //                covers. Streams beyond what is left get the router's 503
 //                (no_capacity) and the controller reports them unplaced.
@@ -56,6 +64,10 @@ namespace gpuha::demo {
 // The default sequence; "double-crash" (two nodes at once, past N+1) is extra.
 inline const std::vector<std::string> kDefaultFaults = {
     "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
+// With --ha (three controllers on a three-member etcd cluster): the control
+// plane's faults, and a node crash under the leader that took over.
+inline const std::vector<std::string> kHaFaults = {"leader-kill", "crash", "etcd-leader-kill",
+                                                   "etcd-quorum-loss"};
 // Every fault the demo knows, from its fault table.
 std::vector<std::string> FaultNames();
 
@@ -74,6 +86,8 @@ struct DemoOptions {
   // completions open at all times on the first streams, every answer
   // checked (0: none). A fault mid-answer is continued on the standby.
   int llm_streams = 10;
+  // Three controllers on a three-member etcd cluster instead of one on SQLite.
+  bool ha = false;
   std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };

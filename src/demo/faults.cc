@@ -31,11 +31,11 @@ const std::vector<FaultSpec>& FaultTable() {
     return absl::OkStatus();
   };
   static const std::vector<FaultSpec> kTable = {
-      {"crash", Target::kNode, false, kill_node, restart},
-      {"xid79", Target::kNode, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
-      {"thermal", Target::kNode, false, sim_fault("gpu=0,kind=temp_ramp,to_c=95,over_ms=600"),
-       reboot},
-      {"agent-hang", Target::kNode, false,
+      {"crash", Target::kNode, false, false, kill_node, restart},
+      {"xid79", Target::kNode, false, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
+      {"thermal", Target::kNode, false, false,
+       sim_fault("gpu=0,kind=temp_ramp,to_c=95,over_ms=600"), reboot},
+      {"agent-hang", Target::kNode, false, false,
        [](FaultContext&, LocalNode& n) {
          ::kill(n.agent, SIGSTOP);
          return absl::OkStatus();
@@ -44,7 +44,7 @@ const std::vector<FaultSpec>& FaultTable() {
          ::kill(n.agent, SIGCONT);
          return absl::OkStatus();
        }},
-      {"server-hang", Target::kNode, false,
+      {"server-hang", Target::kNode, false, false,
        [](FaultContext& f, LocalNode& n) {
          f.stopped_worker = f.cluster.WorkerPid(n);
          if (f.stopped_worker <= 0) return absl::InternalError("no worker process found");
@@ -57,7 +57,7 @@ const std::vector<FaultSpec>& FaultTable() {
        }},
       // The worker alone killed, mid-answer for the LLM streams on it; the
       // agent's supervisor restarts it.
-      {"worker-kill", Target::kNode, false,
+      {"worker-kill", Target::kNode, false, false,
        [](FaultContext& f, LocalNode& n) {
          pid_t w = f.cluster.WorkerPid(n);
          if (w <= 0) return absl::InternalError("no worker process found");
@@ -65,24 +65,58 @@ const std::vector<FaultSpec>& FaultTable() {
          return absl::OkStatus();
        },
        [](FaultContext&, LocalNode&) { return absl::OkStatus(); }},
-      {"controller-restart", Target::kController, false,
+      {"controller-restart", Target::kController, false, false,
        [](FaultContext& f, LocalNode&) {
-         f.cluster.KillController();
+         f.hit = f.cluster.KillController();
          return absl::OkStatus();
        },
        nullptr},
-      {"double-crash", Target::kTwoNodes, false, kill_node, restart},
+      // --ha: kill -9 of the leading controller; a standby leads once the
+      // lease runs out. The demo restarts the killed one, as a standby.
+      {"leader-kill", Target::kController, false, true,
+       [](FaultContext& f, LocalNode&) {
+         f.hit = f.cluster.KillController();
+         return f.hit.empty() ? absl::InternalError("no controller leads") : absl::OkStatus();
+       },
+       nullptr},
+      // --ha: kill -9 of the member leading etcd's raft; the others elect one.
+      {"etcd-leader-kill", Target::kController, false, true,
+       [](FaultContext& f, LocalNode&) {
+         int leader = f.cluster.EtcdLeader();
+         if (leader < 0) return absl::InternalError("no etcd member leads");
+         f.cluster.KillEtcd(leader);
+         f.killed_etcd = {leader};
+         f.hit = f.cluster.etcd()[static_cast<size_t>(leader)].name;
+         return absl::OkStatus();
+       },
+       nullptr},
+      // --ha: two of the three etcd members stopped (kill -9), then started:
+      // no quorum meanwhile. The leading controller stops acting when its
+      // lease cannot be renewed; the data plane serves on its last routes.
+      {"etcd-quorum-loss", Target::kController, false, true,
+       [](FaultContext& f, LocalNode&) {
+         int leader = f.cluster.EtcdLeader();
+         if (leader < 0) return absl::InternalError("no etcd member leads");
+         const int other = (leader + 1) % static_cast<int>(f.cluster.etcd().size());
+         f.killed_etcd = {leader, other};
+         for (int i : f.killed_etcd) f.cluster.KillEtcd(i);
+         f.hit = f.cluster.etcd()[static_cast<size_t>(leader)].name + "+" +
+                 f.cluster.etcd()[static_cast<size_t>(other)].name;
+         return absl::OkStatus();
+       },
+       nullptr},
+      {"double-crash", Target::kTwoNodes, false, false, kill_node, restart},
       // Inference stuck while health and metrics answer (a deadlocked engine).
-      {"half-hang", Target::kNode, false, worker_fault("stuck"), clear_worker_fault},
+      {"half-hang", Target::kNode, false, false, worker_fault("stuck"), clear_worker_fault},
       // Readiness 200, every inference 500 (a broken CUDA context).
-      {"error-burst", Target::kNode, false, worker_fault("errors"), clear_worker_fault},
+      {"error-burst", Target::kNode, false, false, worker_fault("errors"), clear_worker_fault},
       // An NVML call on GPU 0 that never returns (the driver stuck in the
       // kernel): the agent's watchdog fails the GPU, heartbeats go on.
-      {"driver-hang", Target::kNode, false, sim_fault("gpu=0,kind=driver_hang"), reboot},
+      {"driver-hang", Target::kNode, false, false, sim_fault("gpu=0,kind=driver_hang"), reboot},
       // GPU 0 gone from the PCI bus (fallen off, hot-unplugged).
-      {"gpu-vanish", Target::kNode, false,
+      {"gpu-vanish", Target::kNode, false, false,
        [](FaultContext& f, LocalNode& n) { return f.cluster.VanishGpu(n, 0); }, reboot},
-      {"partition", Target::kNode, true,
+      {"partition", Target::kNode, true, false,
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(false); },
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(true); }},
   };

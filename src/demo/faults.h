@@ -22,13 +22,15 @@ namespace gpuha::demo {
 enum class Target {
   kNode,        // the busiest node (or --node)
   kTwoNodes,    // the two busiest at once, past what N+1 covers
-  kController,  // the controller process
+  kController,  // the controller process (with --ha: the leader), or etcd
 };
 
 // What a fault's inject leaves for its repair.
 struct FaultContext {
   cluster::LocalCluster& cluster;
-  pid_t stopped_worker = -1;  // server-hang's SIGSTOPped worker
+  pid_t stopped_worker = -1;       // server-hang's SIGSTOPped worker
+  std::vector<int> killed_etcd{};  // etcd members the repair starts again
+  std::string hit{};               // what a control-plane fault hit ("controller-2", "etcd-1")
 };
 
 using FaultAction = std::function<absl::Status(FaultContext&, cluster::LocalNode&)>;
@@ -37,6 +39,7 @@ struct FaultSpec {
   const char* name;
   Target target;
   bool partition;  // needs node 1 in its own network namespace
+  bool ha;         // needs --ha (three controllers on etcd)
   FaultAction inject;
   FaultAction repair;  // null for the controller (the demo restarts it)
 };

@@ -36,6 +36,12 @@ struct FaultTimeline {
   std::optional<bool> routes_before_fence;
   bool held_out = false;         // the node stayed out after its repair (flapped too often)
   bool routers_reacked = false;  // controller-restart: every router acknowledged the new one
+  // Control-plane faults: from the fault to the first act (its
+  // controller_started event) of the controller that leads after it.
+  std::optional<double> takeover_ms;
+  // etcd-quorum-loss: when the leading controller stopped acting (its lease
+  // could not be renewed), after the fault.
+  std::optional<double> leader_stopped_ms;
   // LLM token streams in the same span: answers, failed ones, and answers
   // the router continued on the standby mid-answer.
   uint64_t llm_answered = 0, llm_failed = 0, llm_continued = 0;

@@ -267,5 +267,46 @@ TEST_F(ChaosTest, BadFaultNameIsRefused) {
   EXPECT_NE(demo.err().find("unknown fault 'meteor'"), std::string::npos) << demo.err();
 }
 
+// --ha: three controllers on a three-member etcd cluster. kill -9 of the
+// leader hands over within the lease's TTL and the new leader fails a
+// crashed node over; etcd losing its leader, then its quorum, loses nothing.
+TEST_F(ChaosTest, ControlPlaneOnEtcdSurvivesLeaderKillAndQuorumLoss) {
+  json r = RunDemo("leader-kill,crash,etcd-leader-kill,etcd-quorum-loss", 20, 0, {}, {"--ha"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ASSERT_EQ(r["faults"].size(), 4u);
+  for (const json& f : r["faults"]) {
+    EXPECT_EQ(f["note"], "") << f.dump();
+    EXPECT_EQ(f["failed"], 0) << f.dump();
+  }
+  const json& kill = r["faults"][0];
+  ASSERT_FALSE(kill["takeover_ms"].is_null()) << kill.dump();
+  // The lease's TTL is 2 s; the standbys campaign every 250 ms.
+  EXPECT_LT(kill["takeover_ms"].get<double>(), 2000 + 2000) << kill.dump();
+  EXPECT_EQ(kill["routes_unchanged"], true);
+  EXPECT_EQ(kill["routers_reacked"], true);
+  const json& crash = r["faults"][1];  // under the leader that took over
+  EXPECT_FALSE(crash["detected_ms"].is_null()) << crash.dump();
+  EXPECT_FALSE(crash["first_standby_ms"].is_null()) << crash.dump();
+  // Quorum lost: the leader stops acting within about its lease's TTL, and
+  // a controller leads and acts again once etcd has quorum back.
+  const json& quorum = r["faults"][3];
+  ASSERT_FALSE(quorum["leader_stopped_ms"].is_null()) << quorum.dump();
+  EXPECT_LT(quorum["leader_stopped_ms"].get<double>(), 2000 + 2000) << quorum.dump();
+  EXPECT_FALSE(quorum["takeover_ms"].is_null()) << quorum.dump();
+  std::printf("FIGURES ha leader-kill takeover %.1f ms; quorum-loss takeover %.1f ms\n",
+              kill["takeover_ms"].get<double>(), r["faults"][3]["takeover_ms"].get<double>());
+}
+
+TEST_F(ChaosTest, ControlPlaneFaultsNeedHa) {
+  ChildProcess demo({kGpuha, "demo", "--faults", "leader-kill"});
+  EXPECT_EQ(demo.Wait(milliseconds(10000)).value_or(-1), 2);
+  EXPECT_NE(demo.err().find("'leader-kill' is a fault of the etcd control plane; run it with --ha"),
+            std::string::npos)
+      << demo.err();
+}
+
 }  // namespace
 }  // namespace gpuha::e2e
