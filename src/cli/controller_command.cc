@@ -51,7 +51,15 @@ int ControllerCommand::Run() {
   }
   if (!grpc_listen_.empty()) config->grpc_listen = grpc_listen_;
   if (!http_listen_.empty()) config->http_listen = http_listen_;
-  if (!store_path_.empty()) config->store_path = store_path_;
+  if (!store_path_.empty()) {
+    if (!config->etcd.endpoints.empty()) {
+      spdlog::error(
+          "controller: --store: the config's store is etcd (store.etcd); a SQLite "
+          "file would be a second brain");
+      return kExitBadInput;
+    }
+    config->store_path = store_path_;
+  }
   // The flags may move a port off loopback: the file's safety rules again.
   if (std::optional<controller::ExposureProblem> p = controller::CheckExposure(*config)) {
     spdlog::error("controller: {} (with the flags): {}", p->field, p->message);
@@ -105,22 +113,11 @@ int ControllerCommand::Run() {
   std::fflush(stdout);
   common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=controller grpc ", host, ":",
                                      server.grpc_port(), " http ", host, ":", server.http_port()));
-  std::atomic<bool> leadership_lost{false};
-  if (leader) {
-    // Losing the lease (etcd without quorum, or this process paused past the
-    // TTL) ends this process, as kube-controller-manager does: another
-    // controller may lead already, and the store refuses this one's writes.
-    leader->KeepAlive([&leadership_lost](const std::string& why) {
-      spdlog::error("controller: leadership lost: {}; stopping so that only the leader acts", why);
-      leadership_lost = true;
-      ::kill(::getpid(), SIGTERM);
-    });
-  }
   int signo = stop_signals.Wait();
   spdlog::info("controller: signal {}, stopping", signo);
   common::SdNotifyOrLog("STOPPING=1");
   server.Stop();
-  if (leadership_lost) return kExitFailure;
+  if (leadership_lost_) return kExitFailure;
   // A planned stop hands over at once: the lease goes, a standby leads.
   if (leader) leader->Resign();
   return kExitOk;
@@ -152,10 +149,28 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
   }
   absl::StatusOr<int64_t> token = campaign.get();
   if (!token.ok()) return token.status();
+  if (stopping) {  // the signal came as it won: hand over at once
+    (*leader)->Resign();
+    return absl::CancelledError("stopped as it began to lead");
+  }
   spdlog::info("controller: leading (fencing token {})", *token);
-  auto store = std::make_unique<controller::EtcdStore>(*client, etcd.prefix);
+  // Renewing starts now, before recovery reads the store: a slow recovery
+  // must not let the lease lapse while this process thinks it leads.
+  (*leader)->KeepAlive([this](const std::string& why) { LoseLeadership(why); });
+  auto store = std::make_unique<controller::EtcdStore>(*client, etcd.prefix,
+                                                       static_cast<size_t>(etcd.max_txn_ops));
   store->SetFence((*leader)->key(), *token);
+  store->OnFenceLost([this] { LoseLeadership("a write found another controller leading"); });
   return store;
+}
+
+void ControllerCommand::LoseLeadership(const std::string& why) {
+  // Losing the lease (etcd without quorum, or this process paused past the
+  // TTL) ends this process, as kube-controller-manager does: another
+  // controller may lead already, and the store refuses this one's writes.
+  if (leadership_lost_.exchange(true)) return;
+  spdlog::error("controller: leadership lost: {}; stopping so that only the leader acts", why);
+  ::kill(::getpid(), SIGTERM);
 }
 
 }  // namespace gpuha::cli

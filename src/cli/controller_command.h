@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +28,11 @@ class ControllerCommand {
   absl::StatusOr<std::unique_ptr<controller::Store>> LeadOnEtcd(
       const controller::ControllerConfig& config, StopSignals& stop_signals,
       std::unique_ptr<controller::EtcdLeader>* leader);
+  // Leadership is gone (the lease, or a write found the fence moved): this
+  // process stops at once, exiting non-zero, so that only the leader acts.
+  void LoseLeadership(const std::string& why);
+
+  std::atomic<bool> leadership_lost_{false};
 
   CLI::App* app_;
   std::string config_path_;

@@ -49,6 +49,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
     auto slice =
         std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(50));
     if (channel->WaitForConnected(slice)) return channel;
+    // Refused (nothing listens: a standby controller on etcd, or one that
+    // is down on a live host): say so now. Waiting out the timeout there
+    // made a client walking three controllers find the leader too late.
+    if (channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      return absl::UnavailableError("refused (nothing listens there)");
+    }
     if (std::chrono::system_clock::now() >= deadline) break;
   }
   return absl::DeadlineExceededError(

@@ -33,7 +33,8 @@ struct ClientTls {
 
 // A channel to `controller` that notices a peer vanishing within ~2 s
 // (keepalive every 1 s, also without calls) and reconnects after 100 ms to
-// 1 s. DeadlineExceeded when it is not connected within `connect_timeout`;
+// 1 s. Unavailable at once when the connection is refused; DeadlineExceeded
+// when it is not connected within `connect_timeout`;
 // Cancelled as soon as `*stopping` is seen true (it is read every 50 ms).
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::Channel>> DialController(
     const HostPort& controller, const std::shared_ptr<grpc::ChannelCredentials>& creds,

@@ -157,6 +157,10 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     c.etcd.prefix = *p;
   }
   common::ReadMillis(store, "lease_ttl_ms", &c.etcd.lease_ttl, {.min = 1000, .max = 60000});
+  if (auto v = store.Int("max_txn_ops")) {
+    if (*v < 1 || *v > 1000000) store.Fail("max_txn_ops", "must be between 1 and 1000000");
+    c.etcd.max_txn_ops = *v;
+  }
   if (auto a = store.String("advertise")) {
     if (!common::ParseHostPort(*a, "advertise").ok()) {
       store.Fail("advertise", absl::StrCat("'", *a, "' is not HOST:PORT"));
@@ -170,7 +174,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     c.etcd.tls_key = etcd_tls.key;
   }
   if (c.etcd.endpoints.empty()) {
-    for (const char* key : {"prefix", "lease_ttl_ms", "advertise", "tls"}) {
+    for (const char* key : {"prefix", "lease_ttl_ms", "max_txn_ops", "advertise", "tls"}) {
       if (store.Has(key)) store.Fail(key, "is for an etcd store (store.etcd)");
     }
   }
@@ -229,6 +233,12 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   common::ReadMillis(
       root, "startup_grace_ms", &c.startup_grace,
       {.min = common::ToMillis(common::ReconnectPolicy::LongestWait()), .max = 600'000});
+  // On etcd a new leader's agents first find the others not listening: one
+  // refused connect each, and the scheduling of a loaded host. A second more.
+  if (!c.etcd.endpoints.empty()) {
+    c.startup_grace = std::max<common::Duration>(
+        c.startup_grace, ControllerConfig().startup_grace + std::chrono::seconds(1));
+  }
   if (absl::Status s = root.Finish(); !s.ok()) return s;
   return c;
 }

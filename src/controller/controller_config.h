@@ -75,6 +75,7 @@ struct ControllerConfig {
     std::string prefix = "/gpuha/";
     std::string tls_ca, tls_cert, tls_key;
     common::Duration lease_ttl = std::chrono::seconds(2);
+    int64_t max_txn_ops = 128;  // etcd's --max-txn-ops: larger batches are split
     // What this controller says it is when it leads: its HTTP API's address
     // as others reach it. Empty: listen.http.
     std::string advertise;

@@ -203,6 +203,8 @@ TEST(ControllerConfigTest, StoreIsSqliteOrEtcdAndErrorsNameTheField) {
            {"store: { etcd: [\"http://h:1\"], lease_ttl_ms: 100 }",
             "store.lease_ttl_ms: must be between 1000 and 60000"},
            {"store: { sqlite: a.db, prefix: /a/ }", "store.prefix: is for an etcd store"},
+           {"store: { etcd: [\"http://h:1\"], max_txn_ops: 0 }",
+            "store.max_txn_ops: must be between 1 and 1000000"},
            {"store: { etcd: [\"http://h:1\"], tls: { cert: c.pem } }",
             "store.tls.key: cert and key come together"},
        }) {

@@ -5,6 +5,8 @@
 #include <grpcpp/security/credentials.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -95,14 +97,17 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
 }
 
 template <typename Response, typename Call>
-absl::StatusOr<Response> EtcdClient::Unary(const char* what, Call call, common::Duration deadline) {
+absl::StatusOr<Response> EtcdClient::Unary(const char* what, Call call, common::Duration deadline,
+                                           bool shared_deadline) {
   const size_t n = endpoints_.size();
   const size_t first = current_.load();
+  const auto all_by = std::chrono::system_clock::now() + deadline;
   std::vector<std::string> tried;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (first + k) % n;
+    if (shared_deadline && k > 0 && std::chrono::system_clock::now() >= all_by) break;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    ctx.set_deadline(shared_deadline ? all_by : std::chrono::system_clock::now() + deadline);
     // etcd fails the call at once when its cluster has no leader (no quorum)
     // rather than letting it wait out the deadline.
     ctx.AddMetadata("hasleader", "true");
@@ -176,8 +181,8 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t id, common::Durat
         etcdserverpb::LeaseKeepAliveRequest req;
         req.set_id(id);
         if (!stream->Write(req) || !stream->Read(resp)) {
-          ctx->TryCancel();
-          grpc::Status s = stream->Finish();
+          stream->WritesDone();
+          grpc::Status s = stream->Finish();  // the stream's own error, not CANCELLED
           return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "keep-alive stream closed")
                         : s;
         }
@@ -186,7 +191,7 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t id, common::Durat
         stream->Finish();
         return grpc::Status::OK;
       },
-      deadline);
+      deadline, /*shared_deadline=*/true);
   if (!out.ok()) return out.status();
   return out->ttl();  // 0 or less: the lease is gone (expired or revoked)
 }
@@ -202,8 +207,10 @@ absl::StatusOr<etcdserverpb::StatusResponse> EtcdClient::Status() {
 
 // ---- EtcdStore ----
 
-EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
-    : client_(std::move(client)), prefix_(std::move(prefix)) {}
+EtcdStore::EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, size_t max_txn_ops)
+    : client_(std::move(client)),
+      prefix_(std::move(prefix)),
+      max_txn_ops_(std::max<size_t>(1, max_txn_ops)) {}
 
 void EtcdStore::SetFence(const std::string& key, int64_t create_revision) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -221,33 +228,63 @@ void EtcdStore::AddFence(TxnRequest* txn) const {
   c->set_create_revision(fence_revision_);
 }
 
-absl::Status EtcdStore::FenceLost() const {
+void EtcdStore::OnFenceLost(std::function<void()> f) {
   std::lock_guard<std::mutex> lock(mu_);
-  return absl::FailedPreconditionError(absl::StrCat(
-      "store: this controller no longer leads (", fence_key_,
-      " is not the one created at revision ", fence_revision_, "); its write was refused"));
+  on_fence_lost_ = std::move(f);
+}
+
+absl::Status EtcdStore::FenceLost() const {
+  std::function<void()> lost;
+  absl::Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = absl::FailedPreconditionError(absl::StrCat(
+        "store: this controller no longer leads (", fence_key_,
+        " is not the one created at revision ", fence_revision_, "); its write was refused"));
+    lost.swap(on_fence_lost_);
+  }
+  if (lost) lost();
+  return s;
 }
 
 absl::Status EtcdStore::Apply(const std::vector<StoreWrite>& batch) {
   // etcd refuses a key twice in one transaction: the last write of a key wins,
   // as it would applied in order.
   std::map<std::string, std::optional<std::string>> last;
-  for (const StoreWrite& w : batch)
+  for (const StoreWrite& w : batch) {
     last[absl::StrCat(prefix_, "t/", w.table, "/", w.key)] = w.value;
-  TxnRequest txn;
-  AddFence(&txn);
-  for (const auto& [key, value] : last) {
-    etcdserverpb::RequestOp* op = txn.add_success();
-    if (value) {
-      op->mutable_request_put()->set_key(key);
-      op->mutable_request_put()->set_value(*value);
-    } else {
-      op->mutable_request_delete_range()->set_key(key);
+  }
+  // etcd takes at most --max-txn-ops operations in each list of a
+  // transaction (128 by default): a larger batch goes as several, in order,
+  // each fenced. It is then not atomic; raise etcd's limit and
+  // store.max_txn_ops together to keep it so.
+  if (last.size() > max_txn_ops_) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      spdlog::warn(
+          "store: a batch of {} writes goes as {} etcd transactions and is not atomic; raise "
+          "etcd's --max-txn-ops and store.max_txn_ops (now {}) to keep batches whole",
+          last.size(), (last.size() + max_txn_ops_ - 1) / max_txn_ops_, max_txn_ops_);
     }
   }
-  auto r = client_->Txn(txn);
-  if (!r.ok()) return r.status();
-  return r->succeeded() ? absl::OkStatus() : FenceLost();
+  auto it = last.begin();
+  while (it != last.end()) {
+    TxnRequest txn;
+    AddFence(&txn);
+    for (size_t n = 0; n < max_txn_ops_ && it != last.end(); ++n, ++it) {
+      etcdserverpb::RequestOp* op = txn.add_success();
+      if (it->second) {
+        op->mutable_request_put()->set_key(it->first);
+        op->mutable_request_put()->set_value(*it->second);
+      } else {
+        op->mutable_request_delete_range()->set_key(it->first);
+      }
+    }
+    auto r = client_->Txn(txn);
+    if (!r.ok()) return r.status();
+    if (!r->succeeded()) return FenceLost();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> EtcdStore::Load(const std::string& table) {
@@ -285,7 +322,7 @@ absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
       return absl::DataLossError(
           absl::StrCat("store: ", next_key, " holds '", (*next)->value(), "', not an event id"));
     }
-    if (ambiguous && id > 1) {
+    if (attempt > 0 && id > 1) {  // a resent Txn may have applied: ours is there
       auto mine = Get(EventKey(prefix_, id - 1));
       if (mine.ok() && *mine && (*mine)->value() == json) return id - 1;
     }
@@ -372,16 +409,21 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
     spdlog::warn("controller: campaign: {}", last_error);
   };
   while (!stopping->load()) {
+    const auto sent = std::chrono::steady_clock::now();
     if (lease_ == 0) {
       auto grant = client_->LeaseGrant(ttl_s);
       if (grant.ok()) {
         lease_ = grant->id();
+        renewed_ = sent;
       } else {
         warn(grant.status());
       }
-    } else if (auto left = client_->LeaseKeepAliveOnce(lease_, ttl_); left.ok() && *left <= 0) {
-      lease_ = 0;  // expired while we waited: grant another
-      continue;
+    } else if (auto left = client_->LeaseKeepAliveOnce(lease_, ttl_); left.ok()) {
+      if (*left <= 0) {
+        lease_ = 0;  // expired while we waited: grant another
+        continue;
+      }
+      renewed_ = sent;
     }
     if (lease_ != 0) {
       // Create the key with our lease unless someone holds it.
@@ -420,16 +462,22 @@ void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) 
 }
 
 void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lost) {
-  // Renew every third of the TTL; the lease is counted lost at the TTL after
-  // the last renewal etcd confirmed, as etcd itself counts it.
-  auto renewed = std::chrono::steady_clock::now();
-  std::string last_error;
+  // Renew every third of the TTL, and every 100 ms while renewals fail. The
+  // lease counts as lost a TTL after the last confirmed renewal was sent:
+  // etcd's own count starts later, so this process stops first.
+  auto renewed = renewed_;
+  std::string last_error = "no answer";
+  bool failing = false;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, ttl_ / 3, [this] { return stop_; })) return;
+      const common::Duration pause =
+          failing ? std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(100))
+                  : ttl_ / 3;
+      if (cv_.wait_for(lock, pause, [this] { return stop_; })) return;
     }
-    const auto left_of_lease = renewed + ttl_ - std::chrono::steady_clock::now();
+    const auto sent = std::chrono::steady_clock::now();
+    const common::Duration left_of_lease = renewed + ttl_ - sent;
     if (left_of_lease <= common::Duration::zero()) {
       on_lost(absl::StrCat("no renewal of the leader lease for ",
                            std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
@@ -437,8 +485,9 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
       return;
     }
     auto ttl = client_->LeaseKeepAliveOnce(lease_, left_of_lease);
+    failing = !ttl.ok();
     if (ttl.ok() && *ttl > 0) {
-      renewed = std::chrono::steady_clock::now();
+      renewed = sent;
     } else if (ttl.ok()) {
       on_lost("the leader lease expired or was revoked");
       return;

@@ -55,7 +55,8 @@ class EtcdClient {
   absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& r);
   absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
   absl::Status LeaseRevoke(int64_t id);
-  // One keep-alive of lease `id`; the lease's remaining TTL in seconds (0: gone).
+  // One keep-alive of lease `id`, over all endpoints within `deadline` in
+  // all; the lease's remaining TTL in seconds (0: gone).
   absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t id, common::Duration deadline);
   absl::StatusOr<etcdserverpb::StatusResponse> Status();
 
@@ -70,9 +71,11 @@ class EtcdClient {
   };
   EtcdClient() = default;
   // Runs `call(endpoint, context)` on the current endpoint, then on the others
-  // while they are unreachable.
+  // while they are unreachable: `deadline` for each, or for all of them
+  // together when `shared_deadline`.
   template <typename Response, typename Call>
-  absl::StatusOr<Response> Unary(const char* what, Call call, common::Duration deadline);
+  absl::StatusOr<Response> Unary(const char* what, Call call, common::Duration deadline,
+                                 bool shared_deadline = false);
 
   std::vector<std::string> urls_;
   std::vector<Endpoint> endpoints_;
@@ -82,11 +85,16 @@ class EtcdClient {
 
 class EtcdStore : public Store {
  public:
-  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix);
+  // `max_txn_ops`: etcd's --max-txn-ops (128 unless the cluster raised it);
+  // a batch with more writes is split into transactions of that many.
+  EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix, size_t max_txn_ops = 128);
   const char* Kind() const override { return "etcd"; }
   // Every later write also requires that `key` was created at `create_revision`:
   // the leader's key, so that a controller that no longer leads commits nothing.
   void SetFence(const std::string& key, int64_t create_revision);
+  // Runs once, on the writing thread, when a write finds the fence gone:
+  // another controller leads, and this one must stop acting at once.
+  void OnFenceLost(std::function<void()> f);
   absl::Status Apply(const std::vector<StoreWrite>& batch) override;
   absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
   absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
@@ -101,10 +109,12 @@ class EtcdStore : public Store {
 
   std::shared_ptr<EtcdClient> client_;
   const std::string prefix_;
+  const size_t max_txn_ops_;  // writes per transaction
   mutable std::mutex mu_;
-  std::string fence_key_;       // guarded by mu_
-  int64_t fence_revision_ = 0;  // guarded by mu_
-  std::mutex append_mu_;        // one AppendEvent at a time from this process
+  std::string fence_key_;                        // guarded by mu_
+  int64_t fence_revision_ = 0;                   // guarded by mu_
+  mutable std::function<void()> on_fence_lost_;  // guarded by mu_; cleared once run
+  std::mutex append_mu_;                         // one AppendEvent at a time from this process
 };
 
 class EtcdLeader {
@@ -133,6 +143,8 @@ class EtcdLeader {
   const std::string key_, identity_;
   const common::Duration ttl_;
   int64_t lease_ = 0;
+  // When the last renewal that etcd confirmed was sent (a grant counts).
+  std::chrono::steady_clock::time_point renewed_;
   std::thread keepalive_;
   std::mutex mu_;
   std::condition_variable cv_;

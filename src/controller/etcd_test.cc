@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/etcd_server.h"
 
 namespace gpuha::controller {
@@ -56,6 +57,8 @@ TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
   ASSERT_TRUE(token_a.ok());
   EtcdStore old_store(client, "/gpuha/");
   old_store.SetFence(a.key(), *token_a);
+  int told = 0;  // the controller stops acting on this
+  old_store.OnFenceLost([&] { ++told; });
   ASSERT_TRUE(old_store.Apply({{"meta", "epoch", "1"}}).ok());
   ASSERT_EQ(*old_store.AppendEvent("{\"by\":\"a\"}"), 1);
 
@@ -70,9 +73,11 @@ TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
   absl::Status late = old_store.Apply({{"meta", "epoch", "1"}, {"node", "n1", "{}"}});
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
   EXPECT_THAT(late.message(), HasSubstr("no longer leads"));
+  EXPECT_EQ(told, 1);
   auto late_event = old_store.AppendEvent("{\"by\":\"a\"}");
   EXPECT_EQ(late_event.status().code(), absl::StatusCode::kFailedPrecondition)
       << late_event.status();
+  EXPECT_EQ(told, 1) << "told once, not per refused write";
   EXPECT_EQ((*new_store.Load("meta"))["epoch"], "2");
   EXPECT_TRUE(new_store.Load("node")->empty());
   EXPECT_EQ(*new_store.AppendEvent("{\"by\":\"b\"}"), 2);
@@ -95,6 +100,24 @@ TEST_F(EtcdTest, ALeaderThatCannotRenewItsLeaseIsToldItLostIt) {
   EXPECT_THAT(told.get(), HasSubstr("no renewal of the leader lease"));
   EXPECT_LT(std::chrono::steady_clock::now() - paused, milliseconds(3500));
   etcd_.Resume();
+}
+
+// etcd takes 128 operations per transaction unless told otherwise: a
+// failover that moves 300 streams is written whole, in transactions of 128.
+TEST_F(EtcdTest, ABatchPastEtcdsTransactionLimitIsWrittenWhole) {
+  auto client = Client();
+  EtcdLeader a(client, "/gpuha/leader", "ctrl-a", milliseconds(2000));
+  auto token = a.Campaign(&stopping_);
+  ASSERT_TRUE(token.ok());
+  EtcdStore store(client, "/gpuha/");
+  store.SetFence(a.key(), *token);
+  std::vector<StoreWrite> batch;
+  for (int i = 0; i < 300; ++i) batch.push_back({"stream", absl::StrCat("cam-", i), "{}"});
+  ASSERT_TRUE(store.Apply(batch).ok());
+  EXPECT_EQ(store.Load("stream")->size(), 300u);
+  EtcdStore one_by_one(client, "/small/", 1);
+  ASSERT_TRUE(one_by_one.Apply({{"t", "a", "1"}, {"t", "b", "2"}, {"t", "c", "3"}}).ok());
+  EXPECT_EQ(one_by_one.Load("t")->size(), 3u);
 }
 
 TEST_F(EtcdTest, EndpointsAreCheckedAndAnUnreachableOneIsSkipped) {

@@ -294,7 +294,10 @@ TEST_F(ChaosTest, ControlPlaneOnEtcdSurvivesLeaderKillAndQuorumLoss) {
   // a controller leads and acts again once etcd has quorum back.
   const json& quorum = r["faults"][3];
   ASSERT_FALSE(quorum["leader_stopped_ms"].is_null()) << quorum.dump();
-  EXPECT_LT(quorum["leader_stopped_ms"].get<double>(), 2000 + 2000) << quorum.dump();
+  // TTL 2 s from its last renewal before the fault, then its stop and the
+  // demo's next look (every 20 ms, each up to 500 ms): 3 s of room for a
+  // loaded host.
+  EXPECT_LT(quorum["leader_stopped_ms"].get<double>(), 2000 + 3000) << quorum.dump();
   EXPECT_FALSE(quorum["takeover_ms"].is_null()) << quorum.dump();
   std::printf("FIGURES ha leader-kill takeover %.1f ms; quorum-loss takeover %.1f ms\n",
               kill["takeover_ms"].get<double>(), r["faults"][3]["takeover_ms"].get<double>());
