@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cluster/config_builders.h"
+#include "common/etcd_argv.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
@@ -135,33 +136,11 @@ absl::Status LocalCluster::StartEtcd(int i) {
   for (const LocalEtcd& m : etcd_) {
     members.push_back(absl::StrCat(m.name, "=http://127.0.0.1:", m.peer_port));
   }
-  const std::string client = absl::StrCat("http://127.0.0.1:", e.client_port);
-  const std::string peer = absl::StrCat("http://127.0.0.1:", e.peer_port);
-  // A restart finds its data folder and rejoins; the initial-cluster flags
-  // only count at the first start.
-  auto pid = Spawn({"/usr/bin/etcd",
-                    "--name",
-                    e.name,
-                    "--data-dir",
-                    dir_ + "/" + e.name,
-                    "--listen-client-urls",
-                    client,
-                    "--advertise-client-urls",
-                    client,
-                    "--listen-peer-urls",
-                    peer,
-                    "--initial-advertise-peer-urls",
-                    peer,
-                    "--initial-cluster",
-                    absl::StrJoin(members, ","),
-                    "--initial-cluster-token",
-                    "gpuha-local",
-                    "--initial-cluster-state",
-                    "new",
-                    "--logger",
-                    "zap",
-                    "--log-outputs",
-                    "stderr"},
+  auto pid = Spawn(common::EtcdArgv({.name = e.name,
+                                     .data_dir = dir_ + "/" + e.name,
+                                     .client_port = e.client_port,
+                                     .peer_port = e.peer_port,
+                                     .initial_cluster = absl::StrJoin(members, ",")}),
                    e.name);
   if (!pid.ok()) return pid.status();
   e.pid = *pid;

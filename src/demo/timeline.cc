@@ -1,6 +1,12 @@
 #include "demo/timeline.h"
 
+#include "absl/strings/str_format.h"
+
 namespace gpuha::demo {
+
+std::string Ms(const std::optional<double>& v) {
+  return v ? absl::StrFormat("%.1f", *v) : std::string("-");
+}
 
 void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
                      int64_t t0_unix_ns, FaultTimeline* t) {

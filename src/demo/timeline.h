@@ -48,6 +48,9 @@ struct FaultTimeline {
   std::string note;
 };
 
+// "12.3" milliseconds, or "-" for a step that did not happen.
+std::string Ms(const std::optional<double>& v);
+
 // Fills detected, fenced, routes pushed and routers acknowledged from the
 // first failover of `node` in `events`, in milliseconds after `t0_unix_ns`
 // (the injection), by the events' wall clock.

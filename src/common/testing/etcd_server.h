@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/etcd_argv.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
@@ -37,29 +38,13 @@ class EtcdServer {
     const uint16_t peer = common::FreeLoopbackPort();
     const std::string dir = (TestTempDir() / absl::StrCat("etcd-", client_port_)).string();
     log_path_ = dir + ".log";
-    const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer);
-    auto pid = common::SpawnProcess({"/usr/bin/etcd",
-                                     "--name",
-                                     "t",
-                                     "--data-dir",
-                                     dir,
-                                     "--listen-client-urls",
-                                     url(),
-                                     "--advertise-client-urls",
-                                     url(),
-                                     "--listen-peer-urls",
-                                     peer_url,
-                                     "--initial-advertise-peer-urls",
-                                     peer_url,
-                                     "--initial-cluster",
-                                     "t=" + peer_url,
-                                     "--initial-cluster-state",
-                                     "new",
-                                     "--logger",
-                                     "zap",
-                                     "--log-outputs",
-                                     "stderr"},
-                                    log_path_);
+    auto pid = common::SpawnProcess(
+        common::EtcdArgv({.name = "t",
+                          .data_dir = dir,
+                          .client_port = client_port_,
+                          .peer_port = peer,
+                          .initial_cluster = absl::StrCat("t=http://127.0.0.1:", peer)}),
+        log_path_);
     if (!pid.ok()) {
       start_error_ = std::string(pid.status().message());
       return false;

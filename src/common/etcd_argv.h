@@ -1,0 +1,53 @@
+// The command line of one etcd-server member on loopback, for the processes
+// gpuha starts itself: the demo's three-member cluster (LocalCluster) and
+// the one-member etcd of the store tests.
+//
+//   SpawnProcess(EtcdArgv({.name = "etcd-1", .data_dir = dir, .client_port = 2379,
+//                          .peer_port = 2380, .initial_cluster = "etcd-1=http://127.0.0.1:2380"}));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::common {
+
+struct EtcdMember {
+  std::string name;
+  std::string data_dir;  // a restart finds it and rejoins; the initial flags count once
+  uint16_t client_port = 0;
+  uint16_t peer_port = 0;
+  std::string initial_cluster;  // "NAME=http://127.0.0.1:PEER,..."
+};
+
+inline std::vector<std::string> EtcdArgv(const EtcdMember& m) {
+  const std::string client = absl::StrCat("http://127.0.0.1:", m.client_port);
+  const std::string peer = absl::StrCat("http://127.0.0.1:", m.peer_port);
+  return {"/usr/bin/etcd",
+          "--name",
+          m.name,
+          "--data-dir",
+          m.data_dir,
+          "--listen-client-urls",
+          client,
+          "--advertise-client-urls",
+          client,
+          "--listen-peer-urls",
+          peer,
+          "--initial-advertise-peer-urls",
+          peer,
+          "--initial-cluster",
+          m.initial_cluster,
+          "--initial-cluster-token",
+          "gpuha-local",
+          "--initial-cluster-state",
+          "new",
+          "--logger",
+          "zap",
+          "--log-outputs",
+          "stderr"};
+}
+
+}  // namespace gpuha::common

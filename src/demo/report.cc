@@ -1,0 +1,104 @@
+// The demo's report: the summary table, requests lost, and the JSON that
+// `--json` writes and the chaos tests read.
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "demo/demo.h"
+
+namespace gpuha::demo {
+
+using nlohmann::json;
+
+std::string DemoReport::Text() const {
+  std::string out =
+      absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams",
+                      "detected", "fenced", "routes", "acked", "standby", "failed", "gap");
+  for (const FaultTimeline& t : faults) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
+                        t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms), Ms(t.routes_pushed_ms),
+                        Ms(t.routers_acked_ms), Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
+  }
+  absl::StrAppend(&out,
+                  "(milliseconds after the fault; standby = first request served by the "
+                  "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
+  for (const FaultTimeline& t : faults) {
+    if (t.takeover_ms) {
+      absl::StrAppend(&out, absl::StrFormat("%s (%s): takeover_ms %.1f (to the first act of the "
+                                            "controller that leads after it)\n",
+                                            t.fault, t.node, *t.takeover_ms));
+    }
+  }
+  absl::StrAppend(&out, load.Text());
+  if (llm.sent > 0) {
+    uint64_t continued = 0;
+    for (const FaultTimeline& t : faults) continued += t.llm_continued;
+    absl::StrAppend(&out,
+                    absl::StrFormat("LLM token streams: %d answers checked whole, %d failed; %d "
+                                    "continued on the standby mid-answer\n",
+                                    llm.ok, llm.failed, continued),
+                    llm.Text());
+  }
+  absl::StrAppend(&out, absl::StrFormat("requests lost: %d", Lost()));
+  if (uint64_t by_design = load.failed + llm.failed - Lost(); by_design > 0) {
+    absl::StrAppend(&out, absl::StrFormat(" (%d more answered 503 no_capacity: streams past "
+                                          "what N+1 covers, by design)",
+                                          by_design));
+  }
+  absl::StrAppend(&out, "\n");
+  return out;
+}
+
+uint64_t DemoReport::Lost() const {
+  uint64_t by_design = 0;
+  for (const auto& [reason, n] : load.failures) {
+    if (reason.rfind("http_503 no_capacity", 0) == 0) by_design += n;
+  }
+  // An LLM answer that failed is lost whatever the reason: its stream was
+  // placed (it started), so no capacity refusal applies to it mid-answer.
+  uint64_t llm_by_design = 0;
+  for (const auto& [reason, n] : llm.failures) {
+    if (reason.rfind("http_503 no_capacity", 0) == 0) llm_by_design += n;
+  }
+  return load.failed - by_design + llm.failed - llm_by_design;
+}
+
+std::string DemoReport::Json() const {
+  json faults_json = json::array();
+  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  for (const FaultTimeline& t : faults) {
+    faults_json.push_back({{"fault", t.fault},
+                           {"node", t.node},
+                           {"streams_hit", t.streams_hit},
+                           {"detected_ms", opt(t.detected_ms)},
+                           {"fenced_ms", opt(t.fenced_ms)},
+                           {"routes_pushed_ms", opt(t.routes_pushed_ms)},
+                           {"routers_acked_ms", opt(t.routers_acked_ms)},
+                           {"first_standby_ms", opt(t.first_standby_ms)},
+                           {"answered", t.answered},
+                           {"failed", t.failed},
+                           {"max_gap_ms", t.max_gap_ms},
+                           {"routes_unchanged", t.routes_unchanged},
+                           {"moved_back", t.moved_back},
+                           {"unplaced_streams", t.unplaced_streams},
+                           {"routes_before_fence",
+                            t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
+                           {"held_out", t.held_out},
+                           {"routers_reacked", t.routers_reacked},
+                           {"takeover_ms", opt(t.takeover_ms)},
+                           {"leader_stopped_ms", opt(t.leader_stopped_ms)},
+                           {"llm_answered", t.llm_answered},
+                           {"llm_failed", t.llm_failed},
+                           {"llm_continued", t.llm_continued},
+                           {"note", t.note}});
+  }
+  return json{{"faults", faults_json},
+              {"load", json::parse(load.Json(), nullptr, false)},
+              {"llm", llm.sent > 0 ? json::parse(llm.Json(), nullptr, false) : json(nullptr)},
+              {"lost", Lost()}}
+      .dump(2);
+}
+
+}  // namespace gpuha::demo
