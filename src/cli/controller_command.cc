@@ -8,6 +8,7 @@
 #include <future>
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/exit_codes.h"
@@ -98,6 +99,8 @@ int ControllerCommand::Run() {
 
   controller::ShellFenceRunner fencer;
   controller::Controller c(*config, std::move(store), common::RealClock::Get(), &fencer);
+  SetActing(&c);
+  absl::Cleanup forget = [this] { SetActing(nullptr); };
   if (absl::Status s = c.Recover(); !s.ok()) {
     spdlog::error("controller: recovering from the store: {}", s.message());
     return kExitFailure;
@@ -168,9 +171,21 @@ void ControllerCommand::LoseLeadership(const std::string& why) {
   // Losing the lease (etcd without quorum, or this process paused past the
   // TTL) ends this process, as kube-controller-manager does: another
   // controller may lead already, and the store refuses this one's writes.
-  if (leadership_lost_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    if (leadership_lost_.exchange(true)) return;
+    lost_why_ = why;
+    if (acting_ != nullptr) acting_->StopActing(why);
+  }
   spdlog::error("controller: leadership lost: {}; stopping so that only the leader acts", why);
   ::kill(::getpid(), SIGTERM);
+}
+
+void ControllerCommand::SetActing(controller::Controller* c) {
+  std::lock_guard<std::mutex> lock(lost_mu_);
+  acting_ = c;
+  // Lost before the controller was built: it starts deposed.
+  if (c != nullptr && leadership_lost_) c->StopActing(lost_why_);
 }
 
 }  // namespace gpuha::cli

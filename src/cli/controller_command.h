@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -12,6 +13,10 @@
 #include "cli/signals.h"
 #include "controller/controller_config.h"
 #include "controller/etcd.h"
+
+namespace gpuha::controller {
+class Controller;
+}  // namespace gpuha::controller
 
 namespace gpuha::cli {
 
@@ -30,9 +35,15 @@ class ControllerCommand {
       std::unique_ptr<controller::EtcdLeader>* leader);
   // Leadership is gone (the lease, or a write found the fence moved): this
   // process stops at once, exiting non-zero, so that only the leader acts.
+  // It also tells the controller, if one runs, to stop acting at once.
   void LoseLeadership(const std::string& why);
+  // The controller LoseLeadership stops (nullptr outside its lifetime).
+  void SetActing(controller::Controller* c);
 
   std::atomic<bool> leadership_lost_{false};
+  std::mutex lost_mu_;
+  controller::Controller* acting_ = nullptr;  // guarded by lost_mu_
+  std::string lost_why_;                      // guarded by lost_mu_
 
   CLI::App* app_;
   std::string config_path_;

@@ -60,7 +60,10 @@ void Controller::EventLocked(const std::string& type, const std::string& node,
   e.epoch = epoch_;
   e.detail = detail;
   const Event& logged = events_.Append(std::move(e));
-  if (auto id = store_->AppendEvent(EventJson(logged).dump()); !id.ok()) counters_.store_errors++;
+  if (!acting_) {  // the event log is the new leader's now
+  } else if (auto id = store_->AppendEvent(EventJson(logged).dump()); !id.ok()) {
+    counters_.store_errors++;
+  }
   spdlog::info("controller: {} {} {}", type, node, detail);
 }
 
@@ -87,6 +90,7 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
 }
 
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
+  if (!acting_) return;
   batch.push_back({"meta", "epoch", std::to_string(epoch_)});
   if (absl::Status s = store_->Apply(batch); !s.ok()) {
     counters_.store_errors++;
@@ -213,6 +217,7 @@ absl::Status Controller::Recover() {
 absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
                                         bool proven) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
     absl::StatusOr<NodeState*> added = RegisterLocked(hello);
@@ -292,6 +297,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
 
 void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!acting_) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
   counters_.heartbeats++;
@@ -388,7 +394,9 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
 }
 
 void Controller::Tick() {
+  if (!acting_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!acting_) return;  // deposed while this tick waited for the lock
   // Ticks come every few ms. A long gap means this process was starved or
   // blocked, and heartbeats may sit unread in its queues: a node's silence
   // over the gap is the controller's, not the node's.
@@ -430,6 +438,7 @@ void Controller::Tick() {
 }
 
 void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
+  if (!acting_) return;
   v1::ControllerMessage m;
   m.mutable_fence()->set_epoch(epoch_);
   m.mutable_fence()->set_reason(why);
@@ -494,6 +503,7 @@ void Controller::HoldOutLocked(NodeState& n, const std::string& why,
 
 void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
                                bool make_before_break, bool count_failure, NodeLifecycle to) {
+  if (!acting_) return;
   const std::string id = n.cfg.spec.id;
   if (!placement_.Available(id)) {
     // Already out: only an operator's drain changes its state (a held-out
@@ -631,7 +641,7 @@ Role Controller::RoleToTellLocked(const NodeState& n) const {
 }
 
 void Controller::SendRejoinLocked(NodeState& n) {
-  if (!n.sink) return;
+  if (!n.sink || !acting_) return;
   v1::ControllerMessage m;
   m.mutable_rejoin()->set_epoch(epoch_);
   m.mutable_rejoin()->set_role(RoleName(RoleToTellLocked(n)));
@@ -639,6 +649,7 @@ void Controller::SendRejoinLocked(NodeState& n) {
 }
 
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
+  if (!acting_) return;
   const std::string id = n.cfg.spec.id;
   if (placement_.Available(id)) return;
   n.lifecycle = NodeLifecycle::kRejoining;
@@ -653,7 +664,19 @@ void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   CommitLocked(std::move(batch));
 }
 
+void Controller::StopActing(const std::string& why) {
+  if (!acting_.exchange(false)) return;
+  spdlog::error("controller: no longer leads ({}): it acts no more while it stops", why);
+  routes_cv_.notify_all();  // router streams end, and routers find the leader
+}
+
+absl::Status Controller::ActingLocked() const {
+  if (acting_) return absl::OkStatus();
+  return absl::UnavailableError("this controller no longer leads; it is stopping");
+}
+
 void Controller::PushRoutesLocked(const std::string& why) {
+  if (!acting_) return;
   ++route_version_;
   EventLocked("routes_pushed", "", absl::StrCat("version ", route_version_, " (", why, ")"));
   routes_cv_.notify_all();
@@ -683,6 +706,7 @@ absl::Status Controller::CheckStreamLocked(const StreamSpec& s) const {
 
 absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   if (absl::Status bad = CheckStreamLocked(s); !bad.ok()) return bad;
   auto a = placement_.Admit(s);
   if (!a.ok()) {
@@ -703,6 +727,7 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
 
 absl::Status Controller::RemoveStream(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   if (absl::Status s = placement_.Remove(id); !s.ok()) return s;
   specs_.erase(id);
   std::vector<StoreWrite> batch;
@@ -715,6 +740,7 @@ absl::Status Controller::RemoveStream(const std::string& id) {
 
 absl::Status Controller::Drain(const std::string& node, bool force) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (n->lifecycle == NodeLifecycle::kPending) {
@@ -734,6 +760,7 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
 
 absl::Status Controller::Undrain(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   n->failures.clear();
@@ -744,6 +771,7 @@ absl::Status Controller::Undrain(const std::string& node) {
 
 absl::Status Controller::Fail(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (!placement_.Available(node)) {
@@ -759,6 +787,7 @@ absl::Status Controller::Fail(const std::string& node) {
 
 absl::Status Controller::SetRole(const std::string& node, Role role) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = ActingLocked(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (absl::Status s = placement_.SetRole(node, role); !s.ok()) return s;
@@ -838,6 +867,7 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!acting_) return;
   // A router holding this epoch may hold a later route version of it. An
   // epoch past kMaxEpoch is no epoch a controller gave (Recover would refuse
   // to read it back): ignored.

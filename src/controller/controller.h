@@ -14,6 +14,7 @@
 // AgentSink::Send must not block.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -137,6 +138,16 @@ class Controller {
 
   uint64_t epoch() const;
   ControllerCounters counters() const;
+
+  // This process no longer leads (its etcd lease lapsed, or a write found
+  // another leader). From now on it fences no node, tells no agent to serve,
+  // pushes no routes, writes nothing to the store and refuses every change
+  // (Unavailable), while the process stops. A leader deposed while a store
+  // write hung once failed a node over 2 s later and pushed routes the new
+  // leader never had. Takes no lock: callable from any thread, even while
+  // another holds mu_ in a hung store write.
+  void StopActing(const std::string& why);
+  bool acting() const { return acting_.load(); }
   std::vector<Event> EventsSince(int64_t after_id) const;
 
  private:
@@ -216,6 +227,8 @@ class Controller {
   // A stream as the API must give it (and as a store row must hold it): an
   // ID routers can route, a known tenant, a weight in range.
   absl::Status CheckStreamLocked(const StreamSpec& s) const;
+  // Unavailable once StopActing ran: a change this process may no longer make.
+  absl::Status ActingLocked() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;
   // Epochs a controller gives, and reads back, stay below this.
   static constexpr uint64_t kMaxEpoch = uint64_t{1} << 62;
@@ -230,6 +243,7 @@ class Controller {
 
   mutable std::mutex mu_;
   std::condition_variable routes_cv_;
+  std::atomic<bool> acting_{true};
   Placement placement_;                            // guarded by mu_
   FailureDetector detector_;                       // guarded by mu_
   std::map<std::string, NodeState> nodes_;         // guarded by mu_

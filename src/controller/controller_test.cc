@@ -546,6 +546,45 @@ TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
   EXPECT_EQ(c_->counters().store_errors, errors);
 }
 
+// A leader deposed (its etcd lease lapsed) while it stops acts no more: a
+// node that fails meanwhile is not fenced, no routes go out, no agent is
+// welcomed, no change is taken and nothing more is written to the store.
+TEST_F(ControllerTest, ADeposedControllerActsNoMore) {
+  auto store = std::make_unique<CountingStore>();
+  CountingStore* raw = store.get();
+  Start(ThreePlusOne(), std::move(store));
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  const uint64_t epoch = c_->epoch();
+  const uint64_t routes = c_->route_version();
+  const nlohmann::json streams = c_->StreamsJson();
+  const std::map<std::string, int> writes = raw->node_writes;
+  const size_t events = (*raw->LoadEvents(0, SIZE_MAX)).size();
+  c_->StopActing("lease lapsed");
+  EXPECT_FALSE(c_->acting());
+  // a1 reports a failed GPU, then a2 goes silent.
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  Run(milliseconds(1000), {"a1", "a3", "p1"});
+  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+  EXPECT_EQ(sinks_["a2"]->fences(), 0);
+  EXPECT_EQ(c_->epoch(), epoch);
+  EXPECT_EQ(c_->route_version(), routes);
+  EXPECT_EQ(c_->StreamsJson(), streams);
+  EXPECT_EQ(c_->AddStream({"cam-new", "acme", 1}).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(c_->Drain("a3", true).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(c_->Fail("a3").code(), absl::StatusCode::kUnavailable);
+  v1::Hello hello;
+  hello.set_node("a2");
+  auto sink = std::make_shared<FakeSink>();
+  absl::Status refused = c_->AgentConnected(hello, sink, /*proven=*/true);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("no longer leads"));
+  EXPECT_TRUE(sink->sent.empty());
+  EXPECT_EQ(raw->node_writes, writes);
+  EXPECT_EQ((*raw->LoadEvents(0, SIZE_MAX)).size(), events);
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_leader{store=\"memory\"} 0\n"));
+}
+
 TEST_F(ControllerTest, DegradedRaisesAnAlertOnly) {
   Start();
   AddStreams(3);

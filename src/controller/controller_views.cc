@@ -195,7 +195,7 @@ std::string Controller::MetricsText() const {
   // on etcd (standbys serve nothing until they lead). Its absence across
   // the fleet is the "no controller leads" alert.
   p.Family("gpuha_controller_leader", "gauge", "1: this controller leads and acts.");
-  p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, 1);
+  p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, acting_ ? 1 : 0);
   p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");

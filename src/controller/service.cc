@@ -217,7 +217,7 @@ class ControllerServer::RouteServiceImpl final : public v1::RouteService::Servic
       done = true;
     });
     uint64_t sent = 0;
-    while (!done && !ctx->IsCancelled() && !*stopping_) {
+    while (!done && !ctx->IsCancelled() && !*stopping_ && controller_->acting()) {
       uint64_t version = controller_->route_version();
       if (version != sent) {
         if (!stream->Write(controller_->Snapshot())) break;
@@ -316,6 +316,13 @@ void ControllerServer::Stop() {
 }
 
 common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) {
+  // A deposed controller answers nothing as if it led: probes, clients and
+  // ctl go on to the controller that does.
+  if (!controller_->acting() && (r.path == "/healthz" || r.path.rfind("/api/v1/", 0) == 0)) {
+    return JsonResponse(503, {{"ok", false},
+                              {"leading", false},
+                              {"error", "this controller no longer leads; it is stopping"}});
+  }
   if (r.path == "/healthz")
     return JsonResponse(200, {{"ok", true}, {"epoch", controller_->epoch()}});
   if (r.path == "/" || r.path == "/dashboard") {

@@ -136,6 +136,21 @@ TEST_F(ApiTest, NodeOperationsAndUnknownsAnswer404) {
   EXPECT_EQ(Call("GET", "/api/v1/events?after=x", "view-token").status, 400);
 }
 
+// A deposed controller answers as one that does not lead: probes and
+// clients (ctl, the demo) go on to the one that does.
+TEST_F(ApiTest, ADeposedControllerAnswers503) {
+  EXPECT_EQ(Call("GET", "/healthz", "").status, 200);
+  controller_.StopActing("lease lapsed");
+  auto r = Call("GET", "/healthz", "");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["leading"], false);
+  EXPECT_EQ(Call("GET", "/api/v1/streams", "view-token").status, 503);
+  r = Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-1","tenant":"acme"})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("no longer leads"));
+  EXPECT_EQ(Call("GET", "/metrics", "").status, 200);  // it still says what it is
+}
+
 class NoProcesses : public agent::ProcessRunner {
  public:
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>&) override {

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -301,19 +302,32 @@ class Demo {
       // Every controller that is down (killed, or stopped when it lost its
       // lease) starts again; one leads.
       if (absl::Status s = c_.StartController(); !s.ok()) return s;
-      // The first act of the controller that leads after the fault.
-      if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array()) {
-        for (const json& e : *ev) {
-          const double at = e.value("unix_ms", 0.0);
-          if (e.value("type", "") == "controller_started" && at * 1e6 >= double(t0)) {
-            t->takeover_ms = at - double(t0) / 1e6;
-            break;
-          }
-        }
-      }
+      // The first act of the controller that leads after the fault. The
+      // API may be slow to answer on a loaded host: asked until it does.
+      c_.WaitFor(
+          [&] {
+            auto ev = c_.Api("GET", "/api/v1/events");
+            if (!ev.ok() || !ev->is_array()) return false;
+            for (const json& e : *ev) {
+              const double at = e.value("unix_ms", 0.0);
+              if (e.value("type", "") == "controller_started" && at * 1e6 >= double(t0)) {
+                t->takeover_ms = at - double(t0) / 1e6;
+                return true;
+              }
+            }
+            return true;  // answered: no controller started since the fault
+          },
+          milliseconds(10000));
       // The restarted controller must hold the same routes.
-      auto after = c_.Api("GET", "/api/v1/streams");
-      t->routes_unchanged = after.ok() && Primaries(*after) == primaries;
+      std::optional<json> after;
+      c_.WaitFor(
+          [&] {
+            auto streams = c_.Api("GET", "/api/v1/streams");
+            if (streams.ok()) after = *streams;
+            return after.has_value();
+          },
+          milliseconds(10000));
+      t->routes_unchanged = after && Primaries(*after) == primaries;
       // The router reconnects and acknowledges the new controller's routes,
       // and every agent is back.
       t->routers_reacked = c_.WaitFor(
