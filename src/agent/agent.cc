@@ -67,7 +67,13 @@ absl::Status Agent::Start() {
   threads_.emplace_back([this] { EventLoop(); });
   if (kernel_log_) threads_.emplace_back([this] { KernelLogLoop(); });
   threads_.emplace_back([this] { ConnectionLoop(); });
-  if (!config_.server.command.empty()) threads_.emplace_back([this] { SupervisorLoop(); });
+  // A server the agent starts, or one started elsewhere that it only probes
+  // (ready_url, metrics_url): either way the loop keeps its state. (Only the
+  // first ran it: a watched server was never probed, and its node never
+  // joined.)
+  if (const ServerState st = supervisor_.state(); st.supervised || st.watched) {
+    threads_.emplace_back([this] { SupervisorLoop(); });
+  }
   if (std::string socket = PodResourcesSocket(config_); !socket.empty()) {
     threads_.emplace_back([this, socket] { PodResourcesLoop(socket); });
   }
@@ -85,6 +91,34 @@ void Agent::Stop() {
   threads_.clear();
   supervisor_.Shutdown();
   if (http_) http_->Stop();
+}
+
+void Agent::Leave(common::Duration wait) {
+  if (connected_) {
+    const bool server_stops = supervisor_.state().supervised && !fenced_;
+    spdlog::info("agent {}: planned stop; telling the controller{}", config_.node,
+                 server_stops ? ", and waiting for it to move this node's work" : "");
+    leaving_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      urgent_ = true;
+    }
+    WakeHeartbeat();
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (!stop_cv_.wait_for(lock, wait, [this] { return left_; })) {
+      spdlog::warn("agent {}: the controller did not answer the goodbye within {} ms; stopping",
+                   config_.node, common::ToMillis(wait));
+    }
+  }
+  Stop();
+}
+
+void Agent::MarkLeft() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    left_ = true;
+  }
+  stop_cv_.notify_all();
 }
 
 void Agent::PodResourcesLoop(const std::string& socket) {
@@ -320,6 +354,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
                    m.fence().reason());
       if (!fenced_.exchange(true)) counters_.fences++;
       supervisor_.Fence();
+      if (leaving_) MarkLeft();  // the work moved; the server may stop
       break;
     case v1::ControllerMessage::kRejoin:
       if (stale(m.rejoin().epoch(), "rejoin")) return;
@@ -383,6 +418,8 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
   bool reading = false;
   bool writing = true;  // the hello, until the call has started and it is written
   bool broken = false;
+  bool goodbye_in_flight = false;
+  bool goodbye_written = false;
   auto woken = [this] {  // kWake came back: the next WakeHeartbeat() may set the alarm
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_pending_ = false;
@@ -395,8 +432,9 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
   while (!broken && !stopping_) {
     void* tag = nullptr;
     bool ok = false;
-    common::Duration wait =
-        writing ? milliseconds(1000) : std::max(common::Duration(0), next - clock_->Now());
+    common::Duration wait = writing    ? milliseconds(1000)
+                            : leaving_ ? milliseconds(100)  // beats no more: waits for the fence
+                                       : std::max(common::Duration(0), next - clock_->Now());
     grpc::CompletionQueue::NextStatus st =
         cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + wait);
     if (st == grpc::CompletionQueue::SHUTDOWN) break;
@@ -416,6 +454,11 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
           writing = false;
           if (!ok) {
             broken = true;
+          } else if (goodbye_in_flight) {
+            goodbye_in_flight = false;
+            goodbye_written = true;
+            // Heard. A supervised server waits for the controller's fence.
+            if (!supervisor_.state().supervised || fenced_) MarkLeft();
           } else if (!connected_.exchange(true)) {
             spdlog::info("agent {}: connected to controller {}", config_.node, controller.str());
             next = clock_->Now() + milliseconds(config_.heartbeat_ms);
@@ -442,6 +485,17 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
     // One write in flight at a time; a heartbeat that finds the previous one
     // still queued (a stalled connection) waits for it rather than piling up.
     if (writing || !connected_) continue;
+    if (leaving_) {  // a goodbye, then no more heartbeats
+      if (!goodbye_written) {
+        out.Clear();
+        out.mutable_goodbye()->set_reason("the agent is stopping (SIGTERM)");
+        out.mutable_goodbye()->set_server_stops(supervisor_.state().supervised && !fenced_);
+        goodbye_in_flight = true;
+        writing = true;
+        stream->Write(out, Tag(StreamOp::kWrite));
+      }
+      continue;
+    }
     common::TimePoint now = clock_->Now();
     bool due = now >= next;
     {
@@ -517,6 +571,10 @@ void Agent::ConnectionLoop() {
     common::TimePoint started = clock_->Now();
     absl::Status s = RunStream(c, policy.ConnectTimeout());
     if (stopping_) break;
+    if (leaving_) {  // no controller to wait for
+      MarkLeft();
+      break;
+    }
     common::Duration wait = policy.Failed(started, clock_->Now(), absl::IsDeadlineExceeded(s));
     counters_.reconnects++;
     spdlog::warn("agent {}: controller {} {}; retrying with {} in {} ms", config_.node, c.str(),

@@ -77,6 +77,11 @@ class Agent {
   // Reads the devices, binds the HTTP endpoint and starts the threads.
   [[nodiscard]] absl::Status Start();
   void Stop();
+  // A planned stop (SIGTERM): tells the controller goodbye, so that the
+  // node's silence is not taken for a failure, then Stop(). When the agent
+  // supervises its server (which stops with it), it first waits, up to
+  // `wait`, for the controller to move the node's work and fence it.
+  void Leave(common::Duration wait);
 
   uint16_t http_port() const { return http_ ? http_->port() : 0; }
   bool connected() const { return connected_.load(); }
@@ -130,6 +135,11 @@ class Agent {
   std::vector<std::thread> threads_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
+  std::atomic<bool> leaving_{false};  // Leave(): the stream says goodbye, then beats no more
+  bool left_ = false;                 // guarded by stop_mu_: Leave() may stop now
+  // Leave() may stop: the goodbye was heard (and the fence came, if the server
+  // stops with the agent), or there is no controller to tell.
+  void MarkLeft();
 
   std::mutex sample_mu_;                        // serialises probe sampling and the evaluator
   gpu::HealthEvaluator evaluator_;              // guarded by sample_mu_

@@ -20,6 +20,7 @@
 #include "agent/pod_resources.h"
 #include "agent/testing/fake_controller.h"
 #include "common/file_util.h"
+#include "common/http_server.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
@@ -259,6 +260,47 @@ TEST_F(AgentTest, FenceIsObeyedAndStaleEpochsAreIgnored) {
   controller.Send(rejoin);
   ASSERT_TRUE(controller.WaitForHeartbeat(
       [](const v1::Heartbeat& h) { return !h.fenced() && h.epoch() == 6; }));
+}
+
+// A server the agent does not start (a Triton pod beside the agent's pod),
+// watched through its readiness URL: its state reaches the controller, and
+// a planned stop says goodbye with the server serving on.
+TEST_F(AgentTest, AWatchedServerIsProbedAndAPlannedStopSaysGoodbye) {
+  std::atomic<bool> ready{true};
+  auto server = common::HttpServer::Start(
+      {.address = "127.0.0.1", .port = 0}, [&](const common::HttpRequest&) {
+        return common::HttpResponse{ready ? 200 : 503, "text/plain", "", {}};
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.server.ready_url = absl::StrCat("http://127.0.0.1:", (*server)->port(), "/v2/health/ready");
+  c.server.fence_mode = FenceMode::kUnready;
+  c.server.probe_interval = milliseconds(20);
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.server().running() && h.server().ready();
+  })) << "the watched server's readiness never reached the controller";
+  ready = false;
+  ASSERT_TRUE(
+      controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return !h.server().ready(); }));
+  ready = true;
+  ASSERT_TRUE(
+      controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.server().ready(); }));
+  agent->Leave(milliseconds(5000));
+  auto bye = controller.WaitForGoodbye(milliseconds(1000));
+  ASSERT_TRUE(bye.has_value());
+  EXPECT_FALSE(bye->server_stops());
+  EXPECT_THAT(bye->reason(), HasSubstr("SIGTERM"));
+}
+
+// Nothing to tell: an agent that is not connected stops at once.
+TEST_F(AgentTest, APlannedStopWithNoControllerDoesNotWait) {
+  AgentConfig c = Config({1});  // nothing listens on port 1
+  auto agent = Start(c);
+  auto started = std::chrono::steady_clock::now();
+  agent->Leave(std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
 TEST_F(AgentTest, ReconnectsToTheNextControllerWhenOneDies) {

@@ -166,7 +166,9 @@ int AgentCommand::Run() {
   int signo = stop_signals.Wait();
   spdlog::info("agent {}: signal {}, stopping", c.node, signo);
   common::SdNotifyOrLog("STOPPING=1");
-  a.Stop();
+  // A planned stop: the controller hears it and does not take the node's
+  // silence for a failure (a DaemonSet or package upgrade).
+  a.Leave(std::chrono::seconds(3));
   return kExitOk;
 }
 

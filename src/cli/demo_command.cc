@@ -57,6 +57,10 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                  absl::StrCat("Three controllers on a three-member etcd cluster (etcd-server); "
                               "the faults then default to ",
                               absl::StrJoin(demo::kHaFaults, ",")));
+  app_->add_flag("--watched-servers", o_.watched_servers,
+                 "Workers run beside the agents (as an inference pod beside the agent's "
+                 "DaemonSet pod), which watch them and fence them by readiness, instead of "
+                 "each agent supervising its worker");
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }

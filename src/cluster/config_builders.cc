@@ -72,8 +72,9 @@ std::string AgentYaml::Yaml() const {
   std::string intervals = Opt("sample_ms", sample_ms) + Opt("heartbeat_ms", heartbeat_ms);
   if (!intervals.empty()) absl::StrAppend(&out, "intervals: ", FlowMap(intervals), "\n");
   if (!listen.empty()) absl::StrAppend(&out, "listen: ", Quote(listen), "\n");
-  if (!server_command.empty()) {
-    std::string server = absl::StrCat(", command: ", QuotedList(server_command));
+  if (!server_command.empty() || !ready_url.empty()) {
+    std::string server =
+        server_command.empty() ? "" : absl::StrCat(", command: ", QuotedList(server_command));
     if (!ready_url.empty()) absl::StrAppend(&server, ", ready_url: ", Quote(ready_url));
     if (!metrics_url.empty()) absl::StrAppend(&server, ", metrics_url: ", Quote(metrics_url));
     absl::StrAppend(&server, Opt("stall_after_ms", stall_after_ms));

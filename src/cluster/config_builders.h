@@ -56,7 +56,8 @@ struct AgentYaml {
   std::optional<int64_t> call_deadline_ms{};  // the GPU probe watchdog
   std::string pci_devices{};                  // a (fake) sysfs PCI tree to compare
   std::string listen{};                       // empty: the default
-  // The supervised inference server; empty command: none.
+  // The supervised inference server; empty command: none, or one started
+  // elsewhere that the agent watches through ready_url.
   std::vector<std::string> server_command{};
   std::string ready_url{};
   std::string metrics_url{};  // the engine's metrics, for the stall watch

@@ -189,6 +189,7 @@ absl::Status LocalCluster::StartAgent(LocalNode& n) {
   for (auto [name, value] : {std::pair{"vendor", "0x10de\n"}, std::pair{"class", "0x030200\n"}}) {
     if (absl::Status s = common::WriteFileAtomic((f / name).string(), value); !s.ok()) return s;
   }
+  if (absl::Status s = StartWorker(n); !s.ok()) return s;
   std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
   // `ip netns exec` enters the namespace and execs the agent (same pid).
   if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
@@ -198,12 +199,46 @@ absl::Status LocalCluster::StartAgent(LocalNode& n) {
   return absl::OkStatus();
 }
 
+absl::Status LocalCluster::StartWorker(LocalNode& n) {
+  if (!o_.watched_servers) return absl::OkStatus();
+  Reap();  // a killed worker is no longer running
+  if (WorkerPid(n) > 0) return absl::OkStatus();
+  std::vector<std::string> argv = WorkerArgv(n);
+  if (n.netns) argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
+  auto pid = Spawn(argv, n.name + "-worker");
+  if (!pid.ok()) return pid.status();
+  n.worker = *pid;
+  return absl::OkStatus();
+}
+
+std::vector<std::string> LocalCluster::WorkerArgv(const LocalNode& n) const {
+  return {o_.exe,   "worker", "--listen",  absl::StrCat(n.host, ":", n.worker_port),
+          "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
+}
+
+void LocalCluster::StopAgent(LocalNode& n) {
+  if (n.agent <= 0) return;
+  ::kill(n.agent, SIGTERM);
+  auto deadline = SteadyClock::now() + milliseconds(10000);
+  // 0: still running (-1: already reaped by Reap()).
+  while (::waitpid(n.agent, nullptr, WNOHANG) == 0) {
+    if (SteadyClock::now() >= deadline) {
+      ::kill(n.agent, SIGKILL);
+      ::waitpid(n.agent, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  n.agent = -1;
+}
+
 void LocalCluster::KillNode(LocalNode& n) {
   pid_t w = WorkerPid(n);
   if (w > 0) ::kill(w, SIGKILL);
   if (n.agent > 0) ::kill(n.agent, SIGKILL);
   Reap();
   n.agent = -1;
+  n.worker = -1;
 }
 
 std::string LocalCluster::KillController() {
@@ -217,6 +252,7 @@ std::string LocalCluster::KillController() {
 }
 
 pid_t LocalCluster::WorkerPid(const LocalNode& n) const {
+  if (o_.watched_servers) return n.worker > 0 && ::kill(n.worker, 0) == 0 ? n.worker : -1;
   if (n.agent <= 0) return -1;
   std::vector<pid_t> children = common::ChildPids(n.agent);
   return children.empty() ? -1 : children.front();
@@ -419,14 +455,16 @@ absl::Status LocalCluster::WriteConfigs() {
     a.call_deadline_ms = 500;
     a.pci_devices = PciDir(n);
     a.listen = absl::StrCat(n.host, ":", n.agent_port);
-    a.server_command = {o_.exe,   "worker", "--listen",  worker,
-                        "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
+    // Supervised by the agent, or (watched_servers) started beside it.
+    if (!o_.watched_servers) a.server_command = WorkerArgv(n);
     a.ready_url = absl::StrCat("http://", worker, "/v2/health/ready");
     // The engine watch: a worker whose inference is stuck while its
     // readiness answers is reported not ready within about 0.75 s.
     a.metrics_url = absl::StrCat("http://", worker, "/metrics");
     a.stall_after_ms = 600;
-    a.fence_mode = "stop";
+    // The agent stops a fenced worker it supervises; one it only watches
+    // leaves readiness (routers get routes without it).
+    a.fence_mode = o_.watched_servers ? "unready" : "stop";
     a.probe_interval_ms = 100;
     a.probe_timeout_ms = 100;
     if (absl::Status s = common::WriteFileAtomic(n.config, a.Yaml()); !s.ok()) return s;

@@ -46,6 +46,11 @@ struct LocalClusterOptions {
   // 1: one controller on SQLite. More: that many on a three-member etcd
   // cluster; they elect a leader, and agents and the router know them all.
   int controllers = 1;
+  // Workers started by the cluster beside the agents (as an inference pod
+  // beside the agent's DaemonSet pod), which the agents watch and fence by
+  // readiness, instead of each agent supervising its worker. An agent's
+  // restart then leaves its worker serving.
+  bool watched_servers = false;
   std::string api_key = "demo-acme-key";    // tenant acme's key at the router
   const std::atomic<bool>* stop = nullptr;  // WaitFor gives up when set
 };
@@ -71,6 +76,7 @@ struct LocalNode {
   uint16_t agent_port = 0;
   std::string config;
   pid_t agent = -1;
+  pid_t worker = -1;  // with watched_servers; else the agent's child
 };
 
 class LocalCluster {
@@ -85,7 +91,15 @@ class LocalCluster {
   // (Re)starts every controller that is not running and waits until one
   // leads and answers its API (10 s; on etcd, 15 s).
   [[nodiscard]] absl::Status StartController();
+  // Starts the node's agent (with watched_servers, its worker first if it
+  // is not running: a node that boots).
   [[nodiscard]] absl::Status StartAgent(LocalNode& n);
+  // With watched_servers, starts the node's worker if it is not running;
+  // otherwise nothing (the agent's supervisor starts it).
+  [[nodiscard]] absl::Status StartWorker(LocalNode& n);
+  // SIGTERM to a node's agent (a planned stop: a DaemonSet upgrade), and the
+  // wait for it to exit (SIGKILL after 10 s).
+  void StopAgent(LocalNode& n);
   // SIGKILL to a node's agent and its worker (a crashed or rebooted host).
   void KillNode(LocalNode& n);
   // SIGKILL to the controller that leads (the only one on SQLite); its name.
@@ -102,7 +116,8 @@ class LocalCluster {
   // Cuts (or restores) the partitioned node's only link: packets are dropped
   // both ways, with no reset, as when a switch port or cable fails.
   [[nodiscard]] absl::Status SetLink(bool up);
-  // The worker is the agent's child, in its own session; -1 when none.
+  // The worker: the agent's child, in its own session, or with
+  // watched_servers the cluster's own; -1 when none runs.
   pid_t WorkerPid(const LocalNode& n) const;
   void Stop();
 
@@ -143,6 +158,7 @@ class LocalCluster {
   // The node's fake sysfs PCI tree (its agent's gpu.pci_devices).
   std::string PciDir(const LocalNode& n) const;
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& name);
+  std::vector<std::string> WorkerArgv(const LocalNode& n) const;
   absl::Status Ip(const std::vector<std::string>& argv);
   absl::Status SetUpPartitionNetns();
   absl::Status WriteConfigs();

@@ -272,6 +272,8 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
     AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
                                                         hello.last_epoch()));
   }
+  const bool back = n->restart_until.has_value();
+  n->restart_until.reset();
   if (placement_.Available(hello.node())) detector_.Connected(hello.node());
   if (!n->known) {
     n->known = true;  // from now on a restarted controller expects it back
@@ -288,10 +290,11 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   // the cluster, a store lost or --init; or its restart lost the rejoin
   // message): it must run its server to join.
   if (n->joining() && hello.fenced()) SendRejoinLocked(*n);
-  EventLocked("agent_connected", hello.node(),
-              absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
-                           n->fenced() ? ", fenced" : "",
-                           n->joining() ? "; joins once its server is ready" : ""));
+  EventLocked(
+      "agent_connected", hello.node(),
+      absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
+                   back ? ", back from a planned restart" : "", n->fenced() ? ", fenced" : "",
+                   n->joining() ? "; joins once its server is ready" : ""));
   return absl::OkStatus();
 }
 
@@ -389,8 +392,36 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
   if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
   n->sink.reset();
   n->healthy_since.reset();
-  detector_.StreamBroken(node);
-  EventLocked("agent_disconnected", node, "heartbeat stream closed");
+  if (!n->restart_until) detector_.StreamBroken(node);
+  EventLocked(
+      "agent_disconnected", node,
+      n->restart_until ? "heartbeat stream closed after its goodbye" : "heartbeat stream closed");
+}
+
+void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
+                              const v1::Goodbye& goodbye) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting_) return;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr || n->sink.get() != sink) return;
+  const std::string why = absl::StrCat("planned stop: ", goodbye.reason());
+  if (!placement_.Available(node)) {
+    EventLocked("agent_goodbye", node, absl::StrCat(why, "; the node has no work"));
+  } else if (goodbye.server_stops()) {
+    // Its server stops with it: move the work first, then fence. A planned
+    // move, not a failure.
+    TakeOutLocked(*n, why + "; its server stops with it", 0, /*make_before_break=*/true,
+                  /*count_failure=*/false, NodeLifecycle::kFenced);
+  } else if (config_.restart_grace > common::Duration::zero()) {
+    n->restart_until = clock_->Now() + config_.restart_grace;
+    detector_.Forget(node);
+    EventLocked(
+        "agent_goodbye", node,
+        absl::StrCat(why, "; its server serves on, and nothing fails over for ",
+                     common::ToMillis(config_.restart_grace), " ms unless a router sees it fail"));
+  } else {
+    EventLocked("agent_goodbye", node, why + "; no restart grace (recovery.restart_grace_ms 0)");
+  }
 }
 
 void Controller::Tick() {
@@ -428,6 +459,15 @@ void Controller::Tick() {
       TakeOutLocked(*n, "detector: " + c.reason, last_ns, /*make_before_break=*/false,
                     /*count_failure=*/true, NodeLifecycle::kFenced);
     }
+  }
+  // A planned restart that did not come back in time is a failure.
+  for (auto& [id, n] : nodes_) {
+    if (!n.restart_until || n.sink || now < *n.restart_until) continue;
+    n.restart_until.reset();
+    TakeOutLocked(n,
+                  absl::StrCat("its agent did not come back within the restart grace (",
+                               common::ToMillis(config_.restart_grace), " ms)"),
+                  0, /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
   }
   // Recovery: a fenced node whose agent has been healthy for healthy_for rejoins.
   for (auto& [id, n] : nodes_) {
@@ -854,8 +894,17 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
   if (stats != nullptr) {
     traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
   }
-  for (const std::string& s : suspects)
+  for (const std::string& s : suspects) {
     EventLocked("router_hint", s, absl::StrCat("from ", router));
+    // During a planned restart the routers are the node's only witnesses.
+    NodeState* n = FindLocked(s);
+    if (n != nullptr && n->restart_until) {
+      n->restart_until.reset();
+      TakeOutLocked(
+          *n, absl::StrCat("router ", router, " saw its server fail while its agent restarted"), 0,
+          /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
+    }
+  }
   if (version != route_version_ || acked_version_logged_ == version) return;
   for (const auto& [r, v] : routers_) {
     if (v != route_version_) return;

@@ -90,6 +90,12 @@ class Controller {
                                             bool proven);
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb);
   void AgentDisconnected(const std::string& node, const AgentSink* sink);
+  // The agent on `sink` stops on purpose. If its server stops with it, the
+  // node's work moves first (make-before-break) and the node is fenced, not
+  // counted as a failure; it rejoins when its agent is back and healthy.
+  // Otherwise its server keeps serving: for recovery.restart_grace its
+  // silence fails nothing over, unless a router reports its server failing.
+  void AgentGoodbye(const std::string& node, const AgentSink* sink, const v1::Goodbye& goodbye);
   // Runs failure detection and recovery; call every few milliseconds.
   void Tick();
 
@@ -172,6 +178,9 @@ class Controller {
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
+    // Its agent said goodbye (a planned restart) and its server serves on:
+    // its silence is no failure until then.
+    std::optional<common::TimePoint> restart_until;
     // Re-sent fences to an agent that does not confirm: the next one and
     // the gap after it (zero: not in a run).
     common::TimePoint refence_at{};

@@ -226,6 +226,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   }
   common::YamlMap rec = root.Map("recovery");
   common::ReadMillis(rec, "healthy_for_ms", &c.healthy_for, {.min = 0});
+  common::ReadMillis(rec, "restart_grace_ms", &c.restart_grace, {.min = 0, .max = 600'000});
   common::ReadIntIn(rec, "max_failures", 1, 1000, &c.max_failures);
   int64_t window_s = -1;
   common::ReadIntIn(rec, "window_s", 1, 30 * 24 * 3600, &window_s);

@@ -88,6 +88,9 @@ struct ControllerConfig {
   common::Duration fence_timeout = std::chrono::seconds(5);
   DetectorOptions detector;
   common::Duration healthy_for = std::chrono::seconds(1);
+  // An agent that says goodbye (SIGTERM) while its server serves on has this
+  // long to come back before its node fails over; 0: no grace.
+  common::Duration restart_grace = std::chrono::seconds(30);
   int max_failures = 3;
   common::Duration failure_window = std::chrono::minutes(10);
   // After a (re)start, no failover until every agent has had the chance to

@@ -29,7 +29,7 @@ tokens:
                                      admin + R"(" }
 fence: { hook: "kubectl cordon {node}", timeout_ms: 2000 }
 detector: { floor_ms: 120, k: 3 }
-recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60 }
+recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60, restart_grace_ms: 45000 }
 )",
                                  "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -39,6 +39,7 @@ recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60 }
   EXPECT_EQ(c->tokens.at(admin).role, ApiRole::kAdmin);
   EXPECT_EQ(c->detector.floor, std::chrono::milliseconds(120));
   EXPECT_EQ(c->max_failures, 2);
+  EXPECT_EQ(c->restart_grace, std::chrono::milliseconds(45000));
   EXPECT_EQ(c->fence_hook, "kubectl cordon {node}");
 }
 
@@ -77,6 +78,10 @@ TEST(ControllerConfigTest, ValuesThatBreakLaterAreRefusedNamingTheField) {
               HasSubstr("startup_grace_ms: must be between"));
   EXPECT_THAT(Err(two + "recovery: { window_s: 9223372036854775807 }\n"),
               HasSubstr("recovery.window_s: must be between 1 and"));
+  EXPECT_THAT(Err(two + "recovery: { restart_grace_ms: 700000 }\n"),
+              HasSubstr("recovery.restart_grace_ms: must be between 0 and 600000"));
+  EXPECT_THAT(Err(two + "recovery: { restart_grace_ms: soon }\n"),
+              HasSubstr("recovery.restart_grace_ms:"));
   EXPECT_THAT(Err(two + "listen: { grpc: \"nowhere\" }\n"),
               HasSubstr("c.yaml:2:17: listen.grpc: 'nowhere' is not HOST:PORT"));
   const std::string hash = Sha256Hex("t");

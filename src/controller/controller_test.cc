@@ -613,6 +613,101 @@ TEST_F(ControllerTest, RecoveredNodeRejoinsAsPassiveAndWorkStays) {
   for (const auto& r : snap.routes()) EXPECT_EQ(r.standby().node(), "a1");
 }
 
+// A DaemonSet upgrade: the agent says goodbye and its server serves on. Its
+// silence fails nothing over for the restart grace, and it comes back.
+TEST_F(ControllerTest, AnAgentsPlannedRestartFailsNothingOver) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  const uint64_t epoch = c_->epoch();
+  const auto streams = c_->StreamsJson();
+  v1::Goodbye bye;
+  bye.set_reason("SIGTERM");
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), bye);
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(20000), {"a2", "a3", "p1"});  // the new agent takes its time
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+  EXPECT_EQ(c_->epoch(), epoch);
+  EXPECT_EQ(c_->StreamsJson(), streams);
+  Connect("a1");
+  Run(milliseconds(40000), {"a1", "a2", "a3", "p1"});  // past the grace: watched again
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+  EXPECT_EQ(c_->StreamsJson(), streams);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("agent_goodbye"));
+  // A crash after it is back still fails over at once.
+  Run(milliseconds(300), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+}
+
+TEST_F(ControllerTest, APlannedRestartThatDoesNotComeBackFailsOverAfterTheGrace) {
+  ControllerConfig config = ThreePlusOne();
+  config.restart_grace = milliseconds(5000);
+  Start(config);
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(4900), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  Run(milliseconds(200), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+}
+
+// During the grace the routers are the node's witnesses: one that sees its
+// server fail fails it over at once.
+TEST_F(ControllerTest, ARouterThatSeesTheServerFailEndsTheRestartGrace) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(1000), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  c_->RouterAck("r1", c_->route_version(), {"a1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+}
+
+// An agent that supervises its server stops it on the way out: the work
+// moves first, then the node is fenced, as a planned move (no failure
+// counted), and it rejoins once its agent is back and healthy.
+TEST_F(ControllerTest, AGoodbyeWhoseServerStopsMovesTheWorkFirst) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  const uint64_t routes = c_->route_version();
+  v1::Goodbye bye;
+  bye.set_server_stops(true);
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), bye);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+  EXPECT_GT(c_->route_version(), routes);
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+  // Routes went out before the fence (make-before-break).
+  const std::vector<std::string> types = EventTypes("a1");
+  auto pushed = std::find(types.begin(), types.end(), "routes_pushed");
+  auto fenced = std::find(types.begin(), types.end(), "fenced");
+  ASSERT_NE(pushed, types.end());
+  ASSERT_NE(fenced, types.end());
+  EXPECT_LT(pushed, fenced);
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Connect("a1");
+  Run(milliseconds(1500), {"a1", "a2", "a3", "p1"});
+  EXPECT_EQ(sinks_["a1"]->rejoins(), 1);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+  EXPECT_EQ((*c_->NodeJson("a1"))["role"], "passive");
+  // Planned stops are not failures: max_failures (3) of them hold nothing out.
+  for (int i = 0; i < 3; ++i) {
+    c_->AgentGoodbye("a1", sinks_["a1"].get(), bye);
+    c_->AgentDisconnected("a1", sinks_["a1"].get());
+    Connect("a1");
+    Run(milliseconds(1500), {"a1", "a2", "a3", "p1"});
+  }
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+}
+
 TEST_F(ControllerTest, FlappingNodeIsHeldOutAfterMaxFailures) {
   Start();
   for (int round = 0; round < 3; ++round) {

@@ -16,6 +16,7 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
                       : n.lifecycle == NodeLifecycle::kPending   ? "pending"
                       : n.lifecycle == NodeLifecycle::kRejoining ? "rejoining"
                       : !placement_.Available(id)                ? "failed"
+                      : n.restart_until                          ? "restarting"
                       : !n.sink                                  ? "disconnected"
                                 : LivenessName(detector_.state(id));
   json gpus = json::array();

@@ -83,6 +83,8 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
       node_ = node;
     } else if (in_.has_heartbeat()) {
       controller_->AgentHeartbeat(node_, in_.heartbeat());
+    } else if (in_.has_goodbye()) {
+      controller_->AgentGoodbye(node_, sink_.get(), in_.goodbye());
     }
     StartRead(&in_);
   }

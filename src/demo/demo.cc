@@ -189,6 +189,7 @@ class Demo {
   FaultTimeline Run(const std::string& fault) {
     const FaultSpec& spec = *FindFault(fault);  // names were checked up front
     const bool controller = spec.target == Target::kController;
+    const bool every = spec.target == Target::kEveryNode;
     FaultTimeline t;
     t.fault = fault;
     auto before = c_.Api("GET", "/api/v1/streams");
@@ -214,11 +215,14 @@ class Demo {
     }
     std::set<std::string> hit;
     for (const auto& [s, p] : primaries) {
-      if (controller || p == node->name || (second_ && p == second_->name)) {
+      if (controller || every || p == node->name || (second_ && p == second_->name)) {
         hit.insert(s);
       }
     }
-    t.node = controller ? "control-plane" : second_ ? node->name + "+" + second_->name : node->name;
+    t.node = controller ? "control-plane"
+             : every    ? "every node"
+             : second_  ? node->name + "+" + second_->name
+                        : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -229,7 +233,15 @@ class Demo {
     const double continued_before = Continuations();
     int64_t t0 = UnixNanos();
     faults_.hit.clear();
-    absl::Status injected = spec.inject(faults_, *node);
+    absl::Status injected = absl::OkStatus();
+    if (every) {  // each node in turn, back in service before the next
+      for (LocalNode& n : c_.nodes()) {
+        if (injected.ok()) injected = spec.inject(faults_, n);
+        if (injected.ok()) injected = Repair(spec, n, &t);
+      }
+    } else {
+      injected = spec.inject(faults_, *node);
+    }
     if (injected.ok() && second_ != nullptr) injected = spec.inject(faults_, *second_);
     if (controller && !faults_.hit.empty()) t.node = faults_.hit;
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
@@ -243,6 +255,7 @@ class Demo {
           if (auto parsed = controller::EventFromJson(e); parsed.ok()) logged.push_back(*parsed);
         }
       }
+      for (const controller::Event& e : logged) t.taken_out += e.type == "detected";
       ControllerSteps(logged, node->name, t0, &t);
       if (auto cap = c_.Api("GET", "/api/v1/capacity"); cap.ok()) {
         t.unplaced_streams = cap->value("unplaced_streams", int64_t{0});
@@ -253,10 +266,14 @@ class Demo {
     for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
       if (p.empty()) hit.erase(s);
     }
-    absl::Status repaired =
-        controller ? RepairController(primaries, t0, &t) : Repair(spec, *node, &t);
+    absl::Status repaired = controller ? RepairController(primaries, t0, &t)
+                            : every    ? absl::OkStatus()  // each node was back before the next
+                                       : Repair(spec, *node, &t);
     if (repaired.ok() && second_ != nullptr) repaired = Repair(spec, *second_, &t);
-    if (!controller) {
+    if (every) {
+      auto after = c_.Api("GET", "/api/v1/streams");
+      t.routes_unchanged = after.ok() && Primaries(*after) == primaries;
+    } else if (!controller) {
       // A node that came back is the spare: the work it lost stays where it went.
       auto after = c_.Api("GET", "/api/v1/streams");
       for (const auto& [s, p] : Primaries(after.ok() ? *after : json())) {
@@ -265,7 +282,7 @@ class Demo {
     }
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
-    Count(t0, t_end, hit, controller ? "" : node->name, &t);
+    Count(t0, t_end, hit, controller || every ? "" : node->name, &t);
     for (const AnswerLog::Rec& r : llm_answers_.Snapshot()) {
       if (r.ns < t0 || r.ns > t_end) continue;
       t.llm_answered++;
@@ -417,7 +434,12 @@ class Demo {
   }
 
   void PrintTimeline(const FaultTimeline& t) {
-    if (t.fault == "controller-restart") {
+    if (FindFault(t.fault)->target == Target::kEveryNode) {
+      out_ << absl::StrFormat(
+          "  every agent stopped (SIGTERM) and started in turn; %d node(s) taken "
+          "out; routes %s\n",
+          t.taken_out, t.routes_unchanged ? "unchanged" : "CHANGED");
+    } else if (t.fault == "controller-restart") {
       out_ << absl::StrFormat("  controller killed and restarted; routes %s\n",
                               t.routes_unchanged ? "unchanged" : "CHANGED");
     } else if (FindFault(t.fault)->target == Target::kController) {
@@ -536,10 +558,12 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .max_failures = o.max_failures,
                         .partition = partition,
                         .controllers = o.ha ? 3 : 1,
+                        .watched_servers = o.watched_servers,
                         .stop = o.stop},
                        dir);
   out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
-      << ", router and 4 agents (3 active + 1 passive, simulated L4) with workers, in " << dir
+      << ", router and 4 agents (3 active + 1 passive, simulated L4) with workers "
+      << (o.watched_servers ? "beside them (watched)" : "under them (supervised)") << ", in " << dir
       << "\n";
   out.flush();
   absl::Status s = cluster.Start();

@@ -88,6 +88,9 @@ struct DemoOptions {
   int llm_streams = 10;
   // Three controllers on a three-member etcd cluster instead of one on SQLite.
   bool ha = false;
+  // Workers run beside the agents, which watch them, instead of under them
+  // (LocalClusterOptions::watched_servers).
+  bool watched_servers = false;
   std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };

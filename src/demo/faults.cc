@@ -56,7 +56,7 @@ const std::vector<FaultSpec>& FaultTable() {
          return absl::OkStatus();
        }},
       // The worker alone killed, mid-answer for the LLM streams on it; the
-      // agent's supervisor restarts it.
+      // agent's supervisor restarts it (with watched servers, the repair does).
       {"worker-kill", Target::kNode, false, false,
        [](FaultContext& f, LocalNode& n) {
          pid_t w = f.cluster.WorkerPid(n);
@@ -64,7 +64,7 @@ const std::vector<FaultSpec>& FaultTable() {
          ::kill(w, SIGKILL);
          return absl::OkStatus();
        },
-       [](FaultContext&, LocalNode&) { return absl::OkStatus(); }},
+       [](FaultContext& f, LocalNode& n) { return f.cluster.StartWorker(n); }},
       {"controller-restart", Target::kController, false, false,
        [](FaultContext& f, LocalNode&) {
          f.hit = f.cluster.KillController();
@@ -106,6 +106,17 @@ const std::vector<FaultSpec>& FaultTable() {
        },
        nullptr},
       {"double-crash", Target::kTwoNodes, false, false, kill_node, restart},
+      // A rolling upgrade of the agents (a DaemonSet, maxUnavailable 1): each
+      // agent stopped with SIGTERM (it says goodbye) and started again, the
+      // next once it is back. A watched server serves on through it (the
+      // restart grace); a supervised one stops with its agent, its work moved
+      // first.
+      {"agent-restart", Target::kEveryNode, false, false,
+       [](FaultContext& f, LocalNode& n) {
+         f.cluster.StopAgent(n);
+         return f.cluster.StartAgent(n);
+       },
+       [](FaultContext&, LocalNode&) { return absl::OkStatus(); }},
       // Inference stuck while health and metrics answer (a deadlocked engine).
       {"half-hang", Target::kNode, false, false, worker_fault("stuck"), clear_worker_fault},
       // Readiness 200, every inference 500 (a broken CUDA context).

@@ -23,6 +23,7 @@ enum class Target {
   kNode,        // the busiest node (or --node)
   kTwoNodes,    // the two busiest at once, past what N+1 covers
   kController,  // the controller process (with --ha: the leader), or etcd
+  kEveryNode,   // every node in turn, each back before the next (a rolling upgrade)
 };
 
 // What a fault's inject leaves for its repair.

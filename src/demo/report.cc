@@ -81,6 +81,7 @@ std::string DemoReport::Json() const {
                            {"failed", t.failed},
                            {"max_gap_ms", t.max_gap_ms},
                            {"routes_unchanged", t.routes_unchanged},
+                           {"taken_out", t.taken_out},
                            {"moved_back", t.moved_back},
                            {"unplaced_streams", t.unplaced_streams},
                            {"routes_before_fence",

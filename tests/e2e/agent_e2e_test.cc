@@ -18,6 +18,7 @@ namespace {
 using agent::testing::FakeController;
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kGpuha = GPUHA_BINARY;
 
@@ -80,8 +81,14 @@ TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
   EXPECT_EQ(xid->heartbeat.xids(0).xid(), 48u);
   EXPECT_EQ(xid->heartbeat.xids(0).gpu_index(), 0u);
 
+  // A planned stop says goodbye: this agent's server (none supervised)
+  // serves on, so the controller gives the node its restart grace.
   agent.Signal(SIGTERM);
+  auto bye = controller.WaitForGoodbye();
+  ASSERT_TRUE(bye.has_value()) << agent.err();
+  EXPECT_FALSE(bye->server_stops());
   EXPECT_EQ(agent.Wait(milliseconds(5000)), 0);
+  EXPECT_THAT(agent.err(), Not(HasSubstr("did not answer the goodbye")));
 }
 
 TEST_F(AgentE2eTest, MissingNvmlExitsNonZeroWithAClearMessage) {
@@ -150,8 +157,18 @@ TEST_F(AgentE2eTest, FenceStopsTheRealServerAndSigtermLeavesNoStrayProcess) {
       [](const v1::Heartbeat& h) { return !h.fenced() && h.server().running(); });
   ASSERT_TRUE(back.has_value());
   pid_t second = back->heartbeat.server().pid();
+  // Its server stops with it: the goodbye says so, and the agent waits for
+  // the controller to move the work and fence it before it stops the server.
   agent.Signal(SIGTERM);
+  auto bye = controller.WaitForGoodbye();
+  ASSERT_TRUE(bye.has_value()) << agent.err();
+  EXPECT_TRUE(bye->server_stops());
+  EXPECT_EQ(::kill(second, 0), 0) << "the server stopped before the work moved";
+  fence.mutable_fence()->set_epoch(4);
+  fence.mutable_fence()->set_reason("planned stop");
+  controller.Send(fence);
   EXPECT_EQ(agent.Wait(milliseconds(10000)), 0);
+  EXPECT_THAT(agent.err(), Not(HasSubstr("did not answer the goodbye")));
   EXPECT_NE(::kill(second, 0), 0) << "the agent left its server behind";
 }
 

@@ -184,6 +184,49 @@ TEST_F(ChaosTest, AHungDriverAndAVanishedGpuLoseNothing) {
   }
 }
 
+// A rolling upgrade of every agent (SIGTERM, started again, the next once
+// it is back): each says goodbye. With the workers beside the agents (an
+// inference pod beside the agent's DaemonSet pod), nothing fails over and
+// no route changes; a crash in the same cluster still fails over at once.
+TEST_F(ChaosTest, RollingAgentRestartFailsNothingOver) {
+  json r = RunDemo("agent-restart,crash,agent-restart", 20, 0, {}, {"--watched-servers"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ASSERT_EQ(r["faults"].size(), 3u);
+  for (size_t i : {0u, 2u}) {
+    const json& roll = r["faults"][i];
+    EXPECT_EQ(roll["taken_out"], 0) << roll.dump();
+    EXPECT_EQ(roll["routes_unchanged"], true) << roll.dump();
+    EXPECT_EQ(roll["failed"], 0) << roll.dump();
+    EXPECT_EQ(roll["streams_hit"], 20) << roll.dump();
+    EXPECT_EQ(roll["note"], "") << roll.dump();
+  }
+  const json& crash = r["faults"][1];
+  EXPECT_FALSE(crash["detected_ms"].is_null()) << crash.dump();
+  EXPECT_FALSE(crash["first_standby_ms"].is_null()) << crash.dump();
+  EXPECT_EQ(crash["taken_out"], 1) << crash.dump();
+  EXPECT_EQ(crash["note"], "") << crash.dump();
+}
+
+// The same roll when each agent supervises its worker: the worker stops
+// with its agent, so each node's work moves first (make-before-break) and
+// the node is fenced, then rejoins as the spare; nothing is lost.
+TEST_F(ChaosTest, RollingAgentRestartWithSupervisedWorkersMovesWorkFirst) {
+  json r = RunDemo("agent-restart");
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ASSERT_EQ(r["faults"].size(), 1u);
+  const json& roll = r["faults"][0];
+  EXPECT_EQ(roll["taken_out"], 4) << roll.dump();
+  EXPECT_EQ(roll["routes_before_fence"], true) << roll.dump();
+  EXPECT_EQ(roll["held_out"], false) << roll.dump();
+  EXPECT_EQ(roll["note"], "") << roll.dump();
+}
+
 TEST_F(ChaosTest, ControllerKillAndRestartKeepsRoutesAndLosesNothing) {
   json r = RunDemo("controller-restart");
   ASSERT_TRUE(r.is_object());

@@ -1,6 +1,6 @@
 // FakeController: a small in-test controller speaking proto/gpuha/v1's
 // AgentService, until the real controller exists. Records every hello and
-// heartbeat and can send commands down an agent's stream.
+// heartbeat (and goodbye) and can send commands down an agent's stream.
 //
 //   FakeController c;           // listens on 127.0.0.1, ephemeral port
 //   agent_config.controllers = {{"127.0.0.1", c.port()}};
@@ -70,6 +70,7 @@ class FakeController final : public v1::AgentService::Service {
       if (m.has_hello()) hellos_.push_back(m.hello());
       if (m.has_heartbeat())
         heartbeats_.push_back({m.heartbeat(), std::chrono::steady_clock::now()});
+      if (m.has_goodbye()) goodbyes_.push_back(m.goodbye());
       cv_.notify_all();
     }
     {
@@ -118,6 +119,13 @@ class FakeController final : public v1::AgentService::Service {
     return hellos_.back();
   }
 
+  std::optional<v1::Goodbye> WaitForGoodbye(
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !goodbyes_.empty(); })) return std::nullopt;
+    return goodbyes_.back();
+  }
+
   size_t heartbeat_count() {
     std::lock_guard<std::mutex> lock(mu_);
     return heartbeats_.size();
@@ -140,6 +148,7 @@ class FakeController final : public v1::AgentService::Service {
   bool closing_stream_ = false;
   int streams_closed_ = 0;
   std::vector<v1::Hello> hellos_;
+  std::vector<v1::Goodbye> goodbyes_;
   std::vector<Received> heartbeats_;
   std::deque<v1::ControllerMessage> outbox_;
 };
