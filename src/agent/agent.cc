@@ -66,6 +66,10 @@ absl::Status Agent::Start() {
   threads_.emplace_back([this] { SampleLoop(); });
   threads_.emplace_back([this] { EventLoop(); });
   if (kernel_log_) threads_.emplace_back([this] { KernelLogLoop(); });
+  // A watched server is probed once before the first heartbeat: a restarted
+  // agent's first word must not be "not ready" for a server that serves on
+  // (the controller would take the node out, after a planned restart too).
+  if (supervisor_.state().watched) supervisor_.Tick();
   threads_.emplace_back([this] { ConnectionLoop(); });
   // A server the agent starts, or one started elsewhere that it only probes
   // (ready_url, metrics_url): either way the loop keeps its state. (Only the
@@ -457,8 +461,15 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
           } else if (goodbye_in_flight) {
             goodbye_in_flight = false;
             goodbye_written = true;
-            // Heard. A supervised server waits for the controller's fence.
-            if (!supervisor_.state().supervised || fenced_) MarkLeft();
+            // Written is not yet heard. A supervised server waits for the
+            // controller's fence (sent once it has read the goodbye); else
+            // the agent half-closes, and the controller ends the call once
+            // it has read the goodbye: the read then fails, the stream ends,
+            // and ConnectionLoop lets Leave() go on.
+            if (!supervisor_.state().supervised || fenced_) {
+              writing = true;
+              stream->WritesDone(Tag(StreamOp::kWrite));
+            }
           } else if (!connected_.exchange(true)) {
             spdlog::info("agent {}: connected to controller {}", config_.node, controller.str());
             next = clock_->Now() + milliseconds(config_.heartbeat_ms);

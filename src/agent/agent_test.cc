@@ -281,6 +281,9 @@ TEST_F(AgentTest, AWatchedServerIsProbedAndAPlannedStopSaysGoodbye) {
   ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
     return h.server().running() && h.server().ready();
   })) << "the watched server's readiness never reached the controller";
+  // Probed before the first heartbeat: a restarted agent does not report a
+  // serving server "not ready" (the controller would take the node out).
+  EXPECT_TRUE(controller.heartbeats().front().heartbeat.server().ready());
   ready = false;
   ASSERT_TRUE(
       controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return !h.server().ready(); }));

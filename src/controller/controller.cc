@@ -216,8 +216,9 @@ absl::Status Controller::Recover() {
 
 absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
                                         bool proven) {
+  if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
     absl::StatusOr<NodeState*> added = RegisterLocked(hello);
@@ -299,6 +300,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
 }
 
 void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb) {
+  if (!acting_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!acting_) return;
   NodeState* n = FindLocked(node);
@@ -387,6 +389,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
 }
 
 void Controller::AgentDisconnected(const std::string& node, const AgentSink* sink) {
+  if (!acting_) return;  // deposed: gRPC threads must not wait on a hung store write
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
@@ -407,6 +410,8 @@ void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
   const std::string why = absl::StrCat("planned stop: ", goodbye.reason());
   if (!placement_.Available(node)) {
     EventLocked("agent_goodbye", node, absl::StrCat(why, "; the node has no work"));
+    // Its agent waits for a fence before it stops its server: nothing to move.
+    if (goodbye.server_stops()) SendFenceLocked(*n, why);
   } else if (goodbye.server_stops()) {
     // Its server stops with it: move the work first, then fence. A planned
     // move, not a failure.
@@ -461,13 +466,16 @@ void Controller::Tick() {
     }
   }
   // A planned restart that did not come back in time is a failure.
+  // (A reconnect ends the grace; an agent that hangs on its way out, its
+  // stream still open, does not extend it.) Its server may still serve:
+  // routes move before the fence.
   for (auto& [id, n] : nodes_) {
-    if (!n.restart_until || n.sink || now < *n.restart_until) continue;
+    if (!n.restart_until || now < *n.restart_until) continue;
     n.restart_until.reset();
     TakeOutLocked(n,
                   absl::StrCat("its agent did not come back within the restart grace (",
                                common::ToMillis(config_.restart_grace), " ms)"),
-                  0, /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
+                  0, /*make_before_break=*/true, /*count_failure=*/true, NodeLifecycle::kFenced);
   }
   // Recovery: a fenced node whose agent has been healthy for healthy_for rejoins.
   for (auto& [id, n] : nodes_) {
@@ -486,6 +494,9 @@ void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
 }
 
 void Controller::FenceLocked(NodeState& n, const std::string& why) {
+  // Deposed while this take-out waited on a store write: no fence, by
+  // message or by hook (the new leader decides).
+  if (!acting_) return;
   const std::string id = n.cfg.spec.id;
   if (n.sink) {
     SendFenceLocked(n, why);
@@ -500,6 +511,7 @@ void Controller::FenceLocked(NodeState& n, const std::string& why) {
   std::string command = absl::StrReplaceAll(config_.fence_hook, {{"{node}", id}});
   EventLocked("fence_hook_started", id, command);
   hooks_.emplace_back([this, command, id] {
+    if (!acting_) return;
     absl::Status s = fencer_->Run(command, config_.fence_timeout);
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ok()) {
@@ -710,7 +722,7 @@ void Controller::StopActing(const std::string& why) {
   routes_cv_.notify_all();  // router streams end, and routers find the leader
 }
 
-absl::Status Controller::ActingLocked() const {
+absl::Status Controller::CheckActing() const {
   if (acting_) return absl::OkStatus();
   return absl::UnavailableError("this controller no longer leads; it is stopping");
 }
@@ -746,7 +758,7 @@ absl::Status Controller::CheckStreamLocked(const StreamSpec& s) const {
 
 absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status bad = CheckStreamLocked(s); !bad.ok()) return bad;
   auto a = placement_.Admit(s);
   if (!a.ok()) {
@@ -767,7 +779,7 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
 
 absl::Status Controller::RemoveStream(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status s = placement_.Remove(id); !s.ok()) return s;
   specs_.erase(id);
   std::vector<StoreWrite> batch;
@@ -780,7 +792,7 @@ absl::Status Controller::RemoveStream(const std::string& id) {
 
 absl::Status Controller::Drain(const std::string& node, bool force) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (n->lifecycle == NodeLifecycle::kPending) {
@@ -800,7 +812,7 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
 
 absl::Status Controller::Undrain(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   n->failures.clear();
@@ -811,7 +823,7 @@ absl::Status Controller::Undrain(const std::string& node) {
 
 absl::Status Controller::Fail(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (!placement_.Available(node)) {
@@ -827,7 +839,7 @@ absl::Status Controller::Fail(const std::string& node) {
 
 absl::Status Controller::SetRole(const std::string& node, Role role) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status s = ActingLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   if (absl::Status s = placement_.SetRole(node, role); !s.ok()) return s;
@@ -883,12 +895,13 @@ uint64_t Controller::route_version() const {
 
 uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known; });
+  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known || !acting_; });
   return route_version_;
 }
 
 void Controller::RouterAck(const std::string& router, uint64_t version,
                            const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
+  if (!acting_) return;
   std::lock_guard<std::mutex> lock(mu_);
   routers_[router] = version;
   if (stats != nullptr) {
@@ -915,6 +928,7 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 }
 
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
+  if (!acting_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!acting_) return;
   // A router holding this epoch may hold a later route version of it. An
@@ -933,6 +947,7 @@ void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
 }
 
 void Controller::RouterGone(const std::string& router) {
+  if (!acting_) return;
   std::lock_guard<std::mutex> lock(mu_);
   routers_.erase(router);
   traffic_.Forget(router);

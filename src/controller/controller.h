@@ -237,7 +237,7 @@ class Controller {
   // ID routers can route, a known tenant, a weight in range.
   absl::Status CheckStreamLocked(const StreamSpec& s) const;
   // Unavailable once StopActing ran: a change this process may no longer make.
-  absl::Status ActingLocked() const;
+  absl::Status CheckActing() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;
   // Epochs a controller gives, and reads back, stay below this.
   static constexpr uint64_t kMaxEpoch = uint64_t{1} << 62;

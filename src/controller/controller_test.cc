@@ -655,6 +655,33 @@ TEST_F(ControllerTest, APlannedRestartThatDoesNotComeBackFailsOverAfterTheGrace)
   for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
 }
 
+// An agent that hangs on its way out, its stream still open, does not keep
+// the grace going: the node fails over when it ends.
+TEST_F(ControllerTest, AnAgentThatHangsAfterItsGoodbyeFailsOverWhenTheGraceEnds) {
+  ControllerConfig config = ThreePlusOne();
+  config.restart_grace = milliseconds(2000);
+  Start(config);
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  Run(milliseconds(2100), {"a2", "a3", "p1"});  // no disconnect, no heartbeat
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+}
+
+// A goodbye whose server stops, from a node with no work (here, failed
+// already): the agent still gets its fence, so it need not wait it out.
+TEST_F(ControllerTest, AGoodbyeFromANodeWithNoWorkIsStillFenced) {
+  Start();
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  const int fences = sinks_["a1"]->fences();
+  v1::Goodbye bye;
+  bye.set_server_stops(true);
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), bye);
+  EXPECT_EQ(sinks_["a1"]->fences(), fences + 1);
+}
+
 // During the grace the routers are the node's witnesses: one that sees its
 // server fail fails it over at once.
 TEST_F(ControllerTest, ARouterThatSeesTheServerFailEndsTheRestartGrace) {

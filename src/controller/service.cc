@@ -222,7 +222,10 @@ class ControllerServer::RouteServiceImpl final : public v1::RouteService::Servic
     while (!done && !ctx->IsCancelled() && !*stopping_ && controller_->acting()) {
       uint64_t version = controller_->route_version();
       if (version != sent) {
-        if (!stream->Write(controller_->Snapshot())) break;
+        v1::RouteSnapshot snapshot = controller_->Snapshot();
+        // Deposed meanwhile: its routes may hold a failover it never committed.
+        if (!controller_->acting()) break;
+        if (!stream->Write(snapshot)) break;
         sent = version;
       }
       controller_->WaitForRoutes(sent, milliseconds(200));
@@ -312,8 +315,11 @@ absl::Status ControllerServer::Start() {
 
 void ControllerServer::Stop() {
   if (stopping_.exchange(true)) return;
-  if (ticker_.joinable()) ticker_.join();
+  // Agents and routers first: a tick may sit on the controller's lock in a
+  // hung store write (a deposed leader), and its agents must go on to the
+  // new leader meanwhile.
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  if (ticker_.joinable()) ticker_.join();
   if (http_) http_->Stop();
 }
 
