@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
 
@@ -192,8 +193,9 @@ Steps Failovers(LocalCluster& c, int runs) {
 }
 
 void Row(const char* what, const Summary& s, const std::string& peer, double peer_value) {
-  std::printf("| %s | %zu | %.1f | %.1f | %.1f | %s | %.2f |\n", what, s.n, s.median, s.p99, s.max,
-              peer.c_str(), peer_value > 0 ? s.median / peer_value : 0.0);
+  const std::string ratio = peer_value > 0 ? absl::StrFormat("%.2f", s.median / peer_value) : "-";
+  std::printf("| %s | %zu | %.1f | %.1f | %.1f | %s | %s |\n", what, s.n, s.median, s.p99, s.max,
+              peer.c_str(), ratio.c_str());
 }
 
 }  // namespace

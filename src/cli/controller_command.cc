@@ -119,11 +119,15 @@ int ControllerCommand::Run() {
   int signo = stop_signals.Wait();
   spdlog::info("controller: signal {}, stopping", signo);
   common::SdNotifyOrLog("STOPPING=1");
+  if (leader && !leadership_lost_) {
+    // A planned stop hands over first: this one stops acting, then the lease
+    // goes and a standby (waiting on the key) leads at once, while this
+    // process still closes its streams. Agents and routers move on to it.
+    c.StopActing("stopping: handed over to the next controller");
+    leader->Resign();
+  }
   server.Stop();
-  if (leadership_lost_) return kExitFailure;
-  // A planned stop hands over at once: the lease goes, a standby leads.
-  if (leader) leader->Resign();
-  return kExitOk;
+  return leadership_lost_ ? kExitFailure : kExitOk;
 }
 
 absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd(

@@ -718,7 +718,7 @@ void Controller::RejoinLocked(NodeState& n, const std::string& why) {
 
 void Controller::StopActing(const std::string& why) {
   if (!acting_.exchange(false)) return;
-  spdlog::error("controller: no longer leads ({}): it acts no more while it stops", why);
+  spdlog::warn("controller: no longer leads ({}): it acts no more while it stops", why);
   routes_cv_.notify_all();  // router streams end, and routers find the leader
 }
 

@@ -87,6 +87,7 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     e.channel = grpc::CreateCustomChannel(hp->str(), creds, args);
     e.kv = etcdserverpb::KV::NewStub(e.channel);
     e.lease = etcdserverpb::Lease::NewStub(e.channel);
+    e.watch = etcdserverpb::Watch::NewStub(e.channel);
     e.maintenance = etcdserverpb::Maintenance::NewStub(e.channel);
     c->endpoints_.push_back(std::move(e));
     c->urls_.push_back(url);
@@ -194,6 +195,54 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t id, common::Durat
       deadline, /*shared_deadline=*/true);
   if (!out.ok()) return out.status();
   return out->ttl();  // 0 or less: the lease is gone (expired or revoked)
+}
+
+absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(const std::string& key,
+                                                                       const std::string& range_end,
+                                                                       int64_t start_revision,
+                                                                       common::Duration wait,
+                                                                       bool no_puts) {
+  const size_t i = current_.load();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + wait);
+  ctx.AddMetadata("hasleader", "true");  // no quorum: an error, not a silent watch
+  auto stream = endpoints_[i].watch->Watch(&ctx);
+  etcdserverpb::WatchRequest req;
+  etcdserverpb::WatchCreateRequest* create = req.mutable_create_request();
+  create->set_key(key);
+  create->set_range_end(range_end);
+  create->set_start_revision(start_revision);
+  if (no_puts) create->add_filters(etcdserverpb::WatchCreateRequest::NOPUT);
+  std::vector<etcdserverpb::Event> events;
+  std::string canceled;
+  if (stream->Write(req)) {
+    etcdserverpb::WatchResponse resp;
+    while (stream->Read(&resp)) {
+      if (resp.canceled()) {
+        canceled = resp.compact_revision() > 0 ? absl::StrCat("revision ", start_revision,
+                                                              " is compacted (etcd keeps from ",
+                                                              resp.compact_revision(), ")")
+                                               : resp.cancel_reason();
+        break;
+      }
+      if (resp.events_size() > 0) {
+        events.assign(resp.events().begin(), resp.events().end());
+        break;
+      }
+    }
+  }
+  stream->WritesDone();
+  ctx.TryCancel();
+  grpc::Status s = stream->Finish();
+  if (!canceled.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd Watch at ", urls_[i], ": canceled: ", canceled));
+  }
+  if (!events.empty() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      s.error_code() == grpc::StatusCode::CANCELLED) {
+    return events;
+  }
+  return absl::UnavailableError(absl::StrCat("etcd Watch at ", urls_[i], ": ", s.error_message()));
 }
 
 absl::StatusOr<etcdserverpb::StatusResponse> EtcdClient::Status() {
@@ -385,6 +434,12 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> EtcdStore::LoadEven
 
 // ---- EtcdLeader ----
 
+namespace {
+// The longest a standby waits on the leader key before it renews its own
+// lease and checks for a stop.
+constexpr common::Duration kStandbyWait = std::chrono::milliseconds(500);
+}  // namespace
+
 EtcdLeader::EtcdLeader(std::shared_ptr<EtcdClient> client, std::string key, std::string identity,
                        common::Duration ttl)
     : client_(std::move(client)), key_(std::move(key)), identity_(std::move(identity)), ttl_(ttl) {}
@@ -447,6 +502,14 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
           last_holder = held.value();
           spdlog::info("controller: {} leads; standing by to take over", last_holder);
         }
+        // Wait for the key's delete (a resign, or the holder's lease ending)
+        // rather than polling: the standby campaigns again the moment it
+        // goes. Bounded, to renew our own lease and see `stopping`.
+        auto gone = client_->WatchOnce(key_, "", r->header().revision() + 1,
+                                       std::min<common::Duration>(ttl_ / 4, kStandbyWait),
+                                       /*no_puts=*/true);
+        if (gone.ok()) continue;
+        warn(gone.status());
       } else if (!r.ok()) {
         warn(r.status());
       }

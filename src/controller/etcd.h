@@ -59,6 +59,15 @@ class EtcdClient {
   // all; the lease's remaining TTL in seconds (0: gone).
   absl::StatusOr<int64_t> LeaseKeepAliveOnce(int64_t id, common::Duration deadline);
   absl::StatusOr<etcdserverpb::StatusResponse> Status();
+  // Watches [key, range_end) (range_end empty: `key` alone) from
+  // `start_revision` on, and returns the first events that come, or none
+  // when `wait` passes first. `no_puts` leaves out puts (deletes only). One
+  // endpoint, the current one; a compacted start revision is an error.
+  absl::StatusOr<std::vector<etcdserverpb::Event>> WatchOnce(const std::string& key,
+                                                             const std::string& range_end,
+                                                             int64_t start_revision,
+                                                             common::Duration wait,
+                                                             bool no_puts = false);
 
   const std::vector<std::string>& endpoints() const { return urls_; }
 
@@ -67,6 +76,7 @@ class EtcdClient {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Watch::Stub> watch;
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
   };
   EtcdClient() = default;

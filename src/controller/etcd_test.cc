@@ -50,6 +50,46 @@ TEST_F(EtcdTest, ASecondControllerWaitsAndTakesOverWhenTheLeaderResigns) {
   EXPECT_EQ(*b.Holder(), "ctrl-b");
 }
 
+TEST_F(EtcdTest, AWatchReturnsTheFirstChangeOrNothingWhenItsWaitEnds) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  auto put = [&](const std::string& key, const std::string& value) {
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::PutRequest* p = txn.add_success()->mutable_request_put();
+    p->set_key(key);
+    p->set_value(value);
+    auto r = client->Txn(txn);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->header().revision() : 0;
+  };
+  const int64_t rev = put("/w/a", "1");
+  // Nothing changes: the wait ends with no events and no error.
+  auto none = client->WatchOnce("/w/a", "", rev + 1, milliseconds(200));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  // From a past revision: the change already made is returned at once.
+  auto past = client->WatchOnce("/w/a", "", rev, milliseconds(2000));
+  ASSERT_TRUE(past.ok()) << past.status();
+  ASSERT_EQ(past->size(), 1u);
+  EXPECT_EQ((*past)[0].kv().value(), "1");
+  // A deletes-only watch skips a put and wakes on the delete.
+  auto deleted = std::async(std::launch::async, [&] {
+    return client->WatchOnce("/w/a", "", rev + 1, milliseconds(3000), /*no_puts=*/true);
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  put("/w/a", "2");
+  EXPECT_EQ(deleted.wait_for(milliseconds(300)), std::future_status::timeout)
+      << "a deletes-only watch woke on a put";
+  etcdserverpb::TxnRequest del;
+  del.add_success()->mutable_request_delete_range()->set_key("/w/a");
+  ASSERT_TRUE(client->Txn(del).ok());
+  ASSERT_EQ(deleted.wait_for(milliseconds(2000)), std::future_status::ready);
+  auto events = deleted.get();
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].type(), etcdserverpb::Event::DELETE);
+}
+
 TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
   auto client = Client();
   EtcdLeader a(client, "/gpuha/leader", "ctrl-a", milliseconds(2000));
