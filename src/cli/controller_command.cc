@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <future>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +25,98 @@
 #include "controller/service.h"
 
 namespace gpuha::cli {
+
+namespace {
+
+// A standby's face while it campaigns: the read API from etcd. Loads the
+// state (Controller::LoadAsStandby) and loads it again after each change
+// under the prefix, as etcd's watch reports it; a burst of writes (one
+// failover) is one reload.
+class Standby {
+ public:
+  Standby(const controller::ControllerConfig& config,
+          std::shared_ptr<controller::EtcdClient> client, controller::FenceRunner* fencer)
+      : config_(config), client_(std::move(client)), fencer_(fencer), server_(config) {}
+  ~Standby() { Stop(); }
+
+  absl::Status Start() {
+    if (absl::Status s = server_.Start(); !s.ok()) return s;
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+  // Frees listen.http at once, for the controller that leads now.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    cancel_.Cancel();
+    if (thread_.joinable()) thread_.join();
+    server_.Stop();
+  }
+
+ private:
+  bool Pause(common::Duration d) {  // false once stopping
+    std::unique_lock<std::mutex> lock(mu_);
+    return !cv_.wait_for(lock, d, [this] { return stop_; });
+  }
+
+  void Loop() {
+    using std::chrono::milliseconds;
+    const std::string& prefix = config_.etcd.prefix;
+    const std::string end = controller::PrefixEnd(prefix);
+    int64_t from = 0;  // the first revision not yet loaded
+    bool load = true;
+    std::string last_error;
+    while (Pause(milliseconds(0))) {
+      if (load) {
+        etcdserverpb::RangeRequest who;
+        who.set_key(prefix + "leader");
+        auto held = client_->Range(who);
+        std::string leader = held.ok() && !held->kvs().empty() ? held->kvs(0).value() : "";
+        absl::Status s = held.status();
+        std::shared_ptr<controller::Controller> state;
+        if (s.ok()) {
+          state = std::make_shared<controller::Controller>(
+              config_,
+              std::make_unique<controller::EtcdStore>(
+                  client_, prefix, static_cast<size_t>(config_.etcd.max_txn_ops)),
+              common::RealClock::Get(), fencer_);
+          s = state->LoadAsStandby();
+        }
+        if (!s.ok()) {
+          const std::string error = absl::StrCat("cannot read etcd: ", s.message());
+          if (error != last_error) spdlog::warn("controller: standby: {}", error);
+          last_error = error;
+          server_.Set(nullptr, leader, error);
+          Pause(milliseconds(500));
+          continue;
+        }
+        last_error.clear();
+        server_.Set(std::move(state), leader, "");
+        from = held->header().revision() + 1;
+      }
+      auto changed = client_->WatchOnce(prefix, end, from, milliseconds(2000),
+                                        /*no_puts=*/false, &cancel_);
+      load = !changed.ok() || !changed->empty();
+      // Let the rest of a burst land; after an error, do not spin.
+      if (load) Pause(milliseconds(changed.ok() ? 100 : 500));
+    }
+  }
+
+  const controller::ControllerConfig& config_;
+  std::shared_ptr<controller::EtcdClient> client_;
+  controller::FenceRunner* fencer_;
+  controller::StandbyServer server_;
+  controller::WatchCancel cancel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace
 
 ControllerCommand::ControllerCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("controller",
@@ -145,15 +240,20 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
   spdlog::info("controller: on etcd {} as {}; campaigning to lead",
                absl::StrJoin(etcd.endpoints, ","), identity);
   common::SdNotifyOrLog("STATUS=standing by: campaigning to lead on etcd");
+  // While another leads, this one serves the read API from etcd.
+  controller::ShellFenceRunner no_fences;  // a standby fences nothing
+  Standby standby(config, *client, &no_fences);
+  if (absl::Status s = standby.Start(); !s.ok()) return s;
   // Campaign on a thread; this one still answers a stop signal.
   std::atomic<bool> stopping{false};
   auto campaign = std::async(std::launch::async, [&] { return (*leader)->Campaign(&stopping); });
   while (campaign.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
-    if (int signo = stop_signals.WaitFor(100); signo != 0) {
+    if (int signo = stop_signals.WaitFor(20); signo != 0) {
       spdlog::info("controller: signal {} while standing by, stopping", signo);
       stopping = true;
     }
   }
+  standby.Stop();  // listen.http is the leader's from here
   absl::StatusOr<int64_t> token = campaign.get();
   if (!token.ok()) return token.status();
   if (stopping) {  // the signal came as it won: hand over at once

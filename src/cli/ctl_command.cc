@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/http_server.h"
 #include "common/names.h"
+#include "common/net_util.h"
 #include "controller/service.h"
 
 namespace gpuha::cli {
@@ -184,6 +185,25 @@ CtlCommand::Answer CtlCommand::Call(const std::string& method, const std::string
     return {kExitFailure, {}};
   }
   json j = json::parse(r->body, nullptr, false);
+  if (r->status == 307 && j.is_object() && j.contains("leader") && j["leader"].is_string()) {
+    // A standby controller sends writes to the leader: follow it, once.
+    const std::string leader = j["leader"];
+    auto to = common::ParseHostPort(leader, "leader");
+    if (!to.ok()) {
+      std::cerr << "gpuha ctl: " << controller_ << " stands by and names a leader '" << leader
+                << "' that is not HOST:PORT\n";
+      return {kExitFailure, {}};
+    }
+    std::cerr << "gpuha ctl: " << controller_ << " stands by; sending to the leader at " << leader
+              << "\n";
+    r = common::HttpCall(method, to->host, to->port, path, body, std::chrono::seconds(10), token_);
+    if (!r.ok()) {
+      std::cerr << "gpuha ctl: the leader " << leader << " unreachable: " << r.status().message()
+                << "\n";
+      return {kExitFailure, {}};
+    }
+    j = json::parse(r->body, nullptr, false);
+  }
   if (r->status >= 400) {
     std::cerr << "gpuha ctl: " << r->status << ": "
               << (j.is_object() && j.contains("error") && j["error"].is_string()

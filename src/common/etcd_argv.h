@@ -20,6 +20,8 @@ struct EtcdMember {
   uint16_t client_port = 0;
   uint16_t peer_port = 0;
   std::string initial_cluster;  // "NAME=http://127.0.0.1:PEER,..."
+  // Clients may also reach it on this address (a test's veth), same port.
+  std::string also_client_host{};
 };
 
 inline std::vector<std::string> EtcdArgv(const EtcdMember& m) {
@@ -31,7 +33,9 @@ inline std::vector<std::string> EtcdArgv(const EtcdMember& m) {
           "--data-dir",
           m.data_dir,
           "--listen-client-urls",
-          client,
+          m.also_client_host.empty()
+              ? client
+              : absl::StrCat(client, ",http://", m.also_client_host, ":", m.client_port),
           "--advertise-client-urls",
           client,
           "--listen-peer-urls",

@@ -98,7 +98,14 @@ void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   }
 }
 
-absl::Status Controller::Recover() {
+absl::Status Controller::Recover() { return RecoverImpl(/*standby=*/false); }
+
+absl::Status Controller::LoadAsStandby() {
+  acting_ = false;  // before anything is read: nothing may act or write
+  return RecoverImpl(/*standby=*/true);
+}
+
+absl::Status Controller::RecoverImpl(bool standby) {
   std::lock_guard<std::mutex> lock(mu_);
   auto meta = store_->Load("meta");
   if (!meta.ok()) return meta.status();
@@ -111,10 +118,13 @@ absl::Status Controller::Recover() {
   }
   // A restarted controller starts a new epoch: its route versions count from
   // 1 again, and routers take a newer epoch's snapshot over any older one.
-  ++epoch_;
-  if (absl::Status s = store_->Apply({{"meta", "epoch", std::to_string(epoch_)}}); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat("store: cannot record the new epoch: ", s.message()));
+  // A standby only reads: the leader's epoch is the one it shows.
+  if (!standby) {
+    ++epoch_;
+    if (absl::Status s = store_->Apply({{"meta", "epoch", std::to_string(epoch_)}}); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("store: cannot record the new epoch: ", s.message()));
+    }
   }
   auto stored_nodes = store_->Load("node");
   if (!stored_nodes.ok()) return stored_nodes.status();
@@ -208,6 +218,7 @@ absl::Status Controller::Recover() {
     n.known = stored_nodes->count(id) != 0;
     if (n.known && placement_.Available(id)) detector_.Connected(id);
   }
+  if (standby) return absl::OkStatus();
   EventLocked(
       "controller_started", "",
       absl::StrCat(streams->size(), " stream(s), epoch ", epoch_, ", ", nodes_.size(), " node(s)"));

@@ -76,8 +76,12 @@ class Controller {
              FenceRunner* fencer);
   ~Controller();
 
-  // Loads nodes, streams, epoch and recent events from the store.
+  // Loads nodes, streams, epoch and recent events from the store, and starts
+  // a new epoch (written to the store) with a controller_started event.
   [[nodiscard]] absl::Status Recover();
+  // Loads the same for reading only, as a standby serves the API on etcd: no
+  // new epoch, no event, nothing written, and it never acts (acting() false).
+  [[nodiscard]] absl::Status LoadAsStandby();
 
   // --- agents ---------------------------------------------------------------
   // NotFound for a node that is not in the config, unless the registration
@@ -157,6 +161,7 @@ class Controller {
   std::vector<Event> EventsSince(int64_t after_id) const;
 
  private:
+  absl::Status RecoverImpl(bool standby);
   struct NodeState {
     NodeConfig cfg;
     std::shared_ptr<AgentSink> sink;

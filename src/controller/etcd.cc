@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,8 @@ using etcdserverpb::Compare;
 using etcdserverpb::RangeRequest;
 using etcdserverpb::TxnRequest;
 
-// The first key after every key that starts with `prefix`: a range's end.
+}  // namespace
+
 std::string PrefixEnd(std::string prefix) {
   while (!prefix.empty()) {
     if (static_cast<unsigned char>(prefix.back()) < 0xff) {
@@ -34,6 +36,8 @@ std::string PrefixEnd(std::string prefix) {
   }
   return std::string(1, '\0');  // every key
 }
+
+namespace {
 
 std::string EventKey(const std::string& prefix, int64_t id) {
   return absl::StrFormat("%se/%020d", prefix, id);
@@ -197,15 +201,29 @@ absl::StatusOr<int64_t> EtcdClient::LeaseKeepAliveOnce(int64_t id, common::Durat
   return out->ttl();  // 0 or less: the lease is gone (expired or revoked)
 }
 
-absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(const std::string& key,
-                                                                       const std::string& range_end,
-                                                                       int64_t start_revision,
-                                                                       common::Duration wait,
-                                                                       bool no_puts) {
+void WatchCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (ctx_ != nullptr) ctx_->TryCancel();
+}
+
+absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(
+    const std::string& key, const std::string& range_end, int64_t start_revision,
+    common::Duration wait, bool no_puts, WatchCancel* cancel) {
   const size_t i = current_.load();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + wait);
   ctx.AddMetadata("hasleader", "true");  // no quorum: an error, not a silent watch
+  if (cancel != nullptr) {
+    std::lock_guard<std::mutex> lock(cancel->mu_);
+    if (cancel->cancelled_) return std::vector<etcdserverpb::Event>{};
+    cancel->ctx_ = &ctx;
+  }
+  absl::Cleanup forget = [cancel] {
+    if (cancel == nullptr) return;
+    std::lock_guard<std::mutex> lock(cancel->mu_);
+    cancel->ctx_ = nullptr;
+  };
   auto stream = endpoints_[i].watch->Watch(&ctx);
   etcdserverpb::WatchRequest req;
   etcdserverpb::WatchCreateRequest* create = req.mutable_create_request();
@@ -526,25 +544,37 @@ void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) 
 
 void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lost) {
   // Renew every third of the TTL, and every 100 ms while renewals fail. The
-  // lease counts as lost a TTL after the last confirmed renewal was sent:
-  // etcd's own count starts later, so this process stops first.
+  // lease counts as lost `margin` before a TTL has passed since the last
+  // confirmed renewal was sent: etcd counts its TTL from when it received
+  // that renewal, later still, so this process always stops acting before
+  // etcd can expire the lease and let another controller lead (as
+  // Kubernetes' renewDeadline comes before its leaseDuration).
+  const common::Duration margin =
+      std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(200));
   auto renewed = renewed_;
   std::string last_error = "no answer";
   bool failing = false;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const common::Duration pause =
+      common::Duration pause =
           failing ? std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(100))
                   : ttl_ / 3;
+      // Wake no later than the moment the lease counts as lost.
+      pause = std::max<common::Duration>(
+          common::Duration::zero(),
+          std::min<common::Duration>(pause,
+                                     renewed + ttl_ - margin - std::chrono::steady_clock::now()));
       if (cv_.wait_for(lock, pause, [this] { return stop_; })) return;
     }
     const auto sent = std::chrono::steady_clock::now();
-    const common::Duration left_of_lease = renewed + ttl_ - sent;
+    const common::Duration left_of_lease = renewed + ttl_ - margin - sent;
     if (left_of_lease <= common::Duration::zero()) {
-      on_lost(absl::StrCat("no renewal of the leader lease for ",
-                           std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
-                           " ms (", last_error, ")"));
+      on_lost(absl::StrCat(
+          "no renewal of the leader lease for ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(ttl_ - margin).count(),
+          " ms of its ", std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
+          " ms (", last_error, ")"));
       return;
     }
     auto ttl = client_->LeaseKeepAliveOnce(lease_, left_of_lease);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -36,12 +37,27 @@
 
 namespace gpuha::controller {
 
+// The first key after every key that starts with `prefix`: a range's end.
+std::string PrefixEnd(std::string prefix);
+
 struct EtcdOptions {
   std::vector<std::string> endpoints{};  // http://HOST:PORT or https://HOST:PORT
   // For https endpoints: the CA (empty: the system's roots) and, for etcd's
   // --client-cert-auth, our certificate and key.
   std::string tls_ca{}, tls_cert{}, tls_key{};
   common::Duration timeout = std::chrono::seconds(2);  // per call
+};
+
+// Lets another thread end a WatchOnce early: it returns no events.
+class WatchCancel {
+ public:
+  void Cancel();  // ends the watch under way, and every later one given this
+
+ private:
+  friend class EtcdClient;
+  std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_
+  bool cancelled_ = false;              // guarded by mu_
 };
 
 class EtcdClient {
@@ -63,11 +79,10 @@ class EtcdClient {
   // `start_revision` on, and returns the first events that come, or none
   // when `wait` passes first. `no_puts` leaves out puts (deletes only). One
   // endpoint, the current one; a compacted start revision is an error.
-  absl::StatusOr<std::vector<etcdserverpb::Event>> WatchOnce(const std::string& key,
-                                                             const std::string& range_end,
-                                                             int64_t start_revision,
-                                                             common::Duration wait,
-                                                             bool no_puts = false);
+  // `cancel`, when given, ends it early from another thread.
+  absl::StatusOr<std::vector<etcdserverpb::Event>> WatchOnce(
+      const std::string& key, const std::string& range_end, int64_t start_revision,
+      common::Duration wait, bool no_puts = false, WatchCancel* cancel = nullptr);
 
   const std::vector<std::string>& endpoints() const { return urls_; }
 
@@ -138,7 +153,8 @@ class EtcdLeader {
   absl::StatusOr<int64_t> Campaign(const std::atomic<bool>* stopping);
   // Keeps the lease alive from a thread. `on_lost` runs once, on that thread,
   // when the lease is gone: expired, revoked, or etcd unreachable (or without
-  // quorum) for a whole TTL.
+  // quorum) for a TTL less a margin (a tenth, at most 200 ms), so that this
+  // process stops before etcd can expire the lease and another leads.
   void KeepAlive(std::function<void(const std::string& why)> on_lost);
   // Revokes the lease: the key goes at once and the next controller takes over.
   void Resign();

@@ -1,12 +1,14 @@
 #include "controller/service.h"
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/net_util.h"
 #include "common/prometheus.h"
 #include "common/query.h"
 #include "controller/dashboard.h"
@@ -151,6 +153,10 @@ common::HttpResponse JsonResponse(int status, const json& body) {
 common::HttpResponse Error(int status, const std::string& message) {
   return JsonResponse(status, {{"error", message}});
 }
+
+// The dashboard and the operator API (/api/v1) of `c`.
+common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
+                                 const common::HttpRequest& r);
 
 int HttpCode(const absl::Status& s) {
   switch (s.code()) {
@@ -324,6 +330,9 @@ void ControllerServer::Stop() {
 }
 
 common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) {
+  // /livez: the process answers. /healthz: it leads and acts, as probes and
+  // load balancers in front of several controllers want it.
+  if (r.path == "/livez") return JsonResponse(200, {{"ok", true}});
   // A deposed controller answers nothing as if it led: probes, clients and
   // ctl go on to the controller that does.
   if (!controller_->acting() && (r.path == "/healthz" || r.path.rfind("/api/v1/", 0) == 0)) {
@@ -332,30 +341,37 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
                               {"error", "this controller no longer leads; it is stopping"}});
   }
   if (r.path == "/healthz")
-    return JsonResponse(200, {{"ok", true}, {"epoch", controller_->epoch()}});
-  if (r.path == "/" || r.path == "/dashboard") {
-    if (r.method != "GET") return Error(405, "the dashboard takes GET");
-    return common::HttpResponse{200, "text/html; charset=utf-8", DashboardHtml(), {}};
-  }
+    return JsonResponse(200, {{"ok", true}, {"leading", true}, {"epoch", controller_->epoch()}});
   if (r.path == "/metrics") {
     common::HttpResponse m;
     m.content_type = common::PromText::kContentType;
     m.body = controller_->MetricsText();
     return m;
   }
+  return ApiResponse(controller_, config_, r);
+}
+
+namespace {
+
+common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
+                                 const common::HttpRequest& r) {
+  if (r.path == "/" || r.path == "/dashboard") {
+    if (r.method != "GET") return Error(405, "the dashboard takes GET");
+    return common::HttpResponse{200, "text/html; charset=utf-8", DashboardHtml(), {}};
+  }
   if (r.path.rfind("/api/v1/", 0) != 0) return Error(404, "not found");
 
   // Bearer tokens with roles: viewers read, operators act, admins change roles.
   ApiRole role = ApiRole::kViewer;
-  if (!config_.tokens.empty()) {
+  if (!config.tokens.empty()) {
     auto auth = r.headers.find("authorization");
     if (auth == r.headers.end() || auth->second.rfind("Bearer ", 0) != 0) {
       common::HttpResponse e = Error(401, "missing bearer token");
       e.headers.push_back({"WWW-Authenticate", "Bearer"});
       return e;
     }
-    auto token = config_.tokens.find(Sha256Hex(auth->second.substr(7)));
-    if (token == config_.tokens.end()) return Error(401, "unknown bearer token");
+    auto token = config.tokens.find(Sha256Hex(auth->second.substr(7)));
+    if (token == config.tokens.end()) return Error(401, "unknown bearer token");
     role = token->second.role;
   } else {
     role = ApiRole::kAdmin;  // no tokens configured: a loopback-only development setup
@@ -373,10 +389,9 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
   bool post = r.method == "POST";
   bool del = r.method == "DELETE";
 
-  if (what == "nodes" && parts.size() == 1 && get)
-    return JsonResponse(200, controller_->NodesJson());
+  if (what == "nodes" && parts.size() == 1 && get) return JsonResponse(200, c->NodesJson());
   if (what == "nodes" && parts.size() == 2 && get) {
-    auto n = controller_->NodeJson(parts[1]);
+    auto n = c->NodeJson(parts[1]);
     return n.ok() ? JsonResponse(200, *n) : Error(404, std::string(n.status().message()));
   }
   if (what == "nodes" && parts.size() == 3 && post) {
@@ -386,11 +401,11 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
     if (!need(min)) return forbidden(min);
     absl::Status s;
     if (op == "drain") {
-      s = controller_->Drain(node, r.target.find("force=true") != std::string::npos);
+      s = c->Drain(node, r.target.find("force=true") != std::string::npos);
     } else if (op == "undrain") {
-      s = controller_->Undrain(node);
+      s = c->Undrain(node);
     } else if (op == "fail") {
-      s = controller_->Fail(node);
+      s = c->Fail(node);
     } else if (op == "role") {
       json body = json::parse(r.body, nullptr, false);
       if (!body.is_object() || !body.contains("role") || !body["role"].is_string()) {
@@ -403,16 +418,15 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
       if (want != "active" && want != "passive" && want != "buffer") {
         return Error(400, absl::StrCat("role: '", want, "' is not one of active, passive, buffer"));
       }
-      s = controller_->SetRole(node, role_value);
+      s = c->SetRole(node, role_value);
     } else {
       return Error(404, absl::StrCat("no operation '", op, "' on nodes"));
     }
     if (!s.ok()) return Error(HttpCode(s), std::string(s.message()));
-    auto n = controller_->NodeJson(node);
+    auto n = c->NodeJson(node);
     return JsonResponse(200, n.ok() ? *n : json::object());
   }
-  if (what == "streams" && parts.size() == 1 && get)
-    return JsonResponse(200, controller_->StreamsJson());
+  if (what == "streams" && parts.size() == 1 && get) return JsonResponse(200, c->StreamsJson());
   if (what == "streams" && parts.size() == 1 && post) {
     if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
     json body = json::parse(r.body, nullptr, false);
@@ -435,33 +449,116 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
       }
       weight = body["weight"];
     }
-    auto a = controller_->AddStream({body["id"], body["tenant"], weight});
+    auto a = c->AddStream({body["id"], body["tenant"], weight});
     if (!a.ok()) return Error(HttpCode(a.status()), std::string(a.status().message()));
     return JsonResponse(201, {{"id", a->stream}, {"primary", a->primary}, {"standby", a->standby}});
   }
   if (what == "streams" && parts.size() == 2 && get) {
-    auto s = controller_->StreamJson(parts[1]);
+    auto s = c->StreamJson(parts[1]);
     return s.ok() ? JsonResponse(200, *s) : Error(404, std::string(s.status().message()));
   }
   if (what == "streams" && parts.size() == 2 && del) {
     if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
-    absl::Status s = controller_->RemoveStream(parts[1]);
+    absl::Status s = c->RemoveStream(parts[1]);
     return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
                   : Error(HttpCode(s), std::string(s.message()));
   }
-  if (what == "tenants" && get) return JsonResponse(200, controller_->TenantsJson());
-  if (what == "failovers" && get) return JsonResponse(200, controller_->FailoversJson());
-  if (what == "history" && get) return JsonResponse(200, controller_->HistoryJson());
-  if (what == "routers" && get) return JsonResponse(200, controller_->RoutersJson());
-  if (what == "capacity" && get) return JsonResponse(200, controller_->CapacityJson());
-  if (what == "status" && get) return JsonResponse(200, controller_->StatusJson());
+  if (what == "tenants" && get) return JsonResponse(200, c->TenantsJson());
+  if (what == "failovers" && get) return JsonResponse(200, c->FailoversJson());
+  if (what == "history" && get) return JsonResponse(200, c->HistoryJson());
+  if (what == "routers" && get) return JsonResponse(200, c->RoutersJson());
+  if (what == "capacity" && get) return JsonResponse(200, c->CapacityJson());
+  if (what == "status" && get) return JsonResponse(200, c->StatusJson());
   if (what == "events" && get) {
     absl::StatusOr<std::optional<int64_t>> after =
         common::QueryParams::FromTarget(r.target).Int("after");
     if (!after.ok()) return Error(400, std::string(after.status().message()));
-    return JsonResponse(200, controller_->EventsJson(*after, 1000));
+    return JsonResponse(200, c->EventsJson(*after, 1000));
   }
   return Error(404, absl::StrCat("no ", r.method, " ", r.path));
+}
+
+}  // namespace
+
+// ---- StandbyServer ----
+
+StandbyServer::StandbyServer(const ControllerConfig& config) : config_(config) {}
+
+StandbyServer::~StandbyServer() { Stop(); }
+
+absl::Status StandbyServer::Start() {
+  auto hp = common::ParseHostPort(config_.http_listen, "listen.http");
+  if (!hp.ok()) return hp.status();
+  auto http =
+      common::HttpServer::Start({.address = hp->host, .port = hp->port},
+                                [this](const common::HttpRequest& r) { return HandleHttp(r); });
+  if (!http.ok()) return http.status();
+  http_ = std::move(*http);
+  return absl::OkStatus();
+}
+
+void StandbyServer::Stop() {
+  if (http_) http_->Stop();
+}
+
+void StandbyServer::Set(std::shared_ptr<Controller> state, std::string leader, std::string error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = std::move(state);
+  leader_ = std::move(leader);
+  error_ = std::move(error);
+}
+
+common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
+  std::shared_ptr<Controller> state;
+  std::string leader, error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state = state_;
+    leader = leader_;
+    error = error_;
+  }
+  if (r.path == "/livez") return JsonResponse(200, {{"ok", true}});
+  if (r.path == "/metrics") {
+    // Only what a standby knows: the leader's own page has the fleet's
+    // figures, and a standby repeating them would count them twice.
+    common::PromText p;
+    p.Family("gpuha_controller_leader", "gauge", "1: this controller leads and acts.");
+    p.Sample("gpuha_controller_leader", {{"store", "etcd"}}, 0);
+    p.Family("gpuha_controller_store_up", "gauge",
+             "1: this controller's last read of its store answered.");
+    p.Sample("gpuha_controller_store_up", {{"store", "etcd"}}, error.empty() ? 1 : 0);
+    common::AppendProcessFamilies("controller", &p);
+    return common::HttpResponse{200, common::PromText::kContentType, p.str(), {}};
+  }
+  json who = {{"ok", false}, {"leading", false}, {"role", "standby"}};
+  if (!leader.empty()) who["leader"] = leader;
+  if (!error.empty()) who["error"] = error;
+  if (r.path == "/healthz") return JsonResponse(503, who);
+  const bool api = r.path.rfind("/api/v1/", 0) == 0;
+  if (api && r.method != "GET") {
+    // Writes go to the leader; 307 keeps the method and the body.
+    if (leader.empty()) {
+      who["error"] = error.empty() ? "no controller leads now; try again" : error;
+      return JsonResponse(503, who);
+    }
+    common::HttpResponse redirect = JsonResponse(307, who);
+    const std::string base = absl::StrContains(leader, "://") ? leader : "http://" + leader;
+    redirect.headers.push_back({"Location", base + r.target});
+    return redirect;
+  }
+  if (api && state == nullptr) {
+    who["error"] =
+        absl::StrCat("this standby has not read the store: ", error.empty() ? "not yet" : error);
+    return JsonResponse(503, who);
+  }
+  if (api && r.path == "/api/v1/status") {
+    json status = state->StatusJson();
+    status["role"] = "standby";
+    status["leading"] = false;
+    status["leader"] = leader;
+    return JsonResponse(200, status);
+  }
+  return ApiResponse(state.get(), config_, r);
 }
 
 }  // namespace gpuha::controller

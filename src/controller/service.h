@@ -1,5 +1,11 @@
 // The controller's network faces: the gRPC AgentService and RouteService
-// (proto/gpuha/v1) and the HTTP operator API, /metrics and /healthz.
+// (proto/gpuha/v1) and the HTTP operator API, /metrics, /healthz (200 while
+// it leads and acts) and /livez (200 while the process answers).
+//
+// StandbyServer is a standby's face while it campaigns on etcd: the read API
+// from the state it last read from etcd, writes redirected to the leader (307
+// with the leader's address), /healthz 503 naming the leader, and /metrics
+// with only gpuha_controller_leader 0 and gpuha_controller_store_up.
 //
 //   ControllerServer server(&controller, config);
 //   RETURN_IF_ERROR(server.Start());   // binds, starts the tick thread
@@ -9,6 +15,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "common/http_server.h"
@@ -42,6 +50,27 @@ class ControllerServer {
   int grpc_port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread ticker_;
+};
+
+class StandbyServer {
+ public:
+  explicit StandbyServer(const ControllerConfig& config);
+  ~StandbyServer();
+  [[nodiscard]] absl::Status Start();  // binds listen.http
+  void Stop();
+  uint16_t http_port() const { return http_ ? http_->port() : 0; }
+  // What to serve: `state` loaded with Controller::LoadAsStandby (null: none
+  // read), the leader's address ("" while none leads), and why the store
+  // could not be read ("" when it could).
+  void Set(std::shared_ptr<Controller> state, std::string leader, std::string error);
+  common::HttpResponse HandleHttp(const common::HttpRequest& r);
+
+ private:
+  const ControllerConfig& config_;
+  std::unique_ptr<common::HttpServer> http_;
+  std::mutex mu_;
+  std::shared_ptr<Controller> state_;  // guarded by mu_
+  std::string leader_, error_;         // guarded by mu_
 };
 
 }  // namespace gpuha::controller

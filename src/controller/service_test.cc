@@ -36,7 +36,14 @@ class ApiTest : public ::testing::Test {
  protected:
   ApiTest()
       : config_(Config()),
-        controller_(config_, std::make_unique<MemoryStore>(), common::RealClock::Get(), &fencer_),
+        controller_(
+            config_,
+            [this] {
+              auto store = std::make_unique<MemoryStore>();
+              store_ = store.get();
+              return store;
+            }(),
+            common::RealClock::Get(), &fencer_),
         server_(&controller_, config_) {
     EXPECT_TRUE(controller_.Recover().ok());
     // Every node joins: its agent connects and its server is ready.
@@ -65,9 +72,31 @@ class ApiTest : public ::testing::Test {
     return server_.HandleHttp(r);
   }
   ShellFenceRunner fencer_;
+  MemoryStore* store_ = nullptr;  // controller_'s
   ControllerConfig config_;
   Controller controller_;
   ControllerServer server_;
+};
+
+// Another controller's view of the same store, as standbys on etcd share it.
+class BorrowedStore : public Store {
+ public:
+  explicit BorrowedStore(Store* s) : s_(s) {}
+  const char* Kind() const override { return "etcd"; }
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override { return s_->Apply(batch); }
+  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override {
+    return s_->Load(table);
+  }
+  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override {
+    return s_->AppendEvent(json);
+  }
+  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
+                                                                          size_t limit) override {
+    return s_->LoadEvents(after_id, limit);
+  }
+
+ private:
+  Store* s_;
 };
 
 TEST_F(ApiTest, TokensAndRolesGateTheApi) {
@@ -149,6 +178,70 @@ TEST_F(ApiTest, ADeposedControllerAnswers503) {
   EXPECT_EQ(r.status, 503);
   EXPECT_THAT(r.body, HasSubstr("no longer leads"));
   EXPECT_EQ(Call("GET", "/metrics", "").status, 200);  // it still says what it is
+}
+
+// A standby on etcd serves the read API from the store the leader writes,
+// writes nothing itself, and sends writes to the leader.
+TEST_F(ApiTest, AStandbyServesReadsFromTheStoreAndRedirectsWrites) {
+  ASSERT_EQ(Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-1","tenant":"acme"})").status,
+            201);
+  const size_t events = store_->LoadEvents(0, SIZE_MAX)->size();
+  auto state = std::make_shared<Controller>(config_, std::make_unique<BorrowedStore>(store_),
+                                            common::RealClock::Get(), &fencer_);
+  ASSERT_TRUE(state->LoadAsStandby().ok());
+  EXPECT_FALSE(state->acting());
+  EXPECT_EQ(state->epoch(), controller_.epoch());  // the leader's, not a new one
+  EXPECT_EQ(store_->Load("meta")->at("epoch"), std::to_string(controller_.epoch()));
+  EXPECT_EQ(store_->LoadEvents(0, SIZE_MAX)->size(), events) << "a standby wrote an event";
+
+  StandbyServer standby(config_);
+  standby.Set(state, "127.0.0.1:7402", "");
+  auto call = [&](const std::string& method, const std::string& target, const std::string& token,
+                  const std::string& body = "") {
+    common::HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.path = target.substr(0, target.find('?'));
+    if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
+    r.body = body;
+    return standby.HandleHttp(r);
+  };
+  auto r = call("GET", "/api/v1/streams", "view-token");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_THAT(r.body, HasSubstr("cam-1"));
+  EXPECT_EQ(call("GET", "/api/v1/streams", "").status, 401);  // its tokens still hold
+  EXPECT_EQ(call("GET", "/api/v1/nodes/n1", "view-token").status, 200);
+  r = call("GET", "/api/v1/status", "view-token");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["leading"], false);
+  EXPECT_EQ(json::parse(r.body)["leader"], "127.0.0.1:7402");
+  // Probes and load balancers find the leader: /healthz says who it is.
+  r = call("GET", "/healthz", "");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["leader"], "127.0.0.1:7402");
+  EXPECT_EQ(call("GET", "/livez", "").status, 200);
+  // Writes go to the leader, method and body kept (307).
+  r = call("POST", "/api/v1/streams?x=1", "op-token", R"({"id":"cam-2","tenant":"acme"})");
+  EXPECT_EQ(r.status, 307);
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0].first, "Location");
+  EXPECT_EQ(r.headers[0].second, "http://127.0.0.1:7402/api/v1/streams?x=1");
+  EXPECT_EQ(call("DELETE", "/api/v1/streams/cam-1", "op-token").status, 307);
+  EXPECT_EQ(store_->Load("stream")->size(), 1u);  // nothing applied here
+  r = call("GET", "/metrics", "");
+  EXPECT_THAT(r.body, HasSubstr("gpuha_controller_leader{store=\"etcd\"} 0"));
+  EXPECT_THAT(r.body, HasSubstr("gpuha_controller_store_up{store=\"etcd\"} 1"));
+
+  // etcd unreachable or without quorum: it says so, and nothing is guessed.
+  standby.Set(nullptr, "", "cannot read etcd: etcdserver: no leader");
+  r = call("GET", "/api/v1/streams", "view-token");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("no leader"));
+  r = call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-2","tenant":"acme"})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(r.body, HasSubstr("no leader"));
+  EXPECT_THAT(call("GET", "/metrics", "").body,
+              HasSubstr("gpuha_controller_store_up{store=\"etcd\"} 0"));
 }
 
 class NoProcesses : public agent::ProcessRunner {

@@ -1,12 +1,18 @@
 // Controllers on etcd, as real processes on loopback: one leads, the others
 // stand by; kill -9 of the leader hands over within the lease's TTL, a
-// planned stop (SIGTERM) hands over at once, and a leader that loses etcd
+// planned stop (SIGTERM) hands over at once, a standby serves the read API
+// from etcd and sends writes to the leader, and a leader that loses etcd
 // stops acting.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
@@ -14,6 +20,7 @@
 #include "common/testing/etcd_server.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
+#include "tests/e2e/run_command.h"
 
 namespace gpuha::e2e {
 namespace {
@@ -21,7 +28,8 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
-constexpr char kViewer[] = "demo-viewer";  // its SHA-256 is in the config below
+constexpr char kViewer[] = "demo-viewer";  // their SHA-256 are in the config below
+constexpr char kAdmin[] = "demo-admin";
 
 class ControllerHaTest : public ::testing::Test {
  protected:
@@ -31,7 +39,10 @@ class ControllerHaTest : public ::testing::Test {
     std::unique_ptr<ChildProcess> process;
     uint16_t http_port = 0;
   };
-  Controller Start(const std::string& name) {
+  // `etcd_url`: how this controller reaches etcd (default: loopback);
+  // `wrap`: a command it runs under (`ip netns exec NS`).
+  Controller Start(const std::string& name, const std::string& etcd_url = "",
+                   const std::vector<std::string>& wrap = {}) {
     Controller c;
     c.http_port = common::FreeLoopbackPort();
     const uint16_t grpc_port = common::FreeLoopbackPort();
@@ -45,13 +56,17 @@ class ControllerHaTest : public ::testing::Test {
         grpc_port, "\", http: \"127.0.0.1:", c.http_port,
         "\" }\n"
         "store: { etcd: [\"",
-        etcd_.url(),
+        etcd_url.empty() ? etcd_.url() : etcd_url,
         "\"], lease_ttl_ms: 2000 }\n"
         "tokens:\n"
         "  - { name: dashboard, role: viewer, sha256: "
-        "\"2c409f0dcce66d0c980ae534d1ccdc0fc6738d7fc35d803949919f4dfa3f8834\" }\n");
-    c.process = std::make_unique<ChildProcess>(
-        std::vector<std::string>{GPUHA_BINARY, "controller", "--config", path});
+        "\"2c409f0dcce66d0c980ae534d1ccdc0fc6738d7fc35d803949919f4dfa3f8834\" }\n"
+        "  - { name: ops, role: admin, sha256: "
+        "\"cce7a2cf1ae045989cfc914fb95a41526f167a838b3c7d33745143614abace7c\" }\n");
+    std::vector<std::string> argv = wrap;
+    for (const char* a : {GPUHA_BINARY, "controller", "--config"}) argv.push_back(a);
+    argv.push_back(path);
+    c.process = std::make_unique<ChildProcess>(argv);
     return c;
   }
   static bool Leads(Controller& c, milliseconds within) {
@@ -104,6 +119,75 @@ TEST_F(ControllerHaTest, OneLeadsAndAStandbyTakesOverOnKillAndOnAPlannedStop) {
   EXPECT_GT(Status(c).value("epoch", 0), status_b.value("epoch", 0));
 }
 
+TEST_F(ControllerHaTest, AStandbyServesReadsFromEtcdAndSendsWritesToTheLeader) {
+  Controller a = Start("a");
+  ASSERT_TRUE(Leads(a, milliseconds(10000))) << a.process->err();
+  Controller b = Start("b");
+  auto get = [](const Controller& c, const std::string& target, const char* token = kViewer) {
+    return common::HttpCall("GET", "127.0.0.1", c.http_port, target, "", milliseconds(2000), token);
+  };
+  // The standby answers once it has read etcd: /healthz names the leader.
+  nlohmann::json health;
+  for (int i = 0; i < 100 && !health.contains("leader"); ++i) {
+    auto r = get(b, "/healthz");
+    if (r.ok()) {
+      EXPECT_EQ(r->status, 503) << "a standby said it leads";
+      health = nlohmann::json::parse(r->body, nullptr, false);
+    }
+    if (!health.contains("leader")) std::this_thread::sleep_for(milliseconds(100));
+  }
+  const std::string leader = absl::StrCat("127.0.0.1:", a.http_port);
+  ASSERT_EQ(health.value("leader", ""), leader) << b.process->err();
+  EXPECT_EQ(get(b, "/livez")->status, 200);
+  // Reads come from etcd: the leader's nodes, and its events (its start).
+  auto nodes = get(b, "/api/v1/nodes");
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->status, 200) << nodes->body;
+  EXPECT_THAT(nodes->body, HasSubstr("gpu-2"));
+  auto events = get(b, "/api/v1/events");
+  ASSERT_EQ(events->status, 200);
+  EXPECT_THAT(events->body, HasSubstr("controller_started"));
+  EXPECT_EQ(Status(b).value("epoch", -1), Status(a).value("epoch", -2));
+
+  // A write sent to the standby is redirected (307) to the leader, which
+  // takes it; the standby shows it once etcd's watch reports it.
+  const std::string body = R"({"role":"buffer"})";
+  auto sent = common::HttpCall("POST", "127.0.0.1", b.http_port, "/api/v1/nodes/gpu-2/role", body,
+                               milliseconds(2000), kAdmin);
+  ASSERT_TRUE(sent.ok());
+  ASSERT_EQ(sent->status, 307) << sent->body;
+  EXPECT_EQ(nlohmann::json::parse(sent->body).value("leader", ""), leader);
+  auto done = common::HttpCall("POST", "127.0.0.1", a.http_port, "/api/v1/nodes/gpu-2/role", body,
+                               milliseconds(2000), kAdmin);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, 200) << done->body;
+  bool seen = false;
+  for (int i = 0; i < 50 && !seen; ++i) {
+    auto n = get(b, "/api/v1/nodes/gpu-2");
+    seen = n.ok() && n->status == 200 &&
+           nlohmann::json::parse(n->body, nullptr, false).value("role", "") == "buffer";
+    if (!seen) std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(seen) << "the standby never showed the leader's write";
+  // `gpuha ctl` pointed at the standby follows it to the leader, whose
+  // answer it prints (gpu-1 has no agent: nothing to drain).
+  CommandResult drain =
+      RunCommand(absl::StrCat(GPUHA_BINARY, " ctl --controller http://127.0.0.1:", b.http_port,
+                              " --token ", kAdmin, " drain gpu-1"));
+  EXPECT_THAT(drain.err, HasSubstr("stands by; sending to the leader at " + leader));
+  EXPECT_THAT(drain.err, HasSubstr("has not joined"));
+  EXPECT_EQ(drain.exit_code, 2);
+  auto metrics = get(b, "/metrics");
+  EXPECT_THAT(metrics->body, HasSubstr("\ngpuha_controller_leader{store=\"etcd\"} 0\n"));
+
+  // The standby takes over at once on a planned stop, on the same port.
+  a.process->Signal(SIGTERM);
+  ASSERT_TRUE(Leads(b, milliseconds(3000))) << b.process->err();
+  auto led = get(b, "/healthz");
+  ASSERT_TRUE(led.ok());
+  EXPECT_EQ(led->status, 200);
+}
+
 TEST_F(ControllerHaTest, ALeaderThatLosesEtcdStopsActing) {
   Controller a = Start("a");
   ASSERT_TRUE(Leads(a, milliseconds(10000))) << a.process->err();
@@ -113,6 +197,71 @@ TEST_F(ControllerHaTest, ALeaderThatLosesEtcdStopsActing) {
   ASSERT_TRUE(code.has_value()) << "the leader kept running without its lease";
   EXPECT_EQ(*code, 1);
   EXPECT_THAT(a.process->err(), HasSubstr("leadership lost"));
+}
+
+// A leader cut off from etcd by the network. The test runs in a network
+// namespace of its own (the host's network is not touched); the leader runs
+// in a second one, whose only link to etcd is a veth pair. The link goes
+// down: the leader must stop acting before the standby leads, which the two
+// processes' logs show on one clock.
+class ControllerPartitionTest : public ControllerHaTest {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and a veth pair";
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
+    ns_ = absl::StrCat("gpuha-ha-", ::getpid());
+    veth_ = absl::StrCat("gpuhaha", ::getpid() % 100000);
+    const std::string peer = veth_ + "p";
+    for (const std::string& cmd :
+         {std::string("ip link set lo up"), "ip netns add " + ns_,
+          absl::StrCat("ip link add ", veth_, " type veth peer name ", peer, " netns ", ns_),
+          absl::StrCat("ip addr add ", kHere, "/30 dev ", veth_), "ip link set " + veth_ + " up",
+          absl::StrCat("ip netns exec ", ns_, " ip addr add ", kThere, "/30 dev ", peer),
+          absl::StrCat("ip netns exec ", ns_, " ip link set ", peer, " up"),
+          absl::StrCat("ip netns exec ", ns_, " ip link set lo up")}) {
+      CommandResult r = RunCommand(cmd);
+      ASSERT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
+      made_ = true;
+    }
+    ASSERT_TRUE(etcd_.Start(kHere)) << etcd_.log();
+  }
+  void TearDown() override {
+    if (made_) RunCommand("ip netns del " + ns_);  // takes the veth pair too
+  }
+  // When `log` (spdlog's "[YYYY-MM-DD HH:MM:SS.mmm]" lines) first says `what`.
+  static std::string LoggedAt(const std::string& log, const std::string& what) {
+    size_t at = log.find(what);
+    if (at == std::string::npos) return "";
+    size_t line = log.rfind('\n', at);
+    line = line == std::string::npos ? 0 : line + 1;
+    if (log.compare(line, 1, "[") != 0) return "";
+    return log.substr(line + 1, 23);
+  }
+  static constexpr char kHere[] = "10.214.0.1", kThere[] = "10.214.0.2";
+  std::string ns_, veth_;
+  bool made_ = false;
+};
+
+TEST_F(ControllerPartitionTest, ALeaderCutOffFromEtcdStopsActingBeforeAnotherLeads) {
+  Controller a = Start("a", etcd_.url(kHere), {"/usr/sbin/ip", "netns", "exec", ns_});
+  ASSERT_TRUE(Leads(a, milliseconds(10000))) << a.process->err();
+  Controller b = Start("b");
+  EXPECT_FALSE(Leads(b, milliseconds(1500))) << "two controllers lead at once";
+
+  ASSERT_EQ(RunCommand("ip link set " + veth_ + " down").exit_code, 0);  // packets vanish
+  ASSERT_TRUE(Leads(b, milliseconds(8000))) << b.process->err();
+  auto code = a.process->Wait(milliseconds(6000));
+  ASSERT_TRUE(code.has_value()) << "the cut-off leader kept running";
+  EXPECT_EQ(*code, 1);
+  const std::string a_stopped = LoggedAt(a.process->err(), "no longer leads");
+  const std::string b_leads = LoggedAt(b.process->err(), "controller: leading (fencing token");
+  ASSERT_FALSE(a_stopped.empty()) << a.process->err();
+  ASSERT_FALSE(b_leads.empty()) << b.process->err();
+  std::printf("PARTITION the cut-off leader stopped acting at %s, the standby led at %s\n",
+              a_stopped.c_str(), b_leads.c_str());
+  EXPECT_LT(a_stopped, b_leads) << "two leaders acted at once: the old one stopped at " << a_stopped
+                                << ", the new one led at " << b_leads;
+  EXPECT_THAT(a.process->err(), HasSubstr("no renewal of the leader lease"));
 }
 
 TEST_F(ControllerHaTest, BadStoreSettingsNameTheField) {

@@ -33,7 +33,8 @@ class EtcdServer {
 
   // Starts etcd and waits (up to 15 s) until its client port accepts a
   // connection. False, with the reason in log(), if it does not.
-  bool Start() {
+  // `also_host`: clients may reach it there too (a test's veth address).
+  bool Start(const std::string& also_host = "") {
     client_port_ = common::FreeLoopbackPort();
     const uint16_t peer = common::FreeLoopbackPort();
     const std::string dir = (TestTempDir() / absl::StrCat("etcd-", client_port_)).string();
@@ -43,7 +44,8 @@ class EtcdServer {
                           .data_dir = dir,
                           .client_port = client_port_,
                           .peer_port = peer,
-                          .initial_cluster = absl::StrCat("t=http://127.0.0.1:", peer)}),
+                          .initial_cluster = absl::StrCat("t=http://127.0.0.1:", peer),
+                          .also_client_host = also_host}),
         log_path_);
     if (!pid.ok()) {
       start_error_ = std::string(pid.status().message());
@@ -60,7 +62,9 @@ class EtcdServer {
     start_error_ = "etcd did not report healthy within 15 s";
     return false;
   }
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", client_port_); }
+  std::string url(const std::string& host = "127.0.0.1") const {
+    return absl::StrCat("http://", host, ":", client_port_);
+  }
   pid_t pid() const { return pid_; }
   // Stops answering without closing anything (a hung or partitioned etcd),
   // and answers again.
