@@ -72,7 +72,7 @@ class Standby {
     while (Pause(milliseconds(0))) {
       if (load) {
         etcdserverpb::RangeRequest who;
-        who.set_key(prefix + "leader");
+        who.set_key(controller::LeaderKey(prefix));
         auto held = client_->Range(who);
         std::string leader = held.ok() && !held->kvs().empty() ? held->kvs(0).value() : "";
         absl::Status s = held.status();
@@ -156,6 +156,17 @@ int ControllerCommand::Run() {
     }
     config->store_path = store_path_;
   }
+  if (!config->etcd.endpoints.empty() && config->etcd.advertise.empty()) {
+    // The leader key says where the leader is: standbys send writes there.
+    auto hp = common::ParseHostPort(config->http_listen, "listen.http");
+    if (hp.ok() && (hp->host == "0.0.0.0" || hp->host == "::")) {
+      spdlog::error(
+          "controller: store.advertise: listen.http '{}' is a wildcard, so the leader key "
+          "cannot say where this controller is; set store.advertise to its HOST:PORT",
+          config->http_listen);
+      return kExitBadInput;
+    }
+  }
   // The flags may move a port off loopback: the file's safety rules again.
   if (std::optional<controller::ExposureProblem> p = controller::CheckExposure(*config)) {
     spdlog::error("controller: {} (with the flags): {}", p->field, p->message);
@@ -194,6 +205,8 @@ int ControllerCommand::Run() {
 
   controller::ShellFenceRunner fencer;
   controller::Controller c(*config, std::move(store), common::RealClock::Get(), &fencer);
+  // Acts only while the lease holds, even if the keep-alive thread is late.
+  if (leader) c.SetLeaseCheck([l = leader.get()] { return l->Holds(); });
   SetActing(&c);
   absl::Cleanup forget = [this] { SetActing(nullptr); };
   if (absl::Status s = c.Recover(); !s.ok()) {
@@ -235,8 +248,8 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
                                                  .tls_key = etcd.tls_key});
   if (!client.ok()) return client.status();
   const std::string identity = etcd.advertise.empty() ? config.http_listen : etcd.advertise;
-  *leader = std::make_unique<controller::EtcdLeader>(*client, etcd.prefix + "leader", identity,
-                                                     etcd.lease_ttl);
+  *leader = std::make_unique<controller::EtcdLeader>(*client, controller::LeaderKey(etcd.prefix),
+                                                     identity, etcd.lease_ttl);
   spdlog::info("controller: on etcd {} as {}; campaigning to lead",
                absl::StrJoin(etcd.endpoints, ","), identity);
   common::SdNotifyOrLog("STATUS=standing by: campaigning to lead on etcd");

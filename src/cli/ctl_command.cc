@@ -203,6 +203,11 @@ CtlCommand::Answer CtlCommand::Call(const std::string& method, const std::string
       return {kExitFailure, {}};
     }
     j = json::parse(r->body, nullptr, false);
+    if (r->status / 100 == 3) {  // leadership moved again meanwhile: nothing was done
+      std::cerr << "gpuha ctl: " << leader
+                << " no longer leads either (leadership is moving); try again\n";
+      return {kExitFailure, {}};
+    }
   }
   if (r->status >= 400) {
     std::cerr << "gpuha ctl: " << r->status << ": "

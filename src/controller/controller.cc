@@ -60,7 +60,7 @@ void Controller::EventLocked(const std::string& type, const std::string& node,
   e.epoch = epoch_;
   e.detail = detail;
   const Event& logged = events_.Append(std::move(e));
-  if (!acting_) {  // the event log is the new leader's now
+  if (!acting()) {  // the event log is the new leader's now
   } else if (auto id = store_->AppendEvent(EventJson(logged).dump()); !id.ok()) {
     counters_.store_errors++;
   }
@@ -90,7 +90,7 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
 }
 
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
-  if (!acting_) return;
+  if (!acting()) return;
   batch.push_back({"meta", "epoch", std::to_string(epoch_)});
   if (absl::Status s = store_->Apply(batch); !s.ok()) {
     counters_.store_errors++;
@@ -102,6 +102,7 @@ absl::Status Controller::Recover() { return RecoverImpl(/*standby=*/false); }
 
 absl::Status Controller::LoadAsStandby() {
   acting_ = false;  // before anything is read: nothing may act or write
+  standby_ = true;
   return RecoverImpl(/*standby=*/true);
 }
 
@@ -311,9 +312,9 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
 }
 
 void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb) {
-  if (!acting_) return;
+  if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!acting_) return;
+  if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
   counters_.heartbeats++;
@@ -400,7 +401,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
 }
 
 void Controller::AgentDisconnected(const std::string& node, const AgentSink* sink) {
-  if (!acting_) return;  // deposed: gRPC threads must not wait on a hung store write
+  if (!acting()) return;  // deposed: gRPC threads must not wait on a hung store write
   std::lock_guard<std::mutex> lock(mu_);
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
@@ -415,7 +416,7 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
 void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
                               const v1::Goodbye& goodbye) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!acting_) return;
+  if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;
   const std::string why = absl::StrCat("planned stop: ", goodbye.reason());
@@ -441,9 +442,9 @@ void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
 }
 
 void Controller::Tick() {
-  if (!acting_) return;
+  if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!acting_) return;  // deposed while this tick waited for the lock
+  if (!acting()) return;  // deposed while this tick waited for the lock
   // Ticks come every few ms. A long gap means this process was starved or
   // blocked, and heartbeats may sit unread in its queues: a node's silence
   // over the gap is the controller's, not the node's.
@@ -497,7 +498,7 @@ void Controller::Tick() {
 }
 
 void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
-  if (!acting_) return;
+  if (!acting()) return;
   v1::ControllerMessage m;
   m.mutable_fence()->set_epoch(epoch_);
   m.mutable_fence()->set_reason(why);
@@ -507,7 +508,7 @@ void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
 void Controller::FenceLocked(NodeState& n, const std::string& why) {
   // Deposed while this take-out waited on a store write: no fence, by
   // message or by hook (the new leader decides).
-  if (!acting_) return;
+  if (!acting()) return;
   const std::string id = n.cfg.spec.id;
   if (n.sink) {
     SendFenceLocked(n, why);
@@ -522,7 +523,7 @@ void Controller::FenceLocked(NodeState& n, const std::string& why) {
   std::string command = absl::StrReplaceAll(config_.fence_hook, {{"{node}", id}});
   EventLocked("fence_hook_started", id, command);
   hooks_.emplace_back([this, command, id] {
-    if (!acting_) return;
+    if (!acting()) return;
     absl::Status s = fencer_->Run(command, config_.fence_timeout);
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ok()) {
@@ -566,7 +567,7 @@ void Controller::HoldOutLocked(NodeState& n, const std::string& why,
 
 void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
                                bool make_before_break, bool count_failure, NodeLifecycle to) {
-  if (!acting_) return;
+  if (!acting()) return;
   const std::string id = n.cfg.spec.id;
   if (!placement_.Available(id)) {
     // Already out: only an operator's drain changes its state (a held-out
@@ -704,7 +705,7 @@ Role Controller::RoleToTellLocked(const NodeState& n) const {
 }
 
 void Controller::SendRejoinLocked(NodeState& n) {
-  if (!n.sink || !acting_) return;
+  if (!n.sink || !acting()) return;
   v1::ControllerMessage m;
   m.mutable_rejoin()->set_epoch(epoch_);
   m.mutable_rejoin()->set_role(RoleName(RoleToTellLocked(n)));
@@ -712,7 +713,7 @@ void Controller::SendRejoinLocked(NodeState& n) {
 }
 
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
-  if (!acting_) return;
+  if (!acting()) return;
   const std::string id = n.cfg.spec.id;
   if (placement_.Available(id)) return;
   n.lifecycle = NodeLifecycle::kRejoining;
@@ -734,12 +735,12 @@ void Controller::StopActing(const std::string& why) {
 }
 
 absl::Status Controller::CheckActing() const {
-  if (acting_) return absl::OkStatus();
+  if (acting()) return absl::OkStatus();
   return absl::UnavailableError("this controller no longer leads; it is stopping");
 }
 
 void Controller::PushRoutesLocked(const std::string& why) {
-  if (!acting_) return;
+  if (!acting()) return;
   ++route_version_;
   EventLocked("routes_pushed", "", absl::StrCat("version ", route_version_, " (", why, ")"));
   routes_cv_.notify_all();
@@ -906,13 +907,13 @@ uint64_t Controller::route_version() const {
 
 uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known || !acting_; });
+  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known || !acting(); });
   return route_version_;
 }
 
 void Controller::RouterAck(const std::string& router, uint64_t version,
                            const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
-  if (!acting_) return;
+  if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
   routers_[router] = version;
   if (stats != nullptr) {
@@ -939,9 +940,9 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 }
 
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
-  if (!acting_) return;
+  if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!acting_) return;
+  if (!acting()) return;
   // A router holding this epoch may hold a later route version of it. An
   // epoch past kMaxEpoch is no epoch a controller gave (Recover would refuse
   // to read it back): ignored.
@@ -958,7 +959,7 @@ void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
 }
 
 void Controller::RouterGone(const std::string& router) {
-  if (!acting_) return;
+  if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
   routers_.erase(router);
   traffic_.Forget(router);

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,9 @@ struct ControllerCounters {
   GPUHA_CONTROLLER_COUNTERS(GPUHA_FIELD)
 #undef GPUHA_FIELD
 };
+
+// The help text of gpuha_controller_leader, on the leader's page and a standby's.
+inline constexpr char kLeaderHelp[] = "1: this controller leads and acts.";
 
 class Controller {
  public:
@@ -157,7 +161,12 @@ class Controller {
   // leader never had. Takes no lock: callable from any thread, even while
   // another holds mu_ in a hung store write.
   void StopActing(const std::string& why);
-  bool acting() const { return acting_.load(); }
+  // False once StopActing ran, or while the lease check (if set) says the
+  // leadership's lease may have run out: a keep-alive thread that was
+  // delayed (a paused process) must not leave the rest acting meanwhile.
+  bool acting() const { return acting_.load() && (!lease_check_ || lease_check_()); }
+  // Set once, before the controller is shared with other threads.
+  void SetLeaseCheck(std::function<bool()> holds) { lease_check_ = std::move(holds); }
   std::vector<Event> EventsSince(int64_t after_id) const;
 
  private:
@@ -258,6 +267,8 @@ class Controller {
   mutable std::mutex mu_;
   std::condition_variable routes_cv_;
   std::atomic<bool> acting_{true};
+  std::function<bool()> lease_check_;              // set before any thread runs
+  bool standby_ = false;                           // LoadAsStandby: live fields are the leader's
   Placement placement_;                            // guarded by mu_
   FailureDetector detector_;                       // guarded by mu_
   std::map<std::string, NodeState> nodes_;         // guarded by mu_

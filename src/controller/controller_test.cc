@@ -585,6 +585,30 @@ TEST_F(ControllerTest, ADeposedControllerActsNoMore) {
   EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_leader{store=\"memory\"} 0\n"));
 }
 
+// While the leader's lease may have run out (its keep-alive thread late, the
+// process paused), nothing acts, even before the keep-alive thread notices;
+// once the lease is renewed in time, it acts again.
+TEST_F(ControllerTest, ALeaderWhoseLeaseMayHaveRunOutActsNoMoreUntilItIsRenewed) {
+  Start(ThreePlusOne());
+  auto holds = std::make_shared<std::atomic<bool>>(true);
+  c_->SetLeaseCheck([holds] { return holds->load(); });
+  AddStreams(3);
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  const uint64_t routes = c_->route_version();
+  *holds = false;
+  EXPECT_FALSE(c_->acting());
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  Run(milliseconds(200), {"a2", "a3", "p1"});
+  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+  EXPECT_EQ(c_->route_version(), routes);
+  EXPECT_EQ(c_->AddStream({"cam-new", "acme", 1}).status().code(), absl::StatusCode::kUnavailable);
+  *holds = true;
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  Run(milliseconds(200), {"a2", "a3", "p1"});
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+  EXPECT_GT(c_->route_version(), routes);
+}
+
 TEST_F(ControllerTest, DegradedRaisesAnAlertOnly) {
   Start();
   AddStreams(3);

@@ -11,11 +11,14 @@ using nlohmann::json;
 
 json Controller::NodeJsonLocked(const NodeState& n) const {
   const std::string& id = n.cfg.spec.id;
+  // A standby knows what etcd holds, not what the agents said to the
+  // leader: its live fields are null and a serving node reads "serving".
   std::string state = n.lifecycle == NodeLifecycle::kHeldOut     ? "held-out"
                       : n.lifecycle == NodeLifecycle::kDrained   ? "drained"
                       : n.lifecycle == NodeLifecycle::kPending   ? "pending"
                       : n.lifecycle == NodeLifecycle::kRejoining ? "rejoining"
                       : !placement_.Available(id)                ? "failed"
+                      : standby_                                 ? "serving"
                       : n.restart_until                          ? "restarting"
                       : !n.sink                                  ? "disconnected"
                                 : LivenessName(detector_.state(id));
@@ -40,16 +43,17 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   json reasons = json::array();
   for (const v1::HealthReason& r : n.reasons)
     reasons.push_back({{"code", r.code()}, {"detail", r.detail()}});
+  const json unknown;  // null
   return {{"name", id},
           {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))},
           {"state", state},
-          {"health", HealthName(n.health)},
-          {"connected", n.sink != nullptr},
+          {"health", standby_ ? unknown : json(HealthName(n.health))},
+          {"connected", standby_ ? unknown : json(n.sink != nullptr)},
           {"lifecycle", NodeLifecycleName(n.lifecycle)},
           {"fenced", n.fenced()},
           // The agent's last word on its inference server (false while
           // fenced, and while a server stops or starts).
-          {"server_ready", n.server_ready},
+          {"server_ready", standby_ ? unknown : json(n.server_ready)},
           {"drained", n.lifecycle == NodeLifecycle::kDrained},
           {"held_out", n.lifecycle == NodeLifecycle::kHeldOut},
           {"capacity", n.cfg.spec.capacity},
@@ -119,10 +123,12 @@ json Controller::CapacityJson() const {
 json Controller::StatusJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   common::Duration left = std::max(common::Duration::zero(), grace_until_ - clock_->Now());
+  const json unknown;  // null: on a standby, only the leader knows
   return {{"epoch", epoch_},
-          {"route_version", route_version_},
-          {"startup_grace_left_ms", common::ToMillis(left)},
-          {"routers", routers_.size()},
+          {"leading", acting()},
+          {"route_version", standby_ ? unknown : json(route_version_)},
+          {"startup_grace_left_ms", standby_ ? unknown : json(common::ToMillis(left))},
+          {"routers", standby_ ? unknown : json(routers_.size())},
           {"store", store_->Kind()}};
 }
 
@@ -192,11 +198,11 @@ std::string Controller::MetricsText() const {
   CapacityFigures c = placement_.Capacity();
   failover_steps_.Observe(FailoverTimings(events_.Since(0)));
   failover_steps_.AppendTo(&p);
-  // Served only by a controller that acts: the one on SQLite, or the leader
-  // on etcd (standbys serve nothing until they lead). Its absence across
-  // the fleet is the "no controller leads" alert.
-  p.Family("gpuha_controller_leader", "gauge", "1: this controller leads and acts.");
-  p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, acting_ ? 1 : 0);
+  // 1 on a controller that acts: the one on SQLite, or the leader on etcd
+  // (standbys export 0, from StandbyServer). No 1 across the fleet is the
+  // "no controller leads" alert.
+  p.Family("gpuha_controller_leader", "gauge", kLeaderHelp);
+  p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, acting() ? 1 : 0);
   p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");

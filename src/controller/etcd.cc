@@ -233,9 +233,11 @@ absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(
   if (no_puts) create->add_filters(etcdserverpb::WatchCreateRequest::NOPUT);
   std::vector<etcdserverpb::Event> events;
   std::string canceled;
+  bool created = false;  // etcd confirmed the watch: silence then means no change
   if (stream->Write(req)) {
     etcdserverpb::WatchResponse resp;
     while (stream->Read(&resp)) {
+      created |= resp.created() || resp.events_size() > 0;
       if (resp.canceled()) {
         canceled = resp.compact_revision() > 0 ? absl::StrCat("revision ", start_revision,
                                                               " is compacted (etcd keeps from ",
@@ -256,9 +258,13 @@ absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(
     return absl::FailedPreconditionError(
         absl::StrCat("etcd Watch at ", urls_[i], ": canceled: ", canceled));
   }
-  if (!events.empty() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-      s.error_code() == grpc::StatusCode::CANCELLED) {
-    return events;
+  if (!events.empty() || s.error_code() == grpc::StatusCode::CANCELLED) return events;
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // A watch etcd never confirmed proves nothing (a link that drops packets).
+    if (created) return events;
+    return absl::UnavailableError(
+        absl::StrCat("etcd Watch at ", urls_[i], ": no answer within ",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(wait).count(), " ms"));
   }
   return absl::UnavailableError(absl::StrCat("etcd Watch at ", urls_[i], ": ", s.error_message()));
 }
@@ -538,7 +544,18 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
   return absl::CancelledError("stopped before leading");
 }
 
+common::Duration EtcdLeader::Margin() const {
+  return std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(200));
+}
+
+void EtcdLeader::HoldUntil(std::chrono::steady_clock::time_point renewed) {
+  holds_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        (renewed + ttl_ - Margin()).time_since_epoch())
+                        .count();
+}
+
 void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
+  HoldUntil(renewed_);  // before the thread runs: the leader acts from here
   keepalive_ = std::thread([this, on_lost = std::move(on_lost)] { KeepAliveLoop(on_lost); });
 }
 
@@ -549,8 +566,7 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
   // that renewal, later still, so this process always stops acting before
   // etcd can expire the lease and let another controller lead (as
   // Kubernetes' renewDeadline comes before its leaseDuration).
-  const common::Duration margin =
-      std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(200));
+  const common::Duration margin = Margin();
   auto renewed = renewed_;
   std::string last_error = "no answer";
   bool failing = false;
@@ -570,6 +586,7 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
     const auto sent = std::chrono::steady_clock::now();
     const common::Duration left_of_lease = renewed + ttl_ - margin - sent;
     if (left_of_lease <= common::Duration::zero()) {
+      holds_until_ns_ = 0;
       on_lost(absl::StrCat(
           "no renewal of the leader lease for ",
           std::chrono::duration_cast<std::chrono::milliseconds>(ttl_ - margin).count(),
@@ -581,13 +598,20 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
     failing = !ttl.ok();
     if (ttl.ok() && *ttl > 0) {
       renewed = sent;
+      HoldUntil(renewed);
     } else if (ttl.ok()) {
+      holds_until_ns_ = 0;
       on_lost("the leader lease expired or was revoked");
       return;
     } else {
       last_error = std::string(ttl.status().message());
     }
   }
+}
+
+bool EtcdLeader::Holds() const {
+  return std::chrono::steady_clock::now().time_since_epoch() <
+         std::chrono::nanoseconds(holds_until_ns_.load());
 }
 
 void EtcdLeader::Resign() {
@@ -597,6 +621,7 @@ void EtcdLeader::Resign() {
   }
   cv_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
+  holds_until_ns_ = 0;
   if (lease_ != 0) {
     if (absl::Status s = client_->LeaseRevoke(lease_); !s.ok()) {
       spdlog::warn("controller: resigning: {}", std::string(s.message()));

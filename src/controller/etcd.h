@@ -39,6 +39,8 @@ namespace gpuha::controller {
 
 // The first key after every key that starts with `prefix`: a range's end.
 std::string PrefixEnd(std::string prefix);
+// The key the leader holds with its lease; its value is the leader's address.
+inline std::string LeaderKey(const std::string& prefix) { return prefix + "leader"; }
 
 struct EtcdOptions {
   std::vector<std::string> endpoints{};  // http://HOST:PORT or https://HOST:PORT
@@ -158,12 +160,18 @@ class EtcdLeader {
   void KeepAlive(std::function<void(const std::string& why)> on_lost);
   // Revokes the lease: the key goes at once and the next controller takes over.
   void Resign();
+  // True until the moment the keep-alive counts the lease lost (a margin
+  // before etcd could expire it), renewal by renewal; any thread.
+  bool Holds() const;
   // Who holds the key now ("" when nobody).
   absl::StatusOr<std::string> Holder();
   const std::string& key() const { return key_; }
 
  private:
   void KeepAliveLoop(std::function<void(const std::string& why)> on_lost);
+  // How long before its TTL the lease counts as lost: a tenth, at most 200 ms.
+  common::Duration Margin() const;
+  void HoldUntil(std::chrono::steady_clock::time_point renewed);
 
   std::shared_ptr<EtcdClient> client_;
   const std::string key_, identity_;
@@ -171,6 +179,8 @@ class EtcdLeader {
   int64_t lease_ = 0;
   // When the last renewal that etcd confirmed was sent (a grant counts).
   std::chrono::steady_clock::time_point renewed_;
+  // When the lease counts as lost, as steady_clock nanoseconds (0: not held).
+  std::atomic<int64_t> holds_until_ns_{0};
   std::thread keepalive_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -5,11 +5,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <future>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/etcd_server.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/test_certs.h"
 
 namespace gpuha::controller {
 namespace {
@@ -88,6 +91,21 @@ TEST_F(EtcdTest, AWatchReturnsTheFirstChangeOrNothingWhenItsWaitEnds) {
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].type(), etcdserverpb::Event::DELETE);
+
+  // Another thread ends a long wait at once, and every later one.
+  WatchCancel cancel;
+  auto waiting = std::async(std::launch::async, [&] {
+    return client->WatchOnce("/w/b", "", 0, milliseconds(10000), false, &cancel);
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  cancel.Cancel();
+  ASSERT_EQ(waiting.wait_for(milliseconds(2000)), std::future_status::ready);
+  auto ended = waiting.get();
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(ended->empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client->WatchOnce("/w/b", "", 0, milliseconds(10000), false, &cancel).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
 }
 
 TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
@@ -134,11 +152,15 @@ TEST_F(EtcdTest, ALeaderThatCannotRenewItsLeaseIsToldItLostIt) {
   auto told = lost.get_future();
   EXPECT_EQ(told.wait_for(milliseconds(2500)), std::future_status::timeout)
       << "a renewing leader was told it lost the lease";
+  EXPECT_TRUE(a.Holds());
   auto paused = std::chrono::steady_clock::now();
   etcd_.Pause();
   ASSERT_EQ(told.wait_for(milliseconds(4000)), std::future_status::ready);
   EXPECT_THAT(told.get(), HasSubstr("no renewal of the leader lease"));
-  EXPECT_LT(std::chrono::steady_clock::now() - paused, milliseconds(3500));
+  EXPECT_FALSE(a.Holds());
+  // Told a margin before the TTL of 1500 ms since the last renewal, which
+  // was at most a third of it before the pause.
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, milliseconds(3000));
   etcd_.Resume();
 }
 
@@ -180,6 +202,57 @@ TEST_F(EtcdTest, EndpointsAreCheckedAndAnUnreachableOneIsSkipped) {
   EtcdStore store(*client, "/x/");
   ASSERT_TRUE(store.Apply({{"t", "k", "v"}}).ok());
   EXPECT_EQ((*store.Load("t"))["k"], "v");
+}
+
+// store.etcd over TLS, as etcd runs with --client-cert-auth: our client
+// certificate and CA let the controller in, and lead and write; no client
+// certificate, or a CA that did not sign etcd's, and Connect says so.
+TEST(EtcdTlsTest, AControllerReachesEtcdOverMutualTlsAndNothingElseDoes) {
+  const std::string dir = (gpuha::testing::TestTempDir() / "etcd-tls").string();
+  const std::string other = (gpuha::testing::TestTempDir() / "etcd-tls-other").string();
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(other);
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(other));
+  gpuha::testing::EtcdServer etcd;
+  ASSERT_TRUE(etcd.Start("", dir)) << etcd.log();
+  ASSERT_EQ(etcd.url().rfind("https://", 0), 0u);
+
+  absl::StatusOr<std::shared_ptr<EtcdClient>> client;
+  for (int i = 0; i < 50; ++i) {  // a first leader election may still run
+    client = EtcdClient::Connect({.endpoints = {etcd.url()},
+                                  .tls_ca = dir + "/ca.pem",
+                                  .tls_cert = dir + "/agent.pem",
+                                  .tls_key = dir + "/agent.key",
+                                  .timeout = milliseconds(1000)});
+    if (client.ok()) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_TRUE(client.ok()) << client.status() << "\n" << etcd.log();
+  std::atomic<bool> stopping{false};
+  EtcdLeader leader(*client, "/gpuha/leader", "ctrl-a", milliseconds(2000));
+  auto token = leader.Campaign(&stopping);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EtcdStore store(*client, "/gpuha/");
+  store.SetFence(leader.key(), *token);
+  ASSERT_TRUE(store.Apply({{"node", "gpu-1", "serving"}}).ok());
+  EXPECT_EQ(store.Load("node")->at("gpu-1"), "serving");
+
+  auto no_cert = EtcdClient::Connect(
+      {.endpoints = {etcd.url()}, .tls_ca = dir + "/ca.pem", .timeout = milliseconds(1000)});
+  EXPECT_FALSE(no_cert.ok()) << "etcd let in a client without a certificate";
+  auto wrong_ca = EtcdClient::Connect({.endpoints = {etcd.url()},
+                                       .tls_ca = other + "/ca.pem",
+                                       .tls_cert = other + "/agent.pem",
+                                       .tls_key = other + "/agent.key",
+                                       .timeout = milliseconds(1000)});
+  ASSERT_FALSE(wrong_ca.ok()) << "a CA that did not sign etcd's certificate was trusted";
+  EXPECT_THAT(std::string(wrong_ca.status().message()), HasSubstr(etcd.url()));
+  EXPECT_THAT(std::string(wrong_ca.status().message()), HasSubstr("certificate verify failed"));
+  // The endpoint was never plain http: a client that thinks so is refused.
+  auto plain = EtcdClient::Connect(
+      {.endpoints = {etcd.url().replace(0, 5, "http")}, .timeout = milliseconds(1000)});
+  EXPECT_FALSE(plain.ok());
 }
 
 }  // namespace

@@ -154,9 +154,11 @@ common::HttpResponse Error(int status, const std::string& message) {
   return JsonResponse(status, {{"error", message}});
 }
 
-// The dashboard and the operator API (/api/v1) of `c`.
+// The dashboard and the operator API (/api/v1) of `c`; `status_extra` is
+// merged into /api/v1/status (a standby names the leader there).
 common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
-                                 const common::HttpRequest& r);
+                                 const common::HttpRequest& r,
+                                 const json& status_extra = json::object());
 
 int HttpCode(const absl::Status& s) {
   switch (s.code()) {
@@ -354,7 +356,7 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
 namespace {
 
 common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
-                                 const common::HttpRequest& r) {
+                                 const common::HttpRequest& r, const json& status_extra) {
   if (r.path == "/" || r.path == "/dashboard") {
     if (r.method != "GET") return Error(405, "the dashboard takes GET");
     return common::HttpResponse{200, "text/html; charset=utf-8", DashboardHtml(), {}};
@@ -468,7 +470,11 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
   if (what == "history" && get) return JsonResponse(200, c->HistoryJson());
   if (what == "routers" && get) return JsonResponse(200, c->RoutersJson());
   if (what == "capacity" && get) return JsonResponse(200, c->CapacityJson());
-  if (what == "status" && get) return JsonResponse(200, c->StatusJson());
+  if (what == "status" && get) {
+    json status = c->StatusJson();
+    status.update(status_extra);
+    return JsonResponse(200, status);
+  }
   if (what == "events" && get) {
     absl::StatusOr<std::optional<int64_t>> after =
         common::QueryParams::FromTarget(r.target).Int("after");
@@ -522,7 +528,7 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
     // Only what a standby knows: the leader's own page has the fleet's
     // figures, and a standby repeating them would count them twice.
     common::PromText p;
-    p.Family("gpuha_controller_leader", "gauge", "1: this controller leads and acts.");
+    p.Family("gpuha_controller_leader", "gauge", kLeaderHelp);
     p.Sample("gpuha_controller_leader", {{"store", "etcd"}}, 0);
     p.Family("gpuha_controller_store_up", "gauge",
              "1: this controller's last read of its store answered.");
@@ -535,8 +541,9 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
   if (!error.empty()) who["error"] = error;
   if (r.path == "/healthz") return JsonResponse(503, who);
   const bool api = r.path.rfind("/api/v1/", 0) == 0;
-  if (api && r.method != "GET") {
-    // Writes go to the leader; 307 keeps the method and the body.
+  // Writes go to the leader; 307 keeps the method and the body. So do the
+  // views that only the leader's memory holds (routers, traffic history).
+  if (api && (r.method != "GET" || r.path == "/api/v1/routers" || r.path == "/api/v1/history")) {
     if (leader.empty()) {
       who["error"] = error.empty() ? "no controller leads now; try again" : error;
       return JsonResponse(503, who);
@@ -551,14 +558,7 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
         absl::StrCat("this standby has not read the store: ", error.empty() ? "not yet" : error);
     return JsonResponse(503, who);
   }
-  if (api && r.path == "/api/v1/status") {
-    json status = state->StatusJson();
-    status["role"] = "standby";
-    status["leading"] = false;
-    status["leader"] = leader;
-    return JsonResponse(200, status);
-  }
-  return ApiResponse(state.get(), config_, r);
+  return ApiResponse(state.get(), config_, r, {{"role", "standby"}, {"leader", leader}});
 }
 
 }  // namespace gpuha::controller

@@ -211,10 +211,19 @@ TEST_F(ApiTest, AStandbyServesReadsFromTheStoreAndRedirectsWrites) {
   EXPECT_THAT(r.body, HasSubstr("cam-1"));
   EXPECT_EQ(call("GET", "/api/v1/streams", "").status, 401);  // its tokens still hold
   EXPECT_EQ(call("GET", "/api/v1/nodes/n1", "view-token").status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/status", "").status, 401);
   r = call("GET", "/api/v1/status", "view-token");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(json::parse(r.body)["leading"], false);
+  EXPECT_EQ(json::parse(r.body)["role"], "standby");
   EXPECT_EQ(json::parse(r.body)["leader"], "127.0.0.1:7402");
+  EXPECT_TRUE(json::parse(r.body)["route_version"].is_null()) << "only the leader knows it";
+  // What etcd holds, and nothing it does not: live fields are null.
+  r = call("GET", "/api/v1/nodes/n1", "view-token");
+  EXPECT_EQ(json::parse(r.body)["state"], "serving");
+  EXPECT_TRUE(json::parse(r.body)["connected"].is_null());
+  // The leader's memory only: the standby sends the reader there.
+  EXPECT_EQ(call("GET", "/api/v1/routers", "view-token").status, 307);
   // Probes and load balancers find the leader: /healthz says who it is.
   r = call("GET", "/healthz", "");
   EXPECT_EQ(r.status, 503);

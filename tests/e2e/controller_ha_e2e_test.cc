@@ -3,6 +3,7 @@
 // planned stop (SIGTERM) hands over at once, a standby serves the read API
 // from etcd and sends writes to the leader, and a leader that loses etcd
 // stops acting.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -208,6 +209,8 @@ class ControllerPartitionTest : public ControllerHaTest {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root: network namespaces and a veth pair";
+    host_ns_ = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);  // to return in TearDown
+    ASSERT_GE(host_ns_, 0) << std::strerror(errno);
     ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
     ns_ = absl::StrCat("gpuha-ha-", ::getpid());
     veth_ = absl::StrCat("gpuhaha", ::getpid() % 100000);
@@ -227,6 +230,10 @@ class ControllerPartitionTest : public ControllerHaTest {
   }
   void TearDown() override {
     if (made_) RunCommand("ip netns del " + ns_);  // takes the veth pair too
+    if (host_ns_ >= 0) {  // later tests in this process run where they began
+      EXPECT_EQ(::setns(host_ns_, CLONE_NEWNET), 0) << std::strerror(errno);
+      ::close(host_ns_);
+    }
   }
   // When `log` (spdlog's "[YYYY-MM-DD HH:MM:SS.mmm]" lines) first says `what`.
   static std::string LoggedAt(const std::string& log, const std::string& what) {
@@ -240,6 +247,7 @@ class ControllerPartitionTest : public ControllerHaTest {
   static constexpr char kHere[] = "10.214.0.1", kThere[] = "10.214.0.2";
   std::string ns_, veth_;
   bool made_ = false;
+  int host_ns_ = -1;
 };
 
 TEST_F(ControllerPartitionTest, ALeaderCutOffFromEtcdStopsActingBeforeAnotherLeads) {
@@ -272,6 +280,17 @@ TEST_F(ControllerHaTest, BadStoreSettingsNameTheField) {
   ChildProcess p({GPUHA_BINARY, "controller", "--config", path});
   EXPECT_EQ(p.Wait(milliseconds(10000)), 2);
   EXPECT_THAT(p.err(), HasSubstr("store.etcd"));
+  // A leader on a wildcard address could not tell standbys where it is.
+  std::ofstream(path)
+      << "nodes: [{ name: gpu-1, role: active, capacity: 10 },\n"
+         "        { name: gpu-2, role: passive, capacity: 10 }]\n"
+         "listen: { http: \"0.0.0.0:7401\" }\n"
+         "store: { etcd: [\"http://127.0.0.1:2379\"] }\n"
+         "tokens: [{ name: ops, role: admin, sha256: "
+         "\"cce7a2cf1ae045989cfc914fb95a41526f167a838b3c7d33745143614abace7c\" }]\n";
+  ChildProcess wildcard({GPUHA_BINARY, "controller", "--config", path, "--check"});
+  EXPECT_EQ(wildcard.Wait(milliseconds(10000)), 2);
+  EXPECT_THAT(wildcard.err(), HasSubstr("store.advertise"));
 }
 
 }  // namespace

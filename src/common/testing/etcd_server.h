@@ -34,7 +34,9 @@ class EtcdServer {
   // Starts etcd and waits (up to 15 s) until its client port accepts a
   // connection. False, with the reason in log(), if it does not.
   // `also_host`: clients may reach it there too (a test's veth address).
-  bool Start(const std::string& also_host = "") {
+  // `tls_dir`: clients over https with a client certificate, from the files
+  // MakeTestCerts wrote there (server.pem/.key, ca.pem).
+  bool Start(const std::string& also_host = "", const std::string& tls_dir = "") {
     client_port_ = common::FreeLoopbackPort();
     const uint16_t peer = common::FreeLoopbackPort();
     const std::string dir = (TestTempDir() / absl::StrCat("etcd-", client_port_)).string();
@@ -45,7 +47,10 @@ class EtcdServer {
                           .client_port = client_port_,
                           .peer_port = peer,
                           .initial_cluster = absl::StrCat("t=http://127.0.0.1:", peer),
-                          .also_client_host = also_host}),
+                          .also_client_host = also_host,
+                          .tls_cert = tls_dir.empty() ? "" : tls_dir + "/server.pem",
+                          .tls_key = tls_dir.empty() ? "" : tls_dir + "/server.key",
+                          .tls_ca = tls_dir.empty() ? "" : tls_dir + "/ca.pem"}),
         log_path_);
     if (!pid.ok()) {
       start_error_ = std::string(pid.status().message());
@@ -53,8 +58,18 @@ class EtcdServer {
     }
     pid_ = *pid;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    tls_ = !tls_dir.empty();
     while (std::chrono::steady_clock::now() < deadline) {
       // etcd's /health over its client port: true once it has a leader.
+      // Over TLS, its log says when it serves clients.
+      if (tls_) {
+        if (common::ReadFile(log_path_).value_or("").find("serving client traffic securely") !=
+            std::string::npos) {
+          return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
       auto health = ReadHealth();
       if (health.find("\"health\":\"true\"") != std::string::npos) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -63,7 +78,7 @@ class EtcdServer {
     return false;
   }
   std::string url(const std::string& host = "127.0.0.1") const {
-    return absl::StrCat("http://", host, ":", client_port_);
+    return absl::StrCat(tls_ ? "https://" : "http://", host, ":", client_port_);
   }
   pid_t pid() const { return pid_; }
   // Stops answering without closing anything (a hung or partitioned etcd),
@@ -89,6 +104,7 @@ class EtcdServer {
   }
 
   uint16_t client_port_ = 0;
+  bool tls_ = false;
   pid_t pid_ = -1;
   std::string log_path_, start_error_;
 };
