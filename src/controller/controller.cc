@@ -74,6 +74,10 @@ void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* 
   if (n.registered) {
     r.registered = RegisteredNode{n.cfg.address, n.cfg.spec.capacity, n.cfg.spec.cpu_only};
   }
+  if (n.restart_until) {
+    r.restart_until_unix_ms =
+        clock_->UnixNanos() / 1'000'000 + common::ToMillis(*n.restart_until - clock_->Now());
+  }
   batch->push_back({"node", id, EncodeNode(r)});
 }
 
@@ -151,6 +155,11 @@ absl::Status Controller::RecoverImpl(bool standby) {
       if (!r.ok()) return r.status();
       spec.role = r->role;
       available = r->available;
+      // A planned agent restart under the previous leader keeps its grace.
+      const int64_t left_ms = r->restart_until_unix_ms - clock_->UnixNanos() / 1'000'000;
+      if (available && r->restart_until_unix_ms > 0 && left_ms > 0) {
+        n.restart_until = clock_->Now() + std::chrono::milliseconds(left_ms);
+      }
       // Restored, not a transition. A node placement counts is serving,
       // whatever else an older row said (a fence hook that failed after the
       // node had rejoined once marked such a node held out).
@@ -217,7 +226,7 @@ absl::Status Controller::RecoverImpl(bool standby) {
   // has never connected is watched from its first connection.
   for (auto& [id, n] : nodes_) {
     n.known = stored_nodes->count(id) != 0;
-    if (n.known && placement_.Available(id)) detector_.Connected(id);
+    if (n.known && placement_.Available(id) && !n.restart_until) detector_.Connected(id);
   }
   if (standby) return absl::OkStatus();
   EventLocked(
@@ -288,8 +297,9 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   const bool back = n->restart_until.has_value();
   n->restart_until.reset();
   if (placement_.Available(hello.node())) detector_.Connected(hello.node());
-  if (!n->known) {
+  if (!n->known || back) {
     n->known = true;  // from now on a restarted controller expects it back
+    // (and, back from a planned restart, no longer gives it the grace)
     std::vector<StoreWrite> batch;
     PersistNodeLocked(*n, &batch);
     CommitLocked(std::move(batch));
@@ -432,6 +442,9 @@ void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
   } else if (config_.restart_grace > common::Duration::zero()) {
     n->restart_until = clock_->Now() + config_.restart_grace;
     detector_.Forget(node);
+    std::vector<StoreWrite> batch;  // a new leader keeps the grace
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
     EventLocked(
         "agent_goodbye", node,
         absl::StrCat(why, "; its server serves on, and nothing fails over for ",

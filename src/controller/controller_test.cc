@@ -679,6 +679,37 @@ TEST_F(ControllerTest, APlannedRestartThatDoesNotComeBackFailsOverAfterTheGrace)
   for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
 }
 
+// The grace of a planned agent restart is in the store: a leader that
+// takes over meanwhile keeps it, rather than failing the node over once its
+// own startup grace ends, and fails over only when it runs out.
+TEST_F(ControllerTest, APlannedRestartsGraceOutlivesALeaderChange) {
+  ControllerConfig config = ThreePlusOne();
+  config.restart_grace = milliseconds(5000);
+  const std::string db = (gpuha::testing::TestTempDir() / "grace.db").string();
+  Start(config, std::move(*SqliteStore::Open(db)));
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(1000), {"a2", "a3", "p1"});
+  const auto streams = c_->StreamsJson();
+  // The leader goes; the next one reads the grace back.
+  c_.reset();  // lets go of the store's lock
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  for (const char* n : {"a2", "a3", "p1"}) Connect(n);
+  Run(milliseconds(3000), {"a2", "a3", "p1"});  // past the startup grace
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(c_->StreamsJson()[i]["primary"], streams[i]["primary"]);
+  }
+  Run(milliseconds(1200), {"a2", "a3", "p1"});  // 5.2 s since the goodbye
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+}
+
 // An agent that hangs on its way out, its stream still open, does not keep
 // the grace going: the node fails over when it ends.
 TEST_F(ControllerTest, AnAgentThatHangsAfterItsGoodbyeFailsOverWhenTheGraceEnds) {

@@ -46,6 +46,7 @@ std::string EncodeNode(const NodeRecord& r) {
       {"fenced", r.lifecycle != NodeLifecycle::kServing},
       {"drained", r.lifecycle == NodeLifecycle::kDrained},
       {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}};
+  if (r.restart_until_unix_ms > 0) j["restart_until_unix_ms"] = r.restart_until_unix_ms;
   if (r.registered) {
     j["registered"] = {{"address", r.registered->address},
                        {"capacity", r.registered->capacity},
@@ -61,10 +62,10 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
   NodeRecord r;
   std::string role, state;
   bool fenced = false, drained = false, held_out = false;
-  for (absl::Status s :
-       {Field(*j, "role", row, &role), Field(*j, "available", row, &r.available),
-        Field(*j, "state", row, &state), Field(*j, "fenced", row, &fenced),
-        Field(*j, "drained", row, &drained), Field(*j, "held_out", row, &held_out)}) {
+  for (absl::Status s : {Field(*j, "role", row, &role), Field(*j, "available", row, &r.available),
+                         Field(*j, "state", row, &state), Field(*j, "fenced", row, &fenced),
+                         Field(*j, "drained", row, &drained), Field(*j, "held_out", row, &held_out),
+                         Field(*j, "restart_until_unix_ms", row, &r.restart_until_unix_ms)}) {
     if (!s.ok()) return s;
   }
   std::optional<Role> parsed_role = ParseRole(role);

@@ -34,6 +34,9 @@ struct NodeRecord {
   bool available = true;  // placement counts it (false while it is out)
   NodeLifecycle lifecycle = NodeLifecycle::kServing;
   std::optional<RegisteredNode> registered{};  // absent for a node the config lists
+  // A planned agent restart's grace ends then (Unix ms; 0: none), so that a
+  // new leader keeps it.
+  int64_t restart_until_unix_ms = 0;
 };
 std::string EncodeNode(const NodeRecord& r);
 absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text);

@@ -58,6 +58,18 @@ TEST(StateCodecTest, BadNodeRowsNameTheRowAndField) {
               HasSubstr("node n1.available: wrong type"));
 }
 
+TEST(StateCodecTest, APlannedRestartsGraceIsKeptAndOldRowsHaveNone) {
+  NodeRecord r{Role::kActive, true, NodeLifecycle::kServing};
+  r.restart_until_unix_ms = 1'796'000'000'000;
+  auto back = DecodeNode("n1", EncodeNode(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->restart_until_unix_ms, 1'796'000'000'000);
+  EXPECT_EQ(DecodeNode("n1", R"({"role":"active"})")->restart_until_unix_ms, 0);
+  EXPECT_THAT(
+      DecodeNode("n1", R"({"role":"active","restart_until_unix_ms":"soon"})").status().message(),
+      HasSubstr("node n1.restart_until_unix_ms: wrong type"));
+}
+
 TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
   NodeRecord r{Role::kPassive, false, NodeLifecycle::kPending,
                RegisteredNode{"10.0.0.3:8000", 12, true}};
