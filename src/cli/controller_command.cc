@@ -181,17 +181,9 @@ int ControllerCommand::Run() {
         config->http_listen.c_str(), config->tokens.size());
     return kExitOk;
   }
+  if (!config->etcd.endpoints.empty()) return RunOnEtcd(*config, stop_signals);
   std::unique_ptr<controller::Store> store;
-  std::unique_ptr<controller::EtcdLeader> leader;
-  if (!config->etcd.endpoints.empty()) {
-    auto etcd = LeadOnEtcd(*config, stop_signals, &leader);
-    if (!etcd.ok()) {
-      if (absl::IsCancelled(etcd.status())) return kExitOk;  // stopped while standing by
-      spdlog::error("controller: {}", etcd.status().message());
-      return kExitFailure;
-    }
-    store = std::move(*etcd);
-  } else if (config->store_path.empty()) {
+  if (config->store_path.empty()) {
     spdlog::warn("controller: no store.path: state lives in memory and dies with the process");
     store = std::make_unique<controller::MemoryStore>();
   } else {
@@ -202,31 +194,80 @@ int ControllerCommand::Run() {
     }
     store = std::move(*sqlite);
   }
+  return Serve(*config, std::move(store), nullptr, stop_signals);
+}
 
+int ControllerCommand::RunOnEtcd(const controller::ControllerConfig& config,
+                                 StopSignals& stop_signals) {
+  const auto& etcd = config.etcd;
+  auto client = controller::EtcdClient::Connect({.endpoints = etcd.endpoints,
+                                                 .tls_ca = etcd.tls_ca,
+                                                 .tls_cert = etcd.tls_cert,
+                                                 .tls_key = etcd.tls_key,
+                                                 .require_answer = false});
+  if (!client.ok()) {  // an endpoint's URL, or the TLS files
+    spdlog::error("controller: {}", client.status().message());
+    return kExitBadInput;
+  }
+  // etcd down at start is not fatal: the controller stands by (its API says
+  // it cannot read etcd) and campaigns until etcd answers.
+  if (auto status = (*client)->Status(); !status.ok()) {
+    spdlog::error("controller: {}; standing by, and trying again until it answers",
+                  status.status().message());
+  }
+  while (true) {
+    std::unique_ptr<controller::EtcdLeader> leader;
+    auto store = LeadOnEtcd(config, *client, stop_signals, &leader);
+    if (!store.ok()) {
+      if (absl::IsCancelled(store.status())) return kExitOk;  // stopped while standing by
+      spdlog::error("controller: {}", store.status().message());
+      return kExitFailure;
+    }
+    const int code = Serve(config, std::move(*store), leader.get(), stop_signals);
+    if (!leadership_lost_) return code;  // a stop signal
+    // Lost the lease (etcd without quorum, or unreachable from here): this
+    // process stopped acting at once; it stands by again, says so in its
+    // API and metrics, and leads again when etcd lets it.
+    spdlog::warn("controller: standing by again after losing leadership");
+    leader.reset();  // its keep-alive thread ends first: no late word from this term
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    leadership_lost_ = false;
+    lost_why_.clear();
+  }
+}
+
+int ControllerCommand::Serve(const controller::ControllerConfig& config,
+                             std::unique_ptr<controller::Store> store,
+                             controller::EtcdLeader* leader, StopSignals& stop_signals) {
   controller::ShellFenceRunner fencer;
-  controller::Controller c(*config, std::move(store), common::RealClock::Get(), &fencer);
+  controller::Controller c(config, std::move(store), common::RealClock::Get(), &fencer);
   // Acts only while the lease holds, even if the keep-alive thread is late.
-  if (leader) c.SetLeaseCheck([l = leader.get()] { return l->Holds(); });
+  if (leader) c.SetLeaseCheck([leader] { return leader->Holds(); });
   SetActing(&c);
   absl::Cleanup forget = [this] { SetActing(nullptr); };
   if (absl::Status s = c.Recover(); !s.ok()) {
     spdlog::error("controller: recovering from the store: {}", s.message());
     return kExitFailure;
   }
-  controller::ControllerServer server(&c, *config);
+  controller::ControllerServer server(&c, config);
   if (absl::Status s = server.Start(); !s.ok()) {
     spdlog::error("controller: {}", s.message());
     return kExitFailure;
   }
-  std::string host = config->http_listen.substr(0, config->http_listen.rfind(':'));
+  std::string host = config.http_listen.substr(0, config.http_listen.rfind(':'));
   std::printf("gpuha controller grpc %s:%d http %s:%u\n", host.c_str(), server.grpc_port(),
               host.c_str(), server.http_port());
   std::fflush(stdout);
   common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=controller grpc ", host, ":",
                                      server.grpc_port(), " http ", host, ":", server.http_port()));
-  int signo = stop_signals.Wait();
-  spdlog::info("controller: signal {}, stopping", signo);
-  common::SdNotifyOrLog("STOPPING=1");
+  // A stop signal, or the leadership lost (LoseLeadership has already
+  // stopped every act; this thread only winds the servers down).
+  int signo = 0;
+  while (signo == 0 && !leadership_lost_) signo = stop_signals.WaitFor(50);
+  if (signo != 0) {
+    spdlog::info("controller: signal {}, stopping", signo);
+    common::SdNotifyOrLog("STOPPING=1");
+  }
   if (leader && !leadership_lost_) {
     // A planned stop hands over first: this one stops acting, then the lease
     // goes and a standby (waiting on the key) leads at once, while this
@@ -239,23 +280,18 @@ int ControllerCommand::Run() {
 }
 
 absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd(
-    const controller::ControllerConfig& config, StopSignals& stop_signals,
-    std::unique_ptr<controller::EtcdLeader>* leader) {
+    const controller::ControllerConfig& config, std::shared_ptr<controller::EtcdClient> client,
+    StopSignals& stop_signals, std::unique_ptr<controller::EtcdLeader>* leader) {
   const auto& etcd = config.etcd;
-  auto client = controller::EtcdClient::Connect({.endpoints = etcd.endpoints,
-                                                 .tls_ca = etcd.tls_ca,
-                                                 .tls_cert = etcd.tls_cert,
-                                                 .tls_key = etcd.tls_key});
-  if (!client.ok()) return client.status();
   const std::string identity = etcd.advertise.empty() ? config.http_listen : etcd.advertise;
-  *leader = std::make_unique<controller::EtcdLeader>(*client, controller::LeaderKey(etcd.prefix),
+  *leader = std::make_unique<controller::EtcdLeader>(client, controller::LeaderKey(etcd.prefix),
                                                      identity, etcd.lease_ttl);
   spdlog::info("controller: on etcd {} as {}; campaigning to lead",
                absl::StrJoin(etcd.endpoints, ","), identity);
   common::SdNotifyOrLog("STATUS=standing by: campaigning to lead on etcd");
   // While another leads, this one serves the read API from etcd.
   controller::ShellFenceRunner no_fences;  // a standby fences nothing
-  Standby standby(config, *client, &no_fences);
+  Standby standby(config, client, &no_fences);
   if (absl::Status s = standby.Start(); !s.ok()) return s;
   // Campaign on a thread; this one still answers a stop signal.
   std::atomic<bool> stopping{false};
@@ -277,7 +313,7 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
   // Renewing starts now, before recovery reads the store: a slow recovery
   // must not let the lease lapse while this process thinks it leads.
   (*leader)->KeepAlive([this](const std::string& why) { LoseLeadership(why); });
-  auto store = std::make_unique<controller::EtcdStore>(*client, etcd.prefix,
+  auto store = std::make_unique<controller::EtcdStore>(client, etcd.prefix,
                                                        static_cast<size_t>(etcd.max_txn_ops));
   store->SetFence((*leader)->key(), *token);
   store->OnFenceLost([this] { LoseLeadership("a write found another controller leading"); });
@@ -285,17 +321,17 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
 }
 
 void ControllerCommand::LoseLeadership(const std::string& why) {
-  // Losing the lease (etcd without quorum, or this process paused past the
-  // TTL) ends this process, as kube-controller-manager does: another
-  // controller may lead already, and the store refuses this one's writes.
+  // Losing the lease (etcd without quorum or out of reach, or this process
+  // paused past the TTL) stops every act at once: another controller may
+  // lead already, and the store refuses this one's writes. The main thread
+  // then winds the servers down and stands by again (RunOnEtcd).
   {
     std::lock_guard<std::mutex> lock(lost_mu_);
     if (leadership_lost_.exchange(true)) return;
     lost_why_ = why;
     if (acting_ != nullptr) acting_->StopActing(why);
   }
-  spdlog::error("controller: leadership lost: {}; stopping so that only the leader acts", why);
-  ::kill(::getpid(), SIGTERM);
+  spdlog::error("controller: leadership lost: {}; it acts no more, and stands by again", why);
 }
 
 void ControllerCommand::SetActing(controller::Controller* c) {

@@ -27,15 +27,22 @@ class ControllerCommand {
   CLI::App* app() const { return app_; }
 
  private:
-  // On an etcd store: campaigns (standing by while another leads) and, once
-  // leading, returns the store fenced by this leadership. Cancelled when a
-  // stop signal came first.
+  // On an etcd store: stands by and campaigns, leads, and after a lost
+  // leadership stands by again, until a stop signal.
+  int RunOnEtcd(const controller::ControllerConfig& config, StopSignals& stop_signals);
+  // Campaigns (standing by, serving the read API, while another leads) and,
+  // once leading, returns the store fenced by this leadership. Cancelled
+  // when a stop signal came first.
   absl::StatusOr<std::unique_ptr<controller::Store>> LeadOnEtcd(
-      const controller::ControllerConfig& config, StopSignals& stop_signals,
-      std::unique_ptr<controller::EtcdLeader>* leader);
-  // Leadership is gone (the lease, or a write found the fence moved): this
-  // process stops at once, exiting non-zero, so that only the leader acts.
-  // It also tells the controller, if one runs, to stop acting at once.
+      const controller::ControllerConfig& config, std::shared_ptr<controller::EtcdClient> client,
+      StopSignals& stop_signals, std::unique_ptr<controller::EtcdLeader>* leader);
+  // Runs the controller on `store` until a stop signal or, with a `leader`,
+  // until the leadership is lost; the exit code.
+  int Serve(const controller::ControllerConfig& config, std::unique_ptr<controller::Store> store,
+            controller::EtcdLeader* leader, StopSignals& stop_signals);
+  // Leadership is gone (the lease, or a write found the fence moved): the
+  // controller stops acting at once, and Serve returns, so that only the
+  // leader acts.
   void LoseLeadership(const std::string& why);
   // The controller LoseLeadership stops (nullptr outside its lifetime).
   void SetActing(controller::Controller* c);

@@ -96,8 +96,10 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     c->endpoints_.push_back(std::move(e));
     c->urls_.push_back(url);
   }
-  auto status = c->Status();
-  if (!status.ok()) return status.status();
+  if (options.require_answer) {
+    auto status = c->Status();
+    if (!status.ok()) return status.status();
+  }
   return c;
 }
 

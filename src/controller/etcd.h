@@ -48,6 +48,9 @@ struct EtcdOptions {
   // --client-cert-auth, our certificate and key.
   std::string tls_ca{}, tls_cert{}, tls_key{};
   common::Duration timeout = std::chrono::seconds(2);  // per call
+  // Connect fails unless an endpoint answers. Off: it checks the URLs and
+  // TLS files only, and the first calls say whether etcd answers.
+  bool require_answer = true;
 };
 
 // Lets another thread end a WatchOnce early: it returns no events.
@@ -64,7 +67,8 @@ class WatchCancel {
 
 class EtcdClient {
  public:
-  // Checks every endpoint's URL and that one of them answers (Maintenance.Status).
+  // Checks every endpoint's URL and, unless told not to, that one of them
+  // answers (Maintenance.Status).
   [[nodiscard]] static absl::StatusOr<std::shared_ptr<EtcdClient>> Connect(EtcdOptions options);
 
   // Unary calls. One that finds its endpoint unreachable moves to the next;

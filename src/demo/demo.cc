@@ -316,8 +316,8 @@ class Demo {
           !c_.WaitFor([&] { return c_.EtcdLeader() >= 0; }, milliseconds(15000))) {
         return absl::DeadlineExceededError("etcd did not elect a leader again within 15 s");
       }
-      // Every controller that is down (killed, or stopped when it lost its
-      // lease) starts again; one leads.
+      // Every controller that is down (killed) starts again; one leads (a
+      // leader that lost its lease stood by again by itself).
       if (absl::Status s = c_.StartController(); !s.ok()) return s;
       // The first act of the controller that leads after the fault. The
       // API may be slow to answer on a loaded host: asked until it does.
