@@ -194,7 +194,8 @@ int ControllerCommand::Run() {
     }
     store = std::move(*sqlite);
   }
-  return Serve(*config, std::move(store), nullptr, stop_signals);
+  bool signalled = false;
+  return Serve(*config, std::move(store), nullptr, stop_signals, &signalled);
 }
 
 int ControllerCommand::RunOnEtcd(const controller::ControllerConfig& config,
@@ -223,8 +224,12 @@ int ControllerCommand::RunOnEtcd(const controller::ControllerConfig& config,
       spdlog::error("controller: {}", store.status().message());
       return kExitFailure;
     }
-    const int code = Serve(config, std::move(*store), leader.get(), stop_signals);
-    if (!leadership_lost_) return code;  // a stop signal
+    bool signalled = false;
+    const int code = Serve(config, std::move(*store), leader.get(), stop_signals, &signalled);
+    // A stop signal ends the process even if the leadership went at the same
+    // time (or a write raced the planned stop's revoke and found the fence
+    // gone); otherwise only a lost leadership goes on.
+    if (signalled || !leadership_lost_) return code;
     // Lost the lease (etcd without quorum, or unreachable from here): this
     // process stopped acting at once; it stands by again, says so in its
     // API and metrics, and leads again when etcd lets it.
@@ -238,7 +243,8 @@ int ControllerCommand::RunOnEtcd(const controller::ControllerConfig& config,
 
 int ControllerCommand::Serve(const controller::ControllerConfig& config,
                              std::unique_ptr<controller::Store> store,
-                             controller::EtcdLeader* leader, StopSignals& stop_signals) {
+                             controller::EtcdLeader* leader, StopSignals& stop_signals,
+                             bool* signalled) {
   controller::ShellFenceRunner fencer;
   controller::Controller c(config, std::move(store), common::RealClock::Get(), &fencer);
   // Acts only while the lease holds, even if the keep-alive thread is late.
@@ -247,6 +253,12 @@ int ControllerCommand::Serve(const controller::ControllerConfig& config,
   absl::Cleanup forget = [this] { SetActing(nullptr); };
   if (absl::Status s = c.Recover(); !s.ok()) {
     spdlog::error("controller: recovering from the store: {}", s.message());
+    if (leader != nullptr && !absl::IsDataLoss(s)) {
+      // etcd slow or gone just as this one won: hand the lease back and
+      // stand by again, rather than leave the key to a dead lease's TTL.
+      leader->Resign();
+      LoseLeadership(absl::StrCat("recovery failed: ", s.message()));
+    }
     return kExitFailure;
   }
   controller::ControllerServer server(&c, config);
@@ -264,6 +276,7 @@ int ControllerCommand::Serve(const controller::ControllerConfig& config,
   // stopped every act; this thread only winds the servers down).
   int signo = 0;
   while (signo == 0 && !leadership_lost_) signo = stop_signals.WaitFor(50);
+  *signalled = signo != 0;
   if (signo != 0) {
     spdlog::info("controller: signal {}, stopping", signo);
     common::SdNotifyOrLog("STOPPING=1");
@@ -276,7 +289,7 @@ int ControllerCommand::Serve(const controller::ControllerConfig& config,
     leader->Resign();
   }
   server.Stop();
-  return leadership_lost_ ? kExitFailure : kExitOk;
+  return signo != 0 || !leadership_lost_ ? kExitOk : kExitFailure;
 }
 
 absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd(
@@ -302,7 +315,6 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
       stopping = true;
     }
   }
-  standby.Stop();  // listen.http is the leader's from here
   absl::StatusOr<int64_t> token = campaign.get();
   if (!token.ok()) return token.status();
   if (stopping) {  // the signal came as it won: hand over at once
@@ -310,9 +322,11 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
     return absl::CancelledError("stopped as it began to lead");
   }
   spdlog::info("controller: leading (fencing token {})", *token);
-  // Renewing starts now, before recovery reads the store: a slow recovery
-  // must not let the lease lapse while this process thinks it leads.
+  // Renewing starts now, before the standby winds down (its thread may be
+  // in a slow read) and before recovery reads the store: neither may let
+  // the lease lapse while this process thinks it leads.
   (*leader)->KeepAlive([this](const std::string& why) { LoseLeadership(why); });
+  standby.Stop();  // listen.http is the leader's from here
   auto store = std::make_unique<controller::EtcdStore>(client, etcd.prefix,
                                                        static_cast<size_t>(etcd.max_txn_ops));
   store->SetFence((*leader)->key(), *token);

@@ -36,10 +36,10 @@ class ControllerCommand {
   absl::StatusOr<std::unique_ptr<controller::Store>> LeadOnEtcd(
       const controller::ControllerConfig& config, std::shared_ptr<controller::EtcdClient> client,
       StopSignals& stop_signals, std::unique_ptr<controller::EtcdLeader>* leader);
-  // Runs the controller on `store` until a stop signal or, with a `leader`,
-  // until the leadership is lost; the exit code.
+  // Runs the controller on `store` until a stop signal (`*signalled`) or,
+  // with a `leader`, until the leadership is lost; the exit code.
   int Serve(const controller::ControllerConfig& config, std::unique_ptr<controller::Store> store,
-            controller::EtcdLeader* leader, StopSignals& stop_signals);
+            controller::EtcdLeader* leader, StopSignals& stop_signals, bool* signalled);
   // Leadership is gone (the lease, or a write found the fence moved): the
   // controller stops acting at once, and Serve returns, so that only the
   // leader acts.

@@ -155,10 +155,13 @@ absl::Status Controller::RecoverImpl(bool standby) {
       if (!r.ok()) return r.status();
       spec.role = r->role;
       available = r->available;
-      // A planned agent restart under the previous leader keeps its grace.
+      // A planned agent restart under the previous leader keeps its grace,
+      // and at least the startup grace every node gets to reconnect.
       const int64_t left_ms = r->restart_until_unix_ms - clock_->UnixNanos() / 1'000'000;
       if (available && r->restart_until_unix_ms > 0 && left_ms > 0) {
-        n.restart_until = clock_->Now() + std::chrono::milliseconds(left_ms);
+        n.restart_until =
+            clock_->Now() +
+            std::max<common::Duration>(std::chrono::milliseconds(left_ms), config_.startup_grace);
       }
       // Restored, not a transition. A node placement counts is serving,
       // whatever else an older row said (a fence hook that failed after the

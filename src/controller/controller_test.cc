@@ -699,15 +699,41 @@ TEST_F(ControllerTest, APlannedRestartsGraceOutlivesALeaderChange) {
   ASSERT_TRUE(c_->Recover().ok());
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
   for (const char* n : {"a2", "a3", "p1"}) Connect(n);
-  Run(milliseconds(3000), {"a2", "a3", "p1"});  // past the startup grace
+  Run(milliseconds(3000), {"a2", "a3", "p1"});  // ThreePlusOne has no startup grace
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
-  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Not(::testing::Contains("detected")));
   for (size_t i = 0; i < streams.size(); ++i) {
     EXPECT_EQ(c_->StreamsJson()[i]["primary"], streams[i]["primary"]);
   }
   Run(milliseconds(1200), {"a2", "a3", "p1"});  // 5.2 s since the goodbye
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("detected"));
   for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
+}
+
+// A grace nearly spent when a new leader starts lasts at least that
+// leader's startup grace: the agent gets a window to reconnect to it.
+TEST_F(ControllerTest, ARestoredRestartGraceLastsAtLeastTheStartupGrace) {
+  ControllerConfig config = ThreePlusOne();
+  config.restart_grace = milliseconds(5000);
+  const std::string db = (gpuha::testing::TestTempDir() / "grace2.db").string();
+  Start(config, std::move(*SqliteStore::Open(db)));
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(4800), {"a2", "a3", "p1"});  // 200 ms of the grace left
+  c_.reset();
+  config.startup_grace = milliseconds(2000);
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  for (const char* n : {"a2", "a3", "p1"}) Connect(n);
+  Run(milliseconds(1500), {"a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "restarting");
+  Connect("a1");  // its agent is back in time
+  Run(milliseconds(3000), {"a1", "a2", "a3", "p1"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+  EXPECT_THAT(EventTypes("a1"), ::testing::Not(::testing::Contains("detected")));
 }
 
 // An agent that hangs on its way out, its stream still open, does not keep

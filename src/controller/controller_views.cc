@@ -18,8 +18,8 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
                       : n.lifecycle == NodeLifecycle::kPending   ? "pending"
                       : n.lifecycle == NodeLifecycle::kRejoining ? "rejoining"
                       : !placement_.Available(id)                ? "failed"
-                      : standby_                                 ? "serving"
                       : n.restart_until                          ? "restarting"
+                      : standby_                                 ? "serving"
                       : !n.sink                                  ? "disconnected"
                                 : LivenessName(detector_.state(id));
   json gpus = json::array();

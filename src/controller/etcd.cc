@@ -67,6 +67,7 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     if (!made.ok()) return made.status();
     creds = *made;
   }
+  c->creds_ = creds;
   for (size_t i = 0; i < options.endpoints.size(); ++i) {
     const std::string& url = options.endpoints[i];
     const std::string field = absl::StrCat("store.etcd[", i, "]");
@@ -83,17 +84,9 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     if (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
     auto hp = common::ParseHostPort(hostport, field);
     if (!hp.ok()) return hp.status();
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetMaxReceiveMessageSize(64 << 20);  // a Load of a large table
-    Endpoint e;
-    e.channel = grpc::CreateCustomChannel(hp->str(), creds, args);
-    e.kv = etcdserverpb::KV::NewStub(e.channel);
-    e.lease = etcdserverpb::Lease::NewStub(e.channel);
-    e.watch = etcdserverpb::Watch::NewStub(e.channel);
-    e.maintenance = etcdserverpb::Maintenance::NewStub(e.channel);
-    c->endpoints_.push_back(std::move(e));
+    c->targets_.push_back(hp->str());
+    c->endpoints_.push_back(c->Dial(c->targets_.back()));
+    c->redialed_.push_back(std::chrono::steady_clock::now());
     c->urls_.push_back(url);
   }
   if (options.require_answer) {
@@ -101,6 +94,37 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     if (!status.ok()) return status.status();
   }
   return c;
+}
+
+std::shared_ptr<EtcdClient::Endpoint> EtcdClient::Dial(const std::string& target) const {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);  // a Load of a large table
+  // Its own subchannels: a redial must not get the one it replaces back.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto e = std::make_shared<Endpoint>();
+  e->channel = grpc::CreateCustomChannel(target, creds_, args);
+  e->kv = etcdserverpb::KV::NewStub(e->channel);
+  e->lease = etcdserverpb::Lease::NewStub(e->channel);
+  e->watch = etcdserverpb::Watch::NewStub(e->channel);
+  e->maintenance = etcdserverpb::Maintenance::NewStub(e->channel);
+  return e;
+}
+
+std::shared_ptr<EtcdClient::Endpoint> EtcdClient::At(size_t i) const {
+  std::lock_guard<std::mutex> lock(endpoints_mu_);
+  return endpoints_[i];
+}
+
+void EtcdClient::Redial(size_t i) {
+  // A channel whose connects kept failing (etcd down, then back) took 10 s
+  // and more to connect once etcd answered: a fresh one connects at once.
+  std::lock_guard<std::mutex> lock(endpoints_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - redialed_[i] < std::chrono::seconds(1)) return;
+  redialed_[i] = now;
+  endpoints_[i] = Dial(targets_[i]);
 }
 
 template <typename Response, typename Call>
@@ -119,11 +143,12 @@ absl::StatusOr<Response> EtcdClient::Unary(const char* what, Call call, common::
     // rather than letting it wait out the deadline.
     ctx.AddMetadata("hasleader", "true");
     Response response;
-    grpc::Status s = call(endpoints_[i], &ctx, &response);
+    grpc::Status s = call(*At(i), &ctx, &response);
     if (s.ok()) {
       current_.store(i);
       return response;
     }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) Redial(i);
     tried.push_back(absl::StrCat(urls_[i], ": ", s.error_message()));
     if (!Unreachable(s)) {
       return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -226,7 +251,8 @@ absl::StatusOr<std::vector<etcdserverpb::Event>> EtcdClient::WatchOnce(
     std::lock_guard<std::mutex> lock(cancel->mu_);
     cancel->ctx_ = nullptr;
   };
-  auto stream = endpoints_[i].watch->Watch(&ctx);
+  std::shared_ptr<Endpoint> endpoint = At(i);  // kept while the stream lives
+  auto stream = endpoint->watch->Watch(&ctx);
   etcdserverpb::WatchRequest req;
   etcdserverpb::WatchCreateRequest* create = req.mutable_create_request();
   create->set_key(key);
@@ -526,7 +552,13 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
         if (held.value() == identity_ && held.lease() == lease_) return held.create_revision();
         if (held.value() != last_holder) {
           last_holder = held.value();
-          spdlog::info("controller: {} leads; standing by to take over", last_holder);
+          if (held.value() == identity_) {  // this process led a moment ago
+            spdlog::info(
+                "controller: the leader key still holds this controller's previous "
+                "lease; waiting for it to go");
+          } else {
+            spdlog::info("controller: {} leads; standing by to take over", last_holder);
+          }
         }
         // Wait for the key's delete (a resign, or the holder's lease ending)
         // rather than polling: the standby campaigns again the moment it

@@ -20,6 +20,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -101,6 +102,10 @@ class EtcdClient {
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
   };
   EtcdClient() = default;
+  std::shared_ptr<Endpoint> Dial(const std::string& target) const;
+  std::shared_ptr<Endpoint> At(size_t i) const;
+  // A fresh channel for endpoint `i`, at most once a second.
+  void Redial(size_t i);
   // Runs `call(endpoint, context)` on the current endpoint, then on the others
   // while they are unreachable: `deadline` for each, or for all of them
   // together when `shared_deadline`.
@@ -109,7 +114,11 @@ class EtcdClient {
                                  bool shared_deadline = false);
 
   std::vector<std::string> urls_;
-  std::vector<Endpoint> endpoints_;
+  std::vector<std::string> targets_;  // HOST:PORT of each URL
+  std::shared_ptr<grpc::ChannelCredentials> creds_;
+  mutable std::mutex endpoints_mu_;
+  std::vector<std::shared_ptr<Endpoint>> endpoints_;             // guarded by endpoints_mu_
+  std::vector<std::chrono::steady_clock::time_point> redialed_;  // guarded by endpoints_mu_
   common::Duration timeout_{};
   std::atomic<size_t> current_{0};
 };

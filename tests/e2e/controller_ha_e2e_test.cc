@@ -232,7 +232,8 @@ TEST_F(ControllerHaTest, ALeaderThatLosesEtcdStopsActingAndLeadsAgainWhenItIsBac
 // etcd that does not answer at start is not fatal: the controller says so,
 // stands by, and keeps trying.
 TEST_F(ControllerHaTest, AnEtcdUnreachableAtStartIsAClearErrorAndTheControllerKeepsTrying) {
-  Controller a = Start("a", absl::StrCat("http://127.0.0.1:", common::FreeLoopbackPort()));
+  const uint16_t port = common::FreeLoopbackPort();
+  Controller a = Start("a", absl::StrCat("http://127.0.0.1:", port));
   bool answered = false;
   for (int i = 0; i < 100 && !answered; ++i) {
     auto h = common::HttpCall("GET", "127.0.0.1", a.http_port, "/healthz", "", milliseconds(1000));
@@ -242,6 +243,11 @@ TEST_F(ControllerHaTest, AnEtcdUnreachableAtStartIsAClearErrorAndTheControllerKe
   EXPECT_TRUE(answered) << a.process->err();
   EXPECT_THAT(a.process->err(), HasSubstr("trying again until it answers"));
   EXPECT_FALSE(a.process->Wait(milliseconds(1000)).has_value()) << a.process->err();
+  // etcd comes up where it was told to be: the controller leads.
+  gpuha::testing::EtcdServer late;
+  ASSERT_TRUE(late.Start("", "", port)) << late.log();
+  // Within seconds: a channel whose connects had failed once took 10-15 s.
+  EXPECT_TRUE(Leads(a, milliseconds(8000))) << a.process->err();
 }
 
 // A leader cut off from etcd by the network. The test runs in a network

@@ -36,8 +36,10 @@ class EtcdServer {
   // `also_host`: clients may reach it there too (a test's veth address).
   // `tls_dir`: clients over https with a client certificate, from the files
   // MakeTestCerts wrote there (server.pem/.key, ca.pem).
-  bool Start(const std::string& also_host = "", const std::string& tls_dir = "") {
-    client_port_ = common::FreeLoopbackPort();
+  // `port`: its client port (0: a free one).
+  bool Start(const std::string& also_host = "", const std::string& tls_dir = "",
+             uint16_t port = 0) {
+    client_port_ = port != 0 ? port : common::FreeLoopbackPort();
     const uint16_t peer = common::FreeLoopbackPort();
     const std::string dir = (TestTempDir() / absl::StrCat("etcd-", client_port_)).string();
     log_path_ = dir + ".log";
