@@ -61,15 +61,19 @@ class ApiTest : public ::testing::Test {
   struct NullSink : AgentSink {
     void Send(const v1::ControllerMessage&) override {}
   };
-  common::HttpResponse Call(const std::string& method, const std::string& target,
-                            const std::string& token, const std::string& body = "") {
+  static common::HttpRequest Request(const std::string& method, const std::string& target,
+                                     const std::string& token, const std::string& body) {
     common::HttpRequest r;
     r.method = method;
     r.target = target;
     r.path = target.substr(0, target.find('?'));
     if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
     r.body = body;
-    return server_.HandleHttp(r);
+    return r;
+  }
+  common::HttpResponse Call(const std::string& method, const std::string& target,
+                            const std::string& token, const std::string& body = "") {
+    return server_.HandleHttp(Request(method, target, token, body));
   }
   ShellFenceRunner fencer_;
   MemoryStore* store_ = nullptr;  // controller_'s
@@ -198,13 +202,7 @@ TEST_F(ApiTest, AStandbyServesReadsFromTheStoreAndRedirectsWrites) {
   standby.Set(state, "127.0.0.1:7402", "");
   auto call = [&](const std::string& method, const std::string& target, const std::string& token,
                   const std::string& body = "") {
-    common::HttpRequest r;
-    r.method = method;
-    r.target = target;
-    r.path = target.substr(0, target.find('?'));
-    if (!token.empty()) r.headers["authorization"] = "Bearer " + token;
-    r.body = body;
-    return standby.HandleHttp(r);
+    return standby.HandleHttp(Request(method, target, token, body));
   };
   auto r = call("GET", "/api/v1/streams", "view-token");
   ASSERT_EQ(r.status, 200);
