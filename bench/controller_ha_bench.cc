@@ -52,8 +52,12 @@ Summary Summarize(std::vector<double> v) {
   return s;
 }
 
+std::string DirPath(const std::string& name) {
+  return "/tmp/gpuha-ha-bench-" + std::to_string(::getpid()) + "-" + name;
+}
+
 std::string Dir(const std::string& name) {
-  std::string d = "/tmp/gpuha-ha-bench-" + std::to_string(::getpid()) + "-" + name;
+  std::string d = DirPath(name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
@@ -254,5 +258,12 @@ int main(int argc, char** argv) {
   const bool complete = k9.n == size_t(runs) && tm.n == size_t(runs) && el.n == size_t(runs) &&
                         re.n == size_t(runs) && rs.n == size_t(runs);
   if (!complete) std::fprintf(stderr, "some runs did not complete; see the messages above\n");
+  // The clusters' directories (etcd's write-ahead logs are 64 MB each)
+  // stay only when a run failed, for its logs.
+  if (complete) {
+    for (const char* name : {"etcd", "sqlite"}) {
+      std::filesystem::remove_all(DirPath(name));
+    }
+  }
   return complete ? 0 : 1;
 }

@@ -63,6 +63,9 @@ void Controller::EventLocked(const std::string& type, const std::string& node,
   if (!acting()) {  // the event log is the new leader's now
   } else if (auto id = store_->AppendEvent(EventJson(logged).dump()); !id.ok()) {
     counters_.store_errors++;
+    store_up_ = false;
+  } else {
+    store_up_ = true;
   }
   spdlog::info("controller: {} {} {}", type, node, detail);
 }
@@ -98,7 +101,10 @@ void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   batch.push_back({"meta", "epoch", std::to_string(epoch_)});
   if (absl::Status s = store_->Apply(batch); !s.ok()) {
     counters_.store_errors++;
+    store_up_ = false;
     spdlog::error("controller: store write failed: {}", s.message());
+  } else {
+    store_up_ = true;
   }
 }
 

@@ -73,6 +73,9 @@ struct ControllerCounters {
 
 // The help text of gpuha_controller_leader, on the leader's page and a standby's.
 inline constexpr char kLeaderHelp[] = "1: this controller leads and acts.";
+// gpuha_controller_store_up's: the leader's last write, a standby's last read.
+inline constexpr char kStoreUpHelp[] =
+    "1: this controller's last store write (leader) or read (standby) went through.";
 
 class Controller {
  public:
@@ -267,17 +270,18 @@ class Controller {
   mutable std::mutex mu_;
   std::condition_variable routes_cv_;
   std::atomic<bool> acting_{true};
-  std::function<bool()> lease_check_;              // set before any thread runs
-  bool standby_ = false;                           // LoadAsStandby: live fields are the leader's
-  Placement placement_;                            // guarded by mu_
-  FailureDetector detector_;                       // guarded by mu_
-  std::map<std::string, NodeState> nodes_;         // guarded by mu_
-  std::map<std::string, StreamSpec> specs_;        // guarded by mu_
-  uint64_t epoch_ = 1;                             // guarded by mu_
-  uint64_t route_version_ = 1;                     // guarded by mu_
-  std::map<std::string, uint64_t> routers_;        // guarded by mu_; acked version per router
-  uint64_t acked_version_logged_ = 0;              // guarded by mu_
-  EventLog events_{10000};                         // guarded by mu_; the newest 10000
+  std::function<bool()> lease_check_;        // set before any thread runs
+  bool standby_ = false;                     // LoadAsStandby: live fields are the leader's
+  bool store_up_ = true;                     // guarded by mu_: the last store write went through
+  Placement placement_;                      // guarded by mu_
+  FailureDetector detector_;                 // guarded by mu_
+  std::map<std::string, NodeState> nodes_;   // guarded by mu_
+  std::map<std::string, StreamSpec> specs_;  // guarded by mu_
+  uint64_t epoch_ = 1;                       // guarded by mu_
+  uint64_t route_version_ = 1;               // guarded by mu_
+  std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
+  uint64_t acked_version_logged_ = 0;        // guarded by mu_
+  EventLog events_{10000};                   // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;                    // guarded by mu_
   TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes

@@ -539,11 +539,13 @@ TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
   // It still leads (and says so) while its store fails: the store alert
   // fires, not the no-leader one.
   EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_leader{store=\"memory\"} 1\n"));
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_store_up{store=\"memory\"} 0\n"));
   EXPECT_EQ((*raw->Load("stream")).count("cam-0"), 1u);  // the stream row is still the old one
   raw->FailWrites(false);
   ASSERT_TRUE(c_->AddStream({"cam-new", "acme", 1}).ok());
   EXPECT_EQ((*raw->Load("stream")).count("cam-new"), 1u);
   EXPECT_EQ(c_->counters().store_errors, errors);
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_store_up{store=\"memory\"} 1\n"));
 }
 
 // A leader deposed (its etcd lease lapsed) while it stops acts no more: a

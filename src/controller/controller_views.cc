@@ -203,6 +203,8 @@ std::string Controller::MetricsText() const {
   // "no controller leads" alert.
   p.Family("gpuha_controller_leader", "gauge", kLeaderHelp);
   p.Sample("gpuha_controller_leader", {{"store", store_->Kind()}}, acting() ? 1 : 0);
+  p.Family("gpuha_controller_store_up", "gauge", kStoreUpHelp);
+  p.Sample("gpuha_controller_store_up", {{"store", store_->Kind()}}, store_up_ ? 1 : 0);
   p.Family("gpuha_controller_epoch", "gauge", "Cluster epoch.");
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");

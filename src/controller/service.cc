@@ -530,8 +530,7 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
     common::PromText p;
     p.Family("gpuha_controller_leader", "gauge", kLeaderHelp);
     p.Sample("gpuha_controller_leader", {{"store", "etcd"}}, 0);
-    p.Family("gpuha_controller_store_up", "gauge",
-             "1: this controller's last read of its store answered.");
+    p.Family("gpuha_controller_store_up", "gauge", kStoreUpHelp);
     p.Sample("gpuha_controller_store_up", {{"store", "etcd"}}, error.empty() ? 1 : 0);
     common::AppendProcessFamilies("controller", &p);
     return common::HttpResponse{200, common::PromText::kContentType, p.str(), {}};
