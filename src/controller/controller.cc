@@ -98,7 +98,7 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
 
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   if (!acting()) return;
-  batch.push_back({"meta", "epoch", std::to_string(epoch_)});
+  for (StoreWrite& w : MetaWritesLocked()) batch.push_back(std::move(w));
   if (absl::Status s = store_->Apply(batch); !s.ok()) {
     counters_.store_errors++;
     store_up_ = false;
@@ -106,6 +106,13 @@ void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   } else {
     store_up_ = true;
   }
+}
+
+std::vector<StoreWrite> Controller::MetaWritesLocked() const {
+  // The route version goes with the state it describes, so that a standby
+  // serves the leader's routes under the leader's version (epoch, version).
+  return {{"meta", "epoch", std::to_string(epoch_)},
+          {"meta", "route_version", std::to_string(route_version_)}};
 }
 
 absl::Status Controller::Recover() { return RecoverImpl(/*standby=*/false); }
@@ -127,12 +134,22 @@ absl::Status Controller::RecoverImpl(bool standby) {
           absl::StrCat("store: meta.epoch: '", absl::CHexEscape(it->second), "' is not an epoch"));
     }
   }
+  // A standby serves the route version the leader last committed; 0 (none
+  // written yet, or by an older binary) serves no routes.
+  if (standby) {
+    route_version_ = 0;
+    auto it = meta->find("route_version");
+    if (it != meta->end() && !absl::SimpleAtoi(it->second, &route_version_)) {
+      return absl::DataLossError(absl::StrCat("store: meta.route_version: '",
+                                              absl::CHexEscape(it->second), "' is not a version"));
+    }
+  }
   // A restarted controller starts a new epoch: its route versions count from
   // 1 again, and routers take a newer epoch's snapshot over any older one.
   // A standby only reads: the leader's epoch is the one it shows.
   if (!standby) {
     ++epoch_;
-    if (absl::Status s = store_->Apply({{"meta", "epoch", std::to_string(epoch_)}}); !s.ok()) {
+    if (absl::Status s = store_->Apply(MetaWritesLocked()); !s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("store: cannot record the new epoch: ", s.message()));
     }
@@ -282,10 +299,10 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       }
       EventLocked("address_changed", hello.node(), absl::StrCat(n->cfg.address, " -> ", address));
       n->cfg.address = address;
+      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
       std::vector<StoreWrite> batch;
       PersistNodeLocked(*n, &batch);
       CommitLocked(std::move(batch));
-      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
     }
     if (hello.registration().capacity() != n->cfg.spec.capacity) {
       EventLocked("registration_ignored", hello.node(),
@@ -803,11 +820,11 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
   std::vector<StoreWrite> batch;
   PersistStreamLocked(s.id, &batch);
   if (NodeState* n = FindLocked(a->primary)) PersistNodeLocked(*n, &batch);
-  CommitLocked(std::move(batch));
   EventLocked("stream_added", a->primary,
               absl::StrCat(s.id, " (tenant ", s.tenant, ", standby ",
                            a->standby.empty() ? "none" : a->standby, ")"));
   PushRoutesLocked(absl::StrCat("stream ", s.id, " added"));
+  CommitLocked(std::move(batch));
   return a;
 }
 
@@ -818,9 +835,9 @@ absl::Status Controller::RemoveStream(const std::string& id) {
   specs_.erase(id);
   std::vector<StoreWrite> batch;
   PersistStreamLocked(id, &batch);
-  CommitLocked(std::move(batch));
   EventLocked("stream_removed", "", id);
   PushRoutesLocked(absl::StrCat("stream ", id, " removed"));
+  CommitLocked(std::move(batch));
   return absl::OkStatus();
 }
 
@@ -880,8 +897,8 @@ absl::Status Controller::SetRole(const std::string& node, Role role) {
   EventLocked("role_changed", node, RoleName(role));
   std::vector<StoreWrite> batch;
   PersistNodeLocked(*n, &batch);
-  CommitLocked(std::move(batch));
   PushRoutesLocked(absl::StrCat("role of ", node));
+  CommitLocked(std::move(batch));
   return absl::OkStatus();
 }
 
@@ -961,14 +978,18 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
               absl::StrCat("version ", version, " by ", routers_.size(), " router(s)"));
 }
 
-void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
+void Controller::RouterHello(const std::string& router, uint64_t held_epoch,
+                             uint64_t held_version) {
   if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!acting()) return;
-  // A router holding this epoch may hold a later route version of it. An
-  // epoch past kMaxEpoch is no epoch a controller gave (Recover would refuse
-  // to read it back): ignored.
+  // The router refuses only routes older than those it holds: of an older
+  // epoch, or of this epoch with a lower version (this controller's earlier
+  // incarnation, whose epoch write was lost). Routes of this very version,
+  // from this leader or a standby, are taken. An epoch past kMaxEpoch is no
+  // epoch a controller gave (Recover would refuse to read it back): ignored.
   if (held_epoch < epoch_ || held_epoch >= kMaxEpoch) return;
+  if (held_epoch == epoch_ && held_version <= route_version_) return;
   AdvanceEpochLocked(held_epoch,
                      absl::StrCat("router ", router, " holds routes of epoch ", held_epoch));
 }
@@ -976,8 +997,8 @@ void Controller::RouterHello(const std::string& router, uint64_t held_epoch) {
 void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
   epoch_ = past + 1;
   EventLocked("epoch_advanced", "", absl::StrCat(why, "; the controller's epoch is now ", epoch_));
-  CommitLocked({});
   PushRoutesLocked(absl::StrCat("epoch ", epoch_));
+  CommitLocked({});
 }
 
 void Controller::RouterGone(const std::string& router) {

@@ -147,10 +147,10 @@ class Controller {
   // `stats`: the router's traffic so far, when the ack carries it.
   void RouterAck(const std::string& router, uint64_t version,
                  const std::vector<std::string>& suspects, const v1::RouterStats* stats = nullptr);
-  // A router starts watching, holding routes of `held_epoch`. If that is not
-  // older than the controller's epoch, the controller moves past it (and
-  // persists it) so that the router takes its routes.
-  void RouterHello(const std::string& router, uint64_t held_epoch);
+  // A router starts watching, holding routes (`held_epoch`, `held_version`).
+  // If those are newer than the controller's, the router would refuse its
+  // routes: the controller moves past that epoch (and persists it).
+  void RouterHello(const std::string& router, uint64_t held_epoch, uint64_t held_version);
   void RouterGone(const std::string& router);
 
   uint64_t epoch() const;
@@ -240,12 +240,16 @@ class Controller {
   // The rejoin message (serve again, at this epoch, in this role), to a
   // connected agent: no event.
   void SendRejoinLocked(NodeState& n);
+  // A new route version. The commit that follows persists it with the
+  // state it describes (standbys serve it): call it before CommitLocked.
   void PushRoutesLocked(const std::string& why);
   // epoch_ = past + 1, persisted, with an event and new routes.
   void AdvanceEpochLocked(uint64_t past, const std::string& why);
   void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
   void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
+  // Applies `batch` with the epoch and the route version (MetaWritesLocked).
   void CommitLocked(std::vector<StoreWrite> batch);
+  std::vector<StoreWrite> MetaWritesLocked() const;
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
                    std::optional<double> unix_ms = std::nullopt);
   nlohmann::json NodeJsonLocked(const NodeState& n) const;

@@ -990,9 +990,14 @@ TEST_F(ControllerTest, RouterHoldingANewerEpochMovesTheControllerPastIt) {
   Start(ThreePlusOne(), std::move(store));
   uint64_t epoch = c_->epoch();
   uint64_t version = c_->route_version();
-  c_->RouterHello("r1", epoch - 1);  // older: nothing to do
+  c_->RouterHello("r1", epoch - 1, 99);  // older: nothing to do
   EXPECT_EQ(c_->epoch(), epoch);
-  c_->RouterHello("r1", epoch + 3);
+  // This epoch, at most this version: the router takes these routes (a
+  // router back from a standby holds exactly them).
+  c_->RouterHello("r1", epoch, version);
+  EXPECT_EQ(c_->epoch(), epoch);
+  EXPECT_EQ(c_->route_version(), version);
+  c_->RouterHello("r1", epoch + 3, 1);
   EXPECT_EQ(c_->epoch(), epoch + 4);
   EXPECT_GT(c_->route_version(), version);
   EXPECT_EQ(c_->Snapshot().epoch(), epoch + 4);

@@ -126,7 +126,7 @@ json Controller::StatusJson() const {
   const json unknown;  // null: on a standby, only the leader knows
   return {{"epoch", epoch_},
           {"leading", acting()},
-          {"route_version", standby_ ? unknown : json(route_version_)},
+          {"route_version", standby_ && route_version_ == 0 ? unknown : json(route_version_)},
           {"startup_grace_left_ms", standby_ ? unknown : json(common::ToMillis(left))},
           {"routers", standby_ ? unknown : json(routers_.size())},
           {"store", store_->Kind()}};

@@ -204,10 +204,14 @@ class ControllerServer::AgentServiceImpl final : public v1::AgentService::Callba
   const bool mtls_;
 };
 
-class ControllerServer::RouteServiceImpl final : public v1::RouteService::Service {
+namespace {
+
+// RouteService.Watch over a RouteSource: one thread per router, which sends
+// each new snapshot; a second one reads the router's acks.
+class RouteWatchService final : public v1::RouteService::Service {
  public:
-  RouteServiceImpl(Controller* c, std::atomic<bool>* stopping)
-      : controller_(c), stopping_(stopping) {}
+  RouteWatchService(RouteSource* source, std::atomic<bool>* stopping)
+      : source_(source), stopping_(stopping) {}
   grpc::Status Watch(grpc::ServerContext* ctx,
                      grpc::ServerReaderWriter<v1::RouteSnapshot, v1::RouteAck>* stream) override {
     v1::RouteAck first;
@@ -215,63 +219,75 @@ class ControllerServer::RouteServiceImpl final : public v1::RouteService::Servic
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first ack must name the router");
     }
     const std::string router = first.router();
-    controller_->RouterHello(router, first.epoch());
+    source_->Hello(router, first);
     std::atomic<bool> done{false};
     std::thread reader([&] {
       v1::RouteAck ack;
-      while (stream->Read(&ack)) {
-        controller_->RouterAck(router, ack.version(),
-                               {ack.suspect_nodes().begin(), ack.suspect_nodes().end()},
-                               ack.has_stats() ? &ack.stats() : nullptr);
-      }
+      while (stream->Read(&ack)) source_->Ack(router, ack);
       done = true;
     });
-    uint64_t sent = 0;
-    while (!done && !ctx->IsCancelled() && !*stopping_ && controller_->acting()) {
-      uint64_t version = controller_->route_version();
-      if (version != sent) {
-        v1::RouteSnapshot snapshot = controller_->Snapshot();
-        // Deposed meanwhile: its routes may hold a failover it never committed.
-        if (!controller_->acting()) break;
-        if (!stream->Write(snapshot)) break;
-        sent = version;
-      }
-      controller_->WaitForRoutes(sent, milliseconds(200));
+    std::optional<v1::RouteSnapshot> sent;
+    while (!done && !ctx->IsCancelled() && !*stopping_ && source_->Serving()) {
+      std::optional<v1::RouteSnapshot> next =
+          source_->Next(sent ? &*sent : nullptr, milliseconds(200));
+      if (!next) continue;
+      // Deposed meanwhile: its routes may hold a failover it never committed.
+      if (!source_->Serving()) break;
+      if (!stream->Write(*next)) break;
+      sent = std::move(next);
     }
     ctx->TryCancel();
     reader.join();
-    controller_->RouterGone(router);
+    source_->Gone(router);
     return grpc::Status::OK;
   }
 
  private:
-  Controller* const controller_;
+  RouteSource* const source_;
   std::atomic<bool>* stopping_;
 };
 
-ControllerServer::ControllerServer(Controller* controller, const ControllerConfig& config)
-    : controller_(controller), config_(config) {}
+// The leader's routes: a new snapshot with each new route version.
+class LeaderRoutes final : public RouteSource {
+ public:
+  explicit LeaderRoutes(Controller* c) : c_(c) {}
+  bool Serving() const override { return c_->acting(); }
+  std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
+                                        common::Duration timeout) override {
+    if (sent != nullptr && c_->WaitForRoutes(sent->version(), timeout) == sent->version()) {
+      return std::nullopt;
+    }
+    return c_->Snapshot();
+  }
+  void Hello(const std::string& router, const v1::RouteAck& first) override {
+    c_->RouterHello(router, first.epoch(), first.version());
+  }
+  void Ack(const std::string& router, const v1::RouteAck& ack) override {
+    c_->RouterAck(router, ack.version(), {ack.suspect_nodes().begin(), ack.suspect_nodes().end()},
+                  ack.has_stats() ? &ack.stats() : nullptr);
+  }
+  void Gone(const std::string& router) override { c_->RouterGone(router); }
 
-ControllerServer::~ControllerServer() { Stop(); }
+ private:
+  Controller* const c_;
+};
 
-absl::Status ControllerServer::Start() {
-  agents_ = std::make_unique<AgentServiceImpl>(
-      controller_, !config_.tls_cert.empty() && !config_.tls_ca.empty());
-  routes_ = std::make_unique<RouteServiceImpl>(controller_, &stopping_);
+// The controller's gRPC server on listen.grpc, with its TLS, serving
+// `services`; sets `*port`.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ControllerConfig& config,
+                                                        const std::vector<grpc::Service*>& services,
+                                                        int* port) {
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (!config_.tls_cert.empty()) {
-    auto read = [](const std::string& path) -> absl::StatusOr<std::string> {
-      return common::ReadFile(path);
-    };
-    auto cert = read(config_.tls_cert);
-    auto key = read(config_.tls_key);
+  if (!config.tls_cert.empty()) {
+    auto cert = common::ReadFile(config.tls_cert);
+    auto key = common::ReadFile(config.tls_key);
     if (!cert.ok()) return cert.status();
     if (!key.ok()) return key.status();
     grpc::SslServerCredentialsOptions o(
-        config_.tls_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    if (!config_.tls_ca.empty()) {
-      auto ca = read(config_.tls_ca);
+        config.tls_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    if (!config.tls_ca.empty()) {
+      auto ca = common::ReadFile(config.tls_ca);
       if (!ca.ok()) return ca.status();
       o.pem_root_certs = *ca;
     }
@@ -279,12 +295,11 @@ absl::Status ControllerServer::Start() {
     creds = grpc::SslServerCredentials(o);
   }
   grpc::ServerBuilder b;
-  b.AddListeningPort(config_.grpc_listen, creds, &grpc_port_);
+  b.AddListeningPort(config.grpc_listen, creds, port);
   // gRPC sets SO_REUSEPORT by default: two controllers then both bound the
   // port and the agents split between them. One port, one owner.
   b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  b.RegisterService(agents_.get());
-  b.RegisterService(routes_.get());
+  for (grpc::Service* s : services) b.RegisterService(s);
   // Agents send a keepalive every second; let them.
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
@@ -297,10 +312,28 @@ absl::Status ControllerServer::Start() {
   // not refused for long as a second stream for a connected node.
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
-  grpc_ = b.BuildAndStart();
-  if (!grpc_ || grpc_port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", config_.grpc_listen));
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  if (!server || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", config.grpc_listen));
   }
+  return server;
+}
+
+}  // namespace
+
+ControllerServer::ControllerServer(Controller* controller, const ControllerConfig& config)
+    : controller_(controller), config_(config) {}
+
+ControllerServer::~ControllerServer() { Stop(); }
+
+absl::Status ControllerServer::Start() {
+  agents_ = std::make_unique<AgentServiceImpl>(
+      controller_, !config_.tls_cert.empty() && !config_.tls_ca.empty());
+  route_source_ = std::make_unique<LeaderRoutes>(controller_);
+  routes_ = std::make_unique<RouteWatchService>(route_source_.get(), &stopping_);
+  auto grpc = StartGrpc(config_, {agents_.get(), routes_.get()}, &grpc_port_);
+  if (!grpc.ok()) return grpc.status();
+  grpc_ = std::move(*grpc);
   std::vector<std::string> hp = absl::StrSplit(config_.http_listen, absl::MaxSplits(':', 1));
   uint32_t port = 0;
   if (hp.size() != 2 || !absl::SimpleAtoi(hp[1], &port) || port > 65535) {
@@ -488,6 +521,68 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
 
 // ---- StandbyServer ----
 
+// A standby's routes: the snapshot of the state it last read, under the
+// leader's epoch and route version, marked as a standby's so that routers
+// go on looking for the leader (their hints and acks count only there).
+class StandbyServer::StandbyRoutes final : public RouteSource {
+ public:
+  void Set(std::optional<v1::RouteSnapshot> snap) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      snap_ = std::move(snap);
+    }
+    cv_.notify_all();
+  }
+  bool Serving() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return snap_.has_value();
+  }
+  std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
+                                        common::Duration timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto fresh = [&] {
+      return snap_ && (sent == nullptr || snap_->epoch() != sent->epoch() ||
+                       snap_->version() != sent->version());
+    };
+    if (!cv_.wait_for(lock, timeout, fresh)) return std::nullopt;
+    return snap_;
+  }
+  // A standby acts on nothing a router says: its suspects and acks are for
+  // the leader, which the router goes on to find.
+  void Hello(const std::string&, const v1::RouteAck&) override {}
+  void Ack(const std::string&, const v1::RouteAck&) override {}
+  void Gone(const std::string&) override {}
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<v1::RouteSnapshot> snap_;  // guarded by mu_
+};
+
+// Agents heartbeat to the leader only: a standby ends their stream at once,
+// and they try the next listed controller.
+class StandbyServer::RefuseAgents final : public v1::AgentService::Service {
+ public:
+  explicit RefuseAgents(StandbyServer* s) : s_(s) {}
+  grpc::Status Connect(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>*) override {
+    std::string leader;
+    {
+      std::lock_guard<std::mutex> lock(s_->mu_);
+      leader = s_->leader_;
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("this controller stands by (",
+                                     leader.empty() ? "no controller leads now"
+                                                    : absl::StrCat("the leader is ", leader),
+                                     "); agents heartbeat to the leader"));
+  }
+
+ private:
+  StandbyServer* const s_;
+};
+
 StandbyServer::StandbyServer(const ControllerConfig& config) : config_(config) {}
 
 StandbyServer::~StandbyServer() { Stop(); }
@@ -495,6 +590,12 @@ StandbyServer::~StandbyServer() { Stop(); }
 absl::Status StandbyServer::Start() {
   auto hp = common::ParseHostPort(config_.http_listen, "listen.http");
   if (!hp.ok()) return hp.status();
+  route_source_ = std::make_unique<StandbyRoutes>();
+  routes_ = std::make_unique<RouteWatchService>(route_source_.get(), &stopping_);
+  agents_ = std::make_unique<RefuseAgents>(this);
+  auto grpc = StartGrpc(config_, {agents_.get(), routes_.get()}, &grpc_port_);
+  if (!grpc.ok()) return grpc.status();
+  grpc_ = std::move(*grpc);
   auto http =
       common::HttpServer::Start({.address = hp->host, .port = hp->port},
                                 [this](const common::HttpRequest& r) { return HandleHttp(r); });
@@ -504,14 +605,29 @@ absl::Status StandbyServer::Start() {
 }
 
 void StandbyServer::Stop() {
+  // Routers on this standby go on to the next controller; listen.grpc and
+  // listen.http are free for the leader this process may now be.
+  stopping_ = true;
+  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  grpc_.reset();
   if (http_) http_->Stop();
 }
 
 void StandbyServer::Set(std::shared_ptr<Controller> state, std::string leader, std::string error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  state_ = std::move(state);
-  leader_ = std::move(leader);
-  error_ = std::move(error);
+  // Routes only from a state read, with a route version the leader wrote.
+  std::optional<v1::RouteSnapshot> routes;
+  if (state != nullptr && state->route_version() != 0) {
+    routes = state->Snapshot();
+    routes->set_standby(true);
+    routes->set_leader(leader);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = std::move(state);
+    leader_ = std::move(leader);
+    error_ = std::move(error);
+  }
+  if (route_source_) route_source_->Set(std::move(routes));
 }
 
 common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {

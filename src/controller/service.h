@@ -5,7 +5,10 @@
 // StandbyServer is a standby's face while it campaigns on etcd: the read API
 // from the state it last read from etcd, writes redirected to the leader (307
 // with the leader's address), /healthz 503 naming the leader, and /metrics
-// with only gpuha_controller_leader 0 and gpuha_controller_store_up.
+// with only gpuha_controller_leader 0 and gpuha_controller_store_up. On
+// listen.grpc it serves the route watch from the same state (the leader's
+// routes under the leader's epoch and version, marked as a standby's) and
+// refuses agents (UNAVAILABLE, naming the leader) so they go on to it.
 //
 //   ControllerServer server(&controller, config);
 //   RETURN_IF_ERROR(server.Start());   // binds, starts the tick thread
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -25,6 +29,24 @@
 #include "gpuha/v1/routes.grpc.pb.h"
 
 namespace gpuha::controller {
+
+// What a route watch streams: the leader's routes, or a standby's copy.
+class RouteSource {
+ public:
+  virtual ~RouteSource() = default;
+  // False once this source may serve no more (a deposed leader; a standby
+  // that has not read the routes): the stream ends, and the router goes on
+  // to the next controller.
+  virtual bool Serving() const = 0;
+  // Routes other than `sent` (null: none sent yet), waiting up to `timeout`
+  // for them; nullopt if none came.
+  virtual std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
+                                                common::Duration timeout) = 0;
+  // What the router says: its first ack, later acks, and its leaving.
+  virtual void Hello(const std::string& router, const v1::RouteAck& first) = 0;
+  virtual void Ack(const std::string& router, const v1::RouteAck& ack) = 0;
+  virtual void Gone(const std::string& router) = 0;
+};
 
 class ControllerServer {
  public:
@@ -40,11 +62,11 @@ class ControllerServer {
 
  private:
   class AgentServiceImpl;
-  class RouteServiceImpl;
   Controller* const controller_;
   const ControllerConfig& config_;
   std::unique_ptr<AgentServiceImpl> agents_;
-  std::unique_ptr<RouteServiceImpl> routes_;
+  std::unique_ptr<RouteSource> route_source_;
+  std::unique_ptr<grpc::Service> routes_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<common::HttpServer> http_;
   int grpc_port_ = 0;
@@ -56,9 +78,10 @@ class StandbyServer {
  public:
   explicit StandbyServer(const ControllerConfig& config);
   ~StandbyServer();
-  [[nodiscard]] absl::Status Start();  // binds listen.http
+  [[nodiscard]] absl::Status Start();  // binds listen.http and listen.grpc
   void Stop();
   uint16_t http_port() const { return http_ ? http_->port() : 0; }
+  int grpc_port() const { return grpc_port_; }
   // What to serve: `state` loaded with Controller::LoadAsStandby (null: none
   // read), the leader's address ("" while none leads), and why the store
   // could not be read ("" when it could).
@@ -66,8 +89,16 @@ class StandbyServer {
   common::HttpResponse HandleHttp(const common::HttpRequest& r);
 
  private:
+  class StandbyRoutes;
+  class RefuseAgents;
   const ControllerConfig& config_;
   std::unique_ptr<common::HttpServer> http_;
+  std::unique_ptr<StandbyRoutes> route_source_;
+  std::unique_ptr<grpc::Service> routes_;
+  std::unique_ptr<RefuseAgents> agents_;
+  std::unique_ptr<grpc::Server> grpc_;
+  int grpc_port_ = 0;
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::shared_ptr<Controller> state_;  // guarded by mu_
   std::string leader_, error_;         // guarded by mu_

@@ -215,7 +215,8 @@ TEST_F(ApiTest, AStandbyServesReadsFromTheStoreAndRedirectsWrites) {
   EXPECT_EQ(json::parse(r.body)["leading"], false);
   EXPECT_EQ(json::parse(r.body)["role"], "standby");
   EXPECT_EQ(json::parse(r.body)["leader"], "127.0.0.1:7402");
-  EXPECT_TRUE(json::parse(r.body)["route_version"].is_null()) << "only the leader knows it";
+  // The version the leader committed with this state.
+  EXPECT_EQ(json::parse(r.body)["route_version"], controller_.route_version());
   // What etcd holds, and nothing it does not: live fields are null.
   r = call("GET", "/api/v1/nodes/n1", "view-token");
   EXPECT_EQ(json::parse(r.body)["state"], "serving");
@@ -249,6 +250,108 @@ TEST_F(ApiTest, AStandbyServesReadsFromTheStoreAndRedirectsWrites) {
   EXPECT_THAT(r.body, HasSubstr("no leader"));
   EXPECT_THAT(call("GET", "/metrics", "").body,
               HasSubstr("gpuha_controller_store_up{store=\"etcd\"} 0"));
+}
+
+// A standby's snapshot is the leader's: the same routes under the same
+// epoch and version, after each kind of change (a router takes routes of an
+// equal version, so a different body under it would go unnoticed).
+TEST_F(ApiTest, AStandbysRoutesAreTheLeadersUnderTheLeadersVersion) {
+  auto expect_same = [&](const std::string& after) {
+    SCOPED_TRACE(after);
+    Controller state(config_, std::make_unique<BorrowedStore>(store_), common::RealClock::Get(),
+                     &fencer_);
+    ASSERT_TRUE(state.LoadAsStandby().ok());
+    v1::RouteSnapshot mine = state.Snapshot();
+    v1::RouteSnapshot leaders = controller_.Snapshot();
+    EXPECT_EQ(mine.version(), leaders.version());
+    EXPECT_EQ(mine.epoch(), leaders.epoch());
+    EXPECT_EQ(mine.DebugString(), leaders.DebugString());
+  };
+  expect_same("recovery");
+  for (const char* id : {"cam-1", "cam-2", "cam-3"}) {
+    ASSERT_EQ(
+        Call("POST", "/api/v1/streams", "op-token", json{{"id", id}, {"tenant", "acme"}}.dump())
+            .status,
+        201);
+  }
+  expect_same("streams added");
+  ASSERT_EQ(Call("DELETE", "/api/v1/streams/cam-3", "op-token").status, 200);
+  expect_same("a stream removed");
+  ASSERT_EQ(Call("POST", "/api/v1/nodes/n1/fail", "op-token").status, 200);
+  expect_same("a failover");
+  ASSERT_EQ(Call("POST", "/api/v1/nodes/n1/role", "admin-token", R"({"role":"buffer"})").status,
+            200);
+  expect_same("a role change");
+  controller_.RouterHello("r1", controller_.epoch() + 2, 1);
+  expect_same("an epoch advanced past a router's");
+  ASSERT_EQ(Call("POST", "/api/v1/nodes/n2/drain?force=true", "op-token").status, 200);
+  expect_same("a drain");
+}
+
+// On listen.grpc a standby serves the route watch from the state it read,
+// marked as a standby's and naming the leader, and sends agents on.
+TEST_F(ApiTest, AStandbyServesTheRouteWatchAndSendsAgentsOn) {
+  ASSERT_EQ(Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-1","tenant":"acme"})").status,
+            201);
+  auto load = [&] {
+    auto state = std::make_shared<Controller>(config_, std::make_unique<BorrowedStore>(store_),
+                                              common::RealClock::Get(), &fencer_);
+    EXPECT_TRUE(state->LoadAsStandby().ok());
+    return state;
+  };
+  StandbyServer standby(config_);
+  ASSERT_TRUE(standby.Start().ok());
+  standby.Set(load(), "127.0.0.1:7402", "");
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(standby.grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::RouteService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto watch = stub->Watch(&ctx);
+  v1::RouteAck hello;
+  hello.set_router("r1");
+  ASSERT_TRUE(watch->Write(hello));
+  v1::RouteSnapshot snap;
+  ASSERT_TRUE(watch->Read(&snap));
+  EXPECT_TRUE(snap.standby());
+  EXPECT_EQ(snap.leader(), "127.0.0.1:7402");
+  EXPECT_EQ(snap.version(), controller_.route_version());
+  EXPECT_EQ(snap.epoch(), controller_.epoch());
+  ASSERT_EQ(snap.routes_size(), 1);
+  EXPECT_EQ(snap.routes(0).stream(), "cam-1");
+  // A hint to a standby is dropped, not acted on: the router takes it to the leader.
+  v1::RouteAck ack;
+  ack.set_router("r1");
+  ack.set_version(snap.version());
+  ack.add_suspect_nodes("n2");
+  const json n2 = *controller_.NodeJson("n2");
+  ASSERT_TRUE(watch->Write(ack));
+
+  // The leader changes routes; the standby reads them again and sends them.
+  ASSERT_EQ(Call("POST", "/api/v1/streams", "op-token", R"({"id":"cam-2","tenant":"acme"})").status,
+            201);
+  standby.Set(load(), "127.0.0.1:7402", "");
+  ASSERT_TRUE(watch->Read(&snap));
+  EXPECT_EQ(snap.version(), controller_.route_version());
+  EXPECT_EQ(snap.routes_size(), 2);
+  EXPECT_EQ(*controller_.NodeJson("n2"), n2) << "the standby acted on a hint";
+
+  // An agent is refused at once, told where the leader is.
+  auto agents = v1::AgentService::NewStub(channel);
+  grpc::ClientContext actx;
+  actx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto agent = agents->Connect(&actx);
+  v1::AgentMessage m;
+  m.mutable_hello()->set_node("n1");
+  agent->Write(m);
+  grpc::Status refused = agent->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("the leader is 127.0.0.1:7402"));
+
+  // etcd unreadable: the standby serves no routes, and the stream ends.
+  standby.Set(nullptr, "", "cannot read etcd: etcdserver: no leader");
+  EXPECT_FALSE(watch->Read(&snap));
+  watch->Finish().IgnoreError();
+  standby.Stop();
 }
 
 class NoProcesses : public agent::ProcessRunner {

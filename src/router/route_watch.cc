@@ -12,6 +12,14 @@ namespace gpuha::router {
 
 using std::chrono::milliseconds;
 
+namespace {
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 RouteWatch::RouteWatch(Router* router, const RouterConfig& config, common::Clock* clock)
     : router_(router), config_(config), clock_(clock) {}
 
@@ -40,9 +48,14 @@ void RouteWatch::Run() {
     if (stopping_) break;
     common::Duration wait = policy.Failed(started, clock_->Now(), absl::IsDeadlineExceeded(s));
     reconnects_++;
-    spdlog::warn("router: route watch on {}: {}; keeping routes v{}, retrying with {} in {} ms",
-                 c.str(), s.message(), router_->routes() ? router_->routes()->version() : 0,
-                 policy.target().str(), common::ToMillis(wait));
+    if (absl::IsAborted(s)) {  // left a standby on purpose
+      spdlog::info("router: {}; trying {} in {} ms", s.message(), policy.target().str(),
+                   common::ToMillis(wait));
+    } else {
+      spdlog::warn("router: route watch on {}: {}; keeping routes v{}, retrying with {} in {} ms",
+                   c.str(), s.message(), router_->routes() ? router_->routes()->version() : 0,
+                   policy.target().str(), common::ToMillis(wait));
+    }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, wait, [&] { return stopping_.load(); });
   }
@@ -72,6 +85,8 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   std::mutex write_mu;  // the reader acks; the hint thread sends suspects
   bool ok = stream->Write(hello);
   std::atomic<bool> done{false};
+  std::atomic<bool> leaving{false};           // this standby was left to find the leader
+  std::atomic<int64_t> standby_since_ms{-1};  // steady clock, when a standby's routes came first
   std::thread hints;
   absl::Status refused;  // a snapshot older than the routes held
   if (ok) {
@@ -85,6 +100,21 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
       while (!done && !stopping_) {
         cv_.wait_for(lock, milliseconds(20));
         std::vector<std::string> s = router_->TakeSuspects();
+        if (on_standby_) {
+          // A standby acts on no hint: keep them for the leader, and go and
+          // find it at once if there are any, or once the dwell is over.
+          held_suspects_.insert(held_suspects_.end(), s.begin(), s.end());
+          const int64_t now_ms = SteadyMs();
+          if (!held_suspects_.empty() ||
+              now_ms - standby_since_ms >= common::ToMillis(kStandbyDwell)) {
+            leaving = true;
+            ctx.TryCancel();
+            break;
+          }
+          continue;
+        }
+        s.insert(s.begin(), held_suspects_.begin(), held_suspects_.end());
+        held_suspects_.clear();
         const bool stats_due = std::chrono::steady_clock::now() - last_stats >= milliseconds(1000);
         if (s.empty() && !stats_due) continue;
         v1::RouteAck ack;
@@ -110,14 +140,21 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
     });
     v1::RouteSnapshot snap;
     while (stream->Read(&snap)) {
+      if (snap.standby() && standby_since_ms < 0) {
+        standby_since_ms = SteadyMs();
+      }
+      on_standby_ = snap.standby();
       if (absl::Status s = router_->SetRoutes(RouteTable::FromSnapshot(snap)); !s.ok()) {
         // A controller that sends older routes than those held (a deposed
         // one) is left for the next listed controller.
         refused = s;
         break;
       } else {
-        spdlog::info("router: routes v{} (epoch {}, {} streams)", snap.version(), snap.epoch(),
-                     snap.routes_size());
+        spdlog::info("router: routes v{} (epoch {}, {} streams){}", snap.version(), snap.epoch(),
+                     snap.routes_size(),
+                     snap.standby() ? absl::StrCat(" from a standby; the leader is ",
+                                                   snap.leader().empty() ? "none" : snap.leader())
+                                    : "");
       }
       v1::RouteAck ack;  // the version it holds, applied or kept
       ack.set_router(config_.router_id);
@@ -129,6 +166,7 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   done = true;
   cv_.notify_all();
   connected_ = false;
+  on_standby_ = false;
   ctx.TryCancel();
   if (hints.joinable()) hints.join();
   grpc::Status st = stream->Finish();
@@ -138,6 +176,10 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   }
   if (stopping_) return absl::CancelledError("stopping");
   if (!refused.ok()) return refused;  // logged by Run; the next controller is tried
+  if (leaving) {
+    return absl::AbortedError(
+        absl::StrCat("controller ", controller.str(), " stands by; looking for the leader"));
+  }
   return absl::UnavailableError(st.ok() ? "closed the stream"
                                         : absl::StrCat("stream broke: ", st.error_message()));
 }

@@ -3,6 +3,13 @@
 // the manner of Envoy's xDS). Reconnects with jittered backoff across the
 // listed controllers; while none answers the router keeps its last routes.
 // Acks carry the router's suspect nodes (connection failures it saw).
+//
+// A standby controller (controllers on etcd) serves the leader's routes too,
+// marked as a standby's: the router takes them, and after kStandbyDwell, or
+// at once when it has a suspect node to report, goes on to the next
+// controller to find the leader, where its acks and hints are acted on. So a
+// router that cannot reach the leader, or watches while none leads, still
+// gets current routes. Suspects seen on a standby go to the leader.
 #pragma once
 
 #include <atomic>
@@ -26,6 +33,10 @@ class RouteWatch {
   void Start();
   void Stop();
   bool connected() const { return connected_.load(); }
+  // The stream's controller stands by (its last snapshot said so).
+  bool on_standby() const { return on_standby_.load(); }
+  // How long the router stays on a standby before it looks for the leader.
+  static constexpr common::Duration kStandbyDwell = std::chrono::milliseconds(2000);
   // Watches that ended and were retried (the next controller in turn).
   uint64_t reconnects() const { return reconnects_.load(); }
 
@@ -38,11 +49,14 @@ class RouteWatch {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> connected_{false};
+  std::atomic<bool> on_standby_{false};
   std::atomic<uint64_t> reconnects_{0};
   common::Clock* const clock_;
   std::mutex mu_;
   std::condition_variable cv_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_
+  // Suspects taken on a standby, for the leader's stream.
+  std::vector<std::string> held_suspects_;  // guarded by mu_
 };
 
 }  // namespace gpuha::router

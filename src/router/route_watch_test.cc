@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/testing/eventually.h"
+#include "common/testing/raw_http.h"
 #include "gpuha/v1/routes.grpc.pb.h"
 
 namespace gpuha::router {
@@ -20,12 +21,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Serves one snapshot (epoch, version, stream s1 on `primary`) to each
-// watcher and records the acks it gets.
+// Serves one snapshot (epoch, version, stream s1 on `primary`; a standby's
+// if `standby`) to each watcher and records the acks it gets.
 class FakeRouteService final : public v1::RouteService::Service {
  public:
-  FakeRouteService(uint64_t epoch, uint64_t version, std::string primary)
-      : epoch_(epoch), version_(version), primary_(std::move(primary)) {
+  FakeRouteService(uint64_t epoch, uint64_t version, std::string primary, bool standby = false)
+      : epoch_(epoch), version_(version), primary_(std::move(primary)), standby_(standby) {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(this);
@@ -41,6 +42,14 @@ class FakeRouteService final : public v1::RouteService::Service {
   std::vector<uint64_t> acked() {
     std::lock_guard<std::mutex> lock(mu_);
     return acked_;
+  }
+  std::vector<std::string> suspects() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return suspects_;
+  }
+  int watches() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(hello_epochs_.size());
   }
   // The epoch each watcher said it held when it started.
   std::vector<uint64_t> hello_epochs() {
@@ -59,6 +68,8 @@ class FakeRouteService final : public v1::RouteService::Service {
     v1::RouteSnapshot snap;
     snap.set_epoch(epoch_);
     snap.set_version(version_);
+    snap.set_standby(standby_);
+    if (standby_) snap.set_leader("127.0.0.1:7402");
     v1::Route* r = snap.add_routes();
     r->set_stream("s1");
     r->set_tenant("acme");
@@ -68,6 +79,7 @@ class FakeRouteService final : public v1::RouteService::Service {
     while (stream->Read(&ack)) {
       std::lock_guard<std::mutex> lock(mu_);
       acked_.push_back(ack.version());
+      suspects_.insert(suspects_.end(), ack.suspect_nodes().begin(), ack.suspect_nodes().end());
     }
     return grpc::Status::OK;
   }
@@ -75,11 +87,13 @@ class FakeRouteService final : public v1::RouteService::Service {
  private:
   uint64_t epoch_, version_;
   std::string primary_;
+  bool standby_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
   std::vector<uint64_t> acked_;
   std::vector<uint64_t> hello_epochs_;
+  std::vector<std::string> suspects_;
 };
 
 bool Eventually(const std::function<bool()>& pred) {
@@ -163,6 +177,48 @@ TEST_F(RouteWatchTest, AnOlderEpochIsRefusedAndItsControllerLeft) {
   EXPECT_EQ(PrimaryOfS1(), "n1");
   EXPECT_EQ(router_->routes()->epoch(), 5u);
   EXPECT_EQ(router_->routes()->version(), 2u);
+}
+
+// Controllers on etcd: a standby serves the leader's routes. The router
+// takes them, then goes on to the leader (where its acks and hints are acted
+// on) and stays there.
+TEST_F(RouteWatchTest, AStandbysRoutesAreTakenAndTheRouterGoesOnToTheLeader) {
+  FakeRouteService standby(/*epoch=*/3, /*version=*/7, "n2", /*standby=*/true);
+  FakeRouteService leader(/*epoch=*/3, /*version=*/8, "n1");
+  StartRouter({standby.port(), leader.port()});  // the standby is tried first
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n2"; }));
+  EXPECT_EQ(router_->routes()->version(), 7u);
+  const auto found = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return PrimaryOfS1() == "n1"; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - found, RouteWatch::kStandbyDwell - milliseconds(500))
+      << "left the standby before its dwell, with nothing to report";
+  EXPECT_FALSE(watch_->on_standby());
+  // The leader holds it: no more visits to the standby.
+  std::this_thread::sleep_for(RouteWatch::kStandbyDwell + milliseconds(500));
+  EXPECT_EQ(standby.watches(), 1);
+  EXPECT_EQ(leader.watches(), 1);
+  EXPECT_TRUE(watch_->connected());
+}
+
+// A suspect node seen while on a standby (which acts on no hint) sends the
+// router to the leader at once, and the hint reaches the leader.
+TEST_F(RouteWatchTest, ASuspectSeenOnAStandbyIsReportedToTheLeader) {
+  FakeRouteService standby(/*epoch=*/3, /*version=*/7, "n2", /*standby=*/true);
+  FakeRouteService leader(/*epoch=*/3, /*version=*/7, "n2");
+  StartRouter({standby.port(), leader.port()});
+  ASSERT_TRUE(Eventually([&] { return watch_->on_standby(); }));
+  // s1's primary is 127.0.0.1:1: the connection is refused, and n2 suspect.
+  const auto asked = std::chrono::steady_clock::now();
+  gpuha::testing::Reply r =
+      gpuha::testing::Send(router_->port(), gpuha::testing::Get("/streams/s1/x", ""));
+  EXPECT_EQ(r.status, 502) << r.error << r.body;
+  ASSERT_TRUE(Eventually([&] {
+    auto s = leader.suspects();
+    return std::find(s.begin(), s.end(), "n2") != s.end();
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, RouteWatch::kStandbyDwell)
+      << "the hint waited for the dwell";
+  EXPECT_TRUE(standby.suspects().empty()) << "a hint went to the standby";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -39,6 +40,7 @@ class ControllerHaTest : public ::testing::Test {
   struct Controller {
     std::unique_ptr<ChildProcess> process;
     uint16_t http_port = 0;
+    uint16_t grpc_port = 0;
   };
   // `etcd_url`: how this controller reaches etcd (default: loopback);
   // `wrap`: a command it runs under (`ip netns exec NS`).
@@ -46,7 +48,7 @@ class ControllerHaTest : public ::testing::Test {
                    const std::vector<std::string>& wrap = {}) {
     Controller c;
     c.http_port = common::FreeLoopbackPort();
-    const uint16_t grpc_port = common::FreeLoopbackPort();
+    const uint16_t grpc_port = c.grpc_port = common::FreeLoopbackPort();
     std::string path = (gpuha::testing::TestTempDir() / (name + ".yaml")).string();
     std::ofstream(path) << absl::StrCat(
         "cluster: { redundancy: 1 }\n"
@@ -187,6 +189,48 @@ TEST_F(ControllerHaTest, AStandbyServesReadsFromEtcdAndSendsWritesToTheLeader) {
   auto led = get(b, "/healthz");
   ASSERT_TRUE(led.ok());
   EXPECT_EQ(led->status, 200);
+}
+
+// A router that reaches only a standby still gets the leader's routes, under
+// the leader's epoch and version, and each new version as etcd's watch
+// brings it to the standby.
+TEST_F(ControllerHaTest, ARouterWatchingAStandbyGetsTheLeadersRoutes) {
+  Controller a = Start("a");
+  ASSERT_TRUE(Leads(a, milliseconds(10000))) << a.process->err();
+  Controller b = Start("b");  // the router retries until it listens
+  std::string path = (gpuha::testing::TestTempDir() / "router.yaml").string();
+  const uint16_t admin = common::FreeLoopbackPort();
+  std::ofstream(path) << absl::StrCat(
+      "listen: 127.0.0.1:", common::FreeLoopbackPort(), "\nadmin: 127.0.0.1:", admin,
+      "\nid: r1\nthreads: 1\nauth: none\ncontrollers: [127.0.0.1:", b.grpc_port, "]\n");
+  ChildProcess router({GPUHA_BINARY, "router", "--config", path});
+  // The routes the router holds match the leader's (its /routes).
+  auto holds_leaders = [&] {
+    nlohmann::json leader = Status(a);
+    auto r = common::HttpCall("GET", "127.0.0.1", admin, "/routes", "", milliseconds(2000), "");
+    if (!r.ok() || r->status != 200 || !leader.is_object()) return false;
+    nlohmann::json held = nlohmann::json::parse(r->body, nullptr, false);
+    return held.value("version", 0) == leader.value("route_version", -1) &&
+           held.value("epoch", 0) == leader.value("epoch", -1);
+  };
+  auto eventually = [](const std::function<bool()>& f) {
+    for (int i = 0; i < 100; ++i) {
+      if (f()) return true;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    return false;
+  };
+  ASSERT_TRUE(eventually(holds_leaders)) << router.err();
+  EXPECT_THAT(router.err(),
+              HasSubstr(absl::StrCat("from a standby; the leader is 127.0.0.1:", a.http_port)));
+  // A change on the leader reaches the router through the standby.
+  const int64_t before = Status(a).value("route_version", 0);
+  auto done = common::HttpCall("POST", "127.0.0.1", a.http_port, "/api/v1/nodes/gpu-2/role",
+                               R"({"role":"buffer"})", milliseconds(2000), kAdmin);
+  ASSERT_TRUE(done.ok());
+  ASSERT_EQ(done->status, 200) << done->body;
+  EXPECT_GT(Status(a).value("route_version", 0), before);
+  EXPECT_TRUE(eventually(holds_leaders)) << router.err();
 }
 
 // etcd stops answering (as without quorum): the leader stops acting, stays
