@@ -78,11 +78,12 @@ class Standby {
         absl::Status s = held.status();
         std::shared_ptr<controller::Controller> state;
         if (s.ok()) {
-          state = std::make_shared<controller::Controller>(
-              config_,
-              std::make_unique<controller::EtcdStore>(
-                  client_, prefix, static_cast<size_t>(config_.etcd.max_txn_ops)),
-              common::RealClock::Get(), fencer_);
+          auto store = std::make_unique<controller::EtcdStore>(
+              client_, prefix, static_cast<size_t>(config_.etcd.max_txn_ops));
+          // Every table as of the leader key's read: no commit in between.
+          store->ReadAt(held->header().revision());
+          state = std::make_shared<controller::Controller>(config_, std::move(store),
+                                                           common::RealClock::Get(), fencer_);
           s = state->LoadAsStandby();
         }
         if (!s.ok()) {

@@ -98,12 +98,19 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
 
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   if (!acting()) return;
-  for (StoreWrite& w : MetaWritesLocked()) batch.push_back(std::move(w));
-  if (absl::Status s = store_->Apply(batch); !s.ok()) {
+  // Rows a failed commit left unwritten go with this one: the route version
+  // it writes must not vouch for rows the store never got.
+  for (StoreWrite& w : batch) unsaved_[{w.table, w.key}] = std::move(w.value);
+  std::vector<StoreWrite> all;
+  for (const auto& [row, value] : unsaved_) all.push_back({row.first, row.second, value});
+  for (StoreWrite& w : MetaWritesLocked()) all.push_back(std::move(w));
+  if (absl::Status s = store_->Apply(all); !s.ok()) {
     counters_.store_errors++;
     store_up_ = false;
-    spdlog::error("controller: store write failed: {}", s.message());
+    spdlog::error("controller: store write failed ({} row(s) kept for the next commit): {}",
+                  unsaved_.size(), s.message());
   } else {
+    unsaved_.clear();
     store_up_ = true;
   }
 }

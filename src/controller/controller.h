@@ -283,9 +283,12 @@ class Controller {
   std::map<std::string, StreamSpec> specs_;  // guarded by mu_
   uint64_t epoch_ = 1;                       // guarded by mu_
   uint64_t route_version_ = 1;               // guarded by mu_
-  std::map<std::string, uint64_t> routers_;  // guarded by mu_; acked version per router
-  uint64_t acked_version_logged_ = 0;        // guarded by mu_
-  EventLog events_{10000};                   // guarded by mu_; the newest 10000
+  // Rows of commits the store refused, written again with the next commit.
+  std::map<std::pair<std::string, std::string>, std::optional<std::string>>
+      unsaved_;  // guarded by mu_; (table, key) -> value, nullopt deletes
+  std::map<std::string, uint64_t> routers_;        // guarded by mu_; acked version per router
+  uint64_t acked_version_logged_ = 0;              // guarded by mu_
+  EventLog events_{10000};                         // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;                    // guarded by mu_
   TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes

@@ -544,6 +544,18 @@ TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
   raw->FailWrites(false);
   ASSERT_TRUE(c_->AddStream({"cam-new", "acme", 1}).ok());
   EXPECT_EQ((*raw->Load("stream")).count("cam-new"), 1u);
+  // The rows the failed commits left out went with this one: the store
+  // holds the failover, and the route version it holds names those rows.
+  const std::map<std::string, std::string> streams = *raw->Load("stream");
+  for (const auto& [id, text] : streams) {
+    absl::StatusOr<StreamRecord> r = DecodeStream(id, text);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->primary, "a1") << id;
+  }
+  absl::StatusOr<NodeRecord> a1 = DecodeNode("a1", (*raw->Load("node"))["a1"]);
+  ASSERT_TRUE(a1.ok()) << a1.status();
+  EXPECT_FALSE(a1->available);
+  EXPECT_EQ((*raw->Load("meta"))["route_version"], std::to_string(c_->route_version()));
   EXPECT_EQ(c_->counters().store_errors, errors);
   EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_store_up{store=\"memory\"} 1\n"));
 }

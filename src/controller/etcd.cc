@@ -368,11 +368,17 @@ absl::Status EtcdStore::Apply(const std::vector<StoreWrite>& batch) {
           last.size(), (last.size() + max_txn_ops_ - 1) / max_txn_ops_, max_txn_ops_);
     }
   }
-  auto it = last.begin();
-  while (it != last.end()) {
+  // The meta rows (epoch, route version) go last: split, each transaction
+  // lands whole, and a version never names rows that are not there yet.
+  std::vector<std::pair<std::string, std::optional<std::string>>> ops(last.begin(), last.end());
+  const std::string meta = absl::StrCat(prefix_, "t/meta/");
+  std::stable_partition(ops.begin(), ops.end(),
+                        [&](const auto& op) { return op.first.rfind(meta, 0) != 0; });
+  auto it = ops.begin();
+  while (it != ops.end()) {
     TxnRequest txn;
     AddFence(&txn);
-    for (size_t n = 0; n < max_txn_ops_ && it != last.end(); ++n, ++it) {
+    for (size_t n = 0; n < max_txn_ops_ && it != ops.end(); ++n, ++it) {
       etcdserverpb::RequestOp* op = txn.add_success();
       if (it->second) {
         op->mutable_request_put()->set_key(it->first);
@@ -393,6 +399,7 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStore::Load(const std::st
   RangeRequest req;
   req.set_key(from);
   req.set_range_end(PrefixEnd(from));
+  req.set_revision(read_revision_.load());
   auto r = client_->Range(req);
   if (!r.ok()) return r.status();
   std::map<std::string, std::string> rows;
@@ -470,6 +477,7 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> EtcdStore::LoadEven
   req.set_key(EventKey(prefix_, after_id + 1));
   req.set_range_end(PrefixEnd(prefix_ + "e/"));
   req.set_limit(static_cast<int64_t>(limit));
+  req.set_revision(read_revision_.load());
   auto r = client_->Range(req);
   if (!r.ok()) return r.status();
   std::vector<std::pair<int64_t, std::string>> out;

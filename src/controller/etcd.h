@@ -135,6 +135,10 @@ class EtcdStore : public Store {
   // Runs once, on the writing thread, when a write finds the fence gone:
   // another controller leads, and this one must stop acting at once.
   void OnFenceLost(std::function<void()> f);
+  // Load and LoadEvents read the store as it was at `revision` (0: as it is
+  // now). A standby reads all its state at one revision, so that no commit
+  // lands between its tables.
+  void ReadAt(int64_t revision) { read_revision_ = revision; }
   absl::Status Apply(const std::vector<StoreWrite>& batch) override;
   absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
   absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
@@ -155,6 +159,7 @@ class EtcdStore : public Store {
   int64_t fence_revision_ = 0;                   // guarded by mu_
   mutable std::function<void()> on_fence_lost_;  // guarded by mu_; cleared once run
   std::mutex append_mu_;                         // one AppendEvent at a time from this process
+  std::atomic<int64_t> read_revision_{0};
 };
 
 class EtcdLeader {

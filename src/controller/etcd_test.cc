@@ -180,6 +180,37 @@ TEST_F(EtcdTest, ABatchPastEtcdsTransactionLimitIsWrittenWhole) {
   EtcdStore one_by_one(client, "/small/", 1);
   ASSERT_TRUE(one_by_one.Apply({{"t", "a", "1"}, {"t", "b", "2"}, {"t", "c", "3"}}).ok());
   EXPECT_EQ(one_by_one.Load("t")->size(), 3u);
+
+  // Split, the meta rows (epoch, route version) go in the last transaction:
+  // a route version never lands before the rows it names.
+  ASSERT_TRUE(one_by_one
+                  .Apply({{"meta", "route_version", "7"},
+                          {"node", "n1", "x"},
+                          {"stream", "s1", "y"},
+                          {"meta", "epoch", "3"}})
+                  .ok());
+  etcdserverpb::RangeRequest rows;
+  rows.set_key("/small/t/");
+  rows.set_range_end(PrefixEnd("/small/t/"));
+  auto r = client->Range(rows);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int64_t first_meta = INT64_MAX, last_other = 0;
+  for (const etcdserverpb::KeyValue& kv : r->kvs()) {
+    if (kv.key().rfind("/small/t/meta/", 0) == 0) {
+      first_meta = std::min(first_meta, kv.mod_revision());
+    } else {
+      last_other = std::max(last_other, kv.mod_revision());
+    }
+  }
+  EXPECT_GT(first_meta, last_other);
+  // A standby reads every table as of one revision.
+  const int64_t then = r->header().revision();
+  ASSERT_TRUE(one_by_one.Apply({{"node", "n1", "z"}}).ok());
+  EtcdStore reader(client, "/small/");
+  reader.ReadAt(then);
+  EXPECT_EQ((*reader.Load("node"))["n1"], "x");
+  reader.ReadAt(0);
+  EXPECT_EQ((*reader.Load("node"))["n1"], "z");
 }
 
 TEST_F(EtcdTest, EndpointsAreCheckedAndAnUnreachableOneIsSkipped) {

@@ -1,5 +1,9 @@
 #include "controller/service.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -226,15 +230,13 @@ class RouteWatchService final : public v1::RouteService::Service {
       while (stream->Read(&ack)) source_->Ack(router, ack);
       done = true;
     });
-    std::optional<v1::RouteSnapshot> sent;
+    uint64_t sent = 0;
     while (!done && !ctx->IsCancelled() && !*stopping_ && source_->Serving()) {
-      std::optional<v1::RouteSnapshot> next =
-          source_->Next(sent ? &*sent : nullptr, milliseconds(200));
+      std::optional<v1::RouteSnapshot> next = source_->Next(&sent, milliseconds(200));
       if (!next) continue;
       // Deposed meanwhile: its routes may hold a failover it never committed.
       if (!source_->Serving()) break;
       if (!stream->Write(*next)) break;
-      sent = std::move(next);
     }
     ctx->TryCancel();
     reader.join();
@@ -252,12 +254,12 @@ class LeaderRoutes final : public RouteSource {
  public:
   explicit LeaderRoutes(Controller* c) : c_(c) {}
   bool Serving() const override { return c_->acting(); }
-  std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
-                                        common::Duration timeout) override {
-    if (sent != nullptr && c_->WaitForRoutes(sent->version(), timeout) == sent->version()) {
-      return std::nullopt;
-    }
-    return c_->Snapshot();
+  // The mark is the route version: a new one, new routes.
+  std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) override {
+    if (*sent != 0 && c_->WaitForRoutes(*sent, timeout) == *sent) return std::nullopt;
+    v1::RouteSnapshot snap = c_->Snapshot();
+    *sent = snap.version();
+    return snap;
   }
   void Hello(const std::string& router, const v1::RouteAck& first) override {
     c_->RouterHello(router, first.epoch(), first.version());
@@ -271,6 +273,33 @@ class LeaderRoutes final : public RouteSource {
  private:
   Controller* const c_;
 };
+
+// A controller that starts or stops leading hands listen.grpc from one of
+// its servers to the other within milliseconds; gRPC may close the old
+// listener a little later. Waits (at most `max`) until the address binds.
+void WaitForPortFree(const std::string& listen, common::Duration max) {
+  auto hp = common::ParseHostPort(listen, "listen.grpc");
+  if (!hp.ok() || hp->port == 0) return;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(hp->host.c_str(), std::to_string(hp->port).c_str(), &hints, &found) != 0) {
+    return;  // gRPC's own bind reports it
+  }
+  const auto until = std::chrono::steady_clock::now() + max;
+  while (true) {
+    int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const bool free = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+    if (fd >= 0) ::close(fd);
+    if (free || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ::freeaddrinfo(found);
+}
 
 // The controller's gRPC server on listen.grpc, with its TLS, serving
 // `services`; sets `*port`.
@@ -294,6 +323,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ControllerConfig& 
     o.pem_key_cert_pairs.push_back({*key, *cert});
     creds = grpc::SslServerCredentials(o);
   }
+  WaitForPortFree(config.grpc_listen, milliseconds(2000));
   grpc::ServerBuilder b;
   b.AddListeningPort(config.grpc_listen, creds, port);
   // gRPC sets SO_REUSEPORT by default: two controllers then both bound the
@@ -526,9 +556,15 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
 // go on looking for the leader (their hints and acks count only there).
 class StandbyServer::StandbyRoutes final : public RouteSource {
  public:
+  // nullopt: none to serve (not read, or unreadable); streams end.
   void Set(std::optional<v1::RouteSnapshot> snap) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // Compared whole: a reload that finds other routes sends them, even
+      // under the same epoch and version.
+      if (snap && (!snap_ || snap->SerializeAsString() != snap_->SerializeAsString())) {
+        ++generation_;
+      }
       snap_ = std::move(snap);
     }
     cv_.notify_all();
@@ -537,14 +573,13 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
     std::lock_guard<std::mutex> lock(mu_);
     return snap_.has_value();
   }
-  std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
-                                        common::Duration timeout) override {
+  // The mark is the generation: routes that differ from the last ones held.
+  std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
-    auto fresh = [&] {
-      return snap_ && (sent == nullptr || snap_->epoch() != sent->epoch() ||
-                       snap_->version() != sent->version());
-    };
-    if (!cv_.wait_for(lock, timeout, fresh)) return std::nullopt;
+    if (!cv_.wait_for(lock, timeout, [&] { return snap_ && generation_ != *sent; })) {
+      return std::nullopt;
+    }
+    *sent = generation_;
     return snap_;
   }
   // A standby acts on nothing a router says: its suspects and acks are for
@@ -557,6 +592,7 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<v1::RouteSnapshot> snap_;  // guarded by mu_
+  uint64_t generation_ = 0;                // guarded by mu_; counts changes of snap_
 };
 
 // Agents heartbeat to the leader only: a standby ends their stream at once,
@@ -608,6 +644,7 @@ void StandbyServer::Stop() {
   // Routers on this standby go on to the next controller; listen.grpc and
   // listen.http are free for the leader this process may now be.
   stopping_ = true;
+  if (route_source_) route_source_->Set(std::nullopt);  // wakes the route streams
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
   grpc_.reset();
   if (http_) http_->Stop();

@@ -38,10 +38,10 @@ class RouteSource {
   // that has not read the routes): the stream ends, and the router goes on
   // to the next controller.
   virtual bool Serving() const = 0;
-  // Routes other than `sent` (null: none sent yet), waiting up to `timeout`
-  // for them; nullopt if none came.
-  virtual std::optional<v1::RouteSnapshot> Next(const v1::RouteSnapshot* sent,
-                                                common::Duration timeout) = 0;
+  // The routes, once they differ from what the stream sent. `*sent` is the
+  // source's mark of that (0: nothing yet), and moves with each snapshot
+  // returned. Waits up to `timeout`; nullopt if nothing new came.
+  virtual std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) = 0;
   // What the router says: its first ack, later acks, and its leaving.
   virtual void Hello(const std::string& router, const v1::RouteAck& first) = 0;
   virtual void Ack(const std::string& router, const v1::RouteAck& ack) = 0;

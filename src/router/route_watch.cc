@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_client.h"
 #include "common/log.h"
@@ -12,16 +15,18 @@ namespace gpuha::router {
 
 using std::chrono::milliseconds;
 
-namespace {
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
+RouteWatch::RouteWatch(Router* router, const RouterConfig& config, common::Clock* clock,
+                       common::Duration standby_dwell)
+    : router_(router), config_(config), clock_(clock), standby_dwell_(standby_dwell) {}
 
-RouteWatch::RouteWatch(Router* router, const RouterConfig& config, common::Clock* clock)
-    : router_(router), config_(config), clock_(clock) {}
+void RouteWatch::HoldSuspectsLocked(const std::vector<std::string>& nodes) {
+  for (const std::string& n : nodes) {
+    if (held_suspects_.size() >= kMaxHeldSuspects) break;
+    if (std::find(held_suspects_.begin(), held_suspects_.end(), n) == held_suspects_.end()) {
+      held_suspects_.push_back(n);
+    }
+  }
+}
 
 RouteWatch::~RouteWatch() { Stop(); }
 
@@ -85,8 +90,14 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   std::mutex write_mu;  // the reader acks; the hint thread sends suspects
   bool ok = stream->Write(hello);
   std::atomic<bool> done{false};
-  std::atomic<bool> leaving{false};           // this standby was left to find the leader
-  std::atomic<int64_t> standby_since_ms{-1};  // steady clock, when a standby's routes came first
+  std::atomic<bool> leaving{false};  // this standby was left to find the leader
+  // Who is on the other end, as its last snapshot said: suspects go out only
+  // to a leader (a standby, or a deposed leader that sends nothing, would
+  // drop them).
+  enum Peer : int { kUnknown, kStandby, kLeader };
+  std::atomic<int> peer{kUnknown};
+  auto now_ms = [this] { return common::ToMillis(clock_->Now().time_since_epoch()); };
+  std::atomic<int64_t> standby_since_ms{0};  // when the standby's first routes came
   std::thread hints;
   absl::Status refused;  // a snapshot older than the routes held
   if (ok) {
@@ -99,22 +110,17 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
       auto last_stats = std::chrono::steady_clock::now();
       while (!done && !stopping_) {
         cv_.wait_for(lock, milliseconds(20));
-        std::vector<std::string> s = router_->TakeSuspects();
-        if (on_standby_) {
-          // A standby acts on no hint: keep them for the leader, and go and
-          // find it at once if there are any, or once the dwell is over.
-          held_suspects_.insert(held_suspects_.end(), s.begin(), s.end());
-          const int64_t now_ms = SteadyMs();
-          if (!held_suspects_.empty() ||
-              now_ms - standby_since_ms >= common::ToMillis(kStandbyDwell)) {
-            leaving = true;
-            ctx.TryCancel();
-            break;
-          }
-          continue;
+        HoldSuspectsLocked(router_->TakeSuspects());
+        if (peer == kStandby && (!held_suspects_.empty() ||
+                                 now_ms() - standby_since_ms >= common::ToMillis(standby_dwell_))) {
+          // A standby acts on no hint: go and find the leader, at once if
+          // there is one to give it, or once the dwell is over.
+          leaving = true;
+          ctx.TryCancel();
+          break;
         }
-        s.insert(s.begin(), held_suspects_.begin(), held_suspects_.end());
-        held_suspects_.clear();
+        if (peer != kLeader) continue;
+        std::vector<std::string> s = std::exchange(held_suspects_, {});
         const bool stats_due = std::chrono::steady_clock::now() - last_stats >= milliseconds(1000);
         if (s.empty() && !stats_due) continue;
         v1::RouteAck ack;
@@ -135,14 +141,16 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
           written = stream->Write(ack);
         }
         lock.lock();
-        if (!written) break;
+        if (!written) {
+          HoldSuspectsLocked(s);  // for the next controller
+          break;
+        }
       }
     });
     v1::RouteSnapshot snap;
     while (stream->Read(&snap)) {
-      if (snap.standby() && standby_since_ms < 0) {
-        standby_since_ms = SteadyMs();
-      }
+      if (snap.standby() && peer != kStandby) standby_since_ms = now_ms();
+      peer = snap.standby() ? kStandby : kLeader;
       on_standby_ = snap.standby();
       if (absl::Status s = router_->SetRoutes(RouteTable::FromSnapshot(snap)); !s.ok()) {
         // A controller that sends older routes than those held (a deposed

@@ -15,7 +15,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "router/router.h"
 
@@ -27,21 +29,27 @@ namespace gpuha::router {
 
 class RouteWatch {
  public:
+  // How long the router stays on a standby before it looks for the leader.
+  static constexpr common::Duration kStandbyDwell = std::chrono::milliseconds(2000);
+  // Suspects kept for the leader at most (the router's own list stops at 1024).
+  static constexpr size_t kMaxHeldSuspects = 1024;
+
   RouteWatch(Router* router, const RouterConfig& config,
-             common::Clock* clock = common::RealClock::Get());
+             common::Clock* clock = common::RealClock::Get(),
+             common::Duration standby_dwell = kStandbyDwell);
   ~RouteWatch();
   void Start();
   void Stop();
   bool connected() const { return connected_.load(); }
   // The stream's controller stands by (its last snapshot said so).
   bool on_standby() const { return on_standby_.load(); }
-  // How long the router stays on a standby before it looks for the leader.
-  static constexpr common::Duration kStandbyDwell = std::chrono::milliseconds(2000);
   // Watches that ended and were retried (the next controller in turn).
   uint64_t reconnects() const { return reconnects_.load(); }
 
  private:
   void Run();
+  // Adds to held_suspects_, each node once, up to kMaxHeldSuspects.
+  void HoldSuspectsLocked(const std::vector<std::string>& nodes);
   absl::Status WatchOnce(const common::HostPort& controller, common::Duration connect_timeout);
 
   Router* const router_;
@@ -52,10 +60,11 @@ class RouteWatch {
   std::atomic<bool> on_standby_{false};
   std::atomic<uint64_t> reconnects_{0};
   common::Clock* const clock_;
+  const common::Duration standby_dwell_;
   std::mutex mu_;
   std::condition_variable cv_;
   grpc::ClientContext* ctx_ = nullptr;  // guarded by mu_
-  // Suspects taken on a standby, for the leader's stream.
+  // Suspects taken and not yet sent to a leader.
   std::vector<std::string> held_suspects_;  // guarded by mu_
 };
 
