@@ -103,6 +103,24 @@ class BorrowedStore : public Store {
   Store* s_;
 };
 
+// A router's route watch on a controller's gRPC port, its hello sent.
+struct RouteWatcher {
+  explicit RouteWatcher(int port)
+      : channel(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                    grpc::InsecureChannelCredentials())),
+        stub(v1::RouteService::NewStub(channel)),
+        stream(stub->Watch(&ctx)) {
+    v1::RouteAck hello;
+    hello.set_router("r1");
+    hello_sent = stream->Write(hello);
+  }
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::RouteService::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RouteAck, v1::RouteSnapshot>> stream;
+  bool hello_sent = false;
+};
+
 TEST_F(ApiTest, TokensAndRolesGateTheApi) {
   EXPECT_EQ(Call("GET", "/api/v1/nodes", "").status, 401);
   EXPECT_EQ(Call("GET", "/api/v1/nodes", "wrong").status, 401);
@@ -302,14 +320,9 @@ TEST_F(ApiTest, AStandbyServesTheRouteWatchAndSendsAgentsOn) {
   StandbyServer standby(config_);
   ASSERT_TRUE(standby.Start().ok());
   standby.Set(load(), "127.0.0.1:7402", "");
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(standby.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::RouteService::NewStub(channel);
-  grpc::ClientContext ctx;
-  auto watch = stub->Watch(&ctx);
-  v1::RouteAck hello;
-  hello.set_router("r1");
-  ASSERT_TRUE(watch->Write(hello));
+  RouteWatcher watcher(standby.grpc_port());
+  ASSERT_TRUE(watcher.hello_sent);
+  auto& watch = watcher.stream;
   v1::RouteSnapshot snap;
   ASSERT_TRUE(watch->Read(&snap));
   EXPECT_TRUE(snap.standby());
@@ -332,7 +345,7 @@ TEST_F(ApiTest, AStandbyServesTheRouteWatchAndSendsAgentsOn) {
   EXPECT_EQ(snap.routes_size(), 2);
 
   // An agent is refused at once, told where the leader is.
-  auto agents = v1::AgentService::NewStub(channel);
+  auto agents = v1::AgentService::NewStub(watcher.channel);
   grpc::ClientContext actx;
   actx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   auto agent = agents->Connect(&actx);
@@ -395,15 +408,9 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(controller.AddStream({"s" + std::to_string(i), "acme", 1}).ok());
   }
-  // A router watching routes.
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.grpc_port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::RouteService::NewStub(channel);
-  grpc::ClientContext ctx;
-  auto watch = stub->Watch(&ctx);
-  v1::RouteAck hello;
-  hello.set_router("r1");
-  ASSERT_TRUE(watch->Write(hello));
+  RouteWatcher watcher(server.grpc_port());
+  ASSERT_TRUE(watcher.hello_sent);
+  auto& watch = watcher.stream;
   v1::RouteSnapshot snap;
   ASSERT_TRUE(watch->Read(&snap));
   EXPECT_EQ(snap.routes_size(), 4);
@@ -422,7 +429,7 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
   EXPECT_TRUE(moved);
   auto node = controller.NodeJson("n1");
   EXPECT_EQ((*node)["state"], "failed");
-  ctx.TryCancel();
+  watcher.ctx.TryCancel();
   watch->Finish().IgnoreError();
   for (auto& a : agents) a->Stop();
   server.Stop();
