@@ -23,101 +23,9 @@
 #include "controller/controller.h"
 #include "controller/etcd.h"
 #include "controller/service.h"
+#include "controller/standby.h"
 
 namespace gpuha::cli {
-
-namespace {
-
-// A standby's face while it campaigns: the read API from etcd. Loads the
-// state (Controller::LoadAsStandby) and loads it again after each change
-// under the prefix, as etcd's watch reports it; a burst of writes (one
-// failover) is one reload.
-class Standby {
- public:
-  Standby(const controller::ControllerConfig& config,
-          std::shared_ptr<controller::EtcdClient> client, controller::FenceRunner* fencer)
-      : config_(config), client_(std::move(client)), fencer_(fencer), server_(config) {}
-  ~Standby() { Stop(); }
-
-  absl::Status Start() {
-    if (absl::Status s = server_.Start(); !s.ok()) return s;
-    thread_ = std::thread([this] { Loop(); });
-    return absl::OkStatus();
-  }
-  // Frees listen.http at once, for the controller that leads now.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    cancel_.Cancel();
-    if (thread_.joinable()) thread_.join();
-    server_.Stop();
-  }
-
- private:
-  bool Pause(common::Duration d) {  // false once stopping
-    std::unique_lock<std::mutex> lock(mu_);
-    return !cv_.wait_for(lock, d, [this] { return stop_; });
-  }
-
-  void Loop() {
-    using std::chrono::milliseconds;
-    const std::string& prefix = config_.etcd.prefix;
-    const std::string end = controller::PrefixEnd(prefix);
-    int64_t from = 0;  // the first revision not yet loaded
-    bool load = true;
-    std::string last_error;
-    while (Pause(milliseconds(0))) {
-      if (load) {
-        etcdserverpb::RangeRequest who;
-        who.set_key(controller::LeaderKey(prefix));
-        auto held = client_->Range(who);
-        std::string leader = held.ok() && !held->kvs().empty() ? held->kvs(0).value() : "";
-        absl::Status s = held.status();
-        std::shared_ptr<controller::Controller> state;
-        if (s.ok()) {
-          auto store = std::make_unique<controller::EtcdStore>(
-              client_, prefix, static_cast<size_t>(config_.etcd.max_txn_ops));
-          // Every table as of the leader key's read: no commit in between.
-          store->ReadAt(held->header().revision());
-          state = std::make_shared<controller::Controller>(config_, std::move(store),
-                                                           common::RealClock::Get(), fencer_);
-          s = state->LoadAsStandby();
-        }
-        if (!s.ok()) {
-          const std::string error = absl::StrCat("cannot read etcd: ", s.message());
-          if (error != last_error) spdlog::warn("controller: standby: {}", error);
-          last_error = error;
-          server_.Set(nullptr, leader, error);
-          Pause(milliseconds(500));
-          continue;
-        }
-        last_error.clear();
-        server_.Set(std::move(state), leader, "");
-        from = held->header().revision() + 1;
-      }
-      auto changed = client_->WatchOnce(prefix, end, from, milliseconds(2000),
-                                        /*no_puts=*/false, &cancel_);
-      load = !changed.ok() || !changed->empty();
-      // Let the rest of a burst land; after an error, do not spin.
-      if (load) Pause(milliseconds(changed.ok() ? 100 : 500));
-    }
-  }
-
-  const controller::ControllerConfig& config_;
-  std::shared_ptr<controller::EtcdClient> client_;
-  controller::FenceRunner* fencer_;
-  controller::StandbyServer server_;
-  controller::WatchCancel cancel_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
-  std::thread thread_;
-};
-
-}  // namespace
 
 ControllerCommand::ControllerCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("controller",
@@ -305,7 +213,7 @@ absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd
   common::SdNotifyOrLog("STATUS=standing by: campaigning to lead on etcd");
   // While another leads, this one serves the read API from etcd.
   controller::ShellFenceRunner no_fences;  // a standby fences nothing
-  Standby standby(config, client, &no_fences);
+  controller::Standby standby(config, client, &no_fences);
   if (absl::Status s = standby.Start(); !s.ok()) return s;
   // Campaign on a thread; this one still answers a stop signal.
   std::atomic<bool> stopping{false};

@@ -1,0 +1,51 @@
+// Standby: a controller's face while it campaigns to lead on etcd. It
+// serves StandbyServer (the read API, the route watch, agents sent on) from
+// the state in etcd: it reads every table at one revision
+// (Controller::LoadAsStandby on an EtcdStore pinned with ReadAt) and reads
+// them again after each change under the prefix that etcd's watch reports;
+// a burst of writes (one failover) is one reload.
+//
+//   Standby standby(config, client, &no_fences);
+//   RETURN_IF_ERROR(standby.Start());   // binds listen.http and listen.grpc
+//   ... campaign ...
+//   standby.Stop();                      // frees both for the leader
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "controller/controller_config.h"
+#include "controller/etcd.h"
+#include "controller/fence_runner.h"
+#include "controller/service.h"
+
+namespace gpuha::controller {
+
+class Standby {
+ public:
+  Standby(const ControllerConfig& config, std::shared_ptr<EtcdClient> client, FenceRunner* fencer);
+  ~Standby();
+  [[nodiscard]] absl::Status Start();
+  // Frees listen.http and listen.grpc at once, for the controller that leads now.
+  void Stop();
+  uint16_t http_port() const { return server_.http_port(); }
+  int grpc_port() const { return server_.grpc_port(); }
+
+ private:
+  bool Pause(common::Duration d);  // false once stopping
+  void Loop();
+
+  const ControllerConfig& config_;
+  std::shared_ptr<EtcdClient> client_;
+  FenceRunner* fencer_;
+  StandbyServer server_;
+  WatchCancel cancel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace gpuha::controller
