@@ -1,6 +1,8 @@
 #include "cli/worker_command.h"
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "cli/exit_codes.h"
 #include "cli/signals.h"
@@ -39,9 +41,79 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
   app_->add_option("--max-body-bytes", o_.max_body_bytes, "Largest request body")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 32));
+  app_->add_flag("--train", train_,
+                 "Run the deterministic training job instead of serving: resumes from the "
+                 "latest complete checkpoint in --checkpoint-dir, prints its final state as JSON");
+  train_flags_ = {
+      app_->add_option("--checkpoint-dir", train_options_.checkpoint_dir,
+                       "Shared checkpoint directory (SAN or NFS mount), fenced by epoch"),
+      app_->add_option("--epoch", train_options_.epoch,
+                       "This placement's epoch; a later one claiming the directory fences this one")
+          ->capture_default_str()
+          ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 62)),
+      app_->add_option("--steps", train_options_.steps, "Steps until the job is done")
+          ->capture_default_str()
+          ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 62)),
+      app_->add_option("--checkpoint-every", train_options_.checkpoint_every,
+                       "Steps between checkpoints")
+          ->capture_default_str()
+          ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 62)),
+      app_->add_option("--step-ms", step_ms_, "Modelled GPU time per step, ms")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 600000)),
+  };
+  app_->footer(
+      "Examples:\n"
+      "  gpuha worker --listen 127.0.0.1:8101 --node gpu-1\n"
+      "  gpuha worker --train --checkpoint-dir /mnt/san/job-1 --epoch 3 --steps 5000");
+}
+
+int WorkerCommand::RunTrainer() {
+  if (train_options_.checkpoint_dir.empty()) {
+    spdlog::error("worker: --checkpoint-dir: required with --train");
+    return kExitBadInput;
+  }
+  train_options_.step_time = std::chrono::milliseconds(step_ms_);
+  StopSignals signals;
+  std::atomic<bool> stop{false};
+  absl::StatusOr<worker::TrainResult> result;
+  std::atomic<bool> finished{false};
+  std::thread job([&] {
+    result = worker::Train(train_options_, &stop, [](uint64_t step) {
+      spdlog::info("worker: checkpoint at step {}", step);
+    });
+    finished = true;
+  });
+  // SIGTERM (a planned move) checkpoints the step reached, then exits.
+  while (!finished) {
+    if (int signo = signals.WaitFor(50); signo != 0 && !stop) {
+      spdlog::info("worker: signal {}: checkpointing and stopping", signo);
+      stop = true;
+    }
+  }
+  job.join();
+  if (!result.ok()) {
+    spdlog::error("worker: {}", result.status().message());
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput
+                                                                         : kExitFailure;
+  }
+  std::printf(
+      "{\"done\":%s,\"step\":%llu,\"resumed_from\":%llu,\"checkpoints\":%llu,\"state\":\"%s\"}\n",
+      result->done ? "true" : "false", static_cast<unsigned long long>(result->step),
+      static_cast<unsigned long long>(result->resumed_from),
+      static_cast<unsigned long long>(result->checkpoints), result->state.c_str());
+  std::fflush(stdout);
+  return kExitOk;
 }
 
 int WorkerCommand::Run() {
+  if (train_) return RunTrainer();
+  for (CLI::Option* flag : train_flags_) {
+    if (flag->count() > 0) {
+      spdlog::error("worker: {}: only with --train", flag->get_name());
+      return kExitBadInput;
+    }
+  }
   StopSignals signals;
   auto hp = common::ParseHostPort(listen_, "--listen");
   if (!hp.ok()) {

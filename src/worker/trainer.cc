@@ -1,0 +1,84 @@
+#include "worker/trainer.h"
+
+#include <openssl/sha.h>
+
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "worker/checkpoint.h"
+
+namespace gpuha::worker {
+namespace {
+
+std::string Sha256(absl::string_view data) {
+  unsigned char out[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
+  return std::string(reinterpret_cast<const char*>(out), sizeof out);
+}
+
+}  // namespace
+
+std::string InitialTrainState() { return Sha256("gpuha-train"); }
+
+std::string TrainStep(const std::string& state, uint64_t step) {
+  std::string in = state;
+  for (int i = 0; i < 8; ++i) in.push_back(static_cast<char>((step >> (8 * i)) & 0xff));
+  return Sha256(in);
+}
+
+absl::StatusOr<TrainResult> Train(const TrainOptions& o, const std::atomic<bool>* stop,
+                                  const std::function<void(uint64_t)>& on_checkpoint) {
+  if (o.epoch == 0) return absl::InvalidArgumentError("--epoch: must be at least 1");
+  if (o.steps == 0) return absl::InvalidArgumentError("--steps: must be at least 1");
+  if (o.checkpoint_every == 0) {
+    return absl::InvalidArgumentError("--checkpoint-every: must be at least 1");
+  }
+  auto dir = CheckpointDir::Open(o.checkpoint_dir);
+  if (!dir.ok()) return dir.status();
+  // Claim first: from here no older placement can write, so the checkpoint
+  // read next is the last one there will be before this run's.
+  if (absl::Status s = dir->Claim(o.epoch); !s.ok()) return s;
+  std::vector<std::string> skipped;
+  auto latest = dir->Latest(&skipped);
+  if (!latest.ok()) return latest.status();
+  for (const std::string& why : skipped) spdlog::warn("trainer: skipped {}", why);
+  TrainResult r;
+  std::string state = InitialTrainState();
+  if (*latest) {
+    if ((*latest)->state.size() != state.size()) {
+      return absl::DataLossError(absl::StrCat(o.checkpoint_dir, ": checkpoint at step ",
+                                              (*latest)->step, " holds ", (*latest)->state.size(),
+                                              " byte(s) of state, not ", state.size()));
+    }
+    state = (*latest)->state;
+    r.resumed_from = r.step = (*latest)->step;
+  }
+  spdlog::info("trainer: epoch {} starts at step {} of {}", o.epoch, r.step, o.steps);
+  auto checkpoint = [&]() -> absl::Status {
+    if (absl::Status s = dir->Write(o.epoch, r.step, state); !s.ok()) return s;
+    ++r.checkpoints;
+    if (on_checkpoint) on_checkpoint(r.step);
+    return absl::OkStatus();
+  };
+  while (r.step < o.steps) {
+    if (stop != nullptr && stop->load()) {
+      // A planned move: keep every step taken.
+      if (absl::Status s = checkpoint(); !s.ok()) return s;
+      r.state = absl::BytesToHexString(state);
+      return r;
+    }
+    std::this_thread::sleep_for(o.step_time);
+    state = TrainStep(state, r.step + 1);
+    ++r.step;
+    if (r.step % o.checkpoint_every == 0 || r.step == o.steps) {
+      if (absl::Status s = checkpoint(); !s.ok()) return s;
+    }
+  }
+  r.done = true;
+  r.state = absl::BytesToHexString(state);
+  return r;
+}
+
+}  // namespace gpuha::worker
