@@ -7,5 +7,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;   // I/O, missing GPU library, internal error
 inline constexpr int kExitBadInput = 2;  // bad flags, config or input file
 inline constexpr int kExitWarnings = 3;  // plan --strict and the plan has warnings
+// worker --train: a later placement of the job holds its checkpoint
+// directory; this one must not be restarted here.
+inline constexpr int kExitFenced = 4;
 
 }  // namespace gpuha::cli

@@ -79,8 +79,8 @@ int WorkerCommand::RunTrainer() {
   absl::StatusOr<worker::TrainResult> result;
   std::atomic<bool> finished{false};
   std::thread job([&] {
-    result = worker::Train(train_options_, &stop, [](uint64_t step) {
-      spdlog::info("worker: checkpoint at step {}", step);
+    result = worker::Train(train_options_, &stop, [](uint64_t step, bool checkpointed) {
+      if (checkpointed) spdlog::info("worker: checkpoint at step {}", step);
     });
     finished = true;
   });
@@ -94,8 +94,15 @@ int WorkerCommand::RunTrainer() {
   job.join();
   if (!result.ok()) {
     spdlog::error("worker: {}", result.status().message());
-    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput
-                                                                         : kExitFailure;
+    switch (result.status().code()) {
+      case absl::StatusCode::kInvalidArgument:
+        return kExitBadInput;
+      case absl::StatusCode::kPermissionDenied:    // fenced while it ran
+      case absl::StatusCode::kFailedPrecondition:  // replaced before it began
+        return kExitFenced;
+      default:
+        return kExitFailure;
+    }
   }
   std::printf(
       "{\"done\":%s,\"step\":%llu,\"resumed_from\":%llu,\"checkpoints\":%llu,\"state\":\"%s\"}\n",

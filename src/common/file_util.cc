@@ -58,6 +58,21 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
     ::unlink(tmp.c_str());
     return absl::DataLossError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
   }
+  // The rename is durable once the directory is synced: before, a power
+  // loss could bring the old file back (a checkpoint fence, an old epoch).
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const bool synced =
+        ::fsync(dfd) == 0 || errno == EINVAL;  // EINVAL: cannot sync a directory here
+    const int err = errno;
+    ::close(dfd);
+    if (!synced) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": fsync after renaming ", path, " failed: ", std::strerror(err)));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -68,11 +68,12 @@ bool IsLoopbackHost(const std::string& host) {
   return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-std::string Sha256Hex(absl::string_view data) {
+std::string Sha256(absl::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
+  return std::string(reinterpret_cast<const char*>(digest), sizeof(digest));
 }
+
+std::string Sha256Hex(absl::string_view data) { return absl::BytesToHexString(Sha256(data)); }
 
 }  // namespace gpuha::common

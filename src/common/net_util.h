@@ -30,5 +30,6 @@ uint16_t FreeLoopbackPort();
 // Lower-case hex SHA-256 of `data` (OpenSSL): how API keys and tokens are
 // stored in config files.
 std::string Sha256Hex(absl::string_view data);
+std::string Sha256(absl::string_view data);  // the 32 raw bytes
 
 }  // namespace gpuha::common

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -24,7 +26,10 @@ namespace {
 constexpr absl::string_view kPrefix = "ckpt-";
 constexpr absl::string_view kMagic = "gpuha-ckpt";
 
-// DIR/LOCK held exclusively for the object's life.
+// DIR/LOCK held exclusively for the object's life. A holder that hangs (a
+// writer stuck in fsync on a failing SAN, a stopped process) does not block
+// the job's new owner for ever: after kLockWait the lock is an error.
+constexpr auto kLockWait = std::chrono::seconds(10);
 class DirLock {
  public:
   explicit DirLock(const std::string& dir) {
@@ -35,10 +40,19 @@ class DirLock {
           absl::StrCat(path, ": cannot open the lock file: ", std::strerror(errno)));
       return;
     }
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      status_ = absl::UnavailableError(absl::StrCat(path, ": cannot lock: ", std::strerror(errno)));
-      return;
+    const auto until = std::chrono::steady_clock::now() + kLockWait;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        status_ =
+            absl::UnavailableError(absl::StrCat(path, ": cannot lock: ", std::strerror(errno)));
+        return;
+      }
+      if (std::chrono::steady_clock::now() >= until) {
+        status_ = absl::UnavailableError(
+            absl::StrCat(path, ": held by another writer for ", kLockWait.count(), " s (hung?)"));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   ~DirLock() {
@@ -65,7 +79,9 @@ absl::StatusOr<uint64_t> ParseDecimal(absl::string_view text, absl::string_view 
     }
   }
   uint64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v)) return absl::DataLossError(absl::StrCat(what, ": out of range"));
+  if (!absl::SimpleAtoi(text, &v)) {
+    return absl::DataLossError(absl::StrCat(what, ": '", text, "' is out of range"));
+  }
   return v;
 }
 
@@ -83,7 +99,6 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view name, absl::string_
   }
   Checkpoint c;
   uint64_t size = 0;
-  std::string sha;
   const std::pair<absl::string_view, uint64_t*> numbers[] = {
       {"epoch=", &c.epoch}, {"step=", &c.step}, {"bytes=", &size}};
   for (size_t i = 0; i < 3; ++i) {
@@ -92,8 +107,9 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(absl::string_view name, absl::string_
       return absl::DataLossError(
           absl::StrCat(name, ": header field ", 3 + i, " is not ", numbers[i].first, "N"));
     }
-    auto v =
-        ParseDecimal(f.substr(numbers[i].first.size()), absl::StrCat(name, ": ", numbers[i].first));
+    auto v = ParseDecimal(
+        f.substr(numbers[i].first.size()),
+        absl::StrCat(name, ": ", numbers[i].first.substr(0, numbers[i].first.size() - 1)));
     if (!v.ok()) return v.status();
     *numbers[i].second = *v;
   }
@@ -129,7 +145,13 @@ absl::StatusOr<CheckpointDir> CheckpointDir::Open(std::string dir, size_t keep) 
 
 absl::StatusOr<uint64_t> CheckpointDir::FenceEpochLocked() const {
   const std::string path = dir_ + "/FENCE";
-  if (::access(path.c_str(), F_OK) != 0) return uint64_t{0};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    // Only a fence never written reads as 0: any other failure (EIO, ESTALE
+    // on NFS) would let an older epoch claim the directory back.
+    if (errno == ENOENT) return uint64_t{0};
+    return absl::UnavailableError(absl::StrCat(path, ": cannot read: ", std::strerror(errno)));
+  }
   auto text = common::ReadFile(path);
   if (!text.ok()) return text.status();
   absl::string_view t = *text;
@@ -177,15 +199,25 @@ absl::Status CheckpointDir::Write(uint64_t epoch, uint64_t step, absl::string_vi
       !s.ok()) {
     return s;
   }
+  // Keeps the newest `keep` whole checkpoints and removes what is older.
+  // Files that do not parse are not counted: torn ones at later steps must
+  // not make it remove the checkpoint just written.
   auto files = Files();
   if (!files.ok()) return files.status();
-  for (size_t i = 0; i + keep_ < files->size(); ++i) {
-    ::unlink(absl::StrCat(dir_, "/", (*files)[i].second).c_str());
+  size_t whole = 0;
+  for (auto it = files->rbegin(); it != files->rend(); ++it) {
+    const std::string path = absl::StrCat(dir_, "/", it->second);
+    if (whole >= keep_) {
+      ::unlink(path.c_str());
+    } else if (auto b = common::ReadFile(path); b.ok() && ParseCheckpoint(it->second, *b).ok()) {
+      ++whole;
+    }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointDir::Files() const {
+absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointDir::Files(
+    std::vector<std::string>* unfinished) const {
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) {
     return absl::NotFoundError(absl::StrCat(dir_, ": cannot list: ", std::strerror(errno)));
@@ -193,10 +225,15 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointDir::Fil
   std::vector<std::pair<uint64_t, std::string>> out;
   while (dirent* e = ::readdir(d)) {
     absl::string_view name = e->d_name;
-    if (name.substr(0, kPrefix.size()) != kPrefix || name.size() != kPrefix.size() + 20) continue;
-    uint64_t step = 0;
-    if (!absl::SimpleAtoi(name.substr(kPrefix.size()), &step)) continue;
-    out.emplace_back(step, std::string(name));
+    if (name.substr(0, kPrefix.size()) != kPrefix) continue;
+    if (name.size() == kPrefix.size() + 24 && name.substr(name.size() - 4) == ".tmp") {
+      if (unfinished != nullptr) unfinished->push_back(std::string(name));
+      continue;
+    }
+    if (name.size() != kPrefix.size() + 20) continue;
+    auto step = ParseDecimal(name.substr(kPrefix.size()), name);
+    if (!step.ok()) continue;  // not one of ours
+    out.emplace_back(*step, std::string(name));
   }
   ::closedir(d);
   std::sort(out.begin(), out.end());
@@ -205,25 +242,22 @@ absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> CheckpointDir::Fil
 
 absl::StatusOr<std::optional<Checkpoint>> CheckpointDir::Latest(
     std::vector<std::string>* skipped) const {
-  auto files = Files();
+  DirLock lock(dir_);  // no writer prunes a file between the listing and its read
+  if (!lock.status().ok()) return lock.status();
+  std::vector<std::string> unfinished;
+  auto files = Files(&unfinished);
   if (!files.ok()) return files.status();
   if (skipped != nullptr) {  // writes a crash left unfinished: never read
-    DIR* d = ::opendir(dir_.c_str());
-    while (d != nullptr) {
-      dirent* e = ::readdir(d);
-      if (e == nullptr) break;
-      absl::string_view name = e->d_name;
-      if (name.substr(0, kPrefix.size()) == kPrefix && name.size() > 4 &&
-          name.substr(name.size() - 4) == ".tmp") {
-        skipped->push_back(absl::StrCat(name, ": an unfinished write"));
-      }
+    for (const std::string& name : unfinished) {
+      skipped->push_back(absl::StrCat(name, ": an unfinished write"));
     }
-    if (d != nullptr) ::closedir(d);
   }
   for (auto it = files->rbegin(); it != files->rend(); ++it) {
     auto bytes = common::ReadFile(absl::StrCat(dir_, "/", it->second));
-    absl::StatusOr<Checkpoint> c = bytes.ok() ? ParseCheckpoint(it->second, *bytes)
-                                              : absl::StatusOr<Checkpoint>(bytes.status());
+    // Storage that cannot be read is an error, not a torn checkpoint: the
+    // job must not quietly resume from an older one.
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<Checkpoint> c = ParseCheckpoint(it->second, *bytes);
     if (c.ok() && c->step != it->first) {
       c = absl::DataLossError(absl::StrCat(it->second, ": its header says step ", c->step));
     }

@@ -67,8 +67,10 @@ class CheckpointDir {
  private:
   CheckpointDir(std::string dir, size_t keep) : dir_(std::move(dir)), keep_(keep) {}
   absl::StatusOr<uint64_t> FenceEpochLocked() const;
-  // Complete checkpoint files by step, newest last.
-  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Files() const;
+  // Checkpoint files by step, newest last; `unfinished`: the names of
+  // writes a crash left (.tmp), if wanted.
+  absl::StatusOr<std::vector<std::pair<uint64_t, std::string>>> Files(
+      std::vector<std::string>* unfinished = nullptr) const;
 
   std::string dir_;
   size_t keep_;

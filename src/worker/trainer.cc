@@ -1,24 +1,17 @@
 #include "worker/trainer.h"
 
-#include <openssl/sha.h>
-
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/net_util.h"
 #include "worker/checkpoint.h"
 
 namespace gpuha::worker {
-namespace {
-
-std::string Sha256(absl::string_view data) {
-  unsigned char out[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
-  return std::string(reinterpret_cast<const char*>(out), sizeof out);
-}
-
-}  // namespace
+using common::Sha256;
 
 std::string InitialTrainState() { return Sha256("gpuha-train"); }
 
@@ -29,7 +22,7 @@ std::string TrainStep(const std::string& state, uint64_t step) {
 }
 
 absl::StatusOr<TrainResult> Train(const TrainOptions& o, const std::atomic<bool>* stop,
-                                  const std::function<void(uint64_t)>& on_checkpoint) {
+                                  const std::function<void(uint64_t, bool)>& on_step) {
   if (o.epoch == 0) return absl::InvalidArgumentError("--epoch: must be at least 1");
   if (o.steps == 0) return absl::InvalidArgumentError("--steps: must be at least 1");
   if (o.checkpoint_every == 0) {
@@ -52,29 +45,44 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o, const std::atomic<bool>
                                               (*latest)->step, " holds ", (*latest)->state.size(),
                                               " byte(s) of state, not ", state.size()));
     }
+    if ((*latest)->step > o.steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--checkpoint-dir: ", o.checkpoint_dir, ": its latest checkpoint is at step ",
+          (*latest)->step, ", past this job's ", o.steps, " steps (another job's directory?)"));
+    }
     state = (*latest)->state;
     r.resumed_from = r.step = (*latest)->step;
   }
   spdlog::info("trainer: epoch {} starts at step {} of {}", o.epoch, r.step, o.steps);
+  auto stopping = [&] { return stop != nullptr && stop->load(); };
   auto checkpoint = [&]() -> absl::Status {
     if (absl::Status s = dir->Write(o.epoch, r.step, state); !s.ok()) return s;
     ++r.checkpoints;
-    if (on_checkpoint) on_checkpoint(r.step);
     return absl::OkStatus();
   };
   while (r.step < o.steps) {
-    if (stop != nullptr && stop->load()) {
+    // The step's GPU time, cut short by a stop: the step is then not taken.
+    const auto until = std::chrono::steady_clock::now() + o.step_time;
+    while (!stopping() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::min<common::Duration>(
+          std::chrono::milliseconds(20),
+          std::chrono::duration_cast<common::Duration>(until - std::chrono::steady_clock::now())));
+    }
+    if (stopping()) {
       // A planned move: keep every step taken.
-      if (absl::Status s = checkpoint(); !s.ok()) return s;
+      if (r.checkpoints == 0 || r.step % o.checkpoint_every != 0) {
+        if (absl::Status s = checkpoint(); !s.ok()) return s;
+      }
       r.state = absl::BytesToHexString(state);
       return r;
     }
-    std::this_thread::sleep_for(o.step_time);
     state = TrainStep(state, r.step + 1);
     ++r.step;
-    if (r.step % o.checkpoint_every == 0 || r.step == o.steps) {
+    const bool due = r.step % o.checkpoint_every == 0 || r.step == o.steps;
+    if (due) {
       if (absl::Status s = checkpoint(); !s.ok()) return s;
     }
+    if (on_step) on_step(r.step, due);
   }
   r.done = true;
   r.state = absl::BytesToHexString(state);

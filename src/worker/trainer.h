@@ -42,12 +42,15 @@ struct TrainResult {
 std::string InitialTrainState();
 std::string TrainStep(const std::string& state, uint64_t step);
 
-// Runs the job until it is done or `*stop` turns true. `on_checkpoint` is
-// called after each checkpoint written (its step). Errors: InvalidArgument
-// for bad options, PermissionDenied when a later epoch holds the directory,
-// FailedPrecondition when it was claimed by a later epoch before this one
-// started, DataLoss or others for storage that fails.
-absl::StatusOr<TrainResult> Train(const TrainOptions& o, const std::atomic<bool>* stop,
-                                  const std::function<void(uint64_t)>& on_checkpoint = {});
+// Runs the job until it is done or `*stop` turns true. `on_step` is called
+// after each step, with whether a checkpoint of it was written. Errors:
+// InvalidArgument for bad options; PermissionDenied when a later epoch took
+// the directory while it ran (fenced); FailedPrecondition when a later epoch
+// held it before this one started; InvalidArgument also when its latest
+// checkpoint is past `steps` (another job's directory); DataLoss or others
+// for storage that fails.
+absl::StatusOr<TrainResult> Train(
+    const TrainOptions& o, const std::atomic<bool>* stop,
+    const std::function<void(uint64_t step, bool checkpointed)>& on_step = {});
 
 }  // namespace gpuha::worker

@@ -47,19 +47,21 @@ TEST(TrainerTest, AResumedRunEndsExactlyAsAnUninterruptedOne) {
   EXPECT_EQ(whole->state, Expected(95));
   EXPECT_EQ(whole->checkpoints, 10u);  // 10, 20 ... 90, and 95 at the end
 
-  // Stopped at step 37 (a drain): the step reached is checkpointed.
+  // Stopped at step 37, between checkpoints (a drain): the step reached is
+  // checkpointed too.
   std::atomic<bool> stop{false};
   TrainOptions first = Options(Dir("moved"), 1, 95);
-  auto stopped = Train(first, &stop, [&](uint64_t step) {
-    if (step == 30) stop = true;
+  auto stopped = Train(first, &stop, [&](uint64_t step, bool) {
+    if (step == 37) stop = true;
   });
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_FALSE(stopped->done);
-  EXPECT_EQ(stopped->step, 30u);
+  EXPECT_EQ(stopped->step, 37u);
+  EXPECT_EQ(stopped->checkpoints, 4u);  // 10, 20, 30, and 37 on the stop
   // The next placement (epoch 2) resumes there and loses no step.
   auto resumed = Train(Options(Dir("moved"), 2, 95), nullptr);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_EQ(resumed->resumed_from, 30u);
+  EXPECT_EQ(resumed->resumed_from, 37u);
   EXPECT_TRUE(resumed->done);
   EXPECT_EQ(resumed->state, whole->state);
 }
@@ -81,6 +83,8 @@ TEST(TrainerTest, ATornCheckpointIsSkippedForThePreviousOne) {
   ASSERT_TRUE(latest.ok()) << latest.status();
   ASSERT_TRUE(latest->has_value());
   EXPECT_EQ((*latest)->step, 20u);
+  // (Torn files at later steps do not count toward the three kept, so the
+  // checkpoints written next are not pruned as soon as they land.)
   EXPECT_THAT(skipped, ::testing::UnorderedElementsAre(
                            HasSubstr("40.tmp: an unfinished write"),
                            HasSubstr("00030: 5 byte(s) of state, the header says 32 (torn)")));
@@ -123,9 +127,21 @@ TEST(TrainerTest, APartitionedOldOwnerStopsAtItsFirstRefusedWrite) {
   old.step_time = milliseconds(1);
   std::atomic<uint64_t> old_checkpoints{0};
   absl::StatusOr<TrainResult> old_result;
-  std::thread old_owner(
-      [&] { old_result = Train(old, nullptr, [&](uint64_t) { old_checkpoints++; }); });
-  while (old_checkpoints < 3) std::this_thread::sleep_for(milliseconds(1));
+  std::atomic<bool> old_ended{false};
+  std::thread old_owner([&] {
+    old_result = Train(old, nullptr, [&](uint64_t, bool checkpointed) {
+      if (checkpointed) old_checkpoints++;
+    });
+    old_ended = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (old_checkpoints < 3 && !old_ended && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  if (old_ended || old_checkpoints < 3) {
+    old_owner.join();
+    FAIL() << "the old owner never checkpointed: " << old_result.status();
+  }
   auto d = CheckpointDir::Open(dir);
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(d->Claim(2).ok());
@@ -163,6 +179,12 @@ TEST(TrainerTest, BadInputNamesTheFieldOrTheByte) {
   auto status = Train(Options(dir, 13, 10), nullptr).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(status.message()), HasSubstr("FENCE: byte 2 ('x') is not a digit"));
+  // Another job's directory: its checkpoint is past this job's steps.
+  const std::string other = Dir("other");
+  ASSERT_TRUE(Train(Options(other, 1, 30), nullptr).ok());
+  status = Train(Options(other, 2, 20), nullptr).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("step 30, past this job's 20 steps"));
   // A later epoch already holds the directory: this placement never starts.
   const std::string taken = Dir("taken");
   ASSERT_TRUE(CheckpointDir::Open(taken)->Claim(5).ok());

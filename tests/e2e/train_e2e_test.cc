@@ -63,7 +63,7 @@ TEST(TrainE2eTest, AKilledJobTakenOverByTheNextEpochEndsExactly) {
   ChildProcess first(Argv(Dir("job"), 1, 300, 10));  // 3 s to its end
   ASSERT_TRUE(CheckpointedPast(first, 60)) << first.err();
   first.Signal(SIGKILL);
-  first.Wait(milliseconds(5000));
+  ASSERT_TRUE(first.Wait(milliseconds(5000)).has_value());
   const nlohmann::json taken = RunToEnd(Dir("job"), 2, 300);
   EXPECT_GE(taken.value("resumed_from", 0), 60);
   EXPECT_LT(taken.value("resumed_from", 0), 300);
@@ -75,8 +75,10 @@ TEST(TrainE2eTest, ASigtermCheckpointsTheStepReachedAndLosesNone) {
   ChildProcess first(Argv(Dir("job"), 1, 1000000, 2));
   ASSERT_TRUE(CheckpointedPast(first, 20)) << first.err();
   first.Signal(SIGTERM);
+  std::optional<std::string> line = first.WaitForLine("{\"done\":", milliseconds(10000));
+  ASSERT_TRUE(line.has_value()) << first.err();
   ASSERT_EQ(first.Wait(milliseconds(5000)), 0) << first.err();
-  const nlohmann::json stopped = nlohmann::json::parse(first.out(), nullptr, false);
+  const nlohmann::json stopped = nlohmann::json::parse("{\"done\":" + *line, nullptr, false);
   ASSERT_TRUE(stopped.is_object()) << first.out();
   EXPECT_EQ(stopped.value("done", true), false);
   const int reached = stopped.value("step", 0);
@@ -96,7 +98,7 @@ TEST(TrainE2eTest, AnOldOwnerThatKeepsRunningIsFencedByTheNewOne) {
   // The old owner's next checkpoint is refused, and it stops by itself.
   std::optional<int> code = old_owner.Wait(milliseconds(10000));
   ASSERT_TRUE(code.has_value()) << "the fenced owner kept running";
-  EXPECT_EQ(*code, 1);
+  EXPECT_EQ(*code, 4) << "fenced: its own exit code, so it is not restarted";
   EXPECT_THAT(old_owner.err(), HasSubstr("the job moved; this writer is fenced"));
   // Nothing of it landed after the move: the newest checkpoint is epoch 2's.
   const nlohmann::json again = RunToEnd(Dir("job"), 3, 400);
