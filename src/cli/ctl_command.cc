@@ -263,8 +263,8 @@ int CtlCommand::RunVerb() {
   const CLI::App* verb = app_->get_subcommands().front();
   const std::string command = verb->get_name();
   if (command == "hash-token") {
-    std::cout << controller::Sha256Hex(name_) << "\n";
-    return kExitOk;
+    const std::string hash = controller::Sha256Hex(name_);
+    return Print(json{{"sha256", hash}}, [&](const json&) { std::cout << hash << "\n"; });
   }
   // Every value that goes into the request line or a header is checked
   // first: a token or name holding CR LF would write a header of its own.
@@ -466,17 +466,33 @@ int CtlCommand::Status() {
   return Print(all, [&](const json& j) {
     const json& s = j["controller"];
     const json& c = j["capacity"];
-    std::cout << absl::StrFormat(
-        "Control plane: %s; epoch %s, route version %s, %s router(s) following\n",
+    // On etcd: which controller answered, and where the leader is (a
+    // standby answers reads from etcd and names it).
+    const std::string leader = s.contains("leader") && s["leader"].is_string()
+                                   ? Printable(s["leader"].get<std::string>())
+                                   : "";
+    const std::string plane =
         s.value("store", "") == "sqlite"   ? "one controller on SQLite (no quorum to lose)"
         : s.value("store", "") == "memory" ? "one controller, state in memory only"
-        : s.value("store", "") == "etcd"   ? "the leading controller on etcd (standbys wait)"
-                                           : "one controller",
+        : s.value("store", "") != "etcd"   ? "one controller"
+        : s.value("role", "") == "standby"
+            ? absl::StrCat("controllers on etcd; this one stands by, the leader is ",
+                           leader.empty() ? "none (an election is under way)" : leader)
+        : s.value("leading", false) ? "controllers on etcd; this one leads"
+                                    : "controllers on etcd; this one no longer leads (stopping)";
+    std::cout << absl::StrFormat(
+        "Control plane: %s; epoch %s, route version %s, %s router(s) following\n", plane,
         FormatCell(s.value("epoch", json()), CellKind::kText, now),
         FormatCell(s.value("route_version", json()), CellKind::kText, now),
         FormatCell(s.value("routers", json()), CellKind::kText, now));
-    if (s.value("startup_grace_left_ms", 0.0) > 0) {
-      std::cout << "  startup grace: " << FormatDurationMs(s.value("startup_grace_left_ms", 0.0))
+    if (!s.value("store_up", true)) {
+      std::cout << "  store: its last write FAILED (gpuha_controller_store_up 0); nothing is "
+                   "persisted until it recovers\n";
+    }
+    // A standby sends null for what only the leader knows.
+    const json grace = s.value("startup_grace_left_ms", json());
+    if (grace.is_number() && grace.get<double>() > 0) {
+      std::cout << "  startup grace: " << FormatDurationMs(grace.get<double>())
                 << " left (no failover until agents reconnect)\n";
     }
     std::map<std::string, std::vector<std::string>> by_state;

@@ -435,6 +435,21 @@ TEST_F(ControllerTest, NodeLivenessRoleAndStateAreSeriesOfTheirOwn) {
   EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a1\",state=\"serving\"} 0\n"));
 }
 
+// Regression: node_up was 1 for a listed node whose agent never connected.
+// Up means it serves: such a node is down, and pending, until it joins.
+TEST_F(ControllerTest, ANodeWhoseAgentNeverConnectedIsNotUp) {
+  c_ = std::make_unique<Controller>(ThreePlusOne(), std::make_unique<MemoryStore>(), &clock_,
+                                    &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  Connect("a1");
+  Beat("a1");
+  std::string m = c_->MetricsText();
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_up{node=\"a1\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_up{node=\"a2\"} 0\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_state{node=\"a2\",state=\"pending\"} 1\n"));
+  EXPECT_THAT(m, HasSubstr("\ngpuha_controller_node_connected{node=\"a2\"} 0\n"));
+}
+
 // A rejoining node that fails again before it took work is fenced again,
 // and must be healthy for healthy_for once more.
 TEST_F(ControllerTest, RejoiningNodeThatFailsIsFencedAgain) {

@@ -129,7 +129,8 @@ json Controller::StatusJson() const {
           {"route_version", standby_ && route_version_ == 0 ? unknown : json(route_version_)},
           {"startup_grace_left_ms", standby_ ? unknown : json(common::ToMillis(left))},
           {"routers", standby_ ? unknown : json(routers_.size())},
-          {"store", store_->Kind()}};
+          {"store", store_->Kind()},
+          {"store_up", store_up_}};
 }
 
 json Controller::TenantsJson() const {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "cluster/config_builders.h"
 #include "common/http_server.h"
@@ -259,6 +261,60 @@ TEST_F(ClusterTest, CtlShowsTablesAndRefusesADrainThatBreaksNPlusOne) {
   CommandResult v6 = RunCommand(kGpuha + " ctl --controller http://[::1]:1 nodes");
   EXPECT_EQ(v6.exit_code, 1);
   EXPECT_THAT(v6.err, HasSubstr("unreachable"));
+}
+
+// Every ctl verb (as `gpuha ctl --help` lists them, so a new one must be
+// added here) has --help with examples and answers in JSON under -o json.
+TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
+  StartCluster();
+  CommandResult help = RunCommand(kGpuha + " ctl --help");
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  std::set<std::string> listed;
+  {
+    std::istringstream in(help.out.substr(help.out.find("Subcommands:")));
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line) && line.rfind("  ", 0) == 0) {
+      listed.insert(line.substr(2, line.find(' ', 2) - 2));
+    }
+  }
+  ASSERT_GE(listed.size(), 15u) << help.out;
+  const std::string ctl = kGpuha + " ctl --controller http://127.0.0.1:" + std::to_string(http_);
+  // In an order the cluster lets each one succeed (n3 is the passive).
+  const std::vector<std::pair<std::string, std::string>> calls = {
+      {"status", "status"},
+      {"nodes", "nodes"},
+      {"streams", "streams"},
+      {"events", "events"},
+      {"failovers", "failovers"},
+      {"capacity", "capacity"},
+      {"tenants", "tenants"},
+      {"describe", "describe node n1"},
+      {"describe", "describe stream cam-0"},
+      {"add-stream", "add-stream cam-json --tenant acme"},
+      {"remove-stream", "remove-stream cam-json"},
+      {"set-role", "set-role n3 buffer"},
+      {"set-role", "set-role n3 passive"},
+      {"drain", "drain n3 --force"},
+      {"undrain", "undrain n3"},
+      {"fail", "fail n2"},
+      {"hash-token", "hash-token s3cret"},
+  };
+  std::set<std::string> tried;
+  for (const auto& [verb, args] : calls) {
+    SCOPED_TRACE(args);
+    tried.insert(verb);
+    CommandResult r = RunCommand(ctl + " " + args + " -o json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    json j = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out;
+    CommandResult h = RunCommand(kGpuha + " ctl " + verb + " --help");
+    EXPECT_EQ(h.exit_code, 0) << h.err;
+    EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl " + verb));
+  }
+  EXPECT_EQ(tried, listed) << "a ctl verb without a JSON and --help check here";
+  CommandResult hash = RunCommand(kGpuha + " ctl hash-token s3cret -o yaml");
+  EXPECT_THAT(hash.out, HasSubstr("sha256: "));
 }
 
 // Regression: at the descriptor limit the controller's HTTP port gave no

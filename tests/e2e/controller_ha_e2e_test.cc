@@ -182,6 +182,22 @@ TEST_F(ControllerHaTest, AStandbyServesReadsFromEtcdAndSendsWritesToTheLeader) {
   EXPECT_EQ(drain.exit_code, 2);
   auto metrics = get(b, "/metrics");
   EXPECT_THAT(metrics->body, HasSubstr("\ngpuha_controller_leader{store=\"etcd\"} 0\n"));
+  // A standby's page passes promtool, as every other component's does.
+  CommandResult lint = RunCommand("promtool check metrics", metrics->body);
+  EXPECT_EQ(lint.exit_code, 0) << lint.out << lint.err;
+  // `ctl status` says which controller answered and where the leader is.
+  auto status_of = [&](const Controller& c) {
+    return RunCommand(absl::StrCat(GPUHA_BINARY, " ctl --controller http://127.0.0.1:", c.http_port,
+                                   " --token ", kViewer, " status"));
+  };
+  CommandResult on_standby = status_of(b);
+  EXPECT_EQ(on_standby.exit_code, 0) << on_standby.err;
+  EXPECT_THAT(
+      on_standby.out,
+      HasSubstr("Control plane: controllers on etcd; this one stands by, the leader is " + leader));
+  CommandResult on_leader = status_of(a);
+  EXPECT_EQ(on_leader.exit_code, 0) << on_leader.err;
+  EXPECT_THAT(on_leader.out, HasSubstr("Control plane: controllers on etcd; this one leads"));
 
   // The standby takes over at once on a planned stop, on the same port.
   a.process->Signal(SIGTERM);
