@@ -12,8 +12,28 @@ install(FILES
         DESTINATION lib/systemd/system)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/gpuha.sysusers
         DESTINATION lib/sysusers.d RENAME gpuha.conf)
-install(FILES ${PROJECT_SOURCE_DIR}/deploy/completions/gpuha.bash
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gpuha)
+# Shell completions for bash, zsh and fish, written by the binary from its
+# own command tree (`gpuha completion SHELL`), so they follow every flag. Not
+# in the sanitizer build, which is never packaged (a sanitized binary run at
+# build time could fail the build on a report of its own).
+if(NOT GPUHA_SANITIZE)
+  set(GPUHA_COMPLETIONS ${CMAKE_BINARY_DIR}/completions)
+  add_custom_command(
+    OUTPUT ${GPUHA_COMPLETIONS}/gpuha ${GPUHA_COMPLETIONS}/_gpuha ${GPUHA_COMPLETIONS}/gpuha.fish
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${GPUHA_COMPLETIONS}
+    COMMAND sh -c "$<TARGET_FILE:gpuha> completion bash > ${GPUHA_COMPLETIONS}/gpuha"
+    COMMAND sh -c "$<TARGET_FILE:gpuha> completion zsh > ${GPUHA_COMPLETIONS}/_gpuha"
+    COMMAND sh -c "$<TARGET_FILE:gpuha> completion fish > ${GPUHA_COMPLETIONS}/gpuha.fish"
+    DEPENDS gpuha
+    VERBATIM)
+  add_custom_target(gpuha_completions ALL
+    DEPENDS ${GPUHA_COMPLETIONS}/gpuha ${GPUHA_COMPLETIONS}/_gpuha ${GPUHA_COMPLETIONS}/gpuha.fish)
+  install(FILES ${GPUHA_COMPLETIONS}/gpuha
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
+  install(FILES ${GPUHA_COMPLETIONS}/_gpuha DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions)
+  install(FILES ${GPUHA_COMPLETIONS}/gpuha.fish
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/fish/vendor_completions.d)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
         FILES_MATCHING PATTERN "*.yaml")

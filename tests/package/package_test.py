@@ -101,6 +101,8 @@ def main():
                     "usr/lib/systemd/system/gpuha-router.service",
                     "usr/lib/sysusers.d/gpuha.conf",
                     "usr/share/bash-completion/completions/gpuha",
+                    "usr/share/zsh/vendor-completions/_gpuha",
+                    "usr/share/fish/vendor_completions.d/gpuha.fish",
                     "usr/share/doc/gpuha/examples/controller.yaml",
                     "usr/share/doc/gpuha/examples/agent.yaml",
                     "usr/share/doc/gpuha/examples/router.yaml",
@@ -162,6 +164,17 @@ def main():
         r = run(["bash", "-c", script])
         check(r.stdout.split("\n")[:2] == ["router", "--config --controller"],
               f"bash completion: 'ro' -> router, 'router --con' -> its flags ({r.stdout!r} {r.stderr!r})")
+        # zsh and fish: the files `gpuha completion` writes, for this binary's commands.
+        for rel, shell in [("usr/share/zsh/vendor-completions/_gpuha", "zsh"),
+                           ("usr/share/fish/vendor_completions.d/gpuha.fish", "fish")]:
+            path = os.path.join(root, rel)
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                packaged = f.read()
+            r = run([exe, "completion", shell])
+            check(r.returncode == 0 and packaged == r.stdout,
+                  f"/{rel} is what `gpuha completion {shell}` writes")
 
 
 if __name__ == "__main__":
