@@ -485,7 +485,7 @@ int CtlCommand::Status() {
         FormatCell(s.value("epoch", json()), CellKind::kText, now),
         FormatCell(s.value("route_version", json()), CellKind::kText, now),
         FormatCell(s.value("routers", json()), CellKind::kText, now));
-    if (!s.value("store_up", true)) {
+    if (const json up = s.value("store_up", json()); up.is_boolean() && !up.get<bool>()) {
       std::cout << "  store: its last write FAILED (gpuha_controller_store_up 0); nothing is "
                    "persisted until it recovers\n";
     }

@@ -97,7 +97,7 @@ int WorkerCommand::RunTrainer() {
     switch (result.status().code()) {
       case absl::StatusCode::kInvalidArgument:
         return kExitBadInput;
-      case absl::StatusCode::kPermissionDenied:    // fenced while it ran
+      case absl::StatusCode::kAborted:             // fenced while it ran
       case absl::StatusCode::kFailedPrecondition:  // replaced before it began
         return kExitFenced;
       default:

@@ -130,7 +130,7 @@ json Controller::StatusJson() const {
           {"startup_grace_left_ms", standby_ ? unknown : json(common::ToMillis(left))},
           {"routers", standby_ ? unknown : json(routers_.size())},
           {"store", store_->Kind()},
-          {"store_up", store_up_}};
+          {"store_up", standby_ ? unknown : json(store_up_)}};
 }
 
 json Controller::TenantsJson() const {

@@ -223,7 +223,9 @@ class RouteWatchService final : public v1::RouteService::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first ack must name the router");
     }
     const std::string router = first.router();
-    source_->Hello(router, first);
+    if (absl::Status s = source_->Hello(router, first); !s.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+    }
     std::atomic<bool> done{false};
     std::thread reader([&] {
       v1::RouteAck ack;
@@ -261,8 +263,9 @@ class LeaderRoutes final : public RouteSource {
     *sent = snap.version();
     return snap;
   }
-  void Hello(const std::string& router, const v1::RouteAck& first) override {
+  absl::Status Hello(const std::string& router, const v1::RouteAck& first) override {
     c_->RouterHello(router, first.epoch(), first.version());
+    return absl::OkStatus();
   }
   void Ack(const std::string& router, const v1::RouteAck& ack) override {
     c_->RouterAck(router, ack.version(), {ack.suspect_nodes().begin(), ack.suspect_nodes().end()},
@@ -293,9 +296,9 @@ void WaitForPortFree(const std::string& listen, common::Duration max) {
     int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    const bool free = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+    const bool bound = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
     if (fd >= 0) ::close(fd);
-    if (free || std::chrono::steady_clock::now() >= until) break;
+    if (bound || std::chrono::steady_clock::now() >= until) break;
     std::this_thread::sleep_for(milliseconds(50));
   }
   ::freeaddrinfo(found);
@@ -583,8 +586,14 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
     return snap_;
   }
   // A standby acts on nothing a router says: its suspects and acks are for
-  // the leader, which the router goes on to find.
-  void Hello(const std::string&, const v1::RouteAck&) override {}
+  // the leader, which the router goes on to find. A router that does not
+  // know standby routes is sent on at once.
+  absl::Status Hello(const std::string&, const v1::RouteAck& first) override {
+    if (first.takes_standby_routes()) return absl::OkStatus();
+    return absl::UnavailableError(
+        "this controller stands by; a router that takes standby routes may watch here, this one "
+        "goes on to the leader");
+  }
   void Ack(const std::string&, const v1::RouteAck&) override {}
   void Gone(const std::string&) override {}
 

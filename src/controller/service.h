@@ -42,8 +42,9 @@ class RouteSource {
   // source's mark of that (0: nothing yet), and moves with each snapshot
   // returned. Waits up to `timeout`; nullopt if nothing new came.
   virtual std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) = 0;
-  // What the router says: its first ack, later acks, and its leaving.
-  virtual void Hello(const std::string& router, const v1::RouteAck& first) = 0;
+  // What the router says: its first ack (a refusal ends the stream, and the
+  // router goes on to the next controller), later acks, and its leaving.
+  virtual absl::Status Hello(const std::string& router, const v1::RouteAck& first) = 0;
   virtual void Ack(const std::string& router, const v1::RouteAck& ack) = 0;
   virtual void Gone(const std::string& router) = 0;
 };

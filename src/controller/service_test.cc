@@ -105,13 +105,14 @@ class BorrowedStore : public Store {
 
 // A router's route watch on a controller's gRPC port, its hello sent.
 struct RouteWatcher {
-  explicit RouteWatcher(int port)
+  explicit RouteWatcher(int port, bool takes_standby_routes = true)
       : channel(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                     grpc::InsecureChannelCredentials())),
         stub(v1::RouteService::NewStub(channel)),
         stream(stub->Watch(&ctx)) {
     v1::RouteAck hello;
     hello.set_router("r1");
+    hello.set_takes_standby_routes(takes_standby_routes);
     hello_sent = stream->Write(hello);
   }
   std::shared_ptr<grpc::Channel> channel;
@@ -343,6 +344,15 @@ TEST_F(ApiTest, AStandbyServesTheRouteWatchAndSendsAgentsOn) {
   ASSERT_TRUE(watch->Read(&snap));
   EXPECT_EQ(snap.version(), controller_.route_version());
   EXPECT_EQ(snap.routes_size(), 2);
+
+  // A router of a version that does not know standby routes is sent on:
+  // it would take this standby for the leader and stay.
+  RouteWatcher older(standby.grpc_port(), /*takes_standby_routes=*/false);
+  v1::RouteSnapshot none;
+  EXPECT_FALSE(older.stream->Read(&none));
+  grpc::Status sent_on = older.stream->Finish();
+  EXPECT_EQ(sent_on.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(sent_on.error_message(), HasSubstr("goes on to the leader"));
 
   // An agent is refused at once, told where the leader is.
   auto agents = v1::AgentService::NewStub(watcher.channel);

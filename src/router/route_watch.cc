@@ -87,6 +87,7 @@ absl::Status RouteWatch::WatchOnce(const common::HostPort& controller,
   hello.set_router(config_.router_id);
   hello.set_version(router_->routes() ? router_->routes()->version() : 0);
   hello.set_epoch(router_->routes() ? router_->routes()->epoch() : 0);
+  hello.set_takes_standby_routes(true);
   std::mutex write_mu;  // the reader acks; the hint thread sends suspects
   bool ok = stream->Write(hello);
   std::atomic<bool> done{false};

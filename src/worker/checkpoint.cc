@@ -185,7 +185,7 @@ absl::Status CheckpointDir::Write(uint64_t epoch, uint64_t step, absl::string_vi
   auto fence = FenceEpochLocked();
   if (!fence.ok()) return fence.status();
   if (*fence != epoch) {
-    return absl::PermissionDeniedError(absl::StrCat(
+    return absl::AbortedError(absl::StrCat(
         dir_, ": a checkpoint of epoch ", epoch, " is refused: the directory is claimed by ",
         *fence == 0
             ? std::string("no epoch (claim it first)")

@@ -53,7 +53,8 @@ class CheckpointDir {
   // directory is already claimed by a later epoch (this owner was replaced).
   [[nodiscard]] absl::Status Claim(uint64_t epoch) const;
   // Writes a complete checkpoint of `state` at `step` for `epoch`.
-  // PermissionDenied, naming both epochs, unless `epoch` holds the fence.
+  // Aborted (and only for this), naming both epochs, unless `epoch` holds
+  // the fence: the job's owner was replaced, or never claimed.
   [[nodiscard]] absl::Status Write(uint64_t epoch, uint64_t step, absl::string_view state) const;
   // The complete checkpoint with the highest step; nullopt if there is none.
   // Files that are not whole checkpoints are named in `*skipped`, each with why.

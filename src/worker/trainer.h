@@ -8,7 +8,7 @@
 // latest complete checkpoint, checkpoints every `checkpoint_every` steps and
 // at the end, and on a stop request (a planned move) checkpoints the step it
 // reached before it returns, so a drain loses no step. Once a later epoch
-// claims the directory its writes are refused and it stops (PermissionDenied):
+// claims the directory its writes are refused and it stops (Aborted):
 // a partitioned node that still runs cannot corrupt the new owner's state.
 #pragma once
 
@@ -44,7 +44,7 @@ std::string TrainStep(const std::string& state, uint64_t step);
 
 // Runs the job until it is done or `*stop` turns true. `on_step` is called
 // after each step, with whether a checkpoint of it was written. Errors:
-// InvalidArgument for bad options; PermissionDenied when a later epoch took
+// InvalidArgument for bad options; Aborted when a later epoch took
 // the directory while it ran (fenced); FailedPrecondition when a later epoch
 // held it before this one started; InvalidArgument also when its latest
 // checkpoint is past `steps` (another job's directory); DataLoss or others

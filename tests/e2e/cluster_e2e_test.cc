@@ -270,8 +270,10 @@ TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
   CommandResult help = RunCommand(kGpuha + " ctl --help");
   ASSERT_EQ(help.exit_code, 0) << help.err;
   std::set<std::string> listed;
+  const size_t subcommands = help.out.find("Subcommands:");
+  ASSERT_NE(subcommands, std::string::npos) << help.out;
   {
-    std::istringstream in(help.out.substr(help.out.find("Subcommands:")));
+    std::istringstream in(help.out.substr(subcommands));
     std::string line;
     std::getline(in, line);
     while (std::getline(in, line) && line.rfind("  ", 0) == 0) {

@@ -20,6 +20,7 @@
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "common/testing/etcd_server.h"
+#include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
 #include "tests/e2e/run_command.h"
@@ -230,11 +231,7 @@ TEST_F(ControllerHaTest, ARouterWatchingAStandbyGetsTheLeadersRoutes) {
            held.value("epoch", 0) == leader.value("epoch", -1);
   };
   auto eventually = [](const std::function<bool()>& f) {
-    for (int i = 0; i < 100; ++i) {
-      if (f()) return true;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    return false;
+    return gpuha::testing::Eventually(f, milliseconds(10000), milliseconds(100));
   };
   ASSERT_TRUE(eventually(holds_leaders)) << router.err();
   const std::string said = absl::StrCat("from a standby; the leader is 127.0.0.1:", a.http_port);
