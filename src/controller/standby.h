@@ -30,8 +30,6 @@ class Standby {
   [[nodiscard]] absl::Status Start();
   // Frees listen.http and listen.grpc at once, for the controller that leads now.
   void Stop();
-  uint16_t http_port() const { return server_.http_port(); }
-  int grpc_port() const { return server_.grpc_port(); }
 
  private:
   bool Pause(common::Duration d);  // false once stopping
