@@ -30,6 +30,12 @@ v1::NodeHealth ToProto(gpu::HealthState s) {
   return v1::NODE_HEALTH_UNSPECIFIED;
 }
 
+JobOptions JobsWithDefaults(const AgentConfig& c) {
+  JobOptions o = c.jobs;
+  if (o.progress_dir.empty()) o.progress_dir = "/tmp/gpuha-jobs-" + c.node;
+  return o;
+}
+
 constexpr const char* kVersion = "0.1.0";
 
 // What a tag on the heartbeat stream's completion queue stands for.
@@ -46,6 +52,7 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       probe_(gpu::WatchedProbe::Wrap(std::move(probe), milliseconds(config_.call_deadline_ms))),
       clock_(clock),
       supervisor_(config_.server, runner, clock, ServerProbe(config_.server, config_.node, clock)),
+      jobs_(JobsWithDefaults(config_), runner, clock),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }
@@ -72,12 +79,10 @@ absl::Status Agent::Start() {
   if (supervisor_.state().watched) supervisor_.Tick();
   threads_.emplace_back([this] { ConnectionLoop(); });
   // A server the agent starts, or one started elsewhere that it only probes
-  // (ready_url, metrics_url): either way the loop keeps its state. (Only the
-  // first ran it: a watched server was never probed, and its node never
-  // joined.)
-  if (const ServerState st = supervisor_.state(); st.supervised || st.watched) {
-    threads_.emplace_back([this] { SupervisorLoop(); });
-  }
+  // (ready_url, metrics_url): either way the loop keeps its state, and the
+  // jobs the controller places here. (Only the first ran it once: a watched
+  // server was never probed, and its node never joined.)
+  threads_.emplace_back([this] { SupervisorLoop(); });
   if (std::string socket = PodResourcesSocket(config_); !socket.empty()) {
     threads_.emplace_back([this, socket] { PodResourcesLoop(socket); });
   }
@@ -94,6 +99,7 @@ void Agent::Stop() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   supervisor_.Shutdown();
+  jobs_.Shutdown();
   if (http_) http_->Stop();
 }
 
@@ -235,6 +241,7 @@ void Agent::EventLoop() {
 void Agent::SupervisorLoop() {
   while (!stopping_) {
     supervisor_.Tick();
+    jobs_.Tick();
     WaitFor(milliseconds(100));
   }
 }
@@ -256,6 +263,7 @@ v1::AgentMessage Agent::BuildHello() const {
     out->mutable_labels()->insert(r.labels.begin(), r.labels.end());
     out->set_join_token(r.join_token);
   }
+  for (v1::JobStatus& j : jobs_.Status()) *h->add_jobs() = std::move(j);
   for (const gpu::DeviceInfo& d : devices_) {
     v1::GpuInfo* g = h->add_gpus();
     g->set_index(d.index);
@@ -281,6 +289,7 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   ss->set_pid(server.pid);
   ss->set_restarts(server.restarts);
   ss->set_last_exit(server.last_exit);
+  for (v1::JobStatus& j : jobs_.Status()) *hb->add_jobs() = std::move(j);
   std::lock_guard<std::mutex> lock(mu_);
   hb->set_health(ToProto(health_.state));
   hb->set_health_changed_unix_nanos(health_changed_unix_nanos_);
@@ -351,6 +360,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
         counters_.fences++;
         supervisor_.Fence();
       }
+      if (m.welcome().fenced()) jobs_.StopAll();
       break;
     case v1::ControllerMessage::kFence:
       if (stale(m.fence().epoch(), "fence")) return;
@@ -358,6 +368,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
                    m.fence().reason());
       if (!fenced_.exchange(true)) counters_.fences++;
       supervisor_.Fence();
+      jobs_.StopAll();           // each checkpoints on SIGTERM; SIGKILL after jobs.stop_grace_ms
       if (leaving_) MarkLeft();  // the work moved; the server may stop
       break;
     case v1::ControllerMessage::kRejoin:
@@ -374,6 +385,24 @@ void Agent::Handle(const v1::ControllerMessage& m) {
       }
       fenced_ = false;
       supervisor_.Unfence();
+      break;
+    case v1::ControllerMessage::kStartJob:
+      if (stale(m.start_job().epoch(), "start_job")) return;
+      if (fenced_) {
+        // The controller places jobs on serving nodes only; a start that
+        // crossed a fence must not run here.
+        spdlog::warn("agent {}: not starting job {}: this node is fenced", config_.node,
+                     m.start_job().job());
+        return;
+      }
+      spdlog::info("agent {}: starting job {} at placement {}", config_.node, m.start_job().job(),
+                   m.start_job().job_epoch());
+      jobs_.Start(m.start_job());
+      break;
+    case v1::ControllerMessage::kStopJob:
+      if (stale(m.stop_job().epoch(), "stop_job")) return;
+      spdlog::info("agent {}: stopping job {}", config_.node, m.stop_job().job());
+      jobs_.Stop(m.stop_job().job());
       break;
     case v1::ControllerMessage::MSG_NOT_SET:
       break;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/job_supervisor.h"
 #include "agent/pod_resources.h"
 #include "agent/process.h"
 #include "agent/supervisor.h"
@@ -125,6 +126,7 @@ class Agent {
   std::unique_ptr<gpu::WatchedProbe> probe_;
   common::Clock* const clock_;
   Supervisor supervisor_;
+  JobSupervisor jobs_;
   std::unique_ptr<common::HttpServer> http_;
   AgentCounters counters_;
 

@@ -106,6 +106,9 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     else
       c.listen = *hp;
   }
+  common::YamlMap jobs = root.Map("jobs");
+  if (auto v = jobs.String("progress_dir")) c.jobs.progress_dir = *v;
+  common::ReadMillis(jobs, "stop_grace_ms", &c.jobs.stop_grace, {.min = 100, .max = 3'600'000});
   common::YamlMap metrics = root.Map("metrics");
   if (auto v = metrics.Bool("dcgm_names")) c.dcgm_names = *v;
   if (auto v = metrics.String("pod_resources")) c.pod_resources = *v;  // auto | off | a path

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/job_supervisor.h"
 #include "agent/supervisor.h"
 #include "common/net_util.h"
 #include "common/ports.h"
@@ -54,6 +55,9 @@ struct AgentConfig {
   std::string sysfs_net = "/sys/class/net";
   gpu::HealthThresholds thresholds;
   SupervisorOptions server;
+  // Stateful jobs the controller places here (JobSupervisor). An empty
+  // progress_dir takes /tmp/gpuha-jobs-NODE.
+  JobOptions jobs;
   HostPort listen{"127.0.0.1", common::kAgentPort};
   // /metrics carries the GPU series in dcgm-exporter's names (DCGM_FI_*).
   // Off where dcgm-exporter already runs on the node, so that no series

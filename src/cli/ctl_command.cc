@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -74,6 +75,14 @@ const std::vector<Column>& FailoverColumns() {
 const std::vector<Column> kStreamColumns = {{"id", "id"},           {"tenant", "tenant"},
                                             {"weight", "weight"},   {"primary", "primary"},
                                             {"standby", "standby"}, {"placed", "placed"}};
+const std::vector<Column> kJobColumns = {{"id", "id"},
+                                         {"phase", "phase"},
+                                         {"node", "node"},
+                                         {"epoch", "job_epoch"},
+                                         {"step", "step"},
+                                         {"checkpoint", "checkpoint_step"},
+                                         {"takeovers", "takeovers"},
+                                         {"why", "why"}};
 
 // Verbs with their help; `arg` names the positional argument, if any.
 struct Verb {
@@ -107,6 +116,23 @@ const Verb kVerbs[] = {
     {"add-stream", "Admit a stream (refused when N+k would break)", "ID",
      "  gpuha ctl add-stream cam-17 --tenant acme --weight 2"},
     {"remove-stream", "Remove a stream and its routes", "ID", "  gpuha ctl remove-stream cam-17"},
+    {"jobs", "List stateful jobs (training) with phase, node, step and last checkpoint", nullptr,
+     "  gpuha ctl jobs\n  gpuha ctl jobs -o json    # with each job's last takeover timeline"},
+    {"add-job",
+     "Start a stateful job that restarts from its last checkpoint on another node after a "
+     "failure, once the old node is fenced",
+     "ID",
+     "  gpuha ctl add-job train-1 --gpus 1 --checkpoint-dir /mnt/san/train-1 -- \\\n"
+     "      gpuha worker --train --checkpoint-dir {checkpoint_dir} --epoch {epoch} \\\n"
+     "      --checkpoint-every {checkpoint_every} --progress-file {progress_file}\n"
+     "  ({job}, {epoch}, {checkpoint_dir}, {checkpoint_every}: filled in by the controller;\n"
+     "   {progress_file}: by the agent)"},
+    {"remove-job", "Stop a job (it checkpoints) and forget it", "ID",
+     "  gpuha ctl remove-job train-1"},
+    {"confirm-fenced",
+     "Say that a blocked job's old node is off, so the job restarts elsewhere (Pacemaker's "
+     "stonith_admin --confirm); only once it really is off",
+     "JOB", "  gpuha ctl confirm-fenced train-1"},
     {"hash-token", "Print the SHA-256 of a token, as configs store it (no controller needed)",
      "TOKEN", "  gpuha ctl hash-token \"$(openssl rand -hex 16)\""},
 };
@@ -147,6 +173,19 @@ CtlCommand::CtlCommand(CLI::App& parent) {
       sub->add_option("ROLE", role_, "")
           ->required()
           ->check(CLI::IsMember({"active", "passive", "buffer"}));
+    }
+    if (verb == "add-job") {
+      sub->add_option("COMMAND", job_command_, "The job's program and arguments, after --")
+          ->required();
+      sub->add_option("--gpus", gpus_, "GPUs the job needs on one node")
+          ->check(CLI::Range(1, 64))
+          ->capture_default_str();
+      sub->add_option("--checkpoint-dir", checkpoint_dir_,
+                      "Absolute path of its checkpoints, on storage every node mounts")
+          ->required();
+      sub->add_option("--checkpoint-every", checkpoint_every_, "Steps between checkpoints")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+          ->capture_default_str();
     }
     if (verb == "add-stream") {
       sub->add_option("--tenant", tenant_, "The stream's tenant")->required();
@@ -283,8 +322,9 @@ int CtlCommand::RunVerb() {
   const bool names_stream = command == "add-stream" || command == "remove-stream" ||
                             (command == "describe" && describe_->got_subcommand("stream"));
   if (!name_.empty() && !names_stream && !common::ValidName(name_)) {
-    std::cerr << "gpuha ctl " << command << ": '" << absl::CHexEscape(name_)
-              << "' is not a node name (" << common::kNameRule << ")\n";
+    std::cerr << "gpuha ctl " << command << ": '" << absl::CHexEscape(name_) << "' is not a "
+              << (absl::StrContains(command, "job") || command == "confirm-fenced" ? "job" : "node")
+              << " name (" << common::kNameRule << ")\n";
     return kExitBadInput;
   }
   if (names_stream && !common::ValidStreamId(name_)) {
@@ -303,13 +343,14 @@ int CtlCommand::RunVerb() {
     return describe_->got_subcommand("node") ? DescribeNode() : DescribeStream();
   }
   if (command == "nodes" || command == "streams" || command == "failovers" ||
-      command == "tenants" || command == "capacity") {
+      command == "tenants" || command == "capacity" || command == "jobs") {
     Answer a = Call("GET", "/api/v1/" + command);
     if (a.rc != kExitOk) return a.rc;
     double now = NowUnixMs();
     return Print(a.body, [&](const json& j) {
       if (command == "nodes") std::cout << RenderTable(j, NodeColumns(wide()), now);
       if (command == "streams") std::cout << RenderTable(j, kStreamColumns, now);
+      if (command == "jobs") std::cout << RenderTable(j, kJobColumns, now);
       if (command == "failovers") std::cout << RenderTable(j, FailoverColumns(), now);
       if (command == "tenants") {
         std::cout << RenderTable(j, {{"name", "name"}, {"streams", "streams"}, {"units", "units"}},
@@ -356,6 +397,19 @@ int CtlCommand::Mutate() {
   } else if (command == "remove-stream") {
     method = "DELETE";
     path = "/api/v1/streams/" + name_;
+  } else if (command == "add-job") {
+    path = "/api/v1/jobs";
+    body = json{{"id", name_},
+                {"command", job_command_},
+                {"gpus", gpus_},
+                {"checkpoint_dir", checkpoint_dir_},
+                {"checkpoint_every", checkpoint_every_}}
+               .dump();
+  } else if (command == "remove-job") {
+    method = "DELETE";
+    path = "/api/v1/jobs/" + name_;
+  } else if (command == "confirm-fenced") {
+    path = absl::StrCat("/api/v1/jobs/", name_, "/confirm-fenced");
   } else {
     std::cerr << "gpuha ctl: no command '" << command << "'\n";
     return kExitBadInput;
@@ -364,8 +418,10 @@ int CtlCommand::Mutate() {
   if (a.rc != kExitOk) return a.rc;
   double now = NowUnixMs();
   return Print(a.body, [&](const json& j) {
-    if (command == "remove-stream") {
+    if (command == "remove-stream" || command == "remove-job") {
       std::cout << "removed " << j.value("removed", name_) << "\n";
+    } else if (command == "add-job" || command == "confirm-fenced") {
+      std::cout << RenderTable(json::array({j}), kJobColumns, now);
     } else if (command == "add-stream") {
       std::cout << RenderTable(json::array({j}),
                                {{"id", "id"}, {"primary", "primary"}, {"standby", "standby"}}, now);

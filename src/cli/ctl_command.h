@@ -54,6 +54,11 @@ class CtlCommand {
   int64_t weight_ = 1;
   std::string name_;  // the node, stream or token a verb names
   std::string role_;
+  // add-job.
+  std::vector<std::string> job_command_;
+  int64_t gpus_ = 1;
+  std::string checkpoint_dir_;
+  int64_t checkpoint_every_ = 50;
   double interval_s_ = 1;
 };
 

@@ -1,7 +1,12 @@
 #include "cli/worker_command.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "cli/exit_codes.h"
@@ -58,6 +63,9 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
                        "Steps between checkpoints")
           ->capture_default_str()
           ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 62)),
+      app_->add_option("--progress-file", progress_file_,
+                       "A local file that holds the step reached, rewritten after each step "
+                       "(the agent reads it: {progress_file} in a job's command)"),
       app_->add_option("--step-ms", step_ms_, "Modelled GPU time per step, ms")
           ->capture_default_str()
           ->check(CLI::Range(0, 600000)),
@@ -74,13 +82,31 @@ int WorkerCommand::RunTrainer() {
     return kExitBadInput;
   }
   train_options_.step_time = std::chrono::milliseconds(step_ms_);
+  int progress_fd = -1;
+  if (!progress_file_.empty()) {
+    progress_fd = ::open(progress_file_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (progress_fd < 0) {
+      spdlog::error("worker: --progress-file: {}: {}", progress_file_, std::strerror(errno));
+      return kExitBadInput;
+    }
+  }
   StopSignals signals;
   std::atomic<bool> stop{false};
   absl::StatusOr<worker::TrainResult> result;
   std::atomic<bool> finished{false};
   std::thread job([&] {
-    result = worker::Train(train_options_, &stop, [](uint64_t step, bool checkpointed) {
+    result = worker::Train(train_options_, &stop, [progress_fd](uint64_t step, bool checkpointed) {
       if (checkpointed) spdlog::info("worker: checkpoint at step {}", step);
+      if (progress_fd >= 0) {
+        // Fixed width, written in place: a reader never sees a shorter
+        // number with an old tail.
+        char line[24];
+        int len =
+            std::snprintf(line, sizeof line, "%20llu\n", static_cast<unsigned long long>(step));
+        if (::pwrite(progress_fd, line, static_cast<size_t>(len), 0) != len) {
+          spdlog::warn("worker: --progress-file: {}", std::strerror(errno));
+        }
+      }
     });
     finished = true;
   });
@@ -92,6 +118,7 @@ int WorkerCommand::RunTrainer() {
     }
   }
   job.join();
+  if (progress_fd >= 0) ::close(progress_fd);
   if (!result.ok()) {
     spdlog::error("worker: {}", result.status().message());
     switch (result.status().code()) {

@@ -56,6 +56,9 @@ std::string ControllerYaml::Yaml() const {
                                       Opt("max_failures", max_failures), Opt("window_s", window_s));
   if (!recovery.empty()) absl::StrAppend(&out, "recovery: ", FlowMap(recovery), "\n");
   if (startup_grace_ms) absl::StrAppend(&out, "startup_grace_ms: ", *startup_grace_ms, "\n");
+  std::string fence = Opt("timeout_ms", fence_timeout_ms);
+  if (!fence_hook.empty()) absl::StrAppend(&fence, ", hook: ", Quote(fence_hook));
+  if (!fence.empty()) absl::StrAppend(&out, "fence: ", FlowMap(fence), "\n");
   return out;
 }
 
@@ -83,6 +86,10 @@ std::string AgentYaml::Yaml() const {
                     Opt("probe_timeout_ms", probe_timeout_ms));
     absl::StrAppend(&out, "server: ", FlowMap(server), "\n");
   }
+  std::string jobs = Opt("stop_grace_ms", job_stop_grace_ms);
+  if (!job_progress_dir.empty())
+    absl::StrAppend(&jobs, ", progress_dir: ", Quote(job_progress_dir));
+  if (!jobs.empty()) absl::StrAppend(&out, "jobs: ", FlowMap(jobs), "\n");
   return out;
 }
 

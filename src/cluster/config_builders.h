@@ -42,6 +42,8 @@ struct ControllerYaml {
   std::vector<std::string> etcd{};           // etcd endpoints (instead of store_path)
   std::optional<int64_t> healthy_for_ms{}, max_failures{}, window_s{};
   std::optional<int64_t> startup_grace_ms{};
+  std::string fence_hook{};  // empty: none
+  std::optional<int64_t> fence_timeout_ms{};
   std::string Yaml() const;
 };
 
@@ -64,6 +66,8 @@ struct AgentYaml {
   std::optional<int64_t> stall_after_ms{};
   std::string fence_mode{};  // empty: the default (stop)
   std::optional<int64_t> probe_interval_ms{}, probe_timeout_ms{};
+  std::string job_progress_dir{};  // empty: the default
+  std::optional<int64_t> job_stop_grace_ms{};
   std::string Yaml() const;
 };
 

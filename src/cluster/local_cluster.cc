@@ -169,6 +169,10 @@ int LocalCluster::EtcdLeader() const {
   return -1;
 }
 
+std::string LocalCluster::JobProgressDir(const LocalNode& n) const {
+  return absl::StrCat(dir_, "/", n.name, "-jobs");
+}
+
 std::string LocalCluster::PciDir(const LocalNode& n) const {
   return absl::StrCat(dir_, "/", n.name, "-pci");
 }
@@ -431,6 +435,8 @@ absl::Status LocalCluster::WriteConfigs() {
   c.healthy_for_ms = 1000;
   c.max_failures = o_.max_failures;
   c.window_s = 600;
+  c.fence_hook = o_.fence_hook;
+  c.fence_timeout_ms = o_.fence_timeout_ms;
   for (const LocalEtcd& e : etcd_)
     c.etcd.push_back(absl::StrCat("http://127.0.0.1:", e.client_port));
   if (etcd_.empty()) c.store_path = dir_ + "/controller.db";
@@ -467,6 +473,8 @@ absl::Status LocalCluster::WriteConfigs() {
     a.fence_mode = o_.watched_servers ? "unready" : "stop";
     a.probe_interval_ms = 100;
     a.probe_timeout_ms = 100;
+    // Each node's jobs write their progress here (JobProgress reads it).
+    a.job_progress_dir = JobProgressDir(n);
     if (absl::Status s = common::WriteFileAtomic(n.config, a.Yaml()); !s.ok()) return s;
   }
   RouterYaml r;

@@ -51,6 +51,10 @@ struct LocalClusterOptions {
   // readiness, instead of each agent supervising its worker. An agent's
   // restart then leaves its worker serving.
   bool watched_servers = false;
+  // The controller's fence hook ({node} is replaced), and how long it waits
+  // for an agent to confirm a fence before it runs the hook.
+  std::string fence_hook{};
+  int fence_timeout_ms = 5000;
   std::string api_key = "demo-acme-key";    // tenant acme's key at the router
   const std::atomic<bool>* stop = nullptr;  // WaitFor gives up when set
 };
@@ -152,6 +156,9 @@ class LocalCluster {
   // The leading controller's HTTP port (the first controller's when none leads).
   uint16_t api_port() const;
   const std::string& dir() const { return dir_; }
+  // Where the node's agent has its jobs write their progress files
+  // (JOB.JOB_EPOCH.progress: the step reached).
+  std::string JobProgressDir(const LocalNode& n) const;
   const LocalClusterOptions& options() const { return o_; }
 
  private:

@@ -236,6 +236,17 @@ absl::Status Controller::RecoverImpl(bool standby) {
     if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
     specs_[id] = spec;
   }
+  auto jobs = store_->Load("job");
+  if (!jobs.ok()) return jobs.status();
+  for (auto& [id, text] : *jobs) {
+    absl::StatusOr<JobRecord> r = DecodeJob(id, text);
+    if (!r.ok()) return r.status();
+    JobState& j = jobs_[id];
+    j.r = std::move(*r);
+    // A fence this process did not see begin is waited for afresh: its
+    // agent may still confirm it, else the hook runs after fence.timeout_ms.
+    j.fence_since = clock_->Now();
+  }
   // The recent events come back too, so the failover history survives a
   // restart. An event row that does not parse keeps its id as an
   // "unreadable" event, with a warning.
@@ -330,6 +341,8 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   const bool back = n->restart_until.has_value();
   n->restart_until.reset();
   if (placement_.Available(hello.node())) detector_.Connected(hello.node());
+  n->gpus = hello.gpus_size();
+  JobReportLocked(*n, hello.jobs(), hello.fenced());
   if (!n->known || back) {
     n->known = true;  // from now on a restarted controller expects it back
     // (and, back from a planned restart, no longer gives it the grace)
@@ -371,6 +384,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
+  JobReportLocked(*n, hb.jobs(), hb.fenced());
   // An agent acting under an old epoch, or serving while fenced, is corrected.
   // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
   // an agent that never confirms once cost an event and a store write per
@@ -541,6 +555,7 @@ void Controller::Tick() {
     if (clock_->Now() - *n.healthy_since < config_.healthy_for) continue;
     RejoinLocked(n, "healthy again");
   }
+  JobsTickLocked();
 }
 
 void Controller::SendFenceLocked(NodeState& n, const std::string& why) {
@@ -564,20 +579,30 @@ void Controller::FenceLocked(NodeState& n, const std::string& why) {
   if (config_.fence_hook.empty()) {
     EventLocked("fence_unconfirmed", id,
                 "agent unreachable and no fence hook configured; the node gets no work");
+    NodeFenceFailedLocked(id, "its agent is unreachable and no fence hook is configured");
     return;
   }
+  RunFenceHookLocked(id);
+}
+
+void Controller::RunFenceHookLocked(const std::string& id) {
   std::string command = absl::StrReplaceAll(config_.fence_hook, {{"{node}", id}});
   EventLocked("fence_hook_started", id, command);
+  for (auto& [job, j] : jobs_) {
+    if (j.r.node == id && j.r.phase == JobPhase::kFencing) j.escalated = true;
+  }
   hooks_.emplace_back([this, command, id] {
     if (!acting()) return;
     absl::Status s = fencer_->Run(command, config_.fence_timeout);
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ok()) {
       EventLocked("fenced", id, "fence hook succeeded");
+      NodeFenceConfirmedLocked(id, "the fence hook succeeded");
       return;
     }
     counters_.fence_hook_failures++;
     EventLocked("fence_failed", id, std::string(s.message()));
+    NodeFenceFailedLocked(id, absl::StrCat("its fence hook failed: ", s.message()));
     NodeState* n = FindLocked(id);
     if (n == nullptr || !n->fenced()) return;  // it rejoined meanwhile: its agent is fenced-aware
     // Never hand an unfenced node work again.
@@ -636,10 +661,16 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   if (fault_unix_ns > 0)
     EventLocked("fault_seen", id, why, static_cast<double>(fault_unix_ns) / 1e6);
   EventLocked("detected", id, why);
+  std::vector<StoreWrite> batch;
+  // Its jobs wait for the fence that follows (before it: a fence that
+  // cannot be confirmed at once blocks them).
+  JobsOffNodeLocked(n, fault_unix_ns, /*planned=*/make_before_break && !count_failure, &batch);
   if (!make_before_break) FenceLocked(n, why);
   FailoverPlan plan = placement_.FailNode(id);
   detector_.Forget(id);
-  std::vector<StoreWrite> batch;
+  for (auto& [job, j] : jobs_) {
+    if (j.r.node == id && j.r.phase == JobPhase::kFencing) j.prefer = plan.promoted;
+  }
   for (const Assignment& a : plan.moved) PersistStreamLocked(a.stream, &batch);
   for (const Assignment& a : plan.restandbyed) PersistStreamLocked(a.stream, &batch);
   for (const std::string& s : plan.unplaced) PersistStreamLocked(s, &batch);
@@ -860,6 +891,17 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
   }
   if (!force) {
     if (absl::Status s = placement_.CanRemoveNode(node); !s.ok()) return s;
+    // A job moves only to a node with its GPUs free; without one it would
+    // wait, stopped, until capacity returns.
+    for (const auto& [id, j] : jobs_) {
+      const bool here =
+          j.r.node == node && (j.r.phase == JobPhase::kStarting || j.r.phase == JobPhase::kRunning);
+      if (here && JobTargetLocked(j, node).empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " on node ", node, " has no other serving node with ",
+                         j.r.spec.gpus, " GPU(s) free to move to (?force=true stops it there)"));
+      }
+    }
   }
   EventLocked("drain", node, force ? "operator drain (forced)" : "operator drain");
   // One transition, one commit (the drain used to commit the node twice).

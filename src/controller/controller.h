@@ -32,6 +32,7 @@
 #include "controller/event_log.h"
 #include "controller/failure_detector.h"
 #include "controller/fence_runner.h"
+#include "controller/job.h"
 #include "controller/node_lifecycle.h"
 #include "controller/placement.h"
 #include "controller/store.h"
@@ -53,17 +54,19 @@ class AgentSink {
 
 // Every counter of the controller, declared once: the list makes both the
 // fields and their /metrics families (gpuha_controller_<field>_total).
-#define GPUHA_CONTROLLER_COUNTERS(X)                                                \
-  X(failovers, "Nodes taken out of service.")                                       \
-  X(fence_hook_failures, "Fence hooks that failed or timed out.")                   \
-  X(heartbeats, "Agent heartbeats received.")                                       \
-  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")           \
-  X(admissions_refused, "Streams refused under N+k.")                               \
-  X(unplaced_streams, "Streams that found no node in a failover.")                  \
-  X(store_errors, "Store writes that failed.")                                      \
-  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).") \
-  X(agents_refused, "Agent streams refused: a second stream for a connected node.") \
-  X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")
+#define GPUHA_CONTROLLER_COUNTERS(X)                                                       \
+  X(failovers, "Nodes taken out of service.")                                              \
+  X(fence_hook_failures, "Fence hooks that failed or timed out.")                          \
+  X(heartbeats, "Agent heartbeats received.")                                              \
+  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")                  \
+  X(admissions_refused, "Streams refused under N+k.")                                      \
+  X(unplaced_streams, "Streams that found no node in a failover.")                         \
+  X(store_errors, "Store writes that failed.")                                             \
+  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")        \
+  X(agents_refused, "Agent streams refused: a second stream for a connected node.")        \
+  X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")             \
+  X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.") \
+  X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")
 
 struct ControllerCounters {
 #define GPUHA_FIELD(name, help) uint64_t name = 0;
@@ -117,6 +120,15 @@ class Controller {
   [[nodiscard]] absl::Status Undrain(const std::string& node);
   [[nodiscard]] absl::Status Fail(const std::string& node);
   [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
+  // Stateful jobs (job.h). AddJob places it on a serving node with the
+  // GPUs (active nodes first), or leaves it pending. RemoveJob stops it.
+  // ConfirmJobFence: an operator says a blocked job's old node is off
+  // (Pacemaker's `stonith_admin --confirm`); the job restarts elsewhere.
+  [[nodiscard]] absl::StatusOr<nlohmann::json> AddJob(const JobSpec& spec);
+  [[nodiscard]] absl::Status RemoveJob(const std::string& id);
+  [[nodiscard]] absl::StatusOr<nlohmann::json> ConfirmJobFence(const std::string& id);
+  nlohmann::json JobsJson() const;
+  [[nodiscard]] absl::StatusOr<nlohmann::json> JobJson(const std::string& id) const;
   nlohmann::json NodesJson() const;
   [[nodiscard]] absl::StatusOr<nlohmann::json> NodeJson(const std::string& node) const;
   nlohmann::json StreamsJson() const;
@@ -192,6 +204,7 @@ class Controller {
     bool fenced() const { return lifecycle != NodeLifecycle::kServing && !joining(); }
     bool known = false;         // its agent has connected at least once (stored)
     bool registered = false;    // added by its agent's registration, not the config
+    int64_t gpus = 0;           // its agent's GPU count, from the hello (jobs need them)
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
@@ -247,6 +260,40 @@ class Controller {
   void AdvanceEpochLocked(uint64_t past, const std::string& why);
   void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
   void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
+
+  // --- jobs (controller_jobs.cc) ---------------------------------------------
+  struct JobState {
+    JobRecord r;
+    // Not stored: a new leader starts these afresh.
+    common::TimePoint fence_since{};  // when it began to wait for its node's fence
+    bool escalated = false;           // the fence hook ran (or there is none)
+    std::string prefer;               // the node that took its node's place
+    common::TimePoint retry_at{};     // pending: next placement try; else next StartJob resend
+  };
+  void PersistJobLocked(const JobState& j, std::vector<StoreWrite>* batch) const;
+  // The serving node with the GPUs free that the job would go to ("" if
+  // none): for a move the node that took the old one's place, then
+  // passive, buffer and active nodes; else active ones first.
+  std::string JobTargetLocked(const JobState& j, const std::string& exclude) const;
+  // Starts it on a node (a new job epoch), or leaves it pending.
+  void PlaceJobLocked(JobState& j, const std::string& exclude, std::vector<StoreWrite>* batch);
+  // `n` is being taken out: its jobs wait for its fence (TakeOutLocked).
+  void JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned,
+                         std::vector<StoreWrite>* batch);
+  // The fence of `j`'s node is confirmed (`how`): it starts elsewhere.
+  void ConfirmJobFenceLocked(JobState& j, const std::string& how, std::vector<StoreWrite>* batch);
+  // Every job waiting on `node`'s fence, confirmed, or blocked with an alert.
+  void NodeFenceConfirmedLocked(const std::string& node, const std::string& how);
+  void NodeFenceFailedLocked(const std::string& node, const std::string& why);
+  // What an agent says of its jobs (hello or heartbeat).
+  void JobReportLocked(NodeState& n, const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs,
+                       bool fenced);
+  // Escalates fences the agent does not confirm; places pending jobs.
+  void JobsTickLocked();
+  void SendStartJobLocked(NodeState& n, const JobState& j);
+  // Runs the fence hook for `id` on its own thread; the result confirms or
+  // blocks the node's jobs (and a failure holds the node out).
+  void RunFenceHookLocked(const std::string& id);
   // Applies `batch` with the epoch and the route version (MetaWritesLocked).
   void CommitLocked(std::vector<StoreWrite> batch);
   std::vector<StoreWrite> MetaWritesLocked() const;
@@ -281,6 +328,7 @@ class Controller {
   FailureDetector detector_;                 // guarded by mu_
   std::map<std::string, NodeState> nodes_;   // guarded by mu_
   std::map<std::string, StreamSpec> specs_;  // guarded by mu_
+  std::map<std::string, JobState> jobs_;     // guarded by mu_
   uint64_t epoch_ = 1;                       // guarded by mu_
   uint64_t route_version_ = 1;               // guarded by mu_
   // Rows of commits the store refused, written again with the next commit.

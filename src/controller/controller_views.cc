@@ -237,6 +237,13 @@ std::string Controller::MetricsText() const {
   for (const auto& [id, n] : nodes_) {
     p.Sample("gpuha_controller_node_connected", {{"node", id}}, n.sink != nullptr);
   }
+  p.Family("gpuha_controller_jobs", "gauge",
+           "Stateful jobs by phase; blocked ones wait for an operator to confirm a fence.");
+  for (JobPhase phase : kJobPhases) {
+    size_t count = 0;
+    for (const auto& [id, j] : jobs_) count += j.r.phase == phase;
+    p.Sample("gpuha_controller_jobs", {{"phase", JobPhaseName(phase)}}, double(count));
+  }
   struct Gauge {
     const char* name;
     const char* help;

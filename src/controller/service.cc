@@ -531,6 +531,33 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
     return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
                   : Error(HttpCode(s), std::string(s.message()));
   }
+  if (what == "jobs" && parts.size() == 1 && get) return JsonResponse(200, c->JobsJson());
+  if (what == "jobs" && parts.size() == 1 && post) {
+    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    json body = json::parse(r.body, nullptr, false);
+    if (body.is_discarded()) return Error(400, "body: not JSON");
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(body);
+    if (!spec.ok()) return Error(400, std::string(spec.status().message()));
+    auto j = c->AddJob(*spec);
+    return j.ok() ? JsonResponse(201, *j)
+                  : Error(HttpCode(j.status()), std::string(j.status().message()));
+  }
+  if (what == "jobs" && parts.size() == 2 && get) {
+    auto j = c->JobJson(parts[1]);
+    return j.ok() ? JsonResponse(200, *j) : Error(404, std::string(j.status().message()));
+  }
+  if (what == "jobs" && parts.size() == 2 && del) {
+    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    absl::Status s = c->RemoveJob(parts[1]);
+    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
+                  : Error(HttpCode(s), std::string(s.message()));
+  }
+  if (what == "jobs" && parts.size() == 3 && post && parts[2] == "confirm-fenced") {
+    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    auto j = c->ConfirmJobFence(parts[1]);
+    return j.ok() ? JsonResponse(200, *j)
+                  : Error(HttpCode(j.status()), std::string(j.status().message()));
+  }
   if (what == "tenants" && get) return JsonResponse(200, c->TenantsJson());
   if (what == "failovers" && get) return JsonResponse(200, c->FailoversJson());
   if (what == "history" && get) return JsonResponse(200, c->HistoryJson());

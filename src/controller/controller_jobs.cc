@@ -1,0 +1,312 @@
+// The controller's stateful jobs (job.h): placement, the wait for a
+// confirmed fence before a job starts elsewhere, and what agents report.
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "controller/controller.h"
+
+namespace gpuha::controller {
+namespace {
+
+using json = nlohmann::json;
+
+// A StartJob the agent has not acknowledged (its job missing from the
+// agent's reports) is sent again after this.
+constexpr common::Duration kStartResend = std::chrono::seconds(2);
+// A pending job looks for a node this often.
+constexpr common::Duration kPlaceRetry = std::chrono::seconds(1);
+
+bool OnNode(JobPhase p) { return p == JobPhase::kStarting || p == JobPhase::kRunning; }
+
+}  // namespace
+
+void Controller::PersistJobLocked(const JobState& j, std::vector<StoreWrite>* batch) const {
+  batch->push_back({"job", j.r.spec.id, EncodeJob(j.r)});
+}
+
+std::string Controller::JobTargetLocked(const JobState& j, const std::string& exclude) const {
+  const bool move = j.r.job_epoch > 0;
+  std::string best;
+  int best_rank = INT_MAX;
+  for (const auto& [id, n] : nodes_) {
+    if (id == exclude || n.lifecycle != NodeLifecycle::kServing || !n.sink) continue;
+    int64_t used = 0;
+    for (const auto& [other, o] : jobs_) {
+      if (other != j.r.spec.id && o.r.node == id && OnNode(o.r.phase)) used += o.r.spec.gpus;
+    }
+    if (n.gpus - used < j.r.spec.gpus) continue;
+    const Role role = placement_.RoleOf(id).value_or(n.cfg.spec.role);
+    int rank = 0;
+    if (move) {
+      rank = id == j.prefer ? 0 : role == Role::kPassive ? 1 : role == Role::kBuffer ? 2 : 3;
+    } else {
+      rank = role == Role::kActive ? 0 : role == Role::kPassive ? 1 : 2;
+    }
+    if (rank < best_rank) {
+      best_rank = rank;
+      best = id;
+    }
+  }
+  return best;
+}
+
+void Controller::SendStartJobLocked(NodeState& n, const JobState& j) {
+  if (!acting() || !n.sink) return;
+  v1::ControllerMessage m;
+  v1::StartJob* s = m.mutable_start_job();
+  s->set_epoch(epoch_);
+  s->set_job(j.r.spec.id);
+  s->set_job_epoch(j.r.job_epoch);
+  for (std::string& a : JobArgv(j.r.spec, j.r.job_epoch)) s->add_argv(std::move(a));
+  s->set_checkpoint_dir(j.r.spec.checkpoint_dir);
+  n.sink->Send(m);
+}
+
+void Controller::PlaceJobLocked(JobState& j, const std::string& exclude,
+                                std::vector<StoreWrite>* batch) {
+  const common::TimePoint now = clock_->Now();
+  const std::string& id = j.r.spec.id;
+  const std::string to = JobTargetLocked(j, exclude);
+  if (to.empty()) {
+    const std::string why =
+        absl::StrCat("no serving node has ", j.r.spec.gpus, " GPU(s) free; it starts when one has");
+    if (j.r.phase != JobPhase::kPending || j.r.why != why) {
+      EventLocked("job_pending", "", absl::StrCat(id, ": ", why));
+    }
+    j.r.phase = JobPhase::kPending;
+    j.r.node.clear();
+    j.r.why = why;
+    j.retry_at = now + kPlaceRetry;
+    PersistJobLocked(j, batch);
+    return;
+  }
+  // Each placement writes under an epoch above every earlier one's, so
+  // the checkpoint directory refuses any writer left behind.
+  j.r.job_epoch = std::max(j.r.job_epoch + 1, epoch_);
+  j.r.phase = JobPhase::kStarting;
+  j.r.node = to;
+  j.r.why.clear();
+  j.retry_at = now + kStartResend;
+  if (j.r.last && j.r.last->started_ms == 0) {
+    j.r.last->to = to;
+    j.r.last->started_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
+    j.r.takeovers++;
+    counters_.job_takeovers++;
+  }
+  SendStartJobLocked(nodes_.at(to), j);
+  EventLocked("job_started", to,
+              absl::StrCat(id, ": placement ", j.r.job_epoch, ", from its latest checkpoint (step ",
+                           j.r.checkpoint_step, " when last reported)"));
+  PersistJobLocked(j, batch);
+}
+
+void Controller::JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned,
+                                   std::vector<StoreWrite>* batch) {
+  const std::string& node = n.cfg.spec.id;
+  for (auto& [id, j] : jobs_) {
+    if (j.r.node != node || !OnNode(j.r.phase)) continue;
+    j.r.phase = JobPhase::kFencing;
+    j.fence_since = clock_->Now();
+    j.escalated = false;
+    j.prefer.clear();
+    JobTakeover t;
+    t.from = node;
+    t.planned = planned;
+    t.fault_ms = static_cast<double>(fault_unix_ns > 0 ? fault_unix_ns : clock_->UnixNanos()) / 1e6;
+    t.last_step = j.r.step;
+    j.r.last = t;
+    j.r.why = absl::StrCat("waits for node ", node, "'s fence before it starts elsewhere");
+    EventLocked("job_fencing", node, absl::StrCat(id, ": ", j.r.why));
+    PersistJobLocked(j, batch);
+  }
+}
+
+void Controller::ConfirmJobFenceLocked(JobState& j, const std::string& how,
+                                       std::vector<StoreWrite>* batch) {
+  if (j.r.phase != JobPhase::kFencing && j.r.phase != JobPhase::kBlocked) return;
+  if (j.r.last) j.r.last->fenced_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
+  const std::string from = j.r.node;
+  EventLocked("job_fence_confirmed", from, absl::StrCat(j.r.spec.id, ": ", how));
+  PlaceJobLocked(j, from, batch);
+}
+
+void Controller::NodeFenceConfirmedLocked(const std::string& node, const std::string& how) {
+  std::vector<StoreWrite> batch;
+  for (auto& [id, j] : jobs_) {
+    if (j.r.node == node) ConfirmJobFenceLocked(j, how, &batch);
+  }
+  if (!batch.empty()) CommitLocked(std::move(batch));
+}
+
+void Controller::NodeFenceFailedLocked(const std::string& node, const std::string& why) {
+  std::vector<StoreWrite> batch;
+  for (auto& [id, j] : jobs_) {
+    if (j.r.node != node || j.r.phase != JobPhase::kFencing) continue;
+    j.r.phase = JobPhase::kBlocked;
+    j.escalated = true;
+    j.r.why = absl::StrCat("not restarted: ", why,
+                           ". Two writers would corrupt its checkpoints; once node ", node,
+                           " is off, `gpuha ctl job confirm-fenced ", id, "`");
+    counters_.jobs_blocked++;
+    EventLocked("job_blocked", node, absl::StrCat(id, ": ", j.r.why));
+    PersistJobLocked(j, &batch);
+  }
+  if (!batch.empty()) CommitLocked(std::move(batch));
+}
+
+void Controller::JobReportLocked(NodeState& n,
+                                 const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs,
+                                 bool fenced) {
+  const std::string& node = n.cfg.spec.id;
+  const common::TimePoint now = clock_->Now();
+  std::vector<StoreWrite> batch;
+  for (auto& [id, j] : jobs_) {
+    if (j.r.node != node) continue;
+    const v1::JobStatus* mine = nullptr;
+    bool any_running = false;
+    for (const v1::JobStatus& s : jobs) {
+      if (s.job() != id) continue;
+      any_running = any_running || s.running();
+      if (s.job_epoch() == j.r.job_epoch) mine = &s;
+    }
+    if (mine != nullptr) {
+      j.r.step = std::max(j.r.step, mine->step());
+      j.r.checkpoint_step = mine->checkpoint_step();
+    }
+    switch (j.r.phase) {
+      case JobPhase::kFencing:
+      case JobPhase::kBlocked:
+        // The agent obeyed the fence: its job ended (on a drain, after it
+        // checkpointed the step it reached).
+        if (fenced && !any_running) {
+          ConfirmJobFenceLocked(j, "its agent stopped it and holds the node fenced", &batch);
+        }
+        break;
+      case JobPhase::kStarting:
+      case JobPhase::kRunning:
+        if (mine == nullptr) {
+          // Its agent does not know it (restarted since): told again.
+          if (!fenced && now >= j.retry_at) {
+            SendStartJobLocked(n, j);
+            j.retry_at = now + kStartResend;
+          }
+        } else if (mine->done()) {
+          j.r.phase = JobPhase::kDone;
+          EventLocked("job_done", node, absl::StrCat(id, ": finished at step ", mine->step()));
+          PersistJobLocked(j, &batch);
+        } else if (mine->running() && j.r.phase == JobPhase::kStarting) {
+          j.r.phase = JobPhase::kRunning;
+          if (j.r.last && j.r.last->running_ms == 0) {
+            j.r.last->running_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
+            j.r.last->resumed_from = mine->checkpoint_step();
+          }
+          EventLocked("job_running", node,
+                      absl::StrCat(id, ": placement ", j.r.job_epoch, ", pid ", mine->pid()));
+          PersistJobLocked(j, &batch);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  if (!batch.empty()) CommitLocked(std::move(batch));
+}
+
+void Controller::JobsTickLocked() {
+  const common::TimePoint now = clock_->Now();
+  std::vector<StoreWrite> batch;
+  for (auto& [id, j] : jobs_) {
+    if (j.r.phase == JobPhase::kFencing && !j.escalated &&
+        now - j.fence_since >= config_.fence_timeout) {
+      // The agent did not confirm in time (hung, or cut off while its
+      // stream stays open): the hook fences the node, or nothing can.
+      j.escalated = true;
+      if (config_.fence_hook.empty()) {
+        NodeFenceFailedLocked(j.r.node, absl::StrCat("its agent did not confirm the fence within ",
+                                                     common::ToMillis(config_.fence_timeout),
+                                                     " ms and no fence hook is configured"));
+      } else {
+        RunFenceHookLocked(j.r.node);
+      }
+    } else if (j.r.phase == JobPhase::kPending && now >= j.retry_at) {
+      PlaceJobLocked(j, "", &batch);
+    }
+  }
+  if (!batch.empty()) CommitLocked(std::move(batch));
+}
+
+absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  if (absl::Status s = CheckJobSpec(spec); !s.ok()) return s;
+  if (jobs_.count(spec.id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("job ", spec.id, " already exists"));
+  }
+  for (const auto& [id, j] : jobs_) {
+    if (j.r.spec.checkpoint_dir == spec.checkpoint_dir && j.r.phase != JobPhase::kDone) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("checkpoint_dir: job ", id, " already writes to ", spec.checkpoint_dir));
+    }
+  }
+  JobState& j = jobs_[spec.id];
+  j.r.spec = spec;
+  EventLocked("job_added", "",
+              absl::StrCat(spec.id, ": ", spec.gpus, " GPU(s), checkpoints in ",
+                           spec.checkpoint_dir, " every ", spec.checkpoint_every, " steps"));
+  std::vector<StoreWrite> batch;
+  PlaceJobLocked(j, "", &batch);
+  CommitLocked(std::move(batch));
+  return gpuha::controller::JobJson(j.r);
+}
+
+absl::Status Controller::RemoveJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  JobState& j = it->second;
+  if (NodeState* n = OnNode(j.r.phase) ? FindLocked(j.r.node) : nullptr; n && n->sink) {
+    v1::ControllerMessage m;
+    m.mutable_stop_job()->set_epoch(epoch_);
+    m.mutable_stop_job()->set_job(id);
+    n->sink->Send(m);
+  }
+  EventLocked("job_removed", j.r.node, absl::StrCat(id, " (was ", JobPhaseName(j.r.phase), ")"));
+  jobs_.erase(it);
+  CommitLocked({{"job", id, std::nullopt}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  JobState& j = it->second;
+  if (j.r.phase != JobPhase::kBlocked && j.r.phase != JobPhase::kFencing) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " is ", JobPhaseName(j.r.phase),
+                                                      ": it waits for no fence to be confirmed"));
+  }
+  std::vector<StoreWrite> batch;
+  ConfirmJobFenceLocked(j, absl::StrCat("an operator confirmed that node ", j.r.node, " is off"),
+                        &batch);
+  CommitLocked(std::move(batch));
+  return gpuha::controller::JobJson(j.r);
+}
+
+json Controller::JobsJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (const auto& [id, j] : jobs_) out.push_back(gpuha::controller::JobJson(j.r));
+  return out;
+}
+
+absl::StatusOr<json> Controller::JobJson(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  return gpuha::controller::JobJson(it->second.r);
+}
+
+}  // namespace gpuha::controller
