@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "agent/job_supervisor.h"
+
 namespace gpuha::agent {
 namespace {
 
@@ -15,6 +17,7 @@ class FakeProcessRunner : public ProcessRunner {
   absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv) override {
     if (fail_spawn) return absl::FailedPreconditionError("cannot run '" + argv[0] + "'");
     ++spawns;
+    last_argv = argv;
     alive[++last_pid] = true;
     return last_pid;
   }
@@ -35,6 +38,7 @@ class FakeProcessRunner : public ProcessRunner {
   bool dies_on_term = true;
   std::string exit_text = "exit 1";
   std::vector<int> signals;
+  std::vector<std::string> last_argv;
 };
 
 class SupervisorTest : public ::testing::Test {
@@ -233,6 +237,108 @@ TEST(RealProcessRunnerTest, RunsReportsExitAndSignals) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(std::string(missing.status().message()).find("cannot run '/nonexistent/worker'"),
             std::string::npos);
+}
+
+// --- JobSupervisor -----------------------------------------------------------
+
+class JobSupervisorTest : public ::testing::Test {
+ protected:
+  JobOptions Options() {
+    JobOptions o;
+    o.progress_dir = "/nonexistent/progress";
+    o.stop_grace = seconds(10);
+    o.backoff.initial = seconds(1);
+    return o;
+  }
+  v1::StartJob Start(uint64_t job_epoch) {
+    v1::StartJob s;
+    s.set_job("train-1");
+    s.set_job_epoch(job_epoch);
+    s.add_argv("trainer");
+    s.add_argv("--progress-file");
+    s.add_argv("{progress_file}");
+    return s;
+  }
+  v1::JobStatus Only(const JobSupervisor& j) {
+    auto all = j.Status();
+    EXPECT_EQ(all.size(), 1u);
+    return all.empty() ? v1::JobStatus() : all[0];
+  }
+  common::FakeClock clock_;
+  FakeProcessRunner runner_;
+};
+
+TEST_F(JobSupervisorTest, RunsAJobRestartsItAfterACrashAndStopsWhenItIsDone) {
+  JobSupervisor jobs(Options(), &runner_, &clock_);
+  jobs.Start(Start(3));
+  jobs.Tick();
+  ASSERT_EQ(runner_.spawns, 1);
+  EXPECT_EQ(runner_.last_argv[2], "/nonexistent/progress/train-1.3.progress");
+  EXPECT_TRUE(Only(jobs).running());
+  runner_.Crash(runner_.last_pid);  // exit 1
+  jobs.Tick();
+  EXPECT_FALSE(Only(jobs).running());
+  EXPECT_EQ(Only(jobs).restarts(), 1u);
+  jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 1) << "restarts wait for the backoff";
+  clock_.Advance(seconds(2));
+  jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 2);
+  runner_.exit_text = "exit 0";
+  runner_.Crash(runner_.last_pid);
+  jobs.Tick();
+  clock_.Advance(seconds(120));
+  jobs.Tick();
+  EXPECT_TRUE(Only(jobs).done());
+  EXPECT_EQ(runner_.spawns, 2) << "a finished job is not run again";
+  // A repeat of the same placement changes nothing.
+  jobs.Start(Start(3));
+  jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 2);
+}
+
+TEST_F(JobSupervisorTest, AFenceStopsJobsWithSigtermThenSigkillAndNoneRestarts) {
+  JobSupervisor jobs(Options(), &runner_, &clock_);
+  jobs.Start(Start(3));
+  jobs.Tick();
+  runner_.dies_on_term = false;  // it takes its time to checkpoint
+  jobs.StopAll();
+  jobs.Tick();
+  EXPECT_EQ(runner_.signals, std::vector<int>{SIGTERM});
+  EXPECT_TRUE(jobs.AnyRunning());
+  clock_.Advance(seconds(11));
+  jobs.Tick();
+  EXPECT_EQ(runner_.signals, (std::vector<int>{SIGTERM, SIGKILL}));
+  jobs.Tick();
+  EXPECT_FALSE(jobs.AnyRunning());
+  EXPECT_TRUE(Only(jobs).stopped());
+  clock_.Advance(seconds(120));
+  jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 1);
+}
+
+TEST_F(JobSupervisorTest, ANewerPlacementReplacesTheOldOneOnceItEndsAndAFencedJobIsNotRestarted) {
+  JobSupervisor jobs(Options(), &runner_, &clock_);
+  jobs.Start(Start(3));
+  jobs.Tick();
+  const pid_t old_pid = runner_.last_pid;
+  jobs.Start(Start(5));
+  EXPECT_EQ(runner_.signals, std::vector<int>{SIGTERM});
+  jobs.Tick();
+  jobs.Tick();
+  EXPECT_FALSE(runner_.alive[old_pid]);
+  EXPECT_EQ(Only(jobs).job_epoch(), 5u);
+  EXPECT_EQ(runner_.spawns, 2);
+  jobs.Start(Start(4));  // older: ignored
+  EXPECT_EQ(Only(jobs).job_epoch(), 5u);
+  // Its storage refused it (a later placement elsewhere): not restarted.
+  runner_.exit_text = "exit 4";
+  runner_.Crash(runner_.last_pid);
+  jobs.Tick();
+  clock_.Advance(seconds(120));
+  jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 2);
+  EXPECT_EQ(Only(jobs).last_exit(), "exit 4");
 }
 
 }  // namespace

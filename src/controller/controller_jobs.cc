@@ -177,6 +177,10 @@ void Controller::JobReportLocked(NodeState& n,
     switch (j.r.phase) {
       case JobPhase::kFencing:
       case JobPhase::kBlocked:
+        // The old placement's last word counts for the steps a move loses.
+        if (mine != nullptr && j.r.last) {
+          j.r.last->last_step = std::max(j.r.last->last_step, mine->step());
+        }
         // The agent obeyed the fence: its job ended (on a drain, after it
         // checkpointed the step it reached).
         if (fenced && !any_running) {

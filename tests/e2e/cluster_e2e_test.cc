@@ -295,6 +295,9 @@ TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
       {"describe", "describe stream cam-0"},
       {"add-stream", "add-stream cam-json --tenant acme"},
       {"remove-stream", "remove-stream cam-json"},
+      {"add-job", "add-job j-json --checkpoint-dir /tmp/gpuha-ctl-j-json -- /bin/sleep 600"},
+      {"jobs", "jobs"},
+      {"remove-job", "remove-job j-json"},
       {"set-role", "set-role n3 buffer"},
       {"set-role", "set-role n3 passive"},
       {"drain", "drain n3 --force"},
@@ -306,13 +309,31 @@ TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
   for (const auto& [verb, args] : calls) {
     SCOPED_TRACE(args);
     tried.insert(verb);
-    CommandResult r = RunCommand(ctl + " " + args + " -o json");
+    // -o json before a job's command (after its --), else at the end.
+    std::string with_json = args;
+    with_json.insert(std::min(args.find(" -- "), args.size()), " -o json");
+    CommandResult r = RunCommand(ctl + " " + with_json);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     json j = json::parse(r.out, nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.out;
     CommandResult h = RunCommand(kGpuha + " ctl " + verb + " --help");
     EXPECT_EQ(h.exit_code, 0) << h.err;
     EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl " + verb));
+  }
+  // confirm-fenced has a fence to confirm only for a blocked job (job_e2e_test):
+  // here it is refused, naming why.
+  {
+    tried.insert("confirm-fenced");
+    ASSERT_EQ(RunCommand(ctl + " add-job j-json --checkpoint-dir /tmp/gpuha-ctl-j-json -- "
+                               "/bin/sleep 600")
+                  .exit_code,
+              0);
+    CommandResult r = RunCommand(ctl + " confirm-fenced j-json -o json");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("waits for no fence to be confirmed"));
+    EXPECT_EQ(RunCommand(ctl + " remove-job j-json").exit_code, 0);
+    CommandResult h = RunCommand(kGpuha + " ctl confirm-fenced --help");
+    EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl confirm-fenced"));
   }
   EXPECT_EQ(tried, listed) << "a ctl verb without a JSON and --help check here";
   CommandResult hash = RunCommand(kGpuha + " ctl hash-token s3cret -o yaml");
