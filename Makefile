@@ -47,11 +47,12 @@ demo: configure
 
 bench: deps
 	cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release
-	cmake --build build-release -j $(JOBS) --target gpuha gpuha-test-backend plan_bench agent_bench controller_bench controller_ha_bench failover_bench
+	cmake --build build-release -j $(JOBS) --target gpuha gpuha-test-backend plan_bench agent_bench controller_bench controller_ha_bench failover_bench job_takeover_bench
 	build-release/bench/plan_bench
 	build-release/bench/agent_bench build-release/gpuha 20 100
 	build-release/bench/controller_bench build-release/gpuha 2000 15
 	build-release/bench/controller_ha_bench build-release/gpuha 10
+	build-release/bench/job_takeover_bench build-release/gpuha 10
 	bench/router_throughput.sh build-release/gpuha 5 64 5
 	bench/failover.sh build-release 10
 
