@@ -61,12 +61,19 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                  "Workers run beside the agents (as an inference pod beside the agent's "
                  "DaemonSet pod), which watch them and fence them by readiness, instead of "
                  "each agent supervising its worker");
+  app_->add_flag("--train", o_.train,
+                 absl::StrCat("A training job beside the streams (gpuha worker --train, "
+                              "checkpoints in the demo's folder); the faults then default to ",
+                              absl::StrJoin(demo::kTrainFaults, ",")));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }
 
 int DemoCommand::Run() {
   if (o_.ha && app_->count("--faults") == 0) faults_ = absl::StrJoin(demo::kHaFaults, ",");
+  if (o_.train && !o_.ha && app_->count("--faults") == 0) {
+    faults_ = absl::StrJoin(demo::kTrainFaults, ",");
+  }
   std::vector<std::string> faults = absl::StrSplit(faults_, ',', absl::SkipWhitespace());
   o_.faults = faults;
   char exe[4096];
@@ -105,7 +112,9 @@ int DemoCommand::Run() {
     }
   }
   if (stop) return 130;
-  return report->Lost() == 0 ? kExitOk : kExitFailure;
+  // A training job that did not end in the state of an uninterrupted run
+  // fails the demo as a lost request does.
+  return report->Lost() == 0 && report->train_exact.value_or(true) ? kExitOk : kExitFailure;
 }
 
 }  // namespace gpuha::cli

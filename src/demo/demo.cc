@@ -17,13 +17,19 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
+#include "common/file_util.h"
 #include "common/http_server.h"
 #include "demo/faults.h"
+#include "worker/checkpoint.h"
+#include "worker/trainer.h"
 
 namespace gpuha::demo {
 
@@ -37,6 +43,10 @@ using cluster::LocalCluster;
 using cluster::LocalNode;
 
 int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
+
+// The demo's training job (--train).
+constexpr char kJob[] = "train-demo";
+constexpr int kJobEvery = 50;  // steps between checkpoints, 10 ms each
 
 // Every answer the load saw, for timelines after the fact.
 struct AnswerLog {
@@ -185,6 +195,68 @@ class Demo {
     if (status_thread_.joinable()) status_thread_.join();
   }
 
+  // --train: the job, 10 ms a step for longer than any demo runs, its
+  // checkpoints in the demo's folder (the storage every node mounts).
+  absl::Status StartJob() {
+    const std::string san = c_.dir() + "/san";
+    std::error_code ec;
+    std::filesystem::create_directories(san, ec);
+    json body = {{"id", kJob},
+                 {"command",
+                  {o_.exe, "worker", "--train", "--checkpoint-dir", "{checkpoint_dir}", "--epoch",
+                   "{epoch}", "--steps", "100000000", "--checkpoint-every", "{checkpoint_every}",
+                   "--step-ms", "10", "--progress-file", "{progress_file}"}},
+                 {"checkpoint_dir", san + "/" + kJob},
+                 {"checkpoint_every", kJobEvery}};
+    auto added = c_.Api("POST", "/api/v1/jobs", body.dump());
+    if (!added.ok()) return added.status();
+    if (!c_.WaitFor([&] { return Job().value("checkpoint_step", 0) >= kJobEvery; },
+                    milliseconds(20000))) {
+      return absl::UnavailableError(
+          absl::StrCat("the training job did not checkpoint in 20 s: ", Job().dump()));
+    }
+    return absl::OkStatus();
+  }
+  json Job() {
+    auto j = c_.Api("GET", absl::StrCat("/api/v1/jobs/", kJob));
+    return j.ok() ? *j : json::object();
+  }
+  // The step the job's placement `epoch` on `node` last wrote to its progress file.
+  uint64_t JobProgress(const LocalNode& node, uint64_t epoch) {
+    uint64_t step = 0;
+    if (auto text = common::ReadFile(
+            absl::StrCat(c_.JobProgressDir(node), "/", kJob, ".", epoch, ".progress"));
+        text.ok()) {
+      (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &step);
+    }
+    return step;
+  }
+  // Stops the job (it checkpoints the step it reached) and compares its
+  // state there with a run that never failed.
+  void StopJob() {
+    const json j = Job();
+    LocalNode* node = c_.FindNode(j.value("node", ""));
+    const uint64_t epoch = j.value("job_epoch", uint64_t{0});
+    (void)c_.Api("DELETE", absl::StrCat("/api/v1/jobs/", kJob));
+    auto dir = worker::CheckpointDir::Open(c_.dir() + "/san/" + kJob);
+    if (!dir.ok() || node == nullptr) return;
+    std::optional<worker::Checkpoint> last;
+    // Its last checkpoint is the step its progress file shows, once it ended.
+    c_.WaitFor(
+        [&] {
+          auto latest = dir->Latest();
+          if (!latest.ok() || !latest->has_value()) return false;
+          last = **latest;
+          return last->step == JobProgress(*node, epoch);
+        },
+        milliseconds(10000));
+    if (!last) return;
+    std::string state = worker::InitialTrainState();
+    for (uint64_t s = 1; s <= last->step; ++s) state = worker::TrainStep(state, s);
+    report_.train_step = last->step;
+    report_.train_exact = state == last->state;
+  }
+
   // One fault: inject, watch, repair, wait for the node to rejoin as spare.
   FaultTimeline Run(const std::string& fault) {
     const FaultSpec& spec = *FindFault(fault);  // names were checked up front
@@ -207,6 +279,8 @@ class Demo {
       if (n.name == o_.target) node = &n;
     }
     if (spec.partition) node = &c_.nodes()[0];  // only gpu-1 has a namespace of its own
+    const json job_before = spec.target == Target::kJobNode ? Job() : json::object();
+    if (LocalNode* runs_job = c_.FindNode(job_before.value("node", ""))) node = runs_job;
     second_ = nullptr;
     if (spec.target == Target::kTwoNodes) {
       for (LocalNode* n : by_load) {
@@ -246,6 +320,7 @@ class Demo {
     if (controller && !faults_.hit.empty()) t.node = faults_.hit;
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
     c_.Sleep(milliseconds(o_.observe_ms));
+    if (spec.target == Target::kJobNode) JobSteps(*node, job_before, t0, &t);
 
     if (!controller) {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
@@ -296,6 +371,28 @@ class Demo {
   DemoReport& report() { return report_; }
 
  private:
+  // train-crash: the job's takeover from its record, once it runs again.
+  void JobSteps(const LocalNode& node, const json& before, int64_t t0, FaultTimeline* t) {
+    const uint64_t epoch = before.value("job_epoch", uint64_t{0});
+    json after;
+    c_.WaitFor(
+        [&] {
+          after = Job();
+          return after.value("phase", "") == "running" &&
+                 after.value("job_epoch", uint64_t{0}) > epoch;
+        },
+        milliseconds(15000));
+    if (!after.contains("last_takeover") || after.value("job_epoch", uint64_t{0}) <= epoch) {
+      t->note = absl::StrCat("the training job did not run again: ", after.dump());
+      return;
+    }
+    const json& lt = after["last_takeover"];
+    const double t0_ms = double(t0) / 1e6;
+    t->job_fenced_ms = lt.value("fenced_unix_ms", 0.0) - t0_ms;
+    t->job_started_ms = lt.value("started_unix_ms", 0.0) - lt.value("fenced_unix_ms", 0.0);
+    t->steps_lost = int64_t(JobProgress(node, epoch)) - lt.value("resumed_from", int64_t{0});
+  }
+
   // The controller is back: same routes, every agent reconnected, and the
   // router has acknowledged the new controller's routes.
   absl::Status RepairController(const std::map<std::string, std::string>& primaries, int64_t t0,
@@ -463,6 +560,14 @@ class Demo {
            << absl::StrFormat("  %-34s %8s ms\n", "routers acknowledged", Ms(t.routers_acked_ms))
            << absl::StrFormat("  %-34s %8s ms\n", "first request served by the standby",
                               Ms(t.first_standby_ms));
+      if (t.job_fenced_ms) {
+        out_ << absl::StrFormat("  %-34s %8s ms\n", "training job: fence confirmed",
+                                Ms(t.job_fenced_ms))
+             << absl::StrFormat("  %-34s %8s ms after the fence\n",
+                                "training job: started elsewhere", Ms(t.job_started_ms))
+             << absl::StrFormat("  %-34s %8d (a checkpoint every %d)\n", "training job: steps lost",
+                                t.steps_lost.value_or(-1), kJobEvery);
+      }
     }
     out_ << absl::StrFormat("  answers %d, failed %d, longest gap on a hit stream %.1f ms\n",
                             t.answered, t.failed, t.max_gap_ms);
@@ -530,6 +635,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(absl::StrCat("--faults: unknown fault '", f, "' (",
                                                      absl::StrJoin(FaultNames(), ", "), ")"));
     }
+    if (FindFault(f)->target == Target::kJobNode && !o.train) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--faults: '", f, "' kills the training job's node; run it with --train"));
+    }
     if (FindFault(f)->ha && !o.ha) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--faults: '", f, "' is a fault of the etcd control plane; run it with --ha"));
@@ -559,6 +668,8 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .partition = partition,
                         .controllers = o.ha ? 3 : 1,
                         .watched_servers = o.watched_servers,
+                        // A BMC power-off's stand-in: the demo's nodes die whole.
+                        .fence_hook = o.train ? "true" : "",
                         .stop = o.stop},
                        dir);
   out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
@@ -569,6 +680,7 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   absl::Status s = cluster.Start();
   Demo demo(o, cluster, out);
   if (s.ok()) s = demo.WaitReady();
+  if (s.ok() && o.train) s = demo.StartJob();
   if (!s.ok()) {
     cluster.Stop();
     return s;
@@ -585,6 +697,7 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
     demo.report().faults.push_back(demo.Run(f));
   }
   cluster.Sleep(milliseconds(500));
+  if (o.train && !cluster.Stopping()) demo.StopJob();
   demo.StopLoad();
   DemoReport report = demo.report();
   out << "\n" << report.Text();

@@ -8,6 +8,12 @@
 //
 // Faults (in this order by default):
 //   crash        kill -9 of a node's agent and its worker
+//   train-crash  (--train) kill -9 of the node running the training job (its
+//                agent, worker and job): the job restarts on another node
+//                once the fence hook confirms the node is off, from its
+//                last complete checkpoint; the report gives fault to fenced,
+//                fenced to started, the steps lost, and at the end whether
+//                the job's state equals a run that never failed
 //   xid79        XID 79 (GPU fallen off the bus) on the node's GPU
 //   thermal      a temperature ramp to 95 C: a proactive drain
 //   agent-hang   SIGSTOP of the agent (its worker keeps running)
@@ -64,6 +70,9 @@ namespace gpuha::demo {
 // The default sequence; "double-crash" (two nodes at once, past N+1) is extra.
 inline const std::vector<std::string> kDefaultFaults = {
     "crash", "xid79", "thermal", "agent-hang", "server-hang", "controller-restart"};
+// With --train and no --faults: the defaults, then the training job's node.
+inline const std::vector<std::string> kTrainFaults = {"train-crash", "crash", "xid79", "agent-hang",
+                                                      "controller-restart"};
 // With --ha (three controllers on a three-member etcd cluster): the control
 // plane's faults, and a node crash under the leader that took over.
 inline const std::vector<std::string> kHaFaults = {"leader-kill", "crash", "etcd-leader-kill",
@@ -91,6 +100,10 @@ struct DemoOptions {
   // Workers run beside the agents, which watch them, instead of under them
   // (LocalClusterOptions::watched_servers).
   bool watched_servers = false;
+  // One training job (`gpuha worker --train`) beside the streams, its
+  // checkpoints in the demo's folder (the shared storage), and the fence
+  // hook `true` standing in for a BMC power-off.
+  bool train = false;
   std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };
@@ -99,6 +112,11 @@ struct DemoReport {
   std::vector<FaultTimeline> faults;
   load::LoadReport load;
   load::LoadReport llm;  // the LLM token streams (DemoOptions::llm_streams)
+  // --train: the step the job reached when the demo stopped it (it
+  // checkpoints on the way out), and whether its state there equals the
+  // state of a run that never failed.
+  std::optional<uint64_t> train_step;
+  std::optional<bool> train_exact;
   // Failed requests other than the router's clear 503 no_capacity for streams
   // past what the cluster can place (double-crash): expected to be 0.
   uint64_t Lost() const;

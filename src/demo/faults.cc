@@ -32,6 +32,7 @@ const std::vector<FaultSpec>& FaultTable() {
   };
   static const std::vector<FaultSpec> kTable = {
       {"crash", Target::kNode, false, false, kill_node, restart},
+      {"train-crash", Target::kJobNode, false, false, kill_node, restart},
       {"xid79", Target::kNode, false, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
       {"thermal", Target::kNode, false, false,
        sim_fault("gpu=0,kind=temp_ramp,to_c=95,over_ms=600"), reboot},

@@ -24,6 +24,7 @@ enum class Target {
   kTwoNodes,    // the two busiest at once, past what N+1 covers
   kController,  // the controller process (with --ha: the leader), or etcd
   kEveryNode,   // every node in turn, each back before the next (a rolling upgrade)
+  kJobNode,     // the node running the demo's training job (--train)
 };
 
 // What a fault's inject leaves for its repair.

@@ -31,6 +31,12 @@ std::string DemoReport::Text() const {
                                             t.fault, t.node, *t.takeover_ms));
     }
   }
+  if (train_step) {
+    absl::StrAppend(&out, absl::StrFormat("training job: stopped at step %d; its state %s a run "
+                                          "that never failed\n",
+                                          *train_step,
+                                          train_exact.value_or(false) ? "equals" : "DIFFERS FROM"));
+  }
   absl::StrAppend(&out, load.Text());
   if (llm.sent > 0) {
     uint64_t continued = 0;
@@ -93,12 +99,17 @@ std::string DemoReport::Json() const {
                            {"llm_answered", t.llm_answered},
                            {"llm_failed", t.llm_failed},
                            {"llm_continued", t.llm_continued},
+                           {"job_fenced_ms", opt(t.job_fenced_ms)},
+                           {"job_started_ms", opt(t.job_started_ms)},
+                           {"steps_lost", t.steps_lost ? json(*t.steps_lost) : json(nullptr)},
                            {"note", t.note}});
   }
   return json{{"faults", faults_json},
               {"load", json::parse(load.Json(), nullptr, false)},
               {"llm", llm.sent > 0 ? json::parse(llm.Json(), nullptr, false) : json(nullptr)},
-              {"lost", Lost()}}
+              {"lost", Lost()},
+              {"train_step", train_step ? json(*train_step) : json(nullptr)},
+              {"train_exact", train_exact ? json(*train_exact) : json(nullptr)}}
       .dump(2);
 }
 

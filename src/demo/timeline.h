@@ -46,6 +46,11 @@ struct FaultTimeline {
   // LLM token streams in the same span: answers, failed ones, and answers
   // the router continued on the standby mid-answer.
   uint64_t llm_answered = 0, llm_failed = 0, llm_continued = 0;
+  // train-crash: from the fault to the job's fence confirmed, from there to
+  // its start on another node, and the steps its last placement had done
+  // past the checkpoint the next one resumed from.
+  std::optional<double> job_fenced_ms, job_started_ms;
+  std::optional<int64_t> steps_lost;
   std::string note;
 };
 

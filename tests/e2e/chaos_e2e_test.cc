@@ -119,6 +119,26 @@ TEST_F(ChaosTest, NodeCrashLosesNothing) {
   EXPECT_EQ(r["faults"][0]["routes_before_fence"], false) << r["faults"][0].dump();
 }
 
+// A training job beside the streams; its node is killed. The job restarts
+// on another node once the fence hook confirms the node is off, loses at
+// most one checkpoint interval (50 steps), and ends in the state of a run
+// that never failed; no request is lost meanwhile.
+TEST_F(ChaosTest, TrainCrashRestartsTheJobAfterTheFenceAndLosesNothing) {
+  json r = RunDemo("train-crash", 20, 0, {}, {"--train"});
+  ExpectLosslessFailover(r);
+  const json& f = r["faults"][0];
+  ASSERT_FALSE(f["job_fenced_ms"].is_null()) << f.dump();
+  ASSERT_FALSE(f["steps_lost"].is_null()) << f.dump();
+  EXPECT_GE(f["job_started_ms"].get<double>(), 0) << "started before the fence: " << f.dump();
+  EXPECT_GE(f["steps_lost"].get<int>(), 0);
+  EXPECT_LE(f["steps_lost"].get<int>(), 50);
+  EXPECT_EQ(r["train_exact"], true) << r.dump();
+  EXPECT_GT(r["train_step"].get<int>(), 50);
+  std::printf("FIGURES train-crash fenced %.1f ms, started %.1f ms after, steps lost %d\n",
+              f["job_fenced_ms"].get<double>(), f["job_started_ms"].get<double>(),
+              f["steps_lost"].get<int>());
+}
+
 TEST_F(ChaosTest, Xid79LosesNothing) { ExpectLosslessFailover(RunDemo("xid79")); }
 
 TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {
@@ -308,6 +328,14 @@ TEST_F(ChaosTest, BadFaultNameIsRefused) {
   ChildProcess demo({kGpuha, "demo", "--faults", "crash,meteor"});
   EXPECT_EQ(demo.Wait(milliseconds(10000)).value_or(-1), 2);
   EXPECT_NE(demo.err().find("unknown fault 'meteor'"), std::string::npos) << demo.err();
+}
+
+TEST_F(ChaosTest, TrainCrashNeedsTrain) {
+  ChildProcess demo({kGpuha, "demo", "--faults", "train-crash"});
+  EXPECT_EQ(demo.Wait(milliseconds(10000)).value_or(-1), 2);
+  EXPECT_NE(demo.err().find("'train-crash' kills the training job's node; run it with --train"),
+            std::string::npos)
+      << demo.err();
 }
 
 // --ha: three controllers on a three-member etcd cluster. kill -9 of the
