@@ -176,6 +176,11 @@ absl::Status CheckpointDir::Claim(uint64_t epoch) const {
                                                       ", later than ", epoch,
                                                       ": this placement of the job was replaced"));
   }
+  // Every write holds the lock from its first byte to its rename: a .tmp
+  // seen here is one a crash left, and no writer will finish it.
+  std::vector<std::string> unfinished;
+  if (absl::Status s = Files(&unfinished).status(); !s.ok()) return s;
+  for (const std::string& name : unfinished) ::unlink(absl::StrCat(dir_, "/", name).c_str());
   return common::WriteFileAtomic(dir_ + "/FENCE", absl::StrCat(epoch, "\n"));
 }
 

@@ -49,8 +49,9 @@ class CheckpointDir {
 
   // The epoch that may write now (0: never claimed).
   [[nodiscard]] absl::StatusOr<uint64_t> FenceEpoch() const;
-  // Makes `epoch` the one that may write. FailedPrecondition if the
-  // directory is already claimed by a later epoch (this owner was replaced).
+  // Makes `epoch` the one that may write, and removes the unfinished writes
+  // (.tmp) a crashed writer left. FailedPrecondition if the directory is
+  // already claimed by a later epoch (this owner was replaced).
   [[nodiscard]] absl::Status Claim(uint64_t epoch) const;
   // Writes a complete checkpoint of `state` at `step` for `epoch`.
   // Aborted (and only for this), naming both epochs, unless `epoch` holds

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -94,6 +95,8 @@ TEST(TrainerTest, ATornCheckpointIsSkippedForThePreviousOne) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->resumed_from, 20u);
   EXPECT_EQ(resumed->state, Expected(50));
+  // Its claim removed the unfinished write no writer would finish.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt-00000000000000000040.tmp"));
 }
 
 TEST(TrainerTest, AWriterOfAnOlderEpochIsRefusedOnceALaterOneClaims) {
