@@ -20,12 +20,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "cluster/local_cluster.h"
-#include "common/file_util.h"
 #include "worker/checkpoint.h"
 #include "worker/trainer.h"
 
@@ -77,8 +73,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(root + "/cluster");
   std::filesystem::create_directories(root + "/san");
 
-  std::string expected = gpuha::worker::InitialTrainState();
-  for (uint64_t s = 1; s <= kSteps; ++s) expected = gpuha::worker::TrainStep(expected, s);
+  const std::string expected = gpuha::worker::TrainStateAfter(kSteps);
 
   // The hook stands in for a BMC power-off of a node already dead.
   LocalCluster c({.exe = exe, .nodes = 3, .fence_hook = "true"}, root + "/cluster");
@@ -117,12 +112,7 @@ int main(int argc, char** argv) {
     const uint64_t epoch = Job(c, id).value("job_epoch", uint64_t{0});
     gpuha::cluster::LocalNode* n = c.FindNode(node);
     c.KillNode(*n);
-    uint64_t reached = 0;
-    if (auto text = gpuha::common::ReadFile(
-            absl::StrCat(c.JobProgressDir(*n), "/", id, ".", epoch, ".progress"));
-        text.ok()) {
-      (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &reached);
-    }
+    const uint64_t reached = c.JobProgress(*n, id, epoch);
     if (!c.WaitFor([&] { return Job(c, id).value("phase", "") == "done"; }, milliseconds(30000))) {
       std::fprintf(stderr, "run %d: the job did not finish: %s\n", run, Job(c, id).dump().c_str());
       break;

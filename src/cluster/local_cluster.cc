@@ -9,8 +9,10 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "cluster/config_builders.h"
 #include "common/etcd_argv.h"
 #include "common/file_util.h"
@@ -171,6 +173,17 @@ int LocalCluster::EtcdLeader() const {
 
 std::string LocalCluster::JobProgressDir(const LocalNode& n) const {
   return absl::StrCat(dir_, "/", n.name, "-jobs");
+}
+
+uint64_t LocalCluster::JobProgress(const LocalNode& n, const std::string& job,
+                                   uint64_t job_epoch) const {
+  uint64_t step = 0;
+  if (auto text =
+          common::ReadFile(absl::StrCat(JobProgressDir(n), "/", job, ".", job_epoch, ".progress"));
+      text.ok()) {
+    (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &step);
+  }
+  return step;
 }
 
 std::string LocalCluster::PciDir(const LocalNode& n) const {

@@ -159,6 +159,9 @@ class LocalCluster {
   // Where the node's agent has its jobs write their progress files
   // (JOB.JOB_EPOCH.progress: the step reached).
   std::string JobProgressDir(const LocalNode& n) const;
+  // The step the job's placement `job_epoch` on the node last wrote to its
+  // progress file (0: none yet). The file outlives a killed node.
+  uint64_t JobProgress(const LocalNode& n, const std::string& job, uint64_t job_epoch) const;
   const LocalClusterOptions& options() const { return o_; }
 
  private:

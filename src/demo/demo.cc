@@ -17,15 +17,11 @@
 #include <set>
 #include <thread>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
-#include "common/file_util.h"
 #include "common/http_server.h"
 #include "demo/faults.h"
 #include "worker/checkpoint.h"
@@ -221,16 +217,6 @@ class Demo {
     auto j = c_.Api("GET", absl::StrCat("/api/v1/jobs/", kJob));
     return j.ok() ? *j : json::object();
   }
-  // The step the job's placement `epoch` on `node` last wrote to its progress file.
-  uint64_t JobProgress(const LocalNode& node, uint64_t epoch) {
-    uint64_t step = 0;
-    if (auto text = common::ReadFile(
-            absl::StrCat(c_.JobProgressDir(node), "/", kJob, ".", epoch, ".progress"));
-        text.ok()) {
-      (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &step);
-    }
-    return step;
-  }
   // Stops the job (it checkpoints the step it reached) and compares its
   // state there with a run that never failed.
   void StopJob() {
@@ -247,14 +233,12 @@ class Demo {
           auto latest = dir->Latest();
           if (!latest.ok() || !latest->has_value()) return false;
           last = **latest;
-          return last->step == JobProgress(*node, epoch);
+          return last->step == c_.JobProgress(*node, kJob, epoch);
         },
         milliseconds(10000));
     if (!last) return;
-    std::string state = worker::InitialTrainState();
-    for (uint64_t s = 1; s <= last->step; ++s) state = worker::TrainStep(state, s);
     report_.train_step = last->step;
-    report_.train_exact = state == last->state;
+    report_.train_exact = worker::TrainStateAfter(last->step) == last->state;
   }
 
   // One fault: inject, watch, repair, wait for the node to rejoin as spare.
@@ -390,7 +374,8 @@ class Demo {
     const double t0_ms = double(t0) / 1e6;
     t->job_fenced_ms = lt.value("fenced_unix_ms", 0.0) - t0_ms;
     t->job_started_ms = lt.value("started_unix_ms", 0.0) - lt.value("fenced_unix_ms", 0.0);
-    t->steps_lost = int64_t(JobProgress(node, epoch)) - lt.value("resumed_from", int64_t{0});
+    t->steps_lost =
+        int64_t(c_.JobProgress(node, kJob, epoch)) - lt.value("resumed_from", int64_t{0});
   }
 
   // The controller is back: same routes, every agent reconnected, and the

@@ -21,6 +21,12 @@ std::string TrainStep(const std::string& state, uint64_t step) {
   return Sha256(in);
 }
 
+std::string TrainStateAfter(uint64_t steps) {
+  std::string state = InitialTrainState();
+  for (uint64_t s = 1; s <= steps; ++s) state = TrainStep(state, s);
+  return state;
+}
+
 absl::StatusOr<TrainResult> Train(const TrainOptions& o, const std::atomic<bool>* stop,
                                   const std::function<void(uint64_t, bool)>& on_step) {
   if (o.epoch == 0) return absl::InvalidArgumentError("--epoch: must be at least 1");

@@ -41,6 +41,9 @@ struct TrainResult {
 // The model: the initial state and one step.
 std::string InitialTrainState();
 std::string TrainStep(const std::string& state, uint64_t step);
+// The state after `steps` steps of a run that never failed (raw bytes):
+// what any resumed run must reach.
+std::string TrainStateAfter(uint64_t steps);
 
 // Runs the job until it is done or `*stop` turns true. `on_step` is called
 // after each step, with whether a checkpoint of it was written. Errors:

@@ -36,11 +36,7 @@ TrainOptions Options(const std::string& dir, uint64_t epoch, uint64_t steps) {
 }
 
 // What an uninterrupted run of `steps` ends in, computed here step by step.
-std::string Expected(uint64_t steps) {
-  std::string s = InitialTrainState();
-  for (uint64_t i = 1; i <= steps; ++i) s = TrainStep(s, i);
-  return absl::BytesToHexString(s);
-}
+std::string Expected(uint64_t steps) { return absl::BytesToHexString(TrainStateAfter(steps)); }
 
 TEST(TrainerTest, AResumedRunEndsExactlyAsAnUninterruptedOne) {
   auto whole = Train(Options(Dir("whole"), 1, 95), nullptr);

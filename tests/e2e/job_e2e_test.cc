@@ -15,10 +15,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "cluster/local_cluster.h"
 #include "common/file_util.h"
 #include "common/testing/temp_dir.h"
@@ -37,12 +34,6 @@ using ::testing::HasSubstr;
 
 constexpr int kSteps = 300;
 constexpr int kEvery = 20;
-
-std::string ExpectedState(uint64_t steps) {
-  std::string state = worker::InitialTrainState();
-  for (uint64_t s = 1; s <= steps; ++s) state = worker::TrainStep(state, s);
-  return absl::BytesToHexString(state);
-}
 
 class JobTest : public ::testing::Test {
  protected:
@@ -105,13 +96,8 @@ class JobTest : public ::testing::Test {
     return WaitJob([&](const json& j) { return j.value("phase", "") == phase; }, timeout);
   }
 
-  // The step the placement `epoch` on `node` last wrote to its progress file.
   uint64_t ProgressOf(const std::string& node, uint64_t epoch) {
-    auto text = common::ReadFile(absl::StrCat(cluster_->JobProgressDir(*cluster_->FindNode(node)),
-                                              "/train-1.", epoch, ".progress"));
-    uint64_t step = 0;
-    if (text.ok()) (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &step);
-    return step;
+    return cluster_->JobProgress(*cluster_->FindNode(node), "train-1", epoch);
   }
 
   // The job ended where an uninterrupted run ends.
@@ -121,7 +107,7 @@ class JobTest : public ::testing::Test {
     auto latest = dir->Latest();
     ASSERT_TRUE(latest.ok() && latest->has_value());
     EXPECT_EQ((*latest)->step, static_cast<uint64_t>(kSteps));
-    EXPECT_EQ(absl::BytesToHexString((*latest)->state), ExpectedState(kSteps));
+    EXPECT_EQ((*latest)->state, worker::TrainStateAfter(kSteps));
   }
 
   std::vector<std::string> EventTypes() {
