@@ -114,6 +114,8 @@ void Agent::Leave(common::Duration wait) {
       urgent_ = true;
     }
     WakeHeartbeat();
+    // Its jobs get their stop grace to checkpoint before the agent goes.
+    if (!jobs_.Status().empty()) wait += config_.jobs.stop_grace;
     std::unique_lock<std::mutex> lock(stop_mu_);
     if (!stop_cv_.wait_for(lock, wait, [this] { return left_; })) {
       spdlog::warn("agent {}: the controller did not answer the goodbye within {} ms; stopping",
@@ -368,8 +370,17 @@ void Agent::Handle(const v1::ControllerMessage& m) {
                    m.fence().reason());
       if (!fenced_.exchange(true)) counters_.fences++;
       supervisor_.Fence();
-      jobs_.StopAll();           // each checkpoints on SIGTERM; SIGKILL after jobs.stop_grace_ms
-      if (leaving_) MarkLeft();  // the work moved; the server may stop
+      jobs_.StopAll();  // each checkpoints on SIGTERM; SIGKILL after jobs.stop_grace_ms
+      if (leaving_) {
+        // The work moved; the server may stop. Jobs first end, and a last
+        // heartbeat says so: the controller's confirmation of this fence
+        // for them (ConnectionLoop).
+        if (jobs_.Status().empty()) {
+          MarkLeft();
+        } else {
+          jobs_beat_on_leave_ = true;
+        }
+      }
       break;
     case v1::ControllerMessage::kRejoin:
       if (stale(m.rejoin().epoch(), "rejoin")) return;
@@ -453,7 +464,8 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
   bool broken = false;
   bool goodbye_in_flight = false;
   bool goodbye_written = false;
-  auto woken = [this] {  // kWake came back: the next WakeHeartbeat() may set the alarm
+  bool last_beat_in_flight = false;  // leaving: the beat after the jobs ended
+  auto woken = [this] {              // kWake came back: the next WakeHeartbeat() may set the alarm
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_pending_ = false;
   };
@@ -487,6 +499,9 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
           writing = false;
           if (!ok) {
             broken = true;
+          } else if (last_beat_in_flight) {
+            last_beat_in_flight = false;
+            MarkLeft();
           } else if (goodbye_in_flight) {
             goodbye_in_flight = false;
             goodbye_written = true;
@@ -533,6 +548,18 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
         goodbye_in_flight = true;
         writing = true;
         stream->Write(out, Tag(StreamOp::kWrite));
+      } else if (jobs_beat_on_leave_ && clock_->Now() >= next) {
+        // Fenced on the way out: beats go on while its jobs stop, the last
+        // one once none runs.
+        const bool ended = !jobs_.AnyRunning();
+        next = clock_->Now() + milliseconds(config_.heartbeat_ms);
+        out = BuildHeartbeat();
+        writing = true;
+        stream->Write(out, Tag(StreamOp::kWrite));
+        if (ended) {
+          jobs_beat_on_leave_ = false;
+          last_beat_in_flight = true;
+        }
       }
       continue;
     }

@@ -138,7 +138,9 @@ class Agent {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   std::atomic<bool> leaving_{false};  // Leave(): the stream says goodbye, then beats no more
-  bool left_ = false;                 // guarded by stop_mu_: Leave() may stop now
+  // Leave(), fenced with jobs: the connection thread beats on until they end.
+  std::atomic<bool> jobs_beat_on_leave_{false};
+  bool left_ = false;  // guarded by stop_mu_: Leave() may stop now
   // Leave() may stop: the goodbye was heard (and the fence came, if the server
   // stops with the agent), or there is no controller to tell.
   void MarkLeft();

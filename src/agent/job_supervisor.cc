@@ -42,7 +42,8 @@ void JobSupervisor::Start(const v1::StartJob& start) {
       }
       old.stopping = true;
       old.forget = true;
-      // Kept under a name no job has until it ends (names are [a-z0-9-]).
+      // Kept under a name no job has until it ends (job names never hold
+      // '~'); reported while it runs, and the new one waits for it.
       auto node = jobs_.extract(it);
       node.key() = absl::StrCat(start.job(), "~", old.spec.job_epoch());
       jobs_.insert(std::move(node));
@@ -80,6 +81,10 @@ void JobSupervisor::SpawnLocked(Job& j, common::TimePoint now) {
   std::error_code ec;
   std::filesystem::create_directories(options_.progress_dir, ec);
   if (ec) spdlog::error("jobs: {}: {}: {}", j.spec.job(), options_.progress_dir, ec.message());
+  // Where it resumes: the newest complete checkpoint now.
+  j.next_read = {};
+  ReadProgressLocked(j);
+  j.status.set_resumed_from(j.status.checkpoint_step());
   auto pid = runner_->Spawn(argv);
   j.started_at = now;
   if (!pid.ok()) {
@@ -95,6 +100,10 @@ void JobSupervisor::SpawnLocked(Job& j, common::TimePoint now) {
 }
 
 void JobSupervisor::ReadProgressLocked(Job& j) {
+  // A listing reads every checkpoint whole: at most once a second.
+  const common::TimePoint now = clock_->Now();
+  if (now < j.next_read) return;
+  j.next_read = now + kProgressEvery;
   if (auto text = common::ReadFile(ProgressFile(j)); text.ok()) {
     uint64_t step = 0;
     if (absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &step) && step > j.status.step()) {
@@ -120,6 +129,8 @@ void JobSupervisor::Tick() {
         j.status.set_running(false);
         j.status.set_last_exit(*exit);
         j.term_sent.reset();
+        j.next_read = {};  // its last checkpoint, reported
+        ReadProgressLocked(j);
         if (j.stopping) {
           j.status.set_stopped(true);
         } else if (*exit == "exit 0") {
@@ -147,8 +158,13 @@ void JobSupervisor::Tick() {
     }
     const bool ended = j.status.done() || j.status.stopped() || j.stopping ||
                        j.status.last_exit() == absl::StrCat("exit ", kJobExitFenced);
-    if (!j.status.running() && !ended && now >= j.next_start) SpawnLocked(j, now);
-    ReadProgressLocked(j);
+    // An older placement of the same job, still on its way out, ends first.
+    bool older_runs = false;
+    for (const auto& [other, o] : jobs_) {
+      older_runs = older_runs || (&o != &j && o.spec.job() == j.spec.job() && o.status.running());
+    }
+    if (!j.status.running() && !ended && !older_runs && now >= j.next_start) SpawnLocked(j, now);
+    if (j.status.running()) ReadProgressLocked(j);
     if (j.forget && !j.status.running()) {
       it = jobs_.erase(it);
     } else {
@@ -161,7 +177,9 @@ std::vector<v1::JobStatus> JobSupervisor::Status() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::JobStatus> out;
   for (const auto& [name, j] : jobs_) {
-    if (!j.forget) out.push_back(j.status);
+    // A stopped job being forgotten still counts while its process lives:
+    // its node's fence is not confirmed before it ends.
+    if (!j.forget || j.status.running()) out.push_back(j.status);
   }
   return out;
 }
@@ -180,22 +198,20 @@ void JobSupervisor::Shutdown() {
   for (auto& [name, j] : jobs_) {
     if (j.status.running() && !j.term_sent) runner_->Signal(j.status.pid(), SIGTERM);
   }
-  const common::TimePoint until = clock_->Now() + options_.stop_grace;
+  // Real time, 10 ms a poll: stop_grace, then SIGKILL and at most 1 s more
+  // (a process stuck in the kernel may never end; the agent exits anyway).
+  const int64_t grace_polls = common::ToMillis(options_.stop_grace) / 10;
   for (auto& [name, j] : jobs_) {
-    while (j.status.running()) {
+    for (int64_t i = 0; j.status.running() && i < grace_polls + 100; ++i) {
       if (runner_->Poll(j.status.pid())) {
         j.status.set_running(false);
-      } else if (clock_->Now() >= until) {
-        runner_->Signal(j.status.pid(), SIGKILL);
-        if (!runner_->Poll(j.status.pid())) {
-          struct timespec ts = {0, 10'000'000};
-          ::nanosleep(&ts, nullptr);
-        }
-      } else {
-        struct timespec ts = {0, 10'000'000};
-        ::nanosleep(&ts, nullptr);
+        break;
       }
+      if (i >= grace_polls) runner_->Signal(j.status.pid(), SIGKILL);
+      struct timespec ts = {0, 10'000'000};
+      ::nanosleep(&ts, nullptr);
     }
+    if (j.status.running()) spdlog::error("jobs: {} pid {} did not end", name, j.status.pid());
   }
 }
 

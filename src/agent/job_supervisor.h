@@ -9,7 +9,8 @@
 //   jobs.StopAll();            // a fence: SIGTERM (the job checkpoints), then SIGKILL
 //   for (const v1::JobStatus& s : jobs.Status()) ...
 //
-// A job that exits 0 on its own is done. One that crashes restarts here, at
+// A job that exits 0 on its own is done (gpuha worker --train stopped early
+// exits 5: not done). One that crashes restarts here, at
 // the same placement, with backoff (1, 2, 4 ... 60 s); one that exits 4 was
 // fenced by its storage (a later placement claimed the directory) and is not
 // restarted. A job stopped by the agent (fence, StopJob) is not restarted;
@@ -51,13 +52,15 @@ class JobSupervisor {
   void Start(const v1::StartJob& start);
   // SIGTERM, and the job is forgotten once it has ended.
   void Stop(const std::string& job);
-  // Every job: SIGTERM now, SIGKILL after stop_grace; none restarts.
+  // Every job: SIGTERM at the next tick, SIGKILL after stop_grace; none
+  // restarts at this placement.
   void StopAll();
   void Tick();
   std::vector<v1::JobStatus> Status() const;
   // Whether any job's process is still alive.
   bool AnyRunning() const;
-  // SIGKILL to every job (the agent exits).
+  // The agent exits: SIGTERM to every job (it checkpoints), SIGKILL after
+  // stop_grace, and at most a second more. Blocks meanwhile.
   void Shutdown();
 
  private:
@@ -71,7 +74,9 @@ class JobSupervisor {
     common::TimePoint started_at{};
     common::TimePoint next_start{};
     common::Backoff backoff;
+    common::TimePoint next_read{};  // progress is read at most this often
   };
+  static constexpr common::Duration kProgressEvery = std::chrono::seconds(1);
   std::string ProgressFile(const Job& j) const;
   void SpawnLocked(Job& j, common::TimePoint now);
   // Reads the job's progress file and checkpoint directory.

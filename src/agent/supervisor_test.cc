@@ -322,13 +322,20 @@ TEST_F(JobSupervisorTest, ANewerPlacementReplacesTheOldOneOnceItEndsAndAFencedJo
   jobs.Start(Start(3));
   jobs.Tick();
   const pid_t old_pid = runner_.last_pid;
+  runner_.dies_on_term = false;  // it checkpoints first
   jobs.Start(Start(5));
   EXPECT_EQ(runner_.signals, std::vector<int>{SIGTERM});
   jobs.Tick();
+  EXPECT_EQ(runner_.spawns, 1) << "the new placement started beside the old one";
+  // The old one is still reported while it runs: its fence is not done.
+  auto all = jobs.Status();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(all[0].running() || all[1].running());
+  runner_.Crash(old_pid);
   jobs.Tick();
-  EXPECT_FALSE(runner_.alive[old_pid]);
-  EXPECT_EQ(Only(jobs).job_epoch(), 5u);
+  jobs.Tick();
   EXPECT_EQ(runner_.spawns, 2);
+  EXPECT_EQ(Only(jobs).job_epoch(), 5u);
   jobs.Start(Start(4));  // older: ignored
   EXPECT_EQ(Only(jobs).job_epoch(), 5u);
   // Its storage refused it (a later placement elsewhere): not restarted.

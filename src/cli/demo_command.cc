@@ -112,9 +112,9 @@ int DemoCommand::Run() {
     }
   }
   if (stop) return 130;
-  // A training job that did not end in the state of an uninterrupted run
-  // fails the demo as a lost request does.
-  return report->Lost() == 0 && report->train_exact.value_or(true) ? kExitOk : kExitFailure;
+  // A training job that did not end in the state of an uninterrupted run,
+  // or whose end could not be read, fails the demo as a lost request does.
+  return report->Lost() == 0 && report->train_exact.value_or(!o_.train) ? kExitOk : kExitFailure;
 }
 
 }  // namespace gpuha::cli

@@ -10,5 +10,8 @@ inline constexpr int kExitWarnings = 3;  // plan --strict and the plan has warni
 // worker --train: a later placement of the job holds its checkpoint
 // directory; this one must not be restarted here.
 inline constexpr int kExitFenced = 4;
+// `gpuha worker --train` stopped by a signal before its last step, its
+// progress checkpointed: not done, so whoever supervises it resumes it.
+inline constexpr int kExitStoppedEarly = 5;
 
 }  // namespace gpuha::cli

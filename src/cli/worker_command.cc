@@ -137,7 +137,7 @@ int WorkerCommand::RunTrainer() {
       static_cast<unsigned long long>(result->resumed_from),
       static_cast<unsigned long long>(result->checkpoints), result->state.c_str());
   std::fflush(stdout);
-  return kExitOk;
+  return result->done ? kExitOk : kExitStoppedEarly;
 }
 
 int WorkerCommand::Run() {

@@ -29,7 +29,7 @@ class WorkerCommand {
   bool train_ = false;
   worker::TrainOptions train_options_;
   int step_ms_ = 10;
-  std::string progress_file_;  // the step reached, rewritten after each step
+  std::string progress_file_;              // the step reached, rewritten after each step
   std::vector<CLI::Option*> train_flags_;  // valid with --train only
 };
 

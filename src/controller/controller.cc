@@ -119,7 +119,8 @@ std::vector<StoreWrite> Controller::MetaWritesLocked() const {
   // The route version goes with the state it describes, so that a standby
   // serves the leader's routes under the leader's version (epoch, version).
   return {{"meta", "epoch", std::to_string(epoch_)},
-          {"meta", "route_version", std::to_string(route_version_)}};
+          {"meta", "route_version", std::to_string(route_version_)},
+          {"meta", "job_epoch", std::to_string(job_epoch_)}};
 }
 
 absl::Status Controller::Recover() { return RecoverImpl(/*standby=*/false); }
@@ -139,6 +140,12 @@ absl::Status Controller::RecoverImpl(bool standby) {
     if (!absl::SimpleAtoi(it->second, &epoch_) || epoch_ >= kMaxEpoch) {
       return absl::DataLossError(
           absl::StrCat("store: meta.epoch: '", absl::CHexEscape(it->second), "' is not an epoch"));
+    }
+  }
+  if (auto it = meta->find("job_epoch"); it != meta->end()) {
+    if (!absl::SimpleAtoi(it->second, &job_epoch_)) {
+      return absl::DataLossError(absl::StrCat("store: meta.job_epoch: '",
+                                              absl::CHexEscape(it->second), "' is not an epoch"));
     }
   }
   // A standby serves the route version the leader last committed; 0 (none
@@ -243,6 +250,7 @@ absl::Status Controller::RecoverImpl(bool standby) {
     if (!r.ok()) return r.status();
     JobState& j = jobs_[id];
     j.r = std::move(*r);
+    job_epoch_ = std::max(job_epoch_, j.r.job_epoch);
     // A fence this process did not see begin is waited for afresh: its
     // agent may still confirm it, else the hook runs after fence.timeout_ms.
     j.fence_since = clock_->Now();
@@ -384,6 +392,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
+  if (hb.fenced()) n->fenced_beat_at = clock_->Now();
   JobReportLocked(*n, hb.jobs(), hb.fenced());
   // An agent acting under an old epoch, or serving while fenced, is corrected.
   // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
@@ -553,6 +562,9 @@ void Controller::Tick() {
   for (auto& [id, n] : nodes_) {
     if (n.lifecycle != NodeLifecycle::kFenced || !n.sink || !n.healthy_since) continue;
     if (clock_->Now() - *n.healthy_since < config_.healthy_for) continue;
+    // Not while a job waits for its fence: a rejoined agent no longer
+    // holds the fence that confirms it.
+    if (JobsFencingLocked(id)) continue;
     RejoinLocked(n, "healthy again");
   }
   JobsTickLocked();
@@ -664,7 +676,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   std::vector<StoreWrite> batch;
   // Its jobs wait for the fence that follows (before it: a fence that
   // cannot be confirmed at once blocks them).
-  JobsOffNodeLocked(n, fault_unix_ns, /*planned=*/make_before_break && !count_failure, &batch);
+  JobsOffNodeLocked(n, fault_unix_ns, /*planned=*/make_before_break && !count_failure);
   if (!make_before_break) FenceLocked(n, why);
   FailoverPlan plan = placement_.FailNode(id);
   detector_.Forget(id);
@@ -690,6 +702,9 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   PushRoutesLocked(absl::StrCat("failover of ", id));
   if (make_before_break) FenceLocked(n, why);
   PersistNodeLocked(n, &batch);
+  for (const auto& [job, j] : jobs_) {
+    if (j.r.node == id) PersistJobLocked(j, &batch);
+  }
   CommitLocked(std::move(batch));
 }
 

@@ -202,9 +202,12 @@ class Controller {
     // Held out of service: its agent must not serve. A joining node's agent
     // runs its server (it cannot become ready otherwise); it gets no work.
     bool fenced() const { return lifecycle != NodeLifecycle::kServing && !joining(); }
-    bool known = false;         // its agent has connected at least once (stored)
-    bool registered = false;    // added by its agent's registration, not the config
-    int64_t gpus = 0;           // its agent's GPU count, from the hello (jobs need them)
+    bool known = false;       // its agent has connected at least once (stored)
+    bool registered = false;  // added by its agent's registration, not the config
+    int64_t gpus = 0;         // its agent's GPU count, from the hello (jobs need them)
+    // Its agent's last heartbeat that said fenced: an agent that beats so
+    // is obeying a fence (its jobs stopping), and the hook waits.
+    common::TimePoint fenced_beat_at{};
     bool server_ready = false;  // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
@@ -277,9 +280,12 @@ class Controller {
   std::string JobTargetLocked(const JobState& j, const std::string& exclude) const;
   // Starts it on a node (a new job epoch), or leaves it pending.
   void PlaceJobLocked(JobState& j, const std::string& exclude, std::vector<StoreWrite>* batch);
-  // `n` is being taken out: its jobs wait for its fence (TakeOutLocked).
-  void JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned,
-                         std::vector<StoreWrite>* batch);
+  // `n` is being taken out: its jobs wait for its fence (TakeOutLocked,
+  // which persists them after the fence: a fence that fails at once
+  // blocks them first).
+  void JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned);
+  // Whether a job waits for `node`'s fence (it must not rejoin meanwhile).
+  bool JobsFencingLocked(const std::string& node) const;
   // The fence of `j`'s node is confirmed (`how`): it starts elsewhere.
   void ConfirmJobFenceLocked(JobState& j, const std::string& how, std::vector<StoreWrite>* batch);
   // Every job waiting on `node`'s fence, confirmed, or blocked with an alert.
@@ -331,6 +337,10 @@ class Controller {
   std::map<std::string, JobState> jobs_;     // guarded by mu_
   uint64_t epoch_ = 1;                       // guarded by mu_
   uint64_t route_version_ = 1;               // guarded by mu_
+  // The highest job epoch given (stored as meta.job_epoch): each placement
+  // of any job gets a higher one, so a job removed and added again on the
+  // same directory fences its old writer too.
+  uint64_t job_epoch_ = 0;  // guarded by mu_
   // Rows of commits the store refused, written again with the next commit.
   std::map<std::pair<std::string, std::string>, std::optional<std::string>>
       unsaved_;  // guarded by mu_; (table, key) -> value, nullopt deletes

@@ -71,19 +71,19 @@ void Controller::PlaceJobLocked(JobState& j, const std::string& exclude,
   if (to.empty()) {
     const std::string why =
         absl::StrCat("no serving node has ", j.r.spec.gpus, " GPU(s) free; it starts when one has");
-    if (j.r.phase != JobPhase::kPending || j.r.why != why) {
-      EventLocked("job_pending", "", absl::StrCat(id, ": ", why));
-    }
+    j.retry_at = now + kPlaceRetry;
+    if (j.r.phase == JobPhase::kPending && j.r.why == why) return;  // nothing new to store
+    EventLocked("job_pending", "", absl::StrCat(id, ": ", why));
     j.r.phase = JobPhase::kPending;
     j.r.node.clear();
     j.r.why = why;
-    j.retry_at = now + kPlaceRetry;
     PersistJobLocked(j, batch);
     return;
   }
-  // Each placement writes under an epoch above every earlier one's, so
-  // the checkpoint directory refuses any writer left behind.
-  j.r.job_epoch = std::max(j.r.job_epoch + 1, epoch_);
+  // Each placement writes under an epoch above every earlier one's (of any
+  // job), so the checkpoint directory refuses any writer left behind.
+  job_epoch_ = std::max({job_epoch_ + 1, j.r.job_epoch + 1, epoch_});
+  j.r.job_epoch = job_epoch_;
   j.r.phase = JobPhase::kStarting;
   j.r.node = to;
   j.r.why.clear();
@@ -101,8 +101,14 @@ void Controller::PlaceJobLocked(JobState& j, const std::string& exclude,
   PersistJobLocked(j, batch);
 }
 
-void Controller::JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned,
-                                   std::vector<StoreWrite>* batch) {
+bool Controller::JobsFencingLocked(const std::string& node) const {
+  for (const auto& [id, j] : jobs_) {
+    if (j.r.node == node && j.r.phase == JobPhase::kFencing) return true;
+  }
+  return false;
+}
+
+void Controller::JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned) {
   const std::string& node = n.cfg.spec.id;
   for (auto& [id, j] : jobs_) {
     if (j.r.node != node || !OnNode(j.r.phase)) continue;
@@ -118,7 +124,6 @@ void Controller::JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bo
     j.r.last = t;
     j.r.why = absl::StrCat("waits for node ", node, "'s fence before it starts elsewhere");
     EventLocked("job_fencing", node, absl::StrCat(id, ": ", j.r.why));
-    PersistJobLocked(j, batch);
   }
 }
 
@@ -173,6 +178,8 @@ void Controller::JobReportLocked(NodeState& n,
     if (mine != nullptr) {
       j.r.step = std::max(j.r.step, mine->step());
       j.r.checkpoint_step = mine->checkpoint_step();
+      j.r.last_exit = mine->last_exit();
+      j.r.restarts = mine->restarts();
     }
     switch (j.r.phase) {
       case JobPhase::kFencing:
@@ -185,6 +192,10 @@ void Controller::JobReportLocked(NodeState& n,
         // checkpointed the step it reached).
         if (fenced && !any_running) {
           ConfirmJobFenceLocked(j, "its agent stopped it and holds the node fenced", &batch);
+        } else if (mine != nullptr && mine->stopped() && !any_running) {
+          // Stopped by its agent on the fence: it never runs again at this
+          // placement, even if the node has rejoined since.
+          ConfirmJobFenceLocked(j, "its agent stopped it", &batch);
         }
         break;
       case JobPhase::kStarting:
@@ -199,11 +210,21 @@ void Controller::JobReportLocked(NodeState& n,
           j.r.phase = JobPhase::kDone;
           EventLocked("job_done", node, absl::StrCat(id, ": finished at step ", mine->step()));
           PersistJobLocked(j, &batch);
+        } else if (!mine->running() && mine->last_exit() == "exit 4") {
+          // Its storage refused it: a later placement holds the directory
+          // (another controller's, or a job removed and added again).
+          j.r.phase = JobPhase::kBlocked;
+          j.r.why = absl::StrCat("its checkpoint directory is held by a later placement than ",
+                                 j.r.job_epoch,
+                                 "; remove the job, or the other writer, and add it again");
+          counters_.jobs_blocked++;
+          EventLocked("job_blocked", node, absl::StrCat(id, ": ", j.r.why));
+          PersistJobLocked(j, &batch);
         } else if (mine->running() && j.r.phase == JobPhase::kStarting) {
           j.r.phase = JobPhase::kRunning;
           if (j.r.last && j.r.last->running_ms == 0) {
             j.r.last->running_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
-            j.r.last->resumed_from = mine->checkpoint_step();
+            j.r.last->resumed_from = mine->resumed_from();
           }
           EventLocked("job_running", node,
                       absl::StrCat(id, ": placement ", j.r.job_epoch, ", pid ", mine->pid()));
@@ -214,6 +235,20 @@ void Controller::JobReportLocked(NodeState& n,
         break;
     }
   }
+  // A job this node runs that the controller does not place here (removed
+  // while the node was cut off, or moved since): stopped.
+  if (!fenced && n.sink) {
+    for (const v1::JobStatus& s : jobs) {
+      auto it = jobs_.find(s.job());
+      const bool placed =
+          it != jobs_.end() && it->second.r.node == node && it->second.r.job_epoch == s.job_epoch();
+      if (!s.running() || placed) continue;
+      v1::ControllerMessage m;
+      m.mutable_stop_job()->set_epoch(epoch_);
+      m.mutable_stop_job()->set_job(s.job());
+      n.sink->Send(m);
+    }
+  }
   if (!batch.empty()) CommitLocked(std::move(batch));
 }
 
@@ -221,7 +256,11 @@ void Controller::JobsTickLocked() {
   const common::TimePoint now = clock_->Now();
   std::vector<StoreWrite> batch;
   for (auto& [id, j] : jobs_) {
-    if (j.r.phase == JobPhase::kFencing && !j.escalated &&
+    const NodeState* n = j.r.phase == JobPhase::kFencing ? FindLocked(j.r.node) : nullptr;
+    // An agent that beats "fenced" is stopping its jobs (each has its stop
+    // grace to checkpoint): the hook is for agents that do not answer.
+    const bool obeying = n != nullptr && n->sink && now - n->fenced_beat_at < config_.fence_timeout;
+    if (j.r.phase == JobPhase::kFencing && !j.escalated && !obeying &&
         now - j.fence_since >= config_.fence_timeout) {
       // The agent did not confirm in time (hung, or cut off while its
       // stream stays open): the hook fences the node, or nothing can.
@@ -270,6 +309,13 @@ absl::Status Controller::RemoveJob(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   JobState& j = it->second;
+  if (j.r.phase == JobPhase::kFencing || j.r.phase == JobPhase::kBlocked) {
+    // Removed now, it could be added again and start while the old node
+    // may still write.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " waits for node ", j.r.node,
+        "'s fence; once the node is off, `gpuha ctl confirm-fenced ", id, "`, then remove it"));
+  }
   if (NodeState* n = OnNode(j.r.phase) ? FindLocked(j.r.node) : nullptr; n && n->sink) {
     v1::ControllerMessage m;
     m.mutable_stop_job()->set_epoch(epoch_);

@@ -1316,6 +1316,7 @@ class JobControllerTest : public ControllerTest {
     j->set_running(running);
     j->set_step(step);
     j->set_checkpoint_step(step / 50 * 50);
+    j->set_resumed_from(step / 50 * 50);  // (as if it had just started)
     c_->AgentHeartbeat(node, hb);
   }
   nlohmann::json Job() { return *c_->JobJson("train-1"); }
@@ -1421,6 +1422,54 @@ TEST_F(JobControllerTest, ADrainWithNowhereForTheJobIsRefusedAndBadJobsNameTheFi
   EXPECT_THAT(std::string(s.message()), HasSubstr("job train-1"));
   auto bad = ParseJobSpec(nlohmann::json{{"id", "j"}, {"command", {"x"}}, {"checkpoint_dir", "x"}});
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checkpoint_dir"));
+}
+
+TEST_F(JobControllerTest, AStoppedPlacementConfirmsAndEpochsOnlyGrow) {
+  StartWithGpus();
+  auto added = c_->AddJob(Spec());
+  ASSERT_TRUE(added.ok());
+  const std::string first = (*added)["node"];
+  const uint64_t e1 = Starts(first)[0].job_epoch();
+  Report(first, e1, true, false);
+  Beat(first, v1::NODE_HEALTH_FAILED);
+  // Fencing: it cannot be removed (and added again beside a live writer).
+  EXPECT_EQ(c_->RemoveJob("train-1").code(), absl::StatusCode::kFailedPrecondition);
+  // Its agent stopped it (the node may even have rejoined since).
+  v1::Heartbeat hb;
+  hb.set_health(v1::NODE_HEALTH_HEALTHY);
+  hb.set_epoch(c_->epoch());
+  v1::JobStatus* st = hb.add_jobs();
+  st->set_job("train-1");
+  st->set_job_epoch(e1);
+  st->set_stopped(true);
+  c_->AgentHeartbeat(first, hb);
+  EXPECT_EQ(Job()["phase"], "starting");
+  const std::string second = Job()["node"];
+  const uint64_t e2 = Job()["job_epoch"];
+  EXPECT_GT(e2, e1);
+  // Removed and added again: a higher epoch still, whatever the cluster epoch.
+  ASSERT_TRUE(c_->RemoveJob("train-1").ok());
+  auto again = c_->AddJob(Spec());
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT((*again)["job_epoch"].get<uint64_t>(), e2);
+  // Refused by its storage (a later placement holds the directory): blocked.
+  const std::string third = (*again)["node"];
+  Report(third, (*again)["job_epoch"], true, false);
+  v1::Heartbeat refused;
+  refused.set_health(v1::NODE_HEALTH_HEALTHY);
+  refused.set_epoch(c_->epoch());
+  v1::JobStatus* r = refused.add_jobs();
+  r->set_job("train-1");
+  r->set_job_epoch((*again)["job_epoch"]);
+  r->set_last_exit("exit 4");
+  c_->AgentHeartbeat(third, refused);
+  EXPECT_EQ(Job()["phase"], "blocked");
+  EXPECT_THAT(Job()["why"].get<std::string>(), HasSubstr("later placement"));
+  // A job its node runs that is placed nowhere there is stopped.
+  size_t stops = 0;
+  Report(second, e2, /*running=*/true, /*fenced=*/false);
+  for (const auto& m : sinks_[second]->sent) stops += m.has_stop_job();
+  EXPECT_GE(stops, 1u);
 }
 
 TEST_F(JobControllerTest, JobsComeBackFromTheStore) {

@@ -1,5 +1,7 @@
 #include "controller/job.h"
 
+#include <filesystem>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -121,6 +123,9 @@ absl::StatusOr<JobSpec> ParseJobSpec(const json& body) {
     return st;
   }
   if (absl::Status st = CheckJobSpec(s); !st.ok()) return st;
+  std::string dir = std::filesystem::path(s.checkpoint_dir).lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  s.checkpoint_dir = dir;
   return s;
 }
 
@@ -149,6 +154,8 @@ json JobJson(const JobRecord& r) {
             {"step", r.step},
             {"checkpoint_step", r.checkpoint_step},
             {"takeovers", r.takeovers},
+            {"last_exit", r.last_exit},
+            {"restarts", r.restarts},
             {"why", r.why}};
   if (r.last) {
     const JobTakeover& t = *r.last;
@@ -187,6 +194,8 @@ absl::StatusOr<JobRecord> DecodeJob(const std::string& id, std::string_view text
     r.checkpoint_step = j.at("checkpoint_step").get<uint64_t>();
     r.takeovers = j.at("takeovers").get<uint32_t>();
     r.why = j.at("why").get<std::string>();
+    r.last_exit = j.value("last_exit", "");
+    r.restarts = j.value("restarts", uint32_t{0});
     if (auto it = j.find("last_takeover"); it != j.end()) {
       JobTakeover t;
       t.from = it->at("from").get<std::string>();

@@ -65,12 +65,15 @@ struct JobRecord {
   uint64_t step = 0;       // the last step its agent reported
   uint64_t checkpoint_step = 0;
   uint32_t takeovers = 0;
-  std::string why;  // why it is blocked or pending
+  std::string last_exit;  // how its current placement last ended ("exit 1"), if it did
+  uint32_t restarts = 0;  // its agent's restarts of it at this placement
+  std::string why;        // why it is blocked or pending
   std::optional<JobTakeover> last;
 };
 
 // The API's body: {"id", "command": [...], "gpus", "checkpoint_dir",
-// "checkpoint_every"}. Errors name the field.
+// "checkpoint_every"}; the directory comes back normalised ("/a/./b/" is
+// "/a/b"), so two spellings of one directory are one. Errors name the field.
 absl::StatusOr<JobSpec> ParseJobSpec(const nlohmann::json& body);
 // The same checks for a spec from anywhere (a store row).
 absl::Status CheckJobSpec(const JobSpec& s);

@@ -247,7 +247,37 @@ TEST_F(JobTest, AnOldNodeThatKeepsRunningIsFencedByTheStorage) {
   auto all = dir->List();
   ASSERT_TRUE(all.ok());
   for (const worker::Checkpoint& c : *all) EXPECT_EQ(c.epoch, epoch2) << "step " << c.step;
+  // The old writer ran on past the point its successor resumed from, and
+  // stopped at its first refused write (exit 4), which its agent sees once
+  // it runs again.
+  const uint64_t resumed = Job()["last_takeover"].value("resumed_from", uint64_t{0});
+  EXPECT_GT(ProgressOf(first, epoch1), resumed);
   ::kill(old_node->agent, SIGCONT);
+  EXPECT_TRUE(cluster_->WaitFor(
+      [&] {
+        auto log = common::ReadFile(absl::StrCat(cluster_->dir(), "/", first, ".log"));
+        return log.ok() && log->find("the job moved; this writer is fenced") != std::string::npos &&
+               log->find("(exit 4)") != std::string::npos;
+      },
+      milliseconds(10000)));
+}
+
+TEST_F(JobTest, APlannedAgentStopMovesTheJobWithoutTheHookAndLosesNoStep) {
+  // A hook that fails: were it needed, the job would be blocked.
+  StartCluster("exit 3");
+  const json added = AddJob(10);
+  const std::string first = added.value("node", "");
+  ASSERT_TRUE(WaitJob([](const json& j) { return j.value("checkpoint_step", 0) >= kEvery; },
+                      milliseconds(20000)));
+  const uint64_t epoch1 = Job().value("job_epoch", uint64_t{0});
+  cluster_->StopAgent(*cluster_->FindNode(first));  // SIGTERM: a DaemonSet upgrade
+  ASSERT_TRUE(WaitPhase("done", milliseconds(30000))) << Job().dump();
+  ExpectExactEnd();
+  const json t = Job()["last_takeover"];
+  EXPECT_EQ(t.value("planned", false), true);
+  EXPECT_EQ(t.value("resumed_from", uint64_t{0}), ProgressOf(first, epoch1))
+      << "steps were lost in the move";
+  EXPECT_EQ(Job().value("takeovers", 0), 1);
 }
 
 TEST_F(JobTest, BadJobsAreRefusedNamingTheField) {
