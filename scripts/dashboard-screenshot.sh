@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The dashboard after a demo fault, in real headless Chromium: runs
-# `gpuha demo --keep` (a node crash under checked load), loads the page at
-# `/`, fails unless each traffic graph drew points with data, and writes a
+# `gpuha demo --keep --train` (the training job's node crashes under checked
+# load), loads the page at `/`, fails unless each traffic graph drew points
+# with data and the jobs table shows the job running again, and writes a
 # screenshot.
 #   scripts/dashboard-screenshot.sh build/gpuha docs/dashboard.png
 # ctest runs it (dashboard.screenshot) with the picture in the build folder;
@@ -18,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$gpuha" demo --keep --faults crash --observe-ms 3000 --workdir "$work/demo" >"$work/demo.out" 2>"$work/demo.err" &
+"$gpuha" demo --keep --train --faults train-crash --observe-ms 3000 --workdir "$work/demo" >"$work/demo.out" 2>"$work/demo.err" &
 demo_pid=$!
 port=""
 for _ in $(seq 1 240); do
@@ -54,6 +55,13 @@ for graph in g-requests g-p99 g-failovers; do
   fi
 done
 [ "$ok" = 1 ] || { echo "the dashboard's graphs have no data" >&2; exit 1; }
+# The jobs table: the demo's job, running again after its node's crash.
+if grep -q '<td>train-demo</td><td class="ok">running</td>' "$work/dom.html"; then
+  echo "ok       jobs table: train-demo running"
+else
+  echo "FAIL     jobs table: no running train-demo row" >&2
+  exit 1
+fi
 "${browser[@]}" --window-size=1280,1700 --screenshot="$png" "$url" 2>>"$work/chromium.err"
 [ -s "$png" ] || { echo "dashboard-screenshot: no screenshot written" >&2; exit 1; }
 echo "ok       screenshot $png"

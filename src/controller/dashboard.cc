@@ -57,6 +57,9 @@ const char* DashboardHtml() {
 <h2>Streams</h2>
 <table id="streams"><thead><tr><th>stream</th><th>tenant</th><th>primary</th><th>standby</th>
 </tr></thead><tbody></tbody></table>
+<h2>Jobs</h2>
+<table id="jobs"><thead><tr><th>job</th><th>phase</th><th>node</th><th>step</th>
+<th>checkpoint</th><th>takeovers</th><th>why</th></tr></thead><tbody></tbody></table>
 <h2>Recent events</h2>
 <table id="events"><thead><tr><th>time</th><th>event</th><th>node</th><th>detail</th></tr></thead>
 <tbody></tbody></table>
@@ -126,9 +129,9 @@ const healthClass = h => (h === "healthy" ? "ok" : h === "degraded" ? "warn" : "
 
 async function refresh() {
   try {
-    const [nodes, streams, capacity, failovers, events, history, routers] = await Promise.all([
-      api("nodes"), api("streams"), api("capacity"), api("failovers"), api("events"),
-      api("history"), api("routers")]);
+    const [nodes, streams, capacity, failovers, events, history, routers, jobs] =
+      await Promise.all([api("nodes"), api("streams"), api("capacity"), api("failovers"),
+                         api("events"), api("history"), api("routers"), api("jobs")]);
     graph("g-requests", history.points, "requests_per_s");
     graph("g-errors", history.points, "errors_per_s");
     graph("g-p99", history.points, "p99_ms");
@@ -153,6 +156,11 @@ async function refresh() {
       cell(n.reasons.map(r => r.code + ": " + r.detail).join("; "))]));
     fill("streams", streams.map(s => [cell(s.id), cell(s.tenant),
       cell(s.primary || "unplaced", s.primary ? null : "bad"), cell(s.standby)]));
+    const phaseClass = p => (p === "running" || p === "done" ? "ok"
+                             : p === "blocked" ? "bad" : "warn");
+    fill("jobs", jobs.map(j => [cell(j.id), cell(j.phase, phaseClass(j.phase)), cell(j.node),
+      cell(j.step, null, true), cell(j.checkpoint_step, null, true),
+      cell(j.takeovers, null, true), cell(j.why)]));
     fill("failovers", failovers.slice(-20).reverse().map(f => [cell(when(f.detected_unix_ms)),
       cell(f.node), cell(f.reason),
       cell(ms(f.fault_to_detected_ms), null, true), cell(ms(f.detected_to_fenced_ms), null, true),
@@ -165,11 +173,13 @@ async function refresh() {
       "nodes up: " + nodes.filter(n => n.state === "alive").length + " / " + nodes.length,
       "streams: " + streams.length,
       "unplaced: " + capacity.unplaced_streams,
+      "jobs blocked: " + jobs.filter(j => j.phase === "blocked").length,
       "headroom units: " + capacity.headroom_units,
       capacity.survives_node_loss ? "survives a node loss" : "NO N+1 HEADROOM"].map(t => {
         const s = document.createElement("span");
         s.textContent = t;
-        if (t === "NO N+1 HEADROOM" || (t.startsWith("unplaced") && capacity.unplaced_streams > 0)) s.className = "bad";
+        if (t === "NO N+1 HEADROOM" || (t.startsWith("unplaced") && capacity.unplaced_streams > 0) ||
+            (t.startsWith("jobs blocked") && !t.endsWith(": 0"))) s.className = "bad";
         return s;
       }));
     const st = document.getElementById("status");

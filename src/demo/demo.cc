@@ -682,7 +682,8 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
     demo.report().faults.push_back(demo.Run(f));
   }
   cluster.Sleep(milliseconds(500));
-  if (o.train && !cluster.Stopping()) demo.StopJob();
+  // (--keep leaves the job running, for the dashboard and `ctl jobs`.)
+  if (o.train && !o.keep && !cluster.Stopping()) demo.StopJob();
   demo.StopLoad();
   DemoReport report = demo.report();
   out << "\n" << report.Text();
