@@ -221,10 +221,16 @@ FacilitiesSizing ComputeFacilities(const PlanInput& in) {
   FacilitiesSizing f;
   f.gpu_tdp_watts = GpuTdp(in);
   const PlanInput::Facilities& fac = in.facilities;
-  f.it_load_watts =
-      static_cast<double>(in.cluster.nodes) *
-      (static_cast<double>(in.cluster.gpus_per_node) * f.gpu_tdp_watts * fac.surge_factor +
-       fac.host_watts);
+  const double gpu_node =
+      static_cast<double>(in.cluster.gpus_per_node) * f.gpu_tdp_watts * fac.surge_factor +
+      fac.host_watts;
+  // A spare draws power too: sized without it, the UPS and cooling of a
+  // buffer-node design came out a node short.
+  const double buffer = in.cluster.buffer_node == BufferNode::kGpu   ? gpu_node
+                        : in.cluster.buffer_node == BufferNode::kCpu ? fac.host_watts
+                                                                     : 0;
+  f.powered_nodes = in.cluster.nodes + (in.cluster.buffer_node == BufferNode::kNone ? 0 : 1);
+  f.it_load_watts = static_cast<double>(in.cluster.nodes) * gpu_node + buffer;
   f.ups_va = f.it_load_watts * (1 + fac.ups_headroom) / fac.ups_power_factor;
   f.cooling_btu_per_hour = f.it_load_watts * kBtuPerHourPerWatt;
   return f;

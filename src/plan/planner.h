@@ -47,6 +47,9 @@ struct Capacity {
 
 struct FacilitiesSizing {
   double gpu_tdp_watts = 0;
+  // Every node that draws power: the cluster's, and its buffer node (a GPU
+  // one draws as a full node, a CPU one as a host), spare or not.
+  int64_t powered_nodes = 0;
   double it_load_watts = 0;
   double ups_va = 0;
   double cooling_btu_per_hour = 0;

@@ -252,6 +252,20 @@ TEST(FacilitiesTest, L4ClusterSizing) {
   EXPECT_NEAR(f.cooling_btu_per_hour, 1330.8 * 3.412, 1e-9);
 }
 
+TEST(FacilitiesTest, TheBufferNodeDrawsPowerToo) {
+  PlanInput in = BaseInput();
+  in.cluster.buffer_node = BufferNode::kGpu;  // a full fourth node, held spare
+  FacilitiesSizing gpu = ComputeFacilities(in);
+  EXPECT_EQ(gpu.powered_nodes, 4);
+  EXPECT_NEAR(gpu.it_load_watts, 1330.8 + 72 * 1.3 + 350, 1e-9);
+  EXPECT_NEAR(gpu.ups_va, gpu.it_load_watts * 1.25 / 0.9, 1e-9);
+  in.cluster.buffer_node = BufferNode::kCpu;  // a host without a GPU
+  FacilitiesSizing cpu = ComputeFacilities(in);
+  EXPECT_EQ(cpu.powered_nodes, 4);
+  EXPECT_NEAR(cpu.it_load_watts, 1330.8 + 350, 1e-9);
+  EXPECT_EQ(ComputeFacilities(BaseInput()).powered_nodes, 3);
+}
+
 TEST(FacilitiesTest, TdpOverrideWinsOverTable) {
   PlanInput in = BaseInput();
   in.cluster.gpu = "MysteryGPU";

@@ -65,8 +65,14 @@ std::vector<CapacityLine> CapacityLines(const Plan& p) {
 std::vector<CapacityLine> FacilityLines(const Plan& p) {
   const PlanInput::Facilities& f = p.input.facilities;
   return {
-      {"IT load", absl::StrFormat("%.1f W (surge x%.2g, host %.0f W)", p.facilities.it_load_watts,
-                                  f.surge_factor, f.host_watts)},
+      {"IT load",
+       absl::StrFormat("%.1f W (%ssurge x%.2g, host %.0f W)", p.facilities.it_load_watts,
+                       p.input.cluster.buffer_node == BufferNode::kNone
+                           ? ""
+                           : absl::StrFormat("%d powered nodes with the %s buffer node; ",
+                                             p.facilities.powered_nodes,
+                                             BufferNodeName(p.input.cluster.buffer_node)),
+                       f.surge_factor, f.host_watts)},
       {"UPS", absl::StrFormat("%.1f VA (%.0f%% headroom, power factor %.2g)", p.facilities.ups_va,
                               f.ups_headroom * 100, f.ups_power_factor)},
       {"cooling", absl::StrFormat("%.1f BTU/h", p.facilities.cooling_btu_per_hour)},
@@ -200,6 +206,7 @@ nlohmann::json RenderJson(const Plan& p) {
         {"nodes_needed_for_target", c.nodes_needed_for_target}}},
       {"facilities",
        {{"gpu_tdp_watts", Round1(p.facilities.gpu_tdp_watts)},
+        {"powered_nodes", p.facilities.powered_nodes},
         {"it_load_watts", Round1(p.facilities.it_load_watts)},
         {"ups_va", Round1(p.facilities.ups_va)},
         {"cooling_btu_per_hour", Round1(p.facilities.cooling_btu_per_hour)}}},
