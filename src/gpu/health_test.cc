@@ -116,7 +116,7 @@ TEST_F(HealthTest, XidConsequencesLatch) {
 }
 
 TEST_F(HealthTest, DrainXidDrainsAndAlertXidExpires) {
-  Feed(Obs({Healthy()}, {XidEvent{0, 63, 0}}), 1);
+  Feed(Obs({Healthy()}, {XidEvent{0, 74, 0}}), 1);  // NVLink: a drain
   EXPECT_EQ(Feed(Obs({Healthy()})).state, HealthState::kDraining);
   HealthEvaluator alerts{HealthThresholds{}};
   alerts.Update(Obs({Healthy()}, {XidEvent{0, 13, 0}}), clock_.Now());

@@ -1,11 +1,11 @@
 // The XIDs gpuha knows: what each means and what the cluster should do about it.
 //
-// Facts come from NVIDIA's "XID Errors" guide (docs.nvidia.com/deploy/xid-errors,
-// r555 edition and later) and its "Catalog of XIDs" table; the consequence is
-// gpuha's policy for stateless inference, derived from the guide's "action"
-// column: an XID whose action is a GPU reset or node reboot takes the node out
-// (fail-and-fence, or drain when the GPU still serves), an application fault
-// that leaves the GPU usable is an alert.
+// Facts come from NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors),
+// each entry with the catalog's immediate-action bucket; the consequence is
+// gpuha's policy for stateless inference, derived from that bucket
+// (xid_catalog.cc says how, and where it departs): a GPU reset or node
+// reboot fails the GPU over, a link workflow drains it, an application
+// restart is an alert, IGNORE is ignored. An XID not in the table drains.
 #pragma once
 
 #include <cstdint>
@@ -28,13 +28,14 @@ struct XidInfo {
   uint32_t xid;
   absl::string_view meaning;
   XidConsequence consequence;
+  absl::string_view nvidia_action;  // the catalog's bucket ("RESET_GPU"); "" when it has none
 };
 
 std::span<const XidInfo> XidCatalog();
 // nullptr for an XID not in the catalog.
 const XidInfo* FindXid(uint32_t xid);
-// The consequence of an XID seen at run time; unknown XIDs are alerts, so a new
-// driver's XID reaches an operator without failing anything over.
+// The consequence of an XID seen at run time; an unknown one (a newer
+// driver's) drains, as NVSentinel and the device plugin treat it as a fault.
 XidConsequence ConsequenceOf(uint32_t xid);
 
 }  // namespace gpuha::gpu
