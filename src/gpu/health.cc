@@ -57,6 +57,14 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
     if (*ms < 0) map.Fail("xid_alert_hold_ms", "must not be negative");
     out->xid_alert_hold = std::chrono::milliseconds(*ms);
   }
+  if (std::optional<int64_t> v = map.Int("xid_repeat_count")) {
+    if (*v < 0 || *v > 1000) map.Fail("xid_repeat_count", "must be between 0 and 1000");
+    out->xid_repeat_count = static_cast<int>(*v);
+  }
+  if (std::optional<int64_t> ms = map.Int("xid_repeat_window_ms")) {
+    if (*ms < 1) map.Fail("xid_repeat_window_ms", "must be at least 1");
+    out->xid_repeat_window = std::chrono::milliseconds(*ms);
+  }
 }
 
 HealthEvaluator::HealthEvaluator(HealthThresholds thresholds) : t_(std::move(thresholds)) {}
@@ -95,6 +103,20 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
     latched_.push_back({std::move(r), until});
+    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0) continue;
+    std::deque<common::TimePoint>& seen = alert_xids_[{x.gpu_index, x.xid}];
+    seen.push_back(now);
+    while (!seen.empty() && now - seen.front() > t_.xid_repeat_window) seen.pop_front();
+    if (static_cast<int>(seen.size()) < t_.xid_repeat_count) continue;
+    // Repeated on one GPU: its hardware, not one application. Latched
+    // like any drain XID, until the node rejoins.
+    latched_.push_back({{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
+                         absl::StrCat("XID ", x.xid, " ", seen.size(), " times within ",
+                                      common::ToMillis(t_.xid_repeat_window) / 1000,
+                                      " s on this GPU (thresholds.xid_repeat_count): drain"),
+                         HealthState::kDraining},
+                        std::nullopt});
+    seen.clear();
   }
   std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
   for (const Latched& l : latched_) reasons.push_back(l.reason);

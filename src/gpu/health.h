@@ -19,6 +19,7 @@
 // Thread-safety: none; one evaluator belongs to the agent's sampling thread.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -57,6 +58,11 @@ struct HealthThresholds {
   int healthy_threshold = 6;
   // How long an XID whose consequence is "alert" keeps the node degraded.
   common::Duration xid_alert_hold = std::chrono::seconds(60);
+  // An "alert" XID (an application's fault, by NVIDIA's catalog) seen this
+  // many times on one GPU within the window drains it: NVIDIA's workflows
+  // for XID 13 and 31 read a repeat on one GPU as its hardware. 0: never.
+  int xid_repeat_count = 3;
+  common::Duration xid_repeat_window = std::chrono::minutes(10);
 };
 
 // Reads `thresholds:` from an agent config; a warn above its critical, a
@@ -111,6 +117,8 @@ class HealthEvaluator {
     std::optional<common::TimePoint> until;
   };
   std::vector<Latched> latched_;
+  // When each (GPU, alert XID) was seen within xid_repeat_window.
+  std::map<std::pair<uint32_t, uint32_t>, std::deque<common::TimePoint>> alert_xids_;
 };
 
 }  // namespace gpuha::gpu

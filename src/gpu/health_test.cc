@@ -6,6 +6,7 @@
 namespace gpuha::gpu {
 namespace {
 
+using std::chrono::minutes;
 using std::chrono::seconds;
 
 GpuSample Healthy(uint32_t index = 0) {
@@ -126,6 +127,32 @@ TEST_F(HealthTest, DrainXidDrainsAndAlertXidExpires) {
   EXPECT_EQ(alerts.state(), HealthState::kHealthy);
 }
 
+TEST_F(HealthTest, AnAlertXidRepeatedOnOneGpuDrains) {
+  HealthEvaluator e{HealthThresholds{}};  // 3 within 10 min
+  auto seen = [&](uint32_t gpu) {
+    return e.Update(Obs({Healthy()}, {XidEvent{gpu, 13, 0}}), clock_.Now());
+  };
+  seen(0);
+  clock_.Advance(minutes(4));
+  seen(1);  // another GPU: counted apart
+  seen(0);
+  EXPECT_NE(e.state(), HealthState::kDraining);
+  clock_.Advance(minutes(7));  // the first one is out of the window
+  seen(0);
+  for (int i = 0; i < 3; ++i) e.Update(Obs({Healthy()}), clock_.Now());
+  EXPECT_NE(e.state(), HealthState::kDraining);
+  clock_.Advance(minutes(1));
+  seen(0);  // three within ten minutes
+  HealthReport r;
+  for (int i = 0; i < 3; ++i) r = e.Update(Obs({Healthy()}), clock_.Now());
+  EXPECT_EQ(r.state, HealthState::kDraining);
+  bool named = false;
+  for (const HealthReason& reason : r.reasons) {
+    named = named || reason.code == "gpu0.xid13.repeated";
+  }
+  EXPECT_TRUE(named);
+}
+
 TEST_F(HealthTest, IgnoredXidChangesNothing) {
   EXPECT_EQ(Feed(Obs({Healthy()}, {XidEvent{0, 43, 0}}), 3).state, HealthState::kHealthy);
 }
@@ -185,6 +212,12 @@ TEST(HealthThresholdsTest, ReadsLevelsAndRejectsMalformedOnes) {
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("did you mean 'temperature_c'"));
   bad = read("thresholds: { power_pct_of_limit: { warn: hot } }", &t);
   EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("expected a number, got 'hot'"));
+  ASSERT_TRUE(read("thresholds: { xid_repeat_count: 5, xid_repeat_window_ms: 60000 }", &t).ok());
+  EXPECT_EQ(t.xid_repeat_count, 5);
+  EXPECT_EQ(t.xid_repeat_window, std::chrono::minutes(1));
+  bad = read("thresholds: { xid_repeat_count: -2 }", &t);
+  EXPECT_THAT(std::string(bad.message()),
+              ::testing::HasSubstr("thresholds.xid_repeat_count: must be between 0 and 1000"));
 }
 
 }  // namespace
