@@ -457,6 +457,22 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
                   /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
     return;
   }
+  const bool verdict =
+      hb.health() == v1::NODE_HEALTH_FAILED || hb.health() == v1::NODE_HEALTH_DRAINING;
+  if (verdict && !QuarantineAllowsLocked()) {
+    if (!n->quarantine_held) {
+      n->quarantine_held = true;
+      counters_.quarantines_held++;
+      EventLocked("quarantine_held", node,
+                  absl::StrCat("not taken out (", why, "): more than ",
+                               static_cast<int>(config_.quarantine_max_share * 100),
+                               "% of the nodes would be out (fence.quarantine_max_share); "
+                               "`gpuha ctl fail ",
+                               node, "` takes it out"));
+    }
+    return;
+  }
+  n->quarantine_held = false;
   if (hb.health() == v1::NODE_HEALTH_FAILED) {
     TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
                   /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
@@ -706,6 +722,17 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
     if (j.r.node == id) PersistJobLocked(j, &batch);
   }
   CommitLocked(std::move(batch));
+}
+
+bool Controller::QuarantineAllowsLocked() const {
+  if (config_.quarantine_max_share >= 1) return true;
+  size_t out = 0;
+  for (const auto& [id, n] : nodes_) {
+    out += n.lifecycle == NodeLifecycle::kFenced || n.lifecycle == NodeLifecycle::kHeldOut;
+  }
+  // The first node out is always allowed: a one-node cluster still acts.
+  return out == 0 || static_cast<double>(out + 1) <=
+                         config_.quarantine_max_share * static_cast<double>(nodes_.size());
 }
 
 absl::Status Controller::CheckJoinToken(const v1::Hello& hello) const {

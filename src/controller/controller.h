@@ -65,6 +65,7 @@ class AgentSink {
   X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")        \
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")        \
   X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")             \
+  X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")    \
   X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.") \
   X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")
 
@@ -208,7 +209,8 @@ class Controller {
     // Its agent's last heartbeat that said fenced: an agent that beats so
     // is obeying a fence (its jobs stopping), and the hook waits.
     common::TimePoint fenced_beat_at{};
-    bool server_ready = false;  // the agent's last word on its inference server
+    bool quarantine_held = false;  // its verdict waits for the breaker (one event per hold)
+    bool server_ready = false;     // the agent's last word on its inference server
     std::deque<common::TimePoint> failures;
     std::optional<common::TimePoint> healthy_since;
     // Its agent said goodbye (a planned restart) and its server serves on:
@@ -310,6 +312,9 @@ class Controller {
   // A stream as the API must give it (and as a store row must hold it): an
   // ID routers can route, a known tenant, a weight in range.
   absl::Status CheckStreamLocked(const StreamSpec& s) const;
+  // Whether taking one more node out on an agent's health verdict keeps
+  // the nodes out after failures within quarantine_max_share.
+  bool QuarantineAllowsLocked() const;
   // Unavailable once StopActing ran: a change this process may no longer make.
   absl::Status CheckActing() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;

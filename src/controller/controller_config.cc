@@ -212,6 +212,10 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
   common::YamlMap fence = root.Map("fence");
   if (auto h = fence.String("hook")) c.fence_hook = *h;
   common::ReadMillis(fence, "timeout_ms", &c.fence_timeout);
+  if (auto v = fence.Number("quarantine_max_share")) {
+    if (*v <= 0 || *v > 1) fence.Fail("quarantine_max_share", "must be above 0 and at most 1");
+    c.quarantine_max_share = *v;
+  }
   common::YamlMap det = root.Map("detector");
   common::ReadMillis(det, "floor_ms", &c.detector.floor);
   common::ReadMillis(det, "ceiling_ms", &c.detector.ceiling);

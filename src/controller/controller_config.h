@@ -86,6 +86,13 @@ struct ControllerConfig {
   std::map<std::string, ApiToken> tokens;  // by lower-case hex SHA-256
   std::string fence_hook;
   common::Duration fence_timeout = std::chrono::seconds(5);
+  // The quarantine circuit breaker: an agent's health verdict (failed or
+  // draining: XIDs, thermal, ECC) takes its node out only while the nodes
+  // out after failures stay within this share of the cluster (NVSentinel's
+  // default, 50%). A flood of false alarms must not take the fleet down; an
+  // operator can still `ctl fail` a node. 1: no breaker. Lost agents and
+  // servers that stop answering are not held: a dead node is dead.
+  double quarantine_max_share = 0.5;
   DetectorOptions detector;
   common::Duration healthy_for = std::chrono::seconds(1);
   // An agent that says goodbye (SIGTERM) while its server serves on has this

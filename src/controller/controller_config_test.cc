@@ -89,6 +89,8 @@ TEST(ControllerConfigTest, ValuesThatBreakLaterAreRefusedNamingTheField) {
                   " }\n  - { name: x, role: admin, sha256: " + hash + " }\n"),
               HasSubstr("tokens[1].sha256: this token hash is already listed (as 'v')"));
   EXPECT_THAT(Err(two + "---\nnodes: []\n"), HasSubstr("c.yaml:3: a second YAML document"));
+  EXPECT_THAT(Err(two + "fence: { quarantine_max_share: 0 }\n"),
+              HasSubstr("fence.quarantine_max_share: must be above 0 and at most 1"));
 }
 
 // Safe by default: an API without tokens listens on loopback only.

@@ -1270,6 +1270,25 @@ TEST_F(RegistrationTest, MaxNodesBoundsTheCluster) {
   EXPECT_EQ(Register("g2", "10.0.0.2:8000").code(), absl::StatusCode::kResourceExhausted);
 }
 
+// A flood of health verdicts (false alarms on half the fleet) is held by
+// the quarantine breaker: no more than half the nodes out; an operator
+// can still fail a node; a lost agent is never held.
+TEST_F(ControllerTest, TheQuarantineBreakerHoldsAFloodOfHealthVerdicts) {
+  Start();  // four nodes, quarantine_max_share 0.5
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  Beat("a2", v1::NODE_HEALTH_DRAINING);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_EQ((*c_->NodeJson("a2"))["state"], "failed");
+  Beat("a3", v1::NODE_HEALTH_FAILED);
+  Beat("a3", v1::NODE_HEALTH_FAILED);
+  EXPECT_NE((*c_->NodeJson("a3"))["state"], "failed") << "a third of four went out";
+  EXPECT_EQ(c_->counters().quarantines_held, 1u) << "one event per hold";
+  auto types = EventTypes("a3");
+  EXPECT_NE(std::find(types.begin(), types.end(), "quarantine_held"), types.end());
+  ASSERT_TRUE(c_->Fail("a3").ok());  // the operator decides
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "failed");
+}
+
 // --- stateful jobs -----------------------------------------------------------
 
 class JobControllerTest : public ControllerTest {
