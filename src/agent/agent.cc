@@ -465,6 +465,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
   bool goodbye_in_flight = false;
   bool goodbye_written = false;
   bool last_beat_in_flight = false;  // leaving: the beat after the jobs ended
+  bool writes_done = false;          // half-closed: nothing more may be written
   auto woken = [this] {              // kWake came back: the next WakeHeartbeat() may set the alarm
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_pending_ = false;
@@ -510,8 +511,10 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
             // the agent half-closes, and the controller ends the call once
             // it has read the goodbye: the read then fails, the stream ends,
             // and ConnectionLoop lets Leave() go on.
-            if (!supervisor_.state().supervised || fenced_) {
+            // (Not while its jobs beat on: the last beat ends the leave.)
+            if ((!supervisor_.state().supervised || fenced_) && !jobs_beat_on_leave_) {
               writing = true;
+              writes_done = true;
               stream->WritesDone(Tag(StreamOp::kWrite));
             }
           } else if (!connected_.exchange(true)) {
@@ -548,7 +551,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
         goodbye_in_flight = true;
         writing = true;
         stream->Write(out, Tag(StreamOp::kWrite));
-      } else if (jobs_beat_on_leave_ && clock_->Now() >= next) {
+      } else if (jobs_beat_on_leave_ && !writes_done && clock_->Now() >= next) {
         // Fenced on the way out: beats go on while its jobs stop, the last
         // one once none runs.
         const bool ended = !jobs_.AnyRunning();

@@ -1,5 +1,7 @@
 #include "controller/controller.h"
 
+#include <cmath>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -459,7 +461,9 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   }
   const bool verdict =
       hb.health() == v1::NODE_HEALTH_FAILED || hb.health() == v1::NODE_HEALTH_DRAINING;
-  if (verdict && !QuarantineAllowsLocked()) {
+  // Held only while its server still answers ready: a node whose server
+  // stopped serves nothing, whatever the share.
+  if (verdict && n->server_ready && !QuarantineAllowsLocked()) {
     if (!n->quarantine_held) {
       n->quarantine_held = true;
       counters_.quarantines_held++;
@@ -467,8 +471,8 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
                   absl::StrCat("not taken out (", why, "): more than ",
                                static_cast<int>(config_.quarantine_max_share * 100),
                                "% of the nodes would be out (fence.quarantine_max_share); "
-                               "`gpuha ctl fail ",
-                               node, "` takes it out"));
+                               "`gpuha ctl drain ",
+                               node, "` moves its work and takes it out"));
     }
     return;
   }
@@ -683,6 +687,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
     return;
   }
   n.lifecycle = to;
+  n.quarantine_held = false;
   ++epoch_;
   counters_.failovers++;
   n.healthy_since.reset();  // it must prove itself healthy again after the fence
@@ -726,13 +731,18 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
 
 bool Controller::QuarantineAllowsLocked() const {
   if (config_.quarantine_max_share >= 1) return true;
-  size_t out = 0;
+  // Out: every joined node not in placement (fenced, drained, held out,
+  // rejoining); nodes that never joined count on neither side.
+  int64_t out = 0, joined = 0;
   for (const auto& [id, n] : nodes_) {
-    out += n.lifecycle == NodeLifecycle::kFenced || n.lifecycle == NodeLifecycle::kHeldOut;
+    if (n.lifecycle == NodeLifecycle::kPending) continue;
+    ++joined;
+    out += !placement_.Available(id);
   }
+  const auto allowed = static_cast<int64_t>(
+      std::floor(config_.quarantine_max_share * static_cast<double>(joined) + 1e-9));
   // The first node out is always allowed: a one-node cluster still acts.
-  return out == 0 || static_cast<double>(out + 1) <=
-                         config_.quarantine_max_share * static_cast<double>(nodes_.size());
+  return out == 0 || out + 1 <= allowed;
 }
 
 absl::Status Controller::CheckJoinToken(const v1::Hello& hello) const {
@@ -799,6 +809,7 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
 
 void Controller::JoinLocked(NodeState& n) {
   const std::string id = n.cfg.spec.id;
+  n.quarantine_held = false;
   const bool rejoin = n.lifecycle == NodeLifecycle::kRejoining;
   if (absl::Status s = placement_.RestoreNode(id, /*as_passive=*/rejoin); !s.ok()) return;
   n.lifecycle = NodeLifecycle::kServing;

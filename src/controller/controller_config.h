@@ -90,8 +90,8 @@ struct ControllerConfig {
   // draining: XIDs, thermal, ECC) takes its node out only while the nodes
   // out after failures stay within this share of the cluster (NVSentinel's
   // default, 50%). A flood of false alarms must not take the fleet down; an
-  // operator can still `ctl fail` a node. 1: no breaker. Lost agents and
-  // servers that stop answering are not held: a dead node is dead.
+  // operator can still `ctl drain` a node. 1: no breaker. Lost agents and
+  // nodes whose server stopped answering are not held: a dead node is dead.
   double quarantine_max_share = 0.5;
   DetectorOptions detector;
   common::Duration healthy_for = std::chrono::seconds(1);

@@ -31,6 +31,11 @@ std::string Controller::JobTargetLocked(const JobState& j, const std::string& ex
   int best_rank = INT_MAX;
   for (const auto& [id, n] : nodes_) {
     if (id == exclude || n.lifecycle != NodeLifecycle::kServing || !n.sink) continue;
+    // Not a node its agent calls failing (held by the quarantine breaker).
+    if (n.quarantine_held || n.health == v1::NODE_HEALTH_FAILED ||
+        n.health == v1::NODE_HEALTH_DRAINING) {
+      continue;
+    }
     int64_t used = 0;
     for (const auto& [other, o] : jobs_) {
       if (other != j.r.spec.id && o.r.node == id && OnNode(o.r.phase)) used += o.r.spec.gpus;

@@ -1289,6 +1289,24 @@ TEST_F(ControllerTest, TheQuarantineBreakerHoldsAFloodOfHealthVerdicts) {
   EXPECT_EQ((*c_->NodeJson("a3"))["state"], "failed");
 }
 
+// Drained nodes count as out; a node whose server stopped is never held.
+TEST_F(ControllerTest, TheQuarantineBreakerCountsDrainedNodesAndNeverHoldsADeadServer) {
+  Start();
+  ASSERT_TRUE(c_->Drain("a1", /*force=*/true).ok());
+  Beat("a2", v1::NODE_HEALTH_FAILED);
+  Beat("a3", v1::NODE_HEALTH_FAILED);
+  EXPECT_NE((*c_->NodeJson("a3"))["state"], "failed");
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("gpuha_controller_quarantine_held_nodes 1"));
+  v1::Heartbeat hb;  // its server stopped answering too
+  hb.set_health(v1::NODE_HEALTH_FAILED);
+  hb.set_epoch(c_->epoch());
+  hb.mutable_server()->set_running(true);
+  hb.mutable_server()->set_ready(false);
+  c_->AgentHeartbeat("a3", hb);
+  EXPECT_EQ((*c_->NodeJson("a3"))["state"], "failed");
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("gpuha_controller_quarantine_held_nodes 0"));
+}
+
 // --- stateful jobs -----------------------------------------------------------
 
 class JobControllerTest : public ControllerTest {

@@ -237,6 +237,11 @@ std::string Controller::MetricsText() const {
   for (const auto& [id, n] : nodes_) {
     p.Sample("gpuha_controller_node_connected", {{"node", id}}, n.sink != nullptr);
   }
+  p.Family("gpuha_controller_quarantine_held_nodes", "gauge",
+           "Nodes whose agent's failed or draining verdict the quarantine breaker holds.");
+  size_t held = 0;
+  for (const auto& [id, n] : nodes_) held += n.quarantine_held;
+  p.Sample("gpuha_controller_quarantine_held_nodes", {}, double(held));
   p.Family("gpuha_controller_jobs", "gauge",
            "Stateful jobs by phase; blocked ones wait for an operator to confirm a fence.");
   for (JobPhase phase : kJobPhases) {

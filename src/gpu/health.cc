@@ -73,6 +73,7 @@ void HealthEvaluator::Reset() {
   ecc_base_.clear();
   nic_last_errors_.clear();
   latched_.clear();
+  alert_xids_.clear();
   state_ = pending_ = HealthState::kHealthy;
   pending_count_ = 0;
 }
@@ -103,8 +104,14 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
     latched_.push_back({std::move(r), until});
-    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0) continue;
+    // Repeats count for application faults (RESTART_APP) only, once per
+    // sample: one fault logs XID 13 once per SM, in one burst.
+    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0 || info == nullptr ||
+        info->nvidia_action != "RESTART_APP") {
+      continue;
+    }
     std::deque<common::TimePoint>& seen = alert_xids_[{x.gpu_index, x.xid}];
+    if (!seen.empty() && seen.back() == now) continue;
     seen.push_back(now);
     while (!seen.empty() && now - seen.front() > t_.xid_repeat_window) seen.pop_front();
     if (static_cast<int>(seen.size()) < t_.xid_repeat_count) continue;

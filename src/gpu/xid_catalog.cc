@@ -49,7 +49,7 @@ constexpr std::array kCatalog = {
             "RESET_GPU"},
     // NVIDIA's older guide had it as an application error; the catalog and
     // NVSentinel reset the GPU. The catalog wins: a context-switch timeout
-    // that recurs is a GPU that stops scheduling work.
+    // is a GPU that stopped scheduling work until it is reset.
     XidInfo{109, "Context switch timeout", C::kFailAndFence, "RESET_GPU"},
     XidInfo{110, "Security fault", C::kFailAndFence, "RESET_GPU"},
     XidInfo{119, "GSP RPC timeout; the GPU needs a reset", C::kFailAndFence, "RESET_GPU"},
