@@ -77,7 +77,8 @@ struct JobRecord {
 absl::StatusOr<JobSpec> ParseJobSpec(const nlohmann::json& body);
 // The same checks for a spec from anywhere (a store row).
 absl::Status CheckJobSpec(const JobSpec& s);
-// The command with the controller's placeholders filled in.
+// The command with {job}, {epoch}, {checkpoint_dir} and {checkpoint_every}
+// replaced by this job's values ({progress_file} is left for the agent).
 std::vector<std::string> JobArgv(const JobSpec& s, uint64_t job_epoch);
 
 std::string EncodeJob(const JobRecord& r);
