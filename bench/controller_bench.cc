@@ -92,6 +92,33 @@ int main(int argc, char** argv) {
   }
   std::sort(move_us.begin(), move_us.end());
 
+  // 3. The same on GPU units (issue 16): 10,000 nodes of 8 GPUs, each GPU
+  // its own unit on its node's host; N+1 reserves a whole node.
+  constexpr int kGpus = 8, kGpuCapacity = 3;
+  Placement g(1);
+  for (int n = 0; n < kNodes; ++n) {
+    std::string host = "n" + std::to_string(n);
+    for (int u = 0; u < kGpus; ++u) {
+      if (!g.AddNode({host + "/gpu" + std::to_string(u), Role::kActive, kGpuCapacity, false, host})
+               .ok()) {
+        return 1;
+      }
+    }
+  }
+  t0 = Clock::now();
+  for (int s = 0; s < kStreams; ++s) {
+    if (!g.Admit({"s" + std::to_string(s), "t", 1}).ok()) return 1;
+  }
+  double gpu_place_ms = Ms(Clock::now() - t0);
+  std::vector<double> gpu_move_us;
+  for (int i = 0; i < 100; ++i) {
+    auto t = Clock::now();
+    auto plan = g.FailNode("n" + std::to_string(i * 97) + "/gpu" + std::to_string(i % kGpus));
+    gpu_move_us.push_back(Ms(Clock::now() - t) * 1000);
+    if (plan.moved.empty()) return 1;
+  }
+  std::sort(gpu_move_us.begin(), gpu_move_us.end());
+
   std::printf("| measure | gpuha | peer | ratio (gpuha / peer) |\n|---|---|---|---|\n");
   std::printf("| place %d streams on %d nodes | %.1f ms | %.1f ms (linear-scan placer) | %.3f |\n",
               kStreams, kNodes, place_ms, naive_ms, place_ms / naive_ms);
@@ -100,8 +127,17 @@ int main(int argc, char** argv) {
       "| %.3f |\n",
       kNodes, move_us[50], move_us[50] / 1000.0);
   std::printf("| same, max of 100 | %.1f us | - | - |\n", move_us.back());
+  std::printf(
+      "| place %d streams on %d nodes x %d GPUs (GPU units, standby on another node) | %.1f ms "
+      "| 200 ms target | %.3f |\n",
+      kStreams, kNodes, kGpus, gpu_place_ms, gpu_place_ms / 200.0);
+  std::printf(
+      "| move one failed GPU's streams, %d GPUs, median of 100 | %.1f us | 1 ms target | %.3f "
+      "|\n",
+      kNodes * kGpus, gpu_move_us[50], gpu_move_us[50] / 1000.0);
+  std::printf("| same, max of 100 | %.1f us | - | - |\n", gpu_move_us.back());
 
-  // 3. Heartbeat load against a real controller process.
+  // 4. Heartbeat load against a real controller process.
   std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("gpuha_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

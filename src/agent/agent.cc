@@ -36,6 +36,12 @@ JobOptions JobsWithDefaults(const AgentConfig& c) {
   return o;
 }
 
+// The node's own server: none with servers per GPU (each GPU's runs under
+// its own supervisor), else the configured one.
+SupervisorOptions NodeServer(const AgentConfig& c) {
+  return c.per_gpu.port_base == 0 ? c.server : SupervisorOptions{};
+}
+
 constexpr const char* kVersion = "0.1.0";
 
 // What a tag on the heartbeat stream's completion queue stands for.
@@ -48,19 +54,42 @@ StreamOp OpOf(void* tag) { return static_cast<StreamOp>(reinterpret_cast<intptr_
 Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
              common::Clock* clock)
     : config_(std::move(config)),
+      runner_(runner),
       sim_(dynamic_cast<gpu::SimProbe*>(probe.get())),
       probe_(gpu::WatchedProbe::Wrap(std::move(probe), milliseconds(config_.call_deadline_ms))),
       clock_(clock),
-      supervisor_(config_.server, runner, clock, ServerProbe(config_.server, config_.node, clock)),
+      supervisor_(NodeServer(config_), runner, clock,
+                  ServerProbe(NodeServer(config_), config_.node, clock)),
       jobs_(JobsWithDefaults(config_), runner, clock),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }
 
+std::vector<Supervisor*> Agent::Servers() {
+  std::vector<Supervisor*> out = {&supervisor_};
+  for (GpuServer& g : gpu_servers_) out.push_back(g.supervisor.get());
+  return out;
+}
+
+bool Agent::ServersSupervised() {
+  for (Supervisor* s : Servers()) {
+    if (s->state().supervised) return true;
+  }
+  return false;
+}
+
 absl::Status Agent::Start() {
   auto devices = probe_->Devices();
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
+  if (config_.per_gpu.port_base > 0) {
+    for (const gpu::DeviceInfo& d : devices_) {
+      SupervisorOptions o = GpuServerOptions(config_, d.index);
+      gpu_servers_.push_back(
+          {d.index,
+           std::make_unique<Supervisor>(o, runner_, clock_, ServerProbe(o, config_.node, clock_))});
+    }
+  }
   if (absl::Status s = OpenDriverWatch(); !s.ok()) return s;
   auto http =
       common::HttpServer::Start({.address = config_.listen.host, .port = config_.listen.port},
@@ -76,7 +105,9 @@ absl::Status Agent::Start() {
   // A watched server is probed once before the first heartbeat: a restarted
   // agent's first word must not be "not ready" for a server that serves on
   // (the controller would take the node out, after a planned restart too).
-  if (supervisor_.state().watched) supervisor_.Tick();
+  for (Supervisor* s : Servers()) {
+    if (s->state().watched) s->Tick();
+  }
   threads_.emplace_back([this] { ConnectionLoop(); });
   // A server the agent starts, or one started elsewhere that it only probes
   // (ready_url, metrics_url): either way the loop keeps its state, and the
@@ -98,14 +129,14 @@ void Agent::Stop() {
   stop_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  supervisor_.Shutdown();
+  for (Supervisor* s : Servers()) s->Shutdown();
   jobs_.Shutdown();
   if (http_) http_->Stop();
 }
 
 void Agent::Leave(common::Duration wait) {
   if (connected_) {
-    const bool server_stops = supervisor_.state().supervised && !fenced_;
+    const bool server_stops = ServersSupervised() && !fenced_;
     spdlog::info("agent {}: planned stop; telling the controller{}", config_.node,
                  server_stops ? ", and waiting for it to move this node's work" : "");
     leaving_ = true;
@@ -204,7 +235,10 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
       spdlog::warn("agent {}: health {} -> {} ({})", config_.node,
                    gpu::HealthStateName(health_.state), gpu::HealthStateName(report.state), why);
     }
-    wake = report.changed || !xids.empty();
+    // A node with servers per GPU reports each GPU's state and the node's.
+    const bool split_changed =
+        report.node_state != health_.node_state || report.gpu_states != health_.gpu_states;
+    wake = report.changed || split_changed || !xids.empty();
     urgent_ = urgent_ || wake;
     health_ = std::move(report);
   }
@@ -242,7 +276,7 @@ void Agent::EventLoop() {
 
 void Agent::SupervisorLoop() {
   while (!stopping_) {
-    supervisor_.Tick();
+    for (Supervisor* s : Servers()) s->Tick();
     jobs_.Tick();
     WaitFor(milliseconds(100));
   }
@@ -264,6 +298,12 @@ v1::AgentMessage Agent::BuildHello() const {
     out->set_cpu_only(r.cpu_only);
     out->mutable_labels()->insert(r.labels.begin(), r.labels.end());
     out->set_join_token(r.join_token);
+    for (const GpuServer& g : gpu_servers_) {
+      v1::GpuServer* gs = out->add_gpu_servers();
+      gs->set_index(g.index);
+      gs->set_address(GpuServerAddress(config_, g.index));
+      gs->set_capacity(config_.per_gpu.capacity > 0 ? config_.per_gpu.capacity : r.capacity);
+    }
   }
   for (v1::JobStatus& j : jobs_.Status()) *h->add_jobs() = std::move(j);
   for (const gpu::DeviceInfo& d : devices_) {
@@ -291,15 +331,43 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   ss->set_pid(server.pid);
   ss->set_restarts(server.restarts);
   ss->set_last_exit(server.last_exit);
+  // Servers per GPU: the node serves while any of them does; each GPU's
+  // own readiness rides in gpu_health.
+  std::map<uint32_t, bool> gpu_ready;
+  if (!gpu_servers_.empty()) {
+    bool running = false, ready = false;
+    for (const GpuServer& g : gpu_servers_) {
+      ServerState st = g.supervisor->state();
+      running = running || st.running || !st.supervised;
+      ready = ready || st.ready;
+      gpu_ready[g.index] = st.ready;
+    }
+    ss->set_running(running);
+    ss->set_ready(ready);
+  }
   for (v1::JobStatus& j : jobs_.Status()) *hb->add_jobs() = std::move(j);
   std::lock_guard<std::mutex> lock(mu_);
-  hb->set_health(ToProto(health_.state));
+  const bool per_gpu = !gpu_servers_.empty();
+  hb->set_health(ToProto(per_gpu ? health_.node_state : health_.state));
   hb->set_health_changed_unix_nanos(health_changed_unix_nanos_);
-  for (const gpu::HealthReason& r : health_.reasons) {
-    v1::HealthReason* pr = hb->add_reasons();
+  auto add_reason = [](const gpu::HealthReason& r, v1::HealthReason* pr) {
     pr->set_code(r.code);
     pr->set_detail(r.detail);
     pr->set_severity(ToProto(r.state));
+  };
+  for (const gpu::HealthReason& r : health_.reasons) {
+    if (!per_gpu || r.gpu < 0) add_reason(r, hb->add_reasons());
+  }
+  for (const auto& [index, ready] : gpu_ready) {
+    v1::GpuHealth* g = hb->add_gpu_health();
+    g->set_index(index);
+    auto st = health_.gpu_states.find(index);
+    g->set_health(
+        ToProto(st == health_.gpu_states.end() ? gpu::HealthState::kHealthy : st->second));
+    g->set_server_ready(ready);
+    for (const gpu::HealthReason& r : health_.reasons) {
+      if (r.gpu == static_cast<int>(index)) add_reason(r, g->add_reasons());
+    }
   }
   // Telemetry rides only on the first heartbeat after a new sample; the
   // heartbeats in between stay small (seq, health, epoch, server state).
@@ -360,7 +428,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
       }
       if (m.welcome().fenced() && !fenced_.exchange(true)) {
         counters_.fences++;
-        supervisor_.Fence();
+        for (Supervisor* s : Servers()) s->Fence();
       }
       if (m.welcome().fenced()) jobs_.StopAll();
       break;
@@ -369,7 +437,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
       spdlog::warn("agent {}: fenced at epoch {}: {}", config_.node, m.fence().epoch(),
                    m.fence().reason());
       if (!fenced_.exchange(true)) counters_.fences++;
-      supervisor_.Fence();
+      for (Supervisor* s : Servers()) s->Fence();
       jobs_.StopAll();  // each checkpoints on SIGTERM; SIGKILL after jobs.stop_grace_ms
       if (leaving_) {
         // The work moved; the server may stop. Jobs first end, and a last
@@ -395,7 +463,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
         role_ = m.rejoin().role();
       }
       fenced_ = false;
-      supervisor_.Unfence();
+      for (Supervisor* s : Servers()) s->Unfence();
       break;
     case v1::ControllerMessage::kStartJob:
       if (stale(m.start_job().epoch(), "start_job")) return;
@@ -512,7 +580,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
             // it has read the goodbye: the read then fails, the stream ends,
             // and ConnectionLoop lets Leave() go on.
             // (Not while its jobs beat on: the last beat ends the leave.)
-            if ((!supervisor_.state().supervised || fenced_) && !jobs_beat_on_leave_) {
+            if ((!ServersSupervised() || fenced_) && !jobs_beat_on_leave_) {
               writing = true;
               writes_done = true;
               stream->WritesDone(Tag(StreamOp::kWrite));
@@ -547,7 +615,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
       if (!goodbye_written) {
         out.Clear();
         out.mutable_goodbye()->set_reason("the agent is stopping (SIGTERM)");
-        out.mutable_goodbye()->set_server_stops(supervisor_.state().supervised && !fenced_);
+        out.mutable_goodbye()->set_server_stops(ServersSupervised() && !fenced_);
         goodbye_in_flight = true;
         writing = true;
         stream->Write(out, Tag(StreamOp::kWrite));

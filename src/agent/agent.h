@@ -121,11 +121,23 @@ class Agent {
   // Sleeps up to `d`, returning early on Stop().
   void WaitFor(common::Duration d);
 
+  // Every server this agent runs or watches: the node's, and with per_gpu
+  // one per GPU (whose node-level supervisor then has nothing to run).
+  std::vector<Supervisor*> Servers();
+  // A server the agent starts stops with it (its goodbye says so).
+  bool ServersSupervised();
+
   const AgentConfig config_;
+  ProcessRunner* const runner_;
   gpu::SimProbe* const sim_;  // the wrapped probe when it is the sim backend, else null
   std::unique_ptr<gpu::WatchedProbe> probe_;
   common::Clock* const clock_;
   Supervisor supervisor_;
+  struct GpuServer {
+    uint32_t index = 0;
+    std::unique_ptr<Supervisor> supervisor;
+  };
+  std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, by GPU index
   JobSupervisor jobs_;
   std::unique_ptr<common::HttpServer> http_;
   AgentCounters counters_;

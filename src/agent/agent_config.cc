@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "agent/pod_resources.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
@@ -77,17 +78,24 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   if (auto v = root.String("sysfs_net")) c.sysfs_net = *v;
   gpu::ReadHealthThresholds(root.Map("thresholds"), &c.thresholds);
   common::YamlMap server = root.Map("server");
+  common::YamlMap per_gpu = server.Map("per_gpu");
+  common::ReadIntIn(per_gpu, "port_base", 1, 65000, &c.per_gpu.port_base);
+  common::ReadIntIn(per_gpu, "capacity", 1, 1'000'000, &c.per_gpu.capacity);
+  // A URL under per_gpu names its port as {port}: checked as GPU 0's.
+  auto url_of = [&](const std::string& v) {
+    return c.per_gpu.port_base > 0 ? FillGpuServer(c, v, 0) : v;
+  };
   if (auto v = server.StringList("command")) {
     if (v->empty()) server.Fail("command", "must name a program");
     c.server.command = *v;
   }
   if (auto v = server.String("ready_url")) {
-    if (auto url = common::ParseHttpUrl(*v); !url.ok())
+    if (auto url = common::ParseHttpUrl(url_of(*v)); !url.ok())
       server.Fail("ready_url", url.status().message());
     c.server.ready_url = *v;
   }
   if (auto v = server.String("metrics_url")) {
-    if (auto url = common::ParseHttpUrl(*v); !url.ok())
+    if (auto url = common::ParseHttpUrl(url_of(*v)); !url.ok())
       server.Fail("metrics_url", url.status().message());
     c.server.metrics_url = *v;
   }
@@ -208,6 +216,11 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
   // A registration must name the server routers are to reach: the other
   // register settings without an address would be dropped silently.
   const AgentConfig::Registration& reg = c.registration;
+  if (c.per_gpu.port_base > 0 && c.server.command.empty() && c.server.ready_url.empty()) {
+    return absl::InvalidArgumentError(
+        "server.per_gpu: a server per GPU needs server.command (to start each) or "
+        "server.ready_url (to watch each), with {port} in it");
+  }
   if (reg.address.empty() &&
       (!reg.labels.empty() || !reg.join_token_file.empty() || reg.cpu_only)) {
     return absl::InvalidArgumentError(
@@ -243,6 +256,30 @@ std::string PciDevicesPath(const AgentConfig& c) {
   if (c.pci_devices == "off") return "";
   if (!c.pci_devices.empty()) return c.pci_devices;
   return c.gpu_backend == "nvml" ? "/sys/bus/pci/devices" : "";
+}
+
+std::string FillGpuServer(const AgentConfig& c, const std::string& text, uint32_t gpu) {
+  return absl::StrReplaceAll(
+      text, {{"{gpu}", absl::StrCat(gpu)}, {"{port}", absl::StrCat(c.per_gpu.port_base + gpu)}});
+}
+
+SupervisorOptions GpuServerOptions(const AgentConfig& c, uint32_t gpu) {
+  SupervisorOptions o = c.server;
+  for (std::string& arg : o.command) arg = FillGpuServer(c, arg, gpu);
+  o.ready_url = FillGpuServer(c, o.ready_url, gpu);
+  o.metrics_url = FillGpuServer(c, o.metrics_url, gpu);
+  if (!o.command.empty()) {
+    o.command.insert(o.command.begin(), {"env", absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu),
+                                         absl::StrCat("NVIDIA_VISIBLE_DEVICES=", gpu)});
+  }
+  return o;
+}
+
+std::string GpuServerAddress(const AgentConfig& c, uint32_t gpu) {
+  HostPort hp{"127.0.0.1", 0};
+  if (auto reg = ParseHostPort(c.registration.address, "address"); reg.ok()) hp = *reg;
+  hp.port = static_cast<uint16_t>(c.per_gpu.port_base + static_cast<int>(gpu));
+  return hp.str();
 }
 
 }  // namespace gpuha::agent

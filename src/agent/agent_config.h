@@ -55,6 +55,15 @@ struct AgentConfig {
   std::string sysfs_net = "/sys/class/net";
   gpu::HealthThresholds thresholds;
   SupervisorOptions server;
+  // One inference server per GPU (issue 16): GPU i runs `server` with
+  // {gpu} and {port} (port_base + i) filled in its command and URLs, and
+  // CUDA_VISIBLE_DEVICES=i. Each is supervised and probed alone, and is its
+  // own placement unit at the controller: one GPU's fault moves its streams
+  // only. port_base 0: one server for the node.
+  struct PerGpu {
+    int port_base = 0;
+    int64_t capacity = 0;  // stream units per GPU when registering; 0: register.capacity
+  } per_gpu;
   // Stateful jobs the controller places here (JobSupervisor). An empty
   // progress_dir takes /tmp/gpuha-jobs-NODE.
   JobOptions jobs;
@@ -96,6 +105,15 @@ struct AgentConfig {
 // Checks what flags and file together must give: a node name, at least one
 // controller, a backend.
 [[nodiscard]] absl::Status ValidateAgentConfig(const AgentConfig& c);
+
+// `text` with {gpu} and {port} (per_gpu.port_base + gpu) filled.
+std::string FillGpuServer(const AgentConfig& c, const std::string& text, uint32_t gpu);
+// GPU `gpu`'s server options under per_gpu: {gpu} and {port} filled in the
+// command and URLs, the command run under `env CUDA_VISIBLE_DEVICES=gpu`.
+SupervisorOptions GpuServerOptions(const AgentConfig& c, uint32_t gpu);
+// The address routers reach GPU `gpu`'s server at: the registration's host
+// (127.0.0.1 without one) and port_base + gpu.
+std::string GpuServerAddress(const AgentConfig& c, uint32_t gpu);
 
 // The pod-resources socket in force for `c` ("" when off or, for "auto", when
 // this is not a Kubernetes node).

@@ -297,6 +297,67 @@ TEST_F(AgentTest, AWatchedServerIsProbedAndAPlannedStopSaysGoodbye) {
   EXPECT_THAT(bye->reason(), HasSubstr("SIGTERM"));
 }
 
+// Issue 16: a server per GPU, each probed alone; a GPU's own fault is its
+// GPU's verdict, not the node's.
+TEST_F(AgentTest, ServersPerGpuAreProbedAloneAndAGpuFaultStaysOnItsGpu) {
+  std::atomic<bool> gpu1_ready{true};
+  std::vector<std::unique_ptr<common::HttpServer>> servers;
+  int base = 0;
+  // Two servers on consecutive ports (port_base + GPU index).
+  for (int attempt = 0; attempt < 50 && servers.size() < 2; ++attempt) {
+    servers.clear();
+    base = 20000 + static_cast<int>((::getpid() * 7 + attempt * 131) % 30000);
+    for (int g = 0; g < 2; ++g) {
+      auto s = common::HttpServer::Start(
+          {.address = "127.0.0.1", .port = static_cast<uint16_t>(base + g)},
+          [&, g](const common::HttpRequest&) {
+            return common::HttpResponse{g == 1 && !gpu1_ready ? 503 : 200, "text/plain", "", {}};
+          });
+      if (!s.ok()) break;
+      servers.push_back(std::move(*s));
+    }
+  }
+  ASSERT_EQ(servers.size(), 2u) << "no two free consecutive ports";
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.per_gpu.port_base = base;
+  c.per_gpu.capacity = 3;
+  c.server.ready_url = "http://127.0.0.1:{port}/v2/health/ready";
+  c.server.fence_mode = FenceMode::kUnready;
+  c.server.probe_interval = milliseconds(20);
+  c.registration.address = "127.0.0.1:8000";
+  auto agent = Start(c);
+  auto hello = controller.WaitForHello();
+  ASSERT_TRUE(hello.has_value());
+  ASSERT_EQ(hello->registration().gpu_servers_size(), 2);
+  EXPECT_EQ(hello->registration().gpu_servers(1).index(), 1u);
+  EXPECT_EQ(hello->registration().gpu_servers(1).address(), absl::StrCat("127.0.0.1:", base + 1));
+  EXPECT_EQ(hello->registration().gpu_servers(0).capacity(), 3);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.gpu_health_size() == 2 && h.gpu_health(0).server_ready() &&
+           h.gpu_health(1).server_ready() && h.server().ready();
+  }));
+  gpu1_ready = false;  // GPU 1's server stops answering: the node still serves
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.gpu_health_size() == 2 && !h.gpu_health(1).server_ready() &&
+           h.gpu_health(0).server_ready() && h.server().ready();
+  }));
+  gpu1_ready = true;
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=48,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 202) << r->body;
+  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.gpu_health_size() == 2 && h.gpu_health(1).health() == v1::NODE_HEALTH_FAILED;
+  });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_EQ(hb->heartbeat.health(), v1::NODE_HEALTH_HEALTHY);  // the node's own verdict
+  EXPECT_EQ(hb->heartbeat.reasons_size(), 0);
+  EXPECT_EQ(hb->heartbeat.gpu_health(0).health(), v1::NODE_HEALTH_HEALTHY);
+  ASSERT_GT(hb->heartbeat.gpu_health(1).reasons_size(), 0);
+  EXPECT_EQ(hb->heartbeat.gpu_health(1).reasons(0).code(), "gpu1.xid48");
+}
+
 // Nothing to tell: an agent that is not connected stops at once.
 TEST_F(AgentTest, APlannedStopWithNoControllerDoesNotWait) {
   AgentConfig c = Config({1});  // nothing listens on port 1

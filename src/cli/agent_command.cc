@@ -42,6 +42,10 @@ AgentCommand::AgentCommand(CLI::App& parent) {
                    "register: HOST:PORT of this node's inference server, for routers");
   app_->add_option("--capacity", capacity_, "register: this node's stream units (default 10)")
       ->check(CLI::Range(1, 1000000));
+  app_->add_option("--gpu-port-base", gpu_port_base_,
+                   "a server per GPU: GPU i's listens on this + i ({port} and {gpu} in "
+                   "--server-cmd and --ready-url); --capacity is then per GPU")
+      ->check(CLI::Range(1, 65000));
   app_->add_option("--label", labels_, "register: KEY=VALUE, e.g. gpuha.io/role=passive");
   app_->add_option("--join-token-file", join_token_file_,
                    "register: file holding the controller's join token");
@@ -96,8 +100,12 @@ int AgentCommand::Run() {
   if (!server_cmd_.empty()) {
     c.server.command = absl::StrSplit(server_cmd_, ' ', absl::SkipWhitespace());
   }
+  if (gpu_port_base_ > 0) c.per_gpu.port_base = gpu_port_base_;
   if (!ready_url_.empty()) {
-    if (auto u = common::ParseHttpUrl(ready_url_); !u.ok()) return fail(u.status());
+    // Checked as GPU 0's URL when it names {port}.
+    if (auto u = common::ParseHttpUrl(agent::FillGpuServer(c, ready_url_, 0)); !u.ok()) {
+      return fail(u.status());
+    }
     c.server.ready_url = ready_url_;
   }
   if (!fence_mode_.empty()) {

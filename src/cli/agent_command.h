@@ -35,6 +35,7 @@ class AgentCommand {
   std::string fence_mode_;
   std::string address_;
   int64_t capacity_ = 0;
+  int gpu_port_base_ = 0;
   std::vector<std::string> labels_;
   std::string join_token_file_;
   bool check_ = false;

@@ -18,6 +18,7 @@
 #include "common/http_server.h"
 #include "common/names.h"
 #include "common/net_util.h"
+#include "controller/controller_config.h"
 #include "controller/service.h"
 
 namespace gpuha::cli {
@@ -593,10 +594,14 @@ int CtlCommand::DescribeNode() {
   Answer events = Call("GET", "/api/v1/events");
   if (events.rc != kExitOk) return events.rc;
   json mine = json::array();
+  // On this node: as a whole, or on one of its GPUs ("NODE/gpuI").
+  auto on_node = [&](const json& s, const char* as) {
+    return controller::NodeOfUnit(s.value(as, "")) == name_;
+  };
   for (const json& s : streams.body) {
-    if (s.value("primary", "") == name_ || s.value("standby", "") == name_) {
+    if (on_node(s, "primary") || on_node(s, "standby")) {
       json row = s;
-      row["as"] = s.value("primary", "") == name_ ? "primary" : "standby";
+      row["as"] = on_node(s, "primary") ? "primary" : "standby";
       mine.push_back(row);
     }
   }
@@ -631,6 +636,21 @@ int CtlCommand::DescribeNode() {
                               {"util-%", "utilization_pct"},
                               {"lost", "lost"}},
                              now);
+    // A server per GPU: each GPU is placed alone, with its own state.
+    if (json units = j["node"].value("gpu_units", json::array()); !units.empty()) {
+      std::cout << "\nGPU servers:\n"
+                << RenderTable(units,
+                               {{"unit", "unit"},
+                                {"in service", "in_service"},
+                                {"health", "health"},
+                                {"server ready", "server_ready"},
+                                {"role", "role"},
+                                {"load", "load"},
+                                {"capacity", "capacity"},
+                                {"address", "address"},
+                                {"reasons", "reasons", CellKind::kList}},
+                               now);
+    }
     std::cout << "\nStreams:\n"
               << RenderTable(
                      j["streams"],
@@ -648,7 +668,7 @@ int CtlCommand::DescribeStream() {
   for (const char* as : {"primary", "standby"}) {
     std::string who = stream.body.value(as, "");
     for (const json& n : nodes.body) {
-      if (!who.empty() && n.value("name", "") == who) {
+      if (!who.empty() && n.value("name", "") == controller::NodeOfUnit(who)) {
         json row = n;
         row["as"] = as;
         on.push_back(row);

@@ -65,6 +65,11 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                  absl::StrCat("A training job beside the streams (gpuha worker --train, "
                               "checkpoints in the demo's folder); the faults then default to ",
                               absl::StrJoin(demo::kTrainFaults, ",")));
+  app_->add_option("--gpus-per-node", o_.gpus_per_node,
+                   absl::StrCat("Simulated GPUs per node (default 1); 2 or more runs a worker per "
+                                "GPU, each GPU placed alone; the faults then default to ",
+                                absl::StrJoin(demo::kGpuFaults, ",")))
+      ->check(CLI::Range(1, 8));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }
@@ -73,6 +78,9 @@ int DemoCommand::Run() {
   if (o_.ha && app_->count("--faults") == 0) faults_ = absl::StrJoin(demo::kHaFaults, ",");
   if (o_.train && !o_.ha && app_->count("--faults") == 0) {
     faults_ = absl::StrJoin(demo::kTrainFaults, ",");
+  }
+  if (o_.gpus_per_node > 1 && !o_.ha && !o_.train && app_->count("--faults") == 0) {
+    faults_ = absl::StrJoin(demo::kGpuFaults, ",");
   }
   std::vector<std::string> faults = absl::StrSplit(faults_, ',', absl::SkipWhitespace());
   o_.faults = faults;

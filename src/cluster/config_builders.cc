@@ -36,9 +36,15 @@ std::string ControllerYaml::Yaml() const {
   if (!comment.empty()) absl::StrAppend(&out, "# ", comment, "\n");
   absl::StrAppend(&out, "cluster: { redundancy: ", redundancy, " }\nnodes:\n");
   for (const NodeEntry& n : nodes) {
-    absl::StrAppend(&out, "  - { name: ", Quote(n.name), ", role: ", n.role,
-                    ", capacity: ", n.capacity);
+    absl::StrAppend(&out, "  - { name: ", Quote(n.name), ", role: ", n.role);
+    if (n.gpu_servers.empty()) absl::StrAppend(&out, ", capacity: ", n.capacity);
     if (!n.address.empty()) absl::StrAppend(&out, ", address: ", Quote(n.address));
+    for (size_t g = 0; g < n.gpu_servers.size(); ++g) {
+      absl::StrAppend(&out, g == 0 ? ", gpu_servers: [" : ", ", "{ index: ", g,
+                      ", address: ", Quote(n.gpu_servers[g].first),
+                      ", capacity: ", n.gpu_servers[g].second, " }",
+                      g + 1 == n.gpu_servers.size() ? "]" : "");
+    }
     absl::StrAppend(&out, " }\n");
   }
   absl::StrAppend(&out, "tenants: ", QuotedList(tenants), "\n");
@@ -84,6 +90,8 @@ std::string AgentYaml::Yaml() const {
     if (!fence_mode.empty()) absl::StrAppend(&server, ", fence_mode: ", fence_mode);
     absl::StrAppend(&server, Opt("probe_interval_ms", probe_interval_ms),
                     Opt("probe_timeout_ms", probe_timeout_ms));
+    std::string per_gpu = Opt("port_base", per_gpu_port_base) + Opt("capacity", per_gpu_capacity);
+    if (!per_gpu.empty()) absl::StrAppend(&server, ", per_gpu: ", FlowMap(per_gpu));
     absl::StrAppend(&out, "server: ", FlowMap(server), "\n");
   }
   std::string jobs = Opt("stop_grace_ms", job_stop_grace_ms);

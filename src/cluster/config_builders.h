@@ -30,6 +30,9 @@ struct NodeEntry {
   std::string role = "active";  // active | passive | buffer
   int64_t capacity = 10;
   std::string address{};  // HOST:PORT of its inference server; empty: none
+  // A server per GPU: (address, capacity) of GPU 0, 1, ...; capacity then
+  // is not written (it is their sum).
+  std::vector<std::pair<std::string, int64_t>> gpu_servers{};
 };
 
 struct ControllerYaml {
@@ -66,6 +69,8 @@ struct AgentYaml {
   std::optional<int64_t> stall_after_ms{};
   std::string fence_mode{};  // empty: the default (stop)
   std::optional<int64_t> probe_interval_ms{}, probe_timeout_ms{};
+  // A server per GPU: GPU i's on this + i ({port} in the command and URLs).
+  std::optional<int64_t> per_gpu_port_base{}, per_gpu_capacity{};
   std::string job_progress_dir{};  // empty: the default
   std::optional<int64_t> job_stop_grace_ms{};
   std::string Yaml() const;

@@ -70,10 +70,29 @@ absl::Status LocalCluster::Start() {
   }
   router_ = port();
   router_admin_ = port();
+  // A run of free ports: GPU i's worker is on the first + i.
+  auto ports = [&](int count) -> uint16_t {
+    for (int tries = 0; tries < 100; ++tries) {
+      uint16_t p = common::FreeLoopbackPort();
+      if (p == 0 || p + count > 65535) continue;
+      bool free = true;
+      for (int i = 0; i < count && free; ++i) {
+        free = used.count(static_cast<uint16_t>(p + i)) == 0 &&
+               (i == 0 || common::LoopbackPortFree(static_cast<uint16_t>(p + i)));
+      }
+      if (!free) continue;
+      for (int i = 0; i < count; ++i) used.insert(static_cast<uint16_t>(p + i));
+      return p;
+    }
+    return 0;
+  };
+  if (o_.gpus_per_node > 1 && o_.watched_servers) {
+    return absl::InvalidArgumentError("a worker per GPU is supervised by its agent, not watched");
+  }
   for (int i = 0; i < o_.nodes; ++i) {
     LocalNode n;
     n.name = absl::StrCat("gpu-", i + 1);
-    n.worker_port = port();
+    n.worker_port = o_.gpus_per_node > 1 ? ports(o_.gpus_per_node) : port();
     n.agent_port = port();
     nodes_.push_back(n);
   }
@@ -198,13 +217,15 @@ absl::Status LocalCluster::VanishGpu(const LocalNode& n, int gpu) const {
 }
 
 absl::Status LocalCluster::StartAgent(LocalNode& n) {
-  // The node (re)boots with its GPU (one per node, AgentYaml's sim_count) on the bus.
-  std::filesystem::path f = std::filesystem::path(PciDir(n)) / SimGpuPciAddress(0);
-  std::error_code ec;
-  std::filesystem::create_directories(f, ec);
-  if (ec) return absl::InternalError(absl::StrCat(f.string(), ": ", ec.message()));
-  for (auto [name, value] : {std::pair{"vendor", "0x10de\n"}, std::pair{"class", "0x030200\n"}}) {
-    if (absl::Status s = common::WriteFileAtomic((f / name).string(), value); !s.ok()) return s;
+  // The node (re)boots with its GPUs (AgentYaml's sim_count) on the bus.
+  for (int g = 0; g < std::max(1, o_.gpus_per_node); ++g) {
+    std::filesystem::path f = std::filesystem::path(PciDir(n)) / SimGpuPciAddress(g);
+    std::error_code ec;
+    std::filesystem::create_directories(f, ec);
+    if (ec) return absl::InternalError(absl::StrCat(f.string(), ": ", ec.message()));
+    for (auto [name, value] : {std::pair{"vendor", "0x10de\n"}, std::pair{"class", "0x030200\n"}}) {
+      if (absl::Status s = common::WriteFileAtomic((f / name).string(), value); !s.ok()) return s;
+    }
   }
   if (absl::Status s = StartWorker(n); !s.ok()) return s;
   std::vector<std::string> argv = {o_.exe, "agent", "--config", n.config};
@@ -229,7 +250,9 @@ absl::Status LocalCluster::StartWorker(LocalNode& n) {
 }
 
 std::vector<std::string> LocalCluster::WorkerArgv(const LocalNode& n) const {
-  return {o_.exe,   "worker", "--listen",  absl::StrCat(n.host, ":", n.worker_port),
+  // With a worker per GPU, the agent fills in each one's port.
+  const std::string port = o_.gpus_per_node > 1 ? "{port}" : absl::StrCat(n.worker_port);
+  return {o_.exe,   "worker", "--listen",  absl::StrCat(n.host, ":", port),
           "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
 }
 
@@ -250,8 +273,16 @@ void LocalCluster::StopAgent(LocalNode& n) {
 }
 
 void LocalCluster::KillNode(LocalNode& n) {
-  pid_t w = WorkerPid(n);
-  if (w > 0) ::kill(w, SIGKILL);
+  // Every worker: a node with a worker per GPU runs several.
+  std::vector<pid_t> workers;
+  if (o_.watched_servers) {
+    workers.push_back(WorkerPid(n));
+  } else if (n.agent > 0) {
+    workers = common::ChildPids(n.agent);
+  }
+  for (pid_t w : workers) {
+    if (w > 0) ::kill(w, SIGKILL);
+  }
   if (n.agent > 0) ::kill(n.agent, SIGKILL);
   Reap();
   n.agent = -1;
@@ -438,11 +469,17 @@ absl::Status LocalCluster::WriteConfigs() {
   }
   ControllerYaml c;
   c.comment = absl::StrCat("written by gpuha: ", o_.nodes - 1, " active nodes and 1 passive (N+1)");
+  const int gpus = std::max(1, o_.gpus_per_node);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    c.nodes.push_back({.name = nodes_[i].name,
-                       .role = i + 1 < nodes_.size() ? "active" : "passive",
-                       .capacity = o_.node_capacity,
-                       .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)});
+    NodeEntry e{.name = nodes_[i].name,
+                .role = i + 1 < nodes_.size() ? "active" : "passive",
+                .capacity = o_.node_capacity,
+                .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)};
+    for (int g = 0; gpus > 1 && g < gpus; ++g) {
+      e.gpu_servers.emplace_back(absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port + g),
+                                 (o_.node_capacity + gpus - 1) / gpus);
+    }
+    c.nodes.push_back(std::move(e));
   }
   c.tenants = {"acme"};
   c.healthy_for_ms = 1000;
@@ -463,9 +500,12 @@ absl::Status LocalCluster::WriteConfigs() {
   }
   for (LocalNode& n : nodes_) {
     n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
-    const std::string worker = absl::StrCat(n.host, ":", n.worker_port);
+    const std::string worker =
+        absl::StrCat(n.host, ":", gpus > 1 ? "{port}" : absl::StrCat(n.worker_port));
     AgentYaml a;
     a.node = n.name;
+    a.sim_count = gpus;
+    if (gpus > 1) a.per_gpu_port_base = n.worker_port;
     a.controllers = grpc;
     a.sample_ms = 100;
     a.heartbeat_ms = 50;

@@ -40,6 +40,10 @@ struct LocalClusterOptions {
   std::string exe{};  // the gpuha binary, run for every component
   int nodes = 4;      // the last one passive
   int node_capacity = 10;
+  // Simulated GPUs per node. More than 1: a worker per GPU (issue 16), GPU
+  // i's on worker_port + i, each its own placement unit with
+  // ceil(node_capacity / gpus_per_node) stream units.
+  int gpus_per_node = 1;
   int worker_latency_ms = 5;  // the workers' modelled GPU time
   int max_failures = 20;      // the controller's recovery.max_failures
   bool partition = false;     // node 1 in its own network namespace (root)
@@ -76,7 +80,7 @@ struct LocalNode {
   std::string name;
   std::string host = "127.0.0.1";  // its worker's and agent's address
   bool netns = false;              // runs in the partition namespace
-  uint16_t worker_port = 0;
+  uint16_t worker_port = 0;        // GPU 0's worker; GPU i's is on worker_port + i
   uint16_t agent_port = 0;
   std::string config;
   pid_t agent = -1;

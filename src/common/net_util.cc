@@ -12,21 +12,32 @@
 
 namespace gpuha::common {
 
-uint16_t FreeLoopbackPort() {
+namespace {
+
+// Binds a TCP socket on 127.0.0.1:`port` (0: any) and returns the port it
+// got, or 0; the socket is closed again.
+uint16_t BindLoopback(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
   socklen_t len = sizeof(a);
-  uint16_t port = 0;
+  uint16_t bound = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+    bound = ntohs(a.sin_port);
   }
   ::close(fd);
-  return port;
+  return bound;
 }
+
+}  // namespace
+
+uint16_t FreeLoopbackPort() { return BindLoopback(0); }
+
+bool LoopbackPortFree(uint16_t port) { return port != 0 && BindLoopback(port) == port; }
 
 std::string HostPort::str() const {
   return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)

@@ -26,6 +26,8 @@ bool IsLoopbackHost(const std::string& host);
 // A loopback TCP port that was free a moment ago (0 if none), for processes
 // whose listen address must be known before they start.
 uint16_t FreeLoopbackPort();
+// Whether 127.0.0.1:`port` can be bound now (for a run of ports in a row).
+bool LoopbackPortFree(uint16_t port);
 
 // Lower-case hex SHA-256 of `data` (OpenSSL): how API keys and tokens are
 // stored in config files.

@@ -77,7 +77,8 @@ void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* 
   NodeRecord r{placement_.RoleOf(id).value_or(n.cfg.spec.role), placement_.Available(id),
                n.lifecycle};
   if (n.registered) {
-    r.registered = RegisteredNode{n.cfg.address, n.cfg.spec.capacity, n.cfg.spec.cpu_only};
+    r.registered = RegisteredNode{n.cfg.address, n.cfg.spec.capacity, n.cfg.spec.cpu_only,
+                                  n.cfg.spec.domain, n.cfg.gpu_servers};
   }
   if (n.restart_until) {
     r.restart_until_unix_ms =
@@ -180,8 +181,10 @@ absl::Status Controller::RecoverImpl(bool standby) {
     if (!r.ok()) return r.status();
     if (!r->registered) continue;  // a node since removed from the config
     NodeState& n = nodes_[id];
-    n.cfg = {{id, r->role, r->registered->capacity, r->registered->cpu_only},
-             r->registered->address};
+    n.cfg = {
+        {id, r->role, r->registered->capacity, r->registered->cpu_only, "", r->registered->domain},
+        r->registered->address,
+        r->registered->gpu_servers};
     n.registered = true;
   }
   for (auto& [id, n] : nodes_) {
@@ -207,7 +210,10 @@ absl::Status Controller::RecoverImpl(bool standby) {
       // node had rejoined once marked such a node held out).
       n.lifecycle = available ? NodeLifecycle::kServing : r->lifecycle;
     }
-    if (absl::Status s = placement_.AddNode(spec, available); !s.ok()) return s;
+    for (NodeSpec unit : UnitSpecs(n.cfg)) {
+      unit.role = spec.role;
+      if (absl::Status s = placement_.AddNode(unit, available); !s.ok()) return s;
+    }
   }
   auto streams = store_->Load("stream");
   if (!streams.ok()) return streams.status();
@@ -240,6 +246,14 @@ absl::Status Controller::RecoverImpl(bool standby) {
           return s;
         }
         stored_nodes->emplace(*node, "");  // known from now on
+      }
+    }
+    // A node whose GPU layout changed since (servers per GPU on or off)
+    // no longer has the units a row names: the stream waits to be placed.
+    for (std::string* end : {&r->primary, &r->standby}) {
+      if (!end->empty() && !placement_.RoleOf(*end)) {
+        spdlog::warn("controller: stream {} names unit {}, which no node has now", id, *end);
+        end->clear();
       }
     }
     if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
@@ -391,6 +405,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   }
   v1::NodeHealth before = n->health;
   n->health = hb.health();
+  for (const v1::GpuHealth& g : hb.gpu_health()) n->gpu_states[g.index()].last = g;
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
@@ -436,9 +451,10 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   bool server_was_ready = n->server_ready;
   n->server_ready = hb.server().ready() && !hb.fenced();
   if (n->joining()) {
-    if (n->server_ready &&
+    if (n->server_ready && GpuServersUpLocked(*n) &&
         (hb.health() == v1::NODE_HEALTH_HEALTHY || hb.health() == v1::NODE_HEALTH_DEGRADED)) {
       JoinLocked(*n);
+      GpuVerdictsLocked(*n);  // a GPU that is down joins out
     } else if (n->lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
       // Failed again before it took work: back to fenced, and it must
       // prove itself healthy for healthy_for once more. Counted, so a node
@@ -483,6 +499,8 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   } else if (hb.health() == v1::NODE_HEALTH_DRAINING) {
     TakeOutLocked(*n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
                   /*make_before_break=*/true, /*count_failure=*/true, NodeLifecycle::kFenced);
+  } else {
+    GpuVerdictsLocked(*n);
   }
 }
 
@@ -702,14 +720,15 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
   FailoverPlan plan = placement_.FailNode(id);
   detector_.Forget(id);
   for (auto& [job, j] : jobs_) {
-    if (j.r.node == id && j.r.phase == JobPhase::kFencing) j.prefer = plan.promoted;
+    if (j.r.node == id && j.r.phase == JobPhase::kFencing) j.prefer = NodeOfUnit(plan.promoted);
   }
   for (const Assignment& a : plan.moved) PersistStreamLocked(a.stream, &batch);
   for (const Assignment& a : plan.restandbyed) PersistStreamLocked(a.stream, &batch);
   for (const std::string& s : plan.unplaced) PersistStreamLocked(s, &batch);
   if (count_failure) CountFailureLocked(n, &batch);
-  std::string moved = absl::StrCat(plan.moved.size(), " stream(s) moved",
-                                   plan.promoted.empty() ? "" : " to passive " + plan.promoted);
+  std::string moved =
+      absl::StrCat(plan.moved.size(), " stream(s) moved",
+                   plan.promoted.empty() ? "" : " to passive " + NodeOfUnit(plan.promoted));
   EventLocked("streams_moved", id, moved);
   if (!plan.unplaced.empty()) {
     counters_.unplaced_streams += plan.unplaced.size();
@@ -717,9 +736,7 @@ void Controller::TakeOutLocked(NodeState& n, const std::string& why, int64_t fau
                 absl::StrCat(plan.unplaced.size(), " stream(s) fit nowhere under N+",
                              config_.redundancy, "; they answer 503 until capacity returns"));
   }
-  if (!plan.promoted.empty()) {
-    if (NodeState* p = FindLocked(plan.promoted)) PersistNodeLocked(*p, &batch);
-  }
+  PersistPromotedLocked(plan, &batch);
   PushRoutesLocked(absl::StrCat("failover of ", id));
   if (make_before_break) FenceLocked(n, why);
   PersistNodeLocked(n, &batch);
@@ -767,7 +784,8 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
     return absl::InvalidArgumentError(
         absl::StrCat("node '", node, "': a name must be ", common::kNameRule));
   }
-  if (reg.capacity() < 1 || reg.capacity() > 1'000'000) {
+  // With servers per GPU the capacity is theirs (checked below).
+  if (reg.gpu_servers_size() == 0 && (reg.capacity() < 1 || reg.capacity() > 1'000'000)) {
     return absl::InvalidArgumentError(
         absl::StrCat("node '", node,
                      "' is not in the config and its agent registers no capacity in 1..1000000 "
@@ -793,17 +811,47 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
     }
     role = *r;
   }
+  std::vector<GpuServerConfig> gpu_servers;
+  int64_t capacity = reg.capacity();
+  if (reg.gpu_servers_size() > 0) {
+    capacity = 0;
+    for (const v1::GpuServer& g : reg.gpu_servers()) {
+      gpu_servers.push_back({g.index(), g.address(), g.capacity()});
+      capacity += g.capacity();
+    }
+    if (absl::Status s = CheckGpuServers(gpu_servers); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", node, "': registration ", s.message(), " (--gpu-servers)"));
+    }
+  }
+  std::string domain;
+  for (const std::string& label : policy.domain_labels) {
+    auto it = reg.labels().find(label);
+    if (it == reg.labels().end()) continue;
+    if (!common::ValidName(it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", node, "': label ", label, "='",
+                                                     absl::CHexEscape(it->second), "' must be ",
+                                                     common::kNameRule, " (a failure domain)"));
+    }
+    domain = it->second;
+    break;
+  }
   NodeState& n = nodes_[hello.node()];
-  n.cfg = {{hello.node(), role, reg.capacity(), reg.cpu_only()}, reg.address()};
+  n.cfg = {{hello.node(), role, capacity, reg.cpu_only(), "", domain}, reg.address(), gpu_servers};
   n.registered = true;
   n.lifecycle = NodeLifecycle::kPending;
-  if (absl::Status s = placement_.AddNode(n.cfg.spec, /*available=*/false); !s.ok()) {
-    nodes_.erase(hello.node());
-    return s;
+  for (const NodeSpec& unit : UnitSpecs(n.cfg)) {
+    if (absl::Status s = placement_.AddNode(unit, /*available=*/false); !s.ok()) {
+      nodes_.erase(hello.node());
+      return s;
+    }
   }
-  EventLocked("registered", hello.node(),
-              absl::StrCat(RoleName(role), ", capacity ", reg.capacity(), ", server ",
-                           reg.address(), reg.cpu_only() ? ", CPU only" : ""));
+  EventLocked(
+      "registered", hello.node(),
+      absl::StrCat(
+          RoleName(role), ", capacity ", capacity, ", server ", reg.address(),
+          gpu_servers.empty() ? "" : absl::StrCat(", ", gpu_servers.size(), " servers per GPU"),
+          domain.empty() ? "" : ", domain " + domain, reg.cpu_only() ? ", CPU only" : ""));
   return &n;
 }
 
@@ -1019,10 +1067,10 @@ v1::RouteSnapshot Controller::Snapshot() const {
   v1::RouteSnapshot snap;
   snap.set_version(route_version_);
   snap.set_epoch(epoch_);
-  auto endpoint = [&](const std::string& node, v1::Endpoint* e) {
-    if (node.empty()) return;
-    e->set_node(node);
-    e->set_address(nodes_.at(node).cfg.address);
+  auto endpoint = [&](const std::string& unit, v1::Endpoint* e) {
+    if (unit.empty()) return;
+    e->set_node(unit);
+    e->set_address(UnitAddress(nodes_.at(NodeOfUnit(unit)).cfg, unit));
   };
   for (const Assignment& a : placement_.Assignments()) {
     v1::Route* r = snap.add_routes();
@@ -1034,8 +1082,10 @@ v1::RouteSnapshot Controller::Snapshot() const {
     endpoint(a.standby, r->mutable_standby());
   }
   for (const auto& [id, n] : nodes_) {
-    if (placement_.Available(id) && placement_.RoleOf(id) != Role::kPassive) {
-      endpoint(id, snap.add_active());
+    for (const NodeSpec& unit : UnitSpecs(n.cfg)) {
+      if (placement_.Available(unit.id) && placement_.RoleOf(unit.id) != Role::kPassive) {
+        endpoint(unit.id, snap.add_active());
+      }
     }
   }
   return snap;

@@ -66,6 +66,7 @@ class AgentSink {
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")        \
   X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")             \
   X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")    \
+  X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")            \
   X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.") \
   X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")
 
@@ -220,6 +221,13 @@ class Controller {
     // the gap after it (zero: not in a run).
     common::TimePoint refence_at{};
     common::Duration refence_gap{};
+    // With servers per GPU: each GPU's last word from its agent.
+    struct GpuState {
+      v1::GpuHealth last;
+      std::optional<common::TimePoint> healthy_since;  // out, and healthy since then
+      bool quarantine_held = false;
+    };
+    std::map<uint32_t, GpuState> gpu_states;
   };
   static constexpr common::Duration kRefenceFirst = std::chrono::milliseconds(100);
   static constexpr common::Duration kRefenceMax = std::chrono::seconds(5);
@@ -315,6 +323,21 @@ class Controller {
   // Whether taking one more node out on an agent's health verdict keeps
   // the nodes out after failures within quarantine_max_share.
   bool QuarantineAllowsLocked() const;
+
+  // --- GPUs as placement units (controller_gpus.cc) ----------------------------
+  // On a serving node with servers per GPU: takes out each GPU its agent
+  // calls failed or draining, or whose server is not ready (its streams
+  // only), and brings one back once it has been healthy and ready for
+  // healthy_for. The quarantine breaker counts GPUs as it counts nodes.
+  void GpuVerdictsLocked(NodeState& n);
+  void TakeOutGpuLocked(NodeState& n, uint32_t gpu, const std::string& why);
+  void RestoreGpuLocked(NodeState& n, uint32_t gpu);
+  bool GpuQuarantineAllowsLocked() const;
+  // A joining node with servers per GPU waits until each GPU's server is
+  // ready or its GPU is down (then it joins without that GPU).
+  bool GpuServersUpLocked(const NodeState& n) const;
+  // The nodes of the passive units a failover promoted, persisted.
+  void PersistPromotedLocked(const FailoverPlan& plan, std::vector<StoreWrite>* batch) const;
   // Unavailable once StopActing ran: a change this process may no longer make.
   absl::Status CheckActing() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config_fields.h"
 #include "common/file_util.h"
@@ -67,6 +68,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
     }
   }
   if (auto v = reg.String("role_label")) c.registration.role_label = *v;
+  if (auto v = reg.StringList("domain_labels")) c.registration.domain_labels = *v;
   if (auto r = common::ReadEnum<Role>(
           reg, "default_role",
           {{"active", Role::kActive}, {"passive", Role::kPassive}, {"buffer", Role::kBuffer}})) {
@@ -92,7 +94,30 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
             {{"active", Role::kActive}, {"passive", Role::kPassive}, {"buffer", Role::kBuffer}})) {
       nc.spec.role = *r;
     }
-    if (n.Require("capacity")) {
+    if (auto d = n.String("domain")) {
+      nc.spec.domain = *d;
+      if (!common::ValidName(*d)) {
+        n.Fail("domain", absl::StrCat("'", absl::CHexEscape(*d), "' must be ", common::kNameRule));
+      }
+    }
+    for (common::YamlMap& g : n.MapList("gpu_servers")) {
+      GpuServerConfig gs;
+      int64_t index = 0;
+      if (g.Require("index")) common::ReadIntIn(g, "index", 0, 1023, &index);
+      gs.index = static_cast<uint32_t>(index);
+      if (g.Require("address")) gs.address = g.String("address").value_or("");
+      if (g.Require("capacity")) common::ReadIntIn(g, "capacity", 1, 1'000'000, &gs.capacity);
+      nc.gpu_servers.push_back(gs);
+    }
+    if (n.ok() && !nc.gpu_servers.empty()) {
+      if (absl::Status s = CheckGpuServers(nc.gpu_servers); !s.ok()) {
+        n.Fail("gpu_servers", s.message());
+      }
+      for (const GpuServerConfig& g : nc.gpu_servers) nc.spec.capacity += g.capacity;
+      if (n.Has("capacity")) {
+        n.Fail("capacity", "a node with gpu_servers has their capacities' sum; drop capacity");
+      }
+    } else if (n.Require("capacity")) {
       // Stream units; INT64_MAX once made the 409 text's total -4.
       common::ReadIntIn(n, "capacity", 1, 1'000'000, &nc.spec.capacity);
     }
@@ -252,6 +277,65 @@ absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
   auto text = common::ReadFile(path);
   if (!text.ok()) return text.status();
   return ParseControllerConfig(*text, path);
+}
+
+std::string GpuUnitId(const std::string& node, uint32_t index) {
+  return absl::StrCat(node, "/gpu", index);
+}
+
+std::string NodeOfUnit(const std::string& unit) { return unit.substr(0, unit.find('/')); }
+
+std::optional<uint32_t> GpuOfUnit(const std::string& unit) {
+  size_t slash = unit.find('/');
+  uint32_t index = 0;
+  if (slash == std::string::npos || unit.compare(slash, 4, "/gpu") != 0 ||
+      !absl::SimpleAtoi(absl::string_view(unit).substr(slash + 4), &index)) {
+    return std::nullopt;
+  }
+  return index;
+}
+
+std::vector<NodeSpec> UnitSpecs(const NodeConfig& n) {
+  if (n.gpu_servers.empty()) return {n.spec};
+  std::vector<NodeSpec> units;
+  for (const GpuServerConfig& g : n.gpu_servers) {
+    NodeSpec u = n.spec;
+    u.id = GpuUnitId(n.spec.id, g.index);
+    u.capacity = g.capacity;
+    u.host = n.spec.id;
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+std::string UnitAddress(const NodeConfig& n, const std::string& unit) {
+  std::optional<uint32_t> gpu = GpuOfUnit(unit);
+  if (!gpu) return n.address;
+  for (const GpuServerConfig& g : n.gpu_servers) {
+    if (g.index == *gpu) return g.address;
+  }
+  return "";
+}
+
+absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers) {
+  std::set<uint32_t> seen;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const GpuServerConfig& g = servers[i];
+    std::string at = absl::StrCat("gpu_servers[", i, "]");
+    if (g.index > 1023) return absl::InvalidArgumentError(absl::StrCat(at, ".index: over 1023"));
+    if (!seen.insert(g.index).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".index: GPU ", g.index, " is listed twice"));
+    }
+    if (!common::ParseHostPort(g.address, "address").ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".address: '", absl::CHexEscape(g.address), "' is not HOST:PORT"));
+    }
+    if (g.capacity < 1 || g.capacity > 1'000'000) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ".capacity: must be in 1..1000000"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gpuha::controller

@@ -40,10 +40,35 @@ namespace gpuha::controller {
 enum class ApiRole { kViewer = 0, kOperator = 1, kAdmin = 2 };
 const char* ApiRoleName(ApiRole r);
 
-struct NodeConfig {
-  NodeSpec spec;
-  std::string address;  // HOST:PORT of the node's inference server, for routers
+// One GPU's own inference server on a node that runs one per GPU.
+struct GpuServerConfig {
+  uint32_t index = 0;
+  std::string address;  // HOST:PORT
+  int64_t capacity = 0;
 };
+
+struct NodeConfig {
+  NodeSpec spec;        // spec.domain: its failure domain (rack, zone), if any
+  std::string address;  // HOST:PORT of the node's inference server, for routers
+  // With servers per GPU, each GPU is a placement unit (GpuUnitId) with its
+  // own address and capacity, on host spec.id; spec.capacity is their sum.
+  std::vector<GpuServerConfig> gpu_servers{};
+};
+
+// The placement unit of one GPU's server: "NODE/gpuINDEX" ('/' is not in a
+// node's name).
+std::string GpuUnitId(const std::string& node, uint32_t index);
+// The node a unit is on: "n1" for "n1/gpu0" and for "n1".
+std::string NodeOfUnit(const std::string& unit);
+// The GPU index of a unit, nullopt for a whole node's unit.
+std::optional<uint32_t> GpuOfUnit(const std::string& unit);
+// The placement units of a node: its GPUs' with servers per GPU, else itself.
+std::vector<NodeSpec> UnitSpecs(const NodeConfig& n);
+// The address routers reach `unit` on ("" when the node has no such GPU).
+std::string UnitAddress(const NodeConfig& n, const std::string& unit);
+// Checks a node's servers per GPU: distinct indices, HOST:PORT addresses,
+// capacities in 1..1000000; the error names the entry.
+[[nodiscard]] absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers);
 
 struct ApiToken {
   std::string name;
@@ -56,6 +81,9 @@ struct RegistrationPolicy {
   bool enabled = false;
   std::string join_token_sha256;  // lower-case hex; empty: no token asked (loopback or mTLS)
   std::string role_label = "gpuha.io/role";  // a label whose value names the role
+  // Labels whose value names the node's failure domain, the first present
+  // wins (a rack before a zone).
+  std::vector<std::string> domain_labels = {"rack", "zone"};
   Role default_role = Role::kActive;
   int64_t max_nodes = 10'000;
 };

@@ -44,6 +44,29 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   for (const v1::HealthReason& r : n.reasons)
     reasons.push_back({{"code", r.code()}, {"detail", r.detail()}});
   const json unknown;  // null
+  // Servers per GPU: each GPU is a placement unit with its own state.
+  json units = json::array();
+  for (const GpuServerConfig& g : n.cfg.gpu_servers) {
+    const std::string unit = GpuUnitId(id, g.index);
+    json u = {{"unit", unit},
+              {"index", g.index},
+              {"address", g.address},
+              {"capacity", g.capacity},
+              {"load", placement_.LoadOf(unit)},
+              {"role", RoleName(placement_.RoleOf(unit).value_or(n.cfg.spec.role))},
+              {"in_service", placement_.Available(unit)},
+              {"health", unknown},
+              {"server_ready", unknown},
+              {"reasons", json::array()}};
+    if (auto it = n.gpu_states.find(g.index); it != n.gpu_states.end() && !standby_) {
+      u["health"] = HealthName(it->second.last.health());
+      u["server_ready"] = it->second.last.server_ready();
+      for (const v1::HealthReason& r : it->second.last.reasons()) {
+        u["reasons"].push_back({{"code", r.code()}, {"detail", r.detail()}});
+      }
+    }
+    units.push_back(std::move(u));
+  }
   return {{"name", id},
           {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))},
           {"state", state},
@@ -60,8 +83,10 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
           {"cpu_only", n.cfg.spec.cpu_only},
           {"load", placement_.LoadOf(id)},
           {"address", n.cfg.address},
+          {"domain", n.cfg.spec.domain},
           {"reasons", reasons},
-          {"gpus", gpus}};
+          {"gpus", gpus},
+          {"gpu_units", units}};
 }
 
 json Controller::NodesJson() const {
@@ -112,6 +137,7 @@ json Controller::CapacityJson() const {
   return {{"redundancy", c.redundancy},
           {"total_units", c.total_units},
           {"failover_reserve_units", c.reserve_units},
+          {"reserve_by_domain", c.reserve_by_domain},
           {"max_production_units", c.max_production_units},
           {"admitted_units", c.admitted_units},
           {"headroom_units", c.headroom_units},
@@ -217,6 +243,14 @@ std::string Controller::MetricsText() const {
            "1 when the node serves or stands by (joined, in placement, not fenced).");
   for (const auto& [id, n] : nodes_) {
     p.Sample("gpuha_controller_node_up", {{"node", id}}, placement_.Available(id));
+  }
+  p.Family("gpuha_controller_gpu_up", "gauge",
+           "Nodes with a server per GPU: 1 while the GPU is in placement.");
+  for (const auto& [id, n] : nodes_) {
+    for (const GpuServerConfig& g : n.cfg.gpu_servers) {
+      p.Sample("gpuha_controller_gpu_up", {{"node", id}, {"gpu", absl::StrCat(g.index)}},
+               placement_.Available(GpuUnitId(id, g.index)));
+    }
   }
   p.Family("gpuha_controller_node_role", "gauge", "1 for the node's current role.");
   for (const auto& [id, n] : nodes_) {

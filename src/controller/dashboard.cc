@@ -152,7 +152,12 @@ async function refresh() {
     fill("nodes", nodes.map(n => [
       cell(n.name), cell(n.role), cell(n.state + (n.fenced ? ", fenced" : ""), stateClass(n.state)),
       cell(n.health, healthClass(n.health)), cell(n.load + " / " + n.capacity, null, true),
-      cell(n.gpus.map(g => "gpu" + g.index + (g.lost ? " lost" : " " + g.temperature_c.toFixed(0) + " C")).join(", ")),
+      cell(n.gpus.map(g => {
+        // A server per GPU: each GPU's own placement state and load.
+        const u = n.gpu_units.find(u => u.index === g.index);
+        return "gpu" + g.index + (g.lost ? " lost" : " " + g.temperature_c.toFixed(0) + " C") +
+               (!u ? "" : u.in_service ? " " + u.load + "/" + u.capacity : " OUT");
+      }).join(", "), n.gpu_units.some(u => !u.in_service) ? "warn" : null),
       cell(n.reasons.map(r => r.code + ": " + r.detail).join("; "))]));
     fill("streams", streams.map(s => [cell(s.id), cell(s.tenant),
       cell(s.primary || "unplaced", s.primary ? null : "bad"), cell(s.standby)]));

@@ -35,6 +35,12 @@ const Placement::Node* Placement::FindNode(const std::string& id) const {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
+std::vector<Placement::Node*> Placement::Resolve(const std::string& id) const {
+  if (auto it = nodes_.find(id); it != nodes_.end()) return {by_index_[it->second.index]};
+  if (auto h = hosts_.find(id); h != hosts_.end()) return h->second.units;
+  return {};
+}
+
 Assignment Placement::ToAssignment(const Stream& s) {
   return {s.spec.id, s.primary ? s.primary->spec.id : "", s.standby ? s.standby->spec.id : ""};
 }
@@ -64,34 +70,45 @@ void Placement::ChangeRole(Node& n, Role role) {
 
 void Placement::Count(const Node& n, bool add) {
   if (!Counts(n)) return;
-  if (add) {
-    capacities_.insert(n.spec.capacity);
-    capacity_sum_ += n.spec.capacity;
-    counted_load_ += n.load;
-  } else {
-    capacities_.erase(capacities_.find(n.spec.capacity));
-    capacity_sum_ -= n.spec.capacity;
-    counted_load_ -= n.load;
-  }
+  Group& g = *n.group;
+  group_capacities_.erase({g.capacity, &g});
+  g.capacity += add ? n.spec.capacity : -n.spec.capacity;
+  if (g.capacity > 0) group_capacities_.emplace(g.capacity, &g);
+  capacity_sum_ += add ? n.spec.capacity : -n.spec.capacity;
+  counted_load_ += add ? n.load : -n.load;
 }
 
-int64_t Placement::SurvivableUnits(const Node* without) const {
+int64_t Placement::SurvivableUnits(const std::vector<const Node*>& without) const {
   int64_t total = capacity_sum_;
-  int64_t skip = 0;  // `without`'s capacity, once, from the multiset
-  if (without != nullptr && Counts(*without)) {
-    total -= without->spec.capacity;
-    skip = without->spec.capacity;
+  // The groups `without` cuts, with what it cuts from each: a handful.
+  std::vector<std::pair<const Group*, int64_t>> cut;
+  for (const Node* n : without) {
+    if (!Counts(*n)) continue;
+    total -= n->spec.capacity;
+    auto it =
+        std::find_if(cut.begin(), cut.end(), [&](const auto& c) { return c.first == n->group; });
+    if (it == cut.end()) {
+      cut.emplace_back(n->group, n->spec.capacity);
+    } else {
+      it->second += n->spec.capacity;
+    }
   }
-  int64_t reserve = 0;
+  // The k largest groups: untouched ones keep their order in the index, so
+  // the k largest of those plus every cut one hold the answer.
+  std::vector<int64_t> largest;
+  largest.reserve(static_cast<size_t>(k_) + cut.size());
+  for (const auto& [g, c] : cut) largest.push_back(g->capacity - c);
   int64_t taken = 0;
-  for (auto c = capacities_.rbegin(); c != capacities_.rend() && taken < k_; ++c) {
-    if (skip != 0 && *c == skip) {
-      skip = 0;
+  for (auto it = group_capacities_.rbegin(); it != group_capacities_.rend() && taken < k_; ++it) {
+    if (std::any_of(cut.begin(), cut.end(), [&](const auto& c) { return c.first == it->second; })) {
       continue;
     }
-    reserve += *c;
+    largest.push_back(it->first);
     ++taken;
   }
+  std::sort(largest.rbegin(), largest.rend());
+  int64_t reserve = 0;
+  for (size_t i = 0; i < largest.size() && static_cast<int64_t>(i) < k_; ++i) reserve += largest[i];
   return total - reserve;
 }
 
@@ -108,28 +125,49 @@ absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
   n.available = available;
   n.index = static_cast<uint32_t>(by_index_.size());
   by_index_.push_back(&n);
+  n.host = &hosts_[spec.host.empty() ? spec.id : spec.host];
+  n.host->units.push_back(&n);
+  n.host->available = available;
+  n.group =
+      &groups_[spec.domain.empty() ? absl::StrCat("host:", spec.host.empty() ? spec.id : spec.host)
+                                   : absl::StrCat("domain:", spec.domain)];
+  if (!spec.domain.empty()) by_domain_ = true;
   IndexFree(n);
   Count(n, true);
   return absl::OkStatus();
 }
 
-Placement::Node* Placement::PickPrimary(int64_t weight, const Node* avoid) const {
+Placement::Node* Placement::PickPrimary(int64_t weight, const Node* away, bool other_group) const {
   for (const auto* index : {&active_free_, &buffer_free_}) {
     for (auto it = index->rbegin(); it != index->rend() && it->first >= weight; ++it) {
       Node* n = by_index_[it->second];
-      if (n != avoid) return n;
+      if (away == nullptr || (other_group ? n->group != away->group : n->host != away->host)) {
+        return n;
+      }
     }
   }
   return nullptr;
 }
 
 Placement::Node* Placement::PickStandby(const Stream& s) const {
-  // A ready passive node first: a failure then moves the whole node 1:1.
-  for (uint32_t i : passive_ready_) {
-    Node* p = by_index_[i];
-    if (p != s.primary && p->spec.capacity >= s.spec.weight) return p;
+  const Node* p = s.primary;
+  // Another domain first, when the primary's group is a domain; then any
+  // other host. Never the primary's own host: a machine's failure takes all
+  // of its GPUs.
+  bool domain = !p->spec.domain.empty();
+  for (bool other_group : {true, false}) {
+    if (!other_group && !domain) break;
+    auto away = [&](const Node* n) {
+      return other_group ? n->group != p->group : n->host != p->host;
+    };
+    // A ready passive node first: a failure then moves the whole node 1:1.
+    for (uint32_t i : passive_ready_) {
+      Node* c = by_index_[i];
+      if (away(c) && c->spec.capacity >= s.spec.weight) return c;
+    }
+    if (Node* c = PickPrimary(s.spec.weight, p, other_group)) return c;
   }
-  return PickPrimary(s.spec.weight, s.primary);
+  return nullptr;
 }
 
 namespace {
@@ -203,7 +241,8 @@ absl::StatusOr<Assignment> Placement::Admit(const StreamSpec& spec) {
         "admitting stream ", spec.id, " (", spec.weight, " units) would break N+", k_, ": ",
         admitted_units_, " admitted + ", spec.weight, " > ", survivable, " survivable (",
         capacity_sum_, " total - ", capacity_sum_ - survivable, " reserve for the ", k_,
-        " largest node(s)). If you run all GPUs at 100%, no HA exists."));
+        by_domain_ ? " largest failure domain(s))" : " largest node(s))",
+        ". If you run all GPUs at 100%, no HA exists."));
   }
   Node* primary = PickPrimary(spec.weight, nullptr);
   if (primary == nullptr) {
@@ -250,10 +289,9 @@ absl::Status Placement::Remove(const std::string& id) {
 }
 
 absl::Status Placement::CanRemoveNode(const std::string& id) const {
-  const Node* n = FindNode(id);
-  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
-  if (!n->available) return absl::OkStatus();
-  int64_t survivable = SurvivableUnits(n);
+  std::vector<Node*> units = Resolve(id);
+  if (units.empty()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  int64_t survivable = SurvivableUnits({units.begin(), units.end()});
   if (admitted_units_ > survivable) {
     return absl::FailedPreconditionError(absl::StrCat(
         "taking ", id, " out would break N+", k_, ": ", admitted_units_, " admitted > ", survivable,
@@ -261,6 +299,14 @@ absl::Status Placement::CanRemoveNode(const std::string& id) const {
         "to override"));
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> Placement::UnitsOf(const std::string& host) const {
+  std::vector<std::string> out;
+  auto h = hosts_.find(host);
+  if (h == hosts_.end()) return out;
+  for (const Node* n : h->second.units) out.push_back(n->spec.id);
+  return out;
 }
 
 namespace {
@@ -273,23 +319,66 @@ std::vector<T*> SortedById(const std::vector<T*>& list) {
 }  // namespace
 
 FailoverPlan Placement::FailNode(const std::string& id) {
-  FailoverPlan plan;
-  plan.failed = id;
-  Node* failed = FindNode(id);
-  if (failed == nullptr || !failed->available) return plan;
-  UnindexFree(*failed);
-  Count(*failed, false);
-  failed->available = false;
+  FailoverPlan merged;
+  merged.failed = id;
+  if (nodes_.count(id) == 0) {
+    if (auto h = hosts_.find(id); h != hosts_.end()) h->second.available = false;
+  }
+  for (FailoverPlan& plan : FailUnits(Resolve(id))) {
+    if (merged.promoted.empty()) merged.promoted = plan.promoted;
+    auto append = [](auto& to, auto& from) {
+      to.insert(to.end(), std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.end()));
+    };
+    append(merged.promoted_all, plan.promoted_all);
+    append(merged.moved, plan.moved);
+    append(merged.restandbyed, plan.restandbyed);
+    append(merged.unplaced, plan.unplaced);
+  }
+  return merged;
+}
 
-  std::vector<Stream*> moving = SortedById(failed->primaries);  // deterministic moves
+std::vector<FailoverPlan> Placement::FailNodes(const std::vector<std::string>& ids) {
+  std::vector<Node*> units;
+  for (const std::string& id : ids) {
+    for (Node* n : Resolve(id)) units.push_back(n);
+  }
+  return FailUnits(units);
+}
+
+std::vector<FailoverPlan> Placement::FailUnits(const std::vector<Node*>& units) {
+  // Every unit leaves the indices first, so no stream moves onto a unit that
+  // is about to fail with it.
+  std::vector<Node*> failing;
+  for (Node* n : units) {
+    if (!n->available || std::find(failing.begin(), failing.end(), n) != failing.end()) continue;
+    UnindexFree(*n);
+    Count(*n, false);
+    n->available = false;
+    failing.push_back(n);
+  }
+  std::vector<FailoverPlan> plans;
+  plans.reserve(failing.size());
+  for (Node* failed : failing) plans.push_back(MoveOff(*failed));
+  return plans;
+}
+
+FailoverPlan Placement::MoveOff(Node& failed) {
+  FailoverPlan plan;
+  plan.failed = failed.spec.id;
+  std::vector<Stream*> moving = SortedById(failed.primaries);  // deterministic moves
   plan.moved.reserve(moving.size());
-  // A ready passive node big enough takes every stream 1:1 and becomes active.
+  // A ready passive node big enough takes every stream 1:1 and becomes
+  // active. Not one on the failed unit's host: a GPU's fault may be its
+  // machine's first symptom.
   Node* promoted = nullptr;
   for (uint32_t i : moving.empty() ? std::set<uint32_t>{} : passive_ready_) {
-    if (by_index_[i]->spec.capacity >= failed->load) {
-      promoted = by_index_[i];
+    Node* p = by_index_[i];
+    if (p->host != failed.host && p->spec.capacity >= failed.load) {
+      promoted = p;
       ChangeRole(*promoted, Role::kActive);
       plan.promoted = promoted->spec.id;
+      plan.promoted_all.push_back(plan.promoted);
       break;
     }
   }
@@ -300,7 +389,7 @@ FailoverPlan Placement::FailNode(const std::string& id) {
       if (s->standby->spec.role == Role::kPassive) ChangeRole(*s->standby, Role::kActive);
       target = s->standby;
     }
-    if (target == nullptr) target = PickPrimary(s->spec.weight, failed);
+    if (target == nullptr) target = PickPrimary(s->spec.weight);
     SetPrimary(*s, target);
     if (target == nullptr) {
       plan.unplaced.push_back(s->spec.id);
@@ -314,7 +403,7 @@ FailoverPlan Placement::FailNode(const std::string& id) {
   // capacity), so the orphans need no sorting: a promoted passive node
   // stands by for most of a fleet, and sorting its list by id was most of
   // a failover's cost at 10,000 nodes.
-  std::vector<Stream*> orphaned = failed->standbys;
+  std::vector<Stream*> orphaned = failed.standbys;
   if (promoted != nullptr) {
     // The promoted node no longer stands by for anyone.
     orphaned.insert(orphaned.end(), promoted->standbys.begin(), promoted->standbys.end());
@@ -329,8 +418,17 @@ FailoverPlan Placement::FailNode(const std::string& id) {
 }
 
 absl::Status Placement::RestoreNode(const std::string& id, bool as_passive) {
-  Node* n = FindNode(id);
-  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  std::vector<Node*> units = Resolve(id);
+  if (units.empty()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  if (nodes_.count(id) == 0) hosts_.at(id).available = true;
+  for (Node* n : units) {
+    if (absl::Status s = RestoreUnit(*n, as_passive); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Placement::RestoreUnit(Node& unit, bool as_passive) {
+  Node* n = &unit;
   if (n->available) return absl::OkStatus();
   n->available = true;
   if (as_passive && n->spec.role == Role::kActive) {
@@ -361,11 +459,16 @@ absl::Status Placement::RestoreNode(const std::string& id, bool as_passive) {
   // A node back as passive is the standby again for streams that had to
   // stand by on an active node meanwhile: a failure then moves 1:1 again.
   // Those streams are on the standby lists of the nodes that are not passive.
+  // It must be away from the primary's host, and from its domain unless
+  // the standby it has is in that domain too.
   if (n->spec.role == Role::kPassive) {
     for (Node* other : by_index_) {
       if (other->spec.role == Role::kPassive) continue;
       for (Stream* s : std::vector<Stream*>(other->standbys)) {
-        if (s->primary != nullptr && n->spec.capacity >= s->spec.weight) SetStandby(*s, n);
+        const Node* p = s->primary;
+        if (p == nullptr || n->spec.capacity < s->spec.weight || n->host == p->host) continue;
+        if (n->group == p->group && other->group != p->group) continue;
+        SetStandby(*s, n);
       }
     }
   }
@@ -373,13 +476,17 @@ absl::Status Placement::RestoreNode(const std::string& id, bool as_passive) {
 }
 
 absl::Status Placement::SetRole(const std::string& id, Role role) {
-  Node* n = FindNode(id);
-  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
-  if (n->spec.role == Role::kActive && role != Role::kActive && !n->primaries.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", id, " still serves ", n->primaries.size(), " stream(s); drain it first"));
+  std::vector<Node*> units = Resolve(id);
+  if (units.empty()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  size_t serving = 0;
+  for (const Node* n : units) {
+    if (n->spec.role == Role::kActive && role != Role::kActive) serving += n->primaries.size();
   }
-  ChangeRole(*n, role);
+  if (serving > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " still serves ", serving, " stream(s); drain it first"));
+  }
+  for (Node* n : units) ChangeRole(*n, role);
   return absl::OkStatus();
 }
 
@@ -389,6 +496,7 @@ CapacityFigures Placement::Capacity() const {
   c.total_units = capacity_sum_;
   c.max_production_units = SurvivableUnits();
   c.reserve_units = capacity_sum_ - c.max_production_units;
+  c.reserve_by_domain = by_domain_;
   c.admitted_units = admitted_units_;
   c.headroom_units = c.max_production_units - admitted_units_;
   for (const Node* n : by_index_) {
@@ -414,19 +522,21 @@ std::vector<Assignment> Placement::Assignments() const {
 }
 
 std::optional<Role> Placement::RoleOf(const std::string& id) const {
-  const Node* n = FindNode(id);
-  if (n == nullptr) return std::nullopt;
-  return n->spec.role;
+  std::vector<Node*> units = Resolve(id);
+  if (units.empty()) return std::nullopt;
+  return units.front()->spec.role;
 }
 
 bool Placement::Available(const std::string& id) const {
-  const Node* n = FindNode(id);
-  return n != nullptr && n->available;
+  if (const Node* n = FindNode(id)) return n->available;
+  auto h = hosts_.find(id);
+  return h != hosts_.end() && h->second.available;
 }
 
 int64_t Placement::LoadOf(const std::string& id) const {
-  const Node* n = FindNode(id);
-  return n == nullptr ? 0 : n->load;
+  int64_t load = 0;
+  for (const Node* n : Resolve(id)) load += n->load;
+  return load;
 }
 
 }  // namespace gpuha::controller

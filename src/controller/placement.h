@@ -9,6 +9,17 @@
 //
 // Primaries go on active nodes, least loaded first. A standby is a ready
 // passive node when there is one, else the node with the most spare capacity.
+//
+// A placement node is a unit of capacity: a whole machine, or one GPU (or
+// slice) of a machine that runs a server per GPU (issue 16). Units name their
+// machine (`host`) and may name a failure domain (a rack or zone label). A
+// stream's standby is never on its primary's host, and is in another domain
+// where one has room. N+k reserves the k largest domains; a unit without a
+// domain is one with its host, so without labels that is the k largest hosts.
+//
+//   p.AddNode({"n1/gpu0", Role::kActive, 4, false, "n1", "rack-a"});
+//   auto plans = p.FailNodes(p.UnitsOf("n1"));  // the whole machine
+//   auto plan = p.FailNode("n1/gpu0");           // one GPU: its streams only
 // Thread-safety: none; the controller's loop owns it.
 #pragma once
 
@@ -35,6 +46,8 @@ struct NodeSpec {
   Role role = Role::kActive;
   int64_t capacity = 0;   // stream units
   bool cpu_only = false;  // a CPU buffer: degraded capacity, outside the N+k sums
+  std::string host{};     // the machine this unit is on; empty: the unit is one
+  std::string domain{};   // failure domain (rack, zone); empty: its host
 };
 
 struct StreamSpec {
@@ -52,8 +65,9 @@ struct Assignment {
 // Live N+k figures, the same arithmetic `gpuha plan` does.
 struct CapacityFigures {
   int64_t redundancy = 0;
-  int64_t total_units = 0;    // available GPU nodes, all roles
-  int64_t reserve_units = 0;  // the k largest available nodes
+  int64_t total_units = 0;         // available GPU nodes, all roles
+  int64_t reserve_units = 0;       // the k largest available hosts (or domains)
+  bool reserve_by_domain = false;  // some node names a failure domain
   int64_t max_production_units = 0;
   int64_t admitted_units = 0;
   int64_t headroom_units = 0;
@@ -63,10 +77,11 @@ struct CapacityFigures {
 
 struct FailoverPlan {
   std::string failed;
-  std::string promoted;                 // passive node that became active, if any
-  std::vector<Assignment> moved;        // new primaries for the failed node's streams
-  std::vector<Assignment> restandbyed;  // streams whose standby was the failed node
-  std::vector<std::string> unplaced;    // streams that fit nowhere
+  std::string promoted;                   // passive node that became active, if any
+  std::vector<std::string> promoted_all;  // every one (a host's units may take several)
+  std::vector<Assignment> moved;          // new primaries for the failed node's streams
+  std::vector<Assignment> restandbyed;    // streams whose standby was the failed node
+  std::vector<std::string> unplaced;      // streams that fit nowhere
 };
 
 class Placement {
@@ -82,10 +97,21 @@ class Placement {
   // FailedPrecondition (HTTP 409) otherwise, with the arithmetic.
   [[nodiscard]] absl::StatusOr<Assignment> Admit(const StreamSpec& stream);
   [[nodiscard]] absl::Status Remove(const std::string& stream);
-  // Takes a node out (failure, fence, drain) and moves its streams.
+  // Every call below that takes a node takes a unit or a host: a host's
+  // name acts on all of its units (the controller's node is the host).
+  //
+  // Takes a node out (failure, fence, drain) and moves its streams. A
+  // host's plan holds all of its units' moves.
   FailoverPlan FailNode(const std::string& node);
+  // Takes several units out at once (a machine's GPUs), so that none of
+  // them takes another's streams; one plan per unit that was available.
+  std::vector<FailoverPlan> FailNodes(const std::vector<std::string>& nodes);
   // Checks whether taking `node` out now keeps N+k for the admitted load.
+  // A host's name checks all of its units.
   [[nodiscard]] absl::Status CanRemoveNode(const std::string& node) const;
+  // The units on `host`, in the order they were added; a unit that is its
+  // own host gives itself; empty when unknown.
+  std::vector<std::string> UnitsOf(const std::string& host) const;
   // Brings a node back as passive (stickiness: nothing moves back to it).
   // `as_passive` false brings an active node back active, as a scheduler
   // without standby roles does (Kubernetes; `gpuha sim`'s scenarios).
@@ -100,12 +126,26 @@ class Placement {
   std::optional<Assignment> Find(const std::string& stream) const;
   // Sorted by stream id.
   std::vector<Assignment> Assignments() const;
+  // A host's role is its first unit's; it is available from RestoreNode of
+  // its name to FailNode of it, whatever its units are; its load is its
+  // units'.
   std::optional<Role> RoleOf(const std::string& node) const;
   bool Available(const std::string& node) const;
   int64_t LoadOf(const std::string& node) const;
 
  private:
   struct Stream;
+  // A failure domain's counted capacity, for the k-largest reserve.
+  struct Group {
+    int64_t capacity = 0;
+  };
+  struct Node;
+  struct Host {
+    std::vector<Node*> units;
+    // The machine is in service (FailNode and RestoreNode of its name); its
+    // units may each be out alone meanwhile.
+    bool available = true;
+  };
   // Nodes and streams live in node-based hash maps, so pointers to them stay
   // valid; the indices below hold pointers and numbers, never copies of ids.
   struct Node {
@@ -113,6 +153,8 @@ class Placement {
     uint32_t index = 0;  // order of AddNode; breaks ties deterministically
     bool available = true;
     int64_t load = 0;
+    Host* host = nullptr;
+    Group* group = nullptr;  // its domain, or its host's when it names none
     // Streams this node serves / stands by for; each stream knows its slot,
     // so joining and leaving are O(1) swaps with no allocation.
     std::vector<Stream*> primaries;
@@ -127,8 +169,9 @@ class Placement {
   };
   int64_t Free(const Node& n) const { return n.spec.capacity - n.load; }
   bool Counts(const Node& n) const { return n.available && !n.spec.cpu_only; }
-  // Capacity the cluster keeps after losing its k largest nodes (and `without`).
-  int64_t SurvivableUnits(const Node* without = nullptr) const;
+  // Capacity the cluster keeps after losing its k largest domains (and
+  // `without`'s units).
+  int64_t SurvivableUnits(const std::vector<const Node*>& without = {}) const;
   std::set<std::pair<int64_t, uint32_t>>* FreeIndex(const Node& n);
   void IndexFree(Node& n);
   void UnindexFree(Node& n);
@@ -138,10 +181,18 @@ class Placement {
   void SetStandby(Stream& s, Node* node);
   // Keeps unplaced_ and standbyless_ true after a stream's nodes change.
   void Track(Stream& s);
-  Node* PickPrimary(int64_t weight, const Node* avoid) const;
+  // The unit with the most free capacity of at least `weight`; when `away`
+  // is set, not in its group (`other_group`) or not on its host.
+  Node* PickPrimary(int64_t weight, const Node* away = nullptr, bool other_group = false) const;
   Node* PickStandby(const Stream& s) const;
+  // Moves the streams of a unit already taken out of the indices.
+  FailoverPlan MoveOff(Node& failed);
   Node* FindNode(const std::string& id);
   const Node* FindNode(const std::string& id) const;
+  // The unit `id`, or the units of host `id`; empty when neither.
+  std::vector<Node*> Resolve(const std::string& id) const;
+  std::vector<FailoverPlan> FailUnits(const std::vector<Node*>& units);
+  absl::Status RestoreUnit(Node& n, bool as_passive);
   static Assignment ToAssignment(const Stream& s);
 
   const int64_t k_;
@@ -155,8 +206,11 @@ class Placement {
   std::set<uint32_t> passive_ready_;         // available passive nodes, by index
   std::unordered_set<Stream*> unplaced_;     // no primary
   std::unordered_set<Stream*> standbyless_;  // a primary but no standby
-  // Capacities of available GPU nodes, for the k-largest reserve.
-  std::multiset<int64_t> capacities_;
+  std::unordered_map<std::string, Host> hosts_;
+  // Keyed "host:ID" or "domain:LABEL"; the sums of available GPU units.
+  std::unordered_map<std::string, Group> groups_;
+  std::set<std::pair<int64_t, const Group*>> group_capacities_;  // capacity > 0
+  bool by_domain_ = false;
   int64_t capacity_sum_ = 0;
   int64_t counted_load_ = 0;  // stream units placed on the nodes in capacity_sum_
   int64_t admitted_units_ = 0;

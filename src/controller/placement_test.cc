@@ -221,5 +221,161 @@ TEST(PlacementTest, RestoreAsActiveKeepsTheRole) {
   EXPECT_EQ(p.RoleOf("b"), Role::kPassive);
 }
 
+// Issue 16: a machine of 4 GPUs is 4 units on one host.
+Placement GpuHosts(int64_t k, const std::vector<std::pair<std::string, std::string>>& hosts,
+                   int gpus = 4, int64_t per_gpu = 2) {
+  Placement p(k);
+  for (const auto& [host, domain] : hosts) {
+    for (int g = 0; g < gpus; ++g) {
+      EXPECT_TRUE(p.AddNode({host + "/gpu" + std::to_string(g), Role::kActive, per_gpu, false, host,
+                             domain})
+                      .ok());
+    }
+  }
+  return p;
+}
+
+std::string HostOf(const std::string& unit) { return unit.substr(0, unit.find('/')); }
+
+TEST(PlacementTest, GpuUnitsReserveTheLargestHostAndStandByOnAnotherHost) {
+  Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}});
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 24);
+  EXPECT_EQ(c.reserve_units, 8);  // one host's four GPUs, not one GPU
+  EXPECT_FALSE(c.reserve_by_domain);
+  for (int i = 0; i < 16; ++i) {
+    auto a = p.Admit({"s" + std::to_string(i), "t", 1});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_NE(HostOf(a->primary), HostOf(a->standby)) << a->primary << " " << a->standby;
+  }
+  auto refused = p.Admit({"s16", "t", 1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("largest node(s)"));
+  // At the N+1 limit even one GPU out breaks it: 22 left, 8 reserved.
+  absl::Status gpu = p.CanRemoveNode("n1/gpu0");
+  EXPECT_THAT(std::string(gpu.message()), HasSubstr("16 admitted > 14 survivable"));
+  absl::Status host = p.CanRemoveNode("n1");
+  EXPECT_FALSE(host.ok());
+  EXPECT_THAT(std::string(host.message()),
+              HasSubstr("taking n1 out would break N+1: 16 admitted > 8"));
+  EXPECT_EQ(p.CanRemoveNode("n9").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(PlacementTest, OneGpuFailureMovesThatGpusStreamsOnly) {
+  Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}});
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  std::map<std::string, std::string> before;
+  for (const Assignment& a : p.Assignments()) before[a.stream] = a.primary;
+  int64_t on_gpu = p.LoadOf("n1/gpu0");
+  ASSERT_GT(on_gpu, 0);
+  FailoverPlan plan = p.FailNode("n1/gpu0");
+  EXPECT_EQ(static_cast<int64_t>(plan.moved.size()), on_gpu);
+  EXPECT_TRUE(plan.unplaced.empty());
+  for (const Assignment& m : plan.moved) {
+    EXPECT_EQ(before[m.stream], "n1/gpu0");
+    EXPECT_NE(m.primary, "n1/gpu0");
+  }
+  for (const Assignment& a : p.Assignments()) {
+    if (before[a.stream] != "n1/gpu0") {
+      EXPECT_EQ(a.primary, before[a.stream]) << a.stream;
+    }
+    EXPECT_NE(HostOf(a.primary), HostOf(a.standby)) << a.stream;
+    EXPECT_NE(a.standby, "n1/gpu0");
+  }
+  // The other three GPUs of n1 still serve, and count.
+  EXPECT_TRUE(p.Available("n1/gpu1"));
+  EXPECT_EQ(p.Capacity().total_units, 22);
+}
+
+TEST(PlacementTest, FailingAHostMovesNothingOntoItsOtherGpus) {
+  Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}});
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  EXPECT_EQ(p.UnitsOf("n1"),
+            (std::vector<std::string>{"n1/gpu0", "n1/gpu1", "n1/gpu2", "n1/gpu3"}));
+  EXPECT_EQ(p.UnitsOf("n1/gpu0"), std::vector<std::string>{});
+  std::vector<FailoverPlan> plans = p.FailNodes(p.UnitsOf("n1"));
+  ASSERT_EQ(plans.size(), 4u);
+  size_t moved = 0;
+  for (const FailoverPlan& plan : plans) {
+    EXPECT_TRUE(plan.unplaced.empty());
+    moved += plan.moved.size();
+  }
+  EXPECT_EQ(moved, 4u);  // 12 streams spread over 12 GPUs
+  for (const Assignment& a : p.Assignments()) {
+    EXPECT_NE(HostOf(a.primary), "n1") << a.stream;
+    EXPECT_NE(HostOf(a.standby), "n1") << a.stream;
+    EXPECT_NE(HostOf(a.primary), HostOf(a.standby)) << a.stream;
+  }
+  EXPECT_TRUE(p.FailNodes(p.UnitsOf("n1")).empty());  // already out
+}
+
+TEST(PlacementTest, FailureDomainsHoldTheStandbyAndTheReserve) {
+  // Rack a holds two hosts, rack b one, rack c one: N+1 reserves rack a.
+  Placement p =
+      GpuHosts(1, {{"a1", "rack-a"}, {"a2", "rack-a"}, {"b1", "rack-b"}, {"c1", "rack-c"}});
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 32);
+  EXPECT_EQ(c.reserve_units, 16);
+  EXPECT_TRUE(c.reserve_by_domain);
+  std::map<std::string, std::string> rack = {{"a1", "a"}, {"a2", "a"}, {"b1", "b"}, {"c1", "c"}};
+  for (int i = 0; i < 16; ++i) {
+    auto a = p.Admit({"s" + std::to_string(i), "t", 1});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_NE(rack[HostOf(a->primary)], rack[HostOf(a->standby)])
+        << a->primary << " " << a->standby;
+  }
+  auto refused = p.Admit({"s16", "t", 1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("largest failure domain(s)"));
+  // The rack's loss is survivable: both its hosts at once.
+  std::vector<std::string> rack_a = p.UnitsOf("a1");
+  for (const std::string& u : p.UnitsOf("a2")) rack_a.push_back(u);
+  for (const FailoverPlan& plan : p.FailNodes(rack_a)) EXPECT_TRUE(plan.unplaced.empty());
+  EXPECT_EQ(p.Capacity().unplaced_streams, 0);
+}
+
+TEST(PlacementTest, ADomainWithoutRoomElsewhereStillGetsAStandbyOnAnotherHost) {
+  Placement p = GpuHosts(0, {{"a1", "rack-a"}, {"a2", "rack-a"}}, 1, 4);  // one rack: no N+1
+  auto a = p.Admit({"s0", "t", 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_NE(HostOf(a->primary), HostOf(a->standby));
+  EXPECT_FALSE(a->standby.empty());
+}
+
+TEST(PlacementTest, AHostsNameActsOnAllItsGpus) {
+  Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}});
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  const int64_t load = p.LoadOf("n1");
+  EXPECT_EQ(load, p.LoadOf("n1/gpu0") + p.LoadOf("n1/gpu1") + p.LoadOf("n1/gpu2") +
+                      p.LoadOf("n1/gpu3"));
+  const int64_t on_gpu1 = p.LoadOf("n1/gpu1");
+  (void)p.FailNode("n1/gpu1");
+  EXPECT_TRUE(p.Available("n1"));  // three GPUs still serve
+  EXPECT_EQ(p.LoadOf("n1"), load - on_gpu1);
+  (void)p.FailNodes({"n2/gpu0", "n2/gpu1", "n2/gpu2", "n2/gpu3"});
+  EXPECT_TRUE(p.Available("n2"));  // the machine is in service, its GPUs out
+  EXPECT_TRUE(p.FailNode("n2").moved.empty());
+  EXPECT_FALSE(p.Available("n2"));
+  const int64_t left = p.LoadOf("n1");
+  FailoverPlan plan = p.FailNode("n1");  // the three left
+  EXPECT_EQ(plan.failed, "n1");
+  EXPECT_EQ(static_cast<int64_t>(plan.moved.size()), left);
+  EXPECT_TRUE(plan.unplaced.empty());
+  EXPECT_FALSE(p.Available("n1"));
+  EXPECT_EQ(p.LoadOf("n1"), 0);
+  ASSERT_TRUE(p.RestoreNode("n1").ok());  // every GPU, as passive
+  for (const std::string& u : p.UnitsOf("n1")) {
+    EXPECT_TRUE(p.Available(u)) << u;
+    EXPECT_EQ(p.RoleOf(u), Role::kPassive) << u;
+  }
+  EXPECT_EQ(p.RoleOf("n1"), Role::kPassive);
+  ASSERT_TRUE(p.SetRole("n1", Role::kActive).ok());
+  EXPECT_EQ(p.RoleOf("n1/gpu3"), Role::kActive);
+  absl::Status busy = p.SetRole("n3", Role::kPassive);
+  EXPECT_THAT(std::string(busy.message()), HasSubstr("node n3 still serves"));
+  EXPECT_EQ(p.RoleOf("n3/gpu0"), Role::kActive);  // all or nothing
+  EXPECT_EQ(p.RestoreNode("n9").code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace gpuha::controller

@@ -51,6 +51,11 @@ std::string EncodeNode(const NodeRecord& r) {
     j["registered"] = {{"address", r.registered->address},
                        {"capacity", r.registered->capacity},
                        {"cpu_only", r.registered->cpu_only}};
+    if (!r.registered->domain.empty()) j["registered"]["domain"] = r.registered->domain;
+    for (const GpuServerConfig& g : r.registered->gpu_servers) {
+      j["registered"]["gpu_servers"].push_back(
+          {{"index", g.index}, {"address", g.address}, {"capacity", g.capacity}});
+    }
   }
   return j.dump();
 }
@@ -102,6 +107,25 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
     if (n.capacity < 1 || n.capacity > 1'000'000) {
       return absl::DataLossError(
           absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
+    }
+    if (absl::Status s = Field(*reg, "domain", sub, &n.domain); !s.ok()) return s;
+    if (auto gs = reg->find("gpu_servers"); gs != reg->end()) {
+      if (!gs->is_array()) {
+        return absl::DataLossError(absl::StrCat("store: ", sub, ".gpu_servers: wrong type"));
+      }
+      for (const json& g : *gs) {
+        GpuServerConfig c;
+        const std::string at = sub + ".gpu_servers[]";
+        if (!g.is_object()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
+        for (absl::Status s : {Field(g, "index", at, &c.index), Field(g, "address", at, &c.address),
+                               Field(g, "capacity", at, &c.capacity)}) {
+          if (!s.ok()) return s;
+        }
+        n.gpu_servers.push_back(c);
+      }
+      if (absl::Status s = CheckGpuServers(n.gpu_servers); !s.ok()) {
+        return absl::DataLossError(absl::StrCat("store: ", sub, ".", s.message()));
+      }
     }
     r.registered = n;
   }

@@ -14,8 +14,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "controller/controller_config.h"
 #include "controller/node_lifecycle.h"
 #include "controller/placement.h"
 
@@ -27,6 +29,8 @@ struct RegisteredNode {
   std::string address;  // HOST:PORT of its inference server
   int64_t capacity = 0;
   bool cpu_only = false;
+  std::string domain{};                        // its failure domain, from a label
+  std::vector<GpuServerConfig> gpu_servers{};  // servers per GPU (issue 16)
 };
 
 struct NodeRecord {

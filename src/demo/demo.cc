@@ -23,6 +23,7 @@
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
 #include "common/http_server.h"
+#include "controller/controller_config.h"
 #include "demo/faults.h"
 #include "worker/checkpoint.h"
 #include "worker/trainer.h"
@@ -66,10 +67,19 @@ struct AnswerLog {
   }
 };
 
-std::map<std::string, std::string> Primaries(const json& streams) {
+// Stream -> the placement unit it is on: a node, or with a worker per GPU
+// "NODE/gpuI".
+std::map<std::string, std::string> Units(const json& streams) {
   std::map<std::string, std::string> out;
   if (!streams.is_array()) return out;
   for (const json& s : streams) out[s.value("id", "")] = s.value("primary", "");
+  return out;
+}
+
+// Stream -> the node it is on.
+std::map<std::string, std::string> Primaries(const json& streams) {
+  std::map<std::string, std::string> out = Units(streams);
+  for (auto& [s, p] : out) p = controller::NodeOfUnit(p);
   return out;
 }
 
@@ -272,13 +282,25 @@ class Demo {
       }
     }
     std::set<std::string> hit;
+    // A GPU's fault hits that GPU's streams; the node's others should stay.
+    const bool gpu = spec.target == Target::kGpu;
+    const std::string unit = gpu ? controller::GpuUnitId(node->name, 1) : "";
+    const std::map<std::string, std::string> units = Units(before.ok() ? *before : json());
+    std::set<std::string> node_others;
     for (const auto& [s, p] : primaries) {
-      if (controller || every || p == node->name || (second_ && p == second_->name)) {
+      if (gpu) {
+        if (units.at(s) == unit) {
+          hit.insert(s);
+        } else if (p == node->name) {
+          node_others.insert(s);
+        }
+      } else if (controller || every || p == node->name || (second_ && p == second_->name)) {
         hit.insert(s);
       }
     }
     t.node = controller ? "control-plane"
              : every    ? "every node"
+             : gpu      ? unit
              : second_  ? node->name + "+" + second_->name
                         : node->name;
     t.streams_hit = hit.size();
@@ -315,13 +337,26 @@ class Demo {
         }
       }
       for (const controller::Event& e : logged) t.taken_out += e.type == "detected";
-      ControllerSteps(logged, node->name, t0, &t);
+      if (gpu) {
+        GpuSteps(logged, node->name, t0, &t);
+      } else {
+        ControllerSteps(logged, node->name, t0, &t);
+      }
       if (auto cap = c_.Api("GET", "/api/v1/capacity"); cap.ok()) {
         t.unplaced_streams = cap->value("unplaced_streams", int64_t{0});
       }
     }
     // Streams with no home during the fault go wherever capacity returns.
     auto during = c_.Api("GET", "/api/v1/streams");
+    if (gpu) {
+      const std::map<std::string, std::string> now = Units(during.ok() ? *during : json());
+      t.node_streams = node_others.size();
+      t.node_streams_kept = 0;
+      for (const std::string& s : node_others) {
+        auto it = now.find(s);
+        if (it != now.end() && it->second == units.at(s)) ++*t.node_streams_kept;
+      }
+    }
     for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
       if (p.empty()) hit.erase(s);
     }
@@ -545,6 +580,11 @@ class Demo {
            << absl::StrFormat("  %-34s %8s ms\n", "routers acknowledged", Ms(t.routers_acked_ms))
            << absl::StrFormat("  %-34s %8s ms\n", "first request served by the standby",
                               Ms(t.first_standby_ms));
+      if (t.node_streams_kept) {
+        out_ << absl::StrFormat("  %-34s %8d of %d (%d node(s) taken out)\n",
+                                "node's other GPUs kept their streams", *t.node_streams_kept,
+                                t.node_streams.value_or(0), t.taken_out);
+      }
       if (t.job_fenced_ms) {
         out_ << absl::StrFormat("  %-34s %8s ms\n", "training job: fence confirmed",
                                 Ms(t.job_fenced_ms))
@@ -624,6 +664,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(
           absl::StrCat("--faults: '", f, "' kills the training job's node; run it with --train"));
     }
+    if (FindFault(f)->target == Target::kGpu && o.gpus_per_node < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--faults: '", f, "' hits one GPU of a multi-GPU node; run it with --gpus-per-node 2+"));
+    }
     if (FindFault(f)->ha && !o.ha) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--faults: '", f, "' is a fault of the etcd control plane; run it with --ha"));
@@ -647,7 +691,15 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   bool partition = false;
   for (const std::string& f : o.faults) partition = partition || FindFault(f)->partition;
+  if (o.gpus_per_node < 1 || o.gpus_per_node > 8) {
+    return absl::InvalidArgumentError("--gpus-per-node: must be 1 to 8");
+  }
+  if (o.gpus_per_node > 1 && o.watched_servers) {
+    return absl::InvalidArgumentError(
+        "--gpus-per-node: each GPU's worker runs under its agent; drop --watched-servers");
+  }
   LocalCluster cluster({.exe = o.exe,
+                        .gpus_per_node = o.gpus_per_node,
                         .worker_latency_ms = o.latency_ms,
                         .max_failures = o.max_failures,
                         .partition = partition,
@@ -658,7 +710,8 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .stop = o.stop},
                        dir);
   out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
-      << ", router and 4 agents (3 active + 1 passive, simulated L4) with workers "
+      << ", router and 4 agents (3 active + 1 passive, " << o.gpus_per_node << " simulated L4 each"
+      << (o.gpus_per_node > 1 ? ", a worker per GPU" : "") << ") with workers "
       << (o.watched_servers ? "beside them (watched)" : "under them (supervised)") << ", in " << dir
       << "\n";
   out.flush();

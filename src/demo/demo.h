@@ -14,6 +14,10 @@
 //                last complete checkpoint; the report gives fault to fenced,
 //                fenced to started, the steps lost, and at the end whether
 //                the job's state equals a run that never failed
+//   gpu-xid48    (--gpus-per-node 2+) XID 48, an uncorrectable ECC error, on
+//                GPU 1 of the busiest node: that GPU's streams move, the
+//                node's other GPUs keep theirs; the report says how many
+//                stayed (node_streams_kept). The repair reboots the node.
 //   xid79        XID 79 (GPU fallen off the bus) on the node's GPU
 //   thermal      a temperature ramp to 95 C: a proactive drain
 //   agent-hang   SIGSTOP of the agent (its worker keeps running)
@@ -77,6 +81,8 @@ inline const std::vector<std::string> kTrainFaults = {"train-crash", "crash", "x
 // plane's faults, and a node crash under the leader that took over.
 inline const std::vector<std::string> kHaFaults = {"leader-kill", "crash", "etcd-leader-kill",
                                                    "etcd-quorum-loss"};
+// With --gpus-per-node 2 or more: one GPU's fault, then a whole node's.
+inline const std::vector<std::string> kGpuFaults = {"gpu-xid48", "crash"};
 // Every fault the demo knows, from its fault table.
 std::vector<std::string> FaultNames();
 
@@ -104,6 +110,9 @@ struct DemoOptions {
   // checkpoints in the demo's folder (the shared storage), and the fence
   // hook `true` standing in for a BMC power-off.
   bool train = false;
+  // Simulated GPUs per node; 2 or more runs a worker per GPU, each GPU its
+  // own placement unit (issue 16).
+  int gpus_per_node = 1;
   std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };

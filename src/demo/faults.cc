@@ -32,6 +32,21 @@ const std::vector<FaultSpec>& FaultTable() {
   };
   static const std::vector<FaultSpec> kTable = {
       {"crash", Target::kNode, false, false, kill_node, restart},
+      // An uncorrectable ECC error on one GPU of a multi-GPU node: that
+      // GPU's streams move, the node's other GPUs serve on. Its XID
+      // latches until the node reboots: the repair waits for the reboot's
+      // failover before the agent comes back.
+      {"gpu-xid48", Target::kGpu, false, false, sim_fault("gpu=1,kind=xid,xid=48"),
+       [](FaultContext& f, LocalNode& n) {
+         f.cluster.KillNode(n);
+         (void)f.cluster.WaitFor(
+             [&] {
+               auto j = f.cluster.Api("GET", "/api/v1/nodes/" + n.name);
+               return j.ok() && j->value("fenced", false);
+             },
+             std::chrono::milliseconds(10000));
+         return f.cluster.StartAgent(n);
+       }},
       {"train-crash", Target::kJobNode, false, false, kill_node, restart},
       {"xid79", Target::kNode, false, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
       {"thermal", Target::kNode, false, false,

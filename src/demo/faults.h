@@ -25,6 +25,7 @@ enum class Target {
   kController,  // the controller process (with --ha: the leader), or etcd
   kEveryNode,   // every node in turn, each back before the next (a rolling upgrade)
   kJobNode,     // the node running the demo's training job (--train)
+  kGpu,         // GPU 1 of the busiest node (--gpus-per-node 2 or more)
 };
 
 // What a fault's inject leaves for its repair.

@@ -25,6 +25,12 @@ std::string DemoReport::Text() const {
                   "(milliseconds after the fault; standby = first request served by the "
                   "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
   for (const FaultTimeline& t : faults) {
+    if (t.node_streams_kept) {
+      absl::StrAppend(&out, absl::StrFormat("%s (%s): %d of the node's %d other streams kept "
+                                            "their GPU (node_streams_kept); %d node(s) taken out\n",
+                                            t.fault, t.node, *t.node_streams_kept,
+                                            t.node_streams.value_or(0), t.taken_out));
+    }
     if (t.takeover_ms) {
       absl::StrAppend(&out, absl::StrFormat("%s (%s): takeover_ms %.1f (to the first act of the "
                                             "controller that leads after it)\n",
@@ -75,34 +81,37 @@ std::string DemoReport::Json() const {
   json faults_json = json::array();
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
   for (const FaultTimeline& t : faults) {
-    faults_json.push_back({{"fault", t.fault},
-                           {"node", t.node},
-                           {"streams_hit", t.streams_hit},
-                           {"detected_ms", opt(t.detected_ms)},
-                           {"fenced_ms", opt(t.fenced_ms)},
-                           {"routes_pushed_ms", opt(t.routes_pushed_ms)},
-                           {"routers_acked_ms", opt(t.routers_acked_ms)},
-                           {"first_standby_ms", opt(t.first_standby_ms)},
-                           {"answered", t.answered},
-                           {"failed", t.failed},
-                           {"max_gap_ms", t.max_gap_ms},
-                           {"routes_unchanged", t.routes_unchanged},
-                           {"taken_out", t.taken_out},
-                           {"moved_back", t.moved_back},
-                           {"unplaced_streams", t.unplaced_streams},
-                           {"routes_before_fence",
-                            t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
-                           {"held_out", t.held_out},
-                           {"routers_reacked", t.routers_reacked},
-                           {"takeover_ms", opt(t.takeover_ms)},
-                           {"leader_stopped_ms", opt(t.leader_stopped_ms)},
-                           {"llm_answered", t.llm_answered},
-                           {"llm_failed", t.llm_failed},
-                           {"llm_continued", t.llm_continued},
-                           {"job_fenced_ms", opt(t.job_fenced_ms)},
-                           {"job_started_ms", opt(t.job_started_ms)},
-                           {"steps_lost", t.steps_lost ? json(*t.steps_lost) : json(nullptr)},
-                           {"note", t.note}});
+    faults_json.push_back(
+        {{"fault", t.fault},
+         {"node", t.node},
+         {"streams_hit", t.streams_hit},
+         {"node_streams", t.node_streams ? json(*t.node_streams) : json(nullptr)},
+         {"node_streams_kept", t.node_streams_kept ? json(*t.node_streams_kept) : json(nullptr)},
+         {"detected_ms", opt(t.detected_ms)},
+         {"fenced_ms", opt(t.fenced_ms)},
+         {"routes_pushed_ms", opt(t.routes_pushed_ms)},
+         {"routers_acked_ms", opt(t.routers_acked_ms)},
+         {"first_standby_ms", opt(t.first_standby_ms)},
+         {"answered", t.answered},
+         {"failed", t.failed},
+         {"max_gap_ms", t.max_gap_ms},
+         {"routes_unchanged", t.routes_unchanged},
+         {"taken_out", t.taken_out},
+         {"moved_back", t.moved_back},
+         {"unplaced_streams", t.unplaced_streams},
+         {"routes_before_fence",
+          t.routes_before_fence ? json(*t.routes_before_fence) : json(nullptr)},
+         {"held_out", t.held_out},
+         {"routers_reacked", t.routers_reacked},
+         {"takeover_ms", opt(t.takeover_ms)},
+         {"leader_stopped_ms", opt(t.leader_stopped_ms)},
+         {"llm_answered", t.llm_answered},
+         {"llm_failed", t.llm_failed},
+         {"llm_continued", t.llm_continued},
+         {"job_fenced_ms", opt(t.job_fenced_ms)},
+         {"job_started_ms", opt(t.job_started_ms)},
+         {"steps_lost", t.steps_lost ? json(*t.steps_lost) : json(nullptr)},
+         {"note", t.note}});
   }
   return json{{"faults", faults_json},
               {"load", json::parse(load.Json(), nullptr, false)},

@@ -24,4 +24,24 @@ void ControllerSteps(const std::vector<controller::Event>& events, const std::st
   }
 }
 
+void GpuSteps(const std::vector<controller::Event>& events, const std::string& node,
+              int64_t t0_unix_ns, FaultTimeline* t) {
+  auto ms = [t0_unix_ns](const controller::Event& e) {
+    return e.unix_ms - double(t0_unix_ns) / 1e6;
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].type != "gpu_out" || events[i].node != node) continue;
+    t->detected_ms = ms(events[i]);
+    for (size_t j = i + 1; j < events.size(); ++j) {
+      if (!t->routes_pushed_ms && events[j].type == "routes_pushed") {
+        t->routes_pushed_ms = ms(events[j]);
+      } else if (t->routes_pushed_ms && events[j].type == "routers_acked") {
+        t->routers_acked_ms = ms(events[j]);
+        return;
+      }
+    }
+    return;
+  }
+}
+
 }  // namespace gpuha::demo

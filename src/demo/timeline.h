@@ -23,6 +23,9 @@ struct FaultTimeline {
   std::string fault;
   std::string node;        // the node hit
   size_t streams_hit = 0;  // streams it was primary for
+  // A GPU's fault: the streams on the node's other GPUs, and how many of
+  // them kept their GPU while the fault lasted.
+  std::optional<size_t> node_streams, node_streams_kept;
   std::optional<double> detected_ms, fenced_ms, routes_pushed_ms, routers_acked_ms,
       first_standby_ms;
   uint64_t answered = 0;         // answers from injection until the next fault
@@ -62,5 +65,9 @@ std::string Ms(const std::optional<double>& v);
 // (the injection), by the events' wall clock.
 void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
                      int64_t t0_unix_ns, FaultTimeline* t);
+// The same for a GPU taken out alone (its `gpu_out` event): detected, routes
+// pushed and acknowledged; no fence, the node serves on.
+void GpuSteps(const std::vector<controller::Event>& events, const std::string& node,
+              int64_t t0_unix_ns, FaultTimeline* t);
 
 }  // namespace gpuha::demo

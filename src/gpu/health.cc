@@ -74,8 +74,8 @@ void HealthEvaluator::Reset() {
   nic_last_errors_.clear();
   latched_.clear();
   alert_xids_.clear();
-  state_ = pending_ = HealthState::kHealthy;
-  pending_count_ = 0;
+  all_ = node_ = Hysteresis{};
+  gpus_.clear();
 }
 
 void HealthEvaluator::CheckLevel(const std::string& code, double value, const Threshold& t,
@@ -100,7 +100,11 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                                 " (", XidConsequenceName(c), ")"),
                    c == XidConsequence::kFailAndFence ? HealthState::kFailed
                    : c == XidConsequence::kDrain      ? HealthState::kDraining
-                                                      : HealthState::kDegraded};
+                                                      : HealthState::kDegraded,
+                   // A reboot's XID is the node's; the rest stay on the GPU.
+                   info != nullptr && info->nvidia_action == "RESTART_BM"
+                       ? -1
+                       : static_cast<int>(x.gpu_index)};
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
     latched_.push_back({std::move(r), until});
@@ -121,7 +125,7 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                          absl::StrCat("XID ", x.xid, " ", seen.size(), " times within ",
                                       common::ToMillis(t_.xid_repeat_window) / 1000,
                                       " s on this GPU (thresholds.xid_repeat_count): drain"),
-                         HealthState::kDraining},
+                         HealthState::kDraining, static_cast<int>(x.gpu_index)},
                         std::nullopt});
     seen.clear();
   }
@@ -130,6 +134,9 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
 
   for (const GpuSample& g : obs.gpus) {
     std::string gpu = absl::StrCat("gpu", g.index);
+    const size_t first = reasons.size();
+    // Lost stays the node's: NVML that stops answering for one GPU is
+    // often the driver's trouble.
     if (g.lost) {
       reasons.push_back({gpu + ".lost",
                          g.lost_detail.empty() ? "GPU stopped answering (lost)" : g.lost_detail,
@@ -161,6 +168,7 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                                          static_cast<unsigned long long>(g.throttle_reasons)),
                          HealthState::kDegraded});
     }
+    for (size_t i = first; i < reasons.size(); ++i) reasons[i].gpu = static_cast<int>(g.index);
   }
   for (const std::string& slot : obs.unseen_pci) {
     reasons.push_back(
@@ -187,29 +195,49 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   return reasons;
 }
 
+bool HealthEvaluator::Step(Hysteresis& h, HealthState target) const {
+  if (target == h.state) {
+    h.count = 0;
+    return false;
+  }
+  if (target != h.pending) {
+    h.pending = target;
+    h.count = 0;
+  }
+  ++h.count;
+  int needed = target > h.state ? t_.unhealthy_threshold : t_.healthy_threshold;
+  if (target == HealthState::kFailed) needed = 1;  // a lost GPU is not a rumour
+  if (h.count < needed) return false;
+  h.state = target;
+  h.count = 0;
+  return true;
+}
+
 HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now) {
   HealthReport report;
   report.reasons = Instant(obs, now);
   HealthState target = HealthState::kHealthy;
-  for (const HealthReason& r : report.reasons) target = std::max(target, r.state);
-
-  if (target == state_) {
-    pending_count_ = 0;
-  } else {
-    if (target != pending_) {
-      pending_ = target;
-      pending_count_ = 0;
-    }
-    ++pending_count_;
-    int needed = target > state_ ? t_.unhealthy_threshold : t_.healthy_threshold;
-    if (target == HealthState::kFailed) needed = 1;  // a lost GPU is not a rumour
-    if (pending_count_ >= needed) {
-      state_ = target;
-      pending_count_ = 0;
-      report.changed = true;
+  HealthState node_target = HealthState::kHealthy;
+  std::map<uint32_t, HealthState> gpu_targets;
+  for (const GpuSample& g : obs.gpus) gpu_targets[g.index] = HealthState::kHealthy;
+  for (const HealthReason& r : report.reasons) {
+    target = std::max(target, r.state);
+    if (r.gpu < 0) {
+      node_target = std::max(node_target, r.state);
+    } else {
+      HealthState& t = gpu_targets[static_cast<uint32_t>(r.gpu)];
+      t = std::max(t, r.state);
     }
   }
-  report.state = state_;
+  report.changed = Step(all_, target);
+  report.state = all_.state;
+  Step(node_, node_target);
+  report.node_state = node_.state;
+  for (const auto& [gpu, t] : gpu_targets) {
+    Hysteresis& h = gpus_[gpu];
+    Step(h, t);
+    report.gpu_states[gpu] = h.state;
+  }
   return report;
 }
 

@@ -73,6 +73,11 @@ struct HealthReason {
   std::string code;    // "gpu0.temperature", "nic.eth0", "gpu1.xid79"
   std::string detail;  // "91.2 C >= critical 90"
   HealthState state;
+  // The GPU this fault is confined to (issue 16): heat, power, memory, ECC,
+  // pending pages, throttling, and XIDs whose catalog action stops short of
+  // a node reboot. -1: the node's (a NIC, a GPU off the bus or missing from
+  // the driver, an XID that needs a reboot).
+  int gpu = -1;
 };
 
 struct Observation {
@@ -89,6 +94,11 @@ struct HealthReport {
   // Reasons behind the state as of this sample (possibly empty when healthy).
   std::vector<HealthReason> reasons;
   bool changed = false;  // the state differs from the previous report
+  // For a node that runs a server per GPU: its state from node-level
+  // reasons only, and each GPU's from its own (same hysteresis). Every GPU
+  // the sample saw has an entry.
+  HealthState node_state = HealthState::kHealthy;
+  std::map<uint32_t, HealthState> gpu_states;
 };
 
 class HealthEvaluator {
@@ -97,17 +107,27 @@ class HealthEvaluator {
   HealthReport Update(const Observation& obs, common::TimePoint now);
   // Forgets latched XIDs and counter baselines (after a GPU reset / rejoin).
   void Reset();
-  HealthState state() const { return state_; }
+  HealthState state() const { return all_.state; }
 
  private:
   void CheckLevel(const std::string& code, double value, const Threshold& t, const char* unit,
                   std::vector<HealthReason>* reasons) const;
   std::vector<HealthReason> Instant(const Observation& obs, common::TimePoint now);
 
+  // Envoy-style thresholds on one verdict: a worse state needs
+  // unhealthy_threshold samples in a row (failed one), a better one
+  // healthy_threshold. Returns whether the state changed.
+  struct Hysteresis {
+    HealthState state = HealthState::kHealthy;
+    HealthState pending = HealthState::kHealthy;
+    int count = 0;
+  };
+  bool Step(Hysteresis& h, HealthState target) const;
+
   const HealthThresholds t_;
-  HealthState state_ = HealthState::kHealthy;
-  HealthState pending_ = HealthState::kHealthy;
-  int pending_count_ = 0;
+  Hysteresis all_;   // every reason: the node's state without servers per GPU
+  Hysteresis node_;  // node-level reasons only
+  std::map<uint32_t, Hysteresis> gpus_;
   // Baselines for counters, per GPU index / NIC name, taken on first sight.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> ecc_base_;
   std::map<std::string, uint64_t> nic_last_errors_;

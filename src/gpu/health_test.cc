@@ -220,5 +220,37 @@ TEST(HealthThresholdsTest, ReadsLevelsAndRejectsMalformedOnes) {
               ::testing::HasSubstr("thresholds.xid_repeat_count: must be between 0 and 1000"));
 }
 
+// Issue 16: a GPU's own faults make its verdict, not the node's.
+TEST_F(HealthTest, AGpuLevelFaultFailsThatGpuAndLeavesTheNodeHealthy) {
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1), Healthy(2)}, {XidEvent{1, 48, 0}}));
+  EXPECT_EQ(r.state, HealthState::kFailed);  // a node without servers per GPU
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+  EXPECT_EQ(r.gpu_states, (std::map<uint32_t, HealthState>{{0, HealthState::kHealthy},
+                                                           {1, HealthState::kFailed},
+                                                           {2, HealthState::kHealthy}}));
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons.front().gpu, 1);
+  // Heat on GPU 2 drains GPU 2 only, after the same two samples.
+  GpuSample hot = Healthy(2);
+  hot.temperature_c = 95;
+  Feed(Obs({Healthy(0), Healthy(1), hot}));
+  r = Feed(Obs({Healthy(0), Healthy(1), hot}));
+  EXPECT_EQ(r.gpu_states[2], HealthState::kDraining);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kHealthy);
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+}
+
+TEST_F(HealthTest, ARebootXidAndALostGpuAreTheNodes) {
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1)}, {XidEvent{1, 79, 0}}));  // off the bus
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  EXPECT_EQ(r.gpu_states[1], HealthState::kHealthy);
+  eval_.Reset();
+  GpuSample lost = Healthy(0);
+  lost.lost = true;
+  r = Feed(Obs({lost, Healthy(1)}));
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  EXPECT_EQ(r.reasons.front().gpu, -1);
+}
+
 }  // namespace
 }  // namespace gpuha::gpu

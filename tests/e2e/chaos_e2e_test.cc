@@ -139,6 +139,43 @@ TEST_F(ChaosTest, TrainCrashRestartsTheJobAfterTheFenceAndLosesNothing) {
               f["steps_lost"].get<int>());
 }
 
+// Issue 16: on 4-GPU nodes with a worker per GPU, XID 48 on one GPU moves
+// that GPU's streams only, with the zero-loss timeline of a node crash; the
+// node's crash, next, moves all of its GPUs' (one cluster for both).
+TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
+  json r = RunDemo("gpu-xid48,crash", 20, 0, {}, {"--gpus-per-node", "4"});
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ASSERT_EQ(r["faults"].size(), 2u);
+  const json& g = r["faults"][0];
+  EXPECT_EQ(g["fault"], "gpu-xid48");
+  EXPECT_EQ(g["node"].get<std::string>().substr(g["node"].get<std::string>().size() - 5), "/gpu1")
+      << g.dump();
+  EXPECT_GT(g["streams_hit"].get<int>(), 0) << g.dump();
+  EXPECT_FALSE(g["detected_ms"].is_null()) << g.dump();
+  EXPECT_FALSE(g["routes_pushed_ms"].is_null()) << g.dump();
+  EXPECT_FALSE(g["first_standby_ms"].is_null()) << g.dump();
+  EXPECT_TRUE(g["fenced_ms"].is_null()) << "a GPU's fault fenced its node: " << g.dump();
+  EXPECT_EQ(g["taken_out"], 0) << "a GPU's fault took a node out: " << g.dump();
+  ASSERT_FALSE(g["node_streams"].is_null()) << g.dump();
+  EXPECT_GT(g["node_streams"].get<int>(), 0) << g.dump();
+  EXPECT_EQ(g["node_streams_kept"], g["node_streams"]) << g.dump();
+  EXPECT_EQ(g["failed"], 0) << g.dump();
+  EXPECT_EQ(g["note"], "") << g.dump();
+  const json& c = r["faults"][1];
+  EXPECT_FALSE(c["fenced_ms"].is_null()) << c.dump();
+  EXPECT_FALSE(c["first_standby_ms"].is_null()) << c.dump();
+  EXPECT_EQ(c["failed"], 0) << c.dump();
+  std::printf(
+      "FIGURES gpu-xid48 on 4-GPU nodes: %d streams moved, %d of %d kept on the node, "
+      "detected %.1f ms, routes %.1f ms, standby serving %.1f ms, gap %.1f ms\n",
+      g["streams_hit"].get<int>(), g["node_streams_kept"].get<int>(), g["node_streams"].get<int>(),
+      g["detected_ms"].get<double>(), g["routes_pushed_ms"].get<double>(),
+      g["first_standby_ms"].get<double>(), g["max_gap_ms"].get<double>());
+}
+
 TEST_F(ChaosTest, Xid79LosesNothing) { ExpectLosslessFailover(RunDemo("xid79")); }
 
 TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {

@@ -1,0 +1,255 @@
+// GPUs as placement units (issue 16): nodes that run a server per GPU.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "controller/state_codec.h"
+#include "controller/testing/controller_fixture.h"
+
+namespace gpuha::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two active nodes and a passive one, each 4 GPUs of 2 streams with a
+// server per GPU on port 9<node><gpu>.
+ControllerConfig FourGpuNodes() {
+  ControllerConfig c;
+  c.redundancy = 1;
+  int node = 1;
+  for (const char* id : {"a1", "a2", "p1"}) {
+    NodeConfig n{{id, id[0] == 'p' ? Role::kPassive : Role::kActive, 8}, "127.0.0.1:8000"};
+    for (uint32_t g = 0; g < 4; ++g) {
+      n.gpu_servers.push_back({g, absl::StrCat("127.0.0.1:9", node, g), 2});
+    }
+    c.nodes.push_back(n);
+    ++node;
+  }
+  c.tenants = {"acme"};
+  c.startup_grace = milliseconds(0);
+  c.healthy_for = milliseconds(500);
+  return c;
+}
+
+class GpuUnitsTest : public ControllerTest {
+ protected:
+  void StartGpus(ControllerConfig config = FourGpuNodes()) {
+    c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+    ASSERT_TRUE(c_->Recover().ok());
+    for (const NodeConfig& n : config.nodes) Connect(n.spec.id);
+    for (const NodeConfig& n : config.nodes) BeatGpus(n.spec.id);
+  }
+  // A healthy agent whose GPU servers are all ready, but for `down` (GPU
+  // index -> its health, HEALTHY meaning only its server is not ready).
+  void BeatGpus(const std::string& node, const std::map<uint32_t, v1::NodeHealth>& down = {}) {
+    v1::Heartbeat hb;
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_running(true);
+    hb.mutable_server()->set_ready(true);
+    for (uint32_t g = 0; g < 4; ++g) {
+      v1::GpuHealth* h = hb.add_gpu_health();
+      h->set_index(g);
+      h->set_health(v1::NODE_HEALTH_HEALTHY);
+      h->set_server_ready(true);
+      if (auto it = down.find(g); it != down.end()) {
+        h->set_health(it->second);
+        h->set_server_ready(it->second != v1::NODE_HEALTH_HEALTHY);
+        v1::HealthReason* r = h->add_reasons();
+        r->set_code(absl::StrCat("gpu", g, ".xid48"));
+        r->set_detail("double-bit ECC error");
+      }
+    }
+    c_->AgentHeartbeat(node, hb);
+  }
+  std::map<std::string, std::string> Primaries() {
+    std::map<std::string, std::string> out;
+    for (const auto& s : c_->StreamsJson()) out[s["id"]] = s["primary"];
+    return out;
+  }
+  nlohmann::json Unit(const std::string& node, int gpu) {
+    auto n = c_->NodeJson(node);
+    EXPECT_TRUE(n.ok());
+    return (*n)["gpu_units"][gpu];
+  }
+};
+
+TEST_F(GpuUnitsTest, StreamsArePlacedOnGpusWithRoutesToEachGpusServer) {
+  StartGpus();
+  AddStreams(8);
+  for (const auto& [stream, unit] : Primaries()) {
+    EXPECT_TRUE(unit.rfind("a1/gpu", 0) == 0 || unit.rfind("a2/gpu", 0) == 0) << unit;
+  }
+  v1::RouteSnapshot snap = c_->Snapshot();
+  ASSERT_EQ(snap.routes_size(), 8);
+  for (const v1::Route& r : snap.routes()) {
+    std::optional<uint32_t> gpu = GpuOfUnit(r.primary().node());
+    ASSERT_TRUE(gpu.has_value()) << r.primary().node();
+    const std::string node = NodeOfUnit(r.primary().node());
+    EXPECT_EQ(r.primary().address(), absl::StrCat("127.0.0.1:9", node == "a1" ? 1 : 2, *gpu));
+    EXPECT_EQ(NodeOfUnit(r.standby().node()), "p1");  // the passive, another host
+  }
+  // Each active GPU is an endpoint; the passive's are not.
+  EXPECT_EQ(snap.active_size(), 8);
+  auto cap = c_->CapacityJson();
+  EXPECT_EQ(cap["total_units"], 24);
+  EXPECT_EQ(cap["failover_reserve_units"], 8);  // a whole node, not a GPU
+}
+
+TEST_F(GpuUnitsTest, OneGpusFaultMovesThatGpusStreamsOnly) {
+  StartGpus();
+  AddStreams(8);
+  std::map<std::string, std::string> before = Primaries();
+  int on_gpu = 0;
+  for (const auto& [s, unit] : before) on_gpu += unit == "a1/gpu2";
+  ASSERT_GT(on_gpu, 0);
+  BeatGpus("a1", {{2, v1::NODE_HEALTH_FAILED}});
+  std::map<std::string, std::string> after = Primaries();
+  int moved = 0;
+  for (const auto& [s, unit] : before) {
+    if (unit == "a1/gpu2") {
+      EXPECT_EQ(NodeOfUnit(after[s]), "p1") << s;
+      ++moved;
+    } else {
+      EXPECT_EQ(after[s], unit) << s;  // a1's other GPUs serve on
+    }
+  }
+  EXPECT_EQ(moved, on_gpu);
+  auto node = c_->NodeJson("a1");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ((*node)["state"], "alive");
+  EXPECT_EQ((*node)["lifecycle"], "serving");
+  EXPECT_FALSE(Unit("a1", 2)["in_service"]);
+  EXPECT_TRUE(Unit("a1", 1)["in_service"]);
+  EXPECT_EQ(Unit("a1", 2)["health"], "failed");
+  EXPECT_EQ(Unit("a1", 2)["reasons"][0]["code"], "gpu2.xid48");
+  EXPECT_EQ(c_->counters().gpu_failovers, 1u);
+  EXPECT_EQ(c_->counters().failovers, 0u);  // no node failed over
+  EXPECT_THAT(c_->MetricsText(), HasSubstr("gpuha_controller_gpu_up{node=\"a1\",gpu=\"2\"} 0"));
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("gpu_out"));
+  EXPECT_TRUE(sinks_["a1"]->fences() == 0);
+
+  // Healthy and ready again: back after healthy_for, nothing moves back.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(milliseconds(50));
+    BeatGpus("a1");
+  }
+  EXPECT_TRUE(Unit("a1", 2)["in_service"]);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("gpu_back"));
+  EXPECT_EQ(Primaries(), after);
+}
+
+TEST_F(GpuUnitsTest, AGpuWhoseServerIsNotReadyIsTakenOutAlone) {
+  StartGpus();
+  AddStreams(8);
+  BeatGpus("a2", {{0, v1::NODE_HEALTH_HEALTHY}});  // GPU fine, its server stuck
+  EXPECT_FALSE(Unit("a2", 0)["in_service"]);
+  EXPECT_TRUE(Unit("a2", 3)["in_service"]);
+  EXPECT_EQ(Unit("a2", 0)["server_ready"], false);
+  for (const auto& [s, unit] : Primaries()) EXPECT_NE(unit, "a2/gpu0") << s;
+}
+
+TEST_F(GpuUnitsTest, ANodeLevelFaultTakesAllItsGpus) {
+  StartGpus();
+  AddStreams(8);
+  Beat("a1", v1::NODE_HEALTH_FAILED);
+  for (const auto& [s, unit] : Primaries()) EXPECT_NE(NodeOfUnit(unit), "a1") << s;
+  for (int g = 0; g < 4; ++g) EXPECT_FALSE(Unit("a1", g)["in_service"]) << g;
+  EXPECT_EQ(c_->counters().failovers, 1u);
+  EXPECT_EQ(sinks_["a1"]->fences(), 1);
+}
+
+TEST_F(GpuUnitsTest, ANodeJoinsOnceEachGpuServerIsReadyOrItsGpuIsDown) {
+  ControllerConfig config = FourGpuNodes();
+  c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  Connect("a1");
+  // Its node server answers, but GPU 1's server is still starting.
+  v1::Heartbeat hb;
+  hb.set_health(v1::NODE_HEALTH_HEALTHY);
+  hb.set_epoch(c_->epoch());
+  hb.mutable_server()->set_ready(true);
+  for (uint32_t g = 0; g < 4; ++g) {
+    v1::GpuHealth* h = hb.add_gpu_health();
+    h->set_index(g);
+    h->set_health(v1::NODE_HEALTH_HEALTHY);
+    h->set_server_ready(g != 1);
+  }
+  c_->AgentHeartbeat("a1", hb);
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "pending");
+  // GPU 1 is found failed: the node joins without it.
+  BeatGpus("a1", {{1, v1::NODE_HEALTH_FAILED}});
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_TRUE(Unit("a1", 0)["in_service"]);
+  EXPECT_FALSE(Unit("a1", 1)["in_service"]);
+}
+
+TEST_F(GpuUnitsTest, TheQuarantineBreakerCountsGpus) {
+  StartGpus();  // 12 GPUs; 0.5 allows 6 out
+  // a1's four go out; two more of a2's may go, the third is held.
+  BeatGpus("a1", {{0, v1::NODE_HEALTH_DRAINING},
+                  {1, v1::NODE_HEALTH_DRAINING},
+                  {2, v1::NODE_HEALTH_DRAINING},
+                  {3, v1::NODE_HEALTH_DRAINING}});
+  BeatGpus("a2", {{0, v1::NODE_HEALTH_DRAINING},
+                  {1, v1::NODE_HEALTH_DRAINING},
+                  {2, v1::NODE_HEALTH_DRAINING}});
+  EXPECT_FALSE(Unit("a2", 0)["in_service"]);
+  EXPECT_FALSE(Unit("a2", 1)["in_service"]);
+  EXPECT_TRUE(Unit("a2", 2)["in_service"]);  // held: its server still answers
+  EXPECT_EQ(c_->counters().quarantines_held, 1u);
+  EXPECT_THAT(EventTypes("a2"), ::testing::Contains("quarantine_held"));
+}
+
+TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
+  ControllerConfig config;
+  config.redundancy = 1;
+  config.registration.enabled = true;
+  config.tenants = {"acme"};
+  config.startup_grace = milliseconds(0);
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* raw = store.get();
+  c_ = std::make_unique<Controller>(config, std::move(store), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  v1::Hello hello;
+  hello.set_node("g1");
+  v1::Registration* reg = hello.mutable_registration();
+  reg->set_address("127.0.0.1:8000");
+  (*reg->mutable_labels())["rack"] = "r7";
+  for (uint32_t g = 0; g < 2; ++g) {
+    v1::GpuServer* s = reg->add_gpu_servers();
+    s->set_index(g);
+    s->set_address(absl::StrCat("127.0.0.1:910", g));
+    s->set_capacity(3);
+  }
+  sinks_["g1"] = std::make_shared<FakeSink>();
+  ASSERT_TRUE(c_->AgentConnected(hello, sinks_["g1"], true).ok());
+  auto node = c_->NodeJson("g1");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ((*node)["capacity"], 6);
+  EXPECT_EQ((*node)["domain"], "r7");
+  ASSERT_EQ((*node)["gpu_units"].size(), 2u);
+  EXPECT_EQ((*node)["gpu_units"][1]["address"], "127.0.0.1:9101");
+  auto rows = raw->Load("node");
+  ASSERT_TRUE(rows.ok());
+  absl::StatusOr<NodeRecord> r = DecodeNode("g1", rows->at("g1"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->registered.has_value());
+  EXPECT_EQ(r->registered->domain, "r7");
+  ASSERT_EQ(r->registered->gpu_servers.size(), 2u);
+  EXPECT_EQ(r->registered->gpu_servers[0].capacity, 3);
+
+  // Bad registrations name the field.
+  v1::Hello bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->mutable_gpu_servers(1)->set_index(0);
+  absl::Status s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_servers[1].index: GPU 0 is listed twice"));
+  bad = hello;
+  bad.set_node("g3");
+  (*bad.mutable_registration()->mutable_labels())["rack"] = "r 7";
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("label rack='r 7' must be"));
+}
+
+}  // namespace
+}  // namespace gpuha::controller
