@@ -132,6 +132,9 @@ absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
       &groups_[spec.domain.empty() ? absl::StrCat("host:", spec.host.empty() ? spec.id : spec.host)
                                    : absl::StrCat("domain:", spec.domain)];
   if (!spec.domain.empty()) by_domain_ = true;
+  n.group->lo = std::min(n.group->lo, n.index);
+  n.group->hi = std::max(n.group->hi, n.index);
+  ++n.group->units;
   IndexFree(n);
   Count(n, true);
   return absl::OkStatus();
@@ -139,11 +142,17 @@ absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
 
 Placement::Node* Placement::PickPrimary(int64_t weight, const Node* away, bool other_group) const {
   for (const auto* index : {&active_free_, &buffer_free_}) {
-    for (auto it = index->rbegin(); it != index->rend() && it->first >= weight; ++it) {
+    for (auto it = index->rbegin(); it != index->rend() && it->first >= weight;) {
       Node* n = by_index_[it->second];
       if (away == nullptr || (other_group ? n->group != away->group : n->host != away->host)) {
         return n;
       }
+      if (other_group && n->group->run()) {
+        // The rest of the group at this free level sits just below: skip it.
+        it = std::make_reverse_iterator(index->lower_bound({it->first, n->group->lo}));
+        continue;
+      }
+      ++it;
     }
   }
   return nullptr;

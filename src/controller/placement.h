@@ -138,6 +138,10 @@ class Placement {
   // A failure domain's counted capacity, for the k-largest reserve.
   struct Group {
     int64_t capacity = 0;
+    // Its units' indices: when they are one run (a rack's hosts added
+    // together), a standby search skips the whole run at once.
+    uint32_t lo = UINT32_MAX, hi = 0, units = 0;
+    bool run() const { return units > 0 && hi - lo + 1 == units; }
   };
   struct Node;
   struct Host {

@@ -346,8 +346,8 @@ TEST(PlacementTest, AHostsNameActsOnAllItsGpus) {
   Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}});
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
   const int64_t load = p.LoadOf("n1");
-  EXPECT_EQ(load, p.LoadOf("n1/gpu0") + p.LoadOf("n1/gpu1") + p.LoadOf("n1/gpu2") +
-                      p.LoadOf("n1/gpu3"));
+  EXPECT_EQ(load,
+            p.LoadOf("n1/gpu0") + p.LoadOf("n1/gpu1") + p.LoadOf("n1/gpu2") + p.LoadOf("n1/gpu3"));
   const int64_t on_gpu1 = p.LoadOf("n1/gpu1");
   (void)p.FailNode("n1/gpu1");
   EXPECT_TRUE(p.Available("n1"));  // three GPUs still serve
@@ -375,6 +375,20 @@ TEST(PlacementTest, AHostsNameActsOnAllItsGpus) {
   EXPECT_THAT(std::string(busy.message()), HasSubstr("node n3 still serves"));
   EXPECT_EQ(p.RoleOf("n3/gpu0"), Role::kActive);  // all or nothing
   EXPECT_EQ(p.RestoreNode("n9").code(), absl::StatusCode::kNotFound);
+}
+
+// Racks whose hosts were added interleaved (no run of indices) still get
+// every standby in the other rack.
+TEST(PlacementTest, InterleavedDomainsStillStandByInAnotherDomain) {
+  Placement p =
+      GpuHosts(1, {{"h0", "rack-a"}, {"h1", "rack-b"}, {"h2", "rack-a"}, {"h3", "rack-b"}}, 2, 4);
+  std::map<std::string, std::string> rack = {{"h0", "a"}, {"h1", "b"}, {"h2", "a"}, {"h3", "b"}};
+  for (int i = 0; i < 16; ++i) {
+    auto a = p.Admit({"s" + std::to_string(i), "t", 1});
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_NE(rack[HostOf(a->primary)], rack[HostOf(a->standby)])
+        << a->primary << " " << a->standby;
+  }
 }
 
 }  // namespace
