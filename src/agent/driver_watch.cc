@@ -99,7 +99,7 @@ void Agent::KernelLogLoop() {
                      config_.node, k->xid, k->pci_slot);
         continue;
       }
-      xids.push_back({d->index, k->xid, clock_->UnixNanos()});
+      xids.push_back({d->index, k->xid, clock_->UnixNanos(), k->recovery_action});
     }
     ReportXids(std::move(xids));
   }
@@ -110,7 +110,7 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen) {
   {
     std::lock_guard<std::mutex> lock(xid_mu_);
     for (const gpu::XidEvent& x : seen) {
-      if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now())) {
+      if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now(), x.recovery_action)) {
         fresh.push_back(x);
       } else {
         counters_.xid_duplicates++;

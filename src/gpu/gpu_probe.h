@@ -85,6 +85,10 @@ struct XidEvent {
   uint32_t gpu_index = 0;
   uint32_t xid = 0;
   int64_t unix_nanos = 0;
+  // XID 154's action, which only its kernel log message carries ("GPU Reset
+  // Required", "Node Reboot Required", "Drain P2P", "None"); empty when
+  // unknown (NVML's event) or for other XIDs.
+  std::string recovery_action{};
 };
 
 class GpuProbe {

@@ -93,18 +93,34 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   std::vector<HealthReason> reasons;
   for (const XidEvent& x : obs.new_xids) {
     XidConsequence c = ConsequenceOf(x.xid);
-    if (c == XidConsequence::kIgnore) continue;
     const XidInfo* info = FindXid(x.xid);
-    HealthReason r{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
-                   absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
-                                " (", XidConsequenceName(c), ")"),
-                   c == XidConsequence::kFailAndFence ? HealthState::kFailed
-                   : c == XidConsequence::kDrain      ? HealthState::kDraining
-                                                      : HealthState::kDegraded,
-                   // A reboot's XID is the node's; the rest stay on the GPU.
-                   info != nullptr && info->nvidia_action == "RESTART_BM"
-                       ? -1
-                       : static_cast<int>(x.gpu_index)};
+    // A reboot's XID is the node's; the rest stay on the GPU.
+    bool node_level = info != nullptr && info->nvidia_action == "RESTART_BM";
+    // XID 154 names its action in its kernel log message (NVIDIA's
+    // catalog): none left, a GPU reset, a node reboot, or a P2P drain.
+    // Without the message (NVML's event) the catalog entry's drain stands.
+    const std::string& action = x.recovery_action;
+    if (x.xid == 154 && !action.empty()) {
+      if (action == "None") {
+        c = XidConsequence::kIgnore;
+      } else if (action == "GPU Reset Required") {
+        c = XidConsequence::kFailAndFence;
+      } else if (action == "Node Reboot Required") {
+        c = XidConsequence::kFailAndFence;
+        node_level = true;
+      } else if (action == "Drain P2P") {
+        c = XidConsequence::kDrain;
+      }
+    }
+    if (c == XidConsequence::kIgnore) continue;
+    HealthReason r{
+        absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
+        absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
+                     action.empty() ? "" : ": " + action, " (", XidConsequenceName(c), ")"),
+        c == XidConsequence::kFailAndFence ? HealthState::kFailed
+        : c == XidConsequence::kDrain      ? HealthState::kDraining
+                                           : HealthState::kDegraded,
+        node_level ? -1 : static_cast<int>(x.gpu_index)};
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
     latched_.push_back({std::move(r), until});

@@ -252,5 +252,30 @@ TEST_F(HealthTest, ARebootXidAndALostGpuAreTheNodes) {
   EXPECT_EQ(r.reasons.front().gpu, -1);
 }
 
+TEST_F(HealthTest, Xid154ActsOnTheActionItsMessageNames) {
+  auto xid154 = [](uint32_t gpu, const char* action) {
+    XidEvent x{gpu, 154, 0};
+    x.recovery_action = action;
+    return x;
+  };
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, "GPU Reset Required")}));
+  EXPECT_EQ(r.gpu_states[1], HealthState::kFailed);
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("GPU Reset Required"));
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, "Node Reboot Required")}));
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  EXPECT_EQ(r.gpu_states[1], HealthState::kHealthy);
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {xid154(0, "Drain P2P")}), 2);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {xid154(0, "None")}), 2);
+  EXPECT_TRUE(r.reasons.empty());
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {XidEvent{0, 154, 0}}), 2);  // NVML's event: no action known
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
 }  // namespace
 }  // namespace gpuha::gpu

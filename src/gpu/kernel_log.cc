@@ -67,7 +67,18 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     absl::string_view number = rest.substr(0, rest.find_first_not_of("0123456789"));
     uint32_t xid = 0;
     if (slot.empty() || !absl::SimpleAtoi(number, &xid)) return std::nullopt;
-    return KernelXid{slot, xid};
+    KernelXid k{slot, xid};
+    // "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
+    // Required)": the last parenthesis names the action now required.
+    if (xid == 154) {
+      size_t to = rest.rfind(" to 0x");
+      size_t open = to == absl::string_view::npos ? to : rest.find('(', to);
+      size_t close = open == absl::string_view::npos ? open : rest.find(')', open);
+      if (close != absl::string_view::npos) {
+        k.recovery_action = std::string(rest.substr(open + 1, close - open - 1));
+      }
+    }
+    return k;
   }
   if (msg.find("fallen off the bus") == absl::string_view::npos) return std::nullopt;
   // "GPU 0000:3b:00.0: GPU has fallen off the bus." and "The NVIDIA GPU
@@ -192,9 +203,10 @@ absl::Status KernelLog::ReadFileLines(std::vector<std::string>* lines) {
   return absl::OkStatus();
 }
 
-bool XidDeduper::Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now) {
+bool XidDeduper::Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now,
+                       const std::string& action) {
   std::erase_if(last_, [&](const auto& kv) { return now - kv.second >= window_; });
-  auto [it, inserted] = last_.try_emplace({gpu, xid}, now);
+  auto [it, inserted] = last_.try_emplace({gpu, xid, action}, now);
   return inserted;
 }
 

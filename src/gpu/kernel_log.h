@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,9 @@ namespace gpuha::gpu {
 struct KernelXid {
   std::string pci_slot;  // "0000:3b:00" (domain:bus:device, lower case)
   uint32_t xid = 0;
+  // XID 154: the action its message names ("... changed from 0x0 (None) to
+  // 0x2 (Node Reboot Required)" gives "Node Reboot Required").
+  std::string recovery_action{};
 };
 
 // One kernel log line (a /dev/kmsg record "6,812,9172,-;NVRM: ..." or a
@@ -85,11 +89,13 @@ class KernelLog {
 class XidDeduper {
  public:
   explicit XidDeduper(common::Duration window = std::chrono::seconds(10)) : window_(window) {}
-  bool Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now);
+  // `action`: XID 154's recovery action; the log's line that names one is
+  // fresh beside NVML's event that does not.
+  bool Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now, const std::string& action = "");
 
  private:
   const common::Duration window_;
-  std::map<std::pair<uint32_t, uint32_t>, common::TimePoint> last_;
+  std::map<std::tuple<uint32_t, uint32_t, std::string>, common::TimePoint> last_;
 };
 
 }  // namespace gpuha::gpu

@@ -141,5 +141,26 @@ TEST(XidDeduperTest, OneXidFromTwoSourcesIsReportedOnce) {
   EXPECT_TRUE(d.Fresh(0, 79, clock.Now()));  // a repeat after the window
 }
 
+// XID 154 carries its action in its message (issue 16).
+TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
+  auto k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+      "(Node Reboot Required)");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->xid, 154u);
+  EXPECT_EQ(k->recovery_action, "Node Reboot Required");
+  k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->recovery_action, "");  // no action named: the catalog's drain stands
+  k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus (to 0x1)");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->recovery_action, "");  // only XID 154 has one
+  common::FakeClock clock;
+  XidDeduper d;
+  EXPECT_TRUE(d.Fresh(0, 154, clock.Now()));                        // NVML's event
+  EXPECT_TRUE(d.Fresh(0, 154, clock.Now(), "GPU Reset Required"));  // the log names the action
+  EXPECT_FALSE(d.Fresh(0, 154, clock.Now(), "GPU Reset Required"));
+}
+
 }  // namespace
 }  // namespace gpuha::gpu
