@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/grpc_client.h"
 #include "common/log.h"
 #include "common/reconnect.h"
+#include "gpu/pci_rebind.h"
 
 namespace gpuha::agent {
 namespace {
@@ -61,6 +63,7 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       supervisor_(NodeServer(config_), runner, clock,
                   ServerProbe(NodeServer(config_), config_.node, clock)),
       jobs_(JobsWithDefaults(config_), runner, clock),
+      remediator_(config_.remediation, runner, clock, config_.node),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }
@@ -131,6 +134,7 @@ void Agent::Stop() {
   threads_.clear();
   for (Supervisor* s : Servers()) s->Shutdown();
   jobs_.Shutdown();
+  remediator_.Shutdown();
   if (http_) http_->Stop();
 }
 
@@ -274,10 +278,29 @@ void Agent::EventLoop() {
   }
 }
 
+void Agent::RemediateGpus() {
+  std::set<uint32_t> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [gpu, state] : health_.gpu_states) {
+      if (state == gpu::HealthState::kFailed) failed.insert(gpu);
+    }
+  }
+  std::map<uint32_t, std::string> pci;
+  for (const gpu::DeviceInfo& d : devices_) {
+    if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) pci[d.index] = a;
+  }
+  for (uint32_t gpu : remediator_.Tick(failed, pci)) {
+    std::lock_guard<std::mutex> sample_lock(sample_mu_);
+    evaluator_.ResetGpu(gpu);
+  }
+}
+
 void Agent::SupervisorLoop() {
   while (!stopping_) {
     for (Supervisor* s : Servers()) s->Tick();
     jobs_.Tick();
+    if (config_.remediation.enabled()) RemediateGpus();
     WaitFor(milliseconds(100));
   }
 }
@@ -358,6 +381,18 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   for (const gpu::HealthReason& r : health_.reasons) {
     if (!per_gpu || r.gpu < 0) add_reason(r, hb->add_reasons());
   }
+  // Remediation under way or spent: the operator sees the step and its log.
+  std::map<uint32_t, v1::HealthReason> remedies;
+  for (const auto& [gpu, r] : remediator_.State()) {
+    if (r.step == RemedyStep::kNone) continue;
+    v1::HealthReason& pr = remedies[gpu];
+    pr.set_code(absl::StrCat("gpu", gpu, ".remediation"));
+    pr.set_detail(absl::StrCat(RemedyStepName(r.step), r.running ? " running" : "",
+                               r.result.empty() ? "" : ": " + r.result));
+    pr.set_severity(r.step == RemedyStep::kHeld ? v1::NODE_HEALTH_FAILED
+                                                : v1::NODE_HEALTH_DEGRADED);
+    if (!per_gpu) *hb->add_reasons() = pr;
+  }
   for (const auto& [index, ready] : gpu_ready) {
     v1::GpuHealth* g = hb->add_gpu_health();
     g->set_index(index);
@@ -368,6 +403,7 @@ v1::AgentMessage Agent::BuildHeartbeat() {
     for (const gpu::HealthReason& r : health_.reasons) {
       if (r.gpu == static_cast<int>(index)) add_reason(r, g->add_reasons());
     }
+    if (auto it = remedies.find(index); it != remedies.end()) *g->add_reasons() = it->second;
   }
   // Telemetry rides only on the first heartbeat after a new sample; the
   // heartbeats in between stay small (seq, health, epoch, server state).
@@ -458,6 +494,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
         std::lock_guard<std::mutex> sample_lock(sample_mu_);
         evaluator_.Reset();
       }
+      remediator_.Reset();
       {
         std::lock_guard<std::mutex> lock(mu_);
         role_ = m.rejoin().role();

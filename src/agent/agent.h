@@ -28,6 +28,7 @@
 #include "agent/job_supervisor.h"
 #include "agent/pod_resources.h"
 #include "agent/process.h"
+#include "agent/remediation.h"
 #include "agent/supervisor.h"
 #include "common/clock.h"
 #include "common/http_server.h"
@@ -139,6 +140,10 @@ class Agent {
   };
   std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, by GPU index
   JobSupervisor jobs_;
+  Remediator remediator_;
+  // Runs the remediation steps of the GPUs whose own verdict is failed; a
+  // GPU whose step worked is judged again from scratch.
+  void RemediateGpus();
   std::unique_ptr<common::HttpServer> http_;
   AgentCounters counters_;
 

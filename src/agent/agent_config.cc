@@ -117,6 +117,23 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   common::YamlMap jobs = root.Map("jobs");
   if (auto v = jobs.String("progress_dir")) c.jobs.progress_dir = *v;
   common::ReadMillis(jobs, "stop_grace_ms", &c.jobs.stop_grace, {.min = 100, .max = 3'600'000});
+  common::YamlMap rem = root.Map("remediation");
+  for (auto [key, out] : {std::pair{"gpu_reset", &c.remediation.gpu_reset},
+                          std::pair{"reboot", &c.remediation.reboot}}) {
+    if (auto v = rem.StringList(key)) {
+      if (v->empty()) rem.Fail(key, "must name a program");
+      *out = *v;
+    }
+  }
+  if (auto v = rem.String("rebind_driver")) {
+    c.remediation.rebind_driver = *v;
+    if (!c.remediation.gpu_reset.empty()) {
+      rem.Fail("rebind_driver", "is the reset step of a passthrough host; drop gpu_reset or it");
+    }
+  }
+  if (auto v = rem.String("sysfs_pci")) c.remediation.sysfs_pci = *v;
+  common::ReadMillis(rem, "timeout_ms", &c.remediation.timeout, {.min = 100, .max = 3'600'000});
+  common::ReadMillis(rem, "window_ms", &c.remediation.window, {.min = 1000, .max = 86'400'000});
   common::YamlMap metrics = root.Map("metrics");
   if (auto v = metrics.Bool("dcgm_names")) c.dcgm_names = *v;
   if (auto v = metrics.String("pod_resources")) c.pod_resources = *v;  // auto | off | a path

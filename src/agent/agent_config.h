@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/job_supervisor.h"
+#include "agent/remediation.h"
 #include "agent/supervisor.h"
 #include "common/net_util.h"
 #include "common/ports.h"
@@ -64,6 +65,8 @@ struct AgentConfig {
     int port_base = 0;
     int64_t capacity = 0;  // stream units per GPU when registering; 0: register.capacity
   } per_gpu;
+  // Steps for a failed GPU: reset (or PCI rebind), reboot hook, held.
+  RemediationOptions remediation;
   // Stateful jobs the controller places here (JobSupervisor). An empty
   // progress_dir takes /tmp/gpuha-jobs-NODE.
   JobOptions jobs;

@@ -24,6 +24,8 @@
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
+#include "gpu/pci_rebind.h"
+#include "gpu/sim_probe.h"
 
 namespace gpuha::agent {
 namespace {
@@ -356,6 +358,46 @@ TEST_F(AgentTest, ServersPerGpuAreProbedAloneAndAGpuFaultStaysOnItsGpu) {
   EXPECT_EQ(hb->heartbeat.gpu_health(0).health(), v1::NODE_HEALTH_HEALTHY);
   ASSERT_GT(hb->heartbeat.gpu_health(1).reasons_size(), 0);
   EXPECT_EQ(hb->heartbeat.gpu_health(1).reasons(0).code(), "gpu1.xid48");
+}
+
+// Issue 16: a GPU failed by its XID is remediated: on a passthrough host
+// its PCI function is rebound (a fake sysfs tree here), and the GPU is
+// judged again from scratch; the heartbeat names the step.
+TEST_F(AgentTest, AFailedGpuIsReboundThroughSysfsAndJudgedAgain) {
+  namespace fs = std::filesystem;
+  fs::path root = gpuha::testing::TestTempDir() / "pci";
+  const std::string gpu1 = gpu::SysfsPciAddress(gpu::SimPciBusId(1));
+  fs::create_directories(root / "drivers" / "nvidia");
+  std::ofstream(root / "drivers" / "nvidia" / "bind").flush();
+  std::ofstream(root / "drivers" / "nvidia" / "unbind").flush();
+  fs::create_directories(root / "devices" / gpu1);
+  std::ofstream(root / "devices" / gpu1 / "driver_override").flush();
+  fs::create_directory_symlink("../../drivers/nvidia", root / "devices" / gpu1 / "driver");
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.remediation.rebind_driver = "nvidia";
+  c.remediation.sysfs_pci = root.string();
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=48,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_FAILED; }));
+  auto remedied = controller.WaitForHeartbeat([&](const v1::Heartbeat& h) {
+    for (const v1::HealthReason& r : h.reasons()) {
+      if (r.code() == "gpu1.remediation" &&
+          r.detail() == absl::StrCat("reset: rebound ", gpu1, " to nvidia")) {
+        return true;
+      }
+    }
+    return false;
+  });
+  ASSERT_TRUE(remedied.has_value());
+  EXPECT_EQ(common::ReadFile((root / "drivers" / "nvidia" / "bind").string()).value_or(""), gpu1);
+  // Its XID forgotten, the node is healthy again after the healthy samples.
+  EXPECT_TRUE(controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_HEALTHY; }));
 }
 
 // Nothing to tell: an agent that is not connected stops at once.

@@ -20,7 +20,7 @@
 #include "common/net_util.h"
 #include "common/subprocess.h"
 #include "controller/etcd.h"
-#include "gpu/kernel_log.h"
+#include "gpu/pci_rebind.h"
 #include "gpu/sim_probe.h"
 
 namespace gpuha::cluster {
@@ -29,7 +29,7 @@ namespace {
 
 // Where sysfs lists the sim backend's GPU `gpu` ("0000:41:00.0").
 std::string SimGpuPciAddress(int gpu) {
-  return gpu::PciSlot(gpu::SimPciBusId(static_cast<uint32_t>(gpu))) + ".0";
+  return gpu::SysfsPciAddress(gpu::SimPciBusId(static_cast<uint32_t>(gpu)));
 }
 
 }  // namespace

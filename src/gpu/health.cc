@@ -229,6 +229,13 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target) const {
   return true;
 }
 
+void HealthEvaluator::ResetGpu(uint32_t gpu) {
+  std::erase_if(latched_, [&](const Latched& l) { return l.reason.gpu == static_cast<int>(gpu); });
+  std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
+  ecc_base_.erase(gpu);
+  gpus_.erase(gpu);
+}
+
 HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now) {
   HealthReport report;
   report.reasons = Instant(obs, now);

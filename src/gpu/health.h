@@ -107,6 +107,8 @@ class HealthEvaluator {
   HealthReport Update(const Observation& obs, common::TimePoint now);
   // Forgets latched XIDs and counter baselines (after a GPU reset / rejoin).
   void Reset();
+  // The same for one GPU, after its reset: its XIDs, baselines and verdict.
+  void ResetGpu(uint32_t gpu);
   HealthState state() const { return all_.state; }
 
  private:
