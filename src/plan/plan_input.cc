@@ -146,6 +146,17 @@ absl::StatusOr<PlanInput> ParsePlanInput(absl::string_view yaml, std::string sou
   cluster.Int("nodes", &in.cluster.nodes, 1, 100'000, /*required=*/true);
   cluster.Int("gpus_per_node", &in.cluster.gpus_per_node, 1, 64, false);
   cluster.Int("streams_per_gpu", &in.cluster.streams_per_gpu, 1, kMaxCount, true);
+  // Slices are for those who have them: left out, they are not a default
+  // worth listing.
+  if (cm.Has("slices_per_gpu")) {
+    cluster.Int("slices_per_gpu", &in.cluster.slices_per_gpu, 1, 64, false);
+  }
+  if (std::optional<std::string> p = cm.String("slice_profile")) in.cluster.slice_profile = *p;
+  if (cm.ok() && in.cluster.streams_per_gpu % in.cluster.slices_per_gpu != 0) {
+    cm.Fail("slices_per_gpu",
+            absl::StrCat("streams_per_gpu (", in.cluster.streams_per_gpu,
+                         ") must split evenly over ", in.cluster.slices_per_gpu, " slices"));
+  }
   cluster.Int("redundancy", &in.cluster.redundancy, 0, 100'000, false);
   cluster.Int("target_streams", &in.cluster.target_streams, 0, kMaxCount * 100, true);
   if (cm.ok() && in.cluster.nodes <= in.cluster.redundancy) {
@@ -198,6 +209,10 @@ std::string PlanInputToYaml(const PlanInput& in) {
   y << "  nodes: " << in.cluster.nodes << "\n";
   y << "  gpus_per_node: " << in.cluster.gpus_per_node << "\n";
   y << "  streams_per_gpu: " << in.cluster.streams_per_gpu << "\n";
+  y << "  slices_per_gpu: " << in.cluster.slices_per_gpu << "\n";
+  if (!in.cluster.slice_profile.empty()) {
+    y << "  slice_profile: " << YAML::Dump(YAML::Node(in.cluster.slice_profile)) << "\n";
+  }
   y << "  redundancy: " << in.cluster.redundancy << "                 # the k of N+k\n";
   y << "  target_streams: " << in.cluster.target_streams << "\n";
   y << "  buffer_node: " << BufferNodeName(in.cluster.buffer_node)

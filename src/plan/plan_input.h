@@ -48,7 +48,11 @@ struct PlanInput {
     int64_t nodes = 0;
     int64_t gpus_per_node = 1;
     int64_t streams_per_gpu = 0;
-    int64_t redundancy = 1;  // the k of N+k
+    // MIG instances or vGPU profiles per GPU (issue 16), each carrying
+    // streams_per_gpu / slices_per_gpu streams; 1: whole GPUs.
+    int64_t slices_per_gpu = 1;
+    std::string slice_profile;  // "1g.10gb", "L4-4Q": named in the report only
+    int64_t redundancy = 1;     // the k of N+k
     int64_t target_streams = 0;
     BufferNode buffer_node = BufferNode::kNone;
   } cluster;

@@ -149,10 +149,20 @@ TEST(PlanInputTest, YamlRoundTripKeepsEveryField) {
   ASSERT_TRUE(in.ok()) << in.status();
   in->san = SanType::kIscsi;
   in->cluster.buffer_node = BufferNode::kGpu;
+  in->cluster.slices_per_gpu = 2;
+  in->cluster.streams_per_gpu = 10;
+  in->cluster.slice_profile = "L4-12Q";
   absl::StatusOr<PlanInput> back = ParsePlanInput(PlanInputToYaml(*in), "round");
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << PlanInputToYaml(*in);
   EXPECT_EQ(PlanInputToYaml(*back), PlanInputToYaml(*in));
   EXPECT_TRUE(back->defaults_applied.empty());
+}
+
+TEST(PlanInputTest, SlicesMustSplitTheStreamsEvenly) {
+  EXPECT_THAT(ErrorOf(With("  redundancy: 1", "  redundancy: 1\n  slices_per_gpu: 3")),
+              HasSubstr("cluster.slices_per_gpu: streams_per_gpu (10) must split evenly over 3"));
+  EXPECT_THAT(ErrorOf(With("  redundancy: 1", "  redundancy: 1\n  slices_per_gpu: 0")),
+              HasSubstr("cluster.slices_per_gpu"));
 }
 
 }  // namespace

@@ -214,6 +214,10 @@ Capacity ComputeCapacity(const PlanInput::Cluster& cluster) {
   c.survives_node_loss = c.headroom_streams >= 0 && cluster.redundancy >= 1;
   const int64_t carrying = (cluster.target_streams + per_node - 1) / per_node;
   c.nodes_needed_for_target = std::max(carrying + cluster.redundancy, cluster.redundancy + 1);
+  c.slices_per_gpu = cluster.slices_per_gpu;
+  const int64_t headroom = std::max<int64_t>(c.headroom_streams, 0);
+  c.gpu_failures_absorbed = headroom / cluster.streams_per_gpu;
+  c.slice_failures_absorbed = headroom / (cluster.streams_per_gpu / cluster.slices_per_gpu);
   return c;
 }
 

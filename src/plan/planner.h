@@ -34,6 +34,7 @@ struct Capacity {
   int64_t nodes = 0;
   int64_t gpus_per_node = 0;
   int64_t streams_per_gpu = 0;
+  int64_t slices_per_gpu = 1;
   int64_t total_streams = 0;
   int64_t redundancy = 0;
   int64_t max_production_streams = 0;
@@ -43,6 +44,10 @@ struct Capacity {
   bool survives_node_loss = false;
   // The fewest GPU nodes (buffer included) that carry the target under N+k.
   int64_t nodes_needed_for_target = 0;
+  // GPU-level headroom: single GPUs (or slices) that may fail on top of the
+  // N+k reserve with every target stream still placed (0 when short).
+  int64_t gpu_failures_absorbed = 0;
+  int64_t slice_failures_absorbed = 0;
 };
 
 struct FacilitiesSizing {

@@ -423,5 +423,25 @@ TEST(ExpectedLossTest, TheRecommendedDesignGetsItsYearlyLoss) {
                    p.expected_loss.stream_hours_lost_per_year);
 }
 
+// Issue 16: multi-GPU nodes and slices, and the GPU-level headroom.
+TEST(CapacityTest, SlicesAndGpuLevelHeadroom) {
+  PlanInput in = BaseInput();
+  in.cluster.nodes = 4;
+  in.cluster.gpus_per_node = 8;
+  in.cluster.streams_per_gpu = 14;  // 7 MIG slices of 2 streams
+  in.cluster.slices_per_gpu = 7;
+  in.cluster.slice_profile = "1g.10gb";
+  in.cluster.target_streams = 300;
+  Capacity c = ComputeCapacity(in.cluster);
+  EXPECT_EQ(c.total_streams, 4 * 8 * 14);          // 448
+  EXPECT_EQ(c.failover_reserve_streams, 8 * 14);   // one node
+  EXPECT_EQ(c.headroom_streams, 448 - 112 - 300);  // 36
+  EXPECT_EQ(c.gpu_failures_absorbed, 2);           // 36 / 14
+  EXPECT_EQ(c.slice_failures_absorbed, 18);        // 36 / 2
+  in.cluster.target_streams = 400;                 // short of N+1
+  c = ComputeCapacity(in.cluster);
+  EXPECT_EQ(c.gpu_failures_absorbed, 0);
+}
+
 }  // namespace
 }  // namespace gpuha::plan

@@ -48,9 +48,15 @@ std::vector<CapacityLine> CapacityLines(const Plan& p) {
   if (cl.buffer_node == BufferNode::kGpu) buffer = " (+1 GPU buffer node)";
   if (cl.buffer_node == BufferNode::kCpu) buffer = " (CPU buffer node adds no GPU capacity)";
   return {
-      {"nodes x GPUs x streams/GPU",
-       absl::StrCat(c.nodes, " x ", c.gpus_per_node, " x ", c.streams_per_gpu, " = ",
-                    c.total_streams, " streams", buffer)},
+      c.slices_per_gpu > 1
+          ? CapacityLine{"nodes x GPUs x slices x streams/slice",
+                         absl::StrCat(c.nodes, " x ", c.gpus_per_node, " x ", c.slices_per_gpu,
+                                      cl.slice_profile.empty() ? "" : " " + cl.slice_profile, " x ",
+                                      c.streams_per_gpu / c.slices_per_gpu, " = ", c.total_streams,
+                                      " streams", buffer)}
+          : CapacityLine{"nodes x GPUs x streams/GPU",
+                         absl::StrCat(c.nodes, " x ", c.gpus_per_node, " x ", c.streams_per_gpu,
+                                      " = ", c.total_streams, " streams", buffer)},
       {absl::StrCat("failover reserve (k=", c.redundancy, ")"),
        absl::StrCat(c.failover_reserve_streams, " streams")},
       {"max production load", absl::StrCat(c.max_production_streams, " streams")},
@@ -59,6 +65,10 @@ std::vector<CapacityLine> CapacityLines(const Plan& p) {
       {absl::StrCat("survives loss of ", c.redundancy, " node(s)"),
        c.survives_node_loss ? "yes" : "NO"},
       {"nodes needed for target", absl::StrCat(c.nodes_needed_for_target)},
+      {"GPU losses beyond N+k", c.slices_per_gpu > 1
+                                    ? absl::StrCat(c.gpu_failures_absorbed, " GPUs, or ",
+                                                   c.slice_failures_absorbed, " slices")
+                                    : absl::StrCat(c.gpu_failures_absorbed)},
   };
 }
 
@@ -196,6 +206,9 @@ nlohmann::json RenderJson(const Plan& p) {
        {{"nodes", c.nodes},
         {"gpus_per_node", c.gpus_per_node},
         {"streams_per_gpu", c.streams_per_gpu},
+        {"slices_per_gpu", c.slices_per_gpu},
+        {"gpu_failures_absorbed", c.gpu_failures_absorbed},
+        {"slice_failures_absorbed", c.slice_failures_absorbed},
         {"total_streams", c.total_streams},
         {"redundancy", c.redundancy},
         {"max_production_streams", c.max_production_streams},
