@@ -93,6 +93,8 @@ TEST_F(GpuUnitsTest, StreamsArePlacedOnGpusWithRoutesToEachGpusServer) {
   auto cap = c_->CapacityJson();
   EXPECT_EQ(cap["total_units"], 24);
   EXPECT_EQ(cap["failover_reserve_units"], 8);  // a whole node, not a GPU
+  EXPECT_EQ(cap["headroom_units"], 24 - 8 - 8);
+  EXPECT_EQ(cap["gpu_failures_absorbed"], 4);  // 8 units of headroom, 2 per GPU
 }
 
 TEST_F(GpuUnitsTest, OneGpusFaultMovesThatGpusStreamsOnly) {

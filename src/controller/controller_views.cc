@@ -1,6 +1,8 @@
 // The controller's adapters to the outside: the /api/v1 JSON views and the
 // Prometheus text. They read the controller's state under its lock and
 // change nothing.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/prometheus.h"
 #include "controller/controller.h"
@@ -134,6 +136,15 @@ absl::StatusOr<json> Controller::StreamJson(const std::string& id) const {
 json Controller::CapacityJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   CapacityFigures c = placement_.Capacity();
+  // GPU-level headroom, with servers per GPU: how many more of the largest
+  // GPUs may fail on top of the N+k reserve with every stream still placed.
+  int64_t largest_gpu = 0;
+  for (const auto& [id, n] : nodes_) {
+    for (const GpuServerConfig& g : n.cfg.gpu_servers)
+      largest_gpu = std::max(largest_gpu, g.capacity);
+  }
+  const json gpu_headroom =
+      largest_gpu == 0 ? json() : json(std::max<int64_t>(c.headroom_units, 0) / largest_gpu);
   return {{"redundancy", c.redundancy},
           {"total_units", c.total_units},
           {"failover_reserve_units", c.reserve_units},
@@ -143,6 +154,7 @@ json Controller::CapacityJson() const {
           {"headroom_units", c.headroom_units},
           {"survives_node_loss", c.headroom_units >= 0 && c.redundancy >= 1},
           {"degraded_units", c.degraded_units},
+          {"gpu_failures_absorbed", gpu_headroom},
           {"unplaced_streams", c.unplaced_streams}};
 }
 
