@@ -256,6 +256,7 @@ class Demo {
     const FaultSpec& spec = *FindFault(fault);  // names were checked up front
     const bool controller = spec.target == Target::kController;
     const bool every = spec.target == Target::kEveryNode;
+    const bool fleet = spec.target == Target::kFleet;
     FaultTimeline t;
     t.fault = fault;
     auto before = c_.Api("GET", "/api/v1/streams");
@@ -294,15 +295,16 @@ class Demo {
         } else if (p == node->name) {
           node_others.insert(s);
         }
-      } else if (controller || every || p == node->name || (second_ && p == second_->name)) {
+      } else if (controller || every || fleet || p == node->name ||
+                 (second_ && p == second_->name)) {
         hit.insert(s);
       }
     }
-    t.node = controller ? "control-plane"
-             : every    ? "every node"
-             : gpu      ? unit
-             : second_  ? node->name + "+" + second_->name
-                        : node->name;
+    t.node = controller       ? "control-plane"
+             : every || fleet ? "every node"
+             : gpu            ? unit
+             : second_        ? node->name + "+" + second_->name
+                              : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -318,6 +320,10 @@ class Demo {
       for (LocalNode& n : c_.nodes()) {
         if (injected.ok()) injected = spec.inject(faults_, n);
         if (injected.ok()) injected = Repair(spec, n, &t);
+      }
+    } else if (fleet) {  // all at once
+      for (LocalNode& n : c_.nodes()) {
+        if (injected.ok()) injected = spec.inject(faults_, n);
       }
     } else {
       injected = spec.inject(faults_, *node);
@@ -336,7 +342,10 @@ class Demo {
           if (auto parsed = controller::EventFromJson(e); parsed.ok()) logged.push_back(*parsed);
         }
       }
-      for (const controller::Event& e : logged) t.taken_out += e.type == "detected";
+      for (const controller::Event& e : logged) {
+        t.taken_out += e.type == "detected";
+        t.quarantine_held += e.type == "quarantine_held";
+      }
       if (gpu) {
         GpuSteps(logged, node->name, t0, &t);
       } else {
@@ -362,12 +371,13 @@ class Demo {
     }
     absl::Status repaired = controller ? RepairController(primaries, t0, &t)
                             : every    ? absl::OkStatus()  // each node was back before the next
+                            : fleet    ? RepairFleet(spec, &t)
                                        : Repair(spec, *node, &t);
     if (repaired.ok() && second_ != nullptr) repaired = Repair(spec, *second_, &t);
     if (every) {
       auto after = c_.Api("GET", "/api/v1/streams");
       t.routes_unchanged = after.ok() && Primaries(*after) == primaries;
-    } else if (!controller) {
+    } else if (!controller && !fleet) {
       // A node that came back is the spare: the work it lost stays where it went.
       auto after = c_.Api("GET", "/api/v1/streams");
       for (const auto& [s, p] : Primaries(after.ok() ? *after : json())) {
@@ -376,7 +386,7 @@ class Demo {
     }
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
-    Count(t0, t_end, hit, controller || every ? "" : node->name, &t);
+    Count(t0, t_end, hit, controller || every || fleet ? "" : node->name, &t);
     for (const AnswerLog::Rec& r : llm_answers_.Snapshot()) {
       if (r.ns < t0 || r.ns > t_end) continue;
       t.llm_answered++;
@@ -498,6 +508,24 @@ class Demo {
   }
 
   // A node fault's repair, then the wait for the node to rejoin as the spare.
+  // Every node, one at a time, those out of service first: the ones the
+  // breaker held then go out (make-before-break) as the others return.
+  absl::Status RepairFleet(const FaultSpec& spec, FaultTimeline* t) {
+    std::vector<LocalNode*> order;
+    for (LocalNode& n : c_.nodes()) order.push_back(&n);
+    std::map<std::string, bool> out;
+    for (LocalNode* n : order) {
+      auto j = c_.Api("GET", "/api/v1/nodes/" + n->name);
+      out[n->name] = j.ok() && j->value("fenced", false);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](LocalNode* a, LocalNode* b) { return out[a->name] > out[b->name]; });
+    for (LocalNode* n : order) {
+      if (absl::Status s = Repair(spec, *n, t); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Repair(const FaultSpec& spec, LocalNode& n, FaultTimeline* t) {
     if (absl::Status s = spec.repair(faults_, n); !s.ok()) return s;
     bool back = c_.WaitFor(
@@ -580,6 +608,10 @@ class Demo {
            << absl::StrFormat("  %-34s %8s ms\n", "routers acknowledged", Ms(t.routers_acked_ms))
            << absl::StrFormat("  %-34s %8s ms\n", "first request served by the standby",
                               Ms(t.first_standby_ms));
+      if (FindFault(t.fault)->target == Target::kFleet) {
+        out_ << absl::StrFormat("  %-34s %8d taken out, %d held serving\n",
+                                "quarantine breaker (nodes)", t.taken_out, t.quarantine_held);
+      }
       if (t.node_streams_kept) {
         out_ << absl::StrFormat("  %-34s %8d of %d (%d node(s) taken out)\n",
                                 "node's other GPUs kept their streams", *t.node_streams_kept,

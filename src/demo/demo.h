@@ -18,6 +18,10 @@
 //                GPU 1 of the busiest node: that GPU's streams move, the
 //                node's other GPUs keep theirs; the report says how many
 //                stayed (node_streams_kept). The repair reboots the node.
+//   xid-flood    XID 74 (NVLink, a drain) on every node at once: the
+//                quarantine breaker (fence.quarantine_max_share, 0.5) takes
+//                half the nodes out and holds the rest serving; each node
+//                is then rebooted in turn, the ones out first
 //   xid79        XID 79 (GPU fallen off the bus) on the node's GPU
 //   thermal      a temperature ramp to 95 C: a proactive drain
 //   agent-hang   SIGSTOP of the agent (its worker keeps running)

@@ -49,6 +49,10 @@ const std::vector<FaultSpec>& FaultTable() {
        }},
       {"train-crash", Target::kJobNode, false, false, kill_node, restart},
       {"xid79", Target::kNode, false, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},
+      // A flood of draining XIDs (74, NVLink) on every node at once, as a
+      // bad driver roll-out or a false alarm would send: the quarantine
+      // breaker lets half the nodes go and holds the rest serving.
+      {"xid-flood", Target::kFleet, false, false, sim_fault("gpu=0,kind=xid,xid=74"), reboot},
       {"thermal", Target::kNode, false, false,
        sim_fault("gpu=0,kind=temp_ramp,to_c=95,over_ms=600"), reboot},
       {"agent-hang", Target::kNode, false, false,

@@ -26,6 +26,7 @@ enum class Target {
   kEveryNode,   // every node in turn, each back before the next (a rolling upgrade)
   kJobNode,     // the node running the demo's training job (--train)
   kGpu,         // GPU 1 of the busiest node (--gpus-per-node 2 or more)
+  kFleet,       // every node at once; each repaired in turn afterwards
 };
 
 // What a fault's inject leaves for its repair.

@@ -97,6 +97,7 @@ std::string DemoReport::Json() const {
          {"max_gap_ms", t.max_gap_ms},
          {"routes_unchanged", t.routes_unchanged},
          {"taken_out", t.taken_out},
+         {"quarantine_held", t.quarantine_held},
          {"moved_back", t.moved_back},
          {"unplaced_streams", t.unplaced_streams},
          {"routes_before_fence",

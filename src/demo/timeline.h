@@ -33,6 +33,7 @@ struct FaultTimeline {
   double max_gap_ms = 0;         // longest stretch with no answer on a hit stream
   bool routes_unchanged = true;  // control-plane faults, agent-restart: same primaries after
   size_t taken_out = 0;          // nodes the controller took out (`detected`) meanwhile
+  size_t quarantine_held = 0;    // verdicts the quarantine breaker held (`quarantine_held`)
   size_t moved_back = 0;         // hit streams whose primary is the node again after it rejoined
   int64_t unplaced_streams = 0;  // the controller's count while the fault lasted
   // The controller pushed the new routes before it fenced the node

@@ -176,6 +176,26 @@ TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
       g["first_standby_ms"].get<double>(), g["max_gap_ms"].get<double>());
 }
 
+// Issue 16: a flood of draining XIDs on every node at once (a false alarm
+// or a bad roll-out). The quarantine breaker (fence.quarantine_max_share
+// 0.5) takes half the nodes out and holds the other half serving; nothing
+// is lost, and each node is then rebooted back into service.
+TEST_F(ChaosTest, AnXidFloodOnTheWholeFleetIsHeldByTheQuarantineBreaker) {
+  json r = RunDemo("xid-flood", 16);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ASSERT_EQ(r["faults"].size(), 1u);
+  const json& f = r["faults"][0];
+  EXPECT_EQ(f["taken_out"], 2) << f.dump();
+  EXPECT_EQ(f["quarantine_held"], 2) << f.dump();
+  EXPECT_EQ(f["unplaced_streams"], 0) << f.dump();
+  EXPECT_EQ(f["note"], "") << f.dump();
+  std::printf("FIGURES xid-flood on 4 nodes: %d taken out, %d held serving, failed %d\n",
+              f["taken_out"].get<int>(), f["quarantine_held"].get<int>(), f["failed"].get<int>());
+}
+
 TEST_F(ChaosTest, Xid79LosesNothing) { ExpectLosslessFailover(RunDemo("xid79")); }
 
 TEST_F(ChaosTest, ThermalRampDrainsBeforeFailure) {
