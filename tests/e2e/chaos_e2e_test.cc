@@ -83,6 +83,12 @@ class ChaosTest : public ::testing::Test {
     }
     return false;
   }
+  // No request lost, KServe or LLM, and none failed for any reason.
+  static void ExpectNothingLost(const json& r) {
+    EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
+    EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
+    EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  }
   // One node fault: nothing lost, the controller saw it, the standby served
   // the node's streams, and the work stayed there after the node rejoined.
   // `faults`: how many faults the run injected, one after another.
@@ -145,9 +151,7 @@ TEST_F(ChaosTest, TrainCrashRestartsTheJobAfterTheFenceAndLosesNothing) {
 TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
   json r = RunDemo("gpu-xid48,crash", 20, 0, {}, {"--gpus-per-node", "4"});
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
-  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
-  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 2u);
   const json& g = r["faults"][0];
   EXPECT_EQ(g["fault"], "gpu-xid48");
@@ -183,9 +187,7 @@ TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
 TEST_F(ChaosTest, AnXidFloodOnTheWholeFleetIsHeldByTheQuarantineBreaker) {
   json r = RunDemo("xid-flood", 16);
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
-  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
-  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 1u);
   const json& f = r["faults"][0];
   EXPECT_EQ(f["taken_out"], 2) << f.dump();
@@ -268,9 +270,7 @@ TEST_F(ChaosTest, AHungDriverAndAVanishedGpuLoseNothing) {
 TEST_F(ChaosTest, RollingAgentRestartFailsNothingOver) {
   json r = RunDemo("agent-restart,crash,agent-restart", 20, 0, {}, {"--watched-servers"});
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
-  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
-  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 3u);
   for (size_t i : {0u, 2u}) {
     const json& roll = r["faults"][i];
@@ -293,9 +293,7 @@ TEST_F(ChaosTest, RollingAgentRestartFailsNothingOver) {
 TEST_F(ChaosTest, RollingAgentRestartWithSupervisedWorkersMovesWorkFirst) {
   json r = RunDemo("agent-restart");
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
-  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
-  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 1u);
   const json& roll = r["faults"][0];
   EXPECT_EQ(roll["taken_out"], 4) << roll.dump();
@@ -401,9 +399,7 @@ TEST_F(ChaosTest, TrainCrashNeedsTrain) {
 TEST_F(ChaosTest, ControlPlaneOnEtcdSurvivesLeaderKillAndQuorumLoss) {
   json r = RunDemo("leader-kill,crash,etcd-leader-kill,etcd-quorum-loss", 20, 0, {}, {"--ha"});
   ASSERT_TRUE(r.is_object());
-  EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
-  EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
-  EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+  ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 4u);
   for (const json& f : r["faults"]) {
     EXPECT_EQ(f["note"], "") << f.dump();
