@@ -145,11 +145,11 @@ TEST_F(ChaosTest, TrainCrashRestartsTheJobAfterTheFenceAndLosesNothing) {
               f["steps_lost"].get<int>());
 }
 
-// Issue 16: on 4-GPU nodes with a worker per GPU, XID 48 on one GPU moves
+// Issue 16: on 8-GPU nodes with a worker per GPU, XID 48 on one GPU moves
 // that GPU's streams only, with the zero-loss timeline of a node crash; the
 // node's crash, next, moves all of its GPUs' (one cluster for both).
 TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
-  json r = RunDemo("gpu-xid48,crash", 20, 0, {}, {"--gpus-per-node", "4"});
+  json r = RunDemo("gpu-xid48,crash", 20, 0, {}, {"--gpus-per-node", "8"});
   ASSERT_TRUE(r.is_object());
   ExpectNothingLost(r);
   ASSERT_EQ(r["faults"].size(), 2u);
@@ -173,7 +173,7 @@ TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
   EXPECT_FALSE(c["first_standby_ms"].is_null()) << c.dump();
   EXPECT_EQ(c["failed"], 0) << c.dump();
   std::printf(
-      "FIGURES gpu-xid48 on 4-GPU nodes: %d streams moved, %d of %d kept on the node, "
+      "FIGURES gpu-xid48 on 8-GPU nodes: %d streams moved, %d of %d kept on the node, "
       "detected %.1f ms, routes %.1f ms, standby serving %.1f ms, gap %.1f ms\n",
       g["streams_hit"].get<int>(), g["node_streams_kept"].get<int>(), g["node_streams"].get<int>(),
       g["detected_ms"].get<double>(), g["routes_pushed_ms"].get<double>(),
