@@ -44,6 +44,14 @@ SupervisorOptions NodeServer(const AgentConfig& c) {
   return c.per_gpu.port_base == 0 ? c.server : SupervisorOptions{};
 }
 
+// A step that worked settles for three samples (3 s at least) before a
+// failure still on the GPU's verdict escalates.
+RemediationOptions RemediationWithSettle(const AgentConfig& c) {
+  RemediationOptions o = c.remediation;
+  o.settle = std::max<common::Duration>(std::chrono::seconds(3), 3 * milliseconds(c.sample_ms));
+  return o;
+}
+
 constexpr const char* kVersion = "0.1.0";
 
 // What a tag on the heartbeat stream's completion queue stands for.
@@ -63,7 +71,7 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       supervisor_(NodeServer(config_), runner, clock,
                   ServerProbe(NodeServer(config_), config_.node, clock)),
       jobs_(JobsWithDefaults(config_), runner, clock),
-      remediator_(config_.remediation, runner, clock, config_.node),
+      remediator_(RemediationWithSettle(config_), runner, clock, config_.node),
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }
@@ -100,8 +108,11 @@ absl::Status Agent::Start() {
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
   Evaluate({});
-  spdlog::info("agent {}: {} GPU(s) via {}, metrics on {}:{}", config_.node, devices_.size(),
-               probe_->Backend(), config_.listen.host, http_->port());
+  size_t slices = 0;
+  for (const gpu::DeviceInfo& d : devices_) slices += d.slices.size();
+  spdlog::info("agent {}: {} GPU(s) via {}{}, metrics on {}:{}", config_.node, devices_.size(),
+               probe_->Backend(), slices > 0 ? absl::StrCat(", ", slices, " MIG instance(s)") : "",
+               config_.listen.host, http_->port());
   threads_.emplace_back([this] { SampleLoop(); });
   threads_.emplace_back([this] { EventLoop(); });
   if (kernel_log_) threads_.emplace_back([this] { KernelLogLoop(); });
@@ -279,18 +290,38 @@ void Agent::EventLoop() {
 }
 
 void Agent::RemediateGpus() {
-  std::set<uint32_t> failed;
+  Remediator::Input in;
+  in.node_fenced = fenced_.load();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [gpu, state] : health_.gpu_states) {
-      if (state == gpu::HealthState::kFailed) failed.insert(gpu);
+      if (state == gpu::HealthState::kFailed) in.failed.insert(gpu);
     }
   }
-  std::map<uint32_t, std::string> pci;
   for (const gpu::DeviceInfo& d : devices_) {
-    if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) pci[d.index] = a;
+    if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) in.pci[d.index] = a;
   }
-  for (uint32_t gpu : remediator_.Tick(failed, pci)) {
+  // A failed GPU's own server stops before its reset (the controller has
+  // taken the GPU out), and starts again once the GPU is no longer failed.
+  // Without servers per GPU, the node's server holds every GPU: the reset
+  // waits for the node's fence, which stops it.
+  const ServerState node_server = supervisor_.state();
+  for (const gpu::DeviceInfo& d : devices_) {
+    if (node_server.supervised && node_server.running) in.busy.insert(d.index);
+  }
+  for (GpuServer& g : gpu_servers_) {
+    const bool failed = in.failed.count(g.index) != 0;
+    if (failed && !g.stopped_for_remedy) {
+      g.supervisor->Fence();
+      g.stopped_for_remedy = true;
+    } else if (!failed && g.stopped_for_remedy) {
+      if (!fenced_) g.supervisor->Unfence();
+      g.stopped_for_remedy = false;
+    }
+    const ServerState st = g.supervisor->state();
+    if (st.supervised && st.running) in.busy.insert(g.index);
+  }
+  for (uint32_t gpu : remediator_.Tick(in)) {
     std::lock_guard<std::mutex> sample_lock(sample_mu_);
     evaluator_.ResetGpu(gpu);
   }
@@ -381,6 +412,12 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   for (const gpu::HealthReason& r : health_.reasons) {
     if (!per_gpu || r.gpu < 0) add_reason(r, hb->add_reasons());
   }
+  // A GPU whose remediation reached the reboot hook: the node drains first,
+  // so the controller moves its work before the reboot (make-before-break).
+  const bool reboot_wanted = remediator_.RebootWanted();
+  if (reboot_wanted && hb->health() < v1::NODE_HEALTH_DRAINING) {
+    hb->set_health(v1::NODE_HEALTH_DRAINING);
+  }
   // Remediation under way or spent: the operator sees the step and its log.
   std::map<uint32_t, v1::HealthReason> remedies;
   for (const auto& [gpu, r] : remediator_.State()) {
@@ -391,7 +428,11 @@ v1::AgentMessage Agent::BuildHeartbeat() {
                                r.result.empty() ? "" : ": " + r.result));
     pr.set_severity(r.step == RemedyStep::kHeld ? v1::NODE_HEALTH_FAILED
                                                 : v1::NODE_HEALTH_DEGRADED);
-    if (!per_gpu) *hb->add_reasons() = pr;
+    if (!per_gpu || (reboot_wanted && r.step == RemedyStep::kReboot)) {
+      *hb->add_reasons() = pr;
+      if (r.step == RemedyStep::kReboot)
+        hb->mutable_reasons()->rbegin()->set_severity(v1::NODE_HEALTH_DRAINING);
+    }
   }
   for (const auto& [index, ready] : gpu_ready) {
     v1::GpuHealth* g = hb->add_gpu_health();

@@ -137,6 +137,7 @@ class Agent {
   struct GpuServer {
     uint32_t index = 0;
     std::unique_ptr<Supervisor> supervisor;
+    bool stopped_for_remedy = false;  // supervisor thread only: fenced while its GPU is failed
   };
   std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, by GPU index
   JobSupervisor jobs_;

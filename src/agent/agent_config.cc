@@ -46,6 +46,10 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     if (*v < 1 || *v > 64) sim.Fail("count", "must be between 1 and 64");
     c.sim.count = static_cast<uint32_t>(*v);
   }
+  if (auto v = sim.Int("mig")) {
+    if (*v < 0 || *v > 7) sim.Fail("mig", "must be between 0 (off) and 7 instances per GPU");
+    c.sim.mig = static_cast<uint32_t>(*v);
+  }
   if (auto v = sim.Number("load")) {
     if (*v < 0 || *v > 1) sim.Fail("load", "must be between 0 and 1");
     c.sim.load = *v;

@@ -202,5 +202,42 @@ TEST(HostPortTest, ParsesIpv4Ipv6AndRejectsJunk) {
   EXPECT_FALSE(ParseHostPort("h:port", "x").ok());
 }
 
+// Issue 16: servers per GPU, remediation steps and the sim's MIG layout.
+TEST(AgentConfigTest, PerGpuServersRemediationAndMig) {
+  auto c = ParseAgentConfig(R"(
+node: a
+controllers: ["127.0.0.1:7400"]
+gpu: { backend: sim, sim: { count: 4, mig: 7 } }
+server: { command: [gpuha, worker, --listen, "127.0.0.1:{port}"],
+          ready_url: "http://127.0.0.1:{port}/v2/health/ready",
+          per_gpu: { port_base: 8100, capacity: 3 } }
+remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [systemctl, reboot],
+               timeout_ms: 30000, window_ms: 600000 }
+)",
+                            "a.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sim.mig, 7u);
+  EXPECT_EQ(c->per_gpu.port_base, 8100);
+  EXPECT_EQ(c->remediation.reboot, (std::vector<std::string>{"systemctl", "reboot"}));
+  SupervisorOptions gpu2 = GpuServerOptions(*c, 2);
+  EXPECT_EQ(gpu2.command,
+            (std::vector<std::string>{"env", "CUDA_VISIBLE_DEVICES=2", "NVIDIA_VISIBLE_DEVICES=2",
+                                      "gpuha", "worker", "--listen", "127.0.0.1:8102"}));
+  EXPECT_EQ(gpu2.ready_url, "http://127.0.0.1:8102/v2/health/ready");
+  EXPECT_EQ(GpuServerAddress(*c, 2), "127.0.0.1:8102");
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { mig: 9 } }\n", "a.yaml")),
+              HasSubstr("gpu.sim.mig: must be between 0 (off) and 7"));
+  EXPECT_THAT(
+      Err(ParseAgentConfig("remediation: { gpu_reset: [x], rebind_driver: nvidia }\n", "a.yaml")),
+      HasSubstr("remediation.rebind_driver: is the reset step of a passthrough host"));
+  EXPECT_THAT(Err(ParseAgentConfig("server: { per_gpu: { port_base: 0 } }\n", "a.yaml")),
+              HasSubstr("server.per_gpu.port_base"));
+  AgentConfig bare = *c;
+  bare.server.command.clear();
+  bare.server.ready_url.clear();
+  EXPECT_THAT(std::string(ValidateAgentConfig(bare).message()),
+              HasSubstr("server.per_gpu: a server per GPU needs server.command"));
+}
+
 }  // namespace
 }  // namespace gpuha::agent

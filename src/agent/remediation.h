@@ -9,8 +9,14 @@
 // that fails again within `window` of a step goes to the next one; one
 // that stays healthy for `window` starts again at the first.
 //
+// Guard rails: a reset waits until the GPU's own server has stopped (the
+// agent stops a failed GPU's server); the reboot hook waits until the node
+// is fenced, after the agent reported it draining so that the controller
+// moved its work first (make-before-break); a rebind never holds the lock
+// State() takes, so heartbeats go on while sysfs blocks.
+//
 //   Remediator r(options, &runner, clock, node);
-//   for (uint32_t gpu : r.Tick(failed_gpus, pci_of)) agent resets and restarts it;
+//   for (uint32_t gpu : r.Tick({failed, pci, busy, fenced})) it is judged again;
 //
 // Thread-safety: Tick and State lock; Tick belongs to one thread.
 #pragma once
@@ -39,6 +45,10 @@ struct RemediationOptions {
   std::vector<std::string> reboot;  // the node reboot hook; empty: none
   common::Duration timeout = std::chrono::seconds(60);
   common::Duration window = std::chrono::minutes(10);
+  // After a step that worked, failures this soon still carry the verdict
+  // from before it and do not escalate (the agent sets 3 samples, 3 s at
+  // least).
+  common::Duration settle = std::chrono::seconds(3);
   bool enabled() const { return !gpu_reset.empty() || !rebind_driver.empty() || !reboot.empty(); }
 };
 
@@ -49,6 +59,7 @@ const char* RemedyStepName(RemedyStep s);  // "none", "reset", "reboot", "held"
 struct GpuRemedy {
   RemedyStep step = RemedyStep::kNone;  // the step running or done last
   bool running = false;
+  bool waiting = false;         // the step waits for its guard (server stopped, node fenced)
   bool succeeded = false;       // the last step ended well
   std::string result;           // the last step's: "exit 0", "timed out after 60000 ms"
   common::TimePoint done_at{};  // when the last step ended
@@ -61,11 +72,18 @@ class Remediator {
   Remediator(RemediationOptions options, ProcessRunner* runner, common::Clock* clock,
              std::string node);
   ~Remediator();
-  // `failed`: the GPUs whose own verdict is failed now; `pci`: each GPU's
-  // PCI address. Starts, polls and times out steps; returns the GPUs whose
-  // step just succeeded (reset or rebind), to be judged again.
-  std::vector<uint32_t> Tick(const std::set<uint32_t>& failed,
-                             const std::map<uint32_t, std::string>& pci);
+  struct Input {
+    std::set<uint32_t> failed;            // GPUs whose own verdict is failed now
+    std::map<uint32_t, std::string> pci;  // each GPU's PCI address
+    std::set<uint32_t> busy;              // GPUs whose own server still runs
+    bool node_fenced = false;             // the node's work moved and it is fenced
+  };
+  // Starts, polls and times out steps; returns the GPUs whose reset (or
+  // rebind) just worked, to be judged again.
+  std::vector<uint32_t> Tick(const Input& in);
+  // Whether a GPU waits for the node to be drained and fenced before the
+  // reboot hook runs: the agent then reports the node draining.
+  bool RebootWanted() const;
   std::map<uint32_t, GpuRemedy> State() const;
   // Forgets every GPU's steps but a running one's (the node rejoined, after
   // a reboot or a human's repair): held GPUs start over.
@@ -74,7 +92,10 @@ class Remediator {
   void Shutdown();
 
  private:
-  void StartLocked(uint32_t gpu, RemedyStep step, const std::string& pci);
+  // Starts a command step; a rebind is left in `rebinds` for Tick to run
+  // without the lock.
+  void StartLocked(uint32_t gpu, RemedyStep step, const std::string& pci,
+                   std::vector<std::pair<uint32_t, std::string>>* rebinds);
   void FinishLocked(uint32_t gpu, bool ok, const std::string& result);
   RemedyStep NextLocked(const GpuRemedy& r) const;
 

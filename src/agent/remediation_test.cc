@@ -21,6 +21,11 @@ using ::testing::HasSubstr;
 
 const std::map<uint32_t, std::string> kPci = {{0, "0000:3b:00.0"}, {1, "0000:5e:00.0"}};
 
+// `failed` GPUs, no server running, the node fenced (every guard open).
+Remediator::Input In(std::set<uint32_t> failed, bool node_fenced = true) {
+  return {std::move(failed), kPci, {}, node_fenced};
+}
+
 class RemediationTest : public ::testing::Test {
  protected:
   RemediationOptions Options() {
@@ -37,50 +42,49 @@ class RemediationTest : public ::testing::Test {
 
 TEST_F(RemediationTest, ResetThenRebootThenHeldForAHuman) {
   Remediator r(Options(), &runner_, &clock_, "gpu-7");
-  EXPECT_TRUE(r.Tick({}, kPci).empty());
+  EXPECT_TRUE(r.Tick(In({})).empty());
   EXPECT_EQ(runner_.spawns, 0);  // nothing failed, nothing runs
-  EXPECT_TRUE(r.Tick({1}, kPci).empty());
+  EXPECT_TRUE(r.Tick(In({1})).empty());
   EXPECT_EQ(runner_.last_argv, (std::vector<std::string>{"nvidia-smi", "--gpu-reset", "-i", "1"}));
   EXPECT_TRUE(r.State().at(1).running);
   runner_.exit_text = "exit 0";
-  runner_.Crash(runner_.last_pid);                         // the reset ends, exit 0
-  EXPECT_EQ(r.Tick({1}, kPci), std::vector<uint32_t>{1});  // to be judged again
+  runner_.Crash(runner_.last_pid);                       // the reset ends, exit 0
+  EXPECT_EQ(r.Tick(In({1})), std::vector<uint32_t>{1});  // to be judged again
   EXPECT_EQ(r.State().at(1).result, "exit 0");
   // Still failed right after: the verdict from before the reset settles.
   clock_.Advance(seconds(1));
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));
   EXPECT_EQ(runner_.spawns, 1);
   // Failed again well after: the next step, the node's reboot hook.
   clock_.Advance(seconds(5));
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));
   EXPECT_EQ(runner_.spawns, 2);
   EXPECT_EQ(runner_.last_argv, (std::vector<std::string>{"reboot-hook", "gpu-7", "0000:5e:00.0"}));
   EXPECT_EQ(r.State().at(1).step, RemedyStep::kReboot);
   runner_.exit_text = "exit 1";
   runner_.Crash(runner_.last_pid);
-  r.Tick({1}, kPci);  // the hook failed: no more steps
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));  // the hook failed: no more steps
+  r.Tick(In({1}));
   EXPECT_EQ(r.State().at(1).step, RemedyStep::kHeld);
   EXPECT_THAT(r.State().at(1).result,
               HasSubstr("held out for a human after 2 step(s): reset: exit 0; reboot: exit 1"));
   clock_.Advance(seconds(3600));
-  r.Tick({}, kPci);
-  r.Tick({1}, kPci);
-  EXPECT_EQ(runner_.spawns, 2);  // held stays held until the node rejoins
+  r.Tick(In({1}));
+  EXPECT_EQ(runner_.spawns, 2);  // held while it stays failed
   r.Reset();
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));
   EXPECT_EQ(runner_.spawns, 3);  // a new run of steps
 }
 
 TEST_F(RemediationTest, AStepThatHangsIsKilledAtItsTimeoutAndEscalates) {
   Remediator r(Options(), &runner_, &clock_, "gpu-7");
-  r.Tick({0}, kPci);
+  r.Tick(In({0}));
   pid_t reset = runner_.last_pid;
   clock_.Advance(seconds(29));
-  r.Tick({0}, kPci);
+  r.Tick(In({0}));
   EXPECT_TRUE(r.State().at(0).running);
   clock_.Advance(seconds(2));
-  r.Tick({0}, kPci);
+  r.Tick(In({0}));
   EXPECT_FALSE(runner_.alive[reset]);  // SIGKILL
   // At once, in the same tick: the reset failed, the reboot hook runs.
   EXPECT_EQ(r.State().at(0).step, RemedyStep::kReboot);
@@ -90,13 +94,13 @@ TEST_F(RemediationTest, AStepThatHangsIsKilledAtItsTimeoutAndEscalates) {
 
 TEST_F(RemediationTest, AGpuHealthyForAWindowStartsOverAtTheReset) {
   Remediator r(Options(), &runner_, &clock_, "gpu-7");
-  r.Tick({0}, kPci);
+  r.Tick(In({0}));
   runner_.exit_text = "exit 0";
   runner_.Crash(runner_.last_pid);
-  r.Tick({}, kPci);
+  r.Tick(In({}));
   clock_.Advance(seconds(601));
-  r.Tick({}, kPci);
-  r.Tick({0}, kPci);
+  r.Tick(In({}));
+  r.Tick(In({0}));
   EXPECT_EQ(r.State().at(0).step, RemedyStep::kReset);
   EXPECT_EQ(runner_.spawns, 2);
 }
@@ -116,17 +120,55 @@ TEST_F(RemediationTest, APassthroughHostRebindsTheGpusPciFunction) {
   o.rebind_driver = "nvidia";
   o.sysfs_pci = root.string();
   Remediator r(o, &runner_, &clock_, "gpu-7");
-  EXPECT_EQ(r.Tick({0}, kPci), std::vector<uint32_t>{0});
+  EXPECT_EQ(r.Tick(In({0})), std::vector<uint32_t>{0});
   EXPECT_EQ(runner_.spawns, 0);  // in-process: sysfs writes
   EXPECT_EQ(r.State().at(0).result, "rebound 0000:3b:00.0 to nvidia");
   EXPECT_EQ(common::ReadFile((root / "drivers" / "nvidia" / "bind").string()).value_or(""),
             "0000:3b:00.0");
   // GPU 1 is not in the tree: the rebind fails and the reboot hook is next.
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));
   EXPECT_THAT(r.State().at(1).result, HasSubstr("rebind failed: no PCI device 0000:5e:00.0"));
-  r.Tick({1}, kPci);
+  r.Tick(In({1}));
   EXPECT_EQ(r.State().at(1).step, RemedyStep::kReboot);
   EXPECT_EQ(runner_.last_argv[0], "reboot-hook");
+}
+
+// Guard rails: the reset waits for the GPU's server to stop, the reboot
+// hook for the node's fence (after the agent reported it draining).
+TEST_F(RemediationTest, StepsWaitForTheServerToStopAndTheNodeToBeFenced) {
+  Remediator r(Options(), &runner_, &clock_, "gpu-7");
+  Remediator::Input busy = In({0});
+  busy.busy = {0};
+  r.Tick(busy);
+  EXPECT_EQ(runner_.spawns, 0);
+  EXPECT_TRUE(r.State().at(0).waiting);
+  EXPECT_EQ(r.State().at(0).result, "waiting for the GPU's server to stop");
+  r.Tick(In({0}, /*node_fenced=*/false));  // the server stopped: the reset runs
+  EXPECT_EQ(runner_.spawns, 1);
+  runner_.Crash(runner_.last_pid);  // exit 1: the reboot is next
+  r.Tick(In({0}, /*node_fenced=*/false));
+  EXPECT_EQ(runner_.spawns, 1);
+  EXPECT_TRUE(r.RebootWanted());  // the agent reports the node draining
+  EXPECT_EQ(r.State().at(0).result, "waiting for the node's work to move and its fence");
+  r.Tick(In({0}, /*node_fenced=*/true));
+  EXPECT_EQ(runner_.spawns, 2);
+  EXPECT_EQ(runner_.last_argv[0], "reboot-hook");
+  EXPECT_TRUE(r.RebootWanted());  // running
+}
+
+TEST_F(RemediationTest, AHeldGpuHealthyForAWindowStartsOver) {
+  RemediationOptions o = Options();
+  o.reboot.clear();
+  Remediator r(o, &runner_, &clock_, "gpu-7");
+  r.Tick(In({0}));
+  runner_.Crash(runner_.last_pid);  // exit 1
+  r.Tick(In({0}));
+  EXPECT_EQ(r.State().at(0).step, RemedyStep::kHeld);
+  clock_.Advance(seconds(601));  // a human replaced it; healthy since
+  r.Tick(In({}));
+  r.Tick(In({0}));
+  EXPECT_EQ(r.State().at(0).step, RemedyStep::kReset);
+  EXPECT_EQ(runner_.spawns, 2);
 }
 
 }  // namespace

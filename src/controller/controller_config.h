@@ -82,8 +82,9 @@ struct RegistrationPolicy {
   std::string join_token_sha256;  // lower-case hex; empty: no token asked (loopback or mTLS)
   std::string role_label = "gpuha.io/role";  // a label whose value names the role
   // Labels whose value names the node's failure domain, the first present
-  // wins (a rack before a zone).
-  std::vector<std::string> domain_labels = {"rack", "zone"};
+  // wins (e.g. [rack, zone]). Empty (the default): registered nodes have
+  // none, so labels that mean something else change no N+k arithmetic.
+  std::vector<std::string> domain_labels;
   Role default_role = Role::kActive;
   int64_t max_nodes = 10'000;
 };

@@ -206,6 +206,7 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
   ControllerConfig config;
   config.redundancy = 1;
   config.registration.enabled = true;
+  config.registration.domain_labels = {"rack", "zone"};
   config.tenants = {"acme"};
   config.startup_grace = milliseconds(0);
   auto store = std::make_unique<MemoryStore>();

@@ -300,6 +300,9 @@ absl::Status Placement::Remove(const std::string& id) {
 absl::Status Placement::CanRemoveNode(const std::string& id) const {
   std::vector<Node*> units = Resolve(id);
   if (units.empty()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  // Units already out take nothing more away (draining a fenced node).
+  std::erase_if(units, [](const Node* n) { return !n->available; });
+  if (units.empty()) return absl::OkStatus();
   int64_t survivable = SurvivableUnits({units.begin(), units.end()});
   if (admitted_units_ > survivable) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -391,5 +391,16 @@ TEST(PlacementTest, InterleavedDomainsStillStandByInAnotherDomain) {
   }
 }
 
+// Draining a node already out (fenced) takes nothing more away: allowed
+// even when the cluster is past N+k.
+TEST(PlacementTest, ANodeAlreadyOutCanAlwaysBeRemoved) {
+  Placement p(1);
+  for (const char* n : {"a1", "a2", "a3"}) ASSERT_TRUE(p.AddNode({n, Role::kActive, 10}).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  (void)p.FailNode("a1");
+  EXPECT_FALSE(p.CanRemoveNode("a2").ok());  // past N+1 now
+  EXPECT_TRUE(p.CanRemoveNode("a1").ok());
+}
+
 }  // namespace
 }  // namespace gpuha::controller

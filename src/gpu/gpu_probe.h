@@ -23,6 +23,14 @@
 
 namespace gpuha::gpu {
 
+// A MIG instance of a GPU (issue 16): what NVML's MIG device handle says.
+struct SliceInfo {
+  uint32_t index = 0;  // its slot in nvmlDeviceGetMigDeviceHandleByIndex
+  std::string uuid;    // "MIG-...": CUDA_VISIBLE_DEVICES names it so
+  std::string name;    // "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+  uint64_t memory_total_bytes = 0;
+};
+
 struct DeviceInfo {
   uint32_t index = 0;
   std::string uuid;
@@ -31,6 +39,7 @@ struct DeviceInfo {
   uint64_t memory_total_bytes = 0;
   std::optional<uint32_t> minor_number;  // /dev/nvidiaN: dcgm-exporter's `device` label
   std::string driver_version;            // the same on every GPU of a node
+  std::vector<SliceInfo> slices;         // MIG instances, when MIG is on
 };
 
 // Bits of NVML's clocks_event_reasons (nvml.h, nvmlClocksThrottleReasons*);

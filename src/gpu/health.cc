@@ -261,6 +261,9 @@ HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint n
     Step(h, t);
     report.gpu_states[gpu] = h.state;
   }
+  // A GPU whose sample failed this time keeps its verdict: no reading is
+  // no evidence that it healed.
+  for (const auto& [gpu, h] : gpus_) report.gpu_states.emplace(gpu, h.state);
   return report;
 }
 

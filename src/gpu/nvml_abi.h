@@ -137,6 +137,9 @@ typedef struct {
 
 }  // extern "C"
 
+// nvmlDeviceGetMigMode's current mode: MIG instances are enabled.
+constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 1;
+
 // The signatures, one X-macro so the loader and the fake cannot drift apart:
 // X(name, return, (params)).
 #define GPUHA_NVML_FUNCTIONS(X)                                                                    \
@@ -180,4 +183,9 @@ typedef struct {
   X(nvmlDeviceGetPcieThroughput, (nvmlDevice_t device, int counter, unsigned int* kb_per_s)) \
   X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int count, nvmlFieldValue_t* values))    \
   X(nvmlDeviceGetGridLicensableFeatures_v4,                                                  \
-    (nvmlDevice_t device, nvmlGridLicensableFeatures_t * features))
+    (nvmlDevice_t device, nvmlGridLicensableFeatures_t * features))                          \
+  X(nvmlDeviceGetMigMode,                                                                    \
+    (nvmlDevice_t device, unsigned int* current_mode, unsigned int* pending_mode))           \
+  X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))              \
+  X(nvmlDeviceGetMigDeviceHandleByIndex,                                                     \
+    (nvmlDevice_t device, unsigned int index, nvmlDevice_t* mig_device))

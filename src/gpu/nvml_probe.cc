@@ -121,6 +121,33 @@ std::string NvmlProbe::Error(const char* call, nvmlReturn_t rc) const {
   return absl::StrCat(call, " failed: ", text ? text : "unknown error", " (NVML error ", rc, ")");
 }
 
+std::vector<SliceInfo> NvmlProbe::MigSlices(nvmlDevice_t dev) const {
+  std::vector<SliceInfo> out;
+  unsigned int current = 0, pending = 0, max = 0;
+  if (api_.nvmlDeviceGetMigMode == nullptr || api_.nvmlDeviceGetMaxMigDeviceCount == nullptr ||
+      api_.nvmlDeviceGetMigDeviceHandleByIndex == nullptr ||
+      api_.nvmlDeviceGetMigMode(dev, &current, &pending) != NVML_SUCCESS ||
+      current != NVML_DEVICE_MIG_ENABLE ||
+      api_.nvmlDeviceGetMaxMigDeviceCount(dev, &max) != NVML_SUCCESS) {
+    return out;
+  }
+  for (unsigned int i = 0; i < max; ++i) {
+    nvmlDevice_t mig = nullptr;
+    // An empty slot answers NOT_FOUND: instances need not be contiguous.
+    if (api_.nvmlDeviceGetMigDeviceHandleByIndex(dev, i, &mig) != NVML_SUCCESS) continue;
+    SliceInfo s;
+    s.index = i;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    nvmlMemory_t mem = {};
+    if (api_.nvmlDeviceGetName(mig, name, sizeof(name)) == NVML_SUCCESS) s.name = name;
+    if (api_.nvmlDeviceGetUUID(mig, uuid, sizeof(uuid)) == NVML_SUCCESS) s.uuid = uuid;
+    if (api_.nvmlDeviceGetMemoryInfo(mig, &mem) == NVML_SUCCESS) s.memory_total_bytes = mem.total;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
   std::vector<DeviceInfo> out;
   std::string driver;
@@ -150,6 +177,7 @@ absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
       info.minor_number = minor;
     }
     info.driver_version = driver;
+    info.slices = MigSlices(dev);
     out.push_back(std::move(info));
   }
   return out;

@@ -44,6 +44,9 @@ class NvmlProbe : public GpuProbe {
   };
   NvmlProbe(void* handle, std::string lib_path) : handle_(handle), lib_path_(std::move(lib_path)) {}
   std::string Error(const char* call, nvmlReturn_t rc) const;
+  // The GPU's MIG instances when MIG is on (the driver has the entry
+  // points and the GPU's current mode says enabled); empty otherwise.
+  std::vector<SliceInfo> MigSlices(nvmlDevice_t dev) const;
 
   void* handle_;
   std::string lib_path_;

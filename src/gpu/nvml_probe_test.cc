@@ -173,5 +173,28 @@ TEST_F(NvmlProbeTest, DriverNotLoadedAndNoGpuAreClearErrors) {
   EXPECT_THAT(std::string(probe.status().message()), HasSubstr("found no GPU"));
 }
 
+// Issue 16: MIG instances through NVML's MIG entry points, empty slots
+// skipped; a GPU with MIG off, or a driver without the entry points, has none.
+TEST_F(NvmlProbeTest, MigInstancesAreListedPerGpu) {
+  Write("count 2\ngpu0.mig 7\ngpu0.mig3.gone 1\ngpu0.mig1.mem_total 21474836480\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto devices = (*probe)->Devices();
+  ASSERT_TRUE(devices.ok());
+  const std::vector<SliceInfo>& slices = (*devices)[0].slices;
+  ASSERT_EQ(slices.size(), 6u);  // slot 3 is empty
+  EXPECT_EQ(slices[3].index, 4u);
+  EXPECT_EQ(slices[0].name, "NVIDIA A100-SXM4-80GB MIG 1g.10gb");
+  EXPECT_EQ(slices[0].uuid.rfind("MIG-", 0), 0u) << slices[0].uuid;
+  EXPECT_NE(slices[0].uuid, slices[1].uuid);
+  EXPECT_EQ(slices[1].memory_total_bytes, 20ull << 30);
+  EXPECT_EQ(slices[0].memory_total_bytes, 10ull << 30);
+  EXPECT_TRUE((*devices)[1].slices.empty());  // MIG off
+  Write("count 1\ngpu0.mig 7\nomit_optional 1\n");
+  devices = (*probe)->Devices();
+  ASSERT_TRUE(devices.ok());
+  EXPECT_TRUE((*devices)[0].slices.empty());  // the driver answers NOT_SUPPORTED
+}
+
 }  // namespace
 }  // namespace gpuha::gpu

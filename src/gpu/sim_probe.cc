@@ -68,8 +68,24 @@ absl::StatusOr<std::vector<DeviceInfo>> SimProbe::Devices() {
     char uuid[64];
     std::snprintf(uuid, sizeof(uuid), "GPU-5f1a0000-0000-4000-8000-%012llx",
                   static_cast<unsigned long long>(options_.seed * 1000 + i));
-    out.push_back(DeviceInfo{i, uuid, absl::StrCat("NVIDIA ", model_->name), SimPciBusId(i),
-                             static_cast<uint64_t>(model_->memory_gb * (1ull << 30)), i, "sim"});
+    DeviceInfo d{i,
+                 uuid,
+                 absl::StrCat("NVIDIA ", model_->name),
+                 SimPciBusId(i),
+                 static_cast<uint64_t>(model_->memory_gb * (1ull << 30)),
+                 i,
+                 "sim",
+                 {}};
+    for (uint32_t m = 0; m < options_.mig; ++m) {
+      char mig_uuid[64];
+      std::snprintf(mig_uuid, sizeof(mig_uuid), "MIG-5f1a0000-0000-4000-8000-%010llx%02u",
+                    static_cast<unsigned long long>(options_.seed * 1000 + i), m);
+      const uint64_t slice = d.memory_total_bytes / options_.mig;
+      d.slices.push_back(
+          SliceInfo{m, mig_uuid,
+                    absl::StrCat("NVIDIA ", model_->name, " MIG 1g.", slice >> 30, "gb"), slice});
+    }
+    out.push_back(std::move(d));
   }
   return out;
 }

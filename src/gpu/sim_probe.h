@@ -29,6 +29,9 @@ namespace gpuha::gpu {
 struct SimOptions {
   std::string model = "L4";
   uint32_t count = 1;
+  // MIG instances per GPU (0: MIG off), as NVML lists them: equal slices
+  // of the GPU's memory, named like A100's 1g profiles.
+  uint32_t mig = 0;
   double load = 0.5;  // 0..1, drives utilization, power, temperature
   uint64_t seed = 1;  // noise is deterministic per seed
   std::vector<Fault> faults;

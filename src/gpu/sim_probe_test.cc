@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace gpuha::gpu {
 namespace {
 
@@ -140,6 +142,29 @@ TEST(SimProbeTest, WaitWakesForAScriptedXidOnTheRealClock) {
   ASSERT_TRUE(xids.ok());
   ASSERT_EQ(xids->size(), 1u);
   EXPECT_EQ((*xids)[0].xid, 48u);
+}
+
+// Issue 16: the sim backend's MIG layout, seven 1g slices of each GPU.
+TEST(SimProbeTest, MigLayoutSlicesEachGpu) {
+  common::FakeClock clock;
+  SimOptions o;
+  o.count = 8;
+  o.mig = 7;
+  auto probe = SimProbe::Create(o, &clock);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto devices = (*probe)->Devices();
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 8u);
+  std::set<std::string> uuids;
+  for (const DeviceInfo& d : *devices) {
+    ASSERT_EQ(d.slices.size(), 7u);
+    for (const SliceInfo& s : d.slices) {
+      EXPECT_EQ(s.memory_total_bytes, d.memory_total_bytes / 7);
+      EXPECT_EQ(s.name, "NVIDIA L4 MIG 1g.3gb");
+      uuids.insert(s.uuid);
+    }
+  }
+  EXPECT_EQ(uuids.size(), 56u);  // every instance its own
 }
 
 }  // namespace

@@ -15,6 +15,10 @@
 //                           that remaps rows instead)
 //                           vgpu_license (0 or 1: a vGPU guest whose compute
 //                           license is not or is held; no line: bare metal)
+//   gpu0.mig 7              MIG on, with instances in slots 0..6 (each a
+//                           device of its own: name, uuid and mem_total
+//                           lines as gpu0.mig3.name; gpu0.mig3.gone 1 empties
+//                           slot 3)
 //   driver_version 550.54   nvmlSystemGetDriverVersion
 //   omit_optional 1         the optional entry points answer NOT_SUPPORTED
 //   gpu0.lost 1             every call on gpu0 returns NVML_ERROR_GPU_IS_LOST
@@ -42,9 +46,12 @@ namespace {
 
 struct FakeDevice {
   int index;
+  int mig = -1;  // a MIG instance's slot, -1 for a whole GPU
 };
 FakeDevice g_devices[16] = {{0}, {1}, {2},  {3},  {4},  {5},  {6},  {7},
                             {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
+constexpr int kMaxMig = 7;
+FakeDevice g_migs[16][kMaxMig];
 int g_event_set_token = 0;
 [[maybe_unused]] std::mutex g_mu;
 [[maybe_unused]] long g_delivered_xid_seq = 0;
@@ -74,8 +81,12 @@ long Num(const std::map<std::string, std::string>& kv, const std::string& key, l
 int IndexOf(nvmlDevice_t d) { return reinterpret_cast<FakeDevice*>(d)->index; }
 
 std::string Key(nvmlDevice_t d, const char* field) {
-  return "gpu" + std::to_string(IndexOf(d)) + "." + field;
+  const FakeDevice* f = reinterpret_cast<FakeDevice*>(d);
+  return "gpu" + std::to_string(f->index) + "." +
+         (f->mig < 0 ? "" : "mig" + std::to_string(f->mig) + ".") + field;
 }
+
+bool IsMig(nvmlDevice_t d) { return reinterpret_cast<FakeDevice*>(d)->mig >= 0; }
 
 bool Lost(const std::map<std::string, std::string>& kv, nvmlDevice_t d) {
   return Num(kv, Key(d, "lost"), 0) != 0;
@@ -139,17 +150,22 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "name"));
-  return CopyString(it == kv.end() ? "NVIDIA L4" : it->second, name, len);
+  const char* fallback = IsMig(d) ? "NVIDIA A100-SXM4-80GB MIG 1g.10gb" : "NVIDIA L4";
+  return CopyString(it == kv.end() ? fallback : it->second, name, len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid,
                                                                       unsigned int len) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "uuid"));
-  return CopyString(it == kv.end()
-                        ? "GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(IndexOf(d))
-                        : it->second,
-                    uuid, len);
+  if (it != kv.end()) return CopyString(it->second, uuid, len);
+  if (IsMig(d)) {
+    return CopyString("MIG-fa4e0000-0000-0000-0000-0000000000" + std::to_string(IndexOf(d)) +
+                          std::to_string(reinterpret_cast<FakeDevice*>(d)->mig),
+                      uuid, len);
+  }
+  return CopyString("GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(IndexOf(d)), uuid,
+                    len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d,
                                                                             nvmlPciInfo_t* pci) {
@@ -165,7 +181,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml
                                                                             nvmlMemory_t* m) {
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
-  m->total = static_cast<unsigned long long>(Num(kv, Key(d, "mem_total"), 24L << 30));
+  m->total = static_cast<unsigned long long>(
+      Num(kv, Key(d, "mem_total"), IsMig(d) ? 10L << 30 : 24L << 30));
   m->used = static_cast<unsigned long long>(Num(kv, Key(d, "mem_used"), 1L << 30));
   m->free = m->total - m->used;
   return NVML_SUCCESS;
@@ -381,6 +398,38 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
 }
 #endif
 __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t) {
+  return NVML_SUCCESS;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d,
+                                                                         unsigned int* current,
+                                                                         unsigned int* pending) {
+  auto kv = State();
+  if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED;
+  FAKE_LOST_CHECK(kv, d);
+  *current = *pending = Num(kv, Key(d, "mig"), 0) > 0 ? 1 : 0;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(
+    nvmlDevice_t d, unsigned int* count) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  *count = kMaxMig;
+  return NVML_SUCCESS;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(
+    nvmlDevice_t d, unsigned int index, nvmlDevice_t* mig) {
+  auto kv = State();
+  FAKE_LOST_CHECK(kv, d);
+  const int gpu = IndexOf(d);
+  if (static_cast<long>(index) >= Num(kv, Key(d, "mig"), 0) || index >= kMaxMig) {
+    return NVML_ERROR_NOT_FOUND;
+  }
+  g_migs[gpu][index] = FakeDevice{gpu, static_cast<int>(index)};
+  if (Num(kv, Key(reinterpret_cast<nvmlDevice_t>(&g_migs[gpu][index]), "gone"), 0) != 0) {
+    return NVML_ERROR_NOT_FOUND;
+  }
+  *mig = reinterpret_cast<nvmlDevice_t>(&g_migs[gpu][index]);
   return NVML_SUCCESS;
 }
 
