@@ -405,7 +405,11 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   }
   v1::NodeHealth before = n->health;
   n->health = hb.health();
-  for (const v1::GpuHealth& g : hb.gpu_health()) n->gpu_states[g.index()].last = g;
+  for (const v1::GpuHealth& g : hb.gpu_health()) {
+    NodeState::GpuState& st = n->gpu_states[g.index()];
+    st.reported = true;
+    st.last = g;
+  }
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
   if (in_service) detector_.Heartbeat(node);
@@ -857,6 +861,7 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
 
 void Controller::JoinLocked(NodeState& n) {
   const std::string id = n.cfg.spec.id;
+  n.gpu_join_wait_since.reset();
   n.quarantine_held = false;
   const bool rejoin = n.lifecycle == NodeLifecycle::kRejoining;
   if (absl::Status s = placement_.RestoreNode(id, /*as_passive=*/rejoin); !s.ok()) return;

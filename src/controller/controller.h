@@ -223,12 +223,16 @@ class Controller {
     common::Duration refence_gap{};
     // With servers per GPU: each GPU's last word from its agent.
     struct GpuState {
+      bool reported = false;  // its agent has said anything of it
       v1::GpuHealth last;
       std::optional<common::TimePoint> healthy_since;  // out, and healthy since then
       bool quarantine_held = false;
     };
     std::map<uint32_t, GpuState> gpu_states;
+    // A joining node waits at most kGpuJoinWait for its GPUs' servers.
+    std::optional<common::TimePoint> gpu_join_wait_since;
   };
+  static constexpr common::Duration kGpuJoinWait = std::chrono::seconds(10);
   static constexpr common::Duration kRefenceFirst = std::chrono::milliseconds(100);
   static constexpr common::Duration kRefenceMax = std::chrono::seconds(5);
 
@@ -335,7 +339,9 @@ class Controller {
   bool GpuQuarantineAllowsLocked() const;
   // A joining node with servers per GPU waits until each GPU's server is
   // ready or its GPU is down (then it joins without that GPU).
-  bool GpuServersUpLocked(const NodeState& n) const;
+  // Past kGpuJoinWait it joins anyway, and its GPUs that are not up go out
+  // one by one.
+  bool GpuServersUpLocked(NodeState& n);
   // The nodes of the passive units a failover promoted, persisted.
   void PersistPromotedLocked(const FailoverPlan& plan, std::vector<StoreWrite>* batch) const;
   // Unavailable once StopActing ran: a change this process may no longer make.

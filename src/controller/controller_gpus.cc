@@ -16,7 +16,8 @@ bool Down(const v1::GpuHealth& g) {
   return g.health() == v1::NODE_HEALTH_FAILED || g.health() == v1::NODE_HEALTH_DRAINING;
 }
 
-std::string GpuWhy(const v1::GpuHealth& g) {
+std::string GpuWhy(bool reported, const v1::GpuHealth& g) {
+  if (!reported) return "its agent reports nothing of this GPU (not listed by its driver?)";
   if (g.reasons_size() > 0) {
     return absl::StrCat(g.reasons(0).code(), ": ", g.reasons(0).detail());
   }
@@ -26,7 +27,12 @@ std::string GpuWhy(const v1::GpuHealth& g) {
 
 }  // namespace
 
-bool Controller::GpuServersUpLocked(const NodeState& n) const {
+bool Controller::GpuServersUpLocked(NodeState& n) {
+  // A GPU whose server never comes up (a crash loop, a GPU the agent does
+  // not list) holds the node back only so long: it then joins without it.
+  const common::TimePoint now = clock_->Now();
+  if (!n.gpu_join_wait_since) n.gpu_join_wait_since = now;
+  if (now - *n.gpu_join_wait_since >= kGpuJoinWait) return true;
   for (const GpuServerConfig& g : n.cfg.gpu_servers) {
     auto it = n.gpu_states.find(g.index);
     if (it == n.gpu_states.end()) return false;  // its agent has not said yet
@@ -40,10 +46,9 @@ void Controller::GpuVerdictsLocked(NodeState& n) {
   if (clock_->Now() < grace_until_) return;
   const std::string& id = n.cfg.spec.id;
   for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-    auto it = n.gpu_states.find(g.index);
-    if (it == n.gpu_states.end()) continue;
-    NodeState::GpuState& st = it->second;
-    const bool bad = Down(st.last) || !st.last.server_ready();
+    // A GPU its agent says nothing of (it did not list it) serves nothing.
+    NodeState::GpuState& st = n.gpu_states[g.index];
+    const bool bad = !st.reported || Down(st.last) || !st.last.server_ready();
     const bool in = placement_.Available(GpuUnitId(id, g.index));
     if (bad) {
       st.healthy_since.reset();
@@ -56,14 +61,14 @@ void Controller::GpuVerdictsLocked(NodeState& n) {
           counters_.quarantines_held++;
           EventLocked(
               "quarantine_held", id,
-              absl::StrCat("gpu", g.index, " not taken out (", GpuWhy(st.last), "): more than ",
-                           static_cast<int>(config_.quarantine_max_share * 100),
+              absl::StrCat("gpu", g.index, " not taken out (", GpuWhy(st.reported, st.last),
+                           "): more than ", static_cast<int>(config_.quarantine_max_share * 100),
                            "% of the GPUs would be out (fence.quarantine_max_share)"));
         }
         continue;
       }
       st.quarantine_held = false;
-      TakeOutGpuLocked(n, g.index, GpuWhy(st.last));
+      TakeOutGpuLocked(n, g.index, GpuWhy(st.reported, st.last));
       continue;
     }
     st.quarantine_held = false;

@@ -254,5 +254,37 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("label rack='r 7' must be"));
 }
 
+// A GPU whose server never comes up, or that its agent does not list,
+// holds its node back for kGpuJoinWait only; it then stays out alone.
+TEST_F(GpuUnitsTest, AGpuThatNeverComesUpHoldsTheJoinBackOnlySoLong) {
+  ControllerConfig config = FourGpuNodes();
+  c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  Connect("a1");
+  auto beat = [&] {  // GPU 1's server crash-loops; GPU 3 is not listed at all
+    v1::Heartbeat hb;
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_ready(true);
+    for (uint32_t g : {0u, 1u, 2u}) {
+      v1::GpuHealth* h = hb.add_gpu_health();
+      h->set_index(g);
+      h->set_health(v1::NODE_HEALTH_HEALTHY);
+      h->set_server_ready(g != 1);
+    }
+    c_->AgentHeartbeat("a1", hb);
+  };
+  beat();
+  clock_.Advance(std::chrono::seconds(9));
+  beat();
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "pending");
+  clock_.Advance(std::chrono::seconds(2));
+  beat();
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_TRUE(Unit("a1", 0)["in_service"]);
+  EXPECT_FALSE(Unit("a1", 1)["in_service"]);
+  EXPECT_FALSE(Unit("a1", 3)["in_service"]);
+}
+
 }  // namespace
 }  // namespace gpuha::controller
