@@ -4,19 +4,32 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/grpc_client.h"
 #include "common/log.h"
 #include "common/reconnect.h"
-#include "gpu/pci_rebind.h"
 
 namespace gpuha::agent {
 namespace {
 
 using std::chrono::milliseconds;
+
+JobOptions JobsWithDefaults(const AgentConfig& c) {
+  JobOptions o = c.jobs;
+  if (o.progress_dir.empty()) o.progress_dir = "/tmp/gpuha-jobs-" + c.node;
+  return o;
+}
+
+constexpr const char* kVersion = "0.1.0";
+
+// What a tag on the heartbeat stream's completion queue stands for.
+enum class StreamOp : intptr_t { kStart = 1, kRead, kWrite, kWake, kFinish };
+void* Tag(StreamOp op) { return reinterpret_cast<void*>(static_cast<intptr_t>(op)); }
+StreamOp OpOf(void* tag) { return static_cast<StreamOp>(reinterpret_cast<intptr_t>(tag)); }
+
+}  // namespace
 
 v1::NodeHealth ToProto(gpu::HealthState s) {
   switch (s) {
@@ -32,34 +45,11 @@ v1::NodeHealth ToProto(gpu::HealthState s) {
   return v1::NODE_HEALTH_UNSPECIFIED;
 }
 
-JobOptions JobsWithDefaults(const AgentConfig& c) {
-  JobOptions o = c.jobs;
-  if (o.progress_dir.empty()) o.progress_dir = "/tmp/gpuha-jobs-" + c.node;
-  return o;
+void AddReason(const gpu::HealthReason& r, v1::HealthReason* out) {
+  out->set_code(r.code);
+  out->set_detail(r.detail);
+  out->set_severity(ToProto(r.state));
 }
-
-// The node's own server: none with servers per GPU (each GPU's runs under
-// its own supervisor), else the configured one.
-SupervisorOptions NodeServer(const AgentConfig& c) {
-  return c.per_gpu.port_base == 0 ? c.server : SupervisorOptions{};
-}
-
-// A step that worked settles for three samples (3 s at least) before a
-// failure still on the GPU's verdict escalates.
-RemediationOptions RemediationWithSettle(const AgentConfig& c) {
-  RemediationOptions o = c.remediation;
-  o.settle = std::max<common::Duration>(std::chrono::seconds(3), 3 * milliseconds(c.sample_ms));
-  return o;
-}
-
-constexpr const char* kVersion = "0.1.0";
-
-// What a tag on the heartbeat stream's completion queue stands for.
-enum class StreamOp : intptr_t { kStart = 1, kRead, kWrite, kWake, kFinish };
-void* Tag(StreamOp op) { return reinterpret_cast<void*>(static_cast<intptr_t>(op)); }
-StreamOp OpOf(void* tag) { return static_cast<StreamOp>(reinterpret_cast<intptr_t>(tag)); }
-
-}  // namespace
 
 Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
              common::Clock* clock)
@@ -75,19 +65,6 @@ Agent::Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRu
       evaluator_(config_.thresholds) {}
 
 Agent::~Agent() { Stop(); }
-
-std::vector<Supervisor*> Agent::Servers() {
-  std::vector<Supervisor*> out = {&supervisor_};
-  for (GpuServer& g : gpu_servers_) out.push_back(g.supervisor.get());
-  return out;
-}
-
-bool Agent::ServersSupervised() {
-  for (Supervisor* s : Servers()) {
-    if (s->state().supervised) return true;
-  }
-  return false;
-}
 
 absl::Status Agent::Start() {
   auto devices = probe_->Devices();
@@ -289,44 +266,6 @@ void Agent::EventLoop() {
   }
 }
 
-void Agent::RemediateGpus() {
-  Remediator::Input in;
-  in.node_fenced = fenced_.load();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [gpu, state] : health_.gpu_states) {
-      if (state == gpu::HealthState::kFailed) in.failed.insert(gpu);
-    }
-  }
-  for (const gpu::DeviceInfo& d : devices_) {
-    if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) in.pci[d.index] = a;
-  }
-  // A failed GPU's own server stops before its reset (the controller has
-  // taken the GPU out), and starts again once the GPU is no longer failed.
-  // Without servers per GPU, the node's server holds every GPU: the reset
-  // waits for the node's fence, which stops it.
-  const ServerState node_server = supervisor_.state();
-  for (const gpu::DeviceInfo& d : devices_) {
-    if (node_server.supervised && node_server.running) in.busy.insert(d.index);
-  }
-  for (GpuServer& g : gpu_servers_) {
-    const bool failed = in.failed.count(g.index) != 0;
-    if (failed && !g.stopped_for_remedy) {
-      g.supervisor->Fence();
-      g.stopped_for_remedy = true;
-    } else if (!failed && g.stopped_for_remedy) {
-      if (!fenced_) g.supervisor->Unfence();
-      g.stopped_for_remedy = false;
-    }
-    const ServerState st = g.supervisor->state();
-    if (st.supervised && st.running) in.busy.insert(g.index);
-  }
-  for (uint32_t gpu : remediator_.Tick(in)) {
-    std::lock_guard<std::mutex> sample_lock(sample_mu_);
-    evaluator_.ResetGpu(gpu);
-  }
-}
-
 void Agent::SupervisorLoop() {
   while (!stopping_) {
     for (Supervisor* s : Servers()) s->Tick();
@@ -385,67 +324,12 @@ v1::AgentMessage Agent::BuildHeartbeat() {
   ss->set_pid(server.pid);
   ss->set_restarts(server.restarts);
   ss->set_last_exit(server.last_exit);
-  // Servers per GPU: the node serves while any of them does; each GPU's
-  // own readiness rides in gpu_health.
-  std::map<uint32_t, bool> gpu_ready;
-  if (!gpu_servers_.empty()) {
-    bool running = false, ready = false;
-    for (const GpuServer& g : gpu_servers_) {
-      ServerState st = g.supervisor->state();
-      running = running || st.running || !st.supervised;
-      ready = ready || st.ready;
-      gpu_ready[g.index] = st.ready;
-    }
-    ss->set_running(running);
-    ss->set_ready(ready);
-  }
   for (v1::JobStatus& j : jobs_.Status()) *hb->add_jobs() = std::move(j);
   std::lock_guard<std::mutex> lock(mu_);
-  const bool per_gpu = !gpu_servers_.empty();
-  hb->set_health(ToProto(per_gpu ? health_.node_state : health_.state));
+  hb->set_health(ToProto(health_.state));
   hb->set_health_changed_unix_nanos(health_changed_unix_nanos_);
-  auto add_reason = [](const gpu::HealthReason& r, v1::HealthReason* pr) {
-    pr->set_code(r.code);
-    pr->set_detail(r.detail);
-    pr->set_severity(ToProto(r.state));
-  };
-  for (const gpu::HealthReason& r : health_.reasons) {
-    if (!per_gpu || r.gpu < 0) add_reason(r, hb->add_reasons());
-  }
-  // A GPU whose remediation reached the reboot hook: the node drains first,
-  // so the controller moves its work before the reboot (make-before-break).
-  const bool reboot_wanted = remediator_.RebootWanted();
-  if (reboot_wanted && hb->health() < v1::NODE_HEALTH_DRAINING) {
-    hb->set_health(v1::NODE_HEALTH_DRAINING);
-  }
-  // Remediation under way or spent: the operator sees the step and its log.
-  std::map<uint32_t, v1::HealthReason> remedies;
-  for (const auto& [gpu, r] : remediator_.State()) {
-    if (r.step == RemedyStep::kNone) continue;
-    v1::HealthReason& pr = remedies[gpu];
-    pr.set_code(absl::StrCat("gpu", gpu, ".remediation"));
-    pr.set_detail(absl::StrCat(RemedyStepName(r.step), r.running ? " running" : "",
-                               r.result.empty() ? "" : ": " + r.result));
-    pr.set_severity(r.step == RemedyStep::kHeld ? v1::NODE_HEALTH_FAILED
-                                                : v1::NODE_HEALTH_DEGRADED);
-    if (!per_gpu || (reboot_wanted && r.step == RemedyStep::kReboot)) {
-      *hb->add_reasons() = pr;
-      if (r.step == RemedyStep::kReboot)
-        hb->mutable_reasons()->rbegin()->set_severity(v1::NODE_HEALTH_DRAINING);
-    }
-  }
-  for (const auto& [index, ready] : gpu_ready) {
-    v1::GpuHealth* g = hb->add_gpu_health();
-    g->set_index(index);
-    auto st = health_.gpu_states.find(index);
-    g->set_health(
-        ToProto(st == health_.gpu_states.end() ? gpu::HealthState::kHealthy : st->second));
-    g->set_server_ready(ready);
-    for (const gpu::HealthReason& r : health_.reasons) {
-      if (r.gpu == static_cast<int>(index)) add_reason(r, g->add_reasons());
-    }
-    if (auto it = remedies.find(index); it != remedies.end()) *g->add_reasons() = it->second;
-  }
+  for (const gpu::HealthReason& r : health_.reasons) AddReason(r, hb->add_reasons());
+  if (!gpu_servers_.empty() || config_.remediation.enabled()) AddGpuHealthLocked(hb);
   // Telemetry rides only on the first heartbeat after a new sample; the
   // heartbeats in between stay small (seq, health, epoch, server state).
   static const std::vector<gpu::GpuSample> kNoGpus;

@@ -71,6 +71,16 @@ struct AgentCounters {
 #undef GPUHA_FIELD
 };
 
+// Shared by agent.cc and agent_gpus.cc.
+v1::NodeHealth ToProto(gpu::HealthState s);
+void AddReason(const gpu::HealthReason& r, v1::HealthReason* out);
+// The node's own server: none with servers per GPU (each GPU's runs under
+// its own supervisor), else the configured one.
+SupervisorOptions NodeServer(const AgentConfig& c);
+// Remediation settles for three samples (3 s at least) after a step that
+// worked before a failure still on the GPU's verdict escalates.
+RemediationOptions RemediationWithSettle(const AgentConfig& c);
+
 class Agent {
  public:
   Agent(AgentConfig config, std::unique_ptr<gpu::GpuProbe> probe, ProcessRunner* runner,
@@ -145,6 +155,9 @@ class Agent {
   // Runs the remediation steps of the GPUs whose own verdict is failed; a
   // GPU whose step worked is judged again from scratch.
   void RemediateGpus();
+  // With servers per GPU: the node's verdict from node-level reasons, each
+  // GPU's in gpu_health; remediation steps as reasons. Under mu_.
+  void AddGpuHealthLocked(v1::Heartbeat* hb);
   std::unique_ptr<common::HttpServer> http_;
   AgentCounters counters_;
 

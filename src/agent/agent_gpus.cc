@@ -1,0 +1,127 @@
+// The agent's GPUs one by one (issue 16): a server per GPU, each GPU's
+// verdict in the heartbeat, and the remediation steps of a failed GPU.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "agent/agent.h"
+#include "gpu/pci_rebind.h"
+
+namespace gpuha::agent {
+
+SupervisorOptions NodeServer(const AgentConfig& c) {
+  return c.per_gpu.port_base == 0 ? c.server : SupervisorOptions{};
+}
+
+RemediationOptions RemediationWithSettle(const AgentConfig& c) {
+  RemediationOptions o = c.remediation;
+  o.settle = std::max<common::Duration>(std::chrono::seconds(3),
+                                        3 * std::chrono::milliseconds(c.sample_ms));
+  return o;
+}
+
+std::vector<Supervisor*> Agent::Servers() {
+  std::vector<Supervisor*> out = {&supervisor_};
+  for (GpuServer& g : gpu_servers_) out.push_back(g.supervisor.get());
+  return out;
+}
+
+bool Agent::ServersSupervised() {
+  for (Supervisor* s : Servers()) {
+    if (s->state().supervised) return true;
+  }
+  return false;
+}
+
+void Agent::RemediateGpus() {
+  Remediator::Input in;
+  in.node_fenced = fenced_.load();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [gpu, state] : health_.gpu_states) {
+      if (state == gpu::HealthState::kFailed) in.failed.insert(gpu);
+    }
+  }
+  for (const gpu::DeviceInfo& d : devices_) {
+    if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) in.pci[d.index] = a;
+  }
+  // A failed GPU's own server stops before its reset (the controller has
+  // taken the GPU out), and starts again once the GPU is no longer failed.
+  // Without servers per GPU, the node's server holds every GPU: the reset
+  // waits for the node's fence, which stops it.
+  const ServerState node_server = supervisor_.state();
+  for (const gpu::DeviceInfo& d : devices_) {
+    if (node_server.supervised && node_server.running) in.busy.insert(d.index);
+  }
+  for (GpuServer& g : gpu_servers_) {
+    const bool failed = in.failed.count(g.index) != 0;
+    if (failed && !g.stopped_for_remedy) {
+      g.supervisor->Fence();
+      g.stopped_for_remedy = true;
+    } else if (!failed && g.stopped_for_remedy) {
+      if (!fenced_) g.supervisor->Unfence();
+      g.stopped_for_remedy = false;
+    }
+    const ServerState st = g.supervisor->state();
+    if (st.supervised && st.running) in.busy.insert(g.index);
+  }
+  for (uint32_t gpu : remediator_.Tick(in)) {
+    std::lock_guard<std::mutex> sample_lock(sample_mu_);
+    evaluator_.ResetGpu(gpu);
+  }
+}
+
+void Agent::AddGpuHealthLocked(v1::Heartbeat* hb) {
+  const bool per_gpu = !gpu_servers_.empty();
+  if (per_gpu) {
+    // The node's verdict from node-level reasons only; each GPU's rides in
+    // gpu_health. The node serves while any GPU's server does.
+    hb->set_health(ToProto(health_.node_state));
+    hb->clear_reasons();
+    for (const gpu::HealthReason& r : health_.reasons) {
+      if (r.gpu < 0) AddReason(r, hb->add_reasons());
+    }
+    bool running = false, ready = false;
+    for (const GpuServer& g : gpu_servers_) {
+      const ServerState st = g.supervisor->state();
+      running = running || st.running || !st.supervised;
+      ready = ready || st.ready;
+    }
+    hb->mutable_server()->set_running(running);
+    hb->mutable_server()->set_ready(ready);
+  }
+  // A GPU whose remediation reached the reboot hook: the node drains first,
+  // so the controller moves its work before the reboot (make-before-break).
+  const bool reboot_wanted = remediator_.RebootWanted();
+  if (reboot_wanted && hb->health() < v1::NODE_HEALTH_DRAINING) {
+    hb->set_health(v1::NODE_HEALTH_DRAINING);
+  }
+  // Remediation under way or spent: the operator sees the step and its log.
+  std::map<uint32_t, v1::HealthReason> remedies;
+  for (const auto& [gpu, r] : remediator_.State()) {
+    if (r.step == RemedyStep::kNone) continue;
+    v1::HealthReason& pr = remedies[gpu];
+    pr.set_code(absl::StrCat("gpu", gpu, ".remediation"));
+    pr.set_detail(absl::StrCat(RemedyStepName(r.step), r.running ? " running" : "",
+                               r.result.empty() ? "" : ": " + r.result));
+    pr.set_severity(r.step == RemedyStep::kHeld     ? v1::NODE_HEALTH_FAILED
+                    : r.step == RemedyStep::kReboot ? v1::NODE_HEALTH_DRAINING
+                                                    : v1::NODE_HEALTH_DEGRADED);
+    // The node's own reasons name it without servers per GPU, and a reboot always.
+    if (!per_gpu || r.step == RemedyStep::kReboot) *hb->add_reasons() = pr;
+  }
+  for (const GpuServer& g : gpu_servers_) {
+    v1::GpuHealth* gh = hb->add_gpu_health();
+    gh->set_index(g.index);
+    auto st = health_.gpu_states.find(g.index);
+    gh->set_health(
+        ToProto(st == health_.gpu_states.end() ? gpu::HealthState::kHealthy : st->second));
+    gh->set_server_ready(g.supervisor->state().ready);
+    for (const gpu::HealthReason& r : health_.reasons) {
+      if (r.gpu == static_cast<int>(g.index)) AddReason(r, gh->add_reasons());
+    }
+    if (auto it = remedies.find(g.index); it != remedies.end()) *gh->add_reasons() = it->second;
+  }
+}
+
+}  // namespace gpuha::agent
