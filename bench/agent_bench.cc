@@ -4,7 +4,9 @@
 //      heartbeats every 50 ms, over a fixed window (/proc/<pid>/stat).
 //   2. Time from an XID injected into the running agent to the heartbeat that
 //      carries it arriving at the controller, over many injections.
-// Usage: agent_bench GPUHA_BINARY [seconds] [injections]
+//   With MIG > 0, each GPU is MIG MIG instances, each with its own server
+//   (an in-process readiness server here) that the agent probes.
+// Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG]
 // AGENT_BENCH_LOG=1 also prints the agent's log (reconnects, warnings).
 #include <signal.h>
 #include <unistd.h>
@@ -53,16 +55,71 @@ int main(int argc, char** argv) {
   std::string gpuha = argv[1];
   int seconds = argc > 2 ? std::atoi(argv[2]) : 20;
   int injections = argc > 3 ? std::atoi(argv[3]) : 100;
+  int mig = argc > 4 ? std::atoi(argv[4]) : 0;
 
   FakeController controller;
-  ChildProcess agent({gpuha, "agent", "--node", "bench", "--controller",
-                      "127.0.0.1:" + std::to_string(controller.port()), "--gpu", "sim",
-                      "--sim-gpus", "8", "--sample-ms", "100", "--heartbeat-ms", "50", "--listen",
-                      "127.0.0.1:0"});
+  std::vector<std::string> args = {gpuha,
+                                   "agent",
+                                   "--node",
+                                   "bench",
+                                   "--controller",
+                                   "127.0.0.1:" + std::to_string(controller.port()),
+                                   "--gpu",
+                                   "sim",
+                                   "--sim-gpus",
+                                   "8",
+                                   "--sample-ms",
+                                   "100",
+                                   "--heartbeat-ms",
+                                   "50",
+                                   "--listen",
+                                   "127.0.0.1:0"};
+  // A readiness server per MIG instance, on consecutive ports.
+  std::vector<std::unique_ptr<gpuha::common::HttpServer>> servers;
+  if (mig > 0) {
+    const int want = 8 * mig;
+    int base = 0;
+    for (int attempt = 0; attempt < 50 && static_cast<int>(servers.size()) < want; ++attempt) {
+      servers.clear();
+      base = 20000 + static_cast<int>((::getpid() * 7 + attempt * 257) % 30000);
+      for (int i = 0; i < want; ++i) {
+        auto srv = gpuha::common::HttpServer::Start(
+            {.address = "127.0.0.1", .port = static_cast<uint16_t>(base + i)},
+            [](const gpuha::common::HttpRequest&) {
+              return gpuha::common::HttpResponse{200, "text/plain", "", {}};
+            });
+        if (!srv.ok()) break;
+        servers.push_back(std::move(*srv));
+      }
+    }
+    if (static_cast<int>(servers.size()) < want) {
+      std::fprintf(stderr, "no %d free consecutive ports\n", want);
+      return 1;
+    }
+    args.insert(args.end(), {"--sim-mig", std::to_string(mig), "--gpu-port-base",
+                             std::to_string(base), "--ready-url",
+                             "http://127.0.0.1:{port}/v2/health/ready", "--fence-mode", "unready"});
+  }
+  ChildProcess agent(args);
   auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
   if (!port || !controller.WaitForHello(milliseconds(10000))) {
     std::fprintf(stderr, "agent did not start: %s\n", agent.err().c_str());
     return 1;
+  }
+  if (mig > 0) {  // every instance's server probed and ready before the window
+    auto all_ready = controller.WaitForHeartbeat(
+        [&](const gpuha::v1::Heartbeat& h) {
+          if (h.gpu_health_size() != 8 * mig) return false;
+          for (const auto& g : h.gpu_health()) {
+            if (!g.server_ready() || !g.has_slice()) return false;
+          }
+          return true;
+        },
+        milliseconds(10000));
+    if (!all_ready) {
+      std::fprintf(stderr, "the agent did not report %d ready MIG servers\n", 8 * mig);
+      return 1;
+    }
   }
   std::this_thread::sleep_for(milliseconds(1000));  // past start-up
 
@@ -102,8 +159,9 @@ int main(int argc, char** argv) {
 
   std::printf("| measure | value | target | ratio to target |\n|---|---|---|---|\n");
   std::printf(
-      "| agent CPU, 8 sim GPUs @10 Hz + heartbeats @20 Hz, %.0f s | %.3f%% of one core | 1%% | "
+      "| agent CPU, 8 sim GPUs%s @10 Hz + heartbeats @20 Hz, %.0f s | %.3f%% of one core | 1%% | "
       "%.2f |\n",
+      mig > 0 ? (" x " + std::to_string(mig) + " MIG, a server probed per instance").c_str() : "",
       wall, core_pct, core_pct / 1.0);
   std::printf("| heartbeats received per second | %.1f | 20 | %.2f |\n", double(beats) / wall,
               double(beats) / wall / 20.0);

@@ -70,13 +70,10 @@ absl::Status Agent::Start() {
   auto devices = probe_->Devices();
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
-  if (config_.per_gpu.port_base > 0) {
-    for (const gpu::DeviceInfo& d : devices_) {
-      SupervisorOptions o = GpuServerOptions(config_, d.index);
-      gpu_servers_.push_back(
-          {d.index,
-           std::make_unique<Supervisor>(o, runner_, clock_, ServerProbe(o, config_.node, clock_))});
-    }
+  for (const ServerSlot& slot : ServerSlots(config_, devices_)) {
+    SupervisorOptions o = GpuServerOptions(config_, slot);
+    gpu_servers_.push_back({slot, std::make_unique<Supervisor>(
+                                      o, runner_, clock_, ServerProbe(o, config_.node, clock_))});
   }
   if (absl::Status s = OpenDriverWatch(); !s.ok()) return s;
   auto http =
@@ -227,9 +224,10 @@ void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
       spdlog::warn("agent {}: health {} -> {} ({})", config_.node,
                    gpu::HealthStateName(health_.state), gpu::HealthStateName(report.state), why);
     }
-    // A node with servers per GPU reports each GPU's state and the node's.
-    const bool split_changed =
-        report.node_state != health_.node_state || report.gpu_states != health_.gpu_states;
+    // A node with servers per GPU reports each GPU's (and slice's) state and the node's.
+    const bool split_changed = report.node_state != health_.node_state ||
+                               report.gpu_states != health_.gpu_states ||
+                               report.slice_states != health_.slice_states;
     wake = report.changed || split_changed || !xids.empty();
     urgent_ = urgent_ || wake;
     health_ = std::move(report);
@@ -293,9 +291,11 @@ v1::AgentMessage Agent::BuildHello() const {
     out->set_join_token(r.join_token);
     for (const GpuServer& g : gpu_servers_) {
       v1::GpuServer* gs = out->add_gpu_servers();
-      gs->set_index(g.index);
-      gs->set_address(GpuServerAddress(config_, g.index));
-      gs->set_capacity(config_.per_gpu.capacity > 0 ? config_.per_gpu.capacity : r.capacity);
+      gs->set_index(g.slot.gpu);
+      if (g.slot.slice) gs->set_slice(*g.slot.slice);
+      gs->set_profile(g.slot.profile);
+      gs->set_address(GpuServerAddress(config_, g.slot));
+      gs->set_capacity(g.slot.capacity);
     }
   }
   for (v1::JobStatus& j : jobs_.Status()) *h->add_jobs() = std::move(j);

@@ -145,11 +145,11 @@ class Agent {
   common::Clock* const clock_;
   Supervisor supervisor_;
   struct GpuServer {
-    uint32_t index = 0;
+    ServerSlot slot;  // its GPU, or its GPU's MIG instance
     std::unique_ptr<Supervisor> supervisor;
     bool stopped_for_remedy = false;  // supervisor thread only: fenced while its GPU is failed
   };
-  std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, by GPU index
+  std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, in port order
   JobSupervisor jobs_;
   Remediator remediator_;
   // Runs the remediation steps of the GPUs whose own verdict is failed; a

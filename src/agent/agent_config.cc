@@ -1,5 +1,6 @@
 #include "agent/agent_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
@@ -85,9 +86,10 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   common::YamlMap per_gpu = server.Map("per_gpu");
   common::ReadIntIn(per_gpu, "port_base", 1, 65000, &c.per_gpu.port_base);
   common::ReadIntIn(per_gpu, "capacity", 1, 1'000'000, &c.per_gpu.capacity);
+  common::ReadIntIn(per_gpu, "slice_capacity", 1, 1'000'000, &c.per_gpu.slice_capacity);
   // A URL under per_gpu names its port as {port}: checked as GPU 0's.
   auto url_of = [&](const std::string& v) {
-    return c.per_gpu.port_base > 0 ? FillGpuServer(c, v, 0) : v;
+    return c.per_gpu.port_base > 0 ? FillGpuServer(v, ServerSlot{.port = c.per_gpu.port_base}) : v;
   };
   if (auto v = server.StringList("command")) {
     if (v->empty()) server.Fail("command", "must name a program");
@@ -279,27 +281,54 @@ std::string PciDevicesPath(const AgentConfig& c) {
   return c.gpu_backend == "nvml" ? "/sys/bus/pci/devices" : "";
 }
 
-std::string FillGpuServer(const AgentConfig& c, const std::string& text, uint32_t gpu) {
-  return absl::StrReplaceAll(
-      text, {{"{gpu}", absl::StrCat(gpu)}, {"{port}", absl::StrCat(c.per_gpu.port_base + gpu)}});
+std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
+                                    const std::vector<gpu::DeviceInfo>& devices) {
+  std::vector<ServerSlot> out;
+  if (c.per_gpu.port_base == 0) return out;
+  const int64_t gpu_capacity =
+      c.per_gpu.capacity > 0 ? c.per_gpu.capacity : c.registration.capacity;
+  int port = c.per_gpu.port_base;
+  for (const gpu::DeviceInfo& d : devices) {
+    if (d.slices.empty()) {
+      out.push_back({d.index, std::nullopt, absl::StrCat(d.index), "", port++, gpu_capacity});
+      continue;
+    }
+    const int64_t each =
+        c.per_gpu.slice_capacity > 0
+            ? c.per_gpu.slice_capacity
+            : std::max<int64_t>(1, gpu_capacity / static_cast<int64_t>(d.slices.size()));
+    for (const gpu::SliceInfo& sl : d.slices) {
+      // NVML names an instance "<GPU name> MIG <profile>".
+      const size_t mig = sl.name.rfind(" MIG ");
+      out.push_back({d.index, sl.index, sl.uuid.empty() ? absl::StrCat(d.index) : sl.uuid,
+                     mig == std::string::npos ? "" : sl.name.substr(mig + 5), port++, each});
+    }
+  }
+  return out;
 }
 
-SupervisorOptions GpuServerOptions(const AgentConfig& c, uint32_t gpu) {
+std::string FillGpuServer(const std::string& text, const ServerSlot& slot) {
+  return absl::StrReplaceAll(text, {{"{gpu}", absl::StrCat(slot.gpu)},
+                                    {"{slice}", slot.slice ? absl::StrCat(*slot.slice) : ""},
+                                    {"{port}", absl::StrCat(slot.port)}});
+}
+
+SupervisorOptions GpuServerOptions(const AgentConfig& c, const ServerSlot& slot) {
   SupervisorOptions o = c.server;
-  for (std::string& arg : o.command) arg = FillGpuServer(c, arg, gpu);
-  o.ready_url = FillGpuServer(c, o.ready_url, gpu);
-  o.metrics_url = FillGpuServer(c, o.metrics_url, gpu);
+  for (std::string& arg : o.command) arg = FillGpuServer(arg, slot);
+  o.ready_url = FillGpuServer(o.ready_url, slot);
+  o.metrics_url = FillGpuServer(o.metrics_url, slot);
   if (!o.command.empty()) {
-    o.command.insert(o.command.begin(), {"env", absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu),
-                                         absl::StrCat("NVIDIA_VISIBLE_DEVICES=", gpu)});
+    o.command.insert(o.command.begin(), {"env", absl::StrCat("CUDA_VISIBLE_DEVICES=", slot.visible),
+                                         absl::StrCat("NVIDIA_VISIBLE_DEVICES=", slot.visible)});
   }
   return o;
 }
 
-std::string GpuServerAddress(const AgentConfig& c, uint32_t gpu) {
+std::string GpuServerAddress(const AgentConfig& c, const ServerSlot& slot) {
   HostPort hp{"127.0.0.1", 0};
   if (auto reg = ParseHostPort(c.registration.address, "address"); reg.ok()) hp = *reg;
-  hp.port = static_cast<uint16_t>(c.per_gpu.port_base + static_cast<int>(gpu));
+  hp.port = static_cast<uint16_t>(slot.port);
   return hp.str();
 }
 

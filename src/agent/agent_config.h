@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "common/net_util.h"
 #include "common/ports.h"
 #include "gpu/fault_script.h"
+#include "gpu/gpu_probe.h"
 #include "gpu/health.h"
 #include "gpu/sim_probe.h"
 
@@ -61,9 +63,14 @@ struct AgentConfig {
   // CUDA_VISIBLE_DEVICES=i. Each is supervised and probed alone, and is its
   // own placement unit at the controller: one GPU's fault moves its streams
   // only. port_base 0: one server for the node.
+  // A GPU with MIG on runs a server per MIG instance instead, each with
+  // CUDA_VISIBLE_DEVICES=<its MIG UUID> and {slice} filled: its own unit.
+  // Ports go in order over the servers: GPU 0's (or its slices'), then GPU 1's.
   struct PerGpu {
     int port_base = 0;
     int64_t capacity = 0;  // stream units per GPU when registering; 0: register.capacity
+    // Per MIG instance; 0: the GPU's capacity split evenly (at least 1).
+    int64_t slice_capacity = 0;
   } per_gpu;
   // Steps for a failed GPU: reset (or PCI rebind), reboot hook, held.
   RemediationOptions remediation;
@@ -109,14 +116,26 @@ struct AgentConfig {
 // controller, a backend.
 [[nodiscard]] absl::Status ValidateAgentConfig(const AgentConfig& c);
 
-// `text` with {gpu} and {port} (per_gpu.port_base + gpu) filled.
-std::string FillGpuServer(const AgentConfig& c, const std::string& text, uint32_t gpu);
-// GPU `gpu`'s server options under per_gpu: {gpu} and {port} filled in the
-// command and URLs, the command run under `env CUDA_VISIBLE_DEVICES=gpu`.
-SupervisorOptions GpuServerOptions(const AgentConfig& c, uint32_t gpu);
-// The address routers reach GPU `gpu`'s server at: the registration's host
-// (127.0.0.1 without one) and port_base + gpu.
-std::string GpuServerAddress(const AgentConfig& c, uint32_t gpu);
+// One server under per_gpu: a whole GPU's, or one MIG instance's.
+struct ServerSlot {
+  uint32_t gpu = 0;
+  std::optional<uint32_t> slice{};  // the MIG instance's slot
+  std::string visible{};            // CUDA_VISIBLE_DEVICES: the GPU's index or the MIG UUID
+  std::string profile{};            // a MIG instance's profile ("1g.10gb"), from its name
+  int port = 0;                     // per_gpu.port_base + its place among the servers
+  int64_t capacity = 0;             // stream units it registers with
+};
+// The servers per_gpu runs on `devices`, in port order (none without per_gpu).
+std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
+                                    const std::vector<gpu::DeviceInfo>& devices);
+// `text` with {gpu}, {slice} ("" for a whole GPU) and {port} filled.
+std::string FillGpuServer(const std::string& text, const ServerSlot& slot);
+// A slot's server options: `server` filled (FillGpuServer), its command run
+// under `env CUDA_VISIBLE_DEVICES=<visible>`.
+SupervisorOptions GpuServerOptions(const AgentConfig& c, const ServerSlot& slot);
+// The address routers reach a slot's server at: the registration's host
+// (127.0.0.1 without one) and the slot's port.
+std::string GpuServerAddress(const AgentConfig& c, const ServerSlot& slot);
 
 // The pod-resources socket in force for `c` ("" when off or, for "auto", when
 // this is not a Kubernetes node).

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "agent/pod_resources.h"
 #include "common/testing/temp_dir.h"
 
@@ -219,12 +220,41 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
   EXPECT_EQ(c->sim.mig, 7u);
   EXPECT_EQ(c->per_gpu.port_base, 8100);
   EXPECT_EQ(c->remediation.reboot, (std::vector<std::string>{"systemctl", "reboot"}));
-  SupervisorOptions gpu2 = GpuServerOptions(*c, 2);
+  // GPUs 0 and 2 whole, GPU 1 in three MIG instances (slots 0, 2, 5): a
+  // server each, ports in order.
+  std::vector<gpu::DeviceInfo> devices(3);
+  for (uint32_t i = 0; i < 3; ++i) devices[i].index = i;
+  for (uint32_t slot : {0u, 2u, 5u}) {
+    devices[1].slices.push_back(
+        {slot, absl::StrCat("MIG-uuid-", slot), "NVIDIA A100-SXM4-80GB MIG 2g.20gb", 20ull << 30});
+  }
+  std::vector<ServerSlot> slots = ServerSlots(*c, devices);
+  ASSERT_EQ(slots.size(), 5u);
+  EXPECT_EQ(slots[0].port, 8100);
+  EXPECT_EQ(slots[0].capacity, 3);
+  EXPECT_FALSE(slots[0].slice.has_value());
+  EXPECT_EQ(slots[2].gpu, 1u);
+  EXPECT_EQ(slots[2].slice, 2u);
+  EXPECT_EQ(slots[2].visible, "MIG-uuid-2");
+  EXPECT_EQ(slots[2].profile, "2g.20gb");
+  EXPECT_EQ(slots[2].port, 8102);
+  EXPECT_EQ(slots[2].capacity, 1);  // 3 split in 3
+  EXPECT_EQ(slots[4].gpu, 2u);
+  EXPECT_EQ(slots[4].port, 8104);
+  SupervisorOptions gpu2 = GpuServerOptions(*c, slots[4]);
   EXPECT_EQ(gpu2.command,
             (std::vector<std::string>{"env", "CUDA_VISIBLE_DEVICES=2", "NVIDIA_VISIBLE_DEVICES=2",
-                                      "gpuha", "worker", "--listen", "127.0.0.1:8102"}));
-  EXPECT_EQ(gpu2.ready_url, "http://127.0.0.1:8102/v2/health/ready");
-  EXPECT_EQ(GpuServerAddress(*c, 2), "127.0.0.1:8102");
+                                      "gpuha", "worker", "--listen", "127.0.0.1:8104"}));
+  EXPECT_EQ(gpu2.ready_url, "http://127.0.0.1:8104/v2/health/ready");
+  EXPECT_EQ(GpuServerAddress(*c, slots[4]), "127.0.0.1:8104");
+  EXPECT_EQ(GpuServerOptions(*c, slots[2]).command[1], "CUDA_VISIBLE_DEVICES=MIG-uuid-2");
+  EXPECT_EQ(FillGpuServer("{gpu}/{slice}/{port}", slots[2]), "1/2/8102");
+  EXPECT_EQ(FillGpuServer("{gpu}/{slice}/{port}", slots[0]), "0//8100");
+  AgentConfig sliced = *c;
+  sliced.per_gpu.slice_capacity = 2;
+  EXPECT_EQ(ServerSlots(sliced, devices)[1].capacity, 2);
+  sliced.per_gpu.port_base = 0;
+  EXPECT_TRUE(ServerSlots(sliced, devices).empty());
   EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { mig: 9 } }\n", "a.yaml")),
               HasSubstr("gpu.sim.mig: must be between 0 (off) and 7"));
   EXPECT_THAT(
@@ -232,6 +262,8 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
       HasSubstr("remediation.rebind_driver: is the reset step of a passthrough host"));
   EXPECT_THAT(Err(ParseAgentConfig("server: { per_gpu: { port_base: 0 } }\n", "a.yaml")),
               HasSubstr("server.per_gpu.port_base"));
+  EXPECT_THAT(Err(ParseAgentConfig("server: { per_gpu: { slice_capacity: 0 } }\n", "a.yaml")),
+              HasSubstr("server.per_gpu.slice_capacity: must be between 1 and 1000000"));
   AgentConfig bare = *c;
   bare.server.command.clear();
   bare.server.ready_url.clear();

@@ -54,7 +54,7 @@ void Agent::RemediateGpus() {
     if (node_server.supervised && node_server.running) in.busy.insert(d.index);
   }
   for (GpuServer& g : gpu_servers_) {
-    const bool failed = in.failed.count(g.index) != 0;
+    const bool failed = in.failed.count(g.slot.gpu) != 0;
     if (failed && !g.stopped_for_remedy) {
       g.supervisor->Fence();
       g.stopped_for_remedy = true;
@@ -63,7 +63,7 @@ void Agent::RemediateGpus() {
       g.stopped_for_remedy = false;
     }
     const ServerState st = g.supervisor->state();
-    if (st.supervised && st.running) in.busy.insert(g.index);
+    if (st.supervised && st.running) in.busy.insert(g.slot.gpu);
   }
   for (uint32_t gpu : remediator_.Tick(in)) {
     std::lock_guard<std::mutex> sample_lock(sample_mu_);
@@ -112,15 +112,27 @@ void Agent::AddGpuHealthLocked(v1::Heartbeat* hb) {
   }
   for (const GpuServer& g : gpu_servers_) {
     v1::GpuHealth* gh = hb->add_gpu_health();
-    gh->set_index(g.index);
-    auto st = health_.gpu_states.find(g.index);
-    gh->set_health(
-        ToProto(st == health_.gpu_states.end() ? gpu::HealthState::kHealthy : st->second));
+    const uint32_t gpu = g.slot.gpu;
+    gh->set_index(gpu);
+    // A MIG instance's verdict: its GPU's, or worse where the slice is lost.
+    auto st = health_.gpu_states.find(gpu);
+    gpu::HealthState state =
+        st == health_.gpu_states.end() ? gpu::HealthState::kHealthy : st->second;
+    if (g.slot.slice) {
+      gh->set_slice(*g.slot.slice);
+      auto sl = health_.slice_states.find({gpu, *g.slot.slice});
+      if (sl != health_.slice_states.end()) state = std::max(state, sl->second);
+    }
+    gh->set_health(ToProto(state));
     gh->set_server_ready(g.supervisor->state().ready);
     for (const gpu::HealthReason& r : health_.reasons) {
-      if (r.gpu == static_cast<int>(g.index)) AddReason(r, gh->add_reasons());
+      if (r.gpu != static_cast<int>(gpu)) continue;
+      if (r.slice >= 0 && (!g.slot.slice || static_cast<uint32_t>(r.slice) != *g.slot.slice)) {
+        continue;  // another slice's
+      }
+      AddReason(r, gh->add_reasons());
     }
-    if (auto it = remedies.find(g.index); it != remedies.end()) *gh->add_reasons() = it->second;
+    if (auto it = remedies.find(gpu); it != remedies.end()) *gh->add_reasons() = it->second;
   }
 }
 

@@ -73,6 +73,26 @@ class AgentTest : public ::testing::Test {
     m.mutable_fence()->set_reason("test");
     return m;
   }
+  // `n` readiness servers on consecutive loopback ports, server i
+  // answering status(i); returns the first port, 0 when none were free.
+  static int ServeConsecutive(int n, std::function<int(int)> status,
+                              std::vector<std::unique_ptr<common::HttpServer>>* out) {
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      out->clear();
+      const int base = 20000 + static_cast<int>((::getpid() * 7 + attempt * 131) % 30000);
+      for (int i = 0; i < n; ++i) {
+        auto s = common::HttpServer::Start(
+            {.address = "127.0.0.1", .port = static_cast<uint16_t>(base + i)},
+            [status, i](const common::HttpRequest&) {
+              return common::HttpResponse{status(i), "text/plain", "", {}};
+            });
+        if (!s.ok()) break;
+        out->push_back(std::move(*s));
+      }
+      if (static_cast<int>(out->size()) == n) return base;
+    }
+    return 0;
+  }
   NoProcesses runner_;
 };
 
@@ -304,22 +324,10 @@ TEST_F(AgentTest, AWatchedServerIsProbedAndAPlannedStopSaysGoodbye) {
 TEST_F(AgentTest, ServersPerGpuAreProbedAloneAndAGpuFaultStaysOnItsGpu) {
   std::atomic<bool> gpu1_ready{true};
   std::vector<std::unique_ptr<common::HttpServer>> servers;
-  int base = 0;
   // Two servers on consecutive ports (port_base + GPU index).
-  for (int attempt = 0; attempt < 50 && servers.size() < 2; ++attempt) {
-    servers.clear();
-    base = 20000 + static_cast<int>((::getpid() * 7 + attempt * 131) % 30000);
-    for (int g = 0; g < 2; ++g) {
-      auto s = common::HttpServer::Start(
-          {.address = "127.0.0.1", .port = static_cast<uint16_t>(base + g)},
-          [&, g](const common::HttpRequest&) {
-            return common::HttpResponse{g == 1 && !gpu1_ready ? 503 : 200, "text/plain", "", {}};
-          });
-      if (!s.ok()) break;
-      servers.push_back(std::move(*s));
-    }
-  }
-  ASSERT_EQ(servers.size(), 2u) << "no two free consecutive ports";
+  const int base = ServeConsecutive(
+      2, [&](int g) { return g == 1 && !gpu1_ready ? 503 : 200; }, &servers);
+  ASSERT_NE(base, 0) << "no two free consecutive ports";
   FakeController controller;
   AgentConfig c = Config({controller.port()});
   c.per_gpu.port_base = base;
@@ -358,6 +366,64 @@ TEST_F(AgentTest, ServersPerGpuAreProbedAloneAndAGpuFaultStaysOnItsGpu) {
   EXPECT_EQ(hb->heartbeat.gpu_health(0).health(), v1::NODE_HEALTH_HEALTHY);
   ASSERT_GT(hb->heartbeat.gpu_health(1).reasons_size(), 0);
   EXPECT_EQ(hb->heartbeat.gpu_health(1).reasons(0).code(), "gpu1.xid48");
+}
+
+// Issue 16: a GPU with MIG on runs a server per MIG instance, each its own
+// unit; a lost instance fails that slice only.
+TEST_F(AgentTest, AServerPerMigInstanceAndALostInstanceIsThatSlicesVerdict) {
+  std::vector<std::unique_ptr<common::HttpServer>> servers;
+  const int base = ServeConsecutive(
+      6, [](int) { return 200; }, &servers);
+  ASSERT_NE(base, 0) << "no six free consecutive ports";
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.sim.count = 2;
+  c.sim.mig = 3;  // GPU 0 and 1: three 8 GB instances each, of an L4's 24
+  c.per_gpu.port_base = base;
+  c.per_gpu.capacity = 6;
+  c.server.ready_url = "http://127.0.0.1:{port}/v2/health/ready";
+  c.server.fence_mode = FenceMode::kUnready;
+  c.server.probe_interval = milliseconds(20);
+  c.registration.address = "127.0.0.1:8000";
+  auto agent = Start(c);
+  auto hello = controller.WaitForHello();
+  ASSERT_TRUE(hello.has_value());
+  ASSERT_EQ(hello->registration().gpu_servers_size(), 6);
+  const v1::GpuServer& s4 = hello->registration().gpu_servers(4);
+  EXPECT_EQ(s4.index(), 1u);
+  ASSERT_TRUE(s4.has_slice());
+  EXPECT_EQ(s4.slice(), 1u);
+  EXPECT_EQ(s4.profile(), "1g.8gb");
+  EXPECT_EQ(s4.capacity(), 2);                                    // 6 split in 3
+  EXPECT_EQ(s4.address(), absl::StrCat("127.0.0.1:", base + 4));  // ports in order
+  auto ready = [](const v1::Heartbeat& h, int place) {
+    return h.gpu_health_size() == 6 && h.gpu_health(place).server_ready();
+  };
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [&](const v1::Heartbeat& h) { return ready(h, 3) && ready(h, 4) && ready(h, 5); }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=mig_lost,gpu=1,slice=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 202) << r->body;
+  auto hb = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.gpu_health_size() == 6 && h.gpu_health(4).health() == v1::NODE_HEALTH_FAILED;
+  });
+  ASSERT_TRUE(hb.has_value());
+  const v1::Heartbeat& beat = hb->heartbeat;
+  EXPECT_EQ(beat.health(), v1::NODE_HEALTH_HEALTHY);
+  EXPECT_EQ(beat.gpu_health(4).index(), 1u);
+  EXPECT_EQ(beat.gpu_health(4).slice(), 1u);
+  ASSERT_EQ(beat.gpu_health(4).reasons_size(), 1);
+  EXPECT_EQ(beat.gpu_health(4).reasons(0).code(), "gpu1.mig1.lost");
+  for (int place : {3, 5}) {
+    EXPECT_EQ(beat.gpu_health(place).health(), v1::NODE_HEALTH_HEALTHY) << place;
+    EXPECT_EQ(beat.gpu_health(place).reasons_size(), 0) << place;
+  }
+  r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                       "kind=mig_lost,gpu=1,slice=3", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("slice: MIG instance 3 does not exist"));
 }
 
 // Issue 16: a GPU failed by its XID is remediated: on a passthrough host

@@ -25,6 +25,8 @@ AgentCommand::AgentCommand(CLI::App& parent) {
   app_->add_option("--nvml-lib", nvml_lib_, "Path of libnvidia-ml.so.1 (default: the loader's)");
   app_->add_option("--sim-model", sim_model_, "Simulated GPU model (default L4)");
   app_->add_option("--sim-gpus", sim_gpus_, "Simulated GPUs (default 1)")->check(CLI::Range(1, 64));
+  app_->add_option("--sim-mig", sim_mig_, "MIG instances per simulated GPU (default 0, off)")
+      ->check(CLI::Range(0, 7));
   app_->add_option("--sim-load", sim_load_, "Simulated load 0..1")->check(CLI::Range(0.0, 1.0));
   app_->add_option("--fault", faults_, "Sim fault, e.g. at_ms=2000,gpu=0,kind=xid,xid=79");
   app_->add_option("--fault-script", fault_script_, "Sim fault script YAML");
@@ -78,6 +80,7 @@ int AgentCommand::Run() {
   if (!nvml_lib_.empty()) c.nvml_lib = nvml_lib_;
   if (!sim_model_.empty()) c.sim.model = sim_model_;
   if (sim_gpus_ > 0) c.sim.count = static_cast<uint32_t>(sim_gpus_);
+  if (sim_mig_ >= 0) c.sim.mig = static_cast<uint32_t>(sim_mig_);
   if (sim_load_ >= 0) c.sim.load = sim_load_;
   if (!fault_script_.empty()) {
     auto faults = gpu::LoadFaultScriptFile(fault_script_);
@@ -103,7 +106,9 @@ int AgentCommand::Run() {
   if (gpu_port_base_ > 0) c.per_gpu.port_base = gpu_port_base_;
   if (!ready_url_.empty()) {
     // Checked as GPU 0's URL when it names {port}.
-    if (auto u = common::ParseHttpUrl(agent::FillGpuServer(c, ready_url_, 0)); !u.ok()) {
+    if (auto u =
+            common::ParseHttpUrl(agent::FillGpuServer(ready_url_, {.port = c.per_gpu.port_base}));
+        !u.ok()) {
       return fail(u.status());
     }
     c.server.ready_url = ready_url_;

@@ -23,6 +23,7 @@ class AgentCommand {
   std::string nvml_lib_;
   std::string sim_model_;
   int sim_gpus_ = 0;
+  int sim_mig_ = -1;  // -1: the config's
   double sim_load_ = -1;
   std::vector<std::string> faults_;
   std::string fault_script_;

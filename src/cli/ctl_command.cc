@@ -641,6 +641,7 @@ int CtlCommand::DescribeNode() {
       std::cout << "\nGPU servers:\n"
                 << RenderTable(units,
                                {{"unit", "unit"},
+                                {"profile", "profile"},
                                 {"in service", "in_service"},
                                 {"health", "health"},
                                 {"server ready", "server_ready"},

@@ -70,6 +70,12 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                                 "GPU, each GPU placed alone; the faults then default to ",
                                 absl::StrJoin(demo::kGpuFaults, ",")))
       ->check(CLI::Range(1, 8));
+  app_->add_option("--mig-per-gpu", o_.mig_per_gpu,
+                   absl::StrCat("MIG instances per simulated GPU (default 0, off); 1 or more runs "
+                                "a worker per instance, each placed alone; the faults then "
+                                "default to ",
+                                absl::StrJoin(demo::kMigFaults, ",")))
+      ->check(CLI::Range(0, 7));
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_option("--workdir", o_.workdir, "Folder for configs, logs and the store (kept)");
 }
@@ -81,6 +87,9 @@ int DemoCommand::Run() {
   }
   if (o_.gpus_per_node > 1 && !o_.ha && !o_.train && app_->count("--faults") == 0) {
     faults_ = absl::StrJoin(demo::kGpuFaults, ",");
+  }
+  if (o_.mig_per_gpu > 0 && !o_.ha && !o_.train && app_->count("--faults") == 0) {
+    faults_ = absl::StrJoin(demo::kMigFaults, ",");
   }
   std::vector<std::string> faults = absl::StrSplit(faults_, ',', absl::SkipWhitespace());
   o_.faults = faults;

@@ -40,9 +40,10 @@ std::string ControllerYaml::Yaml() const {
     if (n.gpu_servers.empty()) absl::StrAppend(&out, ", capacity: ", n.capacity);
     if (!n.address.empty()) absl::StrAppend(&out, ", address: ", Quote(n.address));
     for (size_t g = 0; g < n.gpu_servers.size(); ++g) {
-      absl::StrAppend(&out, g == 0 ? ", gpu_servers: [" : ", ", "{ index: ", g,
-                      ", address: ", Quote(n.gpu_servers[g].first),
-                      ", capacity: ", n.gpu_servers[g].second, " }",
+      const NodeEntry::GpuServer& e = n.gpu_servers[g];
+      absl::StrAppend(&out, g == 0 ? ", gpu_servers: [" : ", ", "{ index: ", e.index,
+                      e.slice ? absl::StrCat(", slice: ", *e.slice) : "",
+                      ", address: ", Quote(e.address), ", capacity: ", e.capacity, " }",
                       g + 1 == n.gpu_servers.size() ? "]" : "");
     }
     absl::StrAppend(&out, " }\n");
@@ -73,7 +74,8 @@ std::string AgentYaml::Yaml() const {
                                  "\ngpu: { backend: ", gpu_backend);
   if (gpu_backend == "sim") {
     absl::StrAppend(&out, ", sim: { model: ", Quote(sim_model), ", count: ", sim_count,
-                    ", load: ", sim_load, " }");
+                    sim_mig > 0 ? absl::StrCat(", mig: ", sim_mig) : "", ", load: ", sim_load,
+                    " }");
   }
   absl::StrAppend(&out, Opt("call_deadline_ms", call_deadline_ms));
   if (!pci_devices.empty()) absl::StrAppend(&out, ", pci_devices: ", Quote(pci_devices));

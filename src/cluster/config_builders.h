@@ -30,9 +30,15 @@ struct NodeEntry {
   std::string role = "active";  // active | passive | buffer
   int64_t capacity = 10;
   std::string address{};  // HOST:PORT of its inference server; empty: none
-  // A server per GPU: (address, capacity) of GPU 0, 1, ...; capacity then
+  // A server per GPU or per slice (MIG instance); the node's capacity then
   // is not written (it is their sum).
-  std::vector<std::pair<std::string, int64_t>> gpu_servers{};
+  struct GpuServer {
+    int index = 0;
+    std::optional<int> slice{};
+    std::string address{};
+    int64_t capacity = 1;
+  };
+  std::vector<GpuServer> gpu_servers{};
 };
 
 struct ControllerYaml {
@@ -56,6 +62,7 @@ struct AgentYaml {
   std::string gpu_backend = "sim";
   std::string sim_model = "L4";
   int sim_count = 1;
+  int sim_mig = 0;  // MIG instances per GPU (0: off)
   double sim_load = 0.6;
   std::optional<int64_t> sample_ms{}, heartbeat_ms{};
   std::optional<int64_t> call_deadline_ms{};  // the GPU probe watchdog
@@ -69,7 +76,8 @@ struct AgentYaml {
   std::optional<int64_t> stall_after_ms{};
   std::string fence_mode{};  // empty: the default (stop)
   std::optional<int64_t> probe_interval_ms{}, probe_timeout_ms{};
-  // A server per GPU: GPU i's on this + i ({port} in the command and URLs).
+  // A server per GPU (or MIG instance), in order from this port ({port} in
+  // the command and URLs).
   std::optional<int64_t> per_gpu_port_base{}, per_gpu_capacity{};
   std::string job_progress_dir{};  // empty: the default
   std::optional<int64_t> job_stop_grace_ms{};

@@ -27,6 +27,13 @@ namespace gpuha::cluster {
 
 namespace {
 
+// The workers an agent runs: one per GPU, or per MIG instance; more than
+// one (or any MIG) makes each its own placement unit.
+int ServersPerNode(const LocalClusterOptions& o) {
+  return std::max(1, o.gpus_per_node) * std::max(1, o.mig_per_gpu);
+}
+bool PerGpu(const LocalClusterOptions& o) { return ServersPerNode(o) > 1 || o.mig_per_gpu > 0; }
+
 // Where sysfs lists the sim backend's GPU `gpu` ("0000:41:00.0").
 std::string SimGpuPciAddress(int gpu) {
   return gpu::SysfsPciAddress(gpu::SimPciBusId(static_cast<uint32_t>(gpu)));
@@ -86,13 +93,13 @@ absl::Status LocalCluster::Start() {
     }
     return 0;
   };
-  if (o_.gpus_per_node > 1 && o_.watched_servers) {
+  if (PerGpu(o_) && o_.watched_servers) {
     return absl::InvalidArgumentError("a worker per GPU is supervised by its agent, not watched");
   }
   for (int i = 0; i < o_.nodes; ++i) {
     LocalNode n;
     n.name = absl::StrCat("gpu-", i + 1);
-    n.worker_port = o_.gpus_per_node > 1 ? ports(o_.gpus_per_node) : port();
+    n.worker_port = PerGpu(o_) ? ports(ServersPerNode(o_)) : port();
     n.agent_port = port();
     nodes_.push_back(n);
   }
@@ -251,7 +258,7 @@ absl::Status LocalCluster::StartWorker(LocalNode& n) {
 
 std::vector<std::string> LocalCluster::WorkerArgv(const LocalNode& n) const {
   // With a worker per GPU, the agent fills in each one's port.
-  const std::string port = o_.gpus_per_node > 1 ? "{port}" : absl::StrCat(n.worker_port);
+  const std::string port = PerGpu(o_) ? "{port}" : absl::StrCat(n.worker_port);
   return {o_.exe,   "worker", "--listen",  absl::StrCat(n.host, ":", port),
           "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
 }
@@ -475,9 +482,15 @@ absl::Status LocalCluster::WriteConfigs() {
                 .role = i + 1 < nodes_.size() ? "active" : "passive",
                 .capacity = o_.node_capacity,
                 .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)};
-    for (int g = 0; gpus > 1 && g < gpus; ++g) {
-      e.gpu_servers.emplace_back(absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port + g),
-                                 (o_.node_capacity + gpus - 1) / gpus);
+    // The agent's order: GPU 0's (or its instances'), then GPU 1's.
+    const int servers = ServersPerNode(o_);
+    for (int k = 0; PerGpu(o_) && k < servers; ++k) {
+      const int mig = o_.mig_per_gpu;
+      e.gpu_servers.push_back(
+          {.index = mig > 0 ? k / mig : k,
+           .slice = mig > 0 ? std::optional(k % mig) : std::nullopt,
+           .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port + k),
+           .capacity = (o_.node_capacity + servers - 1) / servers});
     }
     c.nodes.push_back(std::move(e));
   }
@@ -501,11 +514,12 @@ absl::Status LocalCluster::WriteConfigs() {
   for (LocalNode& n : nodes_) {
     n.config = absl::StrCat(dir_, "/", n.name, ".yaml");
     const std::string worker =
-        absl::StrCat(n.host, ":", gpus > 1 ? "{port}" : absl::StrCat(n.worker_port));
+        absl::StrCat(n.host, ":", PerGpu(o_) ? "{port}" : absl::StrCat(n.worker_port));
     AgentYaml a;
     a.node = n.name;
     a.sim_count = gpus;
-    if (gpus > 1) a.per_gpu_port_base = n.worker_port;
+    a.sim_mig = o_.mig_per_gpu;
+    if (PerGpu(o_)) a.per_gpu_port_base = n.worker_port;
     a.controllers = grpc;
     a.sample_ms = 100;
     a.heartbeat_ms = 50;

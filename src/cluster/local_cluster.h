@@ -44,6 +44,9 @@ struct LocalClusterOptions {
   // i's on worker_port + i, each its own placement unit with
   // ceil(node_capacity / gpus_per_node) stream units.
   int gpus_per_node = 1;
+  // MIG instances per GPU (0: off): a worker per instance instead, in order
+  // from worker_port, each its own unit of ceil(node_capacity / servers).
+  int mig_per_gpu = 0;
   int worker_latency_ms = 5;  // the workers' modelled GPU time
   int max_failures = 20;      // the controller's recovery.max_failures
   bool partition = false;     // node 1 in its own network namespace (root)

@@ -406,7 +406,9 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   v1::NodeHealth before = n->health;
   n->health = hb.health();
   for (const v1::GpuHealth& g : hb.gpu_health()) {
-    NodeState::GpuState& st = n->gpu_states[g.index()];
+    NodeState::GpuState& st = n->gpu_states[GpuServerConfig{
+        .index = g.index(), .slice = g.has_slice() ? std::optional(g.slice()) : std::nullopt}
+                                                .Name()];
     st.reported = true;
     st.last = g;
   }
@@ -820,7 +822,8 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
   if (reg.gpu_servers_size() > 0) {
     capacity = 0;
     for (const v1::GpuServer& g : reg.gpu_servers()) {
-      gpu_servers.push_back({g.index(), g.address(), g.capacity()});
+      gpu_servers.push_back({g.index(), g.address(), g.capacity(),
+                             g.has_slice() ? std::optional(g.slice()) : std::nullopt, g.profile()});
       capacity += g.capacity();
     }
     if (absl::Status s = CheckGpuServers(gpu_servers); !s.ok()) {
@@ -852,10 +855,11 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
   }
   EventLocked(
       "registered", hello.node(),
-      absl::StrCat(
-          RoleName(role), ", capacity ", capacity, ", server ", reg.address(),
-          gpu_servers.empty() ? "" : absl::StrCat(", ", gpu_servers.size(), " servers per GPU"),
-          domain.empty() ? "" : ", domain " + domain, reg.cpu_only() ? ", CPU only" : ""));
+      absl::StrCat(RoleName(role), ", capacity ", capacity, ", server ", reg.address(),
+                   gpu_servers.empty()
+                       ? ""
+                       : absl::StrCat(", ", gpu_servers.size(), " servers per GPU or slice"),
+                   domain.empty() ? "" : ", domain " + domain, reg.cpu_only() ? ", CPU only" : ""));
   return &n;
 }
 

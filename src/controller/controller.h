@@ -228,7 +228,7 @@ class Controller {
       std::optional<common::TimePoint> healthy_since;  // out, and healthy since then
       bool quarantine_held = false;
     };
-    std::map<uint32_t, GpuState> gpu_states;
+    std::map<std::string, GpuState> gpu_states;  // by GpuServerConfig::Name()
     // A joining node waits at most kGpuJoinWait for its GPUs' servers.
     std::optional<common::TimePoint> gpu_join_wait_since;
   };
@@ -334,8 +334,8 @@ class Controller {
   // only), and brings one back once it has been healthy and ready for
   // healthy_for. The quarantine breaker counts GPUs as it counts nodes.
   void GpuVerdictsLocked(NodeState& n);
-  void TakeOutGpuLocked(NodeState& n, uint32_t gpu, const std::string& why);
-  void RestoreGpuLocked(NodeState& n, uint32_t gpu);
+  void TakeOutGpuLocked(NodeState& n, const GpuServerConfig& g, const std::string& why);
+  void RestoreGpuLocked(NodeState& n, const GpuServerConfig& g);
   bool GpuQuarantineAllowsLocked() const;
   // A joining node with servers per GPU waits until each GPU's server is
   // ready or its GPU is down (then it joins without that GPU).

@@ -107,6 +107,12 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       gs.index = static_cast<uint32_t>(index);
       if (g.Require("address")) gs.address = g.String("address").value_or("");
       if (g.Require("capacity")) common::ReadIntIn(g, "capacity", 1, 1'000'000, &gs.capacity);
+      if (g.Has("slice")) {
+        int64_t slice = 0;
+        common::ReadIntIn(g, "slice", 0, 63, &slice);
+        gs.slice = static_cast<uint32_t>(slice);
+      }
+      if (auto p = g.String("profile")) gs.profile = *p;
       nc.gpu_servers.push_back(gs);
     }
     if (n.ok() && !nc.gpu_servers.empty()) {
@@ -279,20 +285,24 @@ absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
   return ParseControllerConfig(*text, path);
 }
 
-std::string GpuUnitId(const std::string& node, uint32_t index) {
-  return absl::StrCat(node, "/gpu", index);
+std::string GpuServerConfig::Name() const {
+  return slice ? absl::StrCat("gpu", index, "/mig", *slice) : absl::StrCat("gpu", index);
+}
+
+std::string GpuUnitId(const std::string& node, const GpuServerConfig& g) {
+  return absl::StrCat(node, "/", g.Name());
 }
 
 std::string NodeOfUnit(const std::string& unit) { return unit.substr(0, unit.find('/')); }
 
-std::optional<uint32_t> GpuOfUnit(const std::string& unit) {
-  size_t slash = unit.find('/');
-  uint32_t index = 0;
-  if (slash == std::string::npos || unit.compare(slash, 4, "/gpu") != 0 ||
-      !absl::SimpleAtoi(absl::string_view(unit).substr(slash + 4), &index)) {
-    return std::nullopt;
+const GpuServerConfig* GpuServerOfUnit(const NodeConfig& n, const std::string& unit) {
+  const size_t slash = unit.find('/');
+  if (slash == std::string::npos) return nullptr;
+  const absl::string_view name = absl::string_view(unit).substr(slash + 1);
+  for (const GpuServerConfig& g : n.gpu_servers) {
+    if (g.Name() == name) return &g;
   }
-  return index;
+  return nullptr;
 }
 
 std::vector<NodeSpec> UnitSpecs(const NodeConfig& n) {
@@ -300,7 +310,7 @@ std::vector<NodeSpec> UnitSpecs(const NodeConfig& n) {
   std::vector<NodeSpec> units;
   for (const GpuServerConfig& g : n.gpu_servers) {
     NodeSpec u = n.spec;
-    u.id = GpuUnitId(n.spec.id, g.index);
+    u.id = GpuUnitId(n.spec.id, g);
     u.capacity = g.capacity;
     u.host = n.spec.id;
     units.push_back(std::move(u));
@@ -309,23 +319,37 @@ std::vector<NodeSpec> UnitSpecs(const NodeConfig& n) {
 }
 
 std::string UnitAddress(const NodeConfig& n, const std::string& unit) {
-  std::optional<uint32_t> gpu = GpuOfUnit(unit);
-  if (!gpu) return n.address;
-  for (const GpuServerConfig& g : n.gpu_servers) {
-    if (g.index == *gpu) return g.address;
-  }
-  return "";
+  if (unit.find('/') == std::string::npos) return n.address;
+  const GpuServerConfig* g = GpuServerOfUnit(n, unit);
+  return g != nullptr ? g->address : "";
 }
 
 absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers) {
-  std::set<uint32_t> seen;
+  std::set<std::string> seen;
+  std::set<uint32_t> whole, sliced;
   for (size_t i = 0; i < servers.size(); ++i) {
     const GpuServerConfig& g = servers[i];
     std::string at = absl::StrCat("gpu_servers[", i, "]");
     if (g.index > 1023) return absl::InvalidArgumentError(absl::StrCat(at, ".index: over 1023"));
-    if (!seen.insert(g.index).second) {
+    if (g.slice && *g.slice > 63) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ".slice: over 63"));
+    }
+    if (!seen.insert(g.Name()).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat(at, ".index: GPU ", g.index, " is listed twice"));
+          absl::StrCat(at, g.slice ? ".slice: " : ".index: ", g.Name(), " is listed twice"));
+    }
+    (g.slice ? sliced : whole).insert(g.index);
+    if (whole.count(g.index) != 0 && sliced.count(g.index) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ".slice: GPU ", g.index, " is listed both whole and by slices"));
+    }
+    // MIG profiles carry '+' ("1g.10gb+me"); vGPU ones are plain ("L4-4Q").
+    if (!g.profile.empty() &&
+        (g.profile.size() > 63 ||
+         g.profile.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                     "0123456789._+-") != std::string::npos)) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ".profile: '", absl::CHexEscape(g.profile),
+                                                     "' must be 1-63 of [A-Za-z0-9._+-]"));
     }
     if (!common::ParseHostPort(g.address, "address").ok()) {
       return absl::InvalidArgumentError(

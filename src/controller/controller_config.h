@@ -40,11 +40,16 @@ namespace gpuha::controller {
 enum class ApiRole { kViewer = 0, kOperator = 1, kAdmin = 2 };
 const char* ApiRoleName(ApiRole r);
 
-// One GPU's own inference server on a node that runs one per GPU.
+// One GPU's own inference server on a node that runs one per GPU, or one
+// slice's (a MIG instance, a vGPU profile) on a GPU that is split.
 struct GpuServerConfig {
   uint32_t index = 0;
-  std::string address;  // HOST:PORT
+  std::string address{};  // HOST:PORT
   int64_t capacity = 0;
+  std::optional<uint32_t> slice{};  // the slice's slot on GPU `index`
+  std::string profile{};            // the slice's profile ("1g.10gb", "L4-4Q"), for operators
+  // "gpu0", or "gpu0/mig2" for a slice: the unit's name within its node.
+  std::string Name() const;
 };
 
 struct NodeConfig {
@@ -55,19 +60,21 @@ struct NodeConfig {
   std::vector<GpuServerConfig> gpu_servers{};
 };
 
-// The placement unit of one GPU's server: "NODE/gpuINDEX" ('/' is not in a
-// node's name).
-std::string GpuUnitId(const std::string& node, uint32_t index);
-// The node a unit is on: "n1" for "n1/gpu0" and for "n1".
+// The placement unit of one GPU's (or slice's) server: "NODE/gpuINDEX" or
+// "NODE/gpuINDEX/migSLOT" ('/' is not in a node's name).
+std::string GpuUnitId(const std::string& node, const GpuServerConfig& g);
+// The node a unit is on: "n1" for "n1/gpu0", "n1/gpu0/mig1" and "n1".
 std::string NodeOfUnit(const std::string& unit);
-// The GPU index of a unit, nullopt for a whole node's unit.
-std::optional<uint32_t> GpuOfUnit(const std::string& unit);
+// The GPU server entry of `n` that `unit` is, null for a whole node's unit
+// (or a unit the node does not have).
+const GpuServerConfig* GpuServerOfUnit(const NodeConfig& n, const std::string& unit);
 // The placement units of a node: its GPUs' with servers per GPU, else itself.
 std::vector<NodeSpec> UnitSpecs(const NodeConfig& n);
 // The address routers reach `unit` on ("" when the node has no such GPU).
 std::string UnitAddress(const NodeConfig& n, const std::string& unit);
-// Checks a node's servers per GPU: distinct indices, HOST:PORT addresses,
-// capacities in 1..1000000; the error names the entry.
+// Checks a node's servers per GPU: distinct GPUs and slices (a GPU listed
+// whole or by slices, not both), HOST:PORT addresses, capacities in
+// 1..1000000, profiles of [A-Za-z0-9._+-]; the error names the entry.
 [[nodiscard]] absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers);
 
 struct ApiToken {

@@ -43,6 +43,46 @@ recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60, restart_grace_ms
   EXPECT_EQ(c->fence_hook, "kubectl cordon {node}");
 }
 
+// Issue 16: servers per GPU and per slice (MIG instances, vGPU profiles).
+TEST(ControllerConfigTest, GpuServersAndSlicesAreUnitsOfTheirNode) {
+  auto c = ParseControllerConfig(R"(
+nodes:
+  - name: g1
+    domain: r1
+    gpu_servers:
+      - { index: 0, address: "127.0.0.1:9100", capacity: 4 }
+      - { index: 1, slice: 0, profile: L4-4Q, address: "127.0.0.1:9101", capacity: 1 }
+      - { index: 1, slice: 1, profile: L4-4Q, address: "127.0.0.1:9102", capacity: 1 }
+  - { name: g2, capacity: 6 }
+)",
+                                 "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const NodeConfig& g1 = c->nodes[0];
+  EXPECT_EQ(g1.spec.capacity, 6);
+  std::vector<NodeSpec> units = UnitSpecs(g1);
+  ASSERT_EQ(units.size(), 3u);
+  EXPECT_EQ(units[2].id, "g1/gpu1/mig1");
+  EXPECT_EQ(units[2].host, "g1");
+  EXPECT_EQ(units[2].domain, "r1");
+  EXPECT_EQ(NodeOfUnit(units[2].id), "g1");
+  EXPECT_EQ(UnitAddress(g1, "g1/gpu1/mig1"), "127.0.0.1:9102");
+  EXPECT_EQ(UnitAddress(g1, "g1/gpu0"), "127.0.0.1:9100");
+  EXPECT_EQ(UnitAddress(g1, "g1/gpu1"), "");  // split: the GPU itself is no unit
+  ASSERT_NE(GpuServerOfUnit(g1, "g1/gpu1/mig0"), nullptr);
+  EXPECT_EQ(GpuServerOfUnit(g1, "g1/gpu1/mig0")->profile, "L4-4Q");
+  EXPECT_EQ(GpuServerOfUnit(g1, "g1"), nullptr);
+
+  const std::string head = "nodes:\n  - name: a\n    gpu_servers:\n";
+  EXPECT_THAT(Err(head + "      - { index: 0, slice: 64, address: \"h:1\", capacity: 1 }\n"),
+              HasSubstr("nodes[0].gpu_servers[0].slice: must be between 0 and 63, got 64"));
+  EXPECT_THAT(Err(head + "      - { index: 0, address: \"h:1\", capacity: 1 }\n" +
+                  "      - { index: 0, slice: 1, address: \"h:2\", capacity: 1 }\n"),
+              HasSubstr("gpu_servers[1].slice: GPU 0 is listed both whole and by slices"));
+  EXPECT_THAT(Err(head + "      - { index: 0, slice: 1, profile: \"a b\", address: \"h:2\", "
+                         "capacity: 1 }\n"),
+              HasSubstr("gpu_servers[0].profile: 'a b' must be 1-63 of [A-Za-z0-9._+-]"));
+}
+
 TEST(ControllerConfigTest, DuplicateNodesAndImpossibleKAreRefused) {
   EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1 }\n  - { name: a, capacity: 1 }\n"),
               HasSubstr("c.yaml:3:13: nodes[1].name: node 'a' is listed twice"));

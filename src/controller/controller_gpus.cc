@@ -34,7 +34,7 @@ bool Controller::GpuServersUpLocked(NodeState& n) {
   if (!n.gpu_join_wait_since) n.gpu_join_wait_since = now;
   if (now - *n.gpu_join_wait_since >= kGpuJoinWait) return true;
   for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-    auto it = n.gpu_states.find(g.index);
+    auto it = n.gpu_states.find(g.Name());
     if (it == n.gpu_states.end()) return false;  // its agent has not said yet
     if (!it->second.last.server_ready() && !Down(it->second.last)) return false;
   }
@@ -47,9 +47,9 @@ void Controller::GpuVerdictsLocked(NodeState& n) {
   const std::string& id = n.cfg.spec.id;
   for (const GpuServerConfig& g : n.cfg.gpu_servers) {
     // A GPU its agent says nothing of (it did not list it) serves nothing.
-    NodeState::GpuState& st = n.gpu_states[g.index];
+    NodeState::GpuState& st = n.gpu_states[g.Name()];
     const bool bad = !st.reported || Down(st.last) || !st.last.server_ready();
-    const bool in = placement_.Available(GpuUnitId(id, g.index));
+    const bool in = placement_.Available(GpuUnitId(id, g));
     if (bad) {
       st.healthy_since.reset();
       if (!in) continue;
@@ -61,20 +61,20 @@ void Controller::GpuVerdictsLocked(NodeState& n) {
           counters_.quarantines_held++;
           EventLocked(
               "quarantine_held", id,
-              absl::StrCat("gpu", g.index, " not taken out (", GpuWhy(st.reported, st.last),
+              absl::StrCat(g.Name(), " not taken out (", GpuWhy(st.reported, st.last),
                            "): more than ", static_cast<int>(config_.quarantine_max_share * 100),
                            "% of the GPUs would be out (fence.quarantine_max_share)"));
         }
         continue;
       }
       st.quarantine_held = false;
-      TakeOutGpuLocked(n, g.index, GpuWhy(st.reported, st.last));
+      TakeOutGpuLocked(n, g, GpuWhy(st.reported, st.last));
       continue;
     }
     st.quarantine_held = false;
     if (in) continue;
     if (!st.healthy_since) st.healthy_since = clock_->Now();
-    if (clock_->Now() - *st.healthy_since >= config_.healthy_for) RestoreGpuLocked(n, g.index);
+    if (clock_->Now() - *st.healthy_since >= config_.healthy_for) RestoreGpuLocked(n, g);
   }
 }
 
@@ -86,7 +86,7 @@ bool Controller::GpuQuarantineAllowsLocked() const {
     if (n.lifecycle != NodeLifecycle::kServing) continue;
     for (const GpuServerConfig& g : n.cfg.gpu_servers) {
       ++all;
-      out += !placement_.Available(GpuUnitId(id, g.index));
+      out += !placement_.Available(GpuUnitId(id, g));
     }
   }
   const auto allowed = static_cast<int64_t>(
@@ -94,11 +94,12 @@ bool Controller::GpuQuarantineAllowsLocked() const {
   return out == 0 || out + 1 <= allowed;
 }
 
-void Controller::TakeOutGpuLocked(NodeState& n, uint32_t gpu, const std::string& why) {
+void Controller::TakeOutGpuLocked(NodeState& n, const GpuServerConfig& g, const std::string& why) {
   const std::string& id = n.cfg.spec.id;
-  const std::string unit = GpuUnitId(id, gpu);
+  const std::string unit = GpuUnitId(id, g);
+  const std::string gpu = g.Name();
   counters_.gpu_failovers++;
-  EventLocked("gpu_out", id, absl::StrCat("gpu", gpu, ": ", why));
+  EventLocked("gpu_out", id, absl::StrCat(gpu, ": ", why));
   FailoverPlan plan = placement_.FailNode(unit);
   std::vector<StoreWrite> batch;
   for (const Assignment& a : plan.moved) PersistStreamLocked(a.stream, &batch);
@@ -106,32 +107,32 @@ void Controller::TakeOutGpuLocked(NodeState& n, uint32_t gpu, const std::string&
   for (const std::string& s : plan.unplaced) PersistStreamLocked(s, &batch);
   PersistPromotedLocked(plan, &batch);
   EventLocked("streams_moved", id,
-              absl::StrCat("gpu", gpu, ": ", plan.moved.size(), " stream(s) moved",
+              absl::StrCat(gpu, ": ", plan.moved.size(), " stream(s) moved",
                            plan.promoted.empty() ? "" : " to passive " + plan.promoted,
                            "; the node's other GPUs serve on"));
   if (!plan.unplaced.empty()) {
     counters_.unplaced_streams += plan.unplaced.size();
-    EventLocked(
-        "streams_unplaced", id,
-        absl::StrCat("gpu", gpu, ": ", plan.unplaced.size(), " stream(s) fit nowhere under N+",
-                     config_.redundancy, "; they answer 503 until capacity returns"));
+    EventLocked("streams_unplaced", id,
+                absl::StrCat(gpu, ": ", plan.unplaced.size(), " stream(s) fit nowhere under N+",
+                             config_.redundancy, "; they answer 503 until capacity returns"));
   }
-  PushRoutesLocked(absl::StrCat("gpu", gpu, " of ", id, " out"));
+  PushRoutesLocked(absl::StrCat(gpu, " of ", id, " out"));
   CommitLocked(std::move(batch));
 }
 
-void Controller::RestoreGpuLocked(NodeState& n, uint32_t gpu) {
+void Controller::RestoreGpuLocked(NodeState& n, const GpuServerConfig& g) {
   const std::string& id = n.cfg.spec.id;
+  const std::string gpu = g.Name();
   // Back in its node's role: nothing moves back to it (sticky), it takes
   // new streams and standbys.
-  if (!placement_.RestoreNode(GpuUnitId(id, gpu), /*as_passive=*/false).ok()) return;
+  if (!placement_.RestoreNode(GpuUnitId(id, g), /*as_passive=*/false).ok()) return;
   n.gpu_states[gpu].healthy_since.reset();
   EventLocked("gpu_back", id,
-              absl::StrCat("gpu", gpu, ": healthy and ready for ",
-                           common::ToMillis(config_.healthy_for), " ms; takes work again"));
+              absl::StrCat(gpu, ": healthy and ready for ", common::ToMillis(config_.healthy_for),
+                           " ms; takes work again"));
   std::vector<StoreWrite> batch;
   for (const Assignment& a : placement_.Assignments()) PersistStreamLocked(a.stream, &batch);
-  PushRoutesLocked(absl::StrCat("gpu", gpu, " of ", id, " back"));
+  PushRoutesLocked(absl::StrCat(gpu, " of ", id, " back"));
   CommitLocked(std::move(batch));
 }
 

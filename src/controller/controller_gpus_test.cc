@@ -33,34 +33,44 @@ ControllerConfig FourGpuNodes() {
 class GpuUnitsTest : public ControllerTest {
  protected:
   void StartGpus(ControllerConfig config = FourGpuNodes()) {
+    config_ = config;
     c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
     ASSERT_TRUE(c_->Recover().ok());
     for (const NodeConfig& n : config.nodes) Connect(n.spec.id);
     for (const NodeConfig& n : config.nodes) BeatGpus(n.spec.id);
   }
-  // A healthy agent whose GPU servers are all ready, but for `down` (GPU
-  // index -> its health, HEALTHY meaning only its server is not ready).
+  // A healthy agent whose GPU servers are all ready, but for `down` (the
+  // server's place in the node's gpu_servers -> its health, HEALTHY meaning
+  // only its server is not ready).
   void BeatGpus(const std::string& node, const std::map<uint32_t, v1::NodeHealth>& down = {}) {
     v1::Heartbeat hb;
     hb.set_health(v1::NODE_HEALTH_HEALTHY);
     hb.set_epoch(c_->epoch());
     hb.mutable_server()->set_running(true);
     hb.mutable_server()->set_ready(true);
-    for (uint32_t g = 0; g < 4; ++g) {
+    uint32_t place = 0;
+    for (const GpuServerConfig& g : NodeCfg(node).gpu_servers) {
       v1::GpuHealth* h = hb.add_gpu_health();
-      h->set_index(g);
+      h->set_index(g.index);
+      if (g.slice) h->set_slice(*g.slice);
       h->set_health(v1::NODE_HEALTH_HEALTHY);
       h->set_server_ready(true);
-      if (auto it = down.find(g); it != down.end()) {
+      if (auto it = down.find(place++); it != down.end()) {
         h->set_health(it->second);
         h->set_server_ready(it->second != v1::NODE_HEALTH_HEALTHY);
         v1::HealthReason* r = h->add_reasons();
-        r->set_code(absl::StrCat("gpu", g, ".xid48"));
-        r->set_detail("double-bit ECC error");
+        r->set_code(g.slice ? absl::StrCat("gpu", g.index, ".mig", *g.slice, ".lost")
+                            : absl::StrCat(g.Name(), ".xid48"));
+        r->set_detail(g.slice ? "MIG instance is gone" : "double-bit ECC error");
       }
     }
     c_->AgentHeartbeat(node, hb);
   }
+  const NodeConfig& NodeCfg(const std::string& node) const {
+    return *std::find_if(config_.nodes.begin(), config_.nodes.end(),
+                         [&](const NodeConfig& n) { return n.spec.id == node; });
+  }
+  ControllerConfig config_;
   std::map<std::string, std::string> Primaries() {
     std::map<std::string, std::string> out;
     for (const auto& s : c_->StreamsJson()) out[s["id"]] = s["primary"];
@@ -82,10 +92,10 @@ TEST_F(GpuUnitsTest, StreamsArePlacedOnGpusWithRoutesToEachGpusServer) {
   v1::RouteSnapshot snap = c_->Snapshot();
   ASSERT_EQ(snap.routes_size(), 8);
   for (const v1::Route& r : snap.routes()) {
-    std::optional<uint32_t> gpu = GpuOfUnit(r.primary().node());
-    ASSERT_TRUE(gpu.has_value()) << r.primary().node();
     const std::string node = NodeOfUnit(r.primary().node());
-    EXPECT_EQ(r.primary().address(), absl::StrCat("127.0.0.1:9", node == "a1" ? 1 : 2, *gpu));
+    const GpuServerConfig* gpu = GpuServerOfUnit(NodeCfg(node), r.primary().node());
+    ASSERT_NE(gpu, nullptr) << r.primary().node();
+    EXPECT_EQ(r.primary().address(), absl::StrCat("127.0.0.1:9", node == "a1" ? 1 : 2, gpu->index));
     EXPECT_EQ(NodeOfUnit(r.standby().node()), "p1");  // the passive, another host
   }
   // Each active GPU is an endpoint; the passive's are not.
@@ -140,6 +150,62 @@ TEST_F(GpuUnitsTest, OneGpusFaultMovesThatGpusStreamsOnly) {
   EXPECT_EQ(Primaries(), after);
 }
 
+// Two active nodes and a passive one, each one GPU in four MIG instances
+// of one stream, a server per instance.
+ControllerConfig MigNodes() {
+  ControllerConfig c = FourGpuNodes();
+  for (NodeConfig& n : c.nodes) {
+    for (GpuServerConfig& g : n.gpu_servers) {
+      g.slice = g.index;
+      g.index = 0;
+      g.capacity = 1;
+      g.profile = "1g.10gb";
+    }
+  }
+  return c;
+}
+
+TEST_F(GpuUnitsTest, ALostMigInstanceMovesThatSlicesStreamsOnly) {
+  StartGpus(MigNodes());
+  AddStreams(6);
+  std::map<std::string, std::string> before = Primaries();
+  for (const auto& [s, unit] : before) {
+    EXPECT_THAT(unit, ::testing::MatchesRegex("a[12]/gpu0/mig[0-3]")) << s;
+  }
+  std::string hit_unit;
+  for (const auto& [s, unit] : before) {
+    if (NodeOfUnit(unit) == "a1") hit_unit = unit;
+  }
+  ASSERT_FALSE(hit_unit.empty());
+  const uint32_t slot = static_cast<uint32_t>(hit_unit.back() - '0');
+  // The agent reports the lost instance on its own entry; GPU 0 serves on.
+  BeatGpus("a1", {{slot, v1::NODE_HEALTH_FAILED}});
+  std::map<std::string, std::string> after = Primaries();
+  for (const auto& [s, unit] : before) {
+    if (unit == hit_unit) {
+      EXPECT_EQ(NodeOfUnit(after[s]), "p1") << s;
+    } else {
+      EXPECT_EQ(after[s], unit) << s;  // the GPU's other slices serve on
+    }
+  }
+  nlohmann::json lost = Unit("a1", static_cast<int>(slot));
+  EXPECT_EQ(lost["unit"], hit_unit);
+  EXPECT_EQ(lost["slice"], slot);
+  EXPECT_EQ(lost["profile"], "1g.10gb");
+  EXPECT_FALSE(lost["in_service"]);
+  EXPECT_EQ(lost["reasons"][0]["code"], absl::StrCat("gpu0.mig", slot, ".lost"));
+  EXPECT_EQ(c_->counters().failovers, 0u);
+  EXPECT_THAT(c_->MetricsText(),
+              HasSubstr(absl::StrCat("gpuha_controller_gpu_up{node=\"a1\",gpu=\"0\",slice=\"", slot,
+                                     "\"} 0")));
+  EXPECT_THAT(
+      EventDetails("a1"),
+      ::testing::Contains(HasSubstr(absl::StrCat("gpu0/mig", slot, ": 1 stream(s) moved"))));
+  auto cap = c_->CapacityJson();
+  EXPECT_EQ(cap["gpu_failures_absorbed"], 0);  // a whole GPU is 4 slices
+  EXPECT_EQ(cap["slice_failures_absorbed"], cap["headroom_units"]);
+}
+
 TEST_F(GpuUnitsTest, AGpuWhoseServerIsNotReadyIsTakenOutAlone) {
   StartGpus();
   AddStreams(8);
@@ -161,7 +227,7 @@ TEST_F(GpuUnitsTest, ANodeLevelFaultTakesAllItsGpus) {
 }
 
 TEST_F(GpuUnitsTest, ANodeJoinsOnceEachGpuServerIsReadyOrItsGpuIsDown) {
-  ControllerConfig config = FourGpuNodes();
+  ControllerConfig config = config_ = FourGpuNodes();
   c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
   ASSERT_TRUE(c_->Recover().ok());
   Connect("a1");
@@ -218,35 +284,65 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
   v1::Registration* reg = hello.mutable_registration();
   reg->set_address("127.0.0.1:8000");
   (*reg->mutable_labels())["rack"] = "r7";
-  for (uint32_t g = 0; g < 2; ++g) {
+  // GPU 0 whole, GPU 1 as two MIG instances.
+  for (uint32_t i = 0; i < 3; ++i) {
     v1::GpuServer* s = reg->add_gpu_servers();
-    s->set_index(g);
-    s->set_address(absl::StrCat("127.0.0.1:910", g));
+    s->set_index(i == 0 ? 0 : 1);
+    if (i > 0) {
+      s->set_slice(i - 1);
+      s->set_profile("3g.40gb+me");
+    }
+    s->set_address(absl::StrCat("127.0.0.1:910", i));
     s->set_capacity(3);
   }
   sinks_["g1"] = std::make_shared<FakeSink>();
   ASSERT_TRUE(c_->AgentConnected(hello, sinks_["g1"], true).ok());
   auto node = c_->NodeJson("g1");
   ASSERT_TRUE(node.ok());
-  EXPECT_EQ((*node)["capacity"], 6);
+  EXPECT_EQ((*node)["capacity"], 9);
   EXPECT_EQ((*node)["domain"], "r7");
-  ASSERT_EQ((*node)["gpu_units"].size(), 2u);
+  ASSERT_EQ((*node)["gpu_units"].size(), 3u);
   EXPECT_EQ((*node)["gpu_units"][1]["address"], "127.0.0.1:9101");
+  EXPECT_EQ((*node)["gpu_units"][2]["unit"], "g1/gpu1/mig1");
+  EXPECT_EQ((*node)["gpu_units"][2]["profile"], "3g.40gb+me");
+  EXPECT_TRUE((*node)["gpu_units"][0]["slice"].is_null());
   auto rows = raw->Load("node");
   ASSERT_TRUE(rows.ok());
   absl::StatusOr<NodeRecord> r = DecodeNode("g1", rows->at("g1"));
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->registered.has_value());
   EXPECT_EQ(r->registered->domain, "r7");
-  ASSERT_EQ(r->registered->gpu_servers.size(), 2u);
+  ASSERT_EQ(r->registered->gpu_servers.size(), 3u);
   EXPECT_EQ(r->registered->gpu_servers[0].capacity, 3);
+  EXPECT_EQ(r->registered->gpu_servers[2].slice, 1u);
+  EXPECT_EQ(r->registered->gpu_servers[2].profile, "3g.40gb+me");
+  EXPECT_FALSE(r->registered->gpu_servers[0].slice.has_value());
 
   // Bad registrations name the field.
   v1::Hello bad = hello;
   bad.set_node("g2");
-  bad.mutable_registration()->mutable_gpu_servers(1)->set_index(0);
+  bad.mutable_registration()->mutable_gpu_servers(2)->set_slice(0);
   absl::Status s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_servers[1].index: GPU 0 is listed twice"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gpu_servers[2].slice: gpu1/mig0 is listed twice"));
+  bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->mutable_gpu_servers(1)->set_index(0);
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gpu_servers[1].slice: GPU 0 is listed both whole and by slices"));
+  bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->mutable_gpu_servers(1)->set_profile("3g 40gb");
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_servers[1].profile: '3g 40gb' must be"));
+  bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->mutable_gpu_servers(0)->set_index(1);
+  bad.mutable_registration()->mutable_gpu_servers(1)->set_index(1);
+  bad.mutable_registration()->mutable_gpu_servers(1)->clear_slice();
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_servers[1].index: gpu1 is listed twice"));
   bad = hello;
   bad.set_node("g3");
   (*bad.mutable_registration()->mutable_labels())["rack"] = "r 7";
@@ -257,7 +353,7 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
 // A GPU whose server never comes up, or that its agent does not list,
 // holds its node back for kGpuJoinWait only; it then stays out alone.
 TEST_F(GpuUnitsTest, AGpuThatNeverComesUpHoldsTheJoinBackOnlySoLong) {
-  ControllerConfig config = FourGpuNodes();
+  ControllerConfig config = config_ = FourGpuNodes();
   c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
   ASSERT_TRUE(c_->Recover().ok());
   Connect("a1");

@@ -49,9 +49,11 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   // Servers per GPU: each GPU is a placement unit with its own state.
   json units = json::array();
   for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-    const std::string unit = GpuUnitId(id, g.index);
+    const std::string unit = GpuUnitId(id, g);
     json u = {{"unit", unit},
               {"index", g.index},
+              {"slice", g.slice ? json(*g.slice) : unknown},
+              {"profile", g.profile},
               {"address", g.address},
               {"capacity", g.capacity},
               {"load", placement_.LoadOf(unit)},
@@ -60,7 +62,7 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
               {"health", unknown},
               {"server_ready", unknown},
               {"reasons", json::array()}};
-    if (auto it = n.gpu_states.find(g.index); it != n.gpu_states.end() && !standby_) {
+    if (auto it = n.gpu_states.find(g.Name()); it != n.gpu_states.end() && !standby_) {
       u["health"] = HealthName(it->second.last.health());
       u["server_ready"] = it->second.last.server_ready();
       for (const v1::HealthReason& r : it->second.last.reasons()) {
@@ -138,13 +140,19 @@ json Controller::CapacityJson() const {
   CapacityFigures c = placement_.Capacity();
   // GPU-level headroom, with servers per GPU: how many more of the largest
   // GPUs may fail on top of the N+k reserve with every stream still placed.
-  int64_t largest_gpu = 0;
+  // A split GPU counts whole (its slices' sum); slices count alone too.
+  int64_t largest_gpu = 0, largest_slice = 0;
   for (const auto& [id, n] : nodes_) {
-    for (const GpuServerConfig& g : n.cfg.gpu_servers)
-      largest_gpu = std::max(largest_gpu, g.capacity);
+    std::map<uint32_t, int64_t> per_gpu;
+    for (const GpuServerConfig& g : n.cfg.gpu_servers) {
+      per_gpu[g.index] += g.capacity;
+      if (g.slice) largest_slice = std::max(largest_slice, g.capacity);
+    }
+    for (const auto& [gpu, capacity] : per_gpu) largest_gpu = std::max(largest_gpu, capacity);
   }
-  const json gpu_headroom =
-      largest_gpu == 0 ? json() : json(std::max<int64_t>(c.headroom_units, 0) / largest_gpu);
+  const int64_t headroom = std::max<int64_t>(c.headroom_units, 0);
+  const json gpu_headroom = largest_gpu == 0 ? json() : json(headroom / largest_gpu);
+  const json slice_headroom = largest_slice == 0 ? json() : json(headroom / largest_slice);
   return {{"redundancy", c.redundancy},
           {"total_units", c.total_units},
           {"failover_reserve_units", c.reserve_units},
@@ -155,6 +163,7 @@ json Controller::CapacityJson() const {
           {"survives_node_loss", c.headroom_units >= 0 && c.redundancy >= 1},
           {"degraded_units", c.degraded_units},
           {"gpu_failures_absorbed", gpu_headroom},
+          {"slice_failures_absorbed", slice_headroom},
           {"unplaced_streams", c.unplaced_streams}};
 }
 
@@ -257,11 +266,13 @@ std::string Controller::MetricsText() const {
     p.Sample("gpuha_controller_node_up", {{"node", id}}, placement_.Available(id));
   }
   p.Family("gpuha_controller_gpu_up", "gauge",
-           "Nodes with a server per GPU: 1 while the GPU is in placement.");
+           "Nodes with a server per GPU (or per MIG slice, `slice` set): 1 while it is in "
+           "placement.");
   for (const auto& [id, n] : nodes_) {
     for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-      p.Sample("gpuha_controller_gpu_up", {{"node", id}, {"gpu", absl::StrCat(g.index)}},
-               placement_.Available(GpuUnitId(id, g.index)));
+      common::PromLabels labels = {{"node", id}, {"gpu", absl::StrCat(g.index)}};
+      if (g.slice) labels.emplace_back("slice", absl::StrCat(*g.slice));
+      p.Sample("gpuha_controller_gpu_up", labels, placement_.Available(GpuUnitId(id, g)));
     }
   }
   p.Family("gpuha_controller_node_role", "gauge", "1 for the node's current role.");

@@ -153,10 +153,13 @@ async function refresh() {
       cell(n.name), cell(n.role), cell(n.state + (n.fenced ? ", fenced" : ""), stateClass(n.state)),
       cell(n.health, healthClass(n.health)), cell(n.load + " / " + n.capacity, null, true),
       cell(n.gpus.map(g => {
-        // A server per GPU: each GPU's own placement state and load.
-        const u = n.gpu_units.find(u => u.index === g.index);
+        // A server per GPU, or per slice of it (MIG): each unit's own
+        // placement state and load.
+        const unit = u => (u.slice === null ? "" : " mig" + u.slice +
+                           (u.profile ? " (" + u.profile + ")" : "")) +
+                          (u.in_service ? " " + u.load + "/" + u.capacity : " OUT");
         return "gpu" + g.index + (g.lost ? " lost" : " " + g.temperature_c.toFixed(0) + " C") +
-               (!u ? "" : u.in_service ? " " + u.load + "/" + u.capacity : " OUT");
+               n.gpu_units.filter(u => u.index === g.index).map(unit).join(",");
       }).join(", "), n.gpu_units.some(u => !u.in_service) ? "warn" : null),
       cell(n.reasons.map(r => r.code + ": " + r.detail).join("; "))]));
     fill("streams", streams.map(s => [cell(s.id), cell(s.tenant),

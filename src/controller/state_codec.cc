@@ -53,8 +53,10 @@ std::string EncodeNode(const NodeRecord& r) {
                        {"cpu_only", r.registered->cpu_only}};
     if (!r.registered->domain.empty()) j["registered"]["domain"] = r.registered->domain;
     for (const GpuServerConfig& g : r.registered->gpu_servers) {
-      j["registered"]["gpu_servers"].push_back(
-          {{"index", g.index}, {"address", g.address}, {"capacity", g.capacity}});
+      json e = {{"index", g.index}, {"address", g.address}, {"capacity", g.capacity}};
+      if (g.slice) e["slice"] = *g.slice;
+      if (!g.profile.empty()) e["profile"] = g.profile;
+      j["registered"]["gpu_servers"].push_back(std::move(e));
     }
   }
   return j.dump();
@@ -121,6 +123,12 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
                                Field(g, "capacity", at, &c.capacity)}) {
           if (!s.ok()) return s;
         }
+        if (g.contains("slice")) {
+          uint32_t slice = 0;
+          if (absl::Status s = Field(g, "slice", at, &slice); !s.ok()) return s;
+          c.slice = slice;
+        }
+        if (absl::Status s = Field(g, "profile", at, &c.profile); !s.ok()) return s;
         n.gpu_servers.push_back(c);
       }
       if (absl::Status s = CheckGpuServers(n.gpu_servers); !s.ok()) {

@@ -17,9 +17,11 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
 #include "common/http_server.h"
@@ -74,6 +76,30 @@ std::map<std::string, std::string> Units(const json& streams) {
   if (!streams.is_array()) return out;
   for (const json& s : streams) out[s.value("id", "")] = s.value("primary", "");
   return out;
+}
+
+// "NODE/gpuG/migS": G and S.
+bool ParseSliceUnit(const std::string& unit, uint32_t* gpu, uint32_t* slice) {
+  const size_t at = unit.find("/gpu");
+  if (at == std::string::npos) return false;
+  std::vector<std::string> parts = absl::StrSplit(unit.substr(at + 4), "/mig");
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], gpu) && absl::SimpleAtoi(parts[1], slice);
+}
+
+// The MIG instance of `node` with the most streams (its first one when none has any).
+std::string BusiestSlice(const LocalNode& node, const std::map<std::string, std::string>& units) {
+  std::map<std::string, int> load;
+  for (const auto& [s, unit] : units) {
+    if (controller::NodeOfUnit(unit) == node.name && unit.find("/mig") != std::string::npos) {
+      load[unit]++;
+    }
+  }
+  std::string best = node.name + "/gpu0/mig0";
+  int most = 0;
+  for (const auto& [unit, n] : load) {
+    if (n > most) std::tie(best, most) = std::tie(unit, n);
+  }
+  return best;
 }
 
 // Stream -> the node it is on.
@@ -283,10 +309,16 @@ class Demo {
       }
     }
     std::set<std::string> hit;
-    // A GPU's fault hits that GPU's streams; the node's others should stay.
-    const bool gpu = spec.target == Target::kGpu;
-    const std::string unit = gpu ? controller::GpuUnitId(node->name, 1) : "";
+    // A GPU's (or a MIG instance's) fault hits its streams; the node's
+    // others should stay.
+    const bool gpu = spec.target == Target::kGpu || spec.target == Target::kSlice;
     const std::map<std::string, std::string> units = Units(before.ok() ? *before : json());
+    const std::string unit = spec.target == Target::kGpu     ? node->name + "/gpu1"
+                             : spec.target == Target::kSlice ? BusiestSlice(*node, units)
+                                                             : "";
+    if (spec.target == Target::kSlice && !ParseSliceUnit(unit, &faults_.gpu, &faults_.slice)) {
+      t.note = "not a MIG instance's unit: " + unit;
+    }
     std::set<std::string> node_others;
     for (const auto& [s, p] : primaries) {
       if (gpu) {
@@ -696,9 +728,15 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(
           absl::StrCat("--faults: '", f, "' kills the training job's node; run it with --train"));
     }
-    if (FindFault(f)->target == Target::kGpu && o.gpus_per_node < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--faults: '", f, "' hits one GPU of a multi-GPU node; run it with --gpus-per-node 2+"));
+    if (FindFault(f)->target == Target::kGpu && (o.gpus_per_node < 2 || o.mig_per_gpu > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--faults: '", f,
+                       "' hits one GPU of a multi-GPU node; run it with --gpus-per-node 2+ "
+                       "and no --mig-per-gpu"));
+    }
+    if (FindFault(f)->target == Target::kSlice && o.mig_per_gpu < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--faults: '", f, "' hits one MIG instance; run it with --mig-per-gpu 1+"));
     }
     if (FindFault(f)->ha && !o.ha) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -726,12 +764,17 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   if (o.gpus_per_node < 1 || o.gpus_per_node > 8) {
     return absl::InvalidArgumentError("--gpus-per-node: must be 1 to 8");
   }
-  if (o.gpus_per_node > 1 && o.watched_servers) {
+  if (o.mig_per_gpu < 0 || o.mig_per_gpu > 7) {
+    return absl::InvalidArgumentError("--mig-per-gpu: must be 0 (off) to 7");
+  }
+  if ((o.gpus_per_node > 1 || o.mig_per_gpu > 0) && o.watched_servers) {
     return absl::InvalidArgumentError(
-        "--gpus-per-node: each GPU's worker runs under its agent; drop --watched-servers");
+        "--gpus-per-node, --mig-per-gpu: each GPU's (or instance's) worker runs under its "
+        "agent; drop --watched-servers");
   }
   LocalCluster cluster({.exe = o.exe,
                         .gpus_per_node = o.gpus_per_node,
+                        .mig_per_gpu = o.mig_per_gpu,
                         .worker_latency_ms = o.latency_ms,
                         .max_failures = o.max_failures,
                         .partition = partition,
@@ -743,7 +786,11 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                        dir);
   out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
       << ", router and 4 agents (3 active + 1 passive, " << o.gpus_per_node << " simulated L4 each"
-      << (o.gpus_per_node > 1 ? ", a worker per GPU" : "") << ") with workers "
+      << (o.mig_per_gpu > 0
+              ? absl::StrCat(" in ", o.mig_per_gpu, " MIG instances, a worker per instance")
+          : o.gpus_per_node > 1 ? ", a worker per GPU"
+                                : "")
+      << ") with workers "
       << (o.watched_servers ? "beside them (watched)" : "under them (supervised)") << ", in " << dir
       << "\n";
   out.flush();

@@ -18,6 +18,10 @@
 //                GPU 1 of the busiest node: that GPU's streams move, the
 //                node's other GPUs keep theirs; the report says how many
 //                stayed (node_streams_kept). The repair reboots the node.
+//   mig-lost     (--mig-per-gpu 1+) the busiest MIG instance of the busiest
+//                node is destroyed: that slice's streams move, the node's
+//                other slices keep theirs (node_streams_kept); the repair
+//                resets the GPU, which brings the instance back
 //   xid-flood    XID 74 (NVLink, a drain) on every node at once: the
 //                quarantine breaker (fence.quarantine_max_share, 0.5) takes
 //                half the nodes out and holds the rest serving; each node
@@ -87,6 +91,8 @@ inline const std::vector<std::string> kHaFaults = {"leader-kill", "crash", "etcd
                                                    "etcd-quorum-loss"};
 // With --gpus-per-node 2 or more: one GPU's fault, then a whole node's.
 inline const std::vector<std::string> kGpuFaults = {"gpu-xid48", "crash"};
+// With --mig-per-gpu 1 or more: one MIG instance lost, then a whole node.
+inline const std::vector<std::string> kMigFaults = {"mig-lost", "crash"};
 // Every fault the demo knows, from its fault table.
 std::vector<std::string> FaultNames();
 
@@ -117,6 +123,9 @@ struct DemoOptions {
   // Simulated GPUs per node; 2 or more runs a worker per GPU, each GPU its
   // own placement unit (issue 16).
   int gpus_per_node = 1;
+  // MIG instances per simulated GPU (0: off): a worker per instance, each
+  // its own placement unit.
+  int mig_per_gpu = 0;
   std::string workdir;  // empty: a fresh /tmp/gpuha-demo-XXXXXX, removed unless keep
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C
 };

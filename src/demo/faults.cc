@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include "absl/strings/str_cat.h"
 #include "demo/demo.h"
 
 namespace gpuha::demo {
@@ -46,6 +47,18 @@ const std::vector<FaultSpec>& FaultTable() {
              },
              std::chrono::milliseconds(10000));
          return f.cluster.StartAgent(n);
+       }},
+      // A MIG instance destroyed under its server (a slice of a split
+      // GPU): that slice's streams move; the GPU's other slices, and the
+      // node's other GPUs, serve on. The repair resets the GPU, which
+      // brings the instance back.
+      {"mig-lost", Target::kSlice, false, false,
+       [](FaultContext& f, LocalNode& n) {
+         return f.cluster.InjectSimFault(
+             n, absl::StrCat("gpu=", f.gpu, ",kind=mig_lost,slice=", f.slice));
+       },
+       [](FaultContext& f, LocalNode& n) {
+         return f.cluster.InjectSimFault(n, absl::StrCat("gpu=", f.gpu, ",kind=clear"));
        }},
       {"train-crash", Target::kJobNode, false, false, kill_node, restart},
       {"xid79", Target::kNode, false, false, sim_fault("gpu=0,kind=xid,xid=79"), reboot},

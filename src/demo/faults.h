@@ -26,6 +26,7 @@ enum class Target {
   kEveryNode,   // every node in turn, each back before the next (a rolling upgrade)
   kJobNode,     // the node running the demo's training job (--train)
   kGpu,         // GPU 1 of the busiest node (--gpus-per-node 2 or more)
+  kSlice,       // the busiest MIG instance of the busiest node (--mig-per-gpu 1 or more)
   kFleet,       // every node at once; each repaired in turn afterwards
 };
 
@@ -35,6 +36,7 @@ struct FaultContext {
   pid_t stopped_worker = -1;       // server-hang's SIGSTOPped worker
   std::vector<int> killed_etcd{};  // etcd members the repair starts again
   std::string hit{};               // what a control-plane fault hit ("controller-2", "etcd-1")
+  uint32_t gpu = 0, slice = 0;     // the MIG instance a kSlice fault hits
 };
 
 using FaultAction = std::function<absl::Status(FaultContext&, cluster::LocalNode&)>;

@@ -25,6 +25,7 @@ constexpr KindName kKinds[] = {
     {FaultKind::kAgentHang, "agent_hang"},
     {FaultKind::kDriverHang, "driver_hang"},
     {FaultKind::kClear, "clear"},
+    {FaultKind::kMigLost, "mig_lost"},
 };
 
 std::vector<std::string> KindNames() {
@@ -96,6 +97,13 @@ Fault ReadFault(YamlMap m) {
     case FaultKind::kDriverHang:
       non_negative("for_ms", &f.for_ms);
       break;
+    case FaultKind::kMigLost: {
+      int64_t slice = 0;
+      if (m.Require("slice")) non_negative("slice", &slice);
+      if (slice > 63) m.Fail("slice", absl::StrCat("must be a MIG slot 0..63, got ", slice));
+      f.slice = static_cast<uint32_t>(slice);
+      break;
+    }
     case FaultKind::kLost:
     case FaultKind::kClear:
       break;

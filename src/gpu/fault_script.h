@@ -4,6 +4,7 @@
 //   faults:
 //     - { at_ms: 2000, gpu: 0, kind: xid, xid: 79 }
 //     - { at_ms: 0, gpu: 1, kind: temp_ramp, to_c: 95, over_ms: 5000 }
+//     - { at_ms: 3000, gpu: 0, kind: mig_lost, slice: 2 }
 //
 // or one per --fault flag: "at_ms=2000,gpu=0,kind=xid,xid=79".
 // Every bad item gets an error naming it; an XID must be in the catalog.
@@ -28,6 +29,7 @@ enum class FaultKind {
   kDriverHang,      // sampling the GPU blocks, as an NVML call stuck in the
                     // kernel, for for_ms (0: until a clear)
   kClear,           // the GPU is reset: every fault on it ends, counters return to zero
+  kMigLost,         // MIG instance `slice` of the GPU disappears (a GPU with MIG on)
 };
 
 absl::string_view FaultKindName(FaultKind k);
@@ -43,6 +45,7 @@ struct Fault {
   uint64_t uncorrected = 0;
   double watts = 0;
   int64_t for_ms = 0;
+  uint32_t slice = 0;  // mig_lost: the MIG instance's slot
 };
 
 // `source` names the script in errors.

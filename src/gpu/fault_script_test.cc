@@ -65,6 +65,18 @@ TEST(FaultScriptTest, FlagFormParsesLikeYaml) {
   EXPECT_EQ(f->xid, 48u);
 }
 
+TEST(FaultScriptTest, MigLostNamesItsSlot) {
+  absl::StatusOr<Fault> f = ParseFaultSpec("gpu=3,kind=mig_lost,slice=6");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->kind, FaultKind::kMigLost);
+  EXPECT_EQ(f->gpu, 3u);
+  EXPECT_EQ(f->slice, 6u);
+  EXPECT_THAT(Msg(ParseFaultSpec("kind=mig_lost").status()), HasSubstr("slice: is required"));
+  EXPECT_THAT(Msg(ParseFaultSpec("kind=mig_lost,slice=64").status()),
+              HasSubstr("slice: must be a MIG slot 0..63, got 64"));
+  EXPECT_THAT(Msg(ParseFaultSpec("kind=lost,slice=1").status()), HasSubstr("slice: unknown key"));
+}
+
 TEST(FaultScriptTest, FlagFormErrorsNameTheFlag) {
   EXPECT_THAT(Msg(ParseFaultSpec("kind=xid,xid=7777").status()),
               HasSubstr("--fault 'kind=xid,xid=7777'"));

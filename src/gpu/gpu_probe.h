@@ -86,6 +86,9 @@ struct GpuSample {
   // A vGPU seen from its guest: whether its software license is held (an
   // unlicensed vGPU runs degraded). Empty on bare metal and passthrough.
   std::optional<bool> vgpu_licensed;
+  // MIG instances that Devices() listed and the GPU no longer has (their
+  // slots): each is a slice lost, while the GPU and its other slices serve.
+  std::vector<uint32_t> slices_lost;
   // A field the device did not support this time (e.g. ECC on a consumer GPU).
   std::vector<std::string> unsupported;
 };

@@ -76,6 +76,7 @@ void HealthEvaluator::Reset() {
   alert_xids_.clear();
   all_ = node_ = Hysteresis{};
   gpus_.clear();
+  slices_.clear();
 }
 
 void HealthEvaluator::CheckLevel(const std::string& code, double value, const Threshold& t,
@@ -184,6 +185,15 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                                          static_cast<unsigned long long>(g.throttle_reasons)),
                          HealthState::kDegraded});
     }
+    // A MIG instance gone is its slice's fault: the GPU's other slices serve.
+    for (uint32_t slot : g.slices_lost) {
+      HealthReason r{
+          absl::StrCat(gpu, ".mig", slot, ".lost"),
+          absl::StrCat("MIG instance ", slot, " is gone (the driver no longer lists it)"),
+          HealthState::kFailed};
+      r.slice = static_cast<int>(slot);
+      reasons.push_back(std::move(r));
+    }
     for (size_t i = first; i < reasons.size(); ++i) reasons[i].gpu = static_cast<int>(g.index);
   }
   for (const std::string& slot : obs.unseen_pci) {
@@ -234,6 +244,7 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
   ecc_base_.erase(gpu);
   gpus_.erase(gpu);
+  std::erase_if(slices_, [&](const auto& kv) { return kv.first.first == gpu; });
 }
 
 HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now) {
@@ -243,7 +254,18 @@ HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint n
   HealthState node_target = HealthState::kHealthy;
   std::map<uint32_t, HealthState> gpu_targets;
   for (const GpuSample& g : obs.gpus) gpu_targets[g.index] = HealthState::kHealthy;
+  std::map<std::pair<uint32_t, uint32_t>, HealthState> slice_targets;
+  for (const auto& [slice, h] : slices_) slice_targets[slice] = HealthState::kHealthy;
   for (const HealthReason& r : report.reasons) {
+    if (r.slice >= 0) {
+      // A lost slice is capacity the node lost: its one server, if it has
+      // no server per slice, drains; the GPU itself serves on.
+      target = std::max(target, std::min(r.state, HealthState::kDraining));
+      HealthState& t =
+          slice_targets[{static_cast<uint32_t>(r.gpu), static_cast<uint32_t>(r.slice)}];
+      t = std::max(t, r.state);
+      continue;
+    }
     target = std::max(target, r.state);
     if (r.gpu < 0) {
       node_target = std::max(node_target, r.state);
@@ -264,6 +286,12 @@ HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint n
   // A GPU whose sample failed this time keeps its verdict: no reading is
   // no evidence that it healed.
   for (const auto& [gpu, h] : gpus_) report.gpu_states.emplace(gpu, h.state);
+  for (const auto& [slice, t] : slice_targets) {
+    // A slice of a GPU whose sample failed keeps its verdict too.
+    Hysteresis& h = slices_[slice];
+    if (t != HealthState::kHealthy || gpu_targets.count(slice.first) != 0) Step(h, t);
+    report.slice_states[slice] = h.state;
+  }
   return report;
 }
 

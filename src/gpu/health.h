@@ -78,6 +78,9 @@ struct HealthReason {
   // a node reboot. -1: the node's (a NIC, a GPU off the bus or missing from
   // the driver, an XID that needs a reboot).
   int gpu = -1;
+  // The MIG instance (slot) of `gpu` this fault is confined to: the slice
+  // is lost while the GPU's other slices serve. -1: the whole GPU's.
+  int slice = -1;
 };
 
 struct Observation {
@@ -99,6 +102,9 @@ struct HealthReport {
   // the sample saw has an entry.
   HealthState node_state = HealthState::kHealthy;
   std::map<uint32_t, HealthState> gpu_states;
+  // Each MIG instance (GPU, slot) that was ever lost: its own verdict, on
+  // top of its GPU's. A slice without an entry is as its GPU.
+  std::map<std::pair<uint32_t, uint32_t>, HealthState> slice_states;
 };
 
 class HealthEvaluator {
@@ -130,6 +136,7 @@ class HealthEvaluator {
   Hysteresis all_;   // every reason: the node's state without servers per GPU
   Hysteresis node_;  // node-level reasons only
   std::map<uint32_t, Hysteresis> gpus_;
+  std::map<std::pair<uint32_t, uint32_t>, Hysteresis> slices_;
   // Baselines for counters, per GPU index / NIC name, taken on first sight.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> ecc_base_;
   std::map<std::string, uint64_t> nic_last_errors_;

@@ -252,6 +252,37 @@ TEST_F(HealthTest, ARebootXidAndALostGpuAreTheNodes) {
   EXPECT_EQ(r.reasons.front().gpu, -1);
 }
 
+// A MIG instance gone fails that slice only: its GPU and the GPU's other
+// slices serve on; a node without a server per slice drains.
+TEST_F(HealthTest, ALostMigInstanceFailsThatSliceOnly) {
+  GpuSample gone = Healthy(1);
+  gone.slices_lost = {3};
+  HealthReport r = Feed(Obs({Healthy(0), gone}));
+  EXPECT_EQ(r.slice_states,
+            (std::map<std::pair<uint32_t, uint32_t>, HealthState>{{{1, 3}, HealthState::kFailed}}));
+  EXPECT_EQ(r.gpu_states[1], HealthState::kHealthy);
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_EQ(r.reasons[0].code, "gpu1.mig3.lost");
+  EXPECT_EQ(r.reasons[0].gpu, 1);
+  EXPECT_EQ(r.reasons[0].slice, 3);
+  r = Feed(Obs({Healthy(0), gone}));
+  EXPECT_EQ(r.state, HealthState::kDraining);  // the node's one server: capacity lost
+  // Its GPU's sample failing keeps the slice's verdict; it heals only
+  // after healthy_threshold samples of it back.
+  r = Feed(Obs({Healthy(0)}));
+  EXPECT_EQ(r.slice_states.at({1, 3}), HealthState::kFailed);
+  r = Feed(Obs({Healthy(0), Healthy(1)}), HealthThresholds{}.healthy_threshold - 1);
+  EXPECT_EQ(r.slice_states.at({1, 3}), HealthState::kFailed);
+  r = Feed(Obs({Healthy(0), Healthy(1)}));
+  EXPECT_EQ(r.slice_states.at({1, 3}), HealthState::kHealthy);
+  // A GPU reset forgets its slices.
+  Feed(Obs({Healthy(0), gone}));
+  eval_.ResetGpu(1);
+  r = Feed(Obs({Healthy(0), Healthy(1)}));
+  EXPECT_TRUE(r.slice_states.empty());
+}
+
 TEST_F(HealthTest, Xid154ActsOnTheActionItsMessageNames) {
   auto xid154 = [](uint32_t gpu, const char* action) {
     XidEvent x{gpu, 154, 0};

@@ -178,6 +178,10 @@ absl::StatusOr<std::vector<DeviceInfo>> NvmlProbe::Devices() {
     }
     info.driver_version = driver;
     info.slices = MigSlices(dev);
+    {
+      std::lock_guard<std::mutex> lock(mig_mu_);
+      mig_slices_[i] = info.slices;
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -355,7 +359,31 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   }
   if (s.lost) return s;
   if (!failure.ok()) return failure;
+  s.slices_lost = SlicesLost(index, dev);
   return s;
+}
+
+std::vector<uint32_t> NvmlProbe::SlicesLost(uint32_t index, nvmlDevice_t dev) {
+  std::vector<SliceInfo> known;
+  {
+    std::lock_guard<std::mutex> lock(mig_mu_);
+    auto it = mig_slices_.find(index);
+    if (it == mig_slices_.end() || it->second.empty()) return {};
+    known = it->second;
+  }
+  std::vector<uint32_t> lost;
+  for (const SliceInfo& k : known) {
+    nvmlDevice_t mig = nullptr;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    // A slot that is empty now, or holds another instance (destroyed and
+    // created again), lost the one its server ran on.
+    if (api_.nvmlDeviceGetMigDeviceHandleByIndex(dev, k.index, &mig) != NVML_SUCCESS ||
+        api_.nvmlDeviceGetUUID(mig, uuid, sizeof(uuid)) != NVML_SUCCESS ||
+        k.uuid != std::string(uuid, strnlen(uuid, sizeof(uuid)))) {
+      lost.push_back(k.index);
+    }
+  }
+  return lost;
 }
 
 absl::StatusOr<std::vector<XidEvent>> NvmlProbe::WaitForXids(std::chrono::milliseconds timeout) {

@@ -11,7 +11,9 @@
 // probe's own state is fixed after Open().
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,9 @@ class NvmlProbe : public GpuProbe {
   // The GPU's MIG instances when MIG is on (the driver has the entry
   // points and the GPU's current mode says enabled); empty otherwise.
   std::vector<SliceInfo> MigSlices(nvmlDevice_t dev) const;
+  // The slots of the MIG instances Devices() listed for GPU `index` that
+  // no longer hold the same instance (its UUID).
+  std::vector<uint32_t> SlicesLost(uint32_t index, nvmlDevice_t dev);
 
   void* handle_;
   std::string lib_path_;
@@ -54,6 +59,8 @@ class NvmlProbe : public GpuProbe {
   bool initialized_ = false;
   std::vector<nvmlDevice_t> devices_;
   nvmlEventSet_t events_ = nullptr;
+  std::mutex mig_mu_;
+  std::map<uint32_t, std::vector<SliceInfo>> mig_slices_;  // guarded by mig_mu_, from Devices()
 };
 
 }  // namespace gpuha::gpu

@@ -190,6 +190,16 @@ TEST_F(NvmlProbeTest, MigInstancesAreListedPerGpu) {
   EXPECT_EQ(slices[1].memory_total_bytes, 20ull << 30);
   EXPECT_EQ(slices[0].memory_total_bytes, 10ull << 30);
   EXPECT_TRUE((*devices)[1].slices.empty());  // MIG off
+  // An instance destroyed after the agent listed it: its slot is lost in
+  // the GPU's samples, and the GPU itself answers.
+  auto sample = (*probe)->Sample(0);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_TRUE(sample->slices_lost.empty());
+  Write("count 2\ngpu0.mig 7\ngpu0.mig3.gone 1\ngpu0.mig5.gone 1\n");
+  sample = (*probe)->Sample(0);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_EQ(sample->slices_lost, std::vector<uint32_t>{5});
+  EXPECT_FALSE(sample->lost);
   Write("count 1\ngpu0.mig 7\nomit_optional 1\n");
   devices = (*probe)->Devices();
   ASSERT_TRUE(devices.ok());

@@ -19,6 +19,20 @@ constexpr double kThermalSlowdownC = 90;
 
 using std::chrono::milliseconds;
 
+// A fault must name a GPU (and a MIG slot) the sim has; the error names the field.
+absl::Status CheckFault(const SimOptions& o, const Fault& f) {
+  if (f.kind == FaultKind::kAgentHang) return absl::OkStatus();
+  if (f.gpu >= o.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu: GPU ", f.gpu, " does not exist (", o.count, " simulated)"));
+  }
+  if (f.kind == FaultKind::kMigLost && f.slice >= o.mig) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice: MIG instance ", f.slice, " does not exist (", o.mig, " per GPU)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string SimPciBusId(uint32_t index) {
@@ -38,10 +52,8 @@ absl::StatusOr<std::unique_ptr<SimProbe>> SimProbe::Create(SimOptions options,
     return absl::InvalidArgumentError("sim GPU count must be between 1 and 64");
   }
   for (size_t i = 0; i < options.faults.size(); ++i) {
-    const Fault& f = options.faults[i];
-    if (f.kind != FaultKind::kAgentHang && f.gpu >= options.count) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "faults[", i, "].gpu: GPU ", f.gpu, " does not exist (", options.count, " simulated)"));
+    if (absl::Status s = CheckFault(options, options.faults[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("faults[", i, "].", s.message()));
     }
   }
   return std::unique_ptr<SimProbe>(new SimProbe(std::move(options), model, clock));
@@ -103,10 +115,7 @@ bool SimProbe::AgentHung() {
 }
 
 absl::Status SimProbe::Inject(Fault fault) {
-  if (fault.kind != FaultKind::kAgentHang && fault.gpu >= options_.count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gpu: GPU ", fault.gpu, " does not exist (", options_.count, " simulated)"));
-  }
+  if (absl::Status s = CheckFault(options_, fault); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   common::TimePoint now = clock_->Now();
   AdvanceLocked(now);
@@ -179,6 +188,9 @@ void SimProbe::ApplyLocked(const Fault& f, common::TimePoint at) {
       unhung_.notify_all();
       break;
     }
+    case FaultKind::kMigLost:
+      g.slices_lost.insert(f.slice);
+      break;
     case FaultKind::kAgentHang:
       break;
   }
@@ -204,6 +216,7 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   }
   GpuSample s;
   s.index = index;
+  s.slices_lost.assign(g.slices_lost.begin(), g.slices_lost.end());
   if (g.lost) {
     s.lost = true;
     return s;

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "common/clock.h"
@@ -60,6 +61,7 @@ class SimProbe : public GpuProbe {
  private:
   struct GpuState {
     bool lost = false;
+    std::set<uint32_t> slices_lost;  // MIG slots gone (mig_lost)
     uint64_t ecc_corrected = 0;
     uint64_t ecc_uncorrected = 0;
     uint32_t pages_pending = 0;

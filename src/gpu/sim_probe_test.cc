@@ -1,5 +1,6 @@
 #include "gpu/sim_probe.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -8,6 +9,7 @@ namespace gpuha::gpu {
 namespace {
 
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 std::unique_ptr<SimProbe> Make(common::FakeClock* clock, std::vector<Fault> faults = {},
                                uint32_t count = 2) {
@@ -165,6 +167,19 @@ TEST(SimProbeTest, MigLayoutSlicesEachGpu) {
     }
   }
   EXPECT_EQ(uuids.size(), 56u);  // every instance its own
+  // A MIG instance lost: that GPU's sample names its slot, from then on.
+  ASSERT_TRUE((*probe)->Inject(Fault{.gpu = 5, .kind = FaultKind::kMigLost, .slice = 4}).ok());
+  auto s = (*probe)->Sample(5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->slices_lost, std::vector<uint32_t>{4});
+  EXPECT_FALSE(s->lost);
+  EXPECT_TRUE((*probe)->Sample(4)->slices_lost.empty());
+  absl::Status bad = (*probe)->Inject(Fault{.gpu = 5, .kind = FaultKind::kMigLost, .slice = 7});
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("slice: MIG instance 7 does not exist (7 per GPU)"));
+  o.faults = {Fault{.gpu = 0, .kind = FaultKind::kMigLost, .slice = 9}};
+  EXPECT_THAT(std::string(SimProbe::Create(o, &clock).status().message()),
+              HasSubstr("faults[0].slice: MIG instance 9 does not exist"));
 }
 
 }  // namespace

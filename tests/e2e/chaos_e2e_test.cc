@@ -89,6 +89,40 @@ class ChaosTest : public ::testing::Test {
     EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
     EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
   }
+  // A fault on one unit of a node (a GPU, a MIG instance), then the node's
+  // crash: the first moves that unit's streams only, on a crash's zero-loss
+  // timeline, without fencing the node; the crash then moves the node.
+  static void ExpectOneUnitMovedThenTheNode(const json& r, const std::string& fault,
+                                            const std::regex& unit) {
+    ASSERT_TRUE(r.is_object());
+    ExpectNothingLost(r);
+    ASSERT_EQ(r["faults"].size(), 2u);
+    const json& g = r["faults"][0];
+    EXPECT_EQ(g["fault"], fault);
+    EXPECT_TRUE(std::regex_match(g["node"].get<std::string>(), unit)) << g.dump();
+    EXPECT_GT(g["streams_hit"].get<int>(), 0) << g.dump();
+    EXPECT_FALSE(g["detected_ms"].is_null()) << g.dump();
+    EXPECT_FALSE(g["routes_pushed_ms"].is_null()) << g.dump();
+    EXPECT_FALSE(g["first_standby_ms"].is_null()) << g.dump();
+    EXPECT_TRUE(g["fenced_ms"].is_null()) << "a unit's fault fenced its node: " << g.dump();
+    EXPECT_EQ(g["taken_out"], 0) << "a unit's fault took a node out: " << g.dump();
+    ASSERT_FALSE(g["node_streams"].is_null()) << g.dump();
+    EXPECT_GT(g["node_streams"].get<int>(), 0) << g.dump();
+    EXPECT_EQ(g["node_streams_kept"], g["node_streams"]) << g.dump();
+    EXPECT_EQ(g["failed"], 0) << g.dump();
+    EXPECT_EQ(g["note"], "") << g.dump();
+    const json& c = r["faults"][1];
+    EXPECT_FALSE(c["fenced_ms"].is_null()) << c.dump();
+    EXPECT_FALSE(c["first_standby_ms"].is_null()) << c.dump();
+    EXPECT_EQ(c["failed"], 0) << c.dump();
+    std::printf(
+        "FIGURES %s on %s: %d streams moved, %d of %d kept on the node, detected %.1f ms, "
+        "routes %.1f ms, standby serving %.1f ms, gap %.1f ms\n",
+        fault.c_str(), g["node"].get<std::string>().c_str(), g["streams_hit"].get<int>(),
+        g["node_streams_kept"].get<int>(), g["node_streams"].get<int>(),
+        g["detected_ms"].get<double>(), g["routes_pushed_ms"].get<double>(),
+        g["first_standby_ms"].get<double>(), g["max_gap_ms"].get<double>());
+  }
   // One node fault: nothing lost, the controller saw it, the standby served
   // the node's streams, and the work stayed there after the node rejoined.
   // `faults`: how many faults the run injected, one after another.
@@ -150,34 +184,16 @@ TEST_F(ChaosTest, TrainCrashRestartsTheJobAfterTheFenceAndLosesNothing) {
 // node's crash, next, moves all of its GPUs' (one cluster for both).
 TEST_F(ChaosTest, OneGpusFaultMovesThatGpusStreamsOnlyAndLosesNothing) {
   json r = RunDemo("gpu-xid48,crash", 20, 0, {}, {"--gpus-per-node", "8"});
-  ASSERT_TRUE(r.is_object());
-  ExpectNothingLost(r);
-  ASSERT_EQ(r["faults"].size(), 2u);
-  const json& g = r["faults"][0];
-  EXPECT_EQ(g["fault"], "gpu-xid48");
-  EXPECT_EQ(g["node"].get<std::string>().substr(g["node"].get<std::string>().size() - 5), "/gpu1")
-      << g.dump();
-  EXPECT_GT(g["streams_hit"].get<int>(), 0) << g.dump();
-  EXPECT_FALSE(g["detected_ms"].is_null()) << g.dump();
-  EXPECT_FALSE(g["routes_pushed_ms"].is_null()) << g.dump();
-  EXPECT_FALSE(g["first_standby_ms"].is_null()) << g.dump();
-  EXPECT_TRUE(g["fenced_ms"].is_null()) << "a GPU's fault fenced its node: " << g.dump();
-  EXPECT_EQ(g["taken_out"], 0) << "a GPU's fault took a node out: " << g.dump();
-  ASSERT_FALSE(g["node_streams"].is_null()) << g.dump();
-  EXPECT_GT(g["node_streams"].get<int>(), 0) << g.dump();
-  EXPECT_EQ(g["node_streams_kept"], g["node_streams"]) << g.dump();
-  EXPECT_EQ(g["failed"], 0) << g.dump();
-  EXPECT_EQ(g["note"], "") << g.dump();
-  const json& c = r["faults"][1];
-  EXPECT_FALSE(c["fenced_ms"].is_null()) << c.dump();
-  EXPECT_FALSE(c["first_standby_ms"].is_null()) << c.dump();
-  EXPECT_EQ(c["failed"], 0) << c.dump();
-  std::printf(
-      "FIGURES gpu-xid48 on 8-GPU nodes: %d streams moved, %d of %d kept on the node, "
-      "detected %.1f ms, routes %.1f ms, standby serving %.1f ms, gap %.1f ms\n",
-      g["streams_hit"].get<int>(), g["node_streams_kept"].get<int>(), g["node_streams"].get<int>(),
-      g["detected_ms"].get<double>(), g["routes_pushed_ms"].get<double>(),
-      g["first_standby_ms"].get<double>(), g["max_gap_ms"].get<double>());
+  ExpectOneUnitMovedThenTheNode(r, "gpu-xid48", std::regex(".*/gpu1"));
+}
+
+// Issue 16: nodes of 2 GPUs in 3 MIG instances each, a worker per instance.
+// The busiest instance is destroyed: its streams move, the node's other
+// instances (on both GPUs) keep theirs, and nothing is lost; the node's
+// crash, next, moves them all.
+TEST_F(ChaosTest, ALostMigInstanceMovesThatSlicesStreamsOnlyAndLosesNothing) {
+  json r = RunDemo("mig-lost,crash", 20, 0, {}, {"--gpus-per-node", "2", "--mig-per-gpu", "3"});
+  ExpectOneUnitMovedThenTheNode(r, "mig-lost", std::regex(".*/gpu[01]/mig[0-2]"));
 }
 
 // Issue 16: a flood of draining XIDs on every node at once (a false alarm

@@ -467,6 +467,8 @@ TEST_F(HostileTest, ConfigFilesAndFlags) {
         std::string("ctl --token \"$(printf 'a\\r\\nB: c')\" nodes"),
         std::string("ctl add-stream \"x/y\" --tenant acme"), std::string("ctl --weight 0 nodes"),
         std::string("demo --faults nosuchfault"), std::string("demo --streams 0"),
+        std::string("demo --faults mig-lost"), std::string("demo --mig-per-gpu 9"),
+        std::string("agent --node a --controller 127.0.0.1:1 --gpu sim --sim-mig 8"),
         std::string("plan --nosuchflag"), std::string("load --rate -5")}) {
     ++f.cases;
     CommandResult r = RunCommand(kGpuha + " " + args);

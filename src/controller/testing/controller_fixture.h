@@ -127,6 +127,13 @@ class ControllerTest : public ::testing::Test {
     }
     return out;
   }
+  std::vector<std::string> EventDetails(const std::string& node) {
+    std::vector<std::string> out;
+    for (const Event& e : c_->EventsSince(0)) {
+      if (e.node == node) out.push_back(e.detail);
+    }
+    return out;
+  }
   int64_t IndexOf(const std::string& type) {
     for (const Event& e : c_->EventsSince(0)) {
       if (e.type == type) return e.id;
