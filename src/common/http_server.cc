@@ -1,8 +1,16 @@
 #include "common/http_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -169,51 +177,106 @@ absl::StatusOr<HttpResult> HttpCall(const std::string& method, const std::string
                                     uint16_t port, const std::string& target,
                                     const std::string& body, std::chrono::milliseconds timeout,
                                     const std::string& bearer_token) {
+  return HttpClient(host, port).Call(method, target, body, timeout, bearer_token);
+}
+
+struct HttpClient::Impl {
   asio::io_context io;
-  beast::tcp_stream stream(io);
+  std::optional<beast::tcp_stream> stream;  // open while the server keeps it alive
+  beast::flat_buffer buffer;
+};
+
+HttpClient::HttpClient(std::string host, uint16_t port)
+    : host_(std::move(host)), port_(port), impl_(std::make_unique<Impl>()) {}
+
+HttpClient::~HttpClient() = default;
+
+absl::StatusOr<HttpResult> HttpClient::Call(const std::string& method, const std::string& target,
+                                            const std::string& body,
+                                            std::chrono::milliseconds timeout,
+                                            const std::string& bearer_token) {
+  const bool kept = impl_->stream.has_value();
+  absl::StatusOr<HttpResult> r = Exchange(method, target, body, timeout, bearer_token);
+  // Only a GET is sent again: a POST the server did get must not run twice.
+  if (!r.ok() && kept && method == "GET" && !absl::IsDeadlineExceeded(r.status()) &&
+      !absl::IsInvalidArgument(r.status())) {
+    r = Exchange(method, target, body, timeout, bearer_token);
+  }
+  return r;
+}
+
+absl::StatusOr<HttpResult> HttpClient::Exchange(const std::string& method,
+                                                const std::string& target, const std::string& body,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& bearer_token) {
+  Impl& m = *impl_;
   beast::error_code ec;
-  auto address = asio::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad host '", host, "'"));
-  stream.expires_after(timeout);
-  HttpResult result;
-  absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      method, " http://", host, ":", port, target, ": no answer within ", timeout.count(), " ms"));
-  http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+  auto address = asio::ip::make_address(host_, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad host '", host_, "'"));
   for (unsigned char c : bearer_token) {
     if (c < 0x20 || c == 0x7f) {  // CR and LF would start a header of their own
       return absl::InvalidArgumentError("the bearer token holds a control character");
     }
   }
-  req.set(http::field::host, absl::StrCat(address.is_v6() ? "[" + host + "]" : host, ":", port));
+  HttpResult result;
+  absl::Status status =
+      absl::DeadlineExceededError(absl::StrCat(method, " http://", host_, ":", port_, target,
+                                               ": no answer within ", timeout.count(), " ms"));
+  http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+  req.set(http::field::host, absl::StrCat(address.is_v6() ? "[" + host_ + "]" : host_, ":", port_));
   if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
   if (!body.empty()) req.set(http::field::content_type, "application/json");
   req.body() = body;
   req.prepare_payload();
-  beast::flat_buffer buffer;
   http::response<http::string_body> res;
-  stream.async_connect(tcp::endpoint(address, port), [&](beast::error_code ec) {
-    if (ec) {
-      status =
-          absl::UnavailableError(absl::StrCat("connect ", host, ":", port, ": ", ec.message()));
-      return;
-    }
-    http::async_write(stream, req, [&](beast::error_code ec, size_t) {
+  bool keep_alive = false;
+  // Out of time is DeadlineExceeded: a hung server is not asked again.
+  auto failed = [](const std::string& step, beast::error_code ec) {
+    std::string what = absl::StrCat(step, ": ", ec.message());
+    return ec == beast::error::timeout ? absl::DeadlineExceededError(what)
+                                       : absl::UnavailableError(what);
+  };
+  auto exchange = [&] {
+    http::async_write(*m.stream, req, [&](beast::error_code ec, size_t) {
       if (ec) {
-        status = absl::UnavailableError(absl::StrCat("write: ", ec.message()));
+        status = failed("write", ec);
         return;
       }
-      http::async_read(stream, buffer, res, [&](beast::error_code ec, size_t) {
+      http::async_read(*m.stream, m.buffer, res, [&](beast::error_code ec, size_t) {
         if (ec) {
-          status = absl::UnavailableError(absl::StrCat("read: ", ec.message()));
+          status = failed("read", ec);
           return;
         }
         result.status = res.result_int();
         result.body = res.body();
+        keep_alive = res.keep_alive();
         status = absl::OkStatus();
       });
     });
-  });
-  io.run();
+  };
+  m.io.restart();
+  if (m.stream) {
+    m.stream->expires_after(timeout);
+    exchange();
+  } else {
+    m.stream.emplace(m.io);
+    m.buffer.clear();
+    ++connects_;
+    m.stream->expires_after(timeout);
+    m.stream->async_connect(tcp::endpoint(address, port_), [&](beast::error_code ec) {
+      if (ec) {
+        status = failed(absl::StrCat("connect ", host_, ":", port_), ec);
+        return;
+      }
+      exchange();
+    });
+  }
+  m.io.run();
+  if (status.ok() && keep_alive) {
+    m.stream->expires_never();
+  } else {
+    m.stream.reset();  // failed, or the server closes it: the next call connects anew
+  }
   if (!status.ok()) return status;
   return result;
 }

@@ -79,6 +79,39 @@ struct HttpResult {
                                                   std::chrono::milliseconds timeout,
                                                   const std::string& bearer_token = "");
 
+// The same calls over one kept-alive connection to HOST:PORT, for probes
+// that ask the same server again and again: no connect, no new event loop
+// per call. The connection is opened on first use and again after the
+// server closes it or a call fails; a GET that fails on a connection kept
+// from before is sent once more on a fresh one (the server may have closed
+// it while idle).
+//
+// Thread-safety: none; one caller at a time.
+class HttpClient {
+ public:
+  HttpClient(std::string host, uint16_t port);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  [[nodiscard]] absl::StatusOr<HttpResult> Call(const std::string& method,
+                                                const std::string& target, const std::string& body,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& bearer_token = "");
+  // Connections opened so far (1 while the server keeps it alive).
+  int connects() const { return connects_; }
+
+ private:
+  struct Impl;
+  absl::StatusOr<HttpResult> Exchange(const std::string& method, const std::string& target,
+                                      const std::string& body, std::chrono::milliseconds timeout,
+                                      const std::string& bearer_token);
+  const std::string host_;
+  const uint16_t port_;
+  std::unique_ptr<Impl> impl_;
+  int connects_ = 0;
+};
+
 // Splits "http://127.0.0.1:8000/v2/health/ready" into host, port and target.
 struct HttpUrl {
   std::string host;

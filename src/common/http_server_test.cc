@@ -71,6 +71,49 @@ TEST(HttpServerTest, UnreachableServerIsAnError) {
   EXPECT_FALSE(r.ok());
 }
 
+// Probes keep one connection per server: calls after the first reuse it,
+// a server gone and back is reached on a new one, and a server that takes
+// the connection but never answers is out of time (not asked twice).
+TEST(HttpClientTest, KeepsOneConnectionAndReconnectsWhenItBreaks) {
+  auto server = Echo();
+  const uint16_t port = server->port();
+  HttpClient client("127.0.0.1", port);
+  for (int i = 0; i < 5; ++i) {
+    auto r = client.Call("GET", "/ready", "", milliseconds(2000));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body, "GET /ready ");
+  }
+  EXPECT_EQ(client.connects(), 1);
+  auto posted = client.Call("POST", "/x", "hi", milliseconds(2000));
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  EXPECT_EQ(posted->body, "POST /x hi");
+  EXPECT_EQ(client.connects(), 1);
+
+  server.reset();  // its connections close with it
+  EXPECT_FALSE(client.Call("GET", "/ready", "", milliseconds(500)).ok());
+  HttpServer::Options again;
+  again.port = port;
+  server = Echo(again);
+  auto back = client.Call("GET", "/ready", "", milliseconds(2000));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->status, 200);
+
+  // Listening, never answering: the call runs out of time once.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor mute(
+      io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+  HttpClient stuck("127.0.0.1", mute.local_endpoint().port());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = stuck.Call("GET", "/ready", "", milliseconds(300));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
+  EXPECT_EQ(stuck.connects(), 1);
+  EXPECT_THAT(
+      std::string(
+          HttpClient("no host", 1).Call("GET", "/", "", milliseconds(100)).status().message()),
+      ::testing::HasSubstr("bad host 'no host'"));
+}
+
 TEST(HttpServerTest, BadListenAddressIsNamed) {
   HttpServer::Options o;
   o.address = "not-an-ip";
