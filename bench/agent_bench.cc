@@ -7,8 +7,9 @@
 //   With MIG > 0, each GPU is MIG MIG instances, each with its own server
 //   (an in-process readiness server here) that the agent probes.
 //   SAMPLE_MS is the sampling interval (100 by default; the agent's own
-//   default is 500).
-// Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG] [SAMPLE_MS]
+//   default is 500). SERVERS 0 leaves the instances without servers (the
+//   agent's MIG monitoring alone).
+// Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG] [SAMPLE_MS] [SERVERS]
 // AGENT_BENCH_LOG=1 also prints the agent's log (reconnects, warnings).
 #include <signal.h>
 #include <unistd.h>
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   int injections = argc > 3 ? std::atoi(argv[3]) : 100;
   int mig = argc > 4 ? std::atoi(argv[4]) : 0;
   int sample_ms = argc > 5 ? std::atoi(argv[5]) : 100;
+  bool servers_per_instance = argc > 6 ? std::atoi(argv[6]) != 0 : true;
 
   FakeController controller;
   std::vector<std::string> args = {gpuha,
@@ -81,7 +83,8 @@ int main(int argc, char** argv) {
                                    "127.0.0.1:0"};
   // A readiness server per MIG instance, on consecutive ports.
   std::vector<std::unique_ptr<gpuha::common::HttpServer>> servers;
-  if (mig > 0) {
+  if (mig > 0 && !servers_per_instance) args.insert(args.end(), {"--sim-mig", std::to_string(mig)});
+  if (mig > 0 && servers_per_instance) {
     const int want = 8 * mig;
     int base = 0;
     for (int attempt = 0; attempt < 50 && static_cast<int>(servers.size()) < want; ++attempt) {
@@ -111,7 +114,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "agent did not start: %s\n", agent.err().c_str());
     return 1;
   }
-  if (mig > 0) {  // every instance's server probed and ready before the window
+  if (mig > 0 && servers_per_instance) {  // every instance's server probed and ready first
     auto all_ready = controller.WaitForHeartbeat(
         [&](const gpuha::v1::Heartbeat& h) {
           if (h.gpu_health_size() != 8 * mig) return false;
@@ -177,8 +180,10 @@ int main(int argc, char** argv) {
   std::printf(
       "| agent CPU, 8 sim GPUs%s sampled every %d ms + heartbeats @20 Hz, %.0f s | %.3f%% of one "
       "core | 1%% | %.2f |\n",
-      mig > 0 ? (" x " + std::to_string(mig) + " MIG, a server probed per instance @2 Hz").c_str()
-              : "",
+      mig == 0 ? ""
+      : servers_per_instance
+          ? (" x " + std::to_string(mig) + " MIG, a server probed per instance @2 Hz").c_str()
+          : (" x " + std::to_string(mig) + " MIG, no servers").c_str(),
       sample_ms, wall, core_pct, core_pct / 1.0);
   std::printf("| heartbeats received per second | %.1f | 20 | %.2f |\n", double(beats) / wall,
               double(beats) / wall / 20.0);

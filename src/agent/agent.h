@@ -144,10 +144,13 @@ class Agent {
   std::unique_ptr<gpu::WatchedProbe> probe_;
   common::Clock* const clock_;
   Supervisor supervisor_;
+  // The GPU servers' readiness probes, asked as one round per tick.
+  ReadyBatch ready_batch_;
   struct GpuServer {
     ServerSlot slot;  // its GPU, or its GPU's MIG instance
     std::unique_ptr<Supervisor> supervisor;
-    bool stopped_for_remedy = false;  // supervisor thread only: fenced while its GPU is failed
+    std::optional<size_t> ready_slot{};  // in ready_batch_
+    bool stopped_for_remedy = false;     // supervisor thread only: fenced while its GPU is failed
   };
   std::vector<GpuServer> gpu_servers_;  // fixed after Start(): per_gpu's, in port order
   JobSupervisor jobs_;

@@ -73,6 +73,18 @@ class AgentTest : public ::testing::Test {
     m.mutable_fence()->set_reason("test");
     return m;
   }
+  // Two sim GPUs with a watched server per GPU (or MIG instance) from
+  // port `base`, registering `capacity` per GPU, probed every 20 ms.
+  AgentConfig PerGpuConfig(int controller_port, int base, int64_t capacity) {
+    AgentConfig c = Config({controller_port});
+    c.per_gpu.port_base = base;
+    c.per_gpu.capacity = capacity;
+    c.server.ready_url = "http://127.0.0.1:{port}/v2/health/ready";
+    c.server.fence_mode = FenceMode::kUnready;
+    c.server.probe_interval = milliseconds(20);
+    c.registration.address = "127.0.0.1:8000";
+    return c;
+  }
   // `n` readiness servers on consecutive loopback ports, server i
   // answering status(i); returns the first port, 0 when none were free.
   static int ServeConsecutive(int n, std::function<int(int)> status,
@@ -329,14 +341,7 @@ TEST_F(AgentTest, ServersPerGpuAreProbedAloneAndAGpuFaultStaysOnItsGpu) {
       2, [&](int g) { return g == 1 && !gpu1_ready ? 503 : 200; }, &servers);
   ASSERT_NE(base, 0) << "no two free consecutive ports";
   FakeController controller;
-  AgentConfig c = Config({controller.port()});
-  c.per_gpu.port_base = base;
-  c.per_gpu.capacity = 3;
-  c.server.ready_url = "http://127.0.0.1:{port}/v2/health/ready";
-  c.server.fence_mode = FenceMode::kUnready;
-  c.server.probe_interval = milliseconds(20);
-  c.registration.address = "127.0.0.1:8000";
-  auto agent = Start(c);
+  auto agent = Start(PerGpuConfig(controller.port(), base, 3));
   auto hello = controller.WaitForHello();
   ASSERT_TRUE(hello.has_value());
   ASSERT_EQ(hello->registration().gpu_servers_size(), 2);
@@ -376,15 +381,8 @@ TEST_F(AgentTest, AServerPerMigInstanceAndALostInstanceIsThatSlicesVerdict) {
       6, [](int) { return 200; }, &servers);
   ASSERT_NE(base, 0) << "no six free consecutive ports";
   FakeController controller;
-  AgentConfig c = Config({controller.port()});
-  c.sim.count = 2;
+  AgentConfig c = PerGpuConfig(controller.port(), base, 6);
   c.sim.mig = 3;  // GPU 0 and 1: three 8 GB instances each, of an L4's 24
-  c.per_gpu.port_base = base;
-  c.per_gpu.capacity = 6;
-  c.server.ready_url = "http://127.0.0.1:{port}/v2/health/ready";
-  c.server.fence_mode = FenceMode::kUnready;
-  c.server.probe_interval = milliseconds(20);
-  c.registration.address = "127.0.0.1:8000";
   auto agent = Start(c);
   auto hello = controller.WaitForHello();
   ASSERT_TRUE(hello.has_value());

@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "agent/engine_watch.h"
 #include "common/http_server.h"
 #include "common/log.h"
@@ -102,6 +105,14 @@ void Supervisor::Tick() {
   state_.ready = state_.running && probe_ok_ && !state_.fenced;
 }
 
+bool Supervisor::ProbeDue() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (clock_->Now() < next_probe_) return false;
+  if (state_.watched) return true;
+  return state_.supervised && state_.running && !shutdown_ && !term_sent_ &&
+         !(state_.fenced && options_.fence_mode == FenceMode::kStop);
+}
+
 void Supervisor::Fence() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!state_.fenced) spdlog::warn("supervisor: fenced, server out of service");
@@ -148,8 +159,34 @@ ServerState Supervisor::state() const {
   return state_;
 }
 
+size_t ReadyBatch::Add(const common::HttpUrl& url) {
+  clients_.push_back(std::make_unique<common::HttpClient>(url.host, url.port, loop_));
+  targets_.push_back(url.target);
+  answers_.emplace_back();
+  return clients_.size() - 1;
+}
+
+void ReadyBatch::Fetch(const std::vector<size_t>& slots, common::Duration timeout) {
+  std::fill(answers_.begin(), answers_.end(), std::nullopt);
+  if (slots.empty()) return;
+  std::vector<common::HttpClient::Get> calls;
+  for (size_t s : slots) calls.push_back({clients_[s].get(), targets_[s]});
+  common::HttpClient::GetAll(calls, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    answers_[slots[i]] = calls[i].result.ok() && calls[i].result->status == 200;
+  }
+}
+
+bool ReadyBatch::Take(size_t slot, common::Duration timeout) {
+  if (std::optional<bool> got = std::exchange(answers_[slot], std::nullopt)) return *got;
+  auto r = clients_[slot]->Call("GET", targets_[slot], "",
+                                std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  return r.ok() && r->status == 200;
+}
+
 std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
-                                  common::Clock* clock) {
+                                  common::Clock* clock, ReadyBatch* batch,
+                                  std::optional<size_t>* slot) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.probe_timeout);
   std::optional<common::HttpUrl> ready, metrics;
   if (!o.ready_url.empty())
@@ -166,10 +203,17 @@ std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string&
   // servers, and a connection (and event loop) per probe cost more CPU
   // than the rest of the agent.
   std::shared_ptr<common::HttpClient> ready_client, metrics_client;
-  if (ready) ready_client = std::make_shared<common::HttpClient>(ready->host, ready->port);
+  std::optional<size_t> ready_slot;
+  if (ready && batch != nullptr) {
+    ready_slot = batch->Add(*ready);
+  } else if (ready) {
+    ready_client = std::make_shared<common::HttpClient>(ready->host, ready->port);
+  }
+  if (slot != nullptr) *slot = ready_slot;
   if (metrics) metrics_client = std::make_shared<common::HttpClient>(metrics->host, metrics->port);
-  return [ready, metrics, ms, node, clock, w, ready_client, metrics_client] {
-    if (ready) {
+  return [ready, metrics, ms, node, clock, w, batch, ready_slot, ready_client, metrics_client] {
+    if (ready_slot && !batch->Take(*ready_slot, ms)) return false;
+    if (ready_client) {
       auto r = ready_client->Call("GET", ready->target, "", ms);
       if (!r.ok() || r->status != 200) return false;
     }

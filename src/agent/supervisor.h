@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "agent/process.h"
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/http_server.h"
 
 namespace gpuha::agent {
 
@@ -59,8 +61,36 @@ struct ServerState {
 // (EngineWatch over a scrape once a second, or every stall_after / 4 when
 // shorter; a failed scrape keeps the last verdict). A server that answers
 // its health check while its inference no longer moves is not ready.
+//
+// With `batch`, the readiness URL is asked through it (its slot in *slot):
+// answers fetched for a round of servers at once are taken from there.
+class ReadyBatch;
 std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
-                                  common::Clock* clock);
+                                  common::Clock* clock, ReadyBatch* batch = nullptr,
+                                  std::optional<size_t>* slot = nullptr);
+
+// Readiness probes of many servers as one round (a node with a server per
+// GPU or MIG instance): the supervisor thread fetches the answers of the
+// servers whose probe is due at once, and each server's probe then takes
+// its own answer instead of asking alone. An answer lives until the next
+// Fetch, so a probe never reads one from an earlier round.
+//
+// Thread-safety: none; the supervisor thread only.
+class ReadyBatch {
+ public:
+  // A server's readiness URL; returns its slot.
+  size_t Add(const common::HttpUrl& url);
+  // Forgets the last round's answers, then GETs the URLs of `slots` at once.
+  void Fetch(const std::vector<size_t>& slots, common::Duration timeout);
+  // Whether `slot` answered 200 in this round; without an answer, asks now, alone.
+  bool Take(size_t slot, common::Duration timeout);
+
+ private:
+  common::HttpClient::Loop loop_;
+  std::vector<std::unique_ptr<common::HttpClient>> clients_;
+  std::vector<std::string> targets_;
+  std::vector<std::optional<bool>> answers_;
+};
 
 class Supervisor {
  public:
@@ -69,6 +99,8 @@ class Supervisor {
              std::function<bool()> probe);
   ~Supervisor();
   void Tick();
+  // Whether the next Tick() would probe the server (a ReadyBatch round).
+  bool ProbeDue() const;
   void Fence();
   void Unfence();
   // Stops the server for good (agent shutdown).

@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
+#include <boost/asio.hpp>
+
+#include "absl/strings/str_cat.h"
 #include "agent/job_supervisor.h"
 #include "agent/testing/fake_process_runner.h"
 
@@ -66,6 +70,57 @@ TEST_F(SupervisorTest, RestartsWithDoublingBackoffThenResetsAfterStableMinute) {
   clock_.Advance(milliseconds(1000));
   s.Tick();
   EXPECT_EQ(runner_.spawns, spawns + 1);
+}
+
+// A probe round over a ReadyBatch: the servers due are asked at once, each
+// probe takes its own answer of this round only, and one hung server costs
+// the round one timeout (not one per server).
+TEST_F(SupervisorTest, AReadyBatchAsksTheServersDueAtOnce) {
+  std::atomic<int> asked{0};
+  std::vector<std::unique_ptr<common::HttpServer>> up;
+  for (int i = 0; i < 3; ++i) {
+    auto srv = common::HttpServer::Start(
+        {.address = "127.0.0.1", .port = 0}, [&, i](const common::HttpRequest&) {
+          ++asked;
+          return common::HttpResponse{i == 1 ? 503 : 200, "text/plain", "", {}};
+        });
+    ASSERT_TRUE(srv.ok());
+    up.push_back(std::move(*srv));
+  }
+  // Four servers that take the connection and never answer.
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> mute;
+  ReadyBatch batch;
+  std::vector<std::function<bool()>> probes;
+  for (int i = 0; i < 7; ++i) {
+    uint16_t port = 0;
+    if (i < 3) {
+      port = up[i]->port();
+    } else {
+      mute.push_back(std::make_unique<boost::asio::ip::tcp::acceptor>(
+          io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)));
+      port = mute.back()->local_endpoint().port();
+    }
+    SupervisorOptions o;
+    o.ready_url = absl::StrCat("http://127.0.0.1:", port, "/ready");
+    o.probe_timeout = milliseconds(300);
+    std::optional<size_t> slot;
+    probes.push_back(ServerProbe(o, "n", &clock_, &batch, &slot));
+    EXPECT_EQ(slot, static_cast<size_t>(i));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  batch.Fetch({0, 1, 2, 3, 4, 5, 6}, milliseconds(300));
+  // One timeout for the round; asked one by one, the four would take 1.2 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
+  EXPECT_EQ(asked.load(), 3);
+  std::vector<bool> got;
+  for (auto& p : probes) got.push_back(p());
+  EXPECT_EQ(got, (std::vector<bool>{true, false, true, false, false, false, false}));
+  EXPECT_EQ(asked.load(), 3);  // taken from the round
+  // The next round forgets this one: a probe without an answer asks alone.
+  batch.Fetch({}, milliseconds(300));
+  EXPECT_TRUE(probes[0]());
+  EXPECT_EQ(asked.load(), 4);
 }
 
 TEST_F(SupervisorTest, FenceStopsTheServerWithTermThenKill) {

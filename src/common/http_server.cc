@@ -180,36 +180,121 @@ absl::StatusOr<HttpResult> HttpCall(const std::string& method, const std::string
   return HttpClient(host, port).Call(method, target, body, timeout, bearer_token);
 }
 
-struct HttpClient::Impl {
+struct HttpClient::Loop::Impl {
   asio::io_context io;
+};
+
+HttpClient::Loop::Loop() : impl_(std::make_shared<Impl>()) {}
+
+struct HttpClient::Impl {
+  std::shared_ptr<Loop::Impl> loop;
   std::optional<beast::tcp_stream> stream;  // open while the server keeps it alive
   beast::flat_buffer buffer;
 };
 
-HttpClient::HttpClient(std::string host, uint16_t port)
-    : host_(std::move(host)), port_(port), impl_(std::make_unique<Impl>()) {}
+// One request and its answer, in flight on its client's Loop.
+struct HttpClient::Exchange {
+  HttpClient* client = nullptr;
+  http::request<http::string_body> req{};
+  http::response<http::string_body> res{};
+  absl::Status status{};
+  bool keep_alive = false;
+  bool kept = false;  // went out on a connection kept from before
+};
+
+HttpClient::HttpClient(std::string host, uint16_t port, Loop loop)
+    : host_(std::move(host)), port_(port), impl_(std::make_unique<Impl>()) {
+  impl_->loop = std::move(loop.impl_);
+}
 
 HttpClient::~HttpClient() = default;
+
+void HttpClient::Start(Exchange& x, std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  x.status = absl::DeadlineExceededError(
+      absl::StrCat(std::string(x.req.method_string()), " http://", host_, ":", port_,
+                   std::string(x.req.target()), ": no answer within ", timeout.count(), " ms"));
+  x.res = {};
+  x.kept = m.stream.has_value();
+  // Out of time is DeadlineExceeded: a hung server is not asked again.
+  auto failed = [](const std::string& step, beast::error_code ec) {
+    std::string what = absl::StrCat(step, ": ", ec.message());
+    return ec == beast::error::timeout ? absl::DeadlineExceededError(what)
+                                       : absl::UnavailableError(what);
+  };
+  auto exchange = [this, &x, failed] {
+    Impl& m = *impl_;
+    http::async_write(*m.stream, x.req, [this, &x, failed](beast::error_code ec, size_t) {
+      if (ec) {
+        x.status = failed("write", ec);
+        return;
+      }
+      http::async_read(*impl_->stream, impl_->buffer, x.res,
+                       [&x, failed](beast::error_code ec, size_t) {
+                         if (ec) {
+                           x.status = failed("read", ec);
+                           return;
+                         }
+                         x.keep_alive = x.res.keep_alive();
+                         x.status = absl::OkStatus();
+                       });
+    });
+  };
+  if (m.stream) {
+    m.stream->expires_after(timeout);
+    exchange();
+    return;
+  }
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host_, ec);  // checked by the caller
+  m.stream.emplace(m.loop->io);
+  m.buffer.clear();
+  ++connects_;
+  m.stream->expires_after(timeout);
+  m.stream->async_connect(tcp::endpoint(address, port_),
+                          [this, &x, failed, exchange](beast::error_code ec) {
+                            if (ec) {
+                              x.status = failed(absl::StrCat("connect ", host_, ":", port_), ec);
+                              return;
+                            }
+                            exchange();
+                          });
+}
+
+void HttpClient::Finish(Exchange& x) {
+  if (x.status.ok() && x.keep_alive) {
+    impl_->stream->expires_never();
+  } else {
+    impl_->stream.reset();  // failed, or the server closes it: the next call connects anew
+  }
+}
+
+void HttpClient::RunAll(const std::vector<Exchange*>& xs, std::chrono::milliseconds timeout) {
+  if (xs.empty()) return;
+  asio::io_context& io = xs.front()->client->impl_->loop->io;
+  for (int round = 0; round < 2; ++round) {
+    // The second round: GETs that failed on a connection kept from before
+    // (not out of time), once more on a fresh one. A POST the server did
+    // get must not run twice.
+    std::vector<Exchange*> go;
+    for (Exchange* x : xs) {
+      if (round == 0 || (!x->status.ok() && x->kept && x->req.method() == http::verb::get &&
+                         !absl::IsDeadlineExceeded(x->status))) {
+        go.push_back(x);
+      }
+    }
+    if (go.empty()) return;
+    io.restart();
+    for (Exchange* x : go) x->client->Start(*x, timeout);
+    io.run();
+    for (Exchange* x : go) x->client->Finish(*x);
+  }
+}
 
 absl::StatusOr<HttpResult> HttpClient::Call(const std::string& method, const std::string& target,
                                             const std::string& body,
                                             std::chrono::milliseconds timeout,
                                             const std::string& bearer_token) {
-  const bool kept = impl_->stream.has_value();
-  absl::StatusOr<HttpResult> r = Exchange(method, target, body, timeout, bearer_token);
-  // Only a GET is sent again: a POST the server did get must not run twice.
-  if (!r.ok() && kept && method == "GET" && !absl::IsDeadlineExceeded(r.status()) &&
-      !absl::IsInvalidArgument(r.status())) {
-    r = Exchange(method, target, body, timeout, bearer_token);
-  }
-  return r;
-}
-
-absl::StatusOr<HttpResult> HttpClient::Exchange(const std::string& method,
-                                                const std::string& target, const std::string& body,
-                                                std::chrono::milliseconds timeout,
-                                                const std::string& bearer_token) {
-  Impl& m = *impl_;
   beast::error_code ec;
   auto address = asio::ip::make_address(host_, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("bad host '", host_, "'"));
@@ -218,67 +303,51 @@ absl::StatusOr<HttpResult> HttpClient::Exchange(const std::string& method,
       return absl::InvalidArgumentError("the bearer token holds a control character");
     }
   }
-  HttpResult result;
-  absl::Status status =
-      absl::DeadlineExceededError(absl::StrCat(method, " http://", host_, ":", port_, target,
-                                               ": no answer within ", timeout.count(), " ms"));
-  http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-  req.set(http::field::host, absl::StrCat(address.is_v6() ? "[" + host_ + "]" : host_, ":", port_));
-  if (!bearer_token.empty()) req.set(http::field::authorization, "Bearer " + bearer_token);
-  if (!body.empty()) req.set(http::field::content_type, "application/json");
-  req.body() = body;
-  req.prepare_payload();
-  http::response<http::string_body> res;
-  bool keep_alive = false;
-  // Out of time is DeadlineExceeded: a hung server is not asked again.
-  auto failed = [](const std::string& step, beast::error_code ec) {
-    std::string what = absl::StrCat(step, ": ", ec.message());
-    return ec == beast::error::timeout ? absl::DeadlineExceededError(what)
-                                       : absl::UnavailableError(what);
-  };
-  auto exchange = [&] {
-    http::async_write(*m.stream, req, [&](beast::error_code ec, size_t) {
-      if (ec) {
-        status = failed("write", ec);
-        return;
-      }
-      http::async_read(*m.stream, m.buffer, res, [&](beast::error_code ec, size_t) {
-        if (ec) {
-          status = failed("read", ec);
-          return;
-        }
-        result.status = res.result_int();
-        result.body = res.body();
-        keep_alive = res.keep_alive();
-        status = absl::OkStatus();
-      });
-    });
-  };
-  m.io.restart();
-  if (m.stream) {
-    m.stream->expires_after(timeout);
-    exchange();
-  } else {
-    m.stream.emplace(m.io);
-    m.buffer.clear();
-    ++connects_;
-    m.stream->expires_after(timeout);
-    m.stream->async_connect(tcp::endpoint(address, port_), [&](beast::error_code ec) {
-      if (ec) {
-        status = failed(absl::StrCat("connect ", host_, ":", port_), ec);
-        return;
-      }
-      exchange();
-    });
+  Exchange x;
+  x.client = this;
+  x.req = http::request<http::string_body>(http::string_to_verb(method), target, 11);
+  x.req.set(http::field::host,
+            absl::StrCat(address.is_v6() ? "[" + host_ + "]" : host_, ":", port_));
+  if (!bearer_token.empty()) x.req.set(http::field::authorization, "Bearer " + bearer_token);
+  if (!body.empty()) x.req.set(http::field::content_type, "application/json");
+  x.req.body() = body;
+  x.req.prepare_payload();
+  RunAll({&x}, timeout);
+  if (!x.status.ok()) return x.status;
+  return HttpResult{static_cast<int>(x.res.result_int()), x.res.body()};
+}
+
+void HttpClient::GetAll(std::vector<Get>& calls, std::chrono::milliseconds timeout) {
+  std::vector<Exchange> xs(calls.size());
+  std::vector<Exchange*> go;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    HttpClient* c = calls[i].client;
+    beast::error_code ec;
+    auto address = asio::ip::make_address(c->host_, ec);
+    if (ec) {
+      calls[i].result = absl::InvalidArgumentError(absl::StrCat("bad host '", c->host_, "'"));
+      continue;
+    }
+    if (c->impl_->loop != calls.front().client->impl_->loop) {
+      calls[i].result = absl::InvalidArgumentError("GetAll: a client of another Loop");
+      continue;
+    }
+    xs[i].client = c;
+    xs[i].req = http::request<http::string_body>(http::verb::get, calls[i].target, 11);
+    xs[i].req.set(http::field::host,
+                  absl::StrCat(address.is_v6() ? "[" + c->host_ + "]" : c->host_, ":", c->port_));
+    xs[i].req.prepare_payload();
+    go.push_back(&xs[i]);
   }
-  m.io.run();
-  if (status.ok() && keep_alive) {
-    m.stream->expires_never();
-  } else {
-    m.stream.reset();  // failed, or the server closes it: the next call connects anew
+  RunAll(go, timeout);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (xs[i].client == nullptr) continue;
+    if (xs[i].status.ok()) {
+      calls[i].result = HttpResult{static_cast<int>(xs[i].res.result_int()), xs[i].res.body()};
+    } else {
+      calls[i].result = xs[i].status;
+    }
   }
-  if (!status.ok()) return status;
-  return result;
 }
 
 absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url) {

@@ -114,6 +114,41 @@ TEST(HttpClientTest, KeepsOneConnectionAndReconnectsWhenItBreaks) {
       ::testing::HasSubstr("bad host 'no host'"));
 }
 
+// A probe round: GETs to several servers at once on one Loop, each over
+// its client's kept connection; one server gone fails its own call only.
+TEST(HttpClientTest, GetAllAsksEveryServerAtOnce) {
+  std::vector<std::unique_ptr<HttpServer>> servers;
+  for (int i = 0; i < 3; ++i) servers.push_back(Echo());
+  HttpClient::Loop loop;
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (const auto& s : servers) {
+    clients.push_back(std::make_unique<HttpClient>("127.0.0.1", s->port(), loop));
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<HttpClient::Get> calls;
+    for (size_t i = 0; i < clients.size(); ++i) {
+      calls.push_back({clients[i].get(), "/ready/" + std::to_string(i)});
+    }
+    if (round == 2) servers[1].reset();
+    HttpClient::GetAll(calls, milliseconds(2000));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (round == 2 && i == 1) {
+        EXPECT_FALSE(calls[i].result.ok());
+        continue;
+      }
+      ASSERT_TRUE(calls[i].result.ok()) << i << ": " << calls[i].result.status();
+      EXPECT_EQ(calls[i].result->body, "GET /ready/" + std::to_string(i) + " ");
+    }
+  }
+  EXPECT_EQ(clients[0]->connects(), 1);
+  EXPECT_EQ(clients[2]->connects(), 1);
+  HttpClient other("127.0.0.1", servers[0]->port());  // its own Loop
+  std::vector<HttpClient::Get> mixed = {{clients[0].get(), "/a"}, {&other, "/b"}};
+  HttpClient::GetAll(mixed, milliseconds(2000));
+  EXPECT_TRUE(mixed[0].result.ok());
+  EXPECT_EQ(mixed[1].result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HttpServerTest, BadListenAddressIsNamed) {
   HttpServer::Options o;
   o.address = "not-an-ip";

@@ -406,9 +406,8 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   v1::NodeHealth before = n->health;
   n->health = hb.health();
   for (const v1::GpuHealth& g : hb.gpu_health()) {
-    NodeState::GpuState& st = n->gpu_states[GpuServerConfig{
-        .index = g.index(), .slice = g.has_slice() ? std::optional(g.slice()) : std::nullopt}
-                                                .Name()];
+    NodeState::GpuState& st = n->gpu_states[GpuServerName(
+        g.index(), g.has_slice() ? std::optional(g.slice()) : std::nullopt)];
     st.reported = true;
     st.last = g;
   }

@@ -285,7 +285,7 @@ absl::StatusOr<ControllerConfig> LoadControllerConfig(const std::string& path) {
   return ParseControllerConfig(*text, path);
 }
 
-std::string GpuServerConfig::Name() const {
+std::string GpuServerName(uint32_t index, std::optional<uint32_t> slice) {
   return slice ? absl::StrCat("gpu", index, "/mig", *slice) : absl::StrCat("gpu", index);
 }
 

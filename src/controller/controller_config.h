@@ -40,6 +40,9 @@ namespace gpuha::controller {
 enum class ApiRole { kViewer = 0, kOperator = 1, kAdmin = 2 };
 const char* ApiRoleName(ApiRole r);
 
+// A GPU server's name within its node: "gpu0", or "gpu0/mig2" for a slice.
+std::string GpuServerName(uint32_t index, std::optional<uint32_t> slice);
+
 // One GPU's own inference server on a node that runs one per GPU, or one
 // slice's (a MIG instance, a vGPU profile) on a GPU that is split.
 struct GpuServerConfig {
@@ -48,8 +51,7 @@ struct GpuServerConfig {
   int64_t capacity = 0;
   std::optional<uint32_t> slice{};  // the slice's slot on GPU `index`
   std::string profile{};            // the slice's profile ("1g.10gb", "L4-4Q"), for operators
-  // "gpu0", or "gpu0/mig2" for a slice: the unit's name within its node.
-  std::string Name() const;
+  std::string Name() const { return GpuServerName(index, slice); }
 };
 
 struct NodeConfig {

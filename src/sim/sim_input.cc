@@ -106,8 +106,8 @@ const std::vector<Strategy>& BuiltinStrategies() {
        .gpu = {0.2405, 0},
        .planned_outage_s = 0,
        .note = "hot standby with router failover: 240.5 ms longest gap under a half-hang "
-               "(bench/RESULTS.md), a drain loses nothing; one GPU's fault moves its node "
-               "(the agent folds its GPUs into one node state today)"},
+               "(bench/RESULTS.md), a drain loses nothing; one server per node, so one GPU's "
+               "fault moves its node (server.per_gpu moves the GPU alone: unit gpu)"},
   };
   return kBuiltins;
 }

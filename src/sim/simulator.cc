@@ -117,7 +117,8 @@ class Run {
         per_node_(s.unit == Unit::kGpu ? f_.gpus_per_node : 1),
         unit_capacity_(s.unit == Unit::kGpu ? f_.streams_per_gpu
                                             : f_.streams_per_gpu * f_.gpus_per_node),
-        placement_(!s.reserve ? 0 : f_.redundancy * per_node_) {
+        // N+k counts whole nodes: a node's GPU units are one host.
+        placement_(!s.reserve ? 0 : f_.redundancy) {
     int64_t units = f_.nodes * per_node_;
     node_down_.assign(f_.nodes, 0);
     node_bad_gpus_.assign(f_.nodes, 0);
@@ -131,7 +132,9 @@ class Run {
       if (spare && s.reserve && s.spares == Spares::kBuffer) role = Role::kBuffer;
       for (int64_t j = 0; j < per_node_; ++j) {
         unit_ids_.push_back(absl::StrCat("u", unit_ids_.size()));
-        (void)placement_.AddNode({unit_ids_.back(), role, unit_capacity_});
+        // A node's GPUs share its host: a stream's standby is on another node.
+        (void)placement_.AddNode(
+            {unit_ids_.back(), role, unit_capacity_, false, absl::StrCat("h", n)});
       }
     }
     // Admit one GPU's streams at a time until N+k (or the fleet) is full.
