@@ -8,8 +8,9 @@
 //   (an in-process readiness server here) that the agent probes.
 //   SAMPLE_MS is the sampling interval (100 by default; the agent's own
 //   default is 500). SERVERS 0 leaves the instances without servers (the
-//   agent's MIG monitoring alone).
-// Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG] [SAMPLE_MS] [SERVERS]
+//   agent's MIG monitoring alone). PROBE_MS is the servers' readiness probe
+//   interval (server.probe_interval_ms, 500 by default).
+// Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG] [SAMPLE_MS] [SERVERS] [PROBE_MS]
 // AGENT_BENCH_LOG=1 also prints the agent's log (reconnects, warnings).
 #include <signal.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   int mig = argc > 4 ? std::atoi(argv[4]) : 0;
   int sample_ms = argc > 5 ? std::atoi(argv[5]) : 100;
   bool servers_per_instance = argc > 6 ? std::atoi(argv[6]) != 0 : true;
+  int probe_ms = argc > 7 ? std::atoi(argv[7]) : 500;
 
   FakeController controller;
   std::vector<std::string> args = {gpuha,
@@ -84,6 +86,11 @@ int main(int argc, char** argv) {
   // A readiness server per MIG instance, on consecutive ports.
   std::vector<std::unique_ptr<gpuha::common::HttpServer>> servers;
   if (mig > 0 && !servers_per_instance) args.insert(args.end(), {"--sim-mig", std::to_string(mig)});
+  if (probe_ms != 500) {  // only the config file sets it
+    const std::string path = "/tmp/agent_bench_" + std::to_string(::getpid()) + ".yaml";
+    std::ofstream(path) << "server: { probe_interval_ms: " << probe_ms << " }\n";
+    args.insert(args.end(), {"--config", path});
+  }
   if (mig > 0 && servers_per_instance) {
     const int want = 8 * mig;
     int base = 0;
@@ -182,7 +189,9 @@ int main(int argc, char** argv) {
       "core | 1%% | %.2f |\n",
       mig == 0 ? ""
       : servers_per_instance
-          ? (" x " + std::to_string(mig) + " MIG, a server probed per instance @2 Hz").c_str()
+          ? (" x " + std::to_string(mig) + " MIG, a server per instance probed every " +
+             std::to_string(probe_ms) + " ms")
+                .c_str()
           : (" x " + std::to_string(mig) + " MIG, no servers").c_str(),
       sample_ms, wall, core_pct, core_pct / 1.0);
   std::printf("| heartbeats received per second | %.1f | 20 | %.2f |\n", double(beats) / wall,
