@@ -146,6 +146,8 @@ class Agent {
   Supervisor supervisor_;
   // The GPU servers' readiness probes, asked as one round per tick.
   ReadyBatch ready_batch_;
+  // A round of ready_batch_ for the GPU servers due; returns when it began.
+  common::TimePoint FetchGpuServersReady();
   struct GpuServer {
     ServerSlot slot;  // its GPU, or its GPU's MIG instance
     std::unique_ptr<Supervisor> supervisor;

@@ -12,6 +12,7 @@
 #include "common/config_fields.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
+#include "common/log.h"
 #include "common/names.h"
 #include "common/yaml_reader.h"
 #include "gpu/gpu_models.h"
@@ -298,9 +299,16 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
             ? c.per_gpu.slice_capacity
             : std::max<int64_t>(1, gpu_capacity / static_cast<int64_t>(d.slices.size()));
     for (const gpu::SliceInfo& sl : d.slices) {
+      // Without its UUID, CUDA_VISIBLE_DEVICES cannot name the instance:
+      // the GPU's index would put the server on its first instance.
+      if (sl.uuid.empty()) {
+        spdlog::error("agent: GPU {} MIG instance {} has no UUID; no server for it", d.index,
+                      sl.index);
+        continue;
+      }
       // NVML names an instance "<GPU name> MIG <profile>".
       const size_t mig = sl.name.rfind(" MIG ");
-      out.push_back({d.index, sl.index, sl.uuid.empty() ? absl::StrCat(d.index) : sl.uuid,
+      out.push_back({d.index, sl.index, sl.uuid,
                      mig == std::string::npos ? "" : sl.name.substr(mig + 5), port++, each});
     }
   }

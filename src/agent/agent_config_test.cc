@@ -255,6 +255,12 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
   EXPECT_EQ(ServerSlots(sliced, devices)[1].capacity, 2);
   sliced.per_gpu.port_base = 0;
   EXPECT_TRUE(ServerSlots(sliced, devices).empty());
+  // An instance without a UUID cannot be named to CUDA: no server for it.
+  devices[1].slices[1].uuid.clear();
+  slots = ServerSlots(*c, devices);
+  ASSERT_EQ(slots.size(), 4u);
+  EXPECT_EQ(slots[2].slice, 5u);
+  EXPECT_EQ(slots[2].port, 8102);
   EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { mig: 9 } }\n", "a.yaml")),
               HasSubstr("gpu.sim.mig: must be between 0 (off) and 7"));
   EXPECT_THAT(

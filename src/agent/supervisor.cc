@@ -43,11 +43,12 @@ void Supervisor::StopLocked(common::TimePoint now) {
   }
 }
 
-void Supervisor::Tick() {
+void Supervisor::Tick(std::optional<common::TimePoint> round) {
   std::lock_guard<std::mutex> lock(mu_);
   common::TimePoint now = clock_->Now();
+  const common::TimePoint probe_at = round.value_or(now);
   if (state_.watched) {
-    if (now >= next_probe_) {
+    if (probe_at >= next_probe_) {
       probe_ok_ = probe_();
       next_probe_ = now + options_.probe_interval;
     }
@@ -98,7 +99,7 @@ void Supervisor::Tick() {
                     common::ToMillis(wait));
     }
   }
-  if (state_.running && now >= next_probe_) {
+  if (state_.running && probe_at >= next_probe_) {
     probe_ok_ = (options_.ready_url.empty() && options_.metrics_url.empty()) || probe_();
     next_probe_ = now + options_.probe_interval;
   }

@@ -98,8 +98,11 @@ class Supervisor {
   Supervisor(SupervisorOptions options, ProcessRunner* runner, common::Clock* clock,
              std::function<bool()> probe);
   ~Supervisor();
-  void Tick();
-  // Whether the next Tick() would probe the server (a ReadyBatch round).
+  // With `round`: the probe is due as of that time (when a ReadyBatch
+  // round began), so a server that fell due while the round ran is not
+  // then asked alone.
+  void Tick(std::optional<common::TimePoint> round = std::nullopt);
+  // Whether Tick() would probe the server now (a ReadyBatch round).
   bool ProbeDue() const;
   void Fence();
   void Unfence();

@@ -1,16 +1,8 @@
 #include "common/http_server.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <cerrno>
-#include <cstring>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -330,6 +322,12 @@ void HttpClient::GetAll(std::vector<Get>& calls, std::chrono::milliseconds timeo
     }
     if (c->impl_->loop != calls.front().client->impl_->loop) {
       calls[i].result = absl::InvalidArgumentError("GetAll: a client of another Loop");
+      continue;
+    }
+    bool twice = false;
+    for (size_t j = 0; j < i; ++j) twice = twice || calls[j].client == c;
+    if (twice) {  // one connection carries one call at a time
+      calls[i].result = absl::InvalidArgumentError("GetAll: a client listed twice");
       continue;
     }
     xs[i].client = c;

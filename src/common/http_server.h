@@ -116,8 +116,10 @@ class HttpClient {
     std::string target{};
     absl::StatusOr<HttpResult> result = absl::UnknownError("not run");
   };
-  // Each GET at once over its client's connection, all within `timeout`.
-  // Every client must be of one Loop (else that call fails, InvalidArgument).
+  // Each GET at once over its client's connection, within `timeout` (and
+  // one more `timeout` for those sent again on a fresh connection). Every
+  // client must be of one Loop and listed once (else that call fails,
+  // InvalidArgument).
   static void GetAll(std::vector<Get>& calls, std::chrono::milliseconds timeout);
   // Connections opened so far (1 while the server keeps it alive).
   int connects() const { return connects_; }

@@ -143,10 +143,13 @@ TEST(HttpClientTest, GetAllAsksEveryServerAtOnce) {
   EXPECT_EQ(clients[0]->connects(), 1);
   EXPECT_EQ(clients[2]->connects(), 1);
   HttpClient other("127.0.0.1", servers[0]->port());  // its own Loop
-  std::vector<HttpClient::Get> mixed = {{clients[0].get(), "/a"}, {&other, "/b"}};
+  std::vector<HttpClient::Get> mixed = {
+      {clients[0].get(), "/a"}, {&other, "/b"}, {clients[0].get(), "/c"}};
   HttpClient::GetAll(mixed, milliseconds(2000));
   EXPECT_TRUE(mixed[0].result.ok());
   EXPECT_EQ(mixed[1].result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mixed[2].result.status().message()),
+              ::testing::HasSubstr("a client listed twice"));
 }
 
 TEST(HttpServerTest, BadListenAddressIsNamed) {

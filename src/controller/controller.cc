@@ -826,8 +826,8 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
       capacity += g.capacity();
     }
     if (absl::Status s = CheckGpuServers(gpu_servers); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node '", node, "': registration ", s.message(), " (--gpu-servers)"));
+      return absl::InvalidArgumentError(absl::StrCat("node '", node, "': registration ",
+                                                     s.message(), " (the agent's server.per_gpu)"));
     }
   }
   std::string domain;

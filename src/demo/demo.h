@@ -21,7 +21,8 @@
 //   mig-lost     (--mig-per-gpu 1+) the busiest MIG instance of the busiest
 //                node is destroyed: that slice's streams move, the node's
 //                other slices keep theirs (node_streams_kept); the repair
-//                resets the GPU, which brings the instance back
+//                resets the sim GPU, which brings the instance back (on real
+//                hardware a recreated instance has a new UUID)
 //   xid-flood    XID 74 (NVLink, a drain) on every node at once: the
 //                quarantine breaker (fence.quarantine_max_share, 0.5) takes
 //                half the nodes out and holds the rest serving; each node

@@ -50,8 +50,8 @@ const std::vector<FaultSpec>& FaultTable() {
        }},
       // A MIG instance destroyed under its server (a slice of a split
       // GPU): that slice's streams move; the GPU's other slices, and the
-      // node's other GPUs, serve on. The repair resets the GPU, which
-      // brings the instance back.
+      // node's other GPUs, serve on. The repair resets the sim GPU, which
+      // brings the instance back (the sim keeps its UUID).
       {"mig-lost", Target::kSlice, false, false,
        [](FaultContext& f, LocalNode& n) {
          return f.cluster.InjectSimFault(
