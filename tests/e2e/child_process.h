@@ -62,6 +62,11 @@ class ChildProcess {
       pid_t r = ::waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
         exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        // What it wrote just before it ended may still be in the pipes:
+        // out() and err() have it once the readers reach the end (bounded,
+        // since a child it left behind may hold the pipes open).
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(2), [&] { return pipes_closed_ == 2; });
         break;
       }
       if (r < 0 || std::chrono::steady_clock::now() > deadline) break;
@@ -105,6 +110,9 @@ class ChildProcess {
       cv_.notify_all();
     }
     ::close(fd);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pipes_closed_;
+    cv_.notify_all();
   }
 
   pid_t pid_ = -1;
@@ -113,6 +121,7 @@ class ChildProcess {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string out_, err_;
+  int pipes_closed_ = 0;  // readers that reached the end of their pipe
 };
 
 }  // namespace gpuha::e2e
