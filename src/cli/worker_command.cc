@@ -23,6 +23,9 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
       "completions (SSE streaming) with the built-in language model 'gpuha-tiny'");
   app_->add_option("--listen", listen_, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
+  app_->add_option("--grpc-listen", grpc_listen_,
+                   "HOST:PORT to serve KServe v2 gRPC on, as Triton's 8001 (port 0: any free "
+                   "port; empty: none)");
   app_->add_option("--node", o_.node, "Node name, returned in X-Gpuha-Node");
   app_->add_option("--latency", latency_ms_, "Modelled GPU time per inference, ms")
       ->capture_default_str()
@@ -156,6 +159,19 @@ int WorkerCommand::Run() {
   }
   o_.address = hp->host;
   o_.port = hp->port;
+  if (!grpc_listen_.empty()) {
+    auto g = common::ParseHostPort(grpc_listen_, "--grpc-listen");
+    if (!g.ok()) {
+      spdlog::error("worker: {}", g.status().message());
+      return kExitBadInput;
+    }
+    if (g->host != hp->host) {
+      spdlog::error("worker: --grpc-listen: host '{}' differs from --listen's '{}'", g->host,
+                    hp->host);
+      return kExitBadInput;
+    }
+    o_.grpc_port = g->port;
+  }
   o_.latency = std::chrono::milliseconds(latency_ms_);
   o_.ttft = std::chrono::milliseconds(ttft_ms_);
   o_.token_latency = std::chrono::milliseconds(token_latency_ms_);
@@ -176,6 +192,10 @@ int WorkerCommand::Run() {
   }
   std::printf("gpuha worker %s listening on %s:%u\n", o_.node.empty() ? "-" : o_.node.c_str(),
               o_.address.c_str(), (*w)->port());
+  if ((*w)->grpc_port() != 0) {
+    std::printf("gpuha worker %s serving gRPC on %s:%u\n", o_.node.empty() ? "-" : o_.node.c_str(),
+                o_.address.c_str(), (*w)->grpc_port());
+  }
   std::fflush(stdout);
   int signo = signals.Wait();
   spdlog::info("worker: signal {}, stopping", signo);

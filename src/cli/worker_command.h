@@ -22,6 +22,7 @@ class WorkerCommand {
   CLI::App* app_;
   worker::WorkerOptions o_;
   std::string listen_ = "127.0.0.1:8000";
+  std::string grpc_listen_;  // empty: no gRPC
   std::string fault_;
   int latency_ms_ = 5;
   int ttft_ms_ = 50;

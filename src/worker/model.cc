@@ -34,6 +34,27 @@ absl::Status FlattenUint8(const json& j, const std::string& input, std::vector<u
 
 }  // namespace
 
+absl::StatusOr<int64_t> TensorElements(const std::string& input, const std::vector<int64_t>& shape,
+                                       const std::string& datatype) {
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || d > kMaxPixels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", input, "': shape dimension ", d, " is not valid"));
+    }
+    elements *= d;
+    if (elements > 3 * kMaxPixels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", input, "': shape ", ShapeStr(shape), " is too large"));
+    }
+  }
+  if (datatype != "UINT8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", input, "': datatype ", datatype, " is not supported (UINT8)"));
+  }
+  return elements;
+}
+
 absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                std::optional<size_t> json_length) {
   if (json_length && *json_length > body.size()) {
@@ -71,23 +92,16 @@ absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
     if (!in.contains("shape") || !in["shape"].is_array()) {
       return absl::InvalidArgumentError(absl::StrCat("input '", t.name, "': shape is required"));
     }
-    int64_t elements = 1;
     for (const json& d : in["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > kMaxPixels) {
+      if (!d.is_number_integer()) {
         return absl::InvalidArgumentError(
             absl::StrCat("input '", t.name, "': shape dimension ", d.dump(), " is not valid"));
       }
       t.shape.push_back(d.get<int64_t>());
-      elements *= d.get<int64_t>();
-      if (elements > 3 * kMaxPixels) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input '", t.name, "': shape ", in["shape"].dump(), " is too large"));
-      }
     }
-    if (t.datatype != "UINT8") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", t.name, "': datatype ", t.datatype, " is not supported (UINT8)"));
-    }
+    absl::StatusOr<int64_t> counted = TensorElements(t.name, t.shape, t.datatype);
+    if (!counted.ok()) return counted.status();
+    const int64_t elements = *counted;
     const json* params =
         in.contains("parameters") && in["parameters"].is_object() ? &in["parameters"] : nullptr;
     if (params != nullptr && params->contains("binary_data_size")) {

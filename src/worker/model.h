@@ -51,6 +51,11 @@ struct CvResult {
   bool operator==(const CvResult&) const = default;
 };
 
+// The element count of input `input`'s shape, checked (no negative or huge
+// dimension) with its datatype (UINT8); errors name the input.
+[[nodiscard]] absl::StatusOr<int64_t> TensorElements(const std::string& input,
+                                                     const std::vector<int64_t>& shape,
+                                                     const std::string& datatype);
 // `json_length`: the Inference-Header-Content-Length value, when present.
 [[nodiscard]] absl::StatusOr<InferRequest> ParseInferRequest(std::string_view body,
                                                              std::optional<size_t> json_length);

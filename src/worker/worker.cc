@@ -18,6 +18,7 @@
 #include "common/query.h"
 #include "worker/llm.h"
 #include "worker/model.h"
+#include "worker/worker_grpc.h"
 
 namespace gpuha::worker {
 
@@ -474,17 +475,27 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions o) {
       o.address, o.port, o.threads, [impl](tcp::socket s) { return impl->Serve(std::move(s)); });
   if (!server.ok()) return server.status();
   w->server_ = std::move(*server);
+  if (o.grpc_port >= 0) {
+    auto g = GrpcWorker::Start({impl->o, impl->counters, impl->fault_mode, impl->slow_factor},
+                               static_cast<uint16_t>(o.grpc_port));
+    if (!g.ok()) return g.status();
+    w->grpc_ = std::move(*g);
+  }
   return w;
 }
 
 const WorkerCounters& Worker::counters() const { return impl_->counters; }
 
+uint16_t Worker::grpc_port() const { return grpc_ ? grpc_->port() : 0; }
+
 void Worker::Stop() {
   if (server_) server_->Stop();
+  if (grpc_) grpc_->Stop();
 }
 
 Worker::~Worker() {
   server_.reset();  // its loops run Impl's coroutines
+  grpc_.reset();
   impl_.reset();
 }
 

@@ -72,6 +72,9 @@ const char* FaultModeName(FaultMode m);
 struct WorkerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 8000;  // Triton's HTTP port; 0 picks a free one
+  // KServe v2 gRPC (worker/worker_grpc.h) on `address`, as Triton's 8001:
+  // -1 serves none; 0 picks a free port.
+  int grpc_port = -1;
   int threads = 1;
   std::string node;  // sent back in X-Gpuha-Node
   std::chrono::milliseconds latency{5};
@@ -110,12 +113,16 @@ struct WorkerCounters {
   std::atomic<int64_t> llm_running{0};
 };
 
+class GrpcWorker;
+
 class Worker {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Start(WorkerOptions o);
   ~Worker();
   void Stop();
   uint16_t port() const { return server_->port(); }
+  // 0 when no gRPC is served.
+  uint16_t grpc_port() const;
   const WorkerCounters& counters() const;
 
   struct Impl;
@@ -124,6 +131,7 @@ class Worker {
   Worker() = default;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<common::LoopServer> server_;  // stopped before impl_ goes
+  std::unique_ptr<GrpcWorker> grpc_;            // likewise
 };
 
 }  // namespace gpuha::worker
