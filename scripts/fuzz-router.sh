@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the router's libFuzzer targets with clang (ASan + UBSan) and runs
-# them for a bounded time, half each. `make test` runs it through ctest for 30 s.
+# them for a bounded time, a third each. `make test` runs it through ctest for 30 s.
 #   router_request_fuzz  the request path: client bytes through Beast's
 #                        parser and every head helper
 #   sse_relay_fuzz       the LLM relay: an upstream's token stream, cut and
 #                        continued (router/sse_relay.h)
+#   h2_server_fuzz       the HTTP/2 frame path: client bytes through nghttp2
+#                        with the router's limits (router/h2_server.h)
 #   scripts/fuzz-router.sh [SECONDS] [BUILD_DIR]
 set -euo pipefail
 secs="${1:-30}"
@@ -30,7 +32,7 @@ build() {
   fi
 }
 
-mkdir -p "$out/corpus/router_request" "$out/corpus/sse_relay"
+mkdir -p "$out/corpus/router_request" "$out/corpus/sse_relay" "$out/corpus/h2_server"
 build router_request_fuzz "$root/fuzz/router_request_fuzz.cc" "$root/src/router/request.cc"
 # Abseil's strings and status are the one library the relay needs
 # (Debian's libabsl-dev, which the build already uses).
@@ -38,9 +40,15 @@ build sse_relay_fuzz "$root/fuzz/sse_relay_fuzz.cc" "$root/src/router/sse_relay.
   "$root/src/common/sse.cc" -- -labsl_strings -labsl_status -labsl_statusor -labsl_str_format_internal \
   -labsl_cord -labsl_raw_logging_internal -labsl_throw_delegate -labsl_int128 -labsl_strings_internal
 
-half=$(( secs / 2 > 0 ? secs / 2 : 1 ))
+# nghttp2 (Debian's libnghttp2-dev) is the codec under test with our limits.
+build h2_server_fuzz "$root/fuzz/h2_server_fuzz.cc" "$root/src/router/h2_server.cc" \
+  "$root/src/router/grpc.cc" -- -lnghttp2 -labsl_strings -labsl_status -labsl_statusor \
+  -labsl_str_format_internal -labsl_cord -labsl_raw_logging_internal -labsl_throw_delegate \
+  -labsl_int128 -labsl_strings_internal
+
+third=$(( secs / 3 > 0 ? secs / 3 : 1 ))
 # New inputs go to the build directory; the checked-in seeds stay read-only.
-for name in router_request sse_relay; do
-  "$out/${name}_fuzz" -max_total_time="$half" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
+for name in router_request sse_relay h2_server; do
+  "$out/${name}_fuzz" -max_total_time="$third" -timeout=5 -rss_limit_mb=2048 -print_final_stats=1 \
     "$out/corpus/$name" "$root/fuzz/corpus/$name"
 done

@@ -21,6 +21,7 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # agent/controller RPC
   libboost-dev        # Asio and Beast: HTTP endpoints and the router
   libssl-dev          # TLS
+  libnghttp2-dev      # HTTP/2: the router's codec for h2c, h2 by ALPN, and gRPC to upstreams
   libgtest-dev libgmock-dev  # unit tests (CMake configures them with the rest)
   dpkg-dev file binutils     # make package: CPack's .deb, dpkg-shlibdeps, the split debug info
 )
@@ -30,6 +31,7 @@ TEST_PACKAGES=(
   clang libclang-rt-14-dev   # sanitizers and libFuzzer
   curl                # tests and the demo talk to the router like a user would
   nginx-light haproxy wrk    # benchmark peers of the router (bench/), never run by tests
+  nghttp2-client             # h2load: the gRPC benchmark's load generator (bench/)
   iproute2            # the partition chaos test: network namespaces and veth pairs
   chromium-headless-shell    # the dashboard test loads the page in a real browser
   systemd                    # systemd-analyze verify checks the packaged units

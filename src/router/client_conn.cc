@@ -11,14 +11,10 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "router/exchange.h"
+#include "router/h2_server.h"
 
 namespace gpuha::router {
-namespace {
 
-// The upstreams to try for a request, in order: the stream's primary and
-// standby (the sticky rule decides which first). Down and hung upstreams are
-// left out. Another tenant's stream is "unknown": its existence does not
-// leak.
 std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const Tenant& tenant,
                                        const std::string& stream_id, TimePoint now,
                                        UpstreamOrder<UpstreamState>* order,
@@ -56,6 +52,8 @@ std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const 
   }
   return std::nullopt;
 }
+
+namespace {
 
 template <class Stream>
 awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
@@ -369,11 +367,32 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
 }
 
 template <class Stream>
-awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip) {
+awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip,
+                      bool h2 = false) {
   const RouterConfig& config = L.config;
   ClientConn cc;
   cc.peer_ip = std::move(peer_ip);
   beast::flat_buffer& buf = cc.buf;
+  if (h2) {
+    co_await ServeH2(L, client, lowest, cc.peer_ip, buf);
+    co_return;
+  }
+  // h2c with prior knowledge: the connection preface, where an HTTP/1.1
+  // request line would be.
+  lowest.Arm(config.limits.header_timeout);
+  for (;;) {
+    error_code ec;
+    size_t n = co_await client.async_read_some(buf.prepare(4096), Redirect(ec));
+    if (ec) co_return;
+    buf.commit(n);
+    std::string_view got(static_cast<const char*>(buf.data().data()), buf.size());
+    const size_t k = std::min(got.size(), kH2Preface.size());
+    if (got.substr(0, k) != kH2Preface.substr(0, k)) break;  // HTTP/1.1
+    if (k == kH2Preface.size()) {
+      co_await ServeH2(L, client, lowest, cc.peer_ip, buf);
+      co_return;
+    }
+  }
   for (bool first = true;; first = false) {
     error_code ec;
     if (!first && buf.size() == 0) {
@@ -478,7 +497,12 @@ awaitable<void> Accept(Loop& L) {
               Inc(L.stats.tls_handshake_failures);
               co_return;
             }
-            co_await Serve(L, s, d, std::move(peer_ip));
+            // ALPN chose the protocol (tls_contexts.cc offers h2 first).
+            const unsigned char* alpn = nullptr;
+            unsigned alpn_len = 0;
+            SSL_get0_alpn_selected(s.native_handle(), &alpn, &alpn_len);
+            const bool h2 = alpn_len == 2 && alpn[0] == 'h' && alpn[1] == '2';
+            co_await Serve(L, s, d, std::move(peer_ip), h2);
             d.Arm(milliseconds(1000));
             co_await s.async_shutdown(Redirect(hec));
           },

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <memory_resource>
+#include <optional>
 #include <string>
 
 #include "router/admission.h"
@@ -39,5 +40,21 @@ struct ClientConn {
 
 // Accepts connections on L.acceptor until it is closed; serves each on L.
 awaitable<void> Accept(Loop& L);
+
+// The upstreams to try for a request, in order: the stream's primary and
+// standby (the sticky rule decides which first). Down and hung upstreams are
+// left out. Another tenant's stream is "unknown": its existence does not
+// leak.
+std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const Tenant& tenant,
+                                       const std::string& stream_id, TimePoint now,
+                                       UpstreamOrder<UpstreamState>* order,
+                                       const RouteEntry** entry);
+
+// An HTTP/2 client connection (h2c prior knowledge, or ALPN h2 over TLS),
+// after its first bytes were read into `buf` (router/grpc_conn.cc): gRPC
+// calls, each routed and failed over as an HTTP/1.1 request is.
+template <class Stream>
+awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::string& peer_ip,
+                        beast::flat_buffer& buf);
 
 }  // namespace gpuha::router

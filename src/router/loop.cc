@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "common/net_util.h"
+#include "router/h2_upstream.h"
 
 namespace gpuha::router {
 
@@ -25,22 +26,16 @@ awaitable<void> Sweep(Loop& L) {
 namespace {
 
 void CancelStreams(UpstreamState& up) {
-  for (UpConn& c : up.streaming) {
-    c.hung_cancel = true;
-    error_code ec;
-    c.s.cancel(ec);
-  }
+  for (Waiting& c : up.streaming) c.Cancel();
 }
 
 // Waiting requests cancelled for their standbys; the upstream ejected (and
 // named to the controller as a suspect).
 // Token streams are cut too: their answers go on at the standby.
 void Stall(Loop& L, UpstreamState& up) {
-  for (UpConn& c : up.waiting) {
-    c.hung_cancel = true;
+  for (Waiting& c : up.waiting) {
     Inc(L.stats.stall_resends);
-    error_code ec;
-    c.s.cancel(ec);
+    c.Cancel();
   }
   CancelStreams(up);
   ConnectionFailed(L, up);
@@ -54,7 +49,7 @@ void JudgeProgress(Loop& L) {
   for (auto& [address, up] : L.upstreams) {
     if (!up->streaming.empty() && up->usable(now)) {
       waiting.clear();
-      for (const UpConn& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
+      for (const Waiting& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
       if (up->tokens.StreamsStalled(now, waiting)) {
         // Token streams are open and none moves: the engine is stuck
         // mid-answer, whatever its probe says.
@@ -71,14 +66,14 @@ void JudgeProgress(Loop& L) {
     }
     if (up->waiting.empty() || !up->usable(now)) continue;
     waiting.clear();
-    for (const UpConn& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
+    for (const Waiting& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
     if (!up->progress.Stalled(now, waiting)) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their
     // standbys now, it is ejected, and the controller hears of it.
     Inc(L.stats.stalls);
     common::Duration oldest{};
-    for (const UpConn& c : up->waiting) oldest = std::max(oldest, now - c.waiting_since);
+    for (const Waiting& c : up->waiting) oldest = std::max(oldest, now - c.waiting_since);
     L.requests.Stall(oldest);
     spdlog::warn(
         "router: upstream {} ({}) is stalled: {} request(s) waiting, none answered for {} ms "
@@ -152,6 +147,7 @@ bool Poolable(const UpConn& c, const UpstreamState& up) {
 void ConnectionFailed(Loop& L, UpstreamState& up) {
   up.UpstreamHealth::ConnectionFailed(L.clock.Now());
   up.idle.clear();
+  DropH2(up);
   Inc(L.stats.ejections);
   std::lock_guard<std::mutex> lock(L.shared.suspects_mu);
   if (L.shared.suspects.size() < 1024) L.shared.suspects.push_back(up.node);
@@ -168,13 +164,10 @@ void SetHealth(Loop& L, const std::string& address, Health h) {
   UpstreamState& up = *it->second;
   up.SetHealth(h);
   if (h == Health::kUp) return;
-  for (UpConn& c : up.waiting) {
-    c.hung_cancel = true;
-    error_code ec;
-    c.s.cancel(ec);
-  }
+  for (Waiting& c : up.waiting) c.Cancel();
   CancelStreams(up);
   up.idle.clear();
+  DropH2(up);
 }
 
 }  // namespace gpuha::router

@@ -99,18 +99,31 @@ class Deadline {
   bool expired_ = false;
 };
 
-struct UpConn {
-  UpConn(Loop& loop, Executor ex) : s(ex), deadline(loop, s) {}
-  Socket s;
-  Deadline deadline;
-  beast::flat_buffer buf;
+// What awaits an upstream's answer: an HTTP/1.1 connection awaiting its
+// response head (or its next token), or an HTTP/2 call (router/h2_upstream.h).
+// The hung and stall verdicts cancel it for the standby.
+struct Waiting {
+  virtual ~Waiting() = default;
+  virtual void Cancel() = 0;  // sets hung_cancel and ends the wait
   bool hung_cancel = false;   // cancelled because its upstream was judged hung or stalled
   TimePoint waiting_since{};  // when it began to await the response head (or the next token)
   common::Duration expect{};  // what its request declared it takes (0: nothing)
-  // In its upstream's `waiting` list while it awaits a response head; leaves
-  // it by itself when destroyed.
+  // In its upstream's `waiting` list while it awaits an answer; leaves it by
+  // itself when destroyed.
   boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>
       waiting_hook;
+};
+
+struct UpConn : Waiting {
+  UpConn(Loop& loop, Executor ex) : s(ex), deadline(loop, s) {}
+  void Cancel() override {
+    hung_cancel = true;
+    error_code ec;
+    s.cancel(ec);
+  }
+  Socket s;
+  Deadline deadline;
+  beast::flat_buffer buf;
   // TLS over `s` when upstream_tls is configured (declared last: destroyed
   // before the socket it runs on).
   std::shared_ptr<ssl::context> tls_ctx;
@@ -129,9 +142,14 @@ struct UpConn {
   }
 };
 using WaitingList = boost::intrusive::list<
-    UpConn,
-    boost::intrusive::member_hook<UpConn, decltype(UpConn::waiting_hook), &UpConn::waiting_hook>,
+    Waiting,
+    boost::intrusive::member_hook<Waiting, decltype(Waiting::waiting_hook), &Waiting::waiting_hook>,
     boost::intrusive::constant_time_size<false>>;
+
+class H2UpConn;
+struct UpstreamState;
+// The upstream's pooled HTTP/2 connections closed (router/h2_upstream.h).
+void DropH2(UpstreamState& up);
 
 // One upstream as one loop sees it: its policy state (UpstreamHealth) and
 // its connections. Loop-local: no locks.
@@ -156,6 +174,11 @@ struct UpstreamState : UpstreamHealth {
   bool named = false;
   uint64_t dns_generation = 0;
   std::vector<std::unique_ptr<UpConn>> idle;
+  // gRPC: the upstream's HTTP/2 port (the route's grpc address) and its
+  // pooled connections (router/h2_upstream.h).
+  std::string grpc_address;
+  tcp::endpoint grpc_endpoint;
+  std::vector<std::shared_ptr<H2UpConn>> h2;
   WaitingList waiting;  // awaiting a response head (no allocation per request)
   // Relaying a token stream: waiting_since is the stream's last token (or
   // its head), expect the first-token window until the first one.
@@ -185,7 +208,11 @@ struct UpstreamState : UpstreamHealth {
   X(sse_tokens, "Tokens relayed on LLM token streams (chunks with text).")                       \
   X(sse_continuations, "Token streams continued on the standby mid-answer.")                     \
   X(sse_error_events, "Token streams ended with an SSE error event: the rest could not be had.") \
-  X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")
+  X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")   \
+  X(h2_connections, "HTTP/2 client connections (h2c prior knowledge, or h2 by TLS ALPN).")       \
+  X(grpc_calls, "gRPC calls read from HTTP/2 clients.")                                          \
+  X(h2_resets, "RST_STREAM frames received from HTTP/2 clients.")                                \
+  X(h2_protocol_errors, "HTTP/2 client connections ended for a protocol error or a limit.")
 
 struct Stats {
 #define GPUHA_FIELD(name, help) std::atomic<uint64_t> name{0};
@@ -261,7 +288,10 @@ struct Loop {
     // whose destruction frees suspended request frames, which still touch
     // the members below.
     acceptor.reset();
-    for (auto& [address, up] : upstreams) up->idle.clear();
+    for (auto& [address, up] : upstreams) {
+      up->idle.clear();
+      DropH2(*up);  // closed now: a call's frame that goes later resets nothing
+    }
     ioc_owner.reset();
   }
   std::unique_ptr<net::io_context> ioc_owner;

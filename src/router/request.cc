@@ -279,15 +279,20 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target) 
   return r;
 }
 
+std::string_view ApiKeyOf(std::string_view authorization, std::string_view x_api_key) {
+  if (authorization.size() > 7 && IEquals(authorization.substr(0, 7), "bearer ")) {
+    return authorization.substr(7);
+  }
+  return x_api_key;
+}
+
 std::string_view ApiKey(const RequestHeader& h) {
   auto auth = h.find(http::field::authorization);
-  if (auth != h.end()) {
-    std::string_view v(auth->value().data(), auth->value().size());
-    if (v.size() > 7 && IEquals(v.substr(0, 7), "bearer ")) return v.substr(7);
-  }
   auto key = h.find("x-api-key");
-  if (key != h.end()) return std::string_view(key->value().data(), key->value().size());
-  return {};
+  return ApiKeyOf(auth == h.end() ? std::string_view()
+                                  : std::string_view(auth->value().data(), auth->value().size()),
+                  key == h.end() ? std::string_view()
+                                 : std::string_view(key->value().data(), key->value().size()));
 }
 
 bool IsHopByHop(std::string_view n) {
@@ -350,8 +355,7 @@ void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length,
   out->append("\r\n");
 }
 
-std::string ErrorResponse(Reason r, std::string_view detail, std::string_view stream,
-                          int retry_after_s, bool keep_alive) {
+std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream) {
   std::string body = "{\"error\":";
   AppendJsonString(ReasonLabel(r), &body);
   body += ",\"reason\":";
@@ -361,6 +365,12 @@ std::string ErrorResponse(Reason r, std::string_view detail, std::string_view st
     AppendJsonString(stream, &body);
   }
   body += "}\n";
+  return body;
+}
+
+std::string ErrorResponse(Reason r, std::string_view detail, std::string_view stream,
+                          int retry_after_s, bool keep_alive) {
+  std::string body = ErrorBody(r, detail, stream);
   int status = ReasonStatus(r);
   std::string out = "HTTP/1.1 " + std::to_string(status) + " ";
   auto text = http::obsolete_reason(static_cast<http::status>(status));

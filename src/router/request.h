@@ -95,6 +95,8 @@ StreamRef ExtractStream(std::string_view header_value, std::string_view target);
 // Authorization of another scheme, such as Basic for a proxy in front, does
 // not hide it); empty if none.
 std::string_view ApiKey(const RequestHeader& h);
+// The same from the two fields' values (HTTP/2 and gRPC metadata).
+std::string_view ApiKeyOf(std::string_view authorization, std::string_view x_api_key);
 
 bool IsHopByHop(std::string_view field_name);
 
@@ -114,6 +116,8 @@ void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::st
 void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length, bool keep_alive,
                       std::string* out);
 
+// Its JSON body alone (HTTP/2 answers).
+std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream);
 // A complete router-made answer: JSON {"error","reason","stream"} with the
 // reason's status; Retry-After when retry_after_s > 0.
 std::string ErrorResponse(Reason r, std::string_view detail, std::string_view stream,

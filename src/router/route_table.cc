@@ -11,8 +11,8 @@ std::shared_ptr<const RouteTable> RouteTable::FromSnapshot(const v1::RouteSnapsh
   for (const v1::Route& r : s.routes()) {
     RouteEntry e{r.stream(),
                  r.tenant(),
-                 {r.primary().node(), r.primary().address()},
-                 {r.standby().node(), r.standby().address()}};
+                 {r.primary().node(), r.primary().address(), r.primary().grpc_address()},
+                 {r.standby().node(), r.standby().address(), r.standby().grpc_address()}};
     t->streams_.emplace(r.stream(), std::move(e));
   }
   t->Index();
@@ -23,8 +23,10 @@ std::shared_ptr<const RouteTable> RouteTable::FromStatic(const std::vector<Stati
   auto t = std::make_shared<RouteTable>();
   t->version_ = 1;
   for (const StaticRoute& r : routes) {
-    t->streams_.emplace(
-        r.stream, RouteEntry{r.stream, r.tenant, {r.primary, r.primary}, {r.standby, r.standby}});
+    t->streams_.emplace(r.stream, RouteEntry{r.stream,
+                                             r.tenant,
+                                             {r.primary, r.primary, r.primary_grpc},
+                                             {r.standby, r.standby, r.standby_grpc}});
   }
   t->Index();
   return t;

@@ -16,8 +16,9 @@
 namespace gpuha::router {
 
 struct Upstream {
-  std::string node;     // controller's node name (the address for static routes)
-  std::string address;  // HOST:PORT
+  std::string node;            // controller's node name (the address for static routes)
+  std::string address;         // HOST:PORT
+  std::string grpc_address{};  // HOST:PORT of its KServe v2 gRPC port; empty: none
   bool empty() const { return address.empty(); }
 };
 

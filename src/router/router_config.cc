@@ -77,6 +77,15 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
       ReadAddress(r, "standby", &hp);
       s.standby = hp.str();
     }
+    if (r.Has("primary_grpc")) {
+      ReadAddress(r, "primary_grpc", &hp);
+      s.primary_grpc = hp.str();
+    }
+    if (r.Has("standby_grpc")) {
+      if (s.standby.empty()) r.Fail("standby_grpc", "given without a standby");
+      ReadAddress(r, "standby_grpc", &hp);
+      s.standby_grpc = hp.str();
+    }
     c.routes.push_back(s);
   }
   common::TlsFiles tls = common::ReadTlsFiles(root.Map("tls"), {.allow_ca = false});
@@ -154,6 +163,8 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   ReadMillis(limits, "body_timeout_ms", &c.limits.body_timeout);
   ReadMillis(limits, "connect_timeout_ms", &c.limits.connect_timeout);
   ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout, false, kDayMs);
+  common::ReadIntIn(limits, "h2_max_concurrent_streams", 1, 10'000,
+                    &c.limits.h2_max_concurrent_streams);
 
   common::YamlMap failover = root.Map("failover");
   common::ReadNumberIn(failover, "retry_budget_percent", 0, 100, &c.retry_budget_percent);

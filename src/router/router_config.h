@@ -46,6 +46,10 @@ struct StaticRoute {
   std::string tenant;
   std::string primary;  // HOST:PORT
   std::string standby;  // HOST:PORT or empty
+  // Their KServe v2 gRPC ports (HTTP/2), HOST:PORT or empty: a gRPC call
+  // for the stream goes there.
+  std::string primary_grpc{};
+  std::string standby_grpc{};
 };
 
 struct RouterLimits {
@@ -58,6 +62,8 @@ struct RouterLimits {
   std::chrono::milliseconds body_timeout{30000};    // between body reads/writes
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds response_timeout{60000};  // to the response head
+  // HTTP/2 clients: streams open at once per connection (SETTINGS).
+  uint32_t h2_max_concurrent_streams = 128;
 };
 
 // The OpenAI-style completion APIs whose token streams the router can

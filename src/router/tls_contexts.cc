@@ -29,6 +29,20 @@ absl::Status UseCertificate(ssl::context& ctx, const std::string& cert, const st
   return absl::OkStatus();
 }
 
+// ALPN: h2 when the client offers it, else http/1.1 (or no ALPN at all:
+// an HTTP/1.1 client that sends none is served as before).
+int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+               unsigned int inlen, void*) {
+  static const unsigned char kOurs[] = "\x02h2\x08http/1.1";
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, kOurs, sizeof(kOurs) - 1, in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;
+  }
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<ssl::context>> MakeServerTls(const RouterConfig& c) {
@@ -38,6 +52,7 @@ absl::StatusOr<std::shared_ptr<ssl::context>> MakeServerTls(const RouterConfig& 
   ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                    ssl::context::no_sslv3 | ssl::context::single_dh_use);
   if (absl::Status s = UseCertificate(*ctx, c.tls_cert, c.tls_key, "tls"); !s.ok()) return s;
+  SSL_CTX_set_alpn_select_cb(ctx->native_handle(), SelectAlpn, nullptr);
   return ctx;
 }
 

@@ -1,0 +1,245 @@
+#include "router/h2_server.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpuha::router {
+
+std::vector<nghttp2_nv> H2Nv(const H2Headers& h) {
+  std::vector<nghttp2_nv> nv;
+  nv.reserve(h.size());
+  for (const auto& [name, value] : h) {
+    nv.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+                  reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
+                  value.size(), NGHTTP2_NV_FLAG_NONE});
+  }
+  return nv;
+}
+
+std::string_view H2Stream::Header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return v;
+  }
+  return {};
+}
+
+H2Server::H2Server(const H2Limits& limits, OnRequest on_request)
+    : limits_(limits), on_request_(std::move(on_request)) {
+  nghttp2_session_callbacks* cb = nullptr;
+  nghttp2_session_callbacks_new(&cb);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(cb, OnHeader);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, OnData);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, OnFrame);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, OnClose);
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  nghttp2_option_set_stream_reset_rate_limit(opt, limits_.reset_burst, limits_.reset_rate);
+  nghttp2_option_set_max_continuations(opt, limits_.max_continuations);
+  // Our own HPACK encoder's table stays at the default 4 KiB whatever the
+  // client offers; SETTINGS floods and unacknowledged PINGs are bounded by
+  // nghttp2's defaults (max_settings 32, max_outbound_ack 1000).
+  nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+  nghttp2_session_server_new2(&session_, cb, this, opt);
+  nghttp2_option_del(opt);
+  nghttp2_session_callbacks_del(cb);
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, limits_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(limits_.stream_window)},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, limits_.max_frame_size},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(limits_.max_header_list_bytes)},
+      {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, limits_.connection_window);
+}
+
+H2Server::~H2Server() {
+  AbortStreams();
+  nghttp2_session_del(session_);
+}
+
+void H2Server::AbortStreams() {
+  for (auto& [id, s] : streams_) {
+    if (s->on_close) std::exchange(s->on_close, nullptr)();
+  }
+}
+
+absl::Status H2Server::Feed(const char* data, size_t n) {
+  ssize_t r = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), n);
+  if (r < 0) {
+    if (why_.empty()) why_ = nghttp2_strerror(static_cast<int>(r));
+    // nghttp2 leaves the GOAWAY of a fatal error to us: it says why.
+    nghttp2_session_terminate_session(
+        session_, r == NGHTTP2_ERR_CALLBACK_FAILURE || r == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS
+                      ? NGHTTP2_ENHANCE_YOUR_CALM
+                      : NGHTTP2_PROTOCOL_ERROR);
+    return absl::InvalidArgumentError(why_);
+  }
+  return absl::OkStatus();
+}
+
+void H2Server::Drain(std::string* out) {
+  for (;;) {
+    const uint8_t* p = nullptr;
+    ssize_t n = nghttp2_session_mem_send(session_, &p);
+    if (n <= 0) return;
+    out->append(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
+  }
+}
+
+bool H2Server::Done() const {
+  return !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
+}
+
+H2Stream* H2Server::Find(int32_t id) {
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+void H2Server::Respond(int32_t id, const H2Headers& headers, std::string body, H2Headers trailers) {
+  H2Stream* s = Find(id);
+  if (s == nullptr || s->responded) return;
+  s->responded = true;
+  s->out_body = std::move(body);
+  s->out_sent = 0;
+  s->out_trailers = std::move(trailers);
+  std::vector<nghttp2_nv> nv = H2Nv(headers);
+  nghttp2_data_provider dp;
+  dp.source.ptr = nullptr;
+  dp.read_callback = ReadBody;
+  const bool has_data = !s->out_body.empty() || !s->out_trailers.empty();
+  nghttp2_submit_response(session_, id, nv.data(), nv.size(), has_data ? &dp : nullptr);
+}
+
+void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view message) {
+  H2Headers h = {{":status", "200"},
+                 {"content-type", "application/grpc"},
+                 {"grpc-status", std::to_string(static_cast<int>(code))},
+                 {"grpc-message", PercentEncodeGrpcMessage(message)}};
+  Respond(id, h, "", {});
+}
+
+void H2Server::GoAway(uint32_t error_code) {
+  if (error_code == NGHTTP2_NO_ERROR) {
+    nghttp2_submit_shutdown_notice(session_);
+    nghttp2_session_terminate_session2(session_, nghttp2_session_get_last_proc_stream_id(session_),
+                                       NGHTTP2_NO_ERROR);
+  } else {
+    nghttp2_session_terminate_session(session_, error_code);
+  }
+}
+
+int H2Server::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<H2Server*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  auto s = std::make_unique<H2Stream>();
+  s->id = frame->hd.stream_id;
+  nghttp2_session_set_stream_user_data(session, s->id, s.get());
+  self->streams_[s->id] = std::move(s);
+  return 0;
+}
+
+int H2Server::OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                       size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void* user) {
+  auto* self = static_cast<H2Server*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  auto* s =
+      static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  if (s == nullptr) return 0;
+  const bool trailer = frame->headers.cat == NGHTTP2_HCAT_HEADERS;
+  s->header_bytes += namelen + valuelen + 32;
+  ++s->header_fields;
+  if (s->header_bytes > 4 * self->limits_.max_header_list_bytes ||
+      s->header_fields > 4 * self->limits_.max_headers) {
+    // Far over: an HPACK bomb being decoded. The connection ends.
+    self->why_ = absl::StrCat("stream ", s->id, ": header list over ",
+                              4 * self->limits_.max_header_list_bytes, " bytes or ",
+                              4 * self->limits_.max_headers, " fields (HPACK bomb?)");
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  if (s->header_bytes > self->limits_.max_header_list_bytes ||
+      s->header_fields > self->limits_.max_headers) {
+    s->headers_over = true;
+    s->headers.clear();
+    s->headers.shrink_to_fit();
+    return 0;
+  }
+  if (s->headers_over || trailer) return 0;  // request trailers are not forwarded
+  s->headers.emplace_back(std::string(reinterpret_cast<const char*>(name), namelen),
+                          std::string(reinterpret_cast<const char*>(value), valuelen));
+  return 0;
+}
+
+int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const uint8_t* data,
+                     size_t len, void* user) {
+  auto* self = static_cast<H2Server*>(user);
+  auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
+  if (s == nullptr || s->body_over) return 0;
+  if (s->body.size() + len > self->limits_.max_request_bytes) {
+    s->body_over = true;
+    s->body.clear();
+    s->body.shrink_to_fit();
+    return 0;
+  }
+  s->body.append(reinterpret_cast<const char*>(data), len);
+  return 0;
+}
+
+int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  auto* self = static_cast<H2Server*>(user);
+  if (frame->hd.type == NGHTTP2_RST_STREAM) ++self->resets_;
+  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    return 0;
+  }
+  auto* s =
+      static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  if (s == nullptr || s->complete) return 0;
+  s->complete = true;
+  ++self->requests_;
+  if (s->headers_over) {
+    self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted,
+                           absl::StrCat("header list over ", self->limits_.max_header_list_bytes,
+                                        " bytes or ", self->limits_.max_headers, " fields"));
+  } else if (s->body_over) {
+    self->RespondGrpcError(
+        s->id, GrpcCode::kResourceExhausted,
+        absl::StrCat("request body over ", self->limits_.max_request_bytes, " bytes"));
+  } else {
+    self->on_request_(*s);
+  }
+  return 0;
+}
+
+int H2Server::OnClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user) {
+  auto* self = static_cast<H2Server*>(user);
+  auto it = self->streams_.find(stream_id);
+  if (it == self->streams_.end()) return 0;
+  std::unique_ptr<H2Stream> s = std::move(it->second);
+  self->streams_.erase(it);
+  if (s->on_close) s->on_close();
+  return 0;
+}
+
+ssize_t H2Server::ReadBody(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                           uint32_t* flags, nghttp2_data_source*, void*) {
+  auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
+  if (s == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  size_t n = std::min(length, s->out_body.size() - s->out_sent);
+  std::memcpy(buf, s->out_body.data() + s->out_sent, n);
+  s->out_sent += n;
+  if (s->out_sent == s->out_body.size()) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!s->out_trailers.empty()) {
+      *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      std::vector<nghttp2_nv> nv = H2Nv(s->out_trailers);
+      nghttp2_submit_trailer(session, stream_id, nv.data(), nv.size());
+    }
+  }
+  return static_cast<ssize_t>(n);
+}
+
+}  // namespace gpuha::router

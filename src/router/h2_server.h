@@ -1,0 +1,136 @@
+// H2Server: the server side of one client's HTTP/2 connection, without I/O
+// (in the manner of nghttp2's own mem_recv/mem_send): the connection feeds
+// it the bytes it reads and writes what Drain() hands back. nghttp2 is the
+// codec (Debian's libnghttp2: the framing, HPACK, flow control and the
+// protocol's state machine are what a proxy must not get wrong, and it is
+// the codec Envoy and curl use). What this class adds is the router's
+// limits and its defences:
+//   - SETTINGS: concurrent streams, frame size, windows, header list size;
+//     a stream over the concurrent limit is refused (REFUSED_STREAM);
+//   - a request's header list over max_header_list_bytes (or over
+//     max_headers fields) is answered RESOURCE_EXHAUSTED; four times over,
+//     as an HPACK bomb decodes, the connection ends (ENHANCE_YOUR_CALM);
+//   - a body over max_request_bytes is answered RESOURCE_EXHAUSTED;
+//   - rapid reset (CVE-2023-44487): RST_STREAMs over a token bucket end
+//     the connection, and every reset stream cancels the work it began;
+//   - CONTINUATION floods: a header block in more than max_continuations
+//     frames ends the connection.
+// Thread-safety: none; one loop owns a connection.
+#pragma once
+
+#include <nghttp2/nghttp2.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "router/grpc.h"
+
+namespace gpuha::router {
+
+using H2Headers = std::vector<std::pair<std::string, std::string>>;
+
+// nghttp2's name/value view of `h` (valid while `h` lives and is unchanged).
+std::vector<nghttp2_nv> H2Nv(const H2Headers& h);
+
+// The HTTP/2 connection preface a client sends first (h2c prior knowledge).
+inline constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+struct H2Limits {
+  uint32_t max_concurrent_streams = 128;
+  uint32_t max_frame_size = 16384;
+  int32_t stream_window = 1 << 20;
+  int32_t connection_window = 16 << 20;
+  size_t max_header_list_bytes = 16384;  // RFC 9113 6.5.2: names + values + 32 per field
+  size_t max_headers = 100;
+  size_t max_request_bytes = 1 << 20;  // a request's body
+  uint64_t reset_burst = 200;          // RST_STREAMs taken at once...
+  uint64_t reset_rate = 100;           // ...and per second after that
+  size_t max_continuations = 8;
+};
+
+struct H2Stream {
+  int32_t id = 0;
+  H2Headers headers;  // the request's, pseudo-headers first
+  size_t header_bytes = 0;
+  size_t header_fields = 0;
+  bool headers_over = false;  // over the header limits: answered RESOURCE_EXHAUSTED
+  std::string body;
+  bool body_over = false;
+  bool complete = false;  // END_STREAM received
+  // Set by whoever works on the stream: called if the stream closes before
+  // it is answered (the client reset it, or the connection ended).
+  std::function<void()> on_close;
+  // The response being sent.
+  std::string out_body;
+  size_t out_sent = 0;
+  H2Headers out_trailers;
+  bool responded = false;
+
+  // The first value of `name` (lower case), or empty.
+  std::string_view Header(std::string_view name) const;
+};
+
+class H2Server {
+ public:
+  // `on_request` is called once per stream whose request is complete (END_STREAM),
+  // from within Feed().
+  using OnRequest = std::function<void(H2Stream&)>;
+  H2Server(const H2Limits& limits, OnRequest on_request);
+  ~H2Server();
+  H2Server(const H2Server&) = delete;
+  H2Server& operator=(const H2Server&) = delete;
+
+  // Takes bytes read from the client. An error ends the connection: drain
+  // what is queued (a GOAWAY that says why), then close.
+  absl::Status Feed(const char* data, size_t n);
+  // Appends what is to be written to the client.
+  void Drain(std::string* out);
+  // Neither side has more to say: close after the last write.
+  bool Done() const;
+
+  // A response: headers (":status" first), a body, and trailers (none: the
+  // body ends the stream).
+  void Respond(int32_t id, const H2Headers& headers, std::string body, H2Headers trailers);
+  // A gRPC Trailers-Only response: one HEADERS frame with :status 200,
+  // grpc-status and grpc-message, which ends the stream.
+  void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message);
+  // Ends the connection: GOAWAY with `error_code` (NGHTTP2_NO_ERROR drains).
+  void GoAway(uint32_t error_code);
+
+  // Work on every open stream hears that its client is gone (on_close).
+  void AbortStreams();
+
+  H2Stream* Find(int32_t id);
+  size_t open_streams() const { return streams_.size(); }
+  uint64_t requests() const { return requests_; }
+  uint64_t resets_received() const { return resets_; }
+  // Why the connection ended on its own, for the log.
+  const std::string& why() const { return why_; }
+
+ private:
+  static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame*, void*);
+  static int OnHeader(nghttp2_session*, const nghttp2_frame*, const uint8_t*, size_t,
+                      const uint8_t*, size_t, uint8_t, void*);
+  static int OnData(nghttp2_session*, uint8_t, int32_t, const uint8_t*, size_t, void*);
+  static int OnFrame(nghttp2_session*, const nghttp2_frame*, void*);
+  static int OnClose(nghttp2_session*, int32_t, uint32_t, void*);
+  static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*,
+                          nghttp2_data_source*, void*);
+
+  H2Limits limits_;
+  OnRequest on_request_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
+  uint64_t requests_ = 0;
+  uint64_t resets_ = 0;
+  std::string why_;
+};
+
+}  // namespace gpuha::router

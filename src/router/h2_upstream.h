@@ -1,0 +1,75 @@
+// H2Upstream: HTTP/2 (h2c) connections to one upstream's gRPC port, shared
+// by every call a loop sends there: each connection multiplexes up to the
+// upstream's SETTINGS_MAX_CONCURRENT_STREAMS calls, and a new one is opened
+// (up to kMaxH2ConnsPerUpstream) when those are full, as Envoy's HTTP/2
+// connection pool does. nghttp2 is the codec, as on the client side.
+//
+//   H2Call call(L, up);
+//   co_await H2Send(L, up, headers, body, deadline, call);
+//   if (call.failed) ... retryable: call.why, call.refused ...
+//
+// A call waits in `up.waiting` for its response, so the prober's hung
+// verdict and the sweep's stall verdict (JudgeProgress) cancel it for the
+// standby as they do an HTTP/1.1 request. A whole response (headers, data
+// and trailers) is collected before the caller relays it: a unary call's
+// failure before its end is always retryable.
+//
+// Internal to the router. Thread-safety: a loop's upstreams live on it.
+#pragma once
+
+#include <nghttp2/nghttp2.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "router/h2_server.h"
+#include "router/loop.h"
+
+namespace gpuha::router {
+
+constexpr size_t kMaxH2ConnsPerUpstream = 4;
+
+class H2UpConn;
+
+// One call on an upstream, from its request to the end of its response.
+struct H2Call : Waiting {
+  explicit H2Call(Loop& L) : wake(L.ioc) {}
+  ~H2Call() override;
+  void Cancel() override;  // the hung or stall verdict: ends the wait for the standby
+  // The client left (reset its stream, or its connection ended): the wait
+  // ends and the upstream's stream is reset.
+  void ClientGone();
+
+  // The response.
+  H2Headers headers;   // ":status" among them
+  H2Headers trailers;  // grpc-status, grpc-message and the rest
+  std::string data;
+  bool done = false;       // the stream closed
+  bool failed = false;     // ended without a whole response
+  bool refused = false;    // never processed (REFUSED_STREAM, or beyond a GOAWAY's last stream)
+  bool timed_out = false;  // the deadline passed first
+  bool connect_failed = false;
+  bool client_gone = false;
+  TimePoint answered_at{};  // when the stream closed
+  std::string why;
+
+  // Internal: the connection and stream it runs on.
+  Timer wake;
+  std::shared_ptr<H2UpConn> conn;
+  int32_t stream_id = -1;
+  const std::string* body = nullptr;
+  size_t body_sent = 0;
+  size_t max_response_bytes = 0;
+};
+
+// Sends one request (pseudo-headers first) with a whole body and waits for
+// the whole response, at most until `deadline` (steady clock).
+awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
+                       const std::string& body, Clock::time_point deadline, H2Call& call);
+
+// DropH2 (loop.h): the upstream's pooled HTTP/2 connections, dropped (a
+// moved address, an ejection): calls on them fail and go to the standby.
+
+}  // namespace gpuha::router

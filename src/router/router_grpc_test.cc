@@ -1,0 +1,237 @@
+// The router in-process in front of two real gpuha workers' KServe v2 gRPC
+// ports, called by grpc++'s own client over h2c: calls routed by their
+// x-gpuha-stream metadata, tenants by their key, the router's own answers
+// as gRPC statuses, and unary calls that lose nothing when the primary
+// crashes, hangs or answers UNAVAILABLE. Every answer is checked against
+// the model run locally.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/net_util.h"
+#include "common/testing/eventually.h"
+#include "common/testing/raw_http.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
+#include "router/router.h"
+#include "worker/model_grpc.h"
+#include "worker/worker.h"
+
+namespace gpuha::router {
+namespace {
+
+using gpuha::testing::Send;
+using std::chrono::milliseconds;
+
+std::vector<uint8_t> Image(int64_t h, int64_t w, int seed) {
+  std::vector<uint8_t> v(static_cast<size_t>(h * w * 3));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i * 13 + seed);
+  return v;
+}
+
+class RouterGrpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (auto [w, name] : {std::pair{&a_, "a"}, std::pair{&b_, "b"}}) {
+      worker::WorkerOptions o;
+      o.port = 0;
+      o.grpc_port = 0;
+      o.node = name;
+      o.latency = milliseconds(2);
+      auto s = worker::Worker::Start(o);
+      ASSERT_TRUE(s.ok()) << s.status();
+      *w = std::move(*s);
+    }
+    config_.listen = {"127.0.0.1", 0};
+    config_.admin = {"127.0.0.1", 0};
+    config_.threads = 2;
+    config_.probe_interval = milliseconds(10);
+    config_.hang_after = milliseconds(200);
+    config_.limits.response_timeout = milliseconds(1500);
+    config_.tenants = {{"acme", {common::Sha256Hex("k-acme")}, 0, 0, 0},
+                       {"other", {common::Sha256Hex("k-other")}, 0, 0, 0}};
+    StaticRoute cam{"cam-1", "acme", Http(*a_), Http(*b_)};
+    cam.primary_grpc = Grpc(*a_);
+    cam.standby_grpc = Grpc(*b_);
+    StaticRoute theirs{"cam-9", "other", Http(*a_), ""};
+    theirs.primary_grpc = Grpc(*a_);
+    StaticRoute http_only{"cam-2", "acme", Http(*a_), ""};
+    config_.routes = {cam, theirs, http_only};
+    router_ = std::make_unique<Router>(config_);
+    ASSERT_TRUE(router_->Start().ok());
+    stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", router_->port()), grpc::InsecureChannelCredentials()));
+  }
+  static std::string Http(const worker::Worker& w) { return absl::StrCat("127.0.0.1:", w.port()); }
+  static std::string Grpc(const worker::Worker& w) {
+    return absl::StrCat("127.0.0.1:", w.grpc_port());
+  }
+  void Fault(worker::Worker& w, const std::string& mode) {
+    ASSERT_EQ(Send(w.port(), absl::StrCat("POST /v1/fault?mode=", mode,
+                                          " HTTP/1.1\r\nHost: w\r\nContent-Length: 0\r\n\r\n"))
+                  .status,
+              200);
+  }
+  struct Result {
+    grpc::Status status;
+    std::string node;
+  };
+  // One ModelInfer through the router, its answer checked.
+  Result Infer(int seed, const std::string& key = "k-acme", const std::string& stream = "cam-1",
+               milliseconds deadline = milliseconds(10000)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    if (!key.empty()) ctx.AddMetadata("x-api-key", key);
+    if (!stream.empty()) ctx.AddMetadata("x-gpuha-stream", stream);
+    auto img = Image(6, 5, seed);
+    inference::ModelInferResponse resp;
+    Result r;
+    r.status = stub_->ModelInfer(
+        &ctx, worker::MakeGrpcInferRequest(absl::StrCat("r", seed), img, nullptr, 6, 5), &resp);
+    if (!r.status.ok()) return r;
+    auto node = ctx.GetServerInitialMetadata().find("x-gpuha-node");
+    if (node != ctx.GetServerInitialMetadata().end()) {
+      r.node = std::string(node->second.data(), node->second.size());
+    }
+    absl::StatusOr<worker::CvResult> got = worker::FromGrpc(resp);
+    if (!got.ok() || *got != worker::ComputeCv(img.data(), nullptr, 6, 5, 3) ||
+        resp.id() != absl::StrCat("r", seed)) {
+      r.status = grpc::Status(grpc::StatusCode::DATA_LOSS, "wrong answer");
+    }
+    return r;
+  }
+  // `calls` calls from `threads` threads while `fault` happens after a
+  // quarter of them: every one must succeed.
+  void NoCallLost(int threads, int calls, const std::function<void()>& fault) {
+    std::atomic<int> next{0}, failed{0};
+    std::atomic<bool> faulted{false};
+    std::string first_error;
+    std::mutex mu;
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&] {
+        for (int i; (i = next++) < calls;) {
+          if (i == calls / 4 && !faulted.exchange(true)) fault();
+          Result r = Infer(i);
+          if (!r.status.ok()) {
+            failed++;
+            std::lock_guard<std::mutex> lock(mu);
+            if (first_error.empty()) first_error = r.status.error_message();
+          }
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(failed.load(), 0) << first_error;
+  }
+  double Metric(const std::string& name) {
+    std::string text = router_->MetricsText();
+    size_t at = text.find("\ngpuha_router_" + name + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 15));
+  }
+
+  std::unique_ptr<worker::Worker> a_, b_;
+  RouterConfig config_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(RouterGrpcTest, CallsAreRoutedByTheirStreamMetadata) {
+  for (int i = 0; i < 20; ++i) {
+    Result r = Infer(i);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.node, "a");
+  }
+  EXPECT_EQ(a_->counters().success.load(), 20u);
+  EXPECT_EQ(Metric("grpc_calls_total"), 20);
+  EXPECT_GE(Metric("h2_connections_total"), 1);
+}
+
+TEST_F(RouterGrpcTest, TheRoutersOwnAnswersAreGrpcStatuses) {
+  struct Case {
+    std::string key, stream;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", "cam-1", grpc::StatusCode::UNAUTHENTICATED, "API key"},
+           {"k-wrong", "cam-1", grpc::StatusCode::UNAUTHENTICATED, "API key"},
+           {"k-acme", "cam-9", grpc::StatusCode::NOT_FOUND, "no such stream"},  // other tenant's
+           {"k-acme", "nope", grpc::StatusCode::NOT_FOUND, "no such stream"},
+           {"k-acme", "", grpc::StatusCode::INVALID_ARGUMENT, "x-gpuha-stream"},
+           {"k-acme", "bad/stream", grpc::StatusCode::INVALID_ARGUMENT, "x-gpuha-stream"},
+           {"k-acme", "cam-2", grpc::StatusCode::UNAVAILABLE, "serves no gRPC"},
+       }) {
+    Result r = Infer(1, c.key, c.stream);
+    EXPECT_EQ(r.status.error_code(), c.code)
+        << c.key << " " << c.stream << ": " << r.status.error_message();
+    EXPECT_NE(r.status.error_message().find(c.says), std::string::npos) << r.status.error_message();
+  }
+  EXPECT_EQ(a_->counters().success.load() + b_->counters().success.load(), 0u);
+}
+
+TEST_F(RouterGrpcTest, ACrashedPrimaryLosesNoCall) {
+  NoCallLost(4, 200, [this] { a_.reset(); });
+  EXPECT_GT(b_->counters().success.load(), 100u);
+}
+
+TEST_F(RouterGrpcTest, AStuckPrimaryLosesNoCall) {
+  // Health answers, inference makes no progress, under load: every call
+  // waiting on it goes to the standby.
+  NoCallLost(4, 120, [this] { Fault(*a_, "stuck"); });
+  EXPECT_GT(b_->counters().success.load(), 60u);
+  EXPECT_GT(Metric("retries_total"), 0);
+}
+
+TEST_F(RouterGrpcTest, AStuckPrimaryIsJudgedByProgressNotByTimeout) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Infer(i).status.ok());
+  Fault(*a_, "stuck");
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 6; ++t) {
+    ts.emplace_back([&, t] {
+      Result r = Infer(100 + t);
+      ok += r.status.ok() && r.node == "b";
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 6);
+  // One learned window (150 ms floor) after the calls began, well before the
+  // 1.5 s response timeout: the stall verdict moved them.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, milliseconds(1200));
+  EXPECT_GE(Metric("stalls_total"), 1);
+  EXPECT_GE(Metric("stall_resends_total"), 3);
+}
+
+TEST_F(RouterGrpcTest, UnavailableIsAskedOfTheStandby) {
+  Fault(*a_, "cut");  // the worker answers UNAVAILABLE
+  for (int i = 0; i < 10; ++i) {
+    Result r = Infer(i);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.node, "b");
+  }
+}
+
+TEST_F(RouterGrpcTest, AnUpstreamErrorIsRelayedAsItsStatus) {
+  Fault(*a_, "errors");  // INTERNAL: not retryable, relayed as is
+  Result r = Infer(1);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(r.status.error_message().find("worker fault 'errors'"), std::string::npos);
+}
+
+TEST_F(RouterGrpcTest, TheClientsDeadlineIsKept) {
+  Fault(*a_, "stuck");
+  Fault(*b_, "stuck");
+  auto start = std::chrono::steady_clock::now();
+  Result r = Infer(1, "k-acme", "cam-1", milliseconds(400));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1400));
+  Fault(*a_, "none");
+  Fault(*b_, "none");
+}
+
+}  // namespace
+}  // namespace gpuha::router
