@@ -50,9 +50,10 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--protocol", protocol_,
                    "http: a request per answer; sse: streamed completions of the worker's "
                    "language model, every token timed and every answer checked "
-                   "(POST /v1/completions unless --path is given)")
+                   "(POST /v1/completions unless --path is given); grpc: KServe v2 ModelInfer "
+                   "calls of the worker's 'cv' model over HTTP/2, every answer checked")
       ->capture_default_str()
-      ->check(CLI::IsMember({"http", "sse"}));
+      ->check(CLI::IsMember({"http", "sse", "grpc"}));
   app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -72,6 +73,7 @@ int LoadCommand::Run() {
   }
   if (o_.infer && app_->count("--path") == 0) o_.path = "/v2/models/cv/infer";
   o_.sse = protocol_ == "sse";
+  o_.grpc = protocol_ == "grpc";
   if (o_.sse && app_->count("--path") == 0) o_.path = "/v1/completions";
   o_.host = hp->host;
   o_.port = hp->port;

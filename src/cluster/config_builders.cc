@@ -124,6 +124,8 @@ std::string RouterYaml::Yaml() const {
     absl::StrAppend(&out, "  - { stream: ", Quote(r.stream), ", primary: ", Quote(r.primary));
     if (!r.tenant.empty()) absl::StrAppend(&out, ", tenant: ", Quote(r.tenant));
     if (!r.standby.empty()) absl::StrAppend(&out, ", standby: ", Quote(r.standby));
+    if (!r.primary_grpc.empty()) absl::StrAppend(&out, ", primary_grpc: ", Quote(r.primary_grpc));
+    if (!r.standby_grpc.empty()) absl::StrAppend(&out, ", standby_grpc: ", Quote(r.standby_grpc));
     absl::StrAppend(&out, " }\n");
   }
   std::string failover =

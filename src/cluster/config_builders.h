@@ -93,6 +93,7 @@ struct TenantEntry {
 
 struct RouteEntry {
   std::string stream{}, tenant{}, primary{}, standby{};  // standby may be empty
+  std::string primary_grpc{}, standby_grpc{};            // their gRPC ports; may be empty
 };
 
 struct RouterYaml {

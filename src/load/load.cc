@@ -1,5 +1,7 @@
 #include "load/load.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -8,19 +10,23 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/sse.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 #include "worker/llm.h"
 #include "worker/model.h"
+#include "worker/model_grpc.h"
 
 namespace gpuha::load {
 
@@ -42,6 +48,7 @@ int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
 struct Frame {
   std::string body;
   worker::CvResult expected;
+  inference::ModelInferRequest grpc;  // the same frame as a gRPC call
 };
 
 std::vector<Frame> MakeFrames(int side) {
@@ -57,7 +64,8 @@ std::vector<Frame> MakeFrames(int side) {
     const auto& prev = images[(i + kFrames - 1) % kFrames];
     frames.push_back(
         {worker::MakeInferRequestJson(absl::StrCat("frame-", i), img, &prev, side, side),
-         worker::ComputeCv(img.data(), prev.data(), side, side, 3)});
+         worker::ComputeCv(img.data(), prev.data(), side, side, 3),
+         worker::MakeGrpcInferRequest(absl::StrCat("frame-", i), img, &prev, side, side)});
   }
   return frames;
 }
@@ -78,10 +86,77 @@ struct StreamState {
   StreamReport report;
 };
 
+// One gRPC call of the load, from its start to its answer on the loop.
+struct GrpcCall {
+  explicit GrpcCall(net::io_context& ioc) : wake(ioc) {}
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse resp;
+  grpc::Status status;
+  bool done = false;
+  net::steady_timer wake;
+};
+
+// The calls out, so that a run's end can cancel them and wait for their
+// callbacks (which run on grpc++'s threads) before the loop goes.
+class GrpcCalls {
+ public:
+  void Begin(GrpcCall* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.insert(c);
+  }
+  // From the callback: `post` hands the answer to the loop unless the run is over.
+  template <class F>
+  void End(GrpcCall* c, F&& post) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.erase(c);
+    if (!closed_) post();
+    cv_.notify_all();
+  }
+  void CancelAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    closed_ = true;
+    for (GrpcCall* c : out_) c->ctx.TryCancel();
+    cv_.wait(lock, [&] { return out_.empty(); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<GrpcCall*> out_;
+  bool closed_ = false;
+};
+
+std::string GrpcCodeName(grpc::StatusCode c) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  int i = static_cast<int>(c);
+  return i >= 0 && i < 17 ? kNames[i] : absl::StrCat("code ", i);
+}
+
 class Runner {
  public:
   Runner(const LoadOptions& o, net::io_context& ioc) : o_(o), ioc_(ioc), rng_(42) {
-    if (o.infer) frames_ = MakeFrames(o.image_side);
+    if (o.infer || o.grpc) frames_ = MakeFrames(o.image_side);
+    if (o.grpc) {
+      stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+          absl::StrCat(o.host, ":", o.port), grpc::InsecureChannelCredentials()));
+      calls_ = std::make_unique<GrpcCalls>();
+    }
     for (int i = 0; i < o.streams; ++i) {
       streams_.push_back(std::make_unique<StreamState>());
       streams_.back()->id = o.stream_prefix + std::to_string(i);
@@ -277,9 +352,68 @@ class Runner {
     return "";
   }
 
+  // One unary ModelInfer call; grpc++ answers on its own thread, and the
+  // answer is handed to this loop.
+  net::awaitable<void> OneGrpc(StreamState& s) {
+    report_.sent++;
+    in_flight_++;
+    const Frame& frame = frames_[report_.sent % frames_.size()];
+    auto call = std::make_shared<GrpcCall>(ioc_);
+    call->ctx.set_deadline(std::chrono::system_clock::now() + o_.timeout);
+    if (!o_.api_key.empty()) call->ctx.AddMetadata("x-api-key", o_.api_key);
+    if (!o_.direct) call->ctx.AddMetadata("x-gpuha-stream", s.id);
+    const auto sent_at = Clock::now();
+    s.outstanding++;
+    if (!s.stalled_since) s.stalled_since = sent_at;
+    calls_->Begin(call.get());
+    stub_->async()->ModelInfer(
+        &call->ctx, &frame.grpc, &call->resp,
+        // Raw pointers: this frame holds the call until the loop has its
+        // answer, and a run's end waits for every callback (CancelAndWait).
+        [calls = calls_.get(), c = call.get(), &ioc = ioc_](grpc::Status st) {
+          c->status = std::move(st);
+          calls->End(c, [&] {
+            net::post(ioc, [c] {
+              c->done = true;
+              c->wake.cancel();
+            });
+          });
+        });
+    while (!call->done) {
+      call->wake.expires_at(Clock::time_point::max());
+      error_code ec;
+      co_await call->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+    std::string failure, node;
+    if (!call->status.ok()) {
+      failure = absl::StrCat("grpc ", GrpcCodeName(call->status.error_code()));
+    } else {
+      auto got = worker::FromGrpc(call->resp);
+      if (!got.ok() || !SameAnswer(*got, frame.expected)) failure = "wrong answer";
+    }
+    const auto& md = call->ctx.GetServerInitialMetadata();
+    if (auto n = md.find("x-gpuha-node"); n != md.end()) {
+      node = std::string(n->second.data(), n->second.size());
+    }
+    const auto now = Clock::now();
+    in_flight_--;
+    s.outstanding--;
+    if (failure.empty() && s.stalled_since) {
+      if (now <= end_) {
+        s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
+      }
+      s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
+    }
+    Record(s, sent_at, now, failure, node, nullptr);
+  }
+
   net::awaitable<void> One(StreamState& s) {
     if (o_.sse) {
       co_await OneSse(s);
+      co_return;
+    }
+    if (o_.grpc) {
+      co_await OneGrpc(s);
       co_return;
     }
     bool slow =
@@ -379,6 +513,9 @@ class Runner {
     }
     net::co_spawn(ioc_, Progress(), net::detached);
     ioc_.run();
+    // gRPC calls still out are cancelled, and their callbacks waited for:
+    // none may post to this loop once it is gone.
+    if (calls_) calls_->CancelAndWait();
     if (in_flight_ > 0) {  // still unanswered after the timeout's grace
       report_.failed += static_cast<uint64_t>(in_flight_);
       report_.failures["no answer"] += static_cast<uint64_t>(in_flight_);
@@ -427,6 +564,8 @@ class Runner {
   std::vector<Frame> frames_;
   std::mt19937 rng_;
   std::vector<std::unique_ptr<StreamState>> streams_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;  // grpc
+  std::unique_ptr<GrpcCalls> calls_;
   std::vector<double> latencies_;
   std::vector<double> ttfts_, gaps_;  // sse
   LoadReport report_;
@@ -453,6 +592,9 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
         absl::StrCat("--max-tokens: must be 1 to ", worker::kLlmMaxTokens));
   }
   if (o.sse && o.infer) return absl::InvalidArgumentError("--protocol sse and --infer: pick one");
+  if (o.grpc && o.slow_fraction > 0) {
+    return absl::InvalidArgumentError("--slow-fraction: not with --protocol grpc");
+  }
   error_code ec;
   net::ip::make_address(o.host, ec);
   if (ec) return absl::InvalidArgumentError("--target: host must be an IP address");

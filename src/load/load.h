@@ -57,6 +57,12 @@ struct LoadOptions {
   // ended by an error event, is a failure that says which.
   bool sse = false;
   int max_tokens = 64;
+  // KServe v2 gRPC: each request is a unary ModelInfer call of the "cv"
+  // model over HTTP/2 (one channel, calls multiplexed), its stream named in
+  // x-gpuha-stream metadata and its key in x-api-key; every answer checked
+  // as `infer` checks them. A status other than OK is a failure named by
+  // its code ("grpc UNAVAILABLE").
+  bool grpc = false;
   std::function<void(const Answer&)> on_answer;  // called on the load thread
   // When set, load stops early once it turns true (checked before each send).
   const std::atomic<bool>* stop = nullptr;

@@ -116,5 +116,55 @@ TEST(LoadTest, SseAnswersAreCheckedAndTimed) {
                    .ok());
 }
 
+TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
+  worker::WorkerOptions wo;
+  wo.port = 0;
+  wo.grpc_port = 0;
+  wo.node = "w1";
+  wo.latency = milliseconds(1);
+  auto w = worker::Worker::Start(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  router::RouterConfig rc;
+  rc.listen = {"127.0.0.1", 0};
+  rc.admin = {"127.0.0.1", 0};
+  rc.threads = 1;
+  rc.auth_none = true;
+  rc.probe_interval = milliseconds(0);
+  const std::string http = "127.0.0.1:" + std::to_string((*w)->port());
+  const std::string grpc = "127.0.0.1:" + std::to_string((*w)->grpc_port());
+  router::StaticRoute cam{"cam-0", "", http, ""};
+  cam.primary_grpc = grpc;
+  router::StaticRoute http_only{"cam-1", "", http, ""};
+  rc.routes = {cam};
+  router::Router r(rc);
+  ASSERT_TRUE(r.Start().ok());
+  LoadOptions o = Options(r.port());
+  o.grpc = true;
+  o.streams = 1;
+  o.rate = 0;
+  o.concurrency = 4;
+  o.duration = milliseconds(600);
+  o.image_side = 8;
+  auto rep = RunLoad(o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->failed, 0u) << rep->Json();
+  ASSERT_GT(rep->ok, 10u);
+  EXPECT_EQ(rep->served_by["w1"], rep->ok);
+  EXPECT_EQ((*w)->counters().success.load(), rep->ok);
+  // A stream with no gRPC port fails every call, named by its status.
+  rc.routes = {http_only};
+  router::Router r2(rc);
+  ASSERT_TRUE(r2.Start().ok());
+  o.port = r2.port();
+  o.stream_prefix = "cam-";
+  o.duration = milliseconds(200);
+  o.streams = 2;  // cam-0 is unknown to r2, cam-1 has no gRPC port
+  auto bad = RunLoad(o);
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  EXPECT_EQ(bad->ok, 0u) << bad->Json();
+  EXPECT_GT(bad->failures["grpc NOT_FOUND"], 0u) << bad->Json();
+  EXPECT_GT(bad->failures["grpc UNAVAILABLE"], 0u) << bad->Json();
+}
+
 }  // namespace
 }  // namespace gpuha::load

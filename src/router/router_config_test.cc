@@ -26,8 +26,10 @@ tenants:
     burst: 20
     max_concurrent: 8
 routes:
-  - {stream: cam-1, tenant: acme, primary: 127.0.0.1:9001, standby: 127.0.0.1:9002}
-limits: {max_header_bytes: 8192, retry_buffer_bytes: 4096, response_timeout_ms: 2000}
+  - {stream: cam-1, tenant: acme, primary: 127.0.0.1:9001, standby: 127.0.0.1:9002,
+     primary_grpc: 127.0.0.1:9101, standby_grpc: 127.0.0.1:9102}
+limits: {max_header_bytes: 8192, retry_buffer_bytes: 4096, response_timeout_ms: 2000,
+         h2_max_concurrent_streams: 64}
 failover: {retry_budget_percent: 10, retry_min_per_second: 5, retry_burst: 50,
            probe_interval_ms: 20, hang_after_ms: 80}
 )";
@@ -45,6 +47,9 @@ failover: {retry_budget_percent: 10, retry_min_per_second: 5, retry_burst: 50,
   EXPECT_DOUBLE_EQ(c->tenants[0].burst, 20);
   ASSERT_EQ(c->routes.size(), 1u);
   EXPECT_EQ(c->routes[0].standby, "127.0.0.1:9002");
+  EXPECT_EQ(c->routes[0].primary_grpc, "127.0.0.1:9101");
+  EXPECT_EQ(c->routes[0].standby_grpc, "127.0.0.1:9102");
+  EXPECT_EQ(c->limits.h2_max_concurrent_streams, 64u);
   EXPECT_EQ(c->limits.max_header_bytes, 8192u);
   EXPECT_EQ(c->limits.retry_buffer_bytes, 4096u);
   EXPECT_EQ(c->limits.response_timeout.count(), 2000);
@@ -124,6 +129,10 @@ TEST(RouterConfigTest, BadInputNamesTheField) {
            Hash("x") + "]}",
        "two tenants"},
       {"routes:\n  - {stream: s, primary: 1.2.3.4}", "routes[0].primary"},
+      {"routes:\n  - {stream: s, primary: 127.0.0.1:1, primary_grpc: x}", "routes[0].primary_grpc"},
+      {"routes:\n  - {stream: s, primary: 127.0.0.1:1, standby_grpc: 127.0.0.1:3}",
+       "routes[0].standby_grpc"},
+      {"limits: {h2_max_concurrent_streams: 0}", "limits.h2_max_concurrent_streams"},
       {"routes:\n  - {stream: s, primary: 127.0.0.1:1}\n  - {stream: s, primary: 127.0.0.1:2}",
        "listed twice"},
       {"tenants:\n  - {name: a, api_keys_sha256: [" + Hash("x") +
