@@ -65,7 +65,8 @@ error_log $work/nginx.err warn;
 events { worker_connections 8192; }
 http {
   access_log off;
-  upstream be { server 127.0.0.1:$WORKER; keepalive 64; }
+  keepalive_requests 1000000;  # nginx ends an HTTP/2 connection after 1000 calls by default
+  upstream be { server 127.0.0.1:$WORKER; keepalive 64; keepalive_requests 1000000; }
   server {
     listen 127.0.0.1:$NGINX http2;
     http2_max_concurrent_streams 1024;

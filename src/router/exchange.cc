@@ -374,29 +374,16 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   int status = res.result_int();
   {
     const TimePoint now = L.clock.Now();
-    up.progress.Answered(now, now - conn->waiting_since);
+    UpstreamAnswered(L, up, status >= 500, now, now - conn->waiting_since);
   }
-  // Outlier ejection on consecutive 5xx (Envoy's consecutive_5xx), and a
-  // re-send to the standby for an answer of 500, 502, 503 or 504: a server
-  // whose readiness says 200 while every inference fails (a broken CUDA
-  // context) loses no request.
-  if (status >= 500) {
-    if (config.consecutive_5xx > 0 && ++up.consecutive_5xx >= config.consecutive_5xx) {
-      up.consecutive_5xx = 0;
-      Inc(L.stats.ejections_5xx);
-      spdlog::warn("router: upstream {} ({}) ejected after {} consecutive 5xx answers", up.address,
-                   up.node, config.consecutive_5xx);
-      ConnectionFailed(L, up);
-    }
-    if (req.retry_5xx && (status == 500 || status == 502 || status == 503 || status == 504)) {
-      out.retryable = true;
-      out.upstream_5xx = true;
-      out.why = absl::StrCat("answered ", status);
-      co_return;  // the connection closes with its unread body
-    }
-  } else {
-    up.consecutive_5xx = 0;
-    up.Answered();
+  // A re-send to the standby for an answer of 500, 502, 503 or 504: a
+  // server whose readiness says 200 while every inference fails (a broken
+  // CUDA context) loses no request.
+  if (req.retry_5xx && (status == 500 || status == 502 || status == 503 || status == 504)) {
+    out.retryable = true;
+    out.upstream_5xx = true;
+    out.why = absl::StrCat("answered ", status);
+    co_return;  // the connection closes with its unread body
   }
   const bool event_stream = req.sse != nullptr && status == 200 && !head_request &&
                             !rp->content_length() && IsEventStream(ContentType(res));

@@ -256,6 +256,7 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     }
     const std::string_view status = Find(call.headers, ":status");
     if (status != "200") {
+      UpstreamAnswered(L, up, true, call.answered_at, call.answered_at - call.waiting_since);
       last_failure = absl::StrCat(up.node, ": answered HTTP status ", std::string(status));
       continue;
     }
@@ -263,6 +264,9 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     std::string_view grpc_status = Find(call.trailers, "grpc-status");
     if (grpc_status.empty()) grpc_status = Find(call.headers, "grpc-status");
     Inc(L.stats.upstream_class[2]);
+    const bool server_error =
+        grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
+    UpstreamAnswered(L, up, server_error, call.answered_at, call.answered_at - call.waiting_since);
     // UNAVAILABLE is gRPC's "safe to retry", and CANCELLED from an upstream
     // (the router cancelled nothing) is a server going away: the standby is
     // asked, as a 503 is re-sent.

@@ -315,12 +315,6 @@ awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
                                   : "no response before the deadline";
   }
   call.stream_id = -1;
-  if (!call.failed) {
-    // As of its arrival: calls sent while this one's coroutine was queued
-    // began after it, not before (the stall verdict's "outpaced" rule).
-    up.progress.Answered(call.answered_at, call.answered_at - call.waiting_since);
-    up.Answered();
-  }
 }
 
 }  // namespace gpuha::router

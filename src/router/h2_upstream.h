@@ -52,7 +52,10 @@ struct H2Call : Waiting {
   bool timed_out = false;  // the deadline passed first
   bool connect_failed = false;
   bool client_gone = false;
-  TimePoint answered_at{};  // when the stream closed
+  // When the stream closed. The caller reports the answer (UpstreamAnswered)
+  // as of then, once it has read its status: calls sent while this one's
+  // coroutine was queued began after it (the stall verdict's "outpaced" rule).
+  TimePoint answered_at{};
   std::string why;
 
   // Internal: the connection and stream it runs on.

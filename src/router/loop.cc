@@ -144,6 +144,25 @@ bool Poolable(const UpConn& c, const UpstreamState& up) {
   return c.s.remote_endpoint(ec) == up.endpoint && !ec;
 }
 
+void UpstreamAnswered(Loop& L, UpstreamState& up, bool server_error, TimePoint at,
+                      common::Duration waited) {
+  if (!server_error) {
+    up.progress.Answered(at, waited);
+    up.consecutive_5xx = 0;
+    up.Answered();
+    return;
+  }
+  // Outlier ejection on consecutive server errors (Envoy's consecutive_5xx).
+  const int limit = L.config.consecutive_5xx;
+  if (limit > 0 && ++up.consecutive_5xx >= limit) {
+    up.consecutive_5xx = 0;
+    Inc(L.stats.ejections_5xx);
+    spdlog::warn("router: upstream {} ({}) ejected after {} consecutive 5xx answers", up.address,
+                 up.node, limit);
+    ConnectionFailed(L, up);
+  }
+}
+
 void ConnectionFailed(Loop& L, UpstreamState& up) {
   up.UpstreamHealth::ConnectionFailed(L.clock.Now());
   up.idle.clear();

@@ -425,6 +425,13 @@ void LookUpName(Loop& L, UpstreamState& up);
 // the upstream's address (a named upstream may have moved while it was in
 // use), and the upstream is up.
 bool Poolable(const UpConn& c, const UpstreamState& up);
+// An upstream's answer, waited for `waited`, arrived `at`. A server error
+// (5xx; gRPC's UNAVAILABLE, INTERNAL, UNKNOWN, DATA_LOSS) is not progress
+// for the stall verdict (a stuck server at capacity that answers 503 at once
+// is still stuck) and counts toward consecutive-5xx ejection; any other
+// answer is progress and ends the run of errors.
+void UpstreamAnswered(Loop& L, UpstreamState& up, bool server_error, TimePoint at,
+                      common::Duration waited);
 // A connection-level failure: outlier ejection, the pool dropped, and the
 // node reported to the controller as a suspect.
 void ConnectionFailed(Loop& L, UpstreamState& up);

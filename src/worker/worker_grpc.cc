@@ -106,7 +106,8 @@ class Service final : public inference::GRPCInferenceService::Service {
       c.in_service.fetch_sub(1);
       c.at_capacity++;
       c.failure++;
-      return Status(StatusCode::RESOURCE_EXHAUSTED,
+      // gRPC's 503: UNAVAILABLE, which clients and proxies may retry.
+      return Status(StatusCode::UNAVAILABLE,
                     absl::StrCat("worker at capacity (", s_.o.capacity, " requests in service)"));
     }
     struct Release {

@@ -10,7 +10,7 @@
 //           drop its connection, so the crash mid-answer is a status here
 // Answers carry x-gpuha-node in their initial metadata. Errors name the
 // input or field, as INVALID_ARGUMENT; unknown models are NOT_FOUND, and a
-// worker at capacity answers RESOURCE_EXHAUSTED.
+// worker at capacity answers UNAVAILABLE (HTTP's 503, which may be retried).
 //
 // Thread-safety: grpc++'s synchronous server, a handler per thread.
 #pragma once

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "worker/model_grpc.h"
@@ -149,17 +150,31 @@ TEST_F(WorkerGrpcTest, BadTensorsAreInvalidArgumentNamingTheInput) {
 }
 
 TEST_F(WorkerGrpcTest, StuckHoldsInferencesWhileHealthAnswers) {
-  Start({FaultMode::kStuck, 1});
+  Start({FaultMode::kStuck, 1}, /*capacity=*/1);
   inference::ServerReadyResponse ready;
   auto ctx = Context();
   ASSERT_TRUE(stub_->ServerReady(ctx.get(), {}, &ready).ok());
   EXPECT_TRUE(ready.ready());
   auto img = Image(4, 4, 1);
+  std::thread held([&] {
+    inference::ModelInferResponse resp;
+    auto c = Context(milliseconds(400));
+    grpc::Status st =
+        stub_->ModelInfer(c.get(), MakeGrpcInferRequest("r", img, nullptr, 4, 4), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  });
+  // The stuck call holds the worker's one place: the next is refused as
+  // HTTP's 503 would be, UNAVAILABLE.
+  while (worker_->counters().in_service.load() == 0) std::this_thread::sleep_for(milliseconds(5));
   inference::ModelInferResponse resp;
-  ctx = Context(milliseconds(300));
+  ctx = Context();
   grpc::Status st =
-      stub_->ModelInfer(ctx.get(), MakeGrpcInferRequest("r", img, nullptr, 4, 4), &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+      stub_->ModelInfer(ctx.get(), MakeGrpcInferRequest("r2", img, nullptr, 4, 4), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("worker at capacity (1 requests in service)"),
+            std::string::npos)
+      << st.error_message();
+  held.join();
   EXPECT_EQ(worker_->counters().executions.load(), 0u);
 }
 
