@@ -55,6 +55,8 @@ bench: deps
 	build-release/bench/job_takeover_bench build-release/gpuha 10
 	bench/router_throughput.sh build-release/gpuha 5 64 5
 	bench/failover.sh build-release 10
+	bench/grpc_throughput.sh build-release/gpuha 20000 16 8 3
+	bench/grpc_failover.sh build-release/gpuha 8 400
 
 package: build
 	cd $(BUILD_DIR) && cpack -B packages

@@ -112,10 +112,17 @@ class GrpcCalls {
     if (!closed_) post();
     cv_.notify_all();
   }
+  // The calls stay alive (their coroutine frames outlive this), so they
+  // are cancelled outside the lock their callbacks take.
   void CancelAndWait() {
+    std::vector<GrpcCall*> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      out.assign(out_.begin(), out_.end());
+    }
+    for (GrpcCall* c : out) c->ctx.TryCancel();
     std::unique_lock<std::mutex> lock(mu_);
-    closed_ = true;
-    for (GrpcCall* c : out_) c->ctx.TryCancel();
     cv_.wait(lock, [&] { return out_.empty(); });
   }
 

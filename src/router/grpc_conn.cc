@@ -19,8 +19,9 @@ namespace {
 
 // What a client connection's reader, writer and calls share.
 struct H2ClientConn {
-  H2ClientConn(Loop& L, const H2Limits& limits, H2Server::OnRequest on_request)
-      : h2(limits, std::move(on_request)), wake(L.ioc), writer_done(L.ioc) {}
+  H2ClientConn(Loop& L, const H2Limits& limits, H2Server::OnRequest on_request,
+               H2Server::OnRequest on_headers)
+      : h2(limits, std::move(on_request), std::move(on_headers)), wake(L.ioc), writer_done(L.ioc) {}
   H2Server h2;
   Timer wake;         // the writer waits on it for bytes to send
   Timer writer_done;  // the reader waits on it for the writer to end
@@ -32,6 +33,8 @@ struct H2ClientConn {
   // Wakes the writer: the session has something to send.
   void Kick() { wake.cancel(); }
 };
+
+constexpr std::string_view kModelStreamInfer = "/inference.GRPCInferenceService/ModelStreamInfer";
 
 H2Limits LimitsOf(const RouterConfig& c) {
   H2Limits l;
@@ -54,22 +57,15 @@ bool Forwardable(std::string_view name) {
 
 bool Relayable(std::string_view name) { return name == ":status" || !IsHopByHop(name); }
 
-std::string_view Find(const H2Headers& h, std::string_view name) {
-  for (const auto& [n, v] : h) {
-    if (n == name) return v;
-  }
-  return {};
-}
-
 // One gRPC call, from its whole request to its whole answer.
 awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
   const RouterConfig& config = L.config;
   struct Count {
     int& n;
     ~Count() { --n; }
-  } count{++conn->calls};
+  } count{conn->calls};  // counted when it was spawned
   H2Stream* s = conn->h2.Find(id);
-  if (s == nullptr) co_return;
+  if (s == nullptr || conn->closed) co_return;
   Inc(L.stats.requests);
   Inc(L.stats.grpc_calls);
   const TimePoint started = L.clock.Now();
@@ -98,8 +94,8 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     conn->h2.RespondGrpcError(id, ReasonGrpcCode(r), detail);
     conn->Kick();
   };
-  const std::string_view content_type = Find(request, "content-type");
-  const std::string path(Find(request, ":path"));
+  const std::string_view content_type = H2Find(request, "content-type");
+  const std::string path(H2Find(request, ":path"));
   if (content_type.substr(0, 16) != "application/grpc") {
     // HTTP/2 carries gRPC here; REST goes over HTTP/1.1 on the same port.
     Inc(L.stats.router_answers[static_cast<size_t>(Reason::kNotImplemented)]);
@@ -113,26 +109,28 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     conn->Kick();
     co_return;
   }
-  if (Find(request, ":method") != "POST" || path.empty() || path[0] != '/') {
+  if (H2Find(request, ":method") != "POST" || path.empty() || path[0] != '/') {
     answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
     co_return;
   }
   std::chrono::milliseconds timeout = config.limits.response_timeout;
   bool client_deadline = false;
-  if (std::string_view t = Find(request, "grpc-timeout"); !t.empty()) {
+  if (std::string_view t = H2Find(request, "grpc-timeout"); !t.empty()) {
     absl::StatusOr<std::chrono::milliseconds> parsed = ParseGrpcTimeout(t);
     if (!parsed.ok()) {
       answer(Reason::kBadRequest, std::string(parsed.status().message()));
       co_return;
     }
-    timeout = *parsed;
+    // Up to a day: a longer one is no deadline in practice, and a steady
+    // clock's time point holds only about 292 years of nanoseconds.
+    timeout = std::min<std::chrono::milliseconds>(*parsed, std::chrono::hours(24));
     client_deadline = true;
   }
   const Clock::time_point deadline = Clock::now() + timeout;
 
   // Tenant, by the call's metadata.
   Identity who =
-      Identify(*L.tenants, ApiKeyOf(Find(request, "authorization"), Find(request, "x-api-key")),
+      Identify(*L.tenants, ApiKeyOf(H2Find(request, "authorization"), H2Find(request, "x-api-key")),
                &conn->key_cache);
   if (!who.tenant) {
     answer(who.refusal->reason, who.refusal->detail);
@@ -142,7 +140,7 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
   tenant_name = tenant->name;
 
   // Stream, by the x-gpuha-stream metadata.
-  StreamRef ref = ExtractStream(Find(request, "x-gpuha-stream"), path);
+  StreamRef ref = ExtractStream(H2Find(request, "x-gpuha-stream"), path);
   if (ref.bad) {
     answer(Reason::kBadStream, "x-gpuha-stream must be 1-128 of [A-Za-z0-9._:-]");
     co_return;
@@ -245,6 +243,10 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
       Inc(L.stats.client_aborts);
       co_return;
     }
+    if (call.response_too_large) {
+      answer(Reason::kBodyTooLarge, absl::StrCat(up.node, ": ", call.why));
+      co_return;
+    }
     if (call.failed) {
       last_failure = absl::StrCat(up.node, ": ", call.why);
       hung = call.hung_cancel;
@@ -254,15 +256,15 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
       }
       continue;
     }
-    const std::string_view status = Find(call.headers, ":status");
+    const std::string_view status = H2Find(call.headers, ":status");
     if (status != "200") {
       UpstreamAnswered(L, up, true, call.answered_at, call.answered_at - call.waiting_since);
       last_failure = absl::StrCat(up.node, ": answered HTTP status ", std::string(status));
       continue;
     }
     // A Trailers-Only answer carries its status in the headers.
-    std::string_view grpc_status = Find(call.trailers, "grpc-status");
-    if (grpc_status.empty()) grpc_status = Find(call.headers, "grpc-status");
+    std::string_view grpc_status = H2Find(call.trailers, "grpc-status");
+    if (grpc_status.empty()) grpc_status = H2Find(call.headers, "grpc-status");
     Inc(L.stats.upstream_class[2]);
     const bool server_error =
         grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
@@ -272,9 +274,9 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     // asked, as a 503 is re-sent.
     if ((grpc_status == "14" || grpc_status == "1") && config.retry_5xx && i + 1 < order.size()) {
       unavailable = true;
-      last_failure =
-          absl::StrCat(up.node, ": UNAVAILABLE: ", std::string(Find(call.trailers, "grpc-message")),
-                       std::string(Find(call.headers, "grpc-message")));
+      last_failure = absl::StrCat(
+          up.node, ": UNAVAILABLE: ", std::string(H2Find(call.trailers, "grpc-message")),
+          std::string(H2Find(call.headers, "grpc-message")));
       continue;
     }
     H2Headers head;
@@ -302,8 +304,10 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
 
 // Writes what the session has to send, until the connection closes.
 template <class Stream>
-awaitable<void> Writer(Loop& L, Stream& client, Deadline& lowest,
-                       std::shared_ptr<H2ClientConn> conn) {
+awaitable<void> Writer(Loop& L, Stream& client, std::shared_ptr<H2ClientConn> conn) {
+  // Its own deadline: the reader's (idle, or a call's response time) is
+  // not the writer's, and each must not overwrite the other's.
+  Deadline write_deadline(L, beast::get_lowest_layer(client));
   std::string out;
   error_code ec;
   while (!conn->closed) {
@@ -315,8 +319,9 @@ awaitable<void> Writer(Loop& L, Stream& client, Deadline& lowest,
       co_await conn->wake.async_wait(Redirect(ec));
       continue;
     }
-    lowest.Arm(L.config.limits.body_timeout);
+    write_deadline.Arm(L.config.limits.body_timeout);
     co_await net::async_write(client, net::buffer(out), Redirect(ec));
+    write_deadline.Disarm();
     if (ec) break;
   }
   conn->closed = true;
@@ -335,24 +340,38 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
   Inc(L.stats.h2_connections);
   std::shared_ptr<H2ClientConn> conn;
   std::weak_ptr<H2ClientConn> weak;
-  conn = std::make_shared<H2ClientConn>(L, LimitsOf(config), [&L, &weak](H2Stream& s) {
-    auto c = weak.lock();
-    if (!c) return;
-    // Calls being worked on are bounded: a client that resets streams as
-    // fast as it opens them (rapid reset) leaves their calls behind only
-    // until each hears of its reset.
-    if (c->calls >= 2 * static_cast<int>(L.config.limits.h2_max_concurrent_streams)) {
-      Inc(L.stats.h2_protocol_errors);
-      c->h2.GoAway(NGHTTP2_ENHANCE_YOUR_CALM);
-      c->Kick();
-      return;
-    }
-    net::co_spawn(L.ioc, HandleCall(L, c, s.id), net::detached);
-  });
+  conn = std::make_shared<H2ClientConn>(
+      L, LimitsOf(config),
+      [&L, &weak](H2Stream& s) {
+        auto c = weak.lock();
+        if (!c) return;
+        // Calls being worked on are bounded: a client that resets streams as
+        // fast as it opens them (rapid reset) leaves their calls behind only
+        // until each hears of its reset.
+        if (c->calls >= 2 * static_cast<int>(L.config.limits.h2_max_concurrent_streams)) {
+          Inc(L.stats.h2_protocol_errors);
+          c->h2.GoAway(NGHTTP2_ENHANCE_YOUR_CALM);
+          c->Kick();
+          return;
+        }
+        ++c->calls;
+        net::co_spawn(L.ioc, HandleCall(L, c, s.id), net::detached);
+      },
+      [&L, &weak](H2Stream& s) {
+        // A streaming call would wait here for the end of a request that
+        // ends only when the client is done: it is refused at once, and
+        // says why (its failover is not built yet).
+        auto c = weak.lock();
+        if (!c || s.Header(":path") != kModelStreamInfer) return;
+        Inc(L.stats.router_answers[static_cast<size_t>(Reason::kNotImplemented)]);
+        c->h2.RespondGrpcError(s.id, GrpcCode::kUnimplemented,
+                               "gpuha router: streaming calls (ModelStreamInfer) are not proxied "
+                               "yet; send ModelInfer calls");
+      });
   weak = conn;
   conn->peer_ip = peer_ip;
   conn->writer_running = true;
-  net::co_spawn(L.ioc, Writer(L, client, lowest, conn), net::detached);
+  net::co_spawn(L.ioc, Writer(L, client, conn), net::detached);
   error_code ec;
   bool failed = false;
   for (;;) {

@@ -18,15 +18,15 @@ std::vector<nghttp2_nv> H2Nv(const H2Headers& h) {
   return nv;
 }
 
-std::string_view H2Stream::Header(std::string_view name) const {
-  for (const auto& [n, v] : headers) {
+std::string_view H2Find(const H2Headers& h, std::string_view name) {
+  for (const auto& [n, v] : h) {
     if (n == name) return v;
   }
   return {};
 }
 
-H2Server::H2Server(const H2Limits& limits, OnRequest on_request)
-    : limits_(limits), on_request_(std::move(on_request)) {
+H2Server::H2Server(const H2Limits& limits, OnRequest on_request, OnRequest on_headers)
+    : limits_(limits), on_request_(std::move(on_request)), on_headers_(std::move(on_headers)) {
   nghttp2_session_callbacks* cb = nullptr;
   nghttp2_session_callbacks_new(&cb);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cb, OnBeginHeaders);
@@ -123,13 +123,7 @@ void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view mess
 }
 
 void H2Server::GoAway(uint32_t error_code) {
-  if (error_code == NGHTTP2_NO_ERROR) {
-    nghttp2_submit_shutdown_notice(session_);
-    nghttp2_session_terminate_session2(session_, nghttp2_session_get_last_proc_stream_id(session_),
-                                       NGHTTP2_NO_ERROR);
-  } else {
-    nghttp2_session_terminate_session(session_, error_code);
-  }
+  nghttp2_session_terminate_session(session_, error_code);
 }
 
 int H2Server::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
@@ -177,20 +171,34 @@ int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const
                      size_t len, void* user) {
   auto* self = static_cast<H2Server*>(user);
   auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
-  if (s == nullptr || s->body_over) return 0;
+  // A stream answered already, or over a limit, keeps nothing.
+  if (s == nullptr || s->body_over || s->headers_over || s->responded) return 0;
   if (s->body.size() + len > self->limits_.max_request_bytes) {
     s->body_over = true;
-    s->body.clear();
-    s->body.shrink_to_fit();
+    self->buffered_ -= s->body.size();
+    std::string().swap(s->body);
     return 0;
   }
+  if (self->buffered_ + len > self->limits_.max_buffered_bytes) {
+    self->why_ = absl::StrCat("over ", self->limits_.max_buffered_bytes,
+                              " bytes of request bodies held at once");
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
   s->body.append(reinterpret_cast<const char*>(data), len);
+  self->buffered_ += len;
   return 0;
 }
 
 int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   auto* self = static_cast<H2Server*>(user);
   if (frame->hd.type == NGHTTP2_RST_STREAM) ++self->resets_;
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && self->on_headers_) {
+    auto* s =
+        static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+    if (s != nullptr && !s->headers_over) self->on_headers_(*s);
+    return 0;
+  }
   if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
       !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
     return 0;
@@ -199,6 +207,8 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
       static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
   if (s == nullptr || s->complete) return 0;
   s->complete = true;
+  self->buffered_ -= s->body.size();  // its body is the call's now
+  if (s->responded) return 0;         // answered on its headers
   ++self->requests_;
   if (s->headers_over) {
     self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted,
@@ -220,6 +230,7 @@ int H2Server::OnClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user)
   if (it == self->streams_.end()) return 0;
   std::unique_ptr<H2Stream> s = std::move(it->second);
   self->streams_.erase(it);
+  if (!s->complete) self->buffered_ -= s->body.size();
   if (s->on_close) s->on_close();
   return 0;
 }

@@ -36,6 +36,9 @@ namespace gpuha::router {
 
 using H2Headers = std::vector<std::pair<std::string, std::string>>;
 
+// The first value of `name` (lower case) in `h`, or empty.
+std::string_view H2Find(const H2Headers& h, std::string_view name);
+
 // nghttp2's name/value view of `h` (valid while `h` lives and is unchanged).
 std::vector<nghttp2_nv> H2Nv(const H2Headers& h);
 
@@ -53,6 +56,9 @@ struct H2Limits {
   uint64_t reset_burst = 200;          // RST_STREAMs taken at once...
   uint64_t reset_rate = 100;           // ...and per second after that
   size_t max_continuations = 8;
+  // Bytes of request bodies held at once on a connection, in streams not
+  // yet ended: past it the connection ends (ENHANCE_YOUR_CALM).
+  size_t max_buffered_bytes = 16 << 20;
 };
 
 struct H2Stream {
@@ -74,7 +80,7 @@ struct H2Stream {
   bool responded = false;
 
   // The first value of `name` (lower case), or empty.
-  std::string_view Header(std::string_view name) const;
+  std::string_view Header(std::string_view name) const { return H2Find(headers, name); }
 };
 
 class H2Server {
@@ -82,7 +88,10 @@ class H2Server {
   // `on_request` is called once per stream whose request is complete (END_STREAM),
   // from within Feed().
   using OnRequest = std::function<void(H2Stream&)>;
-  H2Server(const H2Limits& limits, OnRequest on_request);
+  // `on_headers`, when set, is called once a request's headers are whole and
+  // more (a body) follows; it may answer at once, and the stream's request
+  // is then not handed to `on_request`.
+  H2Server(const H2Limits& limits, OnRequest on_request, OnRequest on_headers = nullptr);
   ~H2Server();
   H2Server(const H2Server&) = delete;
   H2Server& operator=(const H2Server&) = delete;
@@ -101,7 +110,7 @@ class H2Server {
   // A gRPC Trailers-Only response: one HEADERS frame with :status 200,
   // grpc-status and grpc-message, which ends the stream.
   void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message);
-  // Ends the connection: GOAWAY with `error_code` (NGHTTP2_NO_ERROR drains).
+  // Ends the connection now: GOAWAY with `error_code`, streams dropped.
   void GoAway(uint32_t error_code);
 
   // Work on every open stream hears that its client is gone (on_close).
@@ -126,10 +135,12 @@ class H2Server {
 
   H2Limits limits_;
   OnRequest on_request_;
+  OnRequest on_headers_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
   uint64_t requests_ = 0;
   uint64_t resets_ = 0;
+  size_t buffered_ = 0;  // request body bytes held in streams not yet ended
   std::string why_;
 };
 

@@ -263,6 +263,31 @@ TEST_F(H2ServerTest, ABodyOverTheLimitIsResourceExhausted) {
   EXPECT_NE(client_.heard[id]["grpc-message"].find("request body over 1000"), std::string::npos);
 }
 
+TEST_F(H2ServerTest, BodiesHeldAtOnceAreBoundedPerConnection) {
+  H2Limits l;
+  l.max_buffered_bytes = 5000;
+  Make(l);
+  // Requests whose bodies never end, 2000 bytes each: the third is over.
+  const std::string block = std::string("\x83\x86\x44\x06") + "/a.B/C" + "\x41\x01" + "r" +
+                            "\x5f\x10" + "application/grpc";
+  std::string bytes(kH2Preface);
+  bytes += Frame(NGHTTP2_SETTINGS, 0, 0, "");
+  for (uint32_t id : {1u, 3u, 5u}) {
+    bytes += Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, id, block);
+    bytes += Frame(NGHTTP2_DATA, 0, id, std::string(2000, 'x'));
+  }
+  absl::Status st = server_->Feed(bytes.data(), bytes.size());
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(server_->why().find("over 5000 bytes of request bodies held at once"),
+            std::string::npos)
+      << server_->why();
+  std::string back;
+  server_->Drain(&back);
+  client_.In(back);
+  EXPECT_EQ(client_.goaway, NGHTTP2_ENHANCE_YOUR_CALM);
+  EXPECT_TRUE(requests_.empty());
+}
+
 TEST(GrpcTimeoutTest, ParsesEveryUnitAndNamesABadValue) {
   EXPECT_EQ(*ParseGrpcTimeout("250m"), std::chrono::milliseconds(250));
   EXPECT_EQ(*ParseGrpcTimeout("2S"), std::chrono::milliseconds(2000));

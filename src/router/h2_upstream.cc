@@ -31,6 +31,9 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
     nghttp2_option* opt = nullptr;
     nghttp2_option_new(&opt);
     nghttp2_option_set_max_continuations(opt, 8);
+    // Until the upstream's SETTINGS come, take it to allow 100 streams (the
+    // RFC's recommended floor), not unlimited.
+    nghttp2_option_set_peer_max_concurrent_streams(opt, 100);
     nghttp2_session_client_new2(&session_, cb, this, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cb);
@@ -165,14 +168,19 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
                     std::string(reinterpret_cast<const char*>(value), valuelen));
     return 0;
   }
-  static int OnData(nghttp2_session*, uint8_t, int32_t id, const uint8_t* data, size_t len,
+  static int OnData(nghttp2_session* session, uint8_t, int32_t id, const uint8_t* data, size_t len,
                     void* user) {
     auto* self = static_cast<H2UpConn*>(user);
     H2Call* call = self->Find(id);
-    if (call == nullptr) return 0;
+    if (call == nullptr || call->response_too_large) return 0;
     if (call->data.size() + len > call->max_response_bytes) {
+      // No callback error resets a stream here (nghttp2 ignores it): the
+      // stream is reset by hand, and the call fails as too large.
+      call->response_too_large = true;
       call->why = absl::StrCat("response over ", call->max_response_bytes, " bytes");
-      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // the stream is reset
+      std::string().swap(call->data);
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+      return 0;
     }
     call->data.append(reinterpret_cast<const char*>(data), len);
     return 0;

@@ -52,6 +52,7 @@ struct H2Call : Waiting {
   bool timed_out = false;  // the deadline passed first
   bool connect_failed = false;
   bool client_gone = false;
+  bool response_too_large = false;  // over max_response_bytes: reset, not retried
   // When the stream closed. The caller reports the answer (UpstreamAnswered)
   // as of then, once it has read its status: calls sent while this one's
   // coroutine was queued began after it (the stall verdict's "outpaced" rule).

@@ -206,6 +206,41 @@ TEST_F(RouterGrpcTest, AStuckPrimaryIsJudgedByProgressNotByTimeout) {
   EXPECT_GE(Metric("stall_resends_total"), 3);
 }
 
+TEST_F(RouterGrpcTest, AStreamingCallIsRefusedAtOnceWithTheReason) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  auto start = std::chrono::steady_clock::now();
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  auto img = Image(4, 4, 1);
+  stream->Write(worker::MakeGrpcInferRequest("s0", img, nullptr, 4, 4));
+  inference::ModelStreamInferResponse r;
+  EXPECT_FALSE(stream->Read(&r));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_NE(st.error_message().find("streaming calls (ModelStreamInfer) are not proxied"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // Unary calls on the same channel go on.
+  EXPECT_TRUE(Infer(1).status.ok());
+}
+
+TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
+  RouterConfig small = config_;
+  small.limits.max_body_bytes = 64;  // a cv answer is about 150 bytes
+  Router r(small);
+  ASSERT_TRUE(r.Start().ok());
+  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  Result res = Infer(1);
+  EXPECT_EQ(res.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(res.status.error_message().find("response over 64 bytes"), std::string::npos)
+      << res.status.error_message();
+  EXPECT_EQ(b_->counters().success.load(), 0u);  // not re-sent to the standby
+}
+
 TEST_F(RouterGrpcTest, UnavailableIsAskedOfTheStandby) {
   Fault(*a_, "cut");  // the worker answers UNAVAILABLE
   for (int i = 0; i < 10; ++i) {
