@@ -243,11 +243,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   };
 
   L.retry_budget.Deposit(L.now);
-  struct InFlight {
-    std::atomic<int64_t>& n;
-    explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
-    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } in_flight(L.stats.in_flight);
+  InFlight in_flight(L.stats.in_flight);
   ExchangeResult f;
   std::string last_failure;
   bool any_timeout = false;

@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/beast/ssl.hpp>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -57,122 +58,167 @@ bool Forwardable(std::string_view name) {
 
 bool Relayable(std::string_view name) { return name == ":status" || !IsHopByHop(name); }
 
-// One gRPC call, from its whole request to its whole answer.
-awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
-  const RouterConfig& config = L.config;
-  struct Count {
-    int& n;
-    ~Count() { --n; }
-  } count{conn->calls};  // counted when it was spawned
-  H2Stream* s = conn->h2.Find(id);
-  if (s == nullptr || conn->closed) co_return;
-  Inc(L.stats.requests);
-  Inc(L.stats.grpc_calls);
-  const TimePoint started = L.clock.Now();
-  const H2Headers request = std::move(s->headers);
-  const std::string body = std::move(s->body);
-  std::string tenant_name;
-  int status_for_latency = 200;
-  int attempts = 0;
-  struct Observe {
-    Loop& L;
-    std::string& tenant;
-    int& status;
-    int& attempts;
-    TimePoint started;
-    ~Observe() {
-      const common::Duration took = L.clock.Now() - started;
-      L.latency.Observe(tenant, status, took);
-      if (attempts > 0) L.requests.Request(attempts, took);
-    }
-  } observe{L, tenant_name, status_for_latency, attempts, started};
+// What one call (unary or streaming) is, once admitted: who, which stream,
+// where, and by when. Its admission and its answers are shared by both.
+struct CallCtx {
+  CallCtx(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id)
+      : L(L), conn(std::move(conn)), id(id), started(L.clock.Now()) {}
+  ~CallCtx() {
+    const common::Duration took = L.clock.Now() - started;
+    L.latency.Observe(tenant ? tenant->name : std::string(), status_for_latency, took);
+    if (attempts > 0) L.requests.Request(attempts, took);
+  }
+  CallCtx(const CallCtx&) = delete;
+  CallCtx& operator=(const CallCtx&) = delete;
 
-  auto answer = [&](Reason r, const std::string& detail) {
+  // A router-made answer: counted, and sent as a Trailers-Only status (or,
+  // for a streamed answer already begun, as its trailers).
+  void Answer(Reason r, const std::string& detail) { Status(r, ReasonGrpcCode(r), detail); }
+  void Status(Reason r, GrpcCode code, const std::string& detail) {
     Inc(L.stats.router_answers[static_cast<size_t>(r)]);
     status_for_latency = ReasonStatus(r);
     if (conn->closed) return;
-    conn->h2.RespondGrpcError(id, ReasonGrpcCode(r), detail);
+    if (began) {
+      conn->h2.Finish(id, {{"grpc-status", std::to_string(static_cast<int>(code))},
+                           {"grpc-message", PercentEncodeGrpcMessage(detail)}});
+    } else {
+      conn->h2.RespondGrpcError(id, code, detail);
+    }
     conn->Kick();
-  };
-  const std::string_view content_type = H2Find(request, "content-type");
-  const std::string path(H2Find(request, ":path"));
-  if (content_type.substr(0, 16) != "application/grpc") {
+  }
+  // The request headers for `up`, with what is left of the client's deadline.
+  H2Headers UpstreamHeaders(const UpstreamState& up) const {
+    H2Headers out = {{":method", "POST"},
+                     {":scheme", "http"},
+                     {":authority", up.grpc_address},
+                     {":path", path},
+                     {"te", "trailers"}};
+    if (client_deadline) {
+      out.emplace_back("grpc-timeout",
+                       FormatGrpcTimeout(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           deadline - Clock::now())));
+    }
+    for (const auto& [n, v] : request) {
+      if (Forwardable(n)) out.emplace_back(n, v);
+    }
+    out.emplace_back("x-gpuha-tenant", tenant->name);
+    out.emplace_back("x-forwarded-for", conn->peer_ip);
+    return out;
+  }
+  // Before attempt `i` > 0: the retry budget pays for it. False: answered.
+  bool MayRetry(size_t i, bool hung, bool unavailable) {
+    if (i == 0) return true;
+    if (!L.retry_budget.TryWithdraw(L.now)) {
+      Answer(Reason::kRetryBudget, absl::StrCat("retry budget exhausted after: ", last_failure));
+      return false;
+    }
+    Inc(L.stats.retries);
+    if (hung) Inc(L.stats.hung_resends);
+    if (unavailable) Inc(L.stats.retries_5xx);
+    return true;
+  }
+  bool DeadlinePassed() const { return client_deadline && Clock::now() >= deadline; }
+  // Every upstream failed: the deadline's status if it passed, else UNAVAILABLE.
+  void AllFailed() {
+    if (DeadlinePassed()) {
+      Status(Reason::kUpstreamTimeout, GrpcCode::kDeadlineExceeded,
+             absl::StrCat("grpc-timeout passed; last: ", last_failure));
+    } else {
+      Answer(Reason::kUpstreamFailed, absl::StrCat("every upstream failed; last: ", last_failure));
+    }
+  }
+
+  Loop& L;
+  std::shared_ptr<H2ClientConn> conn;
+  int32_t id;
+  TimePoint started;
+  H2Headers request;
+  std::string path;
+  std::shared_ptr<Tenant> tenant;
+  std::string stream_id;
+  std::shared_ptr<const RouteTable> routes;
+  UpstreamOrder<UpstreamState> order;
+  const RouteEntry* entry = nullptr;
+  bool client_deadline = false;
+  Clock::time_point deadline;
+  int status_for_latency = 200;
+  int attempts = 0;
+  bool began = false;  // a streamed answer's headers went to the client
+  std::string last_failure;
+};
+
+// Admission, as an HTTP/1.1 request's (client_conn.cc): content type, the
+// deadline, the tenant by key, the stream by metadata, its upstreams, the
+// tenant's rate. False: answered.
+bool Admit(CallCtx& c) {
+  Loop& L = c.L;
+  const H2Headers& request = c.request;
+  c.path = std::string(H2Find(request, ":path"));
+  if (H2Find(request, "content-type").substr(0, 16) != "application/grpc") {
     // HTTP/2 carries gRPC here; REST goes over HTTP/1.1 on the same port.
     Inc(L.stats.router_answers[static_cast<size_t>(Reason::kNotImplemented)]);
-    status_for_latency = 415;
-    conn->h2.Respond(id, {{":status", "415"}, {"content-type", "application/json"}},
-                     ErrorBody(Reason::kNotImplemented,
-                               "HTTP/2 here carries gRPC (content-type application/grpc); send "
-                               "the REST protocol over HTTP/1.1 on this port",
-                               ""),
-                     {});
-    conn->Kick();
-    co_return;
+    c.status_for_latency = 415;
+    c.conn->h2.Respond(c.id, {{":status", "415"}, {"content-type", "application/json"}},
+                       ErrorBody(Reason::kNotImplemented,
+                                 "HTTP/2 here carries gRPC (content-type application/grpc); send "
+                                 "the REST protocol over HTTP/1.1 on this port",
+                                 ""),
+                       {});
+    c.conn->Kick();
+    return false;
   }
-  if (H2Find(request, ":method") != "POST" || path.empty() || path[0] != '/') {
-    answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
-    co_return;
+  if (H2Find(request, ":method") != "POST" || c.path.empty() || c.path[0] != '/') {
+    c.Answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
+    return false;
   }
-  std::chrono::milliseconds timeout = config.limits.response_timeout;
-  bool client_deadline = false;
+  std::chrono::milliseconds timeout = L.config.limits.response_timeout;
   if (std::string_view t = H2Find(request, "grpc-timeout"); !t.empty()) {
     absl::StatusOr<std::chrono::milliseconds> parsed = ParseGrpcTimeout(t);
     if (!parsed.ok()) {
-      answer(Reason::kBadRequest, std::string(parsed.status().message()));
-      co_return;
+      c.Answer(Reason::kBadRequest, std::string(parsed.status().message()));
+      return false;
     }
     // Up to a day: a longer one is no deadline in practice, and a steady
     // clock's time point holds only about 292 years of nanoseconds.
     timeout = std::min<std::chrono::milliseconds>(*parsed, std::chrono::hours(24));
-    client_deadline = true;
+    c.client_deadline = true;
   }
-  const Clock::time_point deadline = Clock::now() + timeout;
-
-  // Tenant, by the call's metadata.
+  c.deadline = Clock::now() + timeout;
   Identity who =
       Identify(*L.tenants, ApiKeyOf(H2Find(request, "authorization"), H2Find(request, "x-api-key")),
-               &conn->key_cache);
+               &c.conn->key_cache);
   if (!who.tenant) {
-    answer(who.refusal->reason, who.refusal->detail);
-    co_return;
+    c.Answer(who.refusal->reason, who.refusal->detail);
+    return false;
   }
-  std::shared_ptr<Tenant> tenant = std::move(who.tenant);
-  tenant_name = tenant->name;
-
-  // Stream, by the x-gpuha-stream metadata.
-  StreamRef ref = ExtractStream(H2Find(request, "x-gpuha-stream"), path);
+  c.tenant = std::move(who.tenant);
+  StreamRef ref = ExtractStream(H2Find(request, "x-gpuha-stream"), c.path);
   if (ref.bad) {
-    answer(Reason::kBadStream, "x-gpuha-stream must be 1-128 of [A-Za-z0-9._:-]");
-    co_return;
+    c.Answer(Reason::kBadStream, "x-gpuha-stream must be 1-128 of [A-Za-z0-9._:-]");
+    return false;
   }
-  if (ref.stream.empty()) ref.stream = tenant->default_stream;
+  if (ref.stream.empty()) ref.stream = c.tenant->default_stream;
   if (ref.stream.empty()) {
-    answer(Reason::kNoStream, "the call names no stream: send x-gpuha-stream metadata");
-    co_return;
+    c.Answer(Reason::kNoStream, "the call names no stream: send x-gpuha-stream metadata");
+    return false;
   }
-  const std::string stream_id = ref.stream;
+  c.stream_id = ref.stream;
   RefreshRoutes(L);
-  std::shared_ptr<const RouteTable> routes = L.routes;
-  UpstreamOrder<UpstreamState> order;
-  const RouteEntry* e = nullptr;
-  if (std::optional<Refusal> r =
-          ChooseUpstreams(L, routes.get(), *tenant, stream_id, L.clock.Now(), &order, &e)) {
-    answer(r->reason, r->detail);
-    co_return;
+  c.routes = L.routes;
+  if (std::optional<Refusal> r = ChooseUpstreams(L, c.routes.get(), *c.tenant, c.stream_id,
+                                                 L.clock.Now(), &c.order, &c.entry)) {
+    c.Answer(r->reason, r->detail);
+    return false;
   }
-  if (std::optional<Refusal> r = CheckRate(*tenant, L.clock.Now())) {
-    answer(r->reason, r->detail);
-    co_return;
-  }
-  QuotaSlot quota(*tenant);
-  if (quota.over()) {
-    answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
-    co_return;
+  if (std::optional<Refusal> r = CheckRate(*c.tenant, L.clock.Now())) {
+    c.Answer(r->reason, r->detail);
+    return false;
   }
   // Each upstream's gRPC address comes with the route (its HTTP one keys
   // the upstream's policy state, which both protocols share).
-  for (UpstreamState* up : order) {
-    const Upstream& u = up->address == e->primary.address ? e->primary : e->standby;
+  for (UpstreamState* up : c.order) {
+    const Upstream& u =
+        up->address == c.entry->primary.address ? c.entry->primary : c.entry->standby;
     if (u.grpc_address == up->grpc_address) continue;
     DropH2(*up);
     up->grpc_address = u.grpc_address;
@@ -183,123 +229,368 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
       if (!ec) up->grpc_endpoint = tcp::endpoint(a, hp->port);
     }
   }
-
   L.retry_budget.Deposit(L.now);
-  struct InFlight {
-    std::atomic<int64_t>& n;
-    explicit InFlight(std::atomic<int64_t>& c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
-    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } in_flight(L.stats.in_flight);
-  std::string last_failure;
+  return true;
+}
+
+// The client's reset (or its connection's end) ends `call` here and
+// upstream; the hook goes with the scope, however the frame ends.
+class ClientHook {
+ public:
+  ClientHook(H2ClientConn& c, int32_t id, H2Call& call) : c_(c), id_(id) {
+    if (H2Stream* s = c_.h2.Find(id_)) s->on_close = [&call] { call.ClientGone(); };
+  }
+  ~ClientHook() {
+    if (H2Stream* s = c_.h2.Find(id_)) s->on_close = nullptr;
+  }
+  ClientHook(const ClientHook&) = delete;
+  ClientHook& operator=(const ClientHook&) = delete;
+
+ private:
+  H2ClientConn& c_;
+  int32_t id_;
+};
+
+// An upstream's gRPC status: in the trailers, or in the headers of a
+// Trailers-Only answer.
+std::string_view GrpcStatusOf(const H2Call& call) {
+  std::string_view st = H2Find(call.trailers, "grpc-status");
+  return st.empty() ? H2Find(call.headers, "grpc-status") : st;
+}
+bool ServerError(std::string_view grpc_status) {
+  return grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
+}
+// What of an upstream's headers and trailers the client gets (copies: the
+// call's own are read again after).
+H2Headers RelayHeaders(const H2Headers& from) {
+  H2Headers out;
+  for (const auto& [n, v] : from) {
+    if (Relayable(n)) out.emplace_back(n, v);
+  }
+  return out;
+}
+H2Headers RelayTrailers(const H2Headers& from) {
+  H2Headers out;
+  for (const auto& [n, v] : from) {
+    if (!IsHopByHop(n)) out.emplace_back(n, v);
+  }
+  return out;
+}
+
+// One unary gRPC call, from its whole request to its whole answer.
+awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
+  const RouterConfig& config = L.config;
+  struct Count {
+    int& n;
+    ~Count() { --n; }
+  } count{conn->calls};  // counted when it was spawned
+  H2Stream* s = conn->h2.Find(id);
+  if (s == nullptr || conn->closed) co_return;
+  Inc(L.stats.requests);
+  Inc(L.stats.grpc_calls);
+  CallCtx c(L, conn, id);
+  c.request = std::move(s->headers);
+  const std::string body = std::move(s->body);
+  if (!Admit(c)) co_return;
+  QuotaSlot quota(*c.tenant);
+  if (quota.over()) {
+    c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
+    co_return;
+  }
+  InFlight in_flight(L.stats.in_flight);
   bool hung = false, unavailable = false;
-  for (size_t i = 0; i < order.size(); ++i) {
-    UpstreamState& up = *order[i];
-    if (i > 0) {
-      if (!L.retry_budget.TryWithdraw(L.now)) {
-        answer(Reason::kRetryBudget, absl::StrCat("retry budget exhausted after: ", last_failure));
-        co_return;
-      }
-      Inc(L.stats.retries);
-      if (hung) Inc(L.stats.hung_resends);
-      if (unavailable) Inc(L.stats.retries_5xx);
-    }
+  for (size_t i = 0; i < c.order.size(); ++i) {
+    UpstreamState& up = *c.order[i];
+    if (!c.MayRetry(i, hung, unavailable)) co_return;
     hung = unavailable = false;
     if (up.grpc_endpoint.port() == 0) {
-      last_failure =
+      c.last_failure =
           absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
       continue;
     }
     const Clock::time_point now = Clock::now();
-    if (now >= deadline) break;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    H2Headers out = {{":method", "POST"},
-                     {":scheme", "http"},
-                     {":authority", up.grpc_address},
-                     {":path", path},
-                     {"te", "trailers"}};
-    if (client_deadline) out.emplace_back("grpc-timeout", FormatGrpcTimeout(left));
-    for (const auto& [n, v] : request) {
-      if (Forwardable(n)) out.emplace_back(n, v);
-    }
-    out.emplace_back("x-gpuha-tenant", tenant->name);
-    out.emplace_back("x-forwarded-for", conn->peer_ip);
-    attempts = static_cast<int>(i + 1);
+    if (now >= c.deadline) break;
+    c.attempts = static_cast<int>(i + 1);
     H2Call call(L);
-    // The client's reset (or its connection's end) ends the call here and
-    // upstream. The hook goes with the call, however this frame ends.
-    H2Stream* cs = conn->h2.Find(id);
-    if (cs == nullptr) co_return;
-    cs->on_close = [&call] { call.ClientGone(); };
-    struct Unhook {
-      H2ClientConn& c;
-      int32_t id;
-      ~Unhook() {
-        if (H2Stream* s = c.h2.Find(id)) s->on_close = nullptr;
-      }
-    } unhook{*conn, id};
-    co_await H2Send(L, up, out, body, std::min(deadline, now + config.limits.response_timeout),
-                    call);
+    ClientHook hook(*conn, id, call);
+    co_await H2Send(L, up, c.UpstreamHeaders(up), body,
+                    std::min(c.deadline, now + config.limits.response_timeout), call);
     if (call.client_gone || conn->closed) {
       Inc(L.stats.client_aborts);
       co_return;
     }
     if (call.response_too_large) {
-      answer(Reason::kBodyTooLarge, absl::StrCat(up.node, ": ", call.why));
+      c.Answer(Reason::kBodyTooLarge, absl::StrCat(up.node, ": ", call.why));
       co_return;
     }
     if (call.failed) {
-      last_failure = absl::StrCat(up.node, ": ", call.why);
+      c.last_failure = absl::StrCat(up.node, ": ", call.why);
       hung = call.hung_cancel;
-      if (call.timed_out && client_deadline && Clock::now() >= deadline) break;
-      if (i == 0 && order.size() > 1) {
-        L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
+      if (call.timed_out && c.DeadlinePassed()) break;
+      if (i == 0 && c.order.size() > 1) {
+        L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
+                       L.clock.Now());
       }
       continue;
     }
     const std::string_view status = H2Find(call.headers, ":status");
     if (status != "200") {
       UpstreamAnswered(L, up, true, call.answered_at, call.answered_at - call.waiting_since);
-      last_failure = absl::StrCat(up.node, ": answered HTTP status ", std::string(status));
+      c.last_failure = absl::StrCat(up.node, ": answered HTTP status ", std::string(status));
       continue;
     }
-    // A Trailers-Only answer carries its status in the headers.
-    std::string_view grpc_status = H2Find(call.trailers, "grpc-status");
-    if (grpc_status.empty()) grpc_status = H2Find(call.headers, "grpc-status");
+    const std::string_view grpc_status = GrpcStatusOf(call);
     Inc(L.stats.upstream_class[2]);
-    const bool server_error =
-        grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
-    UpstreamAnswered(L, up, server_error, call.answered_at, call.answered_at - call.waiting_since);
+    UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at,
+                     call.answered_at - call.waiting_since);
     // UNAVAILABLE is gRPC's "safe to retry", and CANCELLED from an upstream
     // (the router cancelled nothing) is a server going away: the standby is
     // asked, as a 503 is re-sent.
-    if ((grpc_status == "14" || grpc_status == "1") && config.retry_5xx && i + 1 < order.size()) {
+    if ((grpc_status == "14" || grpc_status == "1") && config.retry_5xx && i + 1 < c.order.size()) {
       unavailable = true;
-      last_failure = absl::StrCat(
-          up.node, ": UNAVAILABLE: ", std::string(H2Find(call.trailers, "grpc-message")),
-          std::string(H2Find(call.headers, "grpc-message")));
+      c.last_failure = absl::StrCat(up.node, ": grpc-status ", std::string(grpc_status), ": ",
+                                    std::string(H2Find(call.trailers, "grpc-message")),
+                                    std::string(H2Find(call.headers, "grpc-message")));
       continue;
     }
-    H2Headers head;
-    for (auto& [n, v] : call.headers) {
-      if (Relayable(n)) head.emplace_back(std::move(n), std::move(v));
-    }
-    H2Headers trailers;
-    for (auto& [n, v] : call.trailers) {
-      if (!IsHopByHop(n)) trailers.emplace_back(std::move(n), std::move(v));
-    }
-    conn->h2.Respond(id, head, std::move(call.data), std::move(trailers));
+    conn->h2.Respond(id, RelayHeaders(call.headers), std::move(call.data),
+                     RelayTrailers(call.trailers));
     conn->Kick();
     co_return;
   }
-  if (client_deadline && Clock::now() >= deadline) {
-    Inc(L.stats.router_answers[static_cast<size_t>(Reason::kUpstreamTimeout)]);
-    status_for_latency = ReasonStatus(Reason::kUpstreamTimeout);
-    conn->h2.RespondGrpcError(id, GrpcCode::kDeadlineExceeded,
-                              absl::StrCat("grpc-timeout passed; last: ", last_failure));
-    conn->Kick();
+  c.AllFailed();
+}
+
+// The length-prefixed messages of a gRPC body: the first whole one in `b`
+// from `at` (its 5-byte prefix included), or 0 bytes while it is not whole.
+size_t WholeMessage(std::string_view b) {
+  if (b.size() < 5) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  const size_t n = (size_t{p[1]} << 24) | (size_t{p[2]} << 16) | (size_t{p[3]} << 8) | p[4];
+  return b.size() >= 5 + n ? 5 + n : 0;
+}
+
+// A streaming call (ModelStreamInfer, not decoupled): each request message
+// is held until its answer comes back (answers come one per request, in
+// order). When the upstream fails, the call is opened on the standby and
+// the unanswered messages are sent again in order: the client's stream goes
+// on, and every request gets exactly one answer. An upstream that answers
+// more messages than it was sent is a decoupled model: its stream cannot be
+// continued, and a failure ends it with UNAVAILABLE that says so.
+awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
+  const RouterConfig& config = L.config;
+  struct Count {
+    int& n;
+    ~Count() { --n; }
+  } count{conn->calls};
+  H2Stream* s = conn->h2.Find(id);
+  if (s == nullptr || conn->closed) co_return;
+  Inc(L.stats.requests);
+  Inc(L.stats.grpc_calls);
+  Inc(L.stats.grpc_streams);
+  CallCtx c(L, conn, id);
+  c.request = s->headers;  // its body keeps coming
+  if (!Admit(c)) co_return;
+  QuotaSlot quota(*c.tenant);
+  if (quota.over()) {
+    c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
     co_return;
   }
-  answer(Reason::kUpstreamFailed, absl::StrCat("every upstream failed; last: ", last_failure));
+  InFlight in_flight(L.stats.in_flight);
+  conn->h2.StartStreaming(id);
+  std::deque<std::string> unanswered;  // sent upstream, no answer yet (oldest first)
+  std::vector<TimePoint> sent_at;      // when each unanswered one was sent (same order)
+  bool decoupled = false;
+  bool client_done = false;
+  bool hung = false, unavailable = false;
+  for (size_t i = 0; i < c.order.size(); ++i) {
+    UpstreamState& up = *c.order[i];
+    if (!c.MayRetry(i, hung, unavailable)) co_return;
+    hung = unavailable = false;
+    if (up.grpc_endpoint.port() == 0) {
+      c.last_failure =
+          absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
+      continue;
+    }
+    if (c.DeadlinePassed()) break;
+    if (i > 0 && decoupled) {
+      c.Answer(Reason::kUpstreamFailed,
+               absl::StrCat("the model is decoupled (its answers are not one per request), so "
+                            "its stream cannot be continued on the standby; the stream broke: ",
+                            c.last_failure));
+      co_return;
+    }
+    c.attempts = static_cast<int>(i + 1);
+    H2Call call(L);
+    call.streaming = true;
+    call.body_done = false;
+    std::string out;  // the upstream stream's body: the unanswered messages, then the next
+    for (const std::string& m : unanswered) out += m;
+    call.body = &out;
+    ClientHook hook(*conn, id, call);
+    if (H2Stream* cs = conn->h2.Find(id)) {
+      cs->on_data = [&call] { call.wake.cancel(); };
+    }
+    struct Unhook {
+      H2ClientConn& c;
+      int32_t id;
+      ~Unhook() {
+        if (H2Stream* s = c.h2.Find(id)) s->on_data = nullptr;
+      }
+    } unhook{*conn, id};
+    up.in_flight++;
+    struct Dec {
+      int64_t* v;
+      ~Dec() { --*v; }
+    } dec{&up.in_flight};
+    if (!co_await H2Start(L, up, c.UpstreamHeaders(up), call)) {
+      c.last_failure = absl::StrCat(up.node, ": ", call.why);
+      continue;
+    }
+    const TimePoint now0 = L.clock.Now();
+    std::fill(sent_at.begin(), sent_at.end(), now0);  // re-sent now
+    size_t parsed = 0;                                // of call.data: answers relayed so far
+    error_code ec;
+    for (;;) {
+      // The client's new whole messages go upstream, and are held.
+      if (H2Stream* cs = conn->h2.Find(id)) {
+        size_t took = 0;
+        std::string_view b(cs->body);
+        while (size_t n = WholeMessage(b.substr(took))) {
+          unanswered.emplace_back(b.substr(took, n));
+          sent_at.push_back(L.clock.Now());
+          if (call.body_sent > 64 * 1024) {  // keep the body from growing
+            out.erase(0, call.body_sent);
+            call.body_sent = 0;
+          }
+          out += unanswered.back();
+          took += n;
+        }
+        if (took > 0) {
+          conn->h2.Consume(id, took);
+          H2Resume(call);
+        }
+        if (cs->complete && !client_done && WholeMessage(cs->body) == 0) {
+          client_done = true;
+        }
+      } else {
+        Inc(L.stats.client_aborts);
+        co_return;  // the client left
+      }
+      if (client_done && !call.body_done) {
+        call.body_done = true;
+        H2Resume(call);
+      }
+      // The upstream's whole answers go to the client, each retiring the
+      // oldest unanswered request.
+      std::string_view d(call.data);
+      while (size_t n = WholeMessage(d.substr(parsed))) {
+        if (!c.began) {
+          conn->h2.RespondStreaming(id, RelayHeaders(call.headers));
+          c.began = true;
+        }
+        conn->h2.SendData(id, d.substr(parsed, n));
+        parsed += n;
+        if (unanswered.empty()) {
+          decoupled = true;  // more answers than requests
+        } else {
+          const TimePoint now = L.clock.Now();
+          UpstreamAnswered(L, up, false, now, now - sent_at.front());
+          unanswered.pop_front();
+          sent_at.erase(sent_at.begin());
+        }
+        conn->Kick();
+      }
+      if (parsed > 64 * 1024) {
+        call.data.erase(0, parsed);
+        parsed = 0;
+      }
+      // Watched by the hung and stall verdicts while an answer is owed.
+      if (unanswered.empty()) {
+        call.waiting_hook.unlink();
+      } else if (!call.waiting_hook.is_linked()) {
+        call.waiting_since = sent_at.front();
+        call.expect = {};
+        up.waiting.push_back(call);
+      } else {
+        call.waiting_since = sent_at.front();
+      }
+      if (call.client_gone || conn->closed) {
+        Inc(L.stats.client_aborts);
+        co_return;
+      }
+      if (call.done || call.hung_cancel) break;
+      // An answer owed for longer than response_timeout: the upstream is
+      // taken for stuck, as a unary call's would be.
+      const Clock::time_point wait_until =
+          unanswered.empty() ? c.deadline
+                             : std::min(c.deadline, Clock::now() + config.limits.response_timeout -
+                                                        std::chrono::duration_cast<Clock::duration>(
+                                                            L.clock.Now() - sent_at.front()));
+      call.wake.expires_at(c.client_deadline || !unanswered.empty() ? wait_until
+                                                                    : Clock::time_point::max());
+      co_await call.wake.async_wait(Redirect(ec));
+      if (!ec) {  // the timer ran out
+        call.timed_out = true;
+        break;
+      }
+    }
+    call.waiting_hook.unlink();
+    const std::string_view grpc_status = GrpcStatusOf(call);
+    const bool ended_well = call.done && !call.failed && unanswered.empty() && client_done &&
+                            H2Find(call.headers, ":status") == "200" && grpc_status != "14" &&
+                            grpc_status != "1";
+    if (ended_well) {
+      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
+      if (!c.began) {
+        conn->h2.Respond(id, RelayHeaders(call.headers), "", RelayTrailers(call.trailers));
+      } else {
+        conn->h2.Finish(id, RelayTrailers(call.trailers));
+      }
+      conn->Kick();
+      co_return;
+    }
+    // The stream broke with answers owed (or ended before the client did).
+    c.last_failure =
+        absl::StrCat(up.node, ": ",
+                     call.hung_cancel ? std::string("hung")
+                     : call.timed_out ? (c.DeadlinePassed() ? std::string("grpc-timeout passed")
+                                                            : std::string("an answer overdue"))
+                     : call.failed    ? call.why
+                     : !grpc_status.empty() && grpc_status != "0"
+                         ? absl::StrCat("grpc-status ", std::string(grpc_status), " ",
+                                        std::string(H2Find(call.trailers, "grpc-message")))
+                         : std::string("the stream ended with answers owed"));
+    hung = call.hung_cancel;
+    unavailable = grpc_status == "14";
+    if (call.done && !call.failed && grpc_status != "14" && grpc_status != "1" &&
+        !grpc_status.empty() && grpc_status != "0") {
+      // The upstream ended the stream with its own status: relayed.
+      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
+      if (!c.began) {
+        conn->h2.Respond(id, RelayHeaders(call.headers), "", RelayTrailers(call.trailers));
+      } else {
+        conn->h2.Finish(id, RelayTrailers(call.trailers));
+      }
+      conn->Kick();
+      co_return;
+    }
+    if (call.timed_out && !call.done && !c.DeadlinePassed()) ConnectionFailed(L, up);
+    H2Abandon(call);
+    if (c.DeadlinePassed()) break;
+    if (i == 0 && c.order.size() > 1) {
+      L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
+                     L.clock.Now());
+    }
+    if (i + 1 < c.order.size()) {
+      Inc(L.stats.grpc_stream_continuations);
+      spdlog::info(
+          "router: stream {}: gRPC stream broke with {} answer(s) owed ({}); "
+          "continuing it on {}",
+          c.stream_id, unanswered.size(), c.last_failure, c.order[i + 1]->node);
+    }
+  }
+  c.AllFailed();
 }
 
 // Writes what the session has to send, until the connection closes.
@@ -358,15 +649,19 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
         net::co_spawn(L.ioc, HandleCall(L, c, s.id), net::detached);
       },
       [&L, &weak](H2Stream& s) {
-        // A streaming call would wait here for the end of a request that
-        // ends only when the client is done: it is refused at once, and
-        // says why (its failover is not built yet).
+        // A streaming call is worked on from its headers: its messages
+        // come (and are answered) while the client's stream is open.
         auto c = weak.lock();
         if (!c || s.Header(":path") != kModelStreamInfer) return;
-        Inc(L.stats.router_answers[static_cast<size_t>(Reason::kNotImplemented)]);
-        c->h2.RespondGrpcError(s.id, GrpcCode::kUnimplemented,
-                               "gpuha router: streaming calls (ModelStreamInfer) are not proxied "
-                               "yet; send ModelInfer calls");
+        if (c->calls >= 2 * static_cast<int>(L.config.limits.h2_max_concurrent_streams)) {
+          Inc(L.stats.h2_protocol_errors);
+          c->h2.GoAway(NGHTTP2_ENHANCE_YOUR_CALM);
+          c->Kick();
+          return;
+        }
+        ++c->calls;
+        c->h2.StartStreaming(s.id);
+        net::co_spawn(L.ioc, HandleStream(L, c, s.id), net::detached);
       });
   weak = conn;
   conn->peer_ip = peer_ip;

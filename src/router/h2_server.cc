@@ -114,6 +114,50 @@ void H2Server::Respond(int32_t id, const H2Headers& headers, std::string body, H
   nghttp2_submit_response(session_, id, nv.data(), nv.size(), has_data ? &dp : nullptr);
 }
 
+void H2Server::StartStreaming(int32_t id) {
+  if (H2Stream* s = Find(id)) s->streaming = true;
+}
+
+void H2Server::Consume(int32_t id, size_t n) {
+  H2Stream* s = Find(id);
+  if (s == nullptr) return;
+  n = std::min(n, s->body.size());
+  s->body.erase(0, n);
+  s->held -= n;
+  buffered_ -= n;
+}
+
+void H2Server::RespondStreaming(int32_t id, const H2Headers& headers) {
+  H2Stream* s = Find(id);
+  if (s == nullptr || s->responded) return;
+  s->responded = true;
+  s->out_open = true;
+  std::vector<nghttp2_nv> nv = H2Nv(headers);
+  nghttp2_data_provider dp;
+  dp.source.ptr = nullptr;
+  dp.read_callback = ReadBody;
+  nghttp2_submit_response(session_, id, nv.data(), nv.size(), &dp);
+}
+
+void H2Server::SendData(int32_t id, std::string_view bytes) {
+  H2Stream* s = Find(id);
+  if (s == nullptr || !s->out_open) return;
+  if (s->out_sent == s->out_body.size()) {  // all sent: start over, no growth
+    s->out_body.clear();
+    s->out_sent = 0;
+  }
+  s->out_body.append(bytes);
+  nghttp2_session_resume_data(session_, id);
+}
+
+void H2Server::Finish(int32_t id, H2Headers trailers) {
+  H2Stream* s = Find(id);
+  if (s == nullptr || !s->out_open) return;
+  s->out_open = false;
+  s->out_trailers = std::move(trailers);
+  nghttp2_session_resume_data(session_, id);
+}
+
 void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view message) {
   H2Headers h = {{":status", "200"},
                  {"content-type", "application/grpc"},
@@ -171,11 +215,15 @@ int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const
                      size_t len, void* user) {
   auto* self = static_cast<H2Server*>(user);
   auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
-  // A stream answered already, or over a limit, keeps nothing.
-  if (s == nullptr || s->body_over || s->headers_over || s->responded) return 0;
+  // A stream answered already, or over a limit, keeps nothing (a streamed
+  // answer is under way while its request still comes).
+  if (s == nullptr || s->body_over || s->headers_over || (s->responded && !s->streaming)) {
+    return 0;
+  }
   if (s->body.size() + len > self->limits_.max_request_bytes) {
     s->body_over = true;
-    self->buffered_ -= s->body.size();
+    self->buffered_ -= s->held;
+    s->held = 0;
     std::string().swap(s->body);
     return 0;
   }
@@ -185,7 +233,9 @@ int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
   s->body.append(reinterpret_cast<const char*>(data), len);
+  s->held += len;
   self->buffered_ += len;
+  if (s->on_data) s->on_data();
   return 0;
 }
 
@@ -207,8 +257,13 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
       static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
   if (s == nullptr || s->complete) return 0;
   s->complete = true;
-  self->buffered_ -= s->body.size();  // its body is the call's now
-  if (s->responded) return 0;         // answered on its headers
+  if (s->streaming) {
+    if (s->on_data) s->on_data();
+    return 0;
+  }
+  self->buffered_ -= s->held;  // its body is the call's now
+  s->held = 0;
+  if (s->responded) return 0;  // answered on its headers
   ++self->requests_;
   if (s->headers_over) {
     self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted,
@@ -230,7 +285,7 @@ int H2Server::OnClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user)
   if (it == self->streams_.end()) return 0;
   std::unique_ptr<H2Stream> s = std::move(it->second);
   self->streams_.erase(it);
-  if (!s->complete) self->buffered_ -= s->body.size();
+  self->buffered_ -= s->held;
   if (s->on_close) s->on_close();
   return 0;
 }
@@ -240,9 +295,10 @@ ssize_t H2Server::ReadBody(nghttp2_session* session, int32_t stream_id, uint8_t*
   auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
   if (s == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   size_t n = std::min(length, s->out_body.size() - s->out_sent);
+  if (n == 0 && s->out_open) return NGHTTP2_ERR_DEFERRED;  // more comes (SendData)
   std::memcpy(buf, s->out_body.data() + s->out_sent, n);
   s->out_sent += n;
-  if (s->out_sent == s->out_body.size()) {
+  if (s->out_sent == s->out_body.size() && !s->out_open) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
     if (!s->out_trailers.empty()) {
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;

@@ -73,11 +73,17 @@ struct H2Stream {
   // Set by whoever works on the stream: called if the stream closes before
   // it is answered (the client reset it, or the connection ended).
   std::function<void()> on_close;
+  // A streaming call (StartStreaming): its body is read as it comes, and
+  // `on_data` is called after each DATA frame and at the request's end.
+  bool streaming = false;
+  std::function<void()> on_data;
+  size_t held = 0;  // body bytes counted against the connection's budget
   // The response being sent.
   std::string out_body;
   size_t out_sent = 0;
   H2Headers out_trailers;
   bool responded = false;
+  bool out_open = false;  // a streamed response whose end is not yet given
 
   // The first value of `name` (lower case), or empty.
   std::string_view Header(std::string_view name) const { return H2Find(headers, name); }
@@ -112,6 +118,17 @@ class H2Server {
   void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message);
   // Ends the connection now: GOAWAY with `error_code`, streams dropped.
   void GoAway(uint32_t error_code);
+
+  // A streaming call: from now on its body is handed over as it comes
+  // (on_data; the caller takes it with Consume), not at its end.
+  void StartStreaming(int32_t id);
+  // Drops the first `n` bytes of a streaming call's body (taken by the caller).
+  void Consume(int32_t id, size_t n);
+  // A streamed response: headers now, then bytes as they come (SendData),
+  // then the trailers that end it (Finish).
+  void RespondStreaming(int32_t id, const H2Headers& headers);
+  void SendData(int32_t id, std::string_view bytes);
+  void Finish(int32_t id, H2Headers trailers);
 
   // Work on every open stream hears that its client is gone (on_close).
   void AbortStreams();

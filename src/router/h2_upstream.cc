@@ -73,6 +73,13 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
     Flush();
   }
 
+  // A streaming call's body grew, or ended: its DATA may go on.
+  void Resume(int32_t id) {
+    if (dead_ || calls_.count(id) == 0) return;
+    nghttp2_session_resume_data(session_, id);
+    Flush();
+  }
+
   void Flush() {
     if (writing_ || dead_) return;
     out_.clear();
@@ -183,6 +190,7 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
       return 0;
     }
     call->data.append(reinterpret_cast<const char*>(data), len);
+    if (call->streaming) call->wake.cancel();  // its caller reads answers as they come
     return 0;
   }
   static int OnFrame(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -215,9 +223,12 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
     H2Call* call = self->Find(id);
     if (call == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     size_t n = std::min(length, call->body->size() - call->body_sent);
+    if (n == 0 && !call->body_done) return NGHTTP2_ERR_DEFERRED;  // more comes (H2Resume)
     std::memcpy(buf, call->body->data() + call->body_sent, n);
     call->body_sent += n;
-    if (call->body_sent == call->body->size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (call->body_sent == call->body->size() && call->body_done) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    }
     return static_cast<ssize_t>(n);
   }
 
@@ -251,16 +262,9 @@ void DropH2(UpstreamState& up) {
   for (auto& c : conns) c->Fail("the upstream's connections were dropped", false);
 }
 
-awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
-                       const std::string& body, Clock::time_point deadline, H2Call& call) {
+awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2Call& call) {
   const RouterConfig& config = L.config;
-  call.body = &body;
   call.max_response_bytes = config.limits.max_body_bytes;
-  up.in_flight++;
-  struct Dec {
-    int64_t* v;
-    ~Dec() { --*v; }
-  } dec{&up.in_flight};
   // A connection with room, else a new one while the pool may grow, else
   // the least loaded (nghttp2 queues the call until the upstream allows it).
   std::shared_ptr<H2UpConn> conn;
@@ -288,7 +292,7 @@ awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
       call.failed = call.connect_failed = true;
       call.why = conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message();
       if (!common::OutOfDescriptors(ec)) ConnectionFailed(L, up);
-      co_return;
+      co_return false;
     }
     conn->s.set_option(tcp::no_delay(true), ec);
     conn->Begin();
@@ -300,12 +304,34 @@ awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
   if (call.stream_id < 0) {
     call.failed = true;
     call.why = absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id));
-    co_return;
+    co_return false;
   }
+  co_return true;
+}
+
+void H2Resume(H2Call& call) {
+  if (call.conn && call.stream_id >= 0) call.conn->Resume(call.stream_id);
+}
+
+void H2Abandon(H2Call& call) {
+  if (call.conn && call.stream_id >= 0) call.conn->Abandon(call.stream_id);
+  call.stream_id = -1;
+}
+
+awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
+                       const std::string& body, Clock::time_point deadline, H2Call& call) {
+  call.body = &body;
+  up.in_flight++;
+  struct Dec {
+    int64_t* v;
+    ~Dec() { --*v; }
+  } dec{&up.in_flight};
+  if (!co_await H2Start(L, up, headers, call)) co_return;
   call.waiting_since = L.clock.Now();
   call.expect = {};
   call.hung_cancel = false;
   up.waiting.push_back(call);
+  error_code ec;
   while (!call.done && !call.hung_cancel && !call.client_gone) {
     call.wake.expires_at(deadline);
     co_await call.wake.async_wait(Redirect(ec));
@@ -316,13 +342,12 @@ awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
   }
   call.waiting_hook.unlink();
   if (!call.done) {
-    conn->Abandon(call.stream_id);
     call.failed = true;
     call.why = call.hung_cancel   ? "hung"
                : call.client_gone ? "the client left"
                                   : "no response before the deadline";
   }
-  call.stream_id = -1;
+  H2Abandon(call);
 }
 
 }  // namespace gpuha::router

@@ -59,6 +59,12 @@ struct H2Call : Waiting {
   TimePoint answered_at{};
   std::string why;
 
+  // A streaming call: its body grows as the caller appends to it (then
+  // H2Resume), and ends when it sets body_done; its answer's data is read
+  // as it comes (`wake` is cancelled on each DATA frame too).
+  bool streaming = false;
+  bool body_done = true;
+
   // Internal: the connection and stream it runs on.
   Timer wake;
   std::shared_ptr<H2UpConn> conn;
@@ -67,6 +73,14 @@ struct H2Call : Waiting {
   size_t body_sent = 0;
   size_t max_response_bytes = 0;
 };
+
+// Connects (or takes a pooled connection) and sends the request's headers;
+// its body follows from call.body. False: the call failed (call.why).
+awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2Call& call);
+// A streaming call's body grew, or ended (body_done).
+void H2Resume(H2Call& call);
+// The call's stream ends here and is reset upstream, unless it closed.
+void H2Abandon(H2Call& call);
 
 // Sends one request (pseudo-headers first) with a whole body and waits for
 // the whole response, at most until `deadline` (steady clock).

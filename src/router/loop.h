@@ -211,6 +211,9 @@ struct UpstreamState : UpstreamHealth {
   X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")   \
   X(h2_connections, "HTTP/2 client connections (h2c prior knowledge, or h2 by TLS ALPN).")       \
   X(grpc_calls, "gRPC calls read from HTTP/2 clients.")                                          \
+  X(grpc_streams, "gRPC streaming calls (ModelStreamInfer) from HTTP/2 clients.")                \
+  X(grpc_stream_continuations,                                                                   \
+    "gRPC streams continued on the standby, unanswered messages re-sent.")                       \
   X(h2_resets, "RST_STREAM frames received from HTTP/2 clients.")                                \
   X(h2_protocol_errors, "HTTP/2 client connections ended for a protocol error or a limit.")
 
@@ -224,6 +227,18 @@ struct Stats {
 };
 
 inline void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+
+// A request (or call) counted in Stats::in_flight for as long as it lives.
+class InFlight {
+ public:
+  explicit InFlight(std::atomic<int64_t>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+  ~InFlight() { n_.fetch_sub(1, std::memory_order_relaxed); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  std::atomic<int64_t>& n_;
+};
 
 // What failovers cost, per loop, merged at scrape: upstream attempts per
 // request (1: no failover), how long a request that needed more than one

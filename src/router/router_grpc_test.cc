@@ -206,25 +206,67 @@ TEST_F(RouterGrpcTest, AStuckPrimaryIsJudgedByProgressNotByTimeout) {
   EXPECT_GE(Metric("stall_resends_total"), 3);
 }
 
-TEST_F(RouterGrpcTest, AStreamingCallIsRefusedAtOnceWithTheReason) {
+// A ModelStreamInfer stream through the router: `before` frames, then
+// `fault`, then `after` more; every frame gets exactly one answer, in
+// order, checked against the model. Returns who answered each.
+std::vector<std::string> StreamAround(inference::GRPCInferenceService::Stub& stub, int before,
+                                      const std::function<void()>& fault, int after) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   ctx.AddMetadata("x-api-key", "k-acme");
   ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  auto start = std::chrono::steady_clock::now();
-  auto stream = stub_->ModelStreamInfer(&ctx);
-  auto img = Image(4, 4, 1);
-  stream->Write(worker::MakeGrpcInferRequest("s0", img, nullptr, 4, 4));
-  inference::ModelStreamInferResponse r;
-  EXPECT_FALSE(stream->Read(&r));
+  auto stream = stub.ModelStreamInfer(&ctx);
+  std::vector<std::string> nodes;
+  auto one = [&](int i) {
+    auto img = Image(5, 4, i);
+    EXPECT_TRUE(
+        stream->Write(worker::MakeGrpcInferRequest(absl::StrCat("f", i), img, nullptr, 5, 4)));
+    inference::ModelStreamInferResponse r;
+    ASSERT_TRUE(stream->Read(&r)) << "frame " << i;
+    EXPECT_EQ(r.error_message(), "");
+    EXPECT_EQ(r.infer_response().id(), absl::StrCat("f", i));  // its own answer, in order
+    absl::StatusOr<worker::CvResult> got = worker::FromGrpc(r.infer_response());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, worker::ComputeCv(img.data(), nullptr, 5, 4, 3));
+  };
+  for (int i = 0; i < before; ++i) one(i);
+  if (fault) fault();
+  for (int i = before; i < before + after; ++i) one(i);
+  stream->WritesDone();
+  inference::ModelStreamInferResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));  // nothing more: no answer twice
   grpc::Status st = stream->Finish();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(st.error_message().find("streaming calls (ModelStreamInfer) are not proxied"),
-            std::string::npos)
-      << st.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  // Unary calls on the same channel go on.
-  EXPECT_TRUE(Infer(1).status.ok());
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  auto node = ctx.GetServerInitialMetadata().find("x-gpuha-node");
+  if (node != ctx.GetServerInitialMetadata().end()) {
+    nodes.emplace_back(node->second.data(), node->second.size());
+  }
+  return nodes;
+}
+
+TEST_F(RouterGrpcTest, AStreamIsRelayedMessageByMessage) {
+  std::vector<std::string> nodes = StreamAround(*stub_, 30, nullptr, 0);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0], "a");
+  EXPECT_EQ(a_->counters().success.load(), 30u);
+  EXPECT_EQ(Metric("grpc_streams_total"), 1);
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 0);  // it ended where it began
+}
+
+TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
+  StreamAround(
+      *stub_, 10, [this] { a_.reset(); }, 10);
+  EXPECT_EQ(b_->counters().success.load(), 10u);  // the rest, once each
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 1);
+}
+
+TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryIsStuck) {
+  // The unanswered frame is sent again to the standby: answered once.
+  StreamAround(
+      *stub_, 5, [this] { Fault(*a_, "stuck"); }, 5);
+  EXPECT_EQ(a_->counters().success.load(), 5u);
+  EXPECT_EQ(b_->counters().success.load(), 5u);
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 1);
 }
 
 TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {

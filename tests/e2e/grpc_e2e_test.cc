@@ -79,7 +79,7 @@ class GrpcE2eTest : public ::testing::Test {
   // `clients` channels (one HTTP/2 connection each) sending back-to-back
   // ModelInfer calls on s1 until `stop`; a status other than OK, or a
   // wrong answer, is a failure.
-  LoadResult RunLoad(int clients, const std::atomic<bool>& stop) {
+  LoadResult RunLoad(int clients, const std::atomic<bool>& stop, bool streaming) {
     std::mutex mu;
     LoadResult total;
     std::vector<std::thread> threads;
@@ -91,7 +91,10 @@ class GrpcE2eTest : public ::testing::Test {
             "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args));
         LoadResult mine;
         auto last = Clock::now();
-        for (int i = 0; !stop; ++i) {
+        if (streaming) {
+          mine = StreamLoad(*stub, c, stop);
+        }
+        for (int i = 0; !streaming && !stop; ++i) {
           std::vector<uint8_t> img(8 * 8 * 3);
           for (size_t k = 0; k < img.size(); ++k) img[k] = static_cast<uint8_t>(k * 7 + i + c);
           grpc::ClientContext ctx;
@@ -131,11 +134,59 @@ class GrpcE2eTest : public ::testing::Test {
     for (auto& t : threads) t.join();
     return total;
   }
+  // One ModelStreamInfer stream until `stop`: a frame written, its answer
+  // read and checked (it must be that frame's, in order), and so on; the
+  // stream must then end OK with nothing more.
+  static LoadResult StreamLoad(inference::GRPCInferenceService::Stub& stub, int c,
+                               const std::atomic<bool>& stop) {
+    LoadResult mine;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ctx.AddMetadata("x-api-key", "k1");
+    ctx.AddMetadata("x-gpuha-stream", "s1");
+    auto stream = stub.ModelStreamInfer(&ctx);
+    auto last = Clock::now();
+    auto fail = [&](std::string why) {
+      mine.failed++;
+      if (mine.first_failure.empty()) mine.first_failure = std::move(why);
+    };
+    for (int i = 0; !stop; ++i) {
+      std::vector<uint8_t> img(8 * 8 * 3);
+      for (size_t k = 0; k < img.size(); ++k) img[k] = static_cast<uint8_t>(k * 5 + i + c);
+      if (!stream->Write(worker::MakeGrpcInferRequest(std::to_string(i), img, nullptr, 8, 8))) {
+        fail("write failed");
+        break;
+      }
+      inference::ModelStreamInferResponse r;
+      if (!stream->Read(&r)) {
+        fail("the stream ended early");
+        break;
+      }
+      absl::StatusOr<worker::CvResult> got = worker::FromGrpc(r.infer_response());
+      if (!r.error_message().empty() || r.infer_response().id() != std::to_string(i) || !got.ok() ||
+          *got != worker::ComputeCv(img.data(), nullptr, 8, 8, 3)) {
+        fail("wrong answer: " + r.error_message());
+        continue;
+      }
+      mine.ok++;
+      auto now = Clock::now();
+      mine.max_gap_ms =
+          std::max(mine.max_gap_ms, std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
+    }
+    stream->WritesDone();
+    inference::ModelStreamInferResponse extra;
+    if (stream->Read(&extra)) fail("an answer too many");
+    grpc::Status st = stream->Finish();
+    if (!st.ok()) fail("stream status: " + st.error_message());
+    return mine;
+  }
+
   // Load while `fault` runs after 300 ms; 1.5 s in all.
-  LoadResult LoadAround(const std::function<void()>& fault, int clients = 4) {
+  LoadResult LoadAround(const std::function<void()>& fault, bool streaming = false) {
     std::atomic<bool> stop{false};
     LoadResult r;
-    std::thread load([&] { r = RunLoad(clients, stop); });
+    std::thread load([&] { r = RunLoad(4, stop, streaming); });
     std::this_thread::sleep_for(milliseconds(300));
     fault();
     std::this_thread::sleep_for(milliseconds(1200));
@@ -187,6 +238,22 @@ TEST_F(GrpcE2eTest, AHalfHungPrimaryLosesNoCall) {
   Report("half-hang (stuck) primary", r);
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.by_node["b"], 0);
+}
+
+// Streaming calls: every frame answered once, in order, across the failover.
+TEST_F(GrpcE2eTest, StreamsGoOnThroughAKillDashNine) {
+  LoadResult r = LoadAround([&] { workers_["a"].p->Signal(SIGKILL); }, /*streaming=*/true);
+  Report("streaming, kill -9 primary", r);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.ok, 100);
+}
+
+TEST_F(GrpcE2eTest, StreamsGoOnThroughASigstop) {
+  LoadResult r = LoadAround([&] { workers_["a"].p->Signal(SIGSTOP); }, /*streaming=*/true);
+  workers_["a"].p->Signal(SIGCONT);
+  Report("streaming, SIGSTOP primary", r);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.ok, 100);
 }
 
 }  // namespace
