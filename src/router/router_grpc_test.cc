@@ -8,12 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/net_util.h"
 #include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/test_certs.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "router/router.h"
 #include "worker/model_grpc.h"
@@ -281,6 +284,30 @@ TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
   EXPECT_NE(res.status.error_message().find("response over 64 bytes"), std::string::npos)
       << res.status.error_message();
   EXPECT_EQ(b_->counters().success.load(), 0u);  // not re-sent to the standby
+}
+
+TEST_F(RouterGrpcTest, H2OverTlsIsChosenByAlpn) {
+  const std::string dir = gpuha::testing::TestTempDir().string();
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  RouterConfig tls = config_;
+  tls.tls_cert = dir + "/server.pem";
+  tls.tls_key = dir + "/server.key";
+  Router r(tls);
+  ASSERT_TRUE(r.Start().ok());
+  std::ifstream ca_file(dir + "/ca.pem");
+  std::string ca((std::istreambuf_iterator<char>(ca_file)), std::istreambuf_iterator<char>());
+  grpc::SslCredentialsOptions opts;
+  opts.pem_root_certs = ca;
+  // gRPC offers h2 by ALPN; the router chooses it on its one TLS port.
+  stub_ = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", r.port()), grpc::SslCredentials(opts)));
+  for (int i = 0; i < 5; ++i) {
+    Result res = Infer(i);
+    ASSERT_TRUE(res.status.ok()) << res.status.error_message();
+    EXPECT_EQ(res.node, "a");
+  }
+  std::string text = r.MetricsText();
+  EXPECT_NE(text.find("\ngpuha_router_grpc_calls_total 5"), std::string::npos);
 }
 
 TEST_F(RouterGrpcTest, UnavailableIsAskedOfTheStandby) {
