@@ -5,6 +5,7 @@
 // clang-format off
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange (Boost 1.74)
 // clang-format on
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/beast/ssl.hpp>
@@ -42,8 +43,16 @@ H2Limits LimitsOf(const RouterConfig& c) {
   l.max_concurrent_streams = c.limits.h2_max_concurrent_streams;
   l.max_header_list_bytes = c.limits.max_header_bytes;
   l.max_headers = c.limits.max_headers;
-  // A call's request is re-sent whole to the standby: it is held whole.
+  // A call's request is re-sent whole to the standby: it is held whole,
+  // and its stream's window takes it whole (bytes go back to the window
+  // only when the router is done with them). The connection's window is
+  // the budget of bytes held at once.
   l.max_request_bytes = c.limits.retry_buffer_bytes;
+  l.stream_window = static_cast<int32_t>(
+      std::clamp<size_t>(l.max_request_bytes, size_t{1} << 20, size_t{1} << 30));
+  l.connection_window = static_cast<int32_t>(
+      std::min<size_t>(std::max<size_t>(16u << 20, 4 * size_t(l.stream_window)), 1u << 30));
+  l.max_buffered_bytes = static_cast<size_t>(l.connection_window);
   return l;
 }
 
@@ -171,7 +180,7 @@ bool Admit(CallCtx& c) {
     c.Answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
     return false;
   }
-  std::chrono::milliseconds timeout = L.config.limits.response_timeout;
+  std::chrono::milliseconds timeout{};
   if (std::string_view t = H2Find(request, "grpc-timeout"); !t.empty()) {
     absl::StatusOr<std::chrono::milliseconds> parsed = ParseGrpcTimeout(t);
     if (!parsed.ok()) {
@@ -183,7 +192,8 @@ bool Admit(CallCtx& c) {
     timeout = std::min<std::chrono::milliseconds>(*parsed, std::chrono::hours(24));
     c.client_deadline = true;
   }
-  c.deadline = Clock::now() + timeout;
+  // Without the client's deadline, each attempt gets response_timeout.
+  c.deadline = c.client_deadline ? Clock::now() + timeout : Clock::time_point::max();
   Identity who =
       Identify(*L.tenants, ApiKeyOf(H2Find(request, "authorization"), H2Find(request, "x-api-key")),
                &c.conn->key_cache);
@@ -277,6 +287,17 @@ H2Headers RelayTrailers(const H2Headers& from) {
   return out;
 }
 
+// The trailers that end a streamed answer: the upstream's, or, when it
+// answered Trailers-Only, its status taken from its headers.
+H2Headers EndingTrailers(const H2Call& call) {
+  if (!H2Find(call.trailers, "grpc-status").empty()) return RelayTrailers(call.trailers);
+  H2Headers out;
+  for (const char* name : {"grpc-status", "grpc-message"}) {
+    std::string_view v = H2Find(call.headers, name);
+    if (!v.empty()) out.emplace_back(name, std::string(v));
+  }
+  return out;
+}
 // One unary gRPC call, from its whole request to its whole answer.
 awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
   const RouterConfig& config = L.config;
@@ -374,9 +395,12 @@ size_t WholeMessage(std::string_view b) {
 // is held until its answer comes back (answers come one per request, in
 // order). When the upstream fails, the call is opened on the standby and
 // the unanswered messages are sent again in order: the client's stream goes
-// on, and every request gets exactly one answer. An upstream that answers
-// more messages than it was sent is a decoupled model: its stream cannot be
-// continued, and a failure ends it with UNAVAILABLE that says so.
+// on, and every request gets exactly one answer. A message's bytes go back
+// to the client's flow-control window when it is answered, so a client
+// that pipelines into a stuck upstream is held by its window. An upstream
+// that answers more messages than it was sent is a decoupled model: its
+// stream cannot be continued, and a failure ends it with UNAVAILABLE that
+// says so.
 awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
   const RouterConfig& config = L.config;
   struct Count {
@@ -398,8 +422,10 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
   }
   InFlight in_flight(L.stats.in_flight);
   conn->h2.StartStreaming(id);
-  std::deque<std::string> unanswered;  // sent upstream, no answer yet (oldest first)
-  std::vector<TimePoint> sent_at;      // when each unanswered one was sent (same order)
+  const size_t max_message = LimitsOf(config).max_request_bytes;
+  std::deque<std::string> unanswered;     // sent upstream, no answer yet (oldest first)
+  std::deque<Clock::time_point> sent_at;  // when each was (last) sent
+  Clock::time_point last_answer{};        // the last answer of this stream
   bool decoupled = false;
   bool client_done = false;
   bool hung = false, unavailable = false;
@@ -421,11 +447,13 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       co_return;
     }
     c.attempts = static_cast<int>(i + 1);
+    // The upstream stream's body: the unanswered messages, then the next
+    // (declared before the call, whose reads point into it).
+    std::string out;
+    for (const std::string& m : unanswered) out += m;
     H2Call call(L);
     call.streaming = true;
     call.body_done = false;
-    std::string out;  // the upstream stream's body: the unanswered messages, then the next
-    for (const std::string& m : unanswered) out += m;
     call.body = &out;
     ClientHook hook(*conn, id, call);
     if (H2Stream* cs = conn->h2.Find(id)) {
@@ -443,46 +471,68 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       int64_t* v;
       ~Dec() { --*v; }
     } dec{&up.in_flight};
-    if (!co_await H2Start(L, up, c.UpstreamHeaders(up), call)) {
+    const bool started = co_await H2Start(L, up, c.UpstreamHeaders(up), call);
+    if (call.client_gone || conn->closed) {
+      Inc(L.stats.client_aborts);
+      co_return;
+    }
+    if (!started) {
       c.last_failure = absl::StrCat(up.node, ": ", call.why);
       continue;
     }
-    const TimePoint now0 = L.clock.Now();
-    std::fill(sent_at.begin(), sent_at.end(), now0);  // re-sent now
-    size_t parsed = 0;                                // of call.data: answers relayed so far
+    std::fill(sent_at.begin(), sent_at.end(), Clock::now());  // sent again now
+    size_t parsed = 0;  // of call.data: answers relayed so far
+    bool check_overdue = false;
     error_code ec;
     for (;;) {
       // The client's new whole messages go upstream, and are held.
-      if (H2Stream* cs = conn->h2.Find(id)) {
-        size_t took = 0;
-        std::string_view b(cs->body);
-        while (size_t n = WholeMessage(b.substr(took))) {
-          unanswered.emplace_back(b.substr(took, n));
-          sent_at.push_back(L.clock.Now());
-          if (call.body_sent > 64 * 1024) {  // keep the body from growing
-            out.erase(0, call.body_sent);
-            call.body_sent = 0;
-          }
-          out += unanswered.back();
-          took += n;
-        }
-        if (took > 0) {
-          conn->h2.Consume(id, took);
-          H2Resume(call);
-        }
-        if (cs->complete && !client_done && WholeMessage(cs->body) == 0) {
-          client_done = true;
-        }
-      } else {
+      H2Stream* cs = conn->h2.Find(id);
+      if (cs == nullptr) {
         Inc(L.stats.client_aborts);
         co_return;  // the client left
+      }
+      size_t took = 0;
+      std::string_view b(cs->body);
+      for (;;) {
+        std::string_view rest = b.substr(took);
+        if (rest.size() >= 5) {
+          const auto* p = reinterpret_cast<const unsigned char*>(rest.data());
+          const size_t len =
+              (size_t{p[1]} << 24) | (size_t{p[2]} << 16) | (size_t{p[3]} << 8) | p[4];
+          if (len + 5 > max_message) {
+            c.Answer(Reason::kBodyTooLarge,
+                     absl::StrCat("a stream message over ", max_message, " bytes"));
+            co_return;
+          }
+        }
+        size_t n = WholeMessage(rest);
+        if (n == 0) break;
+        unanswered.emplace_back(rest.substr(0, n));
+        sent_at.push_back(Clock::now());
+        if (call.body_sent > 64 * 1024) {  // keep the upstream body from growing
+          out.erase(0, call.body_sent);
+          call.body_sent = 0;
+        }
+        out += unanswered.back();
+        took += n;
+      }
+      if (took > 0) {
+        conn->h2.Consume(id, took);
+        H2Resume(call);
+      }
+      if (cs->complete && !client_done) {
+        if (!cs->body.empty()) {
+          c.Answer(Reason::kBadRequest, "the stream ended inside a message");
+          co_return;
+        }
+        client_done = true;
       }
       if (client_done && !call.body_done) {
         call.body_done = true;
         H2Resume(call);
       }
       // The upstream's whole answers go to the client, each retiring the
-      // oldest unanswered request.
+      // oldest unanswered request (whose bytes go back to the window).
       std::string_view d(call.data);
       while (size_t n = WholeMessage(d.substr(parsed))) {
         if (!c.began) {
@@ -491,13 +541,16 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         }
         conn->h2.SendData(id, d.substr(parsed, n));
         parsed += n;
+        last_answer = Clock::now();
         if (unanswered.empty()) {
           decoupled = true;  // more answers than requests
         } else {
-          const TimePoint now = L.clock.Now();
-          UpstreamAnswered(L, up, false, now, now - sent_at.front());
+          UpstreamAnswered(
+              L, up, false, L.clock.Now(),
+              std::chrono::duration_cast<common::Duration>(last_answer - sent_at.front()));
+          conn->h2.Release(id, unanswered.front().size());
           unanswered.pop_front();
-          sent_at.erase(sent_at.begin());
+          sent_at.pop_front();
         }
         conn->Kick();
       }
@@ -505,84 +558,81 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         call.data.erase(0, parsed);
         parsed = 0;
       }
+      // Owed since the later of its sending and the last answer: answers
+      // come in order, so one queued behind another is not late.
+      const Clock::time_point owed_since =
+          unanswered.empty() ? Clock::time_point() : std::max(sent_at.front(), last_answer);
       // Watched by the hung and stall verdicts while an answer is owed.
       if (unanswered.empty()) {
         call.waiting_hook.unlink();
-      } else if (!call.waiting_hook.is_linked()) {
-        call.waiting_since = sent_at.front();
-        call.expect = {};
-        up.waiting.push_back(call);
       } else {
-        call.waiting_since = sent_at.front();
+        call.waiting_since =
+            L.clock.Now() - std::chrono::duration_cast<common::Duration>(Clock::now() - owed_since);
+        call.expect = {};
+        if (!call.waiting_hook.is_linked()) up.waiting.push_back(call);
       }
       if (call.client_gone || conn->closed) {
         Inc(L.stats.client_aborts);
         co_return;
       }
       if (call.done || call.hung_cancel) break;
-      // An answer owed for longer than response_timeout: the upstream is
-      // taken for stuck, as a unary call's would be.
-      const Clock::time_point wait_until =
-          unanswered.empty() ? c.deadline
-                             : std::min(c.deadline, Clock::now() + config.limits.response_timeout -
-                                                        std::chrono::duration_cast<Clock::duration>(
-                                                            L.clock.Now() - sent_at.front()));
-      call.wake.expires_at(c.client_deadline || !unanswered.empty() ? wait_until
-                                                                    : Clock::time_point::max());
-      co_await call.wake.async_wait(Redirect(ec));
-      if (!ec) {  // the timer ran out
+      // An answer owed past response_timeout: the upstream is taken for
+      // stuck, as a unary call's would be. Judged after the events already
+      // queued are taken in (the timer may fire beside them).
+      const Clock::time_point overdue_at = unanswered.empty()
+                                               ? Clock::time_point::max()
+                                               : owed_since + config.limits.response_timeout;
+      if (check_overdue && Clock::now() >= std::min(overdue_at, c.deadline)) {
         call.timed_out = true;
         break;
       }
+      check_overdue = false;
+      call.wake.expires_at(std::min(overdue_at, c.deadline));
+      co_await call.wake.async_wait(Redirect(ec));
+      if (!ec) check_overdue = true;  // the timer ran out: take in what came, then judge
     }
     call.waiting_hook.unlink();
+    if (call.response_too_large) {
+      c.Answer(Reason::kBodyTooLarge, absl::StrCat(up.node, ": ", call.why));
+      co_return;
+    }
     const std::string_view grpc_status = GrpcStatusOf(call);
-    const bool ended_well = call.done && !call.failed && unanswered.empty() && client_done &&
-                            H2Find(call.headers, ":status") == "200" && grpc_status != "14" &&
-                            grpc_status != "1";
-    if (ended_well) {
-      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
+    const bool retryable_status = grpc_status == "14" || grpc_status == "1";
+    if (call.done && !call.failed && H2Find(call.headers, ":status") == "200" &&
+        !grpc_status.empty() && !(retryable_status && config.retry_5xx && i + 1 < c.order.size()) &&
+        (grpc_status != "0" || (unanswered.empty() && client_done))) {
+      // Ended: whole, or with the upstream's own status, which is relayed.
+      if (ServerError(grpc_status)) UpstreamAnswered(L, up, true, call.answered_at, {});
       if (!c.began) {
-        conn->h2.Respond(id, RelayHeaders(call.headers), "", RelayTrailers(call.trailers));
+        conn->h2.Respond(id, RelayHeaders(call.headers), "", EndingTrailers(call));
       } else {
-        conn->h2.Finish(id, RelayTrailers(call.trailers));
+        conn->h2.Finish(id, EndingTrailers(call));
       }
       conn->Kick();
       co_return;
     }
-    // The stream broke with answers owed (or ended before the client did).
-    c.last_failure =
-        absl::StrCat(up.node, ": ",
-                     call.hung_cancel ? std::string("hung")
-                     : call.timed_out ? (c.DeadlinePassed() ? std::string("grpc-timeout passed")
-                                                            : std::string("an answer overdue"))
-                     : call.failed    ? call.why
-                     : !grpc_status.empty() && grpc_status != "0"
-                         ? absl::StrCat("grpc-status ", std::string(grpc_status), " ",
-                                        std::string(H2Find(call.trailers, "grpc-message")))
-                         : std::string("the stream ended with answers owed"));
+    // The stream broke with answers owed, ended early, or ended UNAVAILABLE.
+    c.last_failure = absl::StrCat(
+        up.node, ": ",
+        call.hung_cancel       ? std::string("hung")
+        : call.timed_out       ? (c.DeadlinePassed() ? std::string("grpc-timeout passed")
+                                                     : std::string("an answer overdue"))
+        : call.failed          ? call.why
+        : !grpc_status.empty() ? absl::StrCat("grpc-status ", std::string(grpc_status), " ",
+                                              std::string(H2Find(call.trailers, "grpc-message")),
+                                              std::string(H2Find(call.headers, "grpc-message")))
+                               : std::string("the stream ended without a status"));
     hung = call.hung_cancel;
-    unavailable = grpc_status == "14";
-    if (call.done && !call.failed && grpc_status != "14" && grpc_status != "1" &&
-        !grpc_status.empty() && grpc_status != "0") {
-      // The upstream ended the stream with its own status: relayed.
-      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
-      if (!c.began) {
-        conn->h2.Respond(id, RelayHeaders(call.headers), "", RelayTrailers(call.trailers));
-      } else {
-        conn->h2.Finish(id, RelayTrailers(call.trailers));
-      }
-      conn->Kick();
-      co_return;
-    }
-    if (call.timed_out && !call.done && !c.DeadlinePassed()) ConnectionFailed(L, up);
+    unavailable = retryable_status;
+    if (retryable_status) UpstreamAnswered(L, up, grpc_status == "14", call.answered_at, {});
+    if (call.timed_out && !c.DeadlinePassed()) ConnectionFailed(L, up);
     H2Abandon(call);
     if (c.DeadlinePassed()) break;
     if (i == 0 && c.order.size() > 1) {
       L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
                      L.clock.Now());
     }
-    if (i + 1 < c.order.size()) {
+    if (i + 1 < c.order.size() && !decoupled) {
       Inc(L.stats.grpc_stream_continuations);
       spdlog::info(
           "router: stream {}: gRPC stream broke with {} answer(s) owed ({}); "

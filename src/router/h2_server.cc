@@ -42,6 +42,11 @@ H2Server::H2Server(const H2Limits& limits, OnRequest on_request, OnRequest on_he
   // client offers; SETTINGS floods and unacknowledged PINGs are bounded by
   // nghttp2's defaults (max_settings 32, max_outbound_ack 1000).
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+  // Flow control is ours: a request's bytes go back to the client's window
+  // only once the router is done with them (Release), so a client that
+  // pipelines into a slow or stuck upstream is held by its window, not by
+  // the router's memory.
+  nghttp2_option_set_no_auto_window_update(opt, 1);
   nghttp2_session_server_new2(&session_, cb, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cb);
@@ -121,10 +126,16 @@ void H2Server::StartStreaming(int32_t id) {
 void H2Server::Consume(int32_t id, size_t n) {
   H2Stream* s = Find(id);
   if (s == nullptr) return;
-  n = std::min(n, s->body.size());
-  s->body.erase(0, n);
+  s->body.erase(0, std::min(n, s->body.size()));
+}
+
+void H2Server::Release(int32_t id, size_t n) {
+  H2Stream* s = Find(id);
+  if (s == nullptr) return;
+  n = std::min(n, s->held);
   s->held -= n;
   buffered_ -= n;
+  nghttp2_session_consume(session_, id, n);
 }
 
 void H2Server::RespondStreaming(int32_t id, const H2Headers& headers) {
@@ -142,8 +153,8 @@ void H2Server::RespondStreaming(int32_t id, const H2Headers& headers) {
 void H2Server::SendData(int32_t id, std::string_view bytes) {
   H2Stream* s = Find(id);
   if (s == nullptr || !s->out_open) return;
-  if (s->out_sent == s->out_body.size()) {  // all sent: start over, no growth
-    s->out_body.clear();
+  if (s->out_sent > 64 * 1024 || s->out_sent == s->out_body.size()) {  // drop what is sent
+    s->out_body.erase(0, s->out_sent);
     s->out_sent = 0;
   }
   s->out_body.append(bytes);
@@ -215,16 +226,17 @@ int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const
                      size_t len, void* user) {
   auto* self = static_cast<H2Server*>(user);
   auto* s = static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, stream_id));
-  // A stream answered already, or over a limit, keeps nothing (a streamed
-  // answer is under way while its request still comes).
-  if (s == nullptr || s->body_over || s->headers_over || (s->responded && !s->streaming)) {
+  // A stream answered already (unless its streamed answer is still open),
+  // or over a limit, keeps nothing; its bytes go back to the window at once.
+  if (s == nullptr || s->body_over || s->headers_over || (s->responded && !s->out_open)) {
+    nghttp2_session_consume(session, stream_id, len);
     return 0;
   }
-  if (s->body.size() + len > self->limits_.max_request_bytes) {
+  if (!s->streaming && s->body.size() + len > self->limits_.max_request_bytes) {
     s->body_over = true;
-    self->buffered_ -= s->held;
-    s->held = 0;
     std::string().swap(s->body);
+    self->Release(stream_id, s->held);
+    nghttp2_session_consume(session, stream_id, len);
     return 0;
   }
   if (self->buffered_ + len > self->limits_.max_buffered_bytes) {
@@ -261,9 +273,8 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
     if (s->on_data) s->on_data();
     return 0;
   }
-  self->buffered_ -= s->held;  // its body is the call's now
-  s->held = 0;
-  if (s->responded) return 0;  // answered on its headers
+  self->Release(s->id, s->held);  // its body is the call's now
+  if (s->responded) return 0;     // answered on its headers
   ++self->requests_;
   if (s->headers_over) {
     self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted,
@@ -279,13 +290,15 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
   return 0;
 }
 
-int H2Server::OnClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user) {
+int H2Server::OnClose(nghttp2_session* session, int32_t stream_id, uint32_t, void* user) {
   auto* self = static_cast<H2Server*>(user);
   auto it = self->streams_.find(stream_id);
   if (it == self->streams_.end()) return 0;
   std::unique_ptr<H2Stream> s = std::move(it->second);
   self->streams_.erase(it);
+  // What it held goes back to the connection's window (the stream's is gone).
   self->buffered_ -= s->held;
+  if (s->held > 0) nghttp2_session_consume_connection(session, s->held);
   if (s->on_close) s->on_close();
   return 0;
 }

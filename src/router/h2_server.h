@@ -56,8 +56,9 @@ struct H2Limits {
   uint64_t reset_burst = 200;          // RST_STREAMs taken at once...
   uint64_t reset_rate = 100;           // ...and per second after that
   size_t max_continuations = 8;
-  // Bytes of request bodies held at once on a connection, in streams not
-  // yet ended: past it the connection ends (ENHANCE_YOUR_CALM).
+  // Request bytes held at once on a connection, not yet released: the
+  // connection's flow-control window, so only a client that breaks flow
+  // control reaches it (the connection then ends, ENHANCE_YOUR_CALM).
   size_t max_buffered_bytes = 16 << 20;
 };
 
@@ -77,7 +78,7 @@ struct H2Stream {
   // `on_data` is called after each DATA frame and at the request's end.
   bool streaming = false;
   std::function<void()> on_data;
-  size_t held = 0;  // body bytes counted against the connection's budget
+  size_t held = 0;  // request bytes received and not released (Release)
   // The response being sent.
   std::string out_body;
   size_t out_sent = 0;
@@ -122,8 +123,14 @@ class H2Server {
   // A streaming call: from now on its body is handed over as it comes
   // (on_data; the caller takes it with Consume), not at its end.
   void StartStreaming(int32_t id);
-  // Drops the first `n` bytes of a streaming call's body (taken by the caller).
+  // Drops the first `n` bytes of a streaming call's body (taken by the
+  // caller, who still holds them: they stay counted until Release).
   void Consume(int32_t id, size_t n);
+  // The router is done with `n` of the stream's request bytes: they leave
+  // the connection's budget and go back to the client's flow-control
+  // windows (WINDOW_UPDATE). A unary call's body is released when it is
+  // handed over whole; a streaming call's messages as they are answered.
+  void Release(int32_t id, size_t n);
   // A streamed response: headers now, then bytes as they come (SendData),
   // then the trailers that end it (Finish).
   void RespondStreaming(int32_t id, const H2Headers& headers);

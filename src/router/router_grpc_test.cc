@@ -256,6 +256,30 @@ TEST_F(RouterGrpcTest, AStreamIsRelayedMessageByMessage) {
   EXPECT_EQ(Metric("grpc_stream_continuations_total"), 0);  // it ended where it began
 }
 
+TEST_F(RouterGrpcTest, APipelinedStreamIsAnsweredInOrder) {
+  // Forty frames written before any answer is read: each message's bytes go
+  // back to the client's window as it is answered, and every one comes back.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  for (int i = 0; i < 40; ++i) {
+    auto img = Image(64, 64, i);  // 12 KiB a frame
+    ASSERT_TRUE(
+        stream->Write(worker::MakeGrpcInferRequest(absl::StrCat("p", i), img, nullptr, 64, 64)));
+  }
+  stream->WritesDone();
+  for (int i = 0; i < 40; ++i) {
+    inference::ModelStreamInferResponse r;
+    ASSERT_TRUE(stream->Read(&r)) << i;
+    EXPECT_EQ(r.infer_response().id(), absl::StrCat("p", i));
+  }
+  inference::ModelStreamInferResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
   StreamAround(
       *stub_, 10, [this] { a_.reset(); }, 10);
