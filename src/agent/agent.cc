@@ -290,6 +290,7 @@ v1::AgentMessage Agent::BuildHello() const {
   if (const AgentConfig::Registration& r = config_.registration; !r.address.empty()) {
     v1::Registration* out = h->mutable_registration();
     out->set_address(r.address);
+    out->set_grpc_address(r.grpc_address);
     out->set_capacity(r.capacity);
     out->set_cpu_only(r.cpu_only);
     out->mutable_labels()->insert(r.labels.begin(), r.labels.end());
@@ -300,6 +301,7 @@ v1::AgentMessage Agent::BuildHello() const {
       if (g.slot.slice) gs->set_slice(*g.slot.slice);
       gs->set_profile(g.slot.profile);
       gs->set_address(GpuServerAddress(config_, g.slot));
+      gs->set_grpc_address(GpuServerGrpcAddress(config_, g.slot));
       gs->set_capacity(g.slot.capacity);
     }
   }

@@ -86,6 +86,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   common::YamlMap server = root.Map("server");
   common::YamlMap per_gpu = server.Map("per_gpu");
   common::ReadIntIn(per_gpu, "port_base", 1, 65000, &c.per_gpu.port_base);
+  common::ReadIntIn(per_gpu, "grpc_port_base", 1, 65000, &c.per_gpu.grpc_port_base);
   common::ReadIntIn(per_gpu, "capacity", 1, 1'000'000, &c.per_gpu.capacity);
   common::ReadIntIn(per_gpu, "slice_capacity", 1, 1'000'000, &c.per_gpu.slice_capacity);
   // A URL under per_gpu names its port as {port}: checked as GPU 0's.
@@ -156,6 +157,12 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
       reg.Fail("address", absl::StrCat("'", *v, "' is not HOST:PORT"));
     }
     c.registration.address = *v;
+  }
+  if (auto v = reg.String("grpc_address")) {
+    if (!ParseHostPort(*v, "grpc_address").ok()) {
+      reg.Fail("grpc_address", absl::StrCat("'", *v, "' is not HOST:PORT"));
+    }
+    c.registration.grpc_address = *v;
   }
   common::ReadIntIn(reg, "capacity", 1, 1'000'000, &c.registration.capacity);
   if (auto v = reg.Bool("cpu_only")) c.registration.cpu_only = *v;
@@ -291,7 +298,7 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
   int port = c.per_gpu.port_base;
   for (const gpu::DeviceInfo& d : devices) {
     if (d.slices.empty()) {
-      out.push_back({d.index, std::nullopt, absl::StrCat(d.index), "", port++, gpu_capacity});
+      out.push_back({d.index, std::nullopt, absl::StrCat(d.index), "", port++, 0, gpu_capacity});
       continue;
     }
     const int64_t each =
@@ -309,8 +316,12 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
       // NVML names an instance "<GPU name> MIG <profile>".
       const size_t mig = sl.name.rfind(" MIG ");
       out.push_back({d.index, sl.index, sl.uuid,
-                     mig == std::string::npos ? "" : sl.name.substr(mig + 5), port++, each});
+                     mig == std::string::npos ? "" : sl.name.substr(mig + 5), port++, 0, each});
     }
+  }
+  if (c.per_gpu.grpc_port_base > 0) {
+    for (ServerSlot& s : out)
+      s.grpc_port = c.per_gpu.grpc_port_base + (s.port - c.per_gpu.port_base);
   }
   return out;
 }
@@ -318,7 +329,8 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
 std::string FillGpuServer(const std::string& text, const ServerSlot& slot) {
   return absl::StrReplaceAll(text, {{"{gpu}", absl::StrCat(slot.gpu)},
                                     {"{slice}", slot.slice ? absl::StrCat(*slot.slice) : ""},
-                                    {"{port}", absl::StrCat(slot.port)}});
+                                    {"{port}", absl::StrCat(slot.port)},
+                                    {"{grpc_port}", absl::StrCat(slot.grpc_port)}});
 }
 
 SupervisorOptions GpuServerOptions(const AgentConfig& c, const ServerSlot& slot) {
@@ -338,6 +350,13 @@ std::string GpuServerAddress(const AgentConfig& c, const ServerSlot& slot) {
   if (auto reg = ParseHostPort(c.registration.address, "address"); reg.ok()) hp = *reg;
   hp.port = static_cast<uint16_t>(slot.port);
   return hp.str();
+}
+
+std::string GpuServerGrpcAddress(const AgentConfig& c, const ServerSlot& slot) {
+  if (slot.grpc_port == 0) return "";
+  ServerSlot s = slot;
+  s.port = slot.grpc_port;
+  return GpuServerAddress(c, s);
 }
 
 }  // namespace gpuha::agent

@@ -68,6 +68,9 @@ struct AgentConfig {
   // Ports go in order over the servers: GPU 0's (or its slices'), then GPU 1's.
   struct PerGpu {
     int port_base = 0;
+    // A gRPC port per server too (as Triton's 8001 beside 8000), in the same
+    // order; 0: the servers serve no gRPC.
+    int grpc_port_base = 0;
     int64_t capacity = 0;  // stream units per GPU when registering; 0: register.capacity
     // Per MIG instance; 0: the GPU's capacity split evenly (at least 1).
     int64_t slice_capacity = 0;
@@ -91,8 +94,9 @@ struct AgentConfig {
   // What the hello says about this node, for a controller that registers
   // nodes instead of listing them. No address: not registering.
   struct Registration {
-    std::string address;    // HOST:PORT of the inference server, for routers
-    int64_t capacity = 10;  // stream units
+    std::string address;       // HOST:PORT of the inference server, for routers
+    std::string grpc_address;  // HOST:PORT of its KServe v2 gRPC port; empty: none
+    int64_t capacity = 10;     // stream units
     bool cpu_only = false;
     std::map<std::string, std::string> labels;
     std::string join_token_file;  // read at start (ReadJoinToken)
@@ -123,12 +127,13 @@ struct ServerSlot {
   std::string visible{};            // CUDA_VISIBLE_DEVICES: the GPU's index or the MIG UUID
   std::string profile{};            // a MIG instance's profile ("1g.10gb"), from its name
   int port = 0;                     // per_gpu.port_base + its place among the servers
+  int grpc_port = 0;                // per_gpu.grpc_port_base + the same place; 0: no gRPC
   int64_t capacity = 0;             // stream units it registers with
 };
 // The servers per_gpu runs on `devices`, in port order (none without per_gpu).
 std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
                                     const std::vector<gpu::DeviceInfo>& devices);
-// `text` with {gpu}, {slice} ("" for a whole GPU) and {port} filled.
+// `text` with {gpu}, {slice} ("" for a whole GPU), {port} and {grpc_port} filled.
 std::string FillGpuServer(const std::string& text, const ServerSlot& slot);
 // A slot's server options: `server` filled (FillGpuServer), its command run
 // under `env CUDA_VISIBLE_DEVICES=<visible>`.
@@ -136,6 +141,8 @@ SupervisorOptions GpuServerOptions(const AgentConfig& c, const ServerSlot& slot)
 // The address routers reach a slot's server at: the registration's host
 // (127.0.0.1 without one) and the slot's port.
 std::string GpuServerAddress(const AgentConfig& c, const ServerSlot& slot);
+// The same for its gRPC port; empty without per_gpu.grpc_port_base.
+std::string GpuServerGrpcAddress(const AgentConfig& c, const ServerSlot& slot);
 
 // The pod-resources socket in force for `c` ("" when off or, for "auto", when
 // this is not a Kubernetes node).

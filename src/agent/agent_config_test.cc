@@ -97,7 +97,8 @@ TEST(AgentConfigTest, RegistrationSectionAndLabels) {
   std::ofstream(token) << "  join-me\n";
   auto c = ParseAgentConfig(
       "node: g1\ncontrollers: [\"127.0.0.1:7400\"]\ngpu: { backend: sim }\n"
-      "register: { address: \"10.0.0.1:8000\", capacity: 12, cpu_only: true,\n"
+      "register: { address: \"10.0.0.1:8000\", grpc_address: \"10.0.0.1:8001\", capacity: 12,\n"
+      "  cpu_only: true,\n"
       "  labels: [\"gpuha.io/role=passive\", \"zone=a\"], join_token_file: " +
           token + " }\n",
       "agent.yaml");
@@ -105,6 +106,7 @@ TEST(AgentConfigTest, RegistrationSectionAndLabels) {
   ASSERT_TRUE(ReadJoinToken(*c).ok());
   EXPECT_EQ(c->registration.join_token, "join-me");
   EXPECT_EQ(c->registration.address, "10.0.0.1:8000");
+  EXPECT_EQ(c->registration.grpc_address, "10.0.0.1:8001");
   EXPECT_EQ(c->registration.capacity, 12);
   EXPECT_TRUE(c->registration.cpu_only);
   EXPECT_EQ(c->registration.labels.at("gpuha.io/role"), "passive");
@@ -113,6 +115,8 @@ TEST(AgentConfigTest, RegistrationSectionAndLabels) {
 
   EXPECT_THAT(Err(ParseAgentConfig("register: { address: nowhere }\n", "a.yaml")),
               HasSubstr("register.address: 'nowhere' is not HOST:PORT"));
+  EXPECT_THAT(Err(ParseAgentConfig("register: { grpc_address: nowhere }\n", "a.yaml")),
+              HasSubstr("register.grpc_address: 'nowhere' is not HOST:PORT"));
   EXPECT_THAT(Err(ParseAgentConfig("register: { labels: [\"no-equals\"] }\n", "a.yaml")),
               HasSubstr("register.labels: label 'no-equals' is not KEY=VALUE"));
   std::map<std::string, std::string> labels;
@@ -250,6 +254,15 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
   EXPECT_EQ(GpuServerOptions(*c, slots[2]).command[1], "CUDA_VISIBLE_DEVICES=MIG-uuid-2");
   EXPECT_EQ(FillGpuServer("{gpu}/{slice}/{port}", slots[2]), "1/2/8102");
   EXPECT_EQ(FillGpuServer("{gpu}/{slice}/{port}", slots[0]), "0//8100");
+  EXPECT_EQ(GpuServerGrpcAddress(*c, slots[4]), "");  // no grpc_port_base: no gRPC
+  AgentConfig grpc = *c;
+  grpc.per_gpu.grpc_port_base = 9100;
+  grpc.registration.address = "10.0.0.5:8000";
+  std::vector<ServerSlot> with_grpc = ServerSlots(grpc, devices);
+  EXPECT_EQ(with_grpc[4].grpc_port, 9104);  // the same place as its HTTP port
+  EXPECT_EQ(GpuServerGrpcAddress(grpc, with_grpc[4]), "10.0.0.5:9104");
+  EXPECT_EQ(FillGpuServer("--grpc-listen 127.0.0.1:{grpc_port}", with_grpc[2]),
+            "--grpc-listen 127.0.0.1:9102");
   AgentConfig sliced = *c;
   sliced.per_gpu.slice_capacity = 2;
   EXPECT_EQ(ServerSlots(sliced, devices)[1].capacity, 2);

@@ -77,8 +77,8 @@ void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* 
   NodeRecord r{placement_.RoleOf(id).value_or(n.cfg.spec.role), placement_.Available(id),
                n.lifecycle};
   if (n.registered) {
-    r.registered = RegisteredNode{n.cfg.address, n.cfg.spec.capacity, n.cfg.spec.cpu_only,
-                                  n.cfg.spec.domain, n.cfg.gpu_servers};
+    r.registered = RegisteredNode{n.cfg.address,     n.cfg.spec.capacity, n.cfg.spec.cpu_only,
+                                  n.cfg.spec.domain, n.cfg.gpu_servers,   n.cfg.grpc_address};
   }
   if (n.restart_until) {
     r.restart_until_unix_ms =
@@ -184,7 +184,8 @@ absl::Status Controller::RecoverImpl(bool standby) {
     n.cfg = {
         {id, r->role, r->registered->capacity, r->registered->cpu_only, "", r->registered->domain},
         r->registered->address,
-        r->registered->gpu_servers};
+        r->registered->gpu_servers,
+        r->registered->grpc_address};
     n.registered = true;
   }
   for (auto& [id, n] : nodes_) {
@@ -333,14 +334,26 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   // moved (a rescheduled pod), and routers get the new address.
   if (n->registered) {
     const std::string& address = hello.registration().address();
-    if (!address.empty() && address != n->cfg.address) {
+    const std::string& grpc_address = hello.registration().grpc_address();
+    if (!address.empty() && (address != n->cfg.address || grpc_address != n->cfg.grpc_address)) {
       if (!common::ParseHostPort(address, "address").ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("node '", hello.node(), "': registration address '",
                          absl::CHexEscape(address), "' is not HOST:PORT (--address)"));
       }
-      EventLocked("address_changed", hello.node(), absl::StrCat(n->cfg.address, " -> ", address));
+      if (!grpc_address.empty() && !common::ParseHostPort(grpc_address, "grpc").ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", hello.node(), "': registration grpc_address '",
+                         absl::CHexEscape(grpc_address), "' is not HOST:PORT"));
+      }
+      EventLocked("address_changed", hello.node(),
+                  absl::StrCat(n->cfg.address, " -> ", address,
+                               grpc_address != n->cfg.grpc_address
+                                   ? absl::StrCat(" (gRPC '", n->cfg.grpc_address, "' -> '",
+                                                  grpc_address, "')")
+                                   : ""));
       n->cfg.address = address;
+      n->cfg.grpc_address = grpc_address;
       PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
       std::vector<StoreWrite> batch;
       PersistNodeLocked(*n, &batch);
@@ -822,7 +835,8 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
     capacity = 0;
     for (const v1::GpuServer& g : reg.gpu_servers()) {
       gpu_servers.push_back({g.index(), g.address(), g.capacity(),
-                             g.has_slice() ? std::optional(g.slice()) : std::nullopt, g.profile()});
+                             g.has_slice() ? std::optional(g.slice()) : std::nullopt, g.profile(),
+                             g.grpc_address()});
       capacity += g.capacity();
     }
     if (absl::Status s = CheckGpuServers(gpu_servers); !s.ok()) {
@@ -842,8 +856,16 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
     domain = it->second;
     break;
   }
+  if (!reg.grpc_address().empty() && !common::ParseHostPort(reg.grpc_address(), "grpc").ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("node '", node, "': registration grpc_address '",
+                                                   absl::CHexEscape(reg.grpc_address()),
+                                                   "' is not HOST:PORT"));
+  }
   NodeState& n = nodes_[hello.node()];
-  n.cfg = {{hello.node(), role, capacity, reg.cpu_only(), "", domain}, reg.address(), gpu_servers};
+  n.cfg = {{hello.node(), role, capacity, reg.cpu_only(), "", domain},
+           reg.address(),
+           gpu_servers,
+           reg.grpc_address()};
   n.registered = true;
   n.lifecycle = NodeLifecycle::kPending;
   for (const NodeSpec& unit : UnitSpecs(n.cfg)) {
@@ -1078,7 +1100,9 @@ v1::RouteSnapshot Controller::Snapshot() const {
   auto endpoint = [&](const std::string& unit, v1::Endpoint* e) {
     if (unit.empty()) return;
     e->set_node(unit);
-    e->set_address(UnitAddress(nodes_.at(NodeOfUnit(unit)).cfg, unit));
+    const NodeConfig& cfg = nodes_.at(NodeOfUnit(unit)).cfg;
+    e->set_address(UnitAddress(cfg, unit));
+    e->set_grpc_address(UnitGrpcAddress(cfg, unit));
   };
   for (const Assignment& a : placement_.Assignments()) {
     v1::Route* r = snap.add_routes();

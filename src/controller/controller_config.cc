@@ -113,6 +113,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
         gs.slice = static_cast<uint32_t>(slice);
       }
       if (auto p = g.String("profile")) gs.profile = *p;
+      if (auto a = g.String("grpc_address")) gs.grpc_address = *a;
       nc.gpu_servers.push_back(gs);
     }
     if (n.ok() && !nc.gpu_servers.empty()) {
@@ -133,6 +134,12 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
         n.Fail("address", absl::StrCat("'", *a, "' is not HOST:PORT"));
       }
       nc.address = *a;
+    }
+    if (auto a = n.String("grpc_address")) {
+      if (!common::ParseHostPort(*a, "grpc_address").ok()) {
+        n.Fail("grpc_address", absl::StrCat("'", *a, "' is not HOST:PORT"));
+      }
+      nc.grpc_address = *a;
     }
     c.nodes.push_back(nc);
   }
@@ -324,6 +331,12 @@ std::string UnitAddress(const NodeConfig& n, const std::string& unit) {
   return g != nullptr ? g->address : "";
 }
 
+std::string UnitGrpcAddress(const NodeConfig& n, const std::string& unit) {
+  if (unit.find('/') == std::string::npos) return n.grpc_address;
+  const GpuServerConfig* g = GpuServerOfUnit(n, unit);
+  return g != nullptr ? g->grpc_address : "";
+}
+
 absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers) {
   std::set<std::string> seen;
   std::set<uint32_t> whole, sliced;
@@ -354,6 +367,10 @@ absl::Status CheckGpuServers(const std::vector<GpuServerConfig>& servers) {
     if (!common::ParseHostPort(g.address, "address").ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, ".address: '", absl::CHexEscape(g.address), "' is not HOST:PORT"));
+    }
+    if (!g.grpc_address.empty() && !common::ParseHostPort(g.grpc_address, "grpc_address").ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ".grpc_address: '", absl::CHexEscape(g.grpc_address), "' is not HOST:PORT"));
     }
     if (g.capacity < 1 || g.capacity > 1'000'000) {
       return absl::InvalidArgumentError(absl::StrCat(at, ".capacity: must be in 1..1000000"));

@@ -51,6 +51,7 @@ struct GpuServerConfig {
   int64_t capacity = 0;
   std::optional<uint32_t> slice{};  // the slice's slot on GPU `index`
   std::string profile{};            // the slice's profile ("1g.10gb", "L4-4Q"), for operators
+  std::string grpc_address{};       // HOST:PORT of its KServe v2 gRPC port; empty: none
   std::string Name() const { return GpuServerName(index, slice); }
 };
 
@@ -60,6 +61,7 @@ struct NodeConfig {
   // With servers per GPU, each GPU is a placement unit (GpuUnitId) with its
   // own address and capacity, on host spec.id; spec.capacity is their sum.
   std::vector<GpuServerConfig> gpu_servers{};
+  std::string grpc_address{};  // HOST:PORT of its KServe v2 gRPC port; empty: none
 };
 
 // The placement unit of one GPU's (or slice's) server: "NODE/gpuINDEX" or
@@ -74,6 +76,8 @@ const GpuServerConfig* GpuServerOfUnit(const NodeConfig& n, const std::string& u
 std::vector<NodeSpec> UnitSpecs(const NodeConfig& n);
 // The address routers reach `unit` on ("" when the node has no such GPU).
 std::string UnitAddress(const NodeConfig& n, const std::string& unit);
+// The same for its gRPC port ("" when it has none).
+std::string UnitGrpcAddress(const NodeConfig& n, const std::string& unit);
 // Checks a node's servers per GPU: distinct GPUs and slices (a GPU listed
 // whole or by slices, not both), HOST:PORT addresses, capacities in
 // 1..1000000, profiles of [A-Za-z0-9._+-]; the error names the entry.

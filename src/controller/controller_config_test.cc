@@ -50,10 +50,10 @@ nodes:
   - name: g1
     domain: r1
     gpu_servers:
-      - { index: 0, address: "127.0.0.1:9100", capacity: 4 }
+      - { index: 0, address: "127.0.0.1:9100", grpc_address: "127.0.0.1:9200", capacity: 4 }
       - { index: 1, slice: 0, profile: L4-4Q, address: "127.0.0.1:9101", capacity: 1 }
       - { index: 1, slice: 1, profile: L4-4Q, address: "127.0.0.1:9102", capacity: 1 }
-  - { name: g2, capacity: 6 }
+  - { name: g2, capacity: 6, address: "127.0.0.1:8000", grpc_address: "127.0.0.1:8001" }
 )",
                                  "c.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -71,6 +71,9 @@ nodes:
   ASSERT_NE(GpuServerOfUnit(g1, "g1/gpu1/mig0"), nullptr);
   EXPECT_EQ(GpuServerOfUnit(g1, "g1/gpu1/mig0")->profile, "L4-4Q");
   EXPECT_EQ(GpuServerOfUnit(g1, "g1"), nullptr);
+  EXPECT_EQ(UnitGrpcAddress(g1, "g1/gpu0"), "127.0.0.1:9200");
+  EXPECT_EQ(UnitGrpcAddress(g1, "g1/gpu1/mig0"), "");  // serves no gRPC
+  EXPECT_EQ(UnitGrpcAddress(c->nodes[1], "g2"), "127.0.0.1:8001");
 
   const std::string head = "nodes:\n  - name: a\n    gpu_servers:\n";
   EXPECT_THAT(Err(head + "      - { index: 0, slice: 64, address: \"h:1\", capacity: 1 }\n"),
@@ -81,6 +84,10 @@ nodes:
   EXPECT_THAT(Err(head + "      - { index: 0, slice: 1, profile: \"a b\", address: \"h:2\", "
                          "capacity: 1 }\n"),
               HasSubstr("gpu_servers[0].profile: 'a b' must be 1-63 of [A-Za-z0-9._+-]"));
+  EXPECT_THAT(Err(head + "      - { index: 0, address: \"h:1\", grpc_address: x, capacity: 1 }\n"),
+              HasSubstr("gpu_servers[0].grpc_address: 'x' is not HOST:PORT"));
+  EXPECT_THAT(Err("nodes:\n  - { name: a, capacity: 1, grpc_address: x }\n"),
+              HasSubstr("nodes[0].grpc_address: 'x' is not HOST:PORT"));
 }
 
 TEST(ControllerConfigTest, DuplicateNodesAndImpossibleKAreRefused) {

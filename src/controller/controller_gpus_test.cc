@@ -293,6 +293,7 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
       s->set_profile("3g.40gb+me");
     }
     s->set_address(absl::StrCat("127.0.0.1:910", i));
+    s->set_grpc_address(absl::StrCat("127.0.0.1:920", i));
     s->set_capacity(3);
   }
   sinks_["g1"] = std::make_shared<FakeSink>();
@@ -317,6 +318,12 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
   EXPECT_EQ(r->registered->gpu_servers[2].slice, 1u);
   EXPECT_EQ(r->registered->gpu_servers[2].profile, "3g.40gb+me");
   EXPECT_FALSE(r->registered->gpu_servers[0].slice.has_value());
+  EXPECT_EQ(r->registered->gpu_servers[1].grpc_address, "127.0.0.1:9201");
+  // The gRPC port of each unit is kept for the routes (issue 18).
+  NodeConfig cfg{
+      {"g1", Role::kActive, 9, false, "", ""}, "127.0.0.1:8000", r->registered->gpu_servers};
+  EXPECT_EQ(UnitGrpcAddress(cfg, "g1/gpu1/mig1"), "127.0.0.1:9202");
+  EXPECT_EQ(UnitGrpcAddress(cfg, "g1"), "");
 
   // Bad registrations name the field.
   v1::Hello bad = hello;
@@ -343,6 +350,18 @@ TEST_F(GpuUnitsTest, ARegisteredNodeKeepsItsGpuServersAndDomainAcrossARestart) {
   bad.mutable_registration()->mutable_gpu_servers(1)->clear_slice();
   s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
   EXPECT_THAT(std::string(s.message()), HasSubstr("gpu_servers[1].index: gpu1 is listed twice"));
+  bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->mutable_gpu_servers(1)->set_grpc_address("nowhere");
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("gpu_servers[1].grpc_address: 'nowhere' is not HOST:PORT"));
+  bad = hello;
+  bad.set_node("g2");
+  bad.mutable_registration()->set_grpc_address("nowhere");
+  s = c_->AgentConnected(bad, std::make_shared<FakeSink>(), true);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("registration grpc_address 'nowhere' is not HOST:PORT"));
   bad = hello;
   bad.set_node("g3");
   (*bad.mutable_registration()->mutable_labels())["rack"] = "r 7";

@@ -52,10 +52,14 @@ std::string EncodeNode(const NodeRecord& r) {
                        {"capacity", r.registered->capacity},
                        {"cpu_only", r.registered->cpu_only}};
     if (!r.registered->domain.empty()) j["registered"]["domain"] = r.registered->domain;
+    if (!r.registered->grpc_address.empty()) {
+      j["registered"]["grpc_address"] = r.registered->grpc_address;
+    }
     for (const GpuServerConfig& g : r.registered->gpu_servers) {
       json e = {{"index", g.index}, {"address", g.address}, {"capacity", g.capacity}};
       if (g.slice) e["slice"] = *g.slice;
       if (!g.profile.empty()) e["profile"] = g.profile;
+      if (!g.grpc_address.empty()) e["grpc_address"] = g.grpc_address;
       j["registered"]["gpu_servers"].push_back(std::move(e));
     }
   }
@@ -111,6 +115,11 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
           absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
     }
     if (absl::Status s = Field(*reg, "domain", sub, &n.domain); !s.ok()) return s;
+    if (absl::Status s = Field(*reg, "grpc_address", sub, &n.grpc_address); !s.ok()) return s;
+    if (!n.grpc_address.empty() && !common::ParseHostPort(n.grpc_address, "grpc").ok()) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", sub, ".grpc_address: '", n.grpc_address, "' is not HOST:PORT"));
+    }
     if (auto gs = reg->find("gpu_servers"); gs != reg->end()) {
       if (!gs->is_array()) {
         return absl::DataLossError(absl::StrCat("store: ", sub, ".gpu_servers: wrong type"));
@@ -129,6 +138,7 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
           c.slice = slice;
         }
         if (absl::Status s = Field(g, "profile", at, &c.profile); !s.ok()) return s;
+        if (absl::Status s = Field(g, "grpc_address", at, &c.grpc_address); !s.ok()) return s;
         n.gpu_servers.push_back(c);
       }
       if (absl::Status s = CheckGpuServers(n.gpu_servers); !s.ok()) {

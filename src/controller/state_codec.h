@@ -31,6 +31,7 @@ struct RegisteredNode {
   bool cpu_only = false;
   std::string domain{};                        // its failure domain, from a label
   std::vector<GpuServerConfig> gpu_servers{};  // servers per GPU (issue 16)
+  std::string grpc_address{};                  // its gRPC port (issue 18); empty: none
 };
 
 struct NodeRecord {

@@ -72,12 +72,13 @@ TEST(StateCodecTest, APlannedRestartsGraceIsKeptAndOldRowsHaveNone) {
 
 TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
   NodeRecord r{Role::kPassive, false, NodeLifecycle::kPending,
-               RegisteredNode{"10.0.0.3:8000", 12, true}};
+               RegisteredNode{"10.0.0.3:8000", 12, true, "", {}, "10.0.0.3:8001"}};
   auto back = DecodeNode("g3", EncodeNode(r));
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_TRUE(back->registered.has_value());
   EXPECT_EQ(back->registered->address, "10.0.0.3:8000");
   EXPECT_EQ(back->registered->capacity, 12);
+  EXPECT_EQ(back->registered->grpc_address, "10.0.0.3:8001");
   EXPECT_TRUE(back->registered->cpu_only);
   EXPECT_EQ(back->lifecycle, NodeLifecycle::kPending);
   EXPECT_FALSE(DecodeNode("n1", EncodeNode({Role::kActive, true, NodeLifecycle::kServing}))
@@ -87,6 +88,11 @@ TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.capacity"));
   bad = DecodeNode("g3", R"({"role":"active","registered":{"address":7,"capacity":1}})");
   EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("node g3.registered.address"));
+  bad = DecodeNode(
+      "g3",
+      R"({"role":"active","registered":{"address":"10.0.0.3:8000","capacity":1,"grpc_address":"x"}})");
+  EXPECT_THAT(bad.status().message(),
+              ::testing::HasSubstr("node g3.registered.grpc_address: 'x' is not HOST:PORT"));
   bad = DecodeNode("g3", R"({"role":"active","registered":{"address":"nowhere","capacity":1}})");
   EXPECT_THAT(bad.status().message(),
               ::testing::HasSubstr("node g3.registered.address: 'nowhere' is not HOST:PORT"));
