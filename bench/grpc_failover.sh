@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Failover of KServe v2 calls through the router, gRPC (unary ModelInfer over
-# HTTP/2) beside HTTP/1.1 (POST /v2/models/cv/infer) in the same run, under
+# HTTP/2, and ModelStreamInfer streams: a call per stream, each request a
+# message on it, answered once and in order) beside HTTP/1.1
+# (POST /v2/models/cv/infer) in the same run, under
 # the same open-loop load from `gpuha load` (every answer checked against
 # the model). Two `gpuha worker` processes: A primary, B standby, for 4
 # streams. FAULT_AT seconds in, A gets kill -9 (crash), SIGSTOP (hang) or the
@@ -23,7 +25,7 @@ cleanup() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill 
 trap cleanup EXIT
 A=19501 AG=19502 B=19503 BG=19504 ROUTER=19510
 
-run_one() {  # $1 protocol (http|grpc), $2 fault
+run_one() {  # $1 protocol (http|grpc|grpc-stream), $2 fault
   local proto="$1" fault="$2"
   "$gpuha" worker --listen 127.0.0.1:$A --grpc-listen 127.0.0.1:$AG --node a --latency 2 >/dev/null 2>&1 & local a=$!
   "$gpuha" worker --listen 127.0.0.1:$B --grpc-listen 127.0.0.1:$BG --node b --latency 2 >/dev/null 2>&1 & local b=$!
@@ -70,5 +72,5 @@ PY
 echo "| protocol | fault | sent | failed | longest gap ms | longest stall ms | p99 ms | served by | failures |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for fault in ${FAULTS:-crash hang half-hang}; do
-  for proto in http grpc; do run_one "$proto" "$fault"; done
+  for proto in http grpc grpc-stream; do run_one "$proto" "$fault"; done
 done

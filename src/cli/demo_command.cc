@@ -36,6 +36,12 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                    "every answer checked whole); 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0, 200));
+  app_->add_option("--grpc-streams", o_.grpc_streams,
+                   "Streams that also carry KServe v2 gRPC: unary ModelInfer calls and a "
+                   "ModelStreamInfer call each, at an eighth of --rate each, every answer "
+                   "checked; 0: none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 200));
   app_->add_option("--latency", o_.latency_ms, "Workers' modelled GPU time, ms")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));

@@ -51,9 +51,11 @@ LoadCommand::LoadCommand(CLI::App& parent) {
                    "http: a request per answer; sse: streamed completions of the worker's "
                    "language model, every token timed and every answer checked "
                    "(POST /v1/completions unless --path is given); grpc: KServe v2 ModelInfer "
-                   "calls of the worker's 'cv' model over HTTP/2, every answer checked")
+                   "calls of the worker's 'cv' model over HTTP/2, every answer checked; grpc-stream: "
+                   "a ModelStreamInfer call per stream, each request a message on it, every "
+                   "message answered once, in order, and checked")
       ->capture_default_str()
-      ->check(CLI::IsMember({"http", "sse", "grpc"}));
+      ->check(CLI::IsMember({"http", "sse", "grpc", "grpc-stream"}));
   app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -74,6 +76,7 @@ int LoadCommand::Run() {
   if (o_.infer && app_->count("--path") == 0) o_.path = "/v2/models/cv/infer";
   o_.sse = protocol_ == "sse";
   o_.grpc = protocol_ == "grpc";
+  o_.grpc_stream = protocol_ == "grpc-stream";
   if (o_.sse && app_->count("--path") == 0) o_.path = "/v1/completions";
   o_.host = hp->host;
   o_.port = hp->port;

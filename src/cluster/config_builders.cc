@@ -39,11 +39,16 @@ std::string ControllerYaml::Yaml() const {
     absl::StrAppend(&out, "  - { name: ", Quote(n.name), ", role: ", n.role);
     if (n.gpu_servers.empty()) absl::StrAppend(&out, ", capacity: ", n.capacity);
     if (!n.address.empty()) absl::StrAppend(&out, ", address: ", Quote(n.address));
+    if (!n.grpc_address.empty()) {
+      absl::StrAppend(&out, ", grpc_address: ", Quote(n.grpc_address));
+    }
     for (size_t g = 0; g < n.gpu_servers.size(); ++g) {
       const NodeEntry::GpuServer& e = n.gpu_servers[g];
       absl::StrAppend(&out, g == 0 ? ", gpu_servers: [" : ", ", "{ index: ", e.index,
                       e.slice ? absl::StrCat(", slice: ", *e.slice) : "",
-                      ", address: ", Quote(e.address), ", capacity: ", e.capacity, " }",
+                      ", address: ", Quote(e.address),
+                      e.grpc_address.empty() ? "" : ", grpc_address: " + Quote(e.grpc_address),
+                      ", capacity: ", e.capacity, " }",
                       g + 1 == n.gpu_servers.size() ? "]" : "");
     }
     absl::StrAppend(&out, " }\n");
@@ -92,7 +97,8 @@ std::string AgentYaml::Yaml() const {
     if (!fence_mode.empty()) absl::StrAppend(&server, ", fence_mode: ", fence_mode);
     absl::StrAppend(&server, Opt("probe_interval_ms", probe_interval_ms),
                     Opt("probe_timeout_ms", probe_timeout_ms));
-    std::string per_gpu = Opt("port_base", per_gpu_port_base) + Opt("capacity", per_gpu_capacity);
+    std::string per_gpu = Opt("port_base", per_gpu_port_base) + Opt("capacity", per_gpu_capacity) +
+                          Opt("grpc_port_base", per_gpu_grpc_port_base);
     if (!per_gpu.empty()) absl::StrAppend(&server, ", per_gpu: ", FlowMap(per_gpu));
     absl::StrAppend(&out, "server: ", FlowMap(server), "\n");
   }

@@ -29,13 +29,15 @@ struct NodeEntry {
   std::string name{};
   std::string role = "active";  // active | passive | buffer
   int64_t capacity = 10;
-  std::string address{};  // HOST:PORT of its inference server; empty: none
+  std::string address{};       // HOST:PORT of its inference server; empty: none
+  std::string grpc_address{};  // HOST:PORT of its KServe v2 gRPC port; empty: none
   // A server per GPU or per slice (MIG instance); the node's capacity then
   // is not written (it is their sum).
   struct GpuServer {
     int index = 0;
     std::optional<int> slice{};
     std::string address{};
+    std::string grpc_address{};  // empty: none
     int64_t capacity = 1;
   };
   std::vector<GpuServer> gpu_servers{};
@@ -79,6 +81,7 @@ struct AgentYaml {
   // A server per GPU (or MIG instance), in order from this port ({port} in
   // the command and URLs).
   std::optional<int64_t> per_gpu_port_base{}, per_gpu_capacity{};
+  std::optional<int64_t> per_gpu_grpc_port_base{};  // their gRPC ports ({grpc_port})
   std::string job_progress_dir{};  // empty: the default
   std::optional<int64_t> job_stop_grace_ms{};
   std::string Yaml() const;

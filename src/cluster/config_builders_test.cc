@@ -21,8 +21,17 @@ TEST(ConfigBuildersTest, QuoteKeepsAnyTextOneScalar) {
 TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   ControllerYaml c;
   c.comment = "three nodes";
-  c.nodes = {{.name = "n1", .capacity = 4, .address = "127.0.0.1:9001"},
-             {.name = "n2", .role = "passive", .capacity = 6, .address = "127.0.0.1:9002"}};
+  c.nodes = {{.name = "n1",
+              .capacity = 4,
+              .address = "127.0.0.1:9001",
+              .grpc_address = "127.0.0.1:9101"},
+             {.name = "n2", .role = "passive", .capacity = 6, .address = "127.0.0.1:9002"},
+             {.name = "n3",
+              .role = "passive",
+              .gpu_servers = {{.index = 0,
+                               .address = "127.0.0.1:9003",
+                               .grpc_address = "127.0.0.1:9103",
+                               .capacity = 2}}}};
   c.tenants = {"acme", "globex"};
   c.grpc_listen = "127.0.0.1:7500";
   c.store_path = "/tmp/x y/c.db";
@@ -33,7 +42,11 @@ TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   EXPECT_EQ(yaml.rfind("# three nodes\n", 0), 0u) << yaml;
   auto parsed = controller::ParseControllerConfig(yaml, "c.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << yaml;
-  ASSERT_EQ(parsed->nodes.size(), 2u);
+  ASSERT_EQ(parsed->nodes.size(), 3u);
+  EXPECT_EQ(parsed->nodes[0].grpc_address, "127.0.0.1:9101");
+  EXPECT_EQ(parsed->nodes[1].grpc_address, "");
+  ASSERT_EQ(parsed->nodes[2].gpu_servers.size(), 1u);
+  EXPECT_EQ(parsed->nodes[2].gpu_servers[0].grpc_address, "127.0.0.1:9103");
   EXPECT_EQ(parsed->nodes[0].spec.id, "n1");
   EXPECT_EQ(parsed->nodes[0].spec.role, controller::Role::kActive);
   EXPECT_EQ(parsed->nodes[1].spec.role, controller::Role::kPassive);
@@ -67,6 +80,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   a.probe_timeout_ms = 80;
   a.call_deadline_ms = 400;
   a.pci_devices = "/tmp/a node's pci";
+  a.per_gpu_port_base = 8001;
+  a.per_gpu_grpc_port_base = 9001;
   auto parsed = agent::ParseAgentConfig(a.Yaml(), "a.yaml");
   ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << a.Yaml();
   EXPECT_EQ(parsed->node, "gpu-1");
@@ -85,6 +100,8 @@ TEST(ConfigBuildersTest, AgentYamlReadsBackThroughTheAgentsParser) {
   EXPECT_EQ(parsed->server.probe_timeout, milliseconds(80));
   EXPECT_EQ(parsed->server.metrics_url, a.metrics_url);
   EXPECT_EQ(parsed->server.stall_after, milliseconds(700));
+  EXPECT_EQ(parsed->per_gpu.port_base, 8001);
+  EXPECT_EQ(parsed->per_gpu.grpc_port_base, 9001);
 }
 
 TEST(ConfigBuildersTest, RouterYamlReadsBackThroughTheRoutersParser) {

@@ -100,6 +100,7 @@ absl::Status LocalCluster::Start() {
     LocalNode n;
     n.name = absl::StrCat("gpu-", i + 1);
     n.worker_port = PerGpu(o_) ? ports(ServersPerNode(o_)) : port();
+    n.grpc_port = PerGpu(o_) ? ports(ServersPerNode(o_)) : port();
     n.agent_port = port();
     nodes_.push_back(n);
   }
@@ -257,10 +258,19 @@ absl::Status LocalCluster::StartWorker(LocalNode& n) {
 }
 
 std::vector<std::string> LocalCluster::WorkerArgv(const LocalNode& n) const {
-  // With a worker per GPU, the agent fills in each one's port.
+  // With a worker per GPU, the agent fills in each one's ports.
   const std::string port = PerGpu(o_) ? "{port}" : absl::StrCat(n.worker_port);
-  return {o_.exe,   "worker", "--listen",  absl::StrCat(n.host, ":", port),
-          "--node", n.name,   "--latency", std::to_string(o_.worker_latency_ms)};
+  const std::string grpc = PerGpu(o_) ? "{grpc_port}" : absl::StrCat(n.grpc_port);
+  return {o_.exe,
+          "worker",
+          "--listen",
+          absl::StrCat(n.host, ":", port),
+          "--grpc-listen",
+          absl::StrCat(n.host, ":", grpc),
+          "--node",
+          n.name,
+          "--latency",
+          std::to_string(o_.worker_latency_ms)};
 }
 
 void LocalCluster::StopAgent(LocalNode& n) {
@@ -482,6 +492,8 @@ absl::Status LocalCluster::WriteConfigs() {
                 .role = i + 1 < nodes_.size() ? "active" : "passive",
                 .capacity = o_.node_capacity,
                 .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port)};
+    // The workers' KServe v2 gRPC ports: routers route gRPC calls there.
+    if (!PerGpu(o_)) e.grpc_address = absl::StrCat(nodes_[i].host, ":", nodes_[i].grpc_port);
     // The agent's order: GPU 0's (or its instances'), then GPU 1's.
     const int servers = ServersPerNode(o_);
     for (int k = 0; PerGpu(o_) && k < servers; ++k) {
@@ -490,6 +502,7 @@ absl::Status LocalCluster::WriteConfigs() {
           {.index = mig > 0 ? k / mig : k,
            .slice = mig > 0 ? std::optional(k % mig) : std::nullopt,
            .address = absl::StrCat(nodes_[i].host, ":", nodes_[i].worker_port + k),
+           .grpc_address = absl::StrCat(nodes_[i].host, ":", nodes_[i].grpc_port + k),
            .capacity = (o_.node_capacity + servers - 1) / servers});
     }
     c.nodes.push_back(std::move(e));
@@ -519,7 +532,10 @@ absl::Status LocalCluster::WriteConfigs() {
     a.node = n.name;
     a.sim_count = gpus;
     a.sim_mig = o_.mig_per_gpu;
-    if (PerGpu(o_)) a.per_gpu_port_base = n.worker_port;
+    if (PerGpu(o_)) {
+      a.per_gpu_port_base = n.worker_port;
+      a.per_gpu_grpc_port_base = n.grpc_port;
+    }
     a.controllers = grpc;
     a.sample_ms = 100;
     a.heartbeat_ms = 50;

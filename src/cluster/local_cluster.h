@@ -84,6 +84,7 @@ struct LocalNode {
   std::string host = "127.0.0.1";  // its worker's and agent's address
   bool netns = false;              // runs in the partition namespace
   uint16_t worker_port = 0;        // GPU 0's worker; GPU i's is on worker_port + i
+  uint16_t grpc_port = 0;          // its KServe v2 gRPC port; GPU i's is on grpc_port + i
   uint16_t agent_port = 0;
   std::string config;
   pid_t agent = -1;

@@ -67,6 +67,22 @@ struct AnswerLog {
     std::lock_guard<std::mutex> lock(mu);
     return recs;
   }
+  // Answers between t0 and t_end (unix ns), and the failed ones among them.
+  void CountIn(int64_t t0, int64_t t_end, uint64_t* answered, uint64_t* failed) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Rec& r : recs) {
+      if (r.ns < t0 || r.ns > t_end) continue;
+      ++*answered;
+      if (!r.ok) ++*failed;
+    }
+  }
+};
+
+// A load beside the main one (LLM token streams, gRPC), its answers logged.
+struct SideLoad {
+  load::LoadOptions o;
+  AnswerLog answers;
+  std::thread thread;
 };
 
 // Stream -> the placement unit it is on: a node, or with a worker per GPU
@@ -156,6 +172,17 @@ class Demo {
           return r.ok() && r->failed == 0 && r->ok > 0;
         },
         milliseconds(20000));
+    if (ready && o_.grpc_streams > 0) {  // and over gRPC, through the routes' gRPC addresses
+      probe.infer = false;
+      probe.grpc = true;
+      probe.streams = std::min(o_.grpc_streams, o_.streams);
+      ready = c_.WaitFor(
+          [&] {
+            auto r = load::RunLoad(probe);
+            return r.ok() && r->failed == 0 && r->ok > 0;
+          },
+          milliseconds(20000));
+    }
     if (!ready) {
       return absl::UnavailableError(
           absl::StrCat("streams did not answer through the router in 20 s; see ", c_.dir(),
@@ -194,20 +221,35 @@ class Demo {
     });
     status_thread_ = std::thread([this] { StatusLine(); });
     if (o_.llm_streams > 0) {
-      llm_ = Load(0, std::chrono::hours(24), milliseconds(10000));
-      llm_.sse = true;
-      llm_.infer = false;
-      llm_.path = "/v1/completions";
-      llm_.streams = std::min(o_.llm_streams, o_.streams);
-      llm_.concurrency = o_.llm_streams;
-      llm_.max_tokens = 64;
-      llm_.stop = &stop_load_;
-      llm_.on_answer = [this](const load::Answer& a) { llm_answers_.Add(a); };
-      llm_thread_ = std::thread([this] {
-        auto r = load::RunLoad(llm_);
-        if (r.ok()) report_.llm = *r;
-      });
+      load::LoadOptions l = Load(0, std::chrono::hours(24), milliseconds(10000));
+      l.sse = true;
+      l.infer = false;
+      l.path = "/v1/completions";
+      l.streams = std::min(o_.llm_streams, o_.streams);
+      l.concurrency = o_.llm_streams;
+      l.max_tokens = 64;
+      Start(llm_, l, &report_.llm);
     }
+    if (o_.grpc_streams > 0) {
+      load::LoadOptions g = Load(o_.rate / 8, std::chrono::hours(24), milliseconds(10000));
+      g.infer = false;
+      g.streams = std::min(o_.grpc_streams, o_.streams);
+      g.grpc = true;
+      Start(grpc_, g, &report_.grpc);
+      g.grpc = false;
+      g.grpc_stream = true;
+      Start(grpc_stream_, g, &report_.grpc_stream);
+    }
+  }
+  // A load beside the main one, until stop_load_, its answers logged.
+  void Start(SideLoad& side, const load::LoadOptions& o, load::LoadReport* out) {
+    side.o = o;
+    side.o.stop = &stop_load_;
+    side.o.on_answer = [&side](const load::Answer& a) { side.answers.Add(a); };
+    side.thread = std::thread([&side, out] {
+      auto r = load::RunLoad(side.o);
+      if (r.ok()) *out = *r;
+    });
   }
 
   // The router's count of answers continued on the standby mid-answer.
@@ -222,7 +264,9 @@ class Demo {
   void StopLoad() {
     stop_load_ = true;
     if (load_thread_.joinable()) load_thread_.join();
-    if (llm_thread_.joinable()) llm_thread_.join();
+    for (SideLoad* side : {&llm_, &grpc_, &grpc_stream_}) {
+      if (side->thread.joinable()) side->thread.join();
+    }
     status_done_ = true;
     if (status_thread_.joinable()) status_thread_.join();
   }
@@ -419,11 +463,9 @@ class Demo {
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
     Count(t0, t_end, hit, controller || every || fleet ? "" : node->name, &t);
-    for (const AnswerLog::Rec& r : llm_answers_.Snapshot()) {
-      if (r.ns < t0 || r.ns > t_end) continue;
-      t.llm_answered++;
-      if (!r.ok) t.llm_failed++;
-    }
+    llm_.answers.CountIn(t0, t_end, &t.llm_answered, &t.llm_failed);
+    grpc_.answers.CountIn(t0, t_end, &t.grpc_answered, &t.grpc_failed);
+    grpc_stream_.answers.CountIn(t0, t_end, &t.grpc_stream_answered, &t.grpc_stream_failed);
     t.llm_continued = static_cast<uint64_t>(Continuations() - continued_before);
     PrintTimeline(t);
     return t;
@@ -665,6 +707,11 @@ class Demo {
           "  LLM answers %d, failed %d; continued on the standby mid-answer %d\n", t.llm_answered,
           t.llm_failed, t.llm_continued);
     }
+    if (o_.grpc_streams > 0) {
+      out_ << absl::StrFormat(
+          "  gRPC unary answers %d, failed %d; gRPC stream messages answered %d, failed %d\n",
+          t.grpc_answered, t.grpc_failed, t.grpc_stream_answered, t.grpc_stream_failed);
+    }
     if (t.unplaced_streams > 0) {
       out_ << absl::StrFormat("  over capacity: %d stream(s) unplaced, answered 503 no_capacity\n",
                               t.unplaced_streams);
@@ -707,9 +754,7 @@ class Demo {
   DemoReport report_;
   AnswerLog answers_;
   load::LoadOptions lo_;
-  AnswerLog llm_answers_;
-  load::LoadOptions llm_;
-  std::thread llm_thread_;
+  SideLoad llm_, grpc_, grpc_stream_;
   std::atomic<bool> stop_load_{false};
   std::atomic<bool> status_done_{false};
   std::thread load_thread_, status_thread_;

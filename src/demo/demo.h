@@ -112,6 +112,11 @@ struct DemoOptions {
   // completions open at all times on the first streams, every answer
   // checked (0: none). A fault mid-answer is continued on the standby.
   int llm_streams = 10;
+  // KServe v2 gRPC beside the HTTP load, on this many of the first streams
+  // (0: none): unary ModelInfer calls, and a ModelStreamInfer call per
+  // stream carrying its frames as messages, each at an eighth of --rate,
+  // every answer checked (one per message, in order, for the streams).
+  int grpc_streams = 4;
   // Three controllers on a three-member etcd cluster instead of one on SQLite.
   bool ha = false;
   // Workers run beside the agents, which watch them, instead of under them
@@ -135,6 +140,8 @@ struct DemoReport {
   std::vector<FaultTimeline> faults;
   load::LoadReport load;
   load::LoadReport llm;  // the LLM token streams (DemoOptions::llm_streams)
+  // KServe v2 gRPC (DemoOptions::grpc_streams): unary calls, and streams.
+  load::LoadReport grpc, grpc_stream;
   // --train: the step the job reached when the demo stopped it (it
   // checkpoints on the way out), and whether its state there equals the
   // state of a run that never failed.

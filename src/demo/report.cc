@@ -53,9 +53,19 @@ std::string DemoReport::Text() const {
                                     llm.ok, llm.failed, continued),
                     llm.Text());
   }
+  if (grpc.sent > 0) {
+    absl::StrAppend(&out, "KServe v2 gRPC, unary ModelInfer calls:\n", grpc.Text());
+  }
+  if (grpc_stream.sent > 0) {
+    absl::StrAppend(&out,
+                    "KServe v2 gRPC streams, ModelStreamInfer messages (one answer each, in "
+                    "order):\n",
+                    grpc_stream.Text());
+  }
   absl::StrAppend(&out, absl::StrFormat("requests lost: %d", Lost()));
-  if (uint64_t by_design = load.failed + llm.failed - Lost(); by_design > 0) {
-    absl::StrAppend(&out, absl::StrFormat(" (%d more answered 503 no_capacity: streams past "
+  const uint64_t failed = load.failed + llm.failed + grpc.failed + grpc_stream.failed;
+  if (uint64_t by_design = failed - Lost(); by_design > 0) {
+    absl::StrAppend(&out, absl::StrFormat(" (%d more answered no_capacity: streams past "
                                           "what N+1 covers, by design)",
                                           by_design));
   }
@@ -64,17 +74,18 @@ std::string DemoReport::Text() const {
 }
 
 uint64_t DemoReport::Lost() const {
-  uint64_t by_design = 0;
-  for (const auto& [reason, n] : load.failures) {
-    if (reason.rfind("http_503 no_capacity", 0) == 0) by_design += n;
-  }
-  // An LLM answer that failed is lost whatever the reason: its stream was
-  // placed (it started), so no capacity refusal applies to it mid-answer.
-  uint64_t llm_by_design = 0;
-  for (const auto& [reason, n] : llm.failures) {
-    if (reason.rfind("http_503 no_capacity", 0) == 0) llm_by_design += n;
-  }
-  return load.failed - by_design + llm.failed - llm_by_design;
+  // The router's clear refusal (no_capacity) of a stream past what the
+  // cluster can place is by design; anything else that failed is lost.
+  auto lost = [](const load::LoadReport& r, const char* by_design) {
+    uint64_t n = r.failed;
+    for (const auto& [reason, count] : r.failures) {
+      if (reason.rfind(by_design, 0) == 0) n -= count;
+    }
+    return n;
+  };
+  return lost(load, "http_503 no_capacity") + lost(llm, "http_503 no_capacity") +
+         lost(grpc, "grpc UNAVAILABLE no_capacity") +
+         lost(grpc_stream, "grpc stream UNAVAILABLE no_capacity");
 }
 
 std::string DemoReport::Json() const {
@@ -109,6 +120,10 @@ std::string DemoReport::Json() const {
          {"llm_answered", t.llm_answered},
          {"llm_failed", t.llm_failed},
          {"llm_continued", t.llm_continued},
+         {"grpc_answered", t.grpc_answered},
+         {"grpc_failed", t.grpc_failed},
+         {"grpc_stream_answered", t.grpc_stream_answered},
+         {"grpc_stream_failed", t.grpc_stream_failed},
          {"job_fenced_ms", opt(t.job_fenced_ms)},
          {"job_started_ms", opt(t.job_started_ms)},
          {"steps_lost", t.steps_lost ? json(*t.steps_lost) : json(nullptr)},
@@ -117,6 +132,10 @@ std::string DemoReport::Json() const {
   return json{{"faults", faults_json},
               {"load", json::parse(load.Json(), nullptr, false)},
               {"llm", llm.sent > 0 ? json::parse(llm.Json(), nullptr, false) : json(nullptr)},
+              {"grpc", grpc.sent > 0 ? json::parse(grpc.Json(), nullptr, false) : json(nullptr)},
+              {"grpc_stream", grpc_stream.sent > 0
+                                  ? json::parse(grpc_stream.Json(), nullptr, false)
+                                  : json(nullptr)},
               {"lost", Lost()},
               {"train_step", train_step ? json(*train_step) : json(nullptr)},
               {"train_exact", train_exact ? json(*train_exact) : json(nullptr)}}

@@ -50,6 +50,9 @@ struct FaultTimeline {
   // LLM token streams in the same span: answers, failed ones, and answers
   // the router continued on the standby mid-answer.
   uint64_t llm_answered = 0, llm_failed = 0, llm_continued = 0;
+  // KServe v2 gRPC in the same span: unary calls, and stream messages.
+  uint64_t grpc_answered = 0, grpc_failed = 0;
+  uint64_t grpc_stream_answered = 0, grpc_stream_failed = 0;
   // train-crash: from the fault to the job's fence confirmed, from there to
   // its start on another node, and the steps its last placement had done
   // past the checkpoint the next one resumed from.

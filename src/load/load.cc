@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -75,64 +76,6 @@ bool SameAnswer(const worker::CvResult& a, const worker::CvResult& b) {
          std::abs(a.motion - b.motion) < 1e-5f;
 }
 
-struct StreamState {
-  std::string id;
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
-  Clock::time_point last_answer;
-  // Stall accounting (see StreamReport::max_stall_ms): requests out that are
-  // not deliberately slow, and since when the stream has waited for an answer.
-  int outstanding = 0;
-  std::optional<Clock::time_point> stalled_since;
-  StreamReport report;
-};
-
-// One gRPC call of the load, from its start to its answer on the loop.
-struct GrpcCall {
-  explicit GrpcCall(net::io_context& ioc) : wake(ioc) {}
-  grpc::ClientContext ctx;
-  inference::ModelInferResponse resp;
-  grpc::Status status;
-  bool done = false;
-  net::steady_timer wake;
-};
-
-// The calls out, so that a run's end can cancel them and wait for their
-// callbacks (which run on grpc++'s threads) before the loop goes.
-class GrpcCalls {
- public:
-  void Begin(GrpcCall* c) {
-    std::lock_guard<std::mutex> lock(mu_);
-    out_.insert(c);
-  }
-  // From the callback: `post` hands the answer to the loop unless the run is over.
-  template <class F>
-  void End(GrpcCall* c, F&& post) {
-    std::lock_guard<std::mutex> lock(mu_);
-    out_.erase(c);
-    if (!closed_) post();
-    cv_.notify_all();
-  }
-  // The calls stay alive (their coroutine frames outlive this), so they
-  // are cancelled outside the lock their callbacks take.
-  void CancelAndWait() {
-    std::vector<GrpcCall*> out;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-      out.assign(out_.begin(), out_.end());
-    }
-    for (GrpcCall* c : out) c->ctx.TryCancel();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return out_.empty(); });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::set<GrpcCall*> out_;
-  bool closed_ = false;
-};
-
 std::string GrpcCodeName(grpc::StatusCode c) {
   static const char* kNames[] = {"OK",
                                  "CANCELLED",
@@ -155,14 +98,210 @@ std::string GrpcCodeName(grpc::StatusCode c) {
   return i >= 0 && i < 17 ? kNames[i] : absl::StrCat("code ", i);
 }
 
+// A failed call's name in the report: "grpc CODE", and the router's reason
+// when it made the answer itself (x-gpuha-error: "grpc UNAVAILABLE no_capacity").
+std::string GrpcFailure(const std::string& what, const grpc::Status& st,
+                        const grpc::ClientContext& ctx) {
+  std::string out = absl::StrCat(what, " ", GrpcCodeName(st.error_code()));
+  const auto& md = ctx.GetServerTrailingMetadata();
+  if (auto it = md.find("x-gpuha-error"); it != md.end()) {
+    absl::StrAppend(&out, " ", std::string(it->second.data(), it->second.size()));
+  }
+  return out;
+}
+
+// One gRPC call of the load, from its start to its answer on the loop.
+struct GrpcCall {
+  explicit GrpcCall(net::io_context& ioc) : wake(ioc) {}
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse resp;
+  grpc::Status status;
+  bool done = false;
+  net::steady_timer wake;
+};
+
+// The calls out, so that a run's end can cancel them and wait for their
+// last callbacks (which run on grpc++'s threads) before the loop goes.
+class GrpcCalls {
+ public:
+  explicit GrpcCalls(net::io_context& ioc) : ioc_(ioc) {}
+  void Begin(grpc::ClientContext* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.insert(c);
+  }
+  // From a callback: `f` runs on the loop unless the run is over.
+  template <class F>
+  void Post(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) net::post(ioc_, std::forward<F>(f));
+  }
+  // From a call's last callback: as Post, and the call is no longer out.
+  template <class F>
+  void End(grpc::ClientContext* c, F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.erase(c);
+    if (!closed_) net::post(ioc_, std::forward<F>(f));
+    cv_.notify_all();
+  }
+  // The calls stay alive (their owners outlive this), so they are
+  // cancelled outside the lock their callbacks take.
+  void CancelAndWait() {
+    std::vector<grpc::ClientContext*> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      out.assign(out_.begin(), out_.end());
+    }
+    for (grpc::ClientContext* c : out) c->TryCancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return out_.empty(); });
+  }
+
+ private:
+  net::io_context& ioc_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<grpc::ClientContext*> out_;
+  bool closed_ = false;
+};
+
+// A message of a streaming call waiting for its answer.
+class StreamCall;
+struct StreamMessage {
+  explicit StreamMessage(net::io_context& ioc) : wake(ioc) {}
+  std::string id;
+  StreamCall* call = nullptr;  // the call that carries it
+  const Frame* frame = nullptr;
+  bool done = false;
+  std::string failure, node;
+  net::steady_timer wake;
+  void Finish(std::string why, std::string by = "") {
+    if (done) return;
+    done = true;
+    failure = std::move(why);
+    node = std::move(by);
+    wake.cancel();
+  }
+};
+
+// One ModelStreamInfer call of a load stream. Its messages are answered one
+// each, in order (the model is not decoupled), and each answer is checked
+// against the frame its message sent. grpc++ calls the reactions on its
+// threads; each hands its event to the loop, which alone touches the state.
+class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
+                                                  inference::ModelStreamInferResponse> {
+ public:
+  explicit StreamCall(GrpcCalls* calls) : calls_(calls) {}
+
+  // On the loop: the call starts, with its metadata already in ctx. The
+  // hold keeps the call open for writes the loop starts, outside grpc++'s
+  // reactions, until the read side has ended.
+  void Start(inference::GRPCInferenceService::Stub* stub) {
+    calls_->Begin(&ctx);
+    stub->async()->ModelStreamInfer(&ctx, this);
+    AddHold();
+    StartRead(&in_);
+    StartCall();
+  }
+  // On the loop: a message out, answered through `m`.
+  void Send(inference::ModelInferRequest req, std::shared_ptr<StreamMessage> m) {
+    unanswered_.push_back(std::move(m));
+    to_write_.push_back(std::move(req));
+    if (to_write_.size() == 1) WriteFront();
+  }
+  // On the loop: every message still waiting fails with `why`.
+  void FailAll(const std::string& why) {
+    for (auto& m : unanswered_) m->Finish(why);
+    unanswered_.clear();
+  }
+  // On the loop: OnDone's news has come, so nothing of grpc++'s refers to
+  // this any more and it may go.
+  bool finished() const { return finished_; }
+
+  grpc::ClientContext ctx;
+
+ private:
+  void WriteFront() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!read_ended_) StartWrite(&to_write_.front());
+  }
+  void OnWriteDone(bool ok) override {
+    calls_->Post([this, ok] {
+      to_write_.pop_front();
+      // A failed write ends the call; OnDone says how.
+      if (ok && !to_write_.empty()) WriteFront();
+    });
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the stream ended: no more writes, and OnDone follows the hold
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        read_ended_ = true;
+      }
+      RemoveHold();
+      return;
+    }
+    auto answer = std::make_shared<inference::ModelStreamInferResponse>(std::move(in_));
+    in_.Clear();
+    calls_->Post([this, answer] { Answered(*answer); });
+    StartRead(&in_);
+  }
+  void OnDone(const grpc::Status& st) override {
+    // The last reaction; its news is the last thing posted for this call.
+    calls_->End(&ctx, [this, st] {
+      finished_ = true;
+      FailAll(st.ok() ? std::string("stream ended before its answers")
+                      : GrpcFailure("grpc stream", st, ctx));
+    });
+  }
+  // On the loop: the answer to the oldest message out.
+  void Answered(const inference::ModelStreamInferResponse& a) {
+    if (unanswered_.empty()) return;  // failed already (a timeout)
+    std::shared_ptr<StreamMessage> m = std::move(unanswered_.front());
+    unanswered_.pop_front();
+    const std::string node = worker::NodeOf(a.infer_response());
+    if (!a.error_message().empty()) {
+      m->Finish("stream error", node);
+    } else if (a.infer_response().id() != m->id) {
+      m->Finish("answer out of order or duplicated", node);
+    } else {
+      auto got = worker::FromGrpc(a.infer_response());
+      m->Finish(got.ok() && SameAnswer(*got, m->frame->expected) ? "" : "wrong answer", node);
+    }
+  }
+
+  GrpcCalls* calls_;
+  inference::ModelStreamInferResponse in_;  // grpc++'s, between StartRead and OnReadDone
+  std::deque<inference::ModelInferRequest> to_write_;  // front: being written
+  std::deque<std::shared_ptr<StreamMessage>> unanswered_;
+  std::mutex mu_;  // read_ended_, between the loop's writes and the read side's end
+  bool read_ended_ = false;
+  bool finished_ = false;
+};
+
+struct StreamState {
+  std::string id;
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  Clock::time_point last_answer;
+  // Stall accounting (see StreamReport::max_stall_ms): requests out that are
+  // not deliberately slow, and since when the stream has waited for an answer.
+  int outstanding = 0;
+  std::optional<Clock::time_point> stalled_since;
+  StreamReport report;
+  // grpc_stream: the stream's open call, and calls given up (a message
+  // timed out) until their end has been heard.
+  std::unique_ptr<StreamCall> call;
+  std::vector<std::unique_ptr<StreamCall>> ended;
+};
+
 class Runner {
  public:
   Runner(const LoadOptions& o, net::io_context& ioc) : o_(o), ioc_(ioc), rng_(42) {
-    if (o.infer || o.grpc) frames_ = MakeFrames(o.image_side);
-    if (o.grpc) {
+    if (o.infer || o.grpc || o.grpc_stream) frames_ = MakeFrames(o.image_side);
+    if (o.grpc || o.grpc_stream) {
       stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
           absl::StrCat(o.host, ":", o.port), grpc::InsecureChannelCredentials()));
-      calls_ = std::make_unique<GrpcCalls>();
+      calls_ = std::make_unique<GrpcCalls>(ioc_);
     }
     for (int i = 0; i < o.streams; ++i) {
       streams_.push_back(std::make_unique<StreamState>());
@@ -359,6 +498,23 @@ class Runner {
     return "";
   }
 
+  // A request (not a deliberately slow one) goes out on `s`...
+  static void Out(StreamState& s, Clock::time_point sent_at) {
+    s.outstanding++;
+    if (!s.stalled_since) s.stalled_since = sent_at;
+  }
+  // ...and comes back: an answer ends the stream's wait, and requests
+  // still out start the next one now; a failure leaves it waiting.
+  void Back(StreamState& s, const std::string& failure, Clock::time_point now) {
+    s.outstanding--;
+    if (failure.empty() && s.stalled_since) {
+      if (now <= end_) {
+        s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
+      }
+      s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
+    }
+  }
+
   // One unary ModelInfer call; grpc++ answers on its own thread, and the
   // answer is handed to this loop.
   net::awaitable<void> OneGrpc(StreamState& s) {
@@ -370,20 +526,17 @@ class Runner {
     if (!o_.api_key.empty()) call->ctx.AddMetadata("x-api-key", o_.api_key);
     if (!o_.direct) call->ctx.AddMetadata("x-gpuha-stream", s.id);
     const auto sent_at = Clock::now();
-    s.outstanding++;
-    if (!s.stalled_since) s.stalled_since = sent_at;
-    calls_->Begin(call.get());
+    Out(s, sent_at);
+    calls_->Begin(&call->ctx);
     stub_->async()->ModelInfer(
         &call->ctx, &frame.grpc, &call->resp,
         // Raw pointers: this frame holds the call until the loop has its
         // answer, and a run's end waits for every callback (CancelAndWait).
-        [calls = calls_.get(), c = call.get(), &ioc = ioc_](grpc::Status st) {
+        [calls = calls_.get(), c = call.get()](grpc::Status st) {
           c->status = std::move(st);
-          calls->End(c, [&] {
-            net::post(ioc, [c] {
-              c->done = true;
-              c->wake.cancel();
-            });
+          calls->End(&c->ctx, [c] {
+            c->done = true;
+            c->wake.cancel();
           });
         });
     while (!call->done) {
@@ -391,32 +544,80 @@ class Runner {
       error_code ec;
       co_await call->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
     }
-    std::string failure, node;
+    std::string failure;
+    std::string node = worker::NodeOf(call->resp);
     if (!call->status.ok()) {
-      failure = absl::StrCat("grpc ", GrpcCodeName(call->status.error_code()));
+      failure = GrpcFailure("grpc", call->status, call->ctx);
     } else {
       auto got = worker::FromGrpc(call->resp);
       if (!got.ok() || !SameAnswer(*got, frame.expected)) failure = "wrong answer";
     }
     const auto& md = call->ctx.GetServerInitialMetadata();
-    if (auto n = md.find("x-gpuha-node"); n != md.end()) {
+    if (auto n = md.find("x-gpuha-node"); node.empty() && n != md.end()) {
       node = std::string(n->second.data(), n->second.size());
     }
     const auto now = Clock::now();
     in_flight_--;
-    s.outstanding--;
-    if (failure.empty() && s.stalled_since) {
-      if (now <= end_) {
-        s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
-      }
-      s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
-    }
+    Back(s, failure, now);
     Record(s, sent_at, now, failure, node, nullptr);
+  }
+
+  // The stream's open ModelStreamInfer call, opened when it has none (or
+  // its last one ended).
+  StreamCall& OpenStream(StreamState& s) {
+    if (s.call && s.call->finished()) s.ended.push_back(std::move(s.call));
+    std::erase_if(s.ended, [](const std::unique_ptr<StreamCall>& c) { return c->finished(); });
+    if (!s.call) {
+      s.call = std::make_unique<StreamCall>(calls_.get());
+      if (!o_.api_key.empty()) s.call->ctx.AddMetadata("x-api-key", o_.api_key);
+      if (!o_.direct) s.call->ctx.AddMetadata("x-gpuha-stream", s.id);
+      s.call->Start(stub_.get());
+    }
+    return *s.call;
+  }
+
+  // One message of the stream's ModelStreamInfer call, as a camera sends
+  // frames: its answer is the next one the call brings back.
+  net::awaitable<void> OneGrpcStream(StreamState& s) {
+    report_.sent++;
+    in_flight_++;
+    const Frame& frame = frames_[report_.sent % frames_.size()];
+    auto m = std::make_shared<StreamMessage>(ioc_);
+    m->id = absl::StrCat(s.id, "-", report_.sent);
+    m->frame = &frame;
+    const auto sent_at = Clock::now();
+    Out(s, sent_at);
+    StreamCall& call = OpenStream(s);
+    m->call = &call;
+    inference::ModelInferRequest req = frame.grpc;
+    req.set_id(m->id);
+    call.Send(std::move(req), m);
+    const auto deadline = sent_at + o_.timeout;
+    m->wake.expires_at(deadline);
+    while (!m->done) {
+      error_code ec;
+      co_await m->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (!m->done && Clock::now() >= deadline) {
+        // Too late: the call is given up, its other messages with it, and
+        // the stream's next message opens another.
+        m->call->FailAll("timeout");
+        m->call->ctx.TryCancel();
+        if (s.call.get() == m->call) s.ended.push_back(std::move(s.call));
+      }
+    }
+    const auto now = Clock::now();
+    in_flight_--;
+    Back(s, m->failure, now);
+    Record(s, sent_at, now, m->failure, m->node, nullptr);
   }
 
   net::awaitable<void> One(StreamState& s) {
     if (o_.sse) {
       co_await OneSse(s);
+      co_return;
+    }
+    if (o_.grpc_stream) {
+      co_await OneGrpcStream(s);
       co_return;
     }
     if (o_.grpc) {
@@ -440,10 +641,7 @@ class Runner {
                                        : absl::StrCat("Content-Length: ", body.size(), "\r\n"),
                                    frame ? "Content-Type: application/json\r\n" : "", "\r\n", body);
     auto sent_at = Clock::now();
-    if (!slow) {
-      s.outstanding++;
-      if (!s.stalled_since) s.stalled_since = sent_at;
-    }
+    if (!slow) Out(s, sent_at);
     std::string failure;
     error_code ec;
     std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
@@ -475,17 +673,7 @@ class Runner {
     }
     auto now = Clock::now();
     in_flight_--;
-    if (!slow) {
-      s.outstanding--;
-      // A failure leaves the stream waiting; an answer ends the wait, and
-      // requests still out start the next one now.
-      if (failure.empty() && s.stalled_since) {
-        if (now <= end_) {
-          s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
-        }
-        s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
-      }
-    }
+    if (!slow) Back(s, failure, now);
     if (slow && failure.empty()) report_.slow_ok++;
     Record(s, sent_at, now, failure, node, keep ? std::move(c) : nullptr);
   }
@@ -599,8 +787,11 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
         absl::StrCat("--max-tokens: must be 1 to ", worker::kLlmMaxTokens));
   }
   if (o.sse && o.infer) return absl::InvalidArgumentError("--protocol sse and --infer: pick one");
-  if (o.grpc && o.slow_fraction > 0) {
-    return absl::InvalidArgumentError("--slow-fraction: not with --protocol grpc");
+  if ((o.grpc || o.grpc_stream) && o.slow_fraction > 0) {
+    return absl::InvalidArgumentError("--slow-fraction: not with --protocol grpc or grpc-stream");
+  }
+  if (o.grpc && o.grpc_stream) {
+    return absl::InvalidArgumentError("grpc and grpc_stream: pick one");
   }
   error_code ec;
   net::ip::make_address(o.host, ec);

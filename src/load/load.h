@@ -61,8 +61,17 @@ struct LoadOptions {
   // model over HTTP/2 (one channel, calls multiplexed), its stream named in
   // x-gpuha-stream metadata and its key in x-api-key; every answer checked
   // as `infer` checks them. A status other than OK is a failure named by
-  // its code ("grpc UNAVAILABLE").
+  // its code, and by the router's reason when the router made the answer
+  // ("grpc UNAVAILABLE no_capacity").
   bool grpc = false;
+  // KServe v2 gRPC streams: each load stream is one ModelStreamInfer call
+  // (bidirectional, as a camera pipeline streams frames), and each request
+  // a message on it, checked as `grpc` checks answers and also by its id:
+  // every message must get exactly one answer, in order ("answer out of
+  // order or duplicated"). A call that ends fails the messages it had out
+  // ("grpc stream UNAVAILABLE"), and the stream's next message opens a new
+  // one; a message unanswered after `timeout` gives its call up.
+  bool grpc_stream = false;
   std::function<void(const Answer&)> on_answer;  // called on the load thread
   // When set, load stops early once it turns true (checked before each send).
   const std::atomic<bool>* stop = nullptr;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/http_server.h"
 #include "common/net_util.h"
 #include "router/router.h"
 #include "router/testing/test_backend.h"
@@ -13,6 +14,12 @@ namespace gpuha::load {
 namespace {
 
 using std::chrono::milliseconds;
+
+bool SetFault(uint16_t worker_port, const std::string& mode) {
+  auto r = common::HttpCall("POST", "127.0.0.1", worker_port, "/v1/fault?mode=" + mode, "",
+                            milliseconds(2000));
+  return r.ok() && r->status == 200;
+}
 
 LoadOptions Options(uint16_t port) {
   LoadOptions o;
@@ -162,8 +169,75 @@ TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
   auto bad = RunLoad(o);
   ASSERT_TRUE(bad.ok()) << bad.status();
   EXPECT_EQ(bad->ok, 0u) << bad->Json();
-  EXPECT_GT(bad->failures["grpc NOT_FOUND"], 0u) << bad->Json();
-  EXPECT_GT(bad->failures["grpc UNAVAILABLE"], 0u) << bad->Json();
+  // The router's own answers name its reason, as X-Gpuha-Error does.
+  EXPECT_GT(bad->failures["grpc NOT_FOUND unknown_stream"], 0u) << bad->Json();
+  EXPECT_EQ(bad->failures.size(), 2u) << bad->Json();
+  EXPECT_EQ(bad->failures.rbegin()->first.rfind("grpc UNAVAILABLE ", 0), 0u) << bad->Json();
+}
+
+
+TEST(LoadTest, GrpcStreamsAnswerEveryMessageOnceInOrder) {
+  worker::WorkerOptions wo;
+  wo.port = 0;
+  wo.grpc_port = 0;
+  wo.node = "w1";
+  wo.latency = milliseconds(1);
+  auto w = worker::Worker::Start(wo);
+  ASSERT_TRUE(w.ok()) << w.status();
+  router::RouterConfig rc;
+  rc.listen = {"127.0.0.1", 0};
+  rc.admin = {"127.0.0.1", 0};
+  rc.threads = 1;
+  rc.auth_none = true;
+  rc.probe_interval = milliseconds(0);
+  const std::string http = "127.0.0.1:" + std::to_string((*w)->port());
+  const std::string grpc = "127.0.0.1:" + std::to_string((*w)->grpc_port());
+  for (const char* id : {"cam-0", "cam-1"}) {
+    router::StaticRoute route{id, "", http, ""};
+    route.primary_grpc = grpc;
+    rc.routes.push_back(route);
+  }
+  router::Router r(rc);
+  ASSERT_TRUE(r.Start().ok());
+  LoadOptions o = Options(r.port());
+  o.grpc_stream = true;
+  o.streams = 2;
+  o.rate = 400;  // open loop: messages pipelined on each call
+  o.duration = milliseconds(600);
+  o.image_side = 8;
+  auto rep = RunLoad(o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->failed, 0u) << rep->Json();
+  ASSERT_GT(rep->ok, 50u);
+  // Each answer names the node in its parameters.
+  EXPECT_EQ(rep->served_by["w1"], rep->ok) << rep->Json();
+  EXPECT_EQ((*w)->counters().success.load(), rep->ok);
+  // Two calls, one per stream, carried every message.
+  auto metrics = common::HttpCall("GET", "127.0.0.1", r.admin_port(), "/metrics", "",
+                                  milliseconds(2000));
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_NE(metrics->body.find("gpuha_router_grpc_streams_total 2\n"), std::string::npos)
+      << metrics->body;
+
+  // Failed answers are named: the model's error, and a stuck server's
+  // silence past the timeout (the load still ends on time).
+  ASSERT_TRUE(SetFault((*w)->port(), "errors"));
+  o.duration = milliseconds(200);
+  auto errors = RunLoad(o);
+  ASSERT_TRUE(errors.ok());
+  EXPECT_EQ(errors->ok, 0u) << errors->Json();
+  EXPECT_EQ(errors->failures["stream error"], errors->sent) << errors->Json();
+  ASSERT_TRUE(SetFault((*w)->port(), "stuck"));
+  o.timeout = milliseconds(300);
+  o.rate = 20;
+  auto stuck = RunLoad(o);
+  ASSERT_TRUE(SetFault((*w)->port(), "none"));
+  ASSERT_TRUE(stuck.ok());
+  EXPECT_EQ(stuck->ok, 0u) << stuck->Json();
+  EXPECT_GT(stuck->failures["timeout"], 0u) << stuck->Json();
+  EXPECT_EQ(stuck->failed, stuck->sent) << stuck->Json();
+  o.grpc = true;
+  EXPECT_FALSE(RunLoad(o).ok());  // one gRPC mode at a time
 }
 
 }  // namespace

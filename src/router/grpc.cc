@@ -1,5 +1,8 @@
 #include "router/grpc.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpuha::router {
@@ -94,6 +97,50 @@ std::string PercentEncodeGrpcMessage(std::string_view s) {
     }
   }
   return out;
+}
+
+namespace {
+
+// A protobuf varint at `*at`; false when it runs past the end or 10 bytes.
+bool ReadVarint(std::string_view b, size_t* at, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 70 && *at < b.size(); shift += 7) {
+    const auto byte = static_cast<unsigned char>(b[(*at)++]);
+    *v |= uint64_t{byte & 0x7Fu} << shift;
+    if ((byte & 0x80u) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool StreamAnswerIsError(std::string_view message) {
+  if (message.size() < 5 || message[0] != 0) return false;  // compressed: not judged
+  std::string_view b = message.substr(5);
+  size_t at = 0;
+  while (at < b.size()) {
+    uint64_t key = 0, len = 0;
+    if (!ReadVarint(b, &at, &key)) return false;
+    switch (key & 7) {
+      case 0:  // varint
+        if (!ReadVarint(b, &at, &len)) return false;
+        break;
+      case 1:  // fixed64
+        at += 8;
+        break;
+      case 5:  // fixed32
+        at += 4;
+        break;
+      case 2:  // length-delimited
+        if (!ReadVarint(b, &at, &len) || len > b.size() - std::min(at, b.size())) return false;
+        if ((key >> 3) == 1) return len > 0;  // error_message
+        at += len;
+        break;
+      default:  // groups, or not protobuf
+        return false;
+    }
+  }
+  return false;
 }
 
 }  // namespace gpuha::router

@@ -43,4 +43,11 @@ std::string FormatGrpcTimeout(std::chrono::milliseconds d);
 // grpc-message: bytes outside 0x20-0x7E, and '%', as %XX.
 std::string PercentEncodeGrpcMessage(std::string_view s);
 
+// Whether one length-prefixed message of a ModelStreamInfer answer (its
+// 5-byte prefix included) is an error answer: a ModelStreamInferResponse
+// whose error_message (field 1) is set, as Triton answers a request of a
+// stream that failed while the stream goes on. A compressed or malformed
+// message is not judged (false): it is relayed as it is.
+bool StreamAnswerIsError(std::string_view message);
+
 }  // namespace gpuha::router

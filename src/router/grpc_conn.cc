@@ -89,9 +89,10 @@ struct CallCtx {
     if (conn->closed) return;
     if (began) {
       conn->h2.Finish(id, {{"grpc-status", std::to_string(static_cast<int>(code))},
-                           {"grpc-message", PercentEncodeGrpcMessage(detail)}});
+                           {"grpc-message", PercentEncodeGrpcMessage(detail)},
+                           {"x-gpuha-error", ReasonLabel(r)}});
     } else {
-      conn->h2.RespondGrpcError(id, code, detail);
+      conn->h2.RespondGrpcError(id, code, detail, ReasonLabel(r));
     }
     conn->Kick();
   }
@@ -124,6 +125,47 @@ struct CallCtx {
     Inc(L.stats.retries);
     if (hung) Inc(L.stats.hung_resends);
     if (unavailable) Inc(L.stats.retries_5xx);
+    return true;
+  }
+  // Each upstream's gRPC address comes with the route (its HTTP one keys
+  // the upstream's policy state, which both protocols share).
+  void BindGrpc() {
+    for (UpstreamState* up : order) {
+      const Upstream& u = up->address == entry->primary.address ? entry->primary : entry->standby;
+      if (u.grpc_address == up->grpc_address) continue;
+      DropH2(*up);
+      up->grpc_address = u.grpc_address;
+      up->grpc_endpoint = {};
+      if (auto hp = common::ParseHostPort(u.grpc_address, "grpc"); hp.ok()) {
+        error_code ec;
+        auto a = net::ip::make_address(hp->host, ec);
+        if (!ec) up->grpc_endpoint = tcp::endpoint(a, hp->port);
+      }
+    }
+  }
+  // The upstreams anew, from the routes as they are now, without `failed`:
+  // for a stream that outlived the ones it was admitted with. False:
+  // answered (the stream is gone, unplaced, or has nowhere else to go).
+  bool Rechoose(const UpstreamState* failed) {
+    RefreshRoutes(L);
+    routes = L.routes;
+    UpstreamOrder<UpstreamState> fresh;
+    const RouteEntry* e = nullptr;
+    if (std::optional<Refusal> r =
+            ChooseUpstreams(L, routes.get(), *tenant, stream_id, L.clock.Now(), &fresh, &e)) {
+      Answer(r->reason, absl::StrCat(r->detail, "; the stream broke: ", last_failure));
+      return false;
+    }
+    entry = e;
+    order.clear();
+    for (UpstreamState* up : fresh) {
+      if (up != failed) order.push_back(up);
+    }
+    if (order.empty()) {
+      AllFailed();
+      return false;
+    }
+    BindGrpc();
     return true;
   }
   bool DeadlinePassed() const { return client_deadline && Clock::now() >= deadline; }
@@ -224,21 +266,7 @@ bool Admit(CallCtx& c) {
     c.Answer(r->reason, r->detail);
     return false;
   }
-  // Each upstream's gRPC address comes with the route (its HTTP one keys
-  // the upstream's policy state, which both protocols share).
-  for (UpstreamState* up : c.order) {
-    const Upstream& u =
-        up->address == c.entry->primary.address ? c.entry->primary : c.entry->standby;
-    if (u.grpc_address == up->grpc_address) continue;
-    DropH2(*up);
-    up->grpc_address = u.grpc_address;
-    up->grpc_endpoint = {};
-    if (auto hp = common::ParseHostPort(u.grpc_address, "grpc"); hp.ok()) {
-      error_code ec;
-      auto a = net::ip::make_address(hp->host, ec);
-      if (!ec) up->grpc_endpoint = tcp::endpoint(a, hp->port);
-    }
-  }
+  c.BindGrpc();
   L.retry_budget.Deposit(L.now);
   return true;
 }
@@ -269,6 +297,13 @@ std::string_view GrpcStatusOf(const H2Call& call) {
 }
 bool ServerError(std::string_view grpc_status) {
   return grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
+}
+// What the standby is asked after (with retry_5xx), as an HTTP 5xx is re-sent:
+// a server's failure (UNKNOWN, INTERNAL, UNAVAILABLE, DATA_LOSS), and
+// CANCELLED from an upstream (the router cancelled nothing): a server going
+// away. A client's error (INVALID_ARGUMENT, NOT_FOUND) is the same anywhere.
+bool RetryableStatus(std::string_view grpc_status) {
+  return ServerError(grpc_status) || grpc_status == "1";
 }
 // What of an upstream's headers and trailers the client gets (copies: the
 // call's own are read again after).
@@ -364,10 +399,7 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     Inc(L.stats.upstream_class[2]);
     UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at,
                      call.answered_at - call.waiting_since);
-    // UNAVAILABLE is gRPC's "safe to retry", and CANCELLED from an upstream
-    // (the router cancelled nothing) is a server going away: the standby is
-    // asked, as a 503 is re-sent.
-    if ((grpc_status == "14" || grpc_status == "1") && config.retry_5xx && i + 1 < c.order.size()) {
+    if (RetryableStatus(grpc_status) && config.retry_5xx && i + 1 < c.order.size()) {
       unavailable = true;
       c.last_failure = absl::StrCat(up.node, ": grpc-status ", std::string(grpc_status), ": ",
                                     std::string(H2Find(call.trailers, "grpc-message")),
@@ -429,9 +461,12 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
   bool decoupled = false;
   bool client_done = false;
   bool hung = false, unavailable = false;
-  for (size_t i = 0; i < c.order.size(); ++i) {
+  // Attempts are counted apart from the place in the order: a stream that
+  // lived on an upstream until it failed takes its upstreams anew.
+  size_t attempt = 0;
+  for (size_t i = 0; i < c.order.size(); ++i, ++attempt) {
     UpstreamState& up = *c.order[i];
-    if (!c.MayRetry(i, hung, unavailable)) co_return;
+    if (!c.MayRetry(attempt, hung, unavailable)) co_return;
     hung = unavailable = false;
     if (up.grpc_endpoint.port() == 0) {
       c.last_failure =
@@ -439,14 +474,14 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       continue;
     }
     if (c.DeadlinePassed()) break;
-    if (i > 0 && decoupled) {
+    if (attempt > 0 && decoupled) {
       c.Answer(Reason::kUpstreamFailed,
                absl::StrCat("the model is decoupled (its answers are not one per request), so "
                             "its stream cannot be continued on the standby; the stream broke: ",
                             c.last_failure));
       co_return;
     }
-    c.attempts = static_cast<int>(i + 1);
+    c.attempts = static_cast<int>(attempt + 1);
     // The upstream stream's body: the unanswered messages, then the next
     // (declared before the call, whose reads point into it).
     std::string out;
@@ -481,7 +516,9 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       continue;
     }
     std::fill(sent_at.begin(), sent_at.end(), Clock::now());  // sent again now
-    size_t parsed = 0;  // of call.data: answers relayed so far
+    size_t parsed = 0;         // of call.data: answers relayed so far
+    bool answered_here = false;  // this upstream answered one of this stream's messages
+    bool error_answer = false;   // it answered one with an error (StreamAnswerIsError)
     bool check_overdue = false;
     error_code ec;
     for (;;) {
@@ -535,6 +572,14 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       // oldest unanswered request (whose bytes go back to the window).
       std::string_view d(call.data);
       while (size_t n = WholeMessage(d.substr(parsed))) {
+        // An error answer while another upstream is left: this one is
+        // failing (a CUDA error, an engine gone bad), and the stream goes on
+        // there with this message unanswered, as an HTTP 500 is re-sent.
+        if (!unanswered.empty() && config.retry_5xx && i + 1 < c.order.size() &&
+            StreamAnswerIsError(d.substr(parsed, n))) {
+          error_answer = true;
+          break;
+        }
         if (!c.began) {
           conn->h2.RespondStreaming(id, RelayHeaders(call.headers));
           c.began = true;
@@ -551,6 +596,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
           conn->h2.Release(id, unanswered.front().size());
           unanswered.pop_front();
           sent_at.pop_front();
+          answered_here = true;
         }
         conn->Kick();
       }
@@ -575,7 +621,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         Inc(L.stats.client_aborts);
         co_return;
       }
-      if (call.done || call.hung_cancel) break;
+      if (call.done || call.hung_cancel || error_answer) break;
       // An answer owed past response_timeout: the upstream is taken for
       // stuck, as a unary call's would be. Judged after the events already
       // queued are taken in (the timer may fire beside them).
@@ -597,8 +643,8 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       co_return;
     }
     const std::string_view grpc_status = GrpcStatusOf(call);
-    const bool retryable_status = grpc_status == "14" || grpc_status == "1";
-    if (call.done && !call.failed && H2Find(call.headers, ":status") == "200" &&
+    const bool retryable_status = RetryableStatus(grpc_status);
+    if (!error_answer && call.done && !call.failed && H2Find(call.headers, ":status") == "200" &&
         !grpc_status.empty() && !(retryable_status && config.retry_5xx && i + 1 < c.order.size()) &&
         (grpc_status != "0" || (unanswered.empty() && client_done))) {
       // Ended: whole, or with the upstream's own status, which is relayed.
@@ -614,7 +660,8 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     // The stream broke with answers owed, ended early, or ended UNAVAILABLE.
     c.last_failure = absl::StrCat(
         up.node, ": ",
-        call.hung_cancel       ? std::string("hung")
+        error_answer           ? std::string("answered a message with an error")
+        : call.hung_cancel     ? std::string("hung")
         : call.timed_out       ? (c.DeadlinePassed() ? std::string("grpc-timeout passed")
                                                      : std::string("an answer overdue"))
         : call.failed          ? call.why
@@ -623,14 +670,26 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
                                               std::string(H2Find(call.headers, "grpc-message")))
                                : std::string("the stream ended without a status"));
     hung = call.hung_cancel;
-    unavailable = retryable_status;
-    if (retryable_status) UpstreamAnswered(L, up, grpc_status == "14", call.answered_at, {});
+    unavailable = retryable_status || error_answer;
+    if (error_answer) {
+      UpstreamAnswered(L, up, true, L.clock.Now(), {});
+    } else if (retryable_status) {
+      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
+    }
     if (call.timed_out && !c.DeadlinePassed()) ConnectionFailed(L, up);
     H2Abandon(call);
     if (c.DeadlinePassed()) break;
     if (i == 0 && c.order.size() > 1) {
       L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
                      L.clock.Now());
+    }
+    // A stream that lived here (it was answered) and has no upstream left of
+    // those it was admitted with: a camera's stream outlives many faults,
+    // and the routes have moved on since it began. It goes on where its
+    // route points now, paid for by the retry budget as any attempt is.
+    if (i + 1 == c.order.size() && answered_here && !decoupled) {
+      if (!c.Rechoose(&up)) co_return;
+      i = static_cast<size_t>(-1);  // the loop's ++i: the fresh order's first
     }
     if (i + 1 < c.order.size() && !decoupled) {
       Inc(L.stats.grpc_stream_continuations);

@@ -169,11 +169,13 @@ void H2Server::Finish(int32_t id, H2Headers trailers) {
   nghttp2_session_resume_data(session_, id);
 }
 
-void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view message) {
+void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view message,
+                                std::string_view label) {
   H2Headers h = {{":status", "200"},
                  {"content-type", "application/grpc"},
                  {"grpc-status", std::to_string(static_cast<int>(code))},
                  {"grpc-message", PercentEncodeGrpcMessage(message)}};
+  if (!label.empty()) h.push_back({"x-gpuha-error", std::string(label)});
   Respond(id, h, "", {});
 }
 

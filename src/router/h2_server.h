@@ -116,7 +116,10 @@ class H2Server {
   void Respond(int32_t id, const H2Headers& headers, std::string body, H2Headers trailers);
   // A gRPC Trailers-Only response: one HEADERS frame with :status 200,
   // grpc-status and grpc-message, which ends the stream.
-  void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message);
+  // `label`, when given, goes along as x-gpuha-error (the router's reason,
+  // as HTTP/1.1 answers carry it in X-Gpuha-Error).
+  void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message,
+                        std::string_view label = {});
   // Ends the connection now: GOAWAY with `error_code`, streams dropped.
   void GoAway(uint32_t error_code);
 

@@ -18,6 +18,7 @@
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "router/grpc.h"
 #include "router/router.h"
 #include "worker/model_grpc.h"
 #include "worker/worker.h"
@@ -213,7 +214,9 @@ TEST_F(RouterGrpcTest, AStuckPrimaryIsJudgedByProgressNotByTimeout) {
 // `fault`, then `after` more; every frame gets exactly one answer, in
 // order, checked against the model. Returns who answered each.
 std::vector<std::string> StreamAround(inference::GRPCInferenceService::Stub& stub, int before,
-                                      const std::function<void()>& fault, int after) {
+                                      const std::function<void()>& fault, int after,
+                                      const std::function<void()>& second_fault = nullptr,
+                                      int after_second = 0) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   ctx.AddMetadata("x-api-key", "k-acme");
@@ -235,6 +238,8 @@ std::vector<std::string> StreamAround(inference::GRPCInferenceService::Stub& stu
   for (int i = 0; i < before; ++i) one(i);
   if (fault) fault();
   for (int i = before; i < before + after; ++i) one(i);
+  if (second_fault) second_fault();
+  for (int i = before + after; i < before + after + after_second; ++i) one(i);
   stream->WritesDone();
   inference::ModelStreamInferResponse extra;
   EXPECT_FALSE(stream->Read(&extra));  // nothing more: no answer twice
@@ -296,6 +301,32 @@ TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryIsStuck) {
   EXPECT_EQ(Metric("grpc_stream_continuations_total"), 1);
 }
 
+TEST_F(RouterGrpcTest, AStreamOutlivesTheUpstreamsItBeganWith) {
+  // A camera's stream stays open across faults: a fails, the stream goes on
+  // on b; the controller's new routes then make b the primary and c the
+  // standby, and when b fails too the stream goes on on c, where its route
+  // points now, though c was no upstream of it when it began.
+  worker::WorkerOptions o;
+  o.port = 0;
+  o.grpc_port = 0;
+  o.node = "c";
+  o.latency = milliseconds(2);
+  auto c = worker::Worker::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  StreamAround(
+      *stub_, 5,
+      [&] {
+        a_.reset();
+        StaticRoute moved{"cam-1", "acme", Http(*b_), Http(**c)};
+        moved.primary_grpc = Grpc(*b_);
+        moved.standby_grpc = Grpc(**c);
+        ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+      },
+      5, [&] { b_.reset(); }, 5);
+  EXPECT_EQ((*c)->counters().success.load(), 5u);  // the last five, once each
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 2);
+}
+
 TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
   RouterConfig small = config_;
   small.limits.max_body_bytes = 64;  // a cv answer is about 150 bytes
@@ -308,6 +339,74 @@ TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
   EXPECT_NE(res.status.error_message().find("response over 64 bytes"), std::string::npos)
       << res.status.error_message();
   EXPECT_EQ(b_->counters().success.load(), 0u);  // not re-sent to the standby
+}
+
+// A decoupled model, as Triton serves one with a decoupled transaction
+// policy: two answers for each request. A request with id "last" is
+// answered, and then the engine dies (UNAVAILABLE).
+class DecoupledModel final : public inference::GRPCInferenceService::Service {
+  grpc::Status ModelStreamInfer(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
+          stream) override {
+    inference::ModelInferRequest r;
+    while (stream->Read(&r)) {
+      for (int k = 0; k < 2; ++k) {
+        inference::ModelStreamInferResponse a;
+        a.mutable_infer_response()->set_id(absl::StrCat(r.id(), "/", k));
+        if (!stream->Write(a)) return grpc::Status::OK;
+      }
+      if (r.id() == "last") return grpc::Status(grpc::StatusCode::UNAVAILABLE, "engine died");
+    }
+    return grpc::Status::OK;
+  }
+};
+
+TEST_F(RouterGrpcTest, ADecoupledModelsBrokenStreamEndsUnavailableAndSaysWhy) {
+  DecoupledModel model;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&model);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  // Its health through a's HTTP port; its calls to the decoupled model.
+  StaticRoute route{"cam-1", "acme", Http(*a_), Http(*b_)};
+  route.primary_grpc = absl::StrCat("127.0.0.1:", port);
+  route.standby_grpc = Grpc(*b_);
+  RouterConfig with = config_;
+  with.routes = {route};
+  Router r(with);
+  ASSERT_TRUE(r.Start().ok());
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  auto stream = stub->ModelStreamInfer(&ctx);
+  std::vector<std::string> ids;
+  for (const char* id : {"x1", "last"}) {
+    inference::ModelInferRequest req;
+    req.set_id(id);
+    ASSERT_TRUE(stream->Write(req));
+    for (int k = 0; k < 2; ++k) {  // both answers of each, relayed as they come
+      inference::ModelStreamInferResponse a;
+      ASSERT_TRUE(stream->Read(&a)) << id << " " << k;
+      ids.push_back(a.infer_response().id());
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"x1/0", "x1/1", "last/0", "last/1"}));
+  inference::ModelStreamInferResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  grpc::Status st = stream->Finish();
+  // Not continued on the standby (its answers would not line up): ended,
+  // retryable by the client, and saying so.
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("the model is decoupled"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(b_->counters().success.load(), 0u);
+  server->Shutdown();
 }
 
 TEST_F(RouterGrpcTest, H2OverTlsIsChosenByAlpn) {
@@ -343,11 +442,28 @@ TEST_F(RouterGrpcTest, UnavailableIsAskedOfTheStandby) {
   }
 }
 
-TEST_F(RouterGrpcTest, AnUpstreamErrorIsRelayedAsItsStatus) {
-  Fault(*a_, "errors");  // INTERNAL: not retryable, relayed as is
+TEST_F(RouterGrpcTest, AServerErrorIsAskedOfTheStandbyAndTheLastOneRelayed) {
+  // INTERNAL (a CUDA error) is a server's failure, as an HTTP 500 is: the
+  // standby is asked. From the last upstream it is relayed as it is.
+  Fault(*a_, "errors");
   Result r = Infer(1);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.node, "b");
+  Fault(*b_, "errors");
+  r = Infer(2);
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(r.status.error_message().find("worker fault 'errors'"), std::string::npos);
+}
+
+TEST_F(RouterGrpcTest, AStreamMessageAnsweredWithAnErrorIsAskedOfTheStandby) {
+  // Triton answers a failed request of a stream with error_message and goes
+  // on: the router takes that for the upstream failing, and the stream goes
+  // on on the standby with that message, so every frame gets a result.
+  StreamAround(
+      *stub_, 5, [this] { Fault(*a_, "errors"); }, 5);
+  EXPECT_EQ(a_->counters().success.load(), 5u);
+  EXPECT_EQ(b_->counters().success.load(), 5u);
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 1);
 }
 
 TEST_F(RouterGrpcTest, TheClientsDeadlineIsKept) {
@@ -359,6 +475,40 @@ TEST_F(RouterGrpcTest, TheClientsDeadlineIsKept) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1400));
   Fault(*a_, "none");
   Fault(*b_, "none");
+}
+
+TEST(StreamAnswerTest, AnErrorAnswerIsToldFromAResultByItsErrorMessage) {
+  auto framed = [](const google::protobuf::Message& m) {
+    std::string body = m.SerializeAsString();
+    std::string out(5, '\0');
+    for (int i = 0; i < 4; ++i) out[1 + i] = static_cast<char>(body.size() >> (24 - 8 * i));
+    return out + body;
+  };
+  inference::ModelStreamInferResponse ok;
+  auto img = Image(4, 4, 1);
+  worker::ToGrpc("r1", worker::ComputeCv(img.data(), nullptr, 4, 4, 3), ok.mutable_infer_response());
+  EXPECT_FALSE(StreamAnswerIsError(framed(ok)));
+  inference::ModelStreamInferResponse failed;
+  failed.set_error_message("inference failed: CUDA error");
+  EXPECT_TRUE(StreamAnswerIsError(framed(failed)));
+  // Field order does not matter; an empty answer is no error.
+  inference::ModelInferResponse small;
+  small.set_id("r1");
+  std::string both = small.SerializeAsString();
+  std::string reordered = "\x12" + std::string(1, static_cast<char>(both.size())) + both +
+                          "\x0a\x03" + "bad";
+  ASSERT_LT(both.size(), 128u);
+  std::string prefix(5, '\0');
+  prefix[4] = static_cast<char>(reordered.size());
+  EXPECT_TRUE(StreamAnswerIsError(prefix + reordered));
+  EXPECT_FALSE(StreamAnswerIsError(framed(inference::ModelStreamInferResponse())));
+  // Not judged: compressed, truncated, or not protobuf.
+  std::string compressed = framed(failed);
+  compressed[0] = 1;
+  EXPECT_FALSE(StreamAnswerIsError(compressed));
+  EXPECT_FALSE(StreamAnswerIsError(framed(failed).substr(0, 8)));
+  EXPECT_FALSE(StreamAnswerIsError(std::string("\0\0\0\0\x02\x0b\x01", 7)));
+  EXPECT_FALSE(StreamAnswerIsError(""));
 }
 
 }  // namespace

@@ -77,6 +77,11 @@ void ToGrpc(const std::string& id, const CvResult& result, inference::ModelInfer
   AddOutput(out, "MOTION", "FP32", 1, &result.motion, sizeof(float));
 }
 
+std::string NodeOf(const inference::ModelInferResponse& r) {
+  auto it = r.parameters().find(std::string(kNodeParameter));
+  return it == r.parameters().end() ? std::string() : it->second.string_param();
+}
+
 void ModelMetadataGrpc(inference::ModelMetadataResponse* out) {
   out->set_name(kModelName);
   out->add_versions(kModelVersion);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,13 @@
 #include "worker/model.h"
 
 namespace gpuha::worker {
+
+// The response parameter (string) naming the node that answered, set by a
+// worker started with --node: the per-answer form of the x-gpuha-node
+// header, since a stream's metadata comes once, from where it began.
+inline constexpr std::string_view kNodeParameter = "gpuha_node";
+// The node an answer names (kNodeParameter), or "".
+std::string NodeOf(const inference::ModelInferResponse& r);
 
 // The model's inputs; errors name the input and what is wrong.
 [[nodiscard]] absl::StatusOr<InferRequest> FromGrpc(const inference::ModelInferRequest& r);

@@ -147,6 +147,11 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
     std::this_thread::sleep_for(gpu_time);
     ToGrpc(r.id(), *result, out);
+    // The node in each answer too: a stream's initial metadata names only
+    // the server it began on, and a router may move it mid-stream.
+    if (!s_.o.node.empty()) {
+      (*out->mutable_parameters())[std::string(kNodeParameter)].set_string_param(s_.o.node);
+    }
     c.success++;
     c.inferences++;
     c.duration_us += static_cast<uint64_t>(

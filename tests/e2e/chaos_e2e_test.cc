@@ -83,11 +83,22 @@ class ChaosTest : public ::testing::Test {
     }
     return false;
   }
-  // No request lost, KServe or LLM, and none failed for any reason.
+  // No request lost, KServe (HTTP and gRPC) or LLM, and none failed for
+  // any reason.
   static void ExpectNothingLost(const json& r) {
     EXPECT_EQ(r["lost"], 0) << r["load"].dump() << "\nllm: " << r["llm"].dump();
     EXPECT_EQ(r["load"]["failed"], 0) << r["load"]["failures"].dump();
     EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
+    ExpectGrpcWhole(r);
+  }
+  // The gRPC loads beside it, unary calls and stream messages: every answer
+  // checked, none failed.
+  static void ExpectGrpcWhole(const json& r) {
+    for (const char* load : {"grpc", "grpc_stream"}) {
+      ASSERT_TRUE(r[load].is_object()) << load << ": " << r.dump();
+      EXPECT_EQ(r[load]["failed"], 0) << load << ": " << r[load]["failures"].dump();
+      EXPECT_GT(r[load]["ok"].get<int>(), 50) << load << ": " << r[load].dump();
+    }
   }
   // A fault on one unit of a node (a GPU, a MIG instance), then the node's
   // crash: the first moves that unit's streams only, on a crash's zero-loss
@@ -135,6 +146,7 @@ class ChaosTest : public ::testing::Test {
     ASSERT_TRUE(r["llm"].is_object()) << r.dump();
     EXPECT_EQ(r["llm"]["failed"], 0) << r["llm"]["failures"].dump();
     EXPECT_GT(r["llm"]["ok"].get<int>(), 10);
+    ExpectGrpcWhole(r);
     ASSERT_EQ(r["faults"].size(), faults);
     for (const json& f : r["faults"]) {
       EXPECT_GT(f["streams_hit"].get<int>(), 0);

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
@@ -17,10 +18,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
+#include <cstring>
 
 #include "cluster/config_builders.h"
+#include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/names.h"
+#include "absl/strings/str_cat.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
@@ -232,6 +237,278 @@ TEST_F(HostileTest, RouterRequestPath) {
     }
   }
   if (!Alive(router)) ++t.crashes;
+  t.Print();
+  t.ExpectClean();
+}
+
+// HTTP/2 by hand: frames (RFC 9113 4.1) and HPACK literals (RFC 7541 6.2),
+// so that an attack can say what no well-behaved client library would.
+std::string H2Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+  const auto len = static_cast<uint32_t>(payload.size());
+  std::string f = {static_cast<char>(len >> 16), static_cast<char>(len >> 8),
+                   static_cast<char>(len),       static_cast<char>(type),
+                   static_cast<char>(flags),     static_cast<char>((stream >> 24) & 0x7f),
+                   static_cast<char>(stream >> 16), static_cast<char>(stream >> 8),
+                   static_cast<char>(stream)};
+  return f.append(payload);
+}
+constexpr uint8_t kHeaders = 1, kRstStream = 3, kSettings = 4, kContinuation = 9;
+constexpr uint8_t kEndStream = 1, kEndHeaders = 4;
+std::string HpackInt(uint64_t v, int prefix_bits, uint8_t first) {
+  const uint64_t max = (uint64_t{1} << prefix_bits) - 1;
+  if (v < max) return std::string(1, static_cast<char>(first | v));
+  std::string out(1, static_cast<char>(first | max));
+  for (v -= max; v >= 128; v /= 128) out += static_cast<char>(v % 128 + 128);
+  return out + static_cast<char>(v);
+}
+// A literal field with a new name; `index`: added to the dynamic table.
+std::string HpackLiteral(std::string_view name, std::string_view value, bool index = false) {
+  return HpackInt(0, 6, index ? 0x40 : 0x00) + HpackInt(name.size(), 7, 0) + std::string(name) +
+         HpackInt(value.size(), 7, 0) + std::string(value);
+}
+// A ModelInfer call's header block for tenant acme's stream s1.
+std::string GrpcHeaderBlock() {
+  std::string b;
+  for (auto [n, v] : {std::pair{":method", "POST"}, std::pair{":scheme", "http"},
+                      std::pair{":path", "/inference.GRPCInferenceService/ModelInfer"},
+                      std::pair{":authority", "r"}, std::pair{"content-type", "application/grpc"},
+                      std::pair{"te", "trailers"}, std::pair{"x-api-key", "k1"},
+                      std::pair{"x-gpuha-stream", "cam-0"}}) {
+    b += HpackLiteral(n, v);
+  }
+  return b;
+}
+// The client's connection preface (h2c, prior knowledge) and its SETTINGS.
+std::string H2Open() {
+  return std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + H2Frame(kSettings, 0, 0, "");
+}
+
+// An attacker's connection: what it sends, and then whether the router
+// ended it (GOAWAY or a close) within 5 s.
+struct H2Attack {
+  bool connected = false, ended = false, goaway = false;
+  uint32_t goaway_code = 0;
+  size_t refused = 0;  // RST_STREAM REFUSED_STREAM from the router
+};
+// Sends `bytes`, then reads frames until the router closes, or `hold` says
+// to stop (for a connection kept open while the good clients are checked).
+class H2Conn {
+ public:
+  explicit H2Conn(uint16_t port) : s_(ioc_) {
+    boost::system::error_code ec;
+    s_.connect({net::ip::make_address("127.0.0.1"), port}, ec);
+    a_.connected = !ec;
+    // A router that ended the connection stops reading: what it did not
+    // take is given up after a second.
+    struct timeval tv = {1, 0};
+    setsockopt(s_.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  // False once the router stopped taking bytes (it ended the connection).
+  bool Send(const std::string& bytes) {
+    boost::system::error_code ec;
+    net::write(s_, net::buffer(bytes), ec);
+    return !ec;
+  }
+  // Reads until the router ends the connection or `ms` pass without a byte.
+  H2Attack Read(int ms = 5000) {
+    char buf[16384];
+    for (;;) {
+      pollfd p = {s_.native_handle(), POLLIN, 0};
+      if (::poll(&p, 1, ms) <= 0) break;  // quiet: still open
+      const ssize_t n = ::recv(s_.native_handle(), buf, sizeof buf, 0);
+      if (n <= 0) {  // closed (0) or reset
+        a_.ended = true;
+        break;
+      }
+      in_.append(buf, static_cast<size_t>(n));
+      Parse();
+    }
+    return a_;
+  }
+
+ private:
+  void Parse() {
+    while (in_.size() >= 9) {
+      const auto* p = reinterpret_cast<const unsigned char*>(in_.data());
+      const size_t len = (size_t{p[0]} << 16) | (size_t{p[1]} << 8) | p[2];
+      if (in_.size() < 9 + len) return;
+      if (p[3] == 7 && len >= 8) {  // GOAWAY
+        a_.goaway = true;
+        a_.goaway_code = (uint32_t{p[13]} << 24) | (uint32_t{p[14]} << 16) |
+                         (uint32_t{p[15]} << 8) | p[16];
+      }
+      if (p[3] == kRstStream && len == 4 && p[12] == 7) ++a_.refused;  // REFUSED_STREAM
+      in_.erase(0, 9 + len);
+    }
+  }
+  net::io_context ioc_;
+  net::ip::tcp::socket s_;
+  std::string in_;
+  H2Attack a_;
+};
+
+long RssKb(pid_t pid, const char* field) {
+  auto text = common::ReadFile("/proc/" + std::to_string(pid) + "/status");
+  if (!text.ok()) return -1;
+  size_t at = text->find(field);
+  return at == std::string::npos ? -1 : std::atol(text->c_str() + at + std::strlen(field) + 1);
+}
+
+TEST_F(HostileTest, RouterHttp2Attacks) {
+  // Two workers' gRPC ports behind a router process; good gRPC clients
+  // (unary calls and streams, every answer checked) run through every
+  // attack, each from a connection of its own.
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  std::vector<std::string> http, grpc;
+  for (const char* name : {"a", "b"}) {
+    http.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    grpc.push_back(absl::StrCat("127.0.0.1:", FreePort()));
+    workers.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "worker", "--listen", http.back(), "--grpc-listen", grpc.back(), "--node", name,
+        "--latency", "2"}));
+  }
+  cluster::RouterYaml r;
+  r.tenants = {{.name = "acme", .api_keys = {"k1"}}};
+  r.routes = {{.stream = "cam-0",
+               .tenant = "acme",
+               .primary = http[0],
+               .standby = http[1],
+               .primary_grpc = grpc[0],
+               .standby_grpc = grpc[1]}};
+  std::ofstream(dir_ / "router.yaml") << r.Yaml();
+  const uint16_t admin = FreePort();
+  ChildProcess router({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
+                       "127.0.0.1:0", "--admin", absl::StrCat("127.0.0.1:", admin), "--threads",
+                       "2"});
+  auto listening = router.WaitForLine("gpuha router listening on 127.0.0.1:", milliseconds(10000));
+  ASSERT_TRUE(listening.has_value()) << router.err();
+  const auto port = static_cast<uint16_t>(std::stoi(*listening));
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  // The good clients answer before any attack.
+  auto good = [&](const char* protocol, int seconds, const char* report) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        kGpuha, "load", "--target", target, "--protocol", protocol, "--streams", "1", "--rate",
+        "100", "--seconds", std::to_string(seconds), "--key", "k1", "--quiet", "--json",
+        (dir_ / report).string()});
+  };
+  ASSERT_TRUE(gpuha::testing::Eventually(
+      [&] { return good("grpc", 1, "first.json")->Wait(milliseconds(10000)) == 0; },
+      milliseconds(15000)));
+  const long rss_before = RssKb(router.pid(), "VmRSS:");
+  auto unary = good("grpc", 12, "grpc.json");
+  auto streams = good("grpc-stream", 12, "grpc-stream.json");
+
+  Tally t{"router http/2"};
+  std::vector<std::string> ended_by;
+  // Each attack on connections of its own; `conns` at once.
+  auto attack = [&](const std::string& name, int conns, const std::function<std::string(int)>& bytes) {
+    const auto began = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<H2Conn>> open;
+    for (int c = 0; c < conns; ++c) {
+      open.push_back(std::make_unique<H2Conn>(port));
+      open.back()->Send(H2Open() + bytes(c));
+    }
+    int ended = 0;
+    for (auto& c : open) {
+      ++t.cases;
+      H2Attack a = c->Read();
+      ended += a.ended;
+      if (!a.ended) ++t.hangs;
+      if (a.goaway) ended_by.push_back(absl::StrCat(name, ":", a.goaway_code));
+    }
+    std::printf("HOSTILE h2 attack=%s connections=%d ended=%d in %.0f ms\n", name.c_str(), conns,
+                ended,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began)
+                    .count());
+  };
+  // Rapid reset (CVE-2023-44487): streams opened and reset at once, 5,000
+  // per connection.
+  attack("rapid-reset", 8, [](int) {
+    std::string b;
+    const std::string block = GrpcHeaderBlock();
+    for (uint32_t id = 1; id < 10000; id += 2) {
+      b += H2Frame(kHeaders, kEndHeaders, id, block);
+      b += H2Frame(kRstStream, 0, id, std::string("\0\0\0\x08", 4));  // CANCEL
+    }
+    return b;
+  });
+  // A CONTINUATION flood: one header block that never ends, 1 MiB a connection.
+  attack("continuation-flood", 8, [](int) {
+    std::string b = H2Frame(kHeaders, 0, 1, GrpcHeaderBlock());
+    for (int i = 0; i < 256; ++i) {
+      b += H2Frame(kContinuation, 0, 1, HpackLiteral("x-junk", std::string(4000, 'j')));
+    }
+    return b;
+  });
+  // An oversized HPACK table: a dynamic table size update past the 4,096
+  // bytes the router allows...
+  attack("hpack-table-size", 4, [](int) {
+    return H2Frame(kHeaders, kEndHeaders | kEndStream, 1,
+                   HpackInt(uint64_t{1} << 30, 5, 0x20) + GrpcHeaderBlock());
+  });
+  // ...and an HPACK bomb: one 4,000-byte field in the table, referenced
+  // 4,000 times (1 byte each), 16 MB of header list from 8 KB on the wire.
+  attack("hpack-bomb", 4, [](int) {
+    std::string block = GrpcHeaderBlock() + HpackLiteral("x-bomb", std::string(4000, 'b'), true);
+    for (int i = 0; i < 4000; ++i) block += static_cast<char>(0x80 | 62);  // dynamic entry 1
+    std::string b;
+    for (size_t at = 0, id = 0; at < block.size(); at += 16384, ++id) {
+      const bool last = at + 16384 >= block.size();
+      b += H2Frame(id == 0 ? kHeaders : kContinuation,
+                   (last ? kEndHeaders : 0) | (id == 0 ? kEndStream : 0), 1,
+                   block.substr(at, 16384));
+    }
+    return b;
+  });
+  // Stream-count exhaustion: 60 connections, each opening 1,000 calls that
+  // never send their body, held open while the good clients go on.
+  {
+    std::vector<std::unique_ptr<H2Conn>> held;
+    size_t refused = 0;
+    for (int c = 0; c < 60; ++c) {
+      held.push_back(std::make_unique<H2Conn>(port));
+      std::string b = H2Open();
+      const std::string block = GrpcHeaderBlock();
+      for (uint32_t id = 1; id < 2000; id += 2) b += H2Frame(kHeaders, kEndHeaders, id, block);
+      held.back()->Send(b);
+    }
+    // A new client is served while they are held...
+    auto during = good("grpc", 2, "during.json");
+    EXPECT_EQ(during->Wait(milliseconds(15000)), 0) << during->out() << during->err();
+    // ...and past the concurrent-stream limit each call was refused, not held.
+    for (auto& c : held) {
+      ++t.cases;
+      refused += c->Read(100).refused;
+    }
+    std::printf("HOSTILE h2 attack=stream-exhaustion connections=60 streams_refused=%zu\n",
+                refused);
+    EXPECT_GE(refused, size_t{60 * (1000 - 128)});
+  }
+  const long rss_peak = RssKb(router.pid(), "VmHWM:");
+  EXPECT_EQ(unary->Wait(milliseconds(40000)), 0) << unary->out() << unary->err();
+  EXPECT_EQ(streams->Wait(milliseconds(40000)), 0) << streams->out() << streams->err();
+  for (const char* protocol : {"grpc", "grpc-stream"}) {
+    auto report = common::ReadFile((dir_ / absl::StrCat(protocol, ".json")).string());
+    ASSERT_TRUE(report.ok()) << protocol;
+    json j = json::parse(*report);
+    std::printf("HOSTILE h2 good clients=%s ok=%d failed=%d\n", protocol, j["ok"].get<int>(),
+                j["failed"].get<int>());
+    if (j["failed"].get<int>() != 0) ++t.lost;
+    EXPECT_GT(j["ok"].get<int>(), 1000) << protocol << ": " << j.dump();
+  }
+  if (!Alive(router)) ++t.crashes;
+  // Memory stays bounded: what every attack held at once stays under 256 MiB.
+  std::printf("HOSTILE h2 router_rss_kb before=%ld peak=%ld\n", rss_before, rss_peak);
+  EXPECT_LT(rss_peak - rss_before, 256 * 1024) << "router RSS grew from " << rss_before
+                                               << " kB to a peak of " << rss_peak << " kB";
+  for (const std::string& e : ended_by) std::printf("HOSTILE h2 goaway %s\n", e.c_str());
+  auto metrics = common::HttpCall("GET", "127.0.0.1", admin, "/metrics", "", milliseconds(2000));
+  ASSERT_TRUE(metrics.ok());
+  for (const char* name : {"gpuha_router_h2_protocol_errors_total", "gpuha_router_h2_resets_total"}) {
+    size_t at = metrics->body.find(absl::StrCat("\n", name, " "));
+    ASSERT_NE(at, std::string::npos) << name;
+    std::printf("HOSTILE h2 %s\n", metrics->body.substr(at + 1, metrics->body.find('\n', at + 1) - at - 1).c_str());
+  }
   t.Print();
   t.ExpectClean();
 }
