@@ -12,18 +12,21 @@ using nlohmann::json;
 
 std::string DemoReport::Text() const {
   std::string out =
-      absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s\n", "fault", "node", "streams",
-                      "detected", "fenced", "routes", "acked", "standby", "failed", "gap");
+      absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s %7s\n", "fault", "node",
+                      "streams", "detected", "fenced", "routes", "acked", "standby", "failed",
+                      "gap", "grpc");
   for (const FaultTimeline& t : faults) {
     absl::StrAppend(
-        &out,
-        absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f\n", t.fault, t.node,
-                        t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms), Ms(t.routes_pushed_ms),
-                        Ms(t.routers_acked_ms), Ms(t.first_standby_ms), t.failed, t.max_gap_ms));
+        &out, absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f %7d\n", t.fault,
+                              t.node, t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms),
+                              Ms(t.routes_pushed_ms), Ms(t.routers_acked_ms),
+                              Ms(t.first_standby_ms), t.failed, t.max_gap_ms,
+                              t.grpc_failed + t.grpc_stream_failed));
   }
   absl::StrAppend(&out,
                   "(milliseconds after the fault; standby = first request served by the "
-                  "standby; gap = longest stretch with no answer on a stream the fault hit)\n");
+                  "standby; gap = longest stretch with no answer on a stream the fault hit; "
+                  "grpc = gRPC calls and stream messages failed)\n");
   for (const FaultTimeline& t : faults) {
     if (t.node_streams_kept) {
       absl::StrAppend(&out, absl::StrFormat("%s (%s): %d of the node's %d other streams kept "
