@@ -172,9 +172,12 @@ class Demo {
           return r.ok() && r->failed == 0 && r->ok > 0;
         },
         milliseconds(20000));
-    if (ready && o_.grpc_streams > 0) {  // and over gRPC, through the routes' gRPC addresses
+    // And over gRPC, through the routes' gRPC addresses: calls, then streams.
+    for (bool stream : {false, true}) {
+      if (!ready || o_.grpc_streams == 0) break;
       probe.infer = false;
-      probe.grpc = true;
+      probe.grpc = !stream;
+      probe.grpc_stream = stream;
       probe.streams = std::min(o_.grpc_streams, o_.streams);
       ready = c_.WaitFor(
           [&] {
@@ -248,7 +251,12 @@ class Demo {
     side.o.on_answer = [&side](const load::Answer& a) { side.answers.Add(a); };
     side.thread = std::thread([&side, out] {
       auto r = load::RunLoad(side.o);
-      if (r.ok()) *out = *r;
+      if (r.ok()) {
+        *out = *r;
+      } else {
+        std::fprintf(stderr, "demo: a side load did not run: %s\n",
+                     std::string(r.status().message()).c_str());
+      }
     });
   }
 

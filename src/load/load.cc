@@ -217,6 +217,12 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
   // On the loop: OnDone's news has come, so nothing of grpc++'s refers to
   // this any more and it may go.
   bool finished() const { return finished_; }
+  // Whether its read side has ended: it takes no more messages, and a new
+  // call should carry the next ones.
+  bool read_ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return read_ended_;
+  }
 
   grpc::ClientContext ctx;
 
@@ -508,8 +514,10 @@ class Runner {
   void Back(StreamState& s, const std::string& failure, Clock::time_point now) {
     s.outstanding--;
     if (failure.empty() && s.stalled_since) {
-      if (now <= end_) {
-        s.report.max_stall_ms = std::max(s.report.max_stall_ms, Ms(now - *s.stalled_since));
+      // A wait that ran past the run's end counts up to the end.
+      if (*s.stalled_since < end_) {
+        s.report.max_stall_ms =
+            std::max(s.report.max_stall_ms, Ms(std::min(now, end_) - *s.stalled_since));
       }
       s.stalled_since = s.outstanding > 0 ? std::optional(now) : std::nullopt;
     }
@@ -565,7 +573,7 @@ class Runner {
   // The stream's open ModelStreamInfer call, opened when it has none (or
   // its last one ended).
   StreamCall& OpenStream(StreamState& s) {
-    if (s.call && s.call->finished()) s.ended.push_back(std::move(s.call));
+    if (s.call && (s.call->finished() || s.call->read_ended())) s.ended.push_back(std::move(s.call));
     std::erase_if(s.ended, [](const std::unique_ptr<StreamCall>& c) { return c->finished(); });
     if (!s.call) {
       s.call = std::make_unique<StreamCall>(calls_.get());

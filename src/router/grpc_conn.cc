@@ -148,14 +148,15 @@ struct CallCtx {
   // answered (the stream is gone, unplaced, or has nowhere else to go).
   bool Rechoose(const UpstreamState* failed) {
     RefreshRoutes(L);
-    routes = L.routes;
+    std::shared_ptr<const RouteTable> now = L.routes;
     UpstreamOrder<UpstreamState> fresh;
     const RouteEntry* e = nullptr;
     if (std::optional<Refusal> r =
-            ChooseUpstreams(L, routes.get(), *tenant, stream_id, L.clock.Now(), &fresh, &e)) {
+            ChooseUpstreams(L, now.get(), *tenant, stream_id, L.clock.Now(), &fresh, &e)) {
       Answer(r->reason, absl::StrCat(r->detail, "; the stream broke: ", last_failure));
       return false;
     }
+    routes = std::move(now);  // holds `e`
     entry = e;
     order.clear();
     for (UpstreamState* up : fresh) {
@@ -519,6 +520,10 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     size_t parsed = 0;         // of call.data: answers relayed so far
     bool answered_here = false;  // this upstream answered one of this stream's messages
     bool error_answer = false;   // it answered one with an error (StreamAnswerIsError)
+    // Whether a break here can go on elsewhere: to the next upstream, or
+    // (a stream that lived here) to where its route points now.
+    // (A decoupled model's stream is not continued; the next attempt says so.)
+    auto can_continue = [&] { return i + 1 < c.order.size() || (answered_here && !decoupled); };
     bool check_overdue = false;
     error_code ec;
     for (;;) {
@@ -572,11 +577,13 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       // oldest unanswered request (whose bytes go back to the window).
       std::string_view d(call.data);
       while (size_t n = WholeMessage(d.substr(parsed))) {
-        // An error answer while another upstream is left: this one is
-        // failing (a CUDA error, an engine gone bad), and the stream goes on
-        // there with this message unanswered, as an HTTP 500 is re-sent.
-        if (!unanswered.empty() && config.retry_5xx && i + 1 < c.order.size() &&
-            StreamAnswerIsError(d.substr(parsed, n))) {
+        // An error answer while another upstream is left and the retry
+        // budget pays for it: this one may be failing (a CUDA error, an
+        // engine gone bad), and the stream goes on there with this message
+        // unanswered, as an HTTP 500 is re-sent. From the last upstream the
+        // error is relayed: the stream lives on.
+        if (!unanswered.empty() && config.retry_5xx && i + 1 < c.order.size() && !decoupled &&
+            L.retry_budget.Balance(L.now) >= 1 && StreamAnswerIsError(d.substr(parsed, n))) {
           error_answer = true;
           break;
         }
@@ -645,7 +652,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     const std::string_view grpc_status = GrpcStatusOf(call);
     const bool retryable_status = RetryableStatus(grpc_status);
     if (!error_answer && call.done && !call.failed && H2Find(call.headers, ":status") == "200" &&
-        !grpc_status.empty() && !(retryable_status && config.retry_5xx && i + 1 < c.order.size()) &&
+        !grpc_status.empty() && !(retryable_status && config.retry_5xx && can_continue()) &&
         (grpc_status != "0" || (unanswered.empty() && client_done))) {
       // Ended: whole, or with the upstream's own status, which is relayed.
       if (ServerError(grpc_status)) UpstreamAnswered(L, up, true, call.answered_at, {});
@@ -671,9 +678,10 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
                                : std::string("the stream ended without a status"));
     hung = call.hung_cancel;
     unavailable = retryable_status || error_answer;
-    if (error_answer) {
-      UpstreamAnswered(L, up, true, L.clock.Now(), {});
-    } else if (retryable_status) {
+    // An error answer is not held against the upstream (its ejection):
+    // error_message cannot say whether the server or the request was bad,
+    // and one tenant's bad frames must not take a server from the others.
+    if (retryable_status && !error_answer) {
       UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
     }
     if (call.timed_out && !c.DeadlinePassed()) ConnectionFailed(L, up);
@@ -687,7 +695,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     // those it was admitted with: a camera's stream outlives many faults,
     // and the routes have moved on since it began. It goes on where its
     // route points now, paid for by the retry budget as any attempt is.
-    if (i + 1 == c.order.size() && answered_here && !decoupled) {
+    if (i + 1 == c.order.size() && can_continue()) {
       if (!c.Rechoose(&up)) co_return;
       i = static_cast<size_t>(-1);  // the loop's ++i: the fresh order's first
     }
