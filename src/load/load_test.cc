@@ -123,20 +123,29 @@ TEST(LoadTest, SseAnswersAreCheckedAndTimed) {
                    .ok());
 }
 
-TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
+// A worker serving HTTP and gRPC, and a router config without auth.
+absl::StatusOr<std::unique_ptr<worker::Worker>> GrpcWorker(const std::string& node) {
   worker::WorkerOptions wo;
   wo.port = 0;
   wo.grpc_port = 0;
-  wo.node = "w1";
+  wo.node = node;
   wo.latency = milliseconds(1);
-  auto w = worker::Worker::Start(wo);
-  ASSERT_TRUE(w.ok()) << w.status();
+  return worker::Worker::Start(wo);
+}
+router::RouterConfig OpenRouter() {
   router::RouterConfig rc;
   rc.listen = {"127.0.0.1", 0};
   rc.admin = {"127.0.0.1", 0};
   rc.threads = 1;
   rc.auth_none = true;
   rc.probe_interval = milliseconds(0);
+  return rc;
+}
+
+TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
+  auto w = GrpcWorker("w1");
+  ASSERT_TRUE(w.ok()) << w.status();
+  router::RouterConfig rc = OpenRouter();
   const std::string http = "127.0.0.1:" + std::to_string((*w)->port());
   const std::string grpc = "127.0.0.1:" + std::to_string((*w)->grpc_port());
   router::StaticRoute cam{"cam-0", "", http, ""};
@@ -175,21 +184,10 @@ TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
   EXPECT_EQ(bad->failures.rbegin()->first.rfind("grpc UNAVAILABLE ", 0), 0u) << bad->Json();
 }
 
-
 TEST(LoadTest, GrpcStreamsAnswerEveryMessageOnceInOrder) {
-  worker::WorkerOptions wo;
-  wo.port = 0;
-  wo.grpc_port = 0;
-  wo.node = "w1";
-  wo.latency = milliseconds(1);
-  auto w = worker::Worker::Start(wo);
+  auto w = GrpcWorker("w1");
   ASSERT_TRUE(w.ok()) << w.status();
-  router::RouterConfig rc;
-  rc.listen = {"127.0.0.1", 0};
-  rc.admin = {"127.0.0.1", 0};
-  rc.threads = 1;
-  rc.auth_none = true;
-  rc.probe_interval = milliseconds(0);
+  router::RouterConfig rc = OpenRouter();
   const std::string http = "127.0.0.1:" + std::to_string((*w)->port());
   const std::string grpc = "127.0.0.1:" + std::to_string((*w)->grpc_port());
   for (const char* id : {"cam-0", "cam-1"}) {

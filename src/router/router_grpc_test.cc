@@ -39,12 +39,7 @@ class RouterGrpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (auto [w, name] : {std::pair{&a_, "a"}, std::pair{&b_, "b"}}) {
-      worker::WorkerOptions o;
-      o.port = 0;
-      o.grpc_port = 0;
-      o.node = name;
-      o.latency = milliseconds(2);
-      auto s = worker::Worker::Start(o);
+      auto s = StartWorker(name);
       ASSERT_TRUE(s.ok()) << s.status();
       *w = std::move(*s);
     }
@@ -67,6 +62,14 @@ class RouterGrpcTest : public ::testing::Test {
     ASSERT_TRUE(router_->Start().ok());
     stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
         absl::StrCat("127.0.0.1:", router_->port()), grpc::InsecureChannelCredentials()));
+  }
+  static absl::StatusOr<std::unique_ptr<worker::Worker>> StartWorker(const std::string& name) {
+    worker::WorkerOptions o;
+    o.port = 0;
+    o.grpc_port = 0;
+    o.node = name;
+    o.latency = milliseconds(2);
+    return worker::Worker::Start(o);
   }
   static std::string Http(const worker::Worker& w) { return absl::StrCat("127.0.0.1:", w.port()); }
   static std::string Grpc(const worker::Worker& w) {
@@ -306,12 +309,7 @@ TEST_F(RouterGrpcTest, AStreamOutlivesTheUpstreamsItBeganWith) {
   // on b; the controller's new routes then make b the primary and c the
   // standby, and when b fails too the stream goes on on c, where its route
   // points now, though c was no upstream of it when it began.
-  worker::WorkerOptions o;
-  o.port = 0;
-  o.grpc_port = 0;
-  o.node = "c";
-  o.latency = milliseconds(2);
-  auto c = worker::Worker::Start(o);
+  auto c = StartWorker("c");
   ASSERT_TRUE(c.ok()) << c.status();
   StreamAround(
       *stub_, 5,
