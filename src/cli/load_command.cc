@@ -47,13 +47,14 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--image-side", o_.image_side, "--infer: image side in pixels (RGB)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app_->add_option("--protocol", protocol_,
-                   "http: a request per answer; sse: streamed completions of the worker's "
-                   "language model, every token timed and every answer checked "
-                   "(POST /v1/completions unless --path is given); grpc: KServe v2 ModelInfer "
-                   "calls of the worker's 'cv' model over HTTP/2, every answer checked; grpc-stream: "
-                   "a ModelStreamInfer call per stream, each request a message on it, every "
-                   "message answered once, in order, and checked")
+  app_->add_option(
+          "--protocol", protocol_,
+          "http: a request per answer; sse: streamed completions of the worker's "
+          "language model, every token timed and every answer checked "
+          "(POST /v1/completions unless --path is given); grpc: KServe v2 ModelInfer "
+          "calls of the worker's 'cv' model over HTTP/2, every answer checked; grpc-stream: "
+          "a ModelStreamInfer call per stream, each request a message on it, every "
+          "message answered once, in order, and checked")
       ->capture_default_str()
       ->check(CLI::IsMember({"http", "sse", "grpc", "grpc-stream"}));
   app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")

@@ -48,8 +48,7 @@ std::string ControllerYaml::Yaml() const {
                       e.slice ? absl::StrCat(", slice: ", *e.slice) : "",
                       ", address: ", Quote(e.address),
                       e.grpc_address.empty() ? "" : ", grpc_address: " + Quote(e.grpc_address),
-                      ", capacity: ", e.capacity, " }",
-                      g + 1 == n.gpu_servers.size() ? "]" : "");
+                      ", capacity: ", e.capacity, " }", g + 1 == n.gpu_servers.size() ? "]" : "");
     }
     absl::StrAppend(&out, " }\n");
   }

@@ -82,7 +82,7 @@ struct AgentYaml {
   // the command and URLs).
   std::optional<int64_t> per_gpu_port_base{}, per_gpu_capacity{};
   std::optional<int64_t> per_gpu_grpc_port_base{};  // their gRPC ports ({grpc_port})
-  std::string job_progress_dir{};  // empty: the default
+  std::string job_progress_dir{};                   // empty: the default
   std::optional<int64_t> job_stop_grace_ms{};
   std::string Yaml() const;
 };

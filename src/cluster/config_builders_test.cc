@@ -21,17 +21,15 @@ TEST(ConfigBuildersTest, QuoteKeepsAnyTextOneScalar) {
 TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   ControllerYaml c;
   c.comment = "three nodes";
-  c.nodes = {{.name = "n1",
-              .capacity = 4,
-              .address = "127.0.0.1:9001",
-              .grpc_address = "127.0.0.1:9101"},
-             {.name = "n2", .role = "passive", .capacity = 6, .address = "127.0.0.1:9002"},
-             {.name = "n3",
-              .role = "passive",
-              .gpu_servers = {{.index = 0,
-                               .address = "127.0.0.1:9003",
-                               .grpc_address = "127.0.0.1:9103",
-                               .capacity = 2}}}};
+  c.nodes = {
+      {.name = "n1", .capacity = 4, .address = "127.0.0.1:9001", .grpc_address = "127.0.0.1:9101"},
+      {.name = "n2", .role = "passive", .capacity = 6, .address = "127.0.0.1:9002"},
+      {.name = "n3",
+       .role = "passive",
+       .gpu_servers = {{.index = 0,
+                        .address = "127.0.0.1:9003",
+                        .grpc_address = "127.0.0.1:9103",
+                        .capacity = 2}}}};
   c.tenants = {"acme", "globex"};
   c.grpc_listen = "127.0.0.1:7500";
   c.store_path = "/tmp/x y/c.db";

@@ -11,17 +11,15 @@ namespace gpuha::demo {
 using nlohmann::json;
 
 std::string DemoReport::Text() const {
-  std::string out =
-      absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s %7s\n", "fault", "node",
-                      "streams", "detected", "fenced", "routes", "acked", "standby", "failed",
-                      "gap", "grpc");
+  std::string out = absl::StrFormat("%-19s %-14s %7s %9s %7s %8s %8s %9s %7s %8s %7s\n", "fault",
+                                    "node", "streams", "detected", "fenced", "routes", "acked",
+                                    "standby", "failed", "gap", "grpc");
   for (const FaultTimeline& t : faults) {
-    absl::StrAppend(
-        &out, absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f %7d\n", t.fault,
-                              t.node, t.streams_hit, Ms(t.detected_ms), Ms(t.fenced_ms),
-                              Ms(t.routes_pushed_ms), Ms(t.routers_acked_ms),
-                              Ms(t.first_standby_ms), t.failed, t.max_gap_ms,
-                              t.grpc_failed + t.grpc_stream_failed));
+    absl::StrAppend(&out, absl::StrFormat("%-19s %-14s %7d %9s %7s %8s %8s %9s %7d %8.1f %7d\n",
+                                          t.fault, t.node, t.streams_hit, Ms(t.detected_ms),
+                                          Ms(t.fenced_ms), Ms(t.routes_pushed_ms),
+                                          Ms(t.routers_acked_ms), Ms(t.first_standby_ms), t.failed,
+                                          t.max_gap_ms, t.grpc_failed + t.grpc_stream_failed));
   }
   absl::StrAppend(&out,
                   "(milliseconds after the fault; standby = first request served by the "
@@ -136,9 +134,8 @@ std::string DemoReport::Json() const {
               {"load", json::parse(load.Json(), nullptr, false)},
               {"llm", llm.sent > 0 ? json::parse(llm.Json(), nullptr, false) : json(nullptr)},
               {"grpc", grpc.sent > 0 ? json::parse(grpc.Json(), nullptr, false) : json(nullptr)},
-              {"grpc_stream", grpc_stream.sent > 0
-                                  ? json::parse(grpc_stream.Json(), nullptr, false)
-                                  : json(nullptr)},
+              {"grpc_stream", grpc_stream.sent > 0 ? json::parse(grpc_stream.Json(), nullptr, false)
+                                                   : json(nullptr)},
               {"lost", Lost()},
               {"train_step", train_step ? json(*train_step) : json(nullptr)},
               {"train_exact", train_exact ? json(*train_exact) : json(nullptr)}}

@@ -277,7 +277,7 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
   }
 
   GrpcCalls* calls_;
-  inference::ModelStreamInferResponse in_;  // grpc++'s, between StartRead and OnReadDone
+  inference::ModelStreamInferResponse in_;             // grpc++'s, between StartRead and OnReadDone
   std::deque<inference::ModelInferRequest> to_write_;  // front: being written
   std::deque<std::shared_ptr<StreamMessage>> unanswered_;
   std::mutex mu_;  // read_ended_, between the loop's writes and the read side's end
@@ -536,17 +536,16 @@ class Runner {
     const auto sent_at = Clock::now();
     Out(s, sent_at);
     calls_->Begin(&call->ctx);
-    stub_->async()->ModelInfer(
-        &call->ctx, &frame.grpc, &call->resp,
-        // Raw pointers: this frame holds the call until the loop has its
-        // answer, and a run's end waits for every callback (CancelAndWait).
-        [calls = calls_.get(), c = call.get()](grpc::Status st) {
-          c->status = std::move(st);
-          calls->End(&c->ctx, [c] {
-            c->done = true;
-            c->wake.cancel();
-          });
-        });
+    stub_->async()->ModelInfer(&call->ctx, &frame.grpc, &call->resp,
+                               // Raw pointers: this frame holds the call until the loop has its
+                               // answer, and a run's end waits for every callback (CancelAndWait).
+                               [calls = calls_.get(), c = call.get()](grpc::Status st) {
+                                 c->status = std::move(st);
+                                 calls->End(&c->ctx, [c] {
+                                   c->done = true;
+                                   c->wake.cancel();
+                                 });
+                               });
     while (!call->done) {
       call->wake.expires_at(Clock::time_point::max());
       error_code ec;
@@ -573,7 +572,8 @@ class Runner {
   // The stream's open ModelStreamInfer call, opened when it has none (or
   // its last one ended).
   StreamCall& OpenStream(StreamState& s) {
-    if (s.call && (s.call->finished() || s.call->read_ended())) s.ended.push_back(std::move(s.call));
+    if (s.call && (s.call->finished() || s.call->read_ended()))
+      s.ended.push_back(std::move(s.call));
     std::erase_if(s.ended, [](const std::unique_ptr<StreamCall>& c) { return c->finished(); });
     if (!s.call) {
       s.call = std::make_unique<StreamCall>(calls_.get());

@@ -211,8 +211,8 @@ TEST(LoadTest, GrpcStreamsAnswerEveryMessageOnceInOrder) {
   EXPECT_EQ(rep->served_by["w1"], rep->ok) << rep->Json();
   EXPECT_EQ((*w)->counters().success.load(), rep->ok);
   // Two calls, one per stream, carried every message.
-  auto metrics = common::HttpCall("GET", "127.0.0.1", r.admin_port(), "/metrics", "",
-                                  milliseconds(2000));
+  auto metrics =
+      common::HttpCall("GET", "127.0.0.1", r.admin_port(), "/metrics", "", milliseconds(2000));
   ASSERT_TRUE(metrics.ok());
   EXPECT_NE(metrics->body.find("gpuha_router_grpc_streams_total 2\n"), std::string::npos)
       << metrics->body;

@@ -517,7 +517,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       continue;
     }
     std::fill(sent_at.begin(), sent_at.end(), Clock::now());  // sent again now
-    size_t parsed = 0;         // of call.data: answers relayed so far
+    size_t parsed = 0;           // of call.data: answers relayed so far
     bool answered_here = false;  // this upstream answered one of this stream's messages
     bool error_answer = false;   // it answered one with an error (StreamAnswerIsError)
     // Whether a break here can go on elsewhere: to the next upstream, or

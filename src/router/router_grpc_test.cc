@@ -484,7 +484,8 @@ TEST(StreamAnswerTest, AnErrorAnswerIsToldFromAResultByItsErrorMessage) {
   };
   inference::ModelStreamInferResponse ok;
   auto img = Image(4, 4, 1);
-  worker::ToGrpc("r1", worker::ComputeCv(img.data(), nullptr, 4, 4, 3), ok.mutable_infer_response());
+  worker::ToGrpc("r1", worker::ComputeCv(img.data(), nullptr, 4, 4, 3),
+                 ok.mutable_infer_response());
   EXPECT_FALSE(StreamAnswerIsError(framed(ok)));
   inference::ModelStreamInferResponse failed;
   failed.set_error_message("inference failed: CUDA error");
@@ -493,8 +494,8 @@ TEST(StreamAnswerTest, AnErrorAnswerIsToldFromAResultByItsErrorMessage) {
   inference::ModelInferResponse small;
   small.set_id("r1");
   std::string both = small.SerializeAsString();
-  std::string reordered = "\x12" + std::string(1, static_cast<char>(both.size())) + both +
-                          "\x0a\x03" + "bad";
+  std::string reordered =
+      "\x12" + std::string(1, static_cast<char>(both.size())) + both + "\x0a\x03" + "bad";
   ASSERT_LT(both.size(), 128u);
   std::string prefix(5, '\0');
   prefix[4] = static_cast<char>(reordered.size());

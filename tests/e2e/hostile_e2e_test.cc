@@ -9,23 +9,23 @@
 // counts are printed as HOSTILE lines for bench/RESULTS.md.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string_view>
-#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "cluster/config_builders.h"
 #include "common/file_util.h"
 #include "common/http_server.h"
 #include "common/names.h"
-#include "absl/strings/str_cat.h"
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "tests/e2e/child_process.h"
@@ -245,9 +245,9 @@ TEST_F(HostileTest, RouterRequestPath) {
 // so that an attack can say what no well-behaved client library would.
 std::string H2Frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
   const auto len = static_cast<uint32_t>(payload.size());
-  std::string f = {static_cast<char>(len >> 16), static_cast<char>(len >> 8),
-                   static_cast<char>(len),       static_cast<char>(type),
-                   static_cast<char>(flags),     static_cast<char>((stream >> 24) & 0x7f),
+  std::string f = {static_cast<char>(len >> 16),    static_cast<char>(len >> 8),
+                   static_cast<char>(len),          static_cast<char>(type),
+                   static_cast<char>(flags),        static_cast<char>((stream >> 24) & 0x7f),
                    static_cast<char>(stream >> 16), static_cast<char>(stream >> 8),
                    static_cast<char>(stream)};
   return f.append(payload);
@@ -275,10 +275,9 @@ std::string GrpcHeaderBlock(const char* method = "ModelInfer") {
   const std::string path = absl::StrCat("/inference.GRPCInferenceService/", method);
   std::string b;
   for (auto [n, v] : {std::pair{":method", "POST"}, std::pair{":scheme", "http"},
-                      std::pair{":path", path.c_str()},
-                      std::pair{":authority", "r"}, std::pair{"content-type", "application/grpc"},
-                      std::pair{"te", "trailers"}, std::pair{"x-api-key", "k1"},
-                      std::pair{"x-gpuha-stream", "cam-0"}}) {
+                      std::pair{":path", path.c_str()}, std::pair{":authority", "r"},
+                      std::pair{"content-type", "application/grpc"}, std::pair{"te", "trailers"},
+                      std::pair{"x-api-key", "k1"}, std::pair{"x-gpuha-stream", "cam-0"}}) {
     b += HpackLiteral(n, v);
   }
   return b;
@@ -343,8 +342,8 @@ class H2Conn {
       if (in_.size() < 9 + len) return;
       if (p[3] == 7 && len >= 8) {  // GOAWAY
         a_.goaway = true;
-        a_.goaway_code = (uint32_t{p[13]} << 24) | (uint32_t{p[14]} << 16) |
-                         (uint32_t{p[15]} << 8) | p[16];
+        a_.goaway_code =
+            (uint32_t{p[13]} << 24) | (uint32_t{p[14]} << 16) | (uint32_t{p[15]} << 8) | p[16];
       }
       if (p[3] == kRstStream && len == 4 && p[12] == 7) ++a_.refused;  // REFUSED_STREAM
       in_.erase(0, 9 + len);
@@ -372,9 +371,9 @@ TEST_F(HostileTest, RouterHttp2Attacks) {
   for (const char* name : {"a", "b"}) {
     http.push_back(absl::StrCat("127.0.0.1:", FreePort()));
     grpc.push_back(absl::StrCat("127.0.0.1:", FreePort()));
-    workers.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        kGpuha, "worker", "--listen", http.back(), "--grpc-listen", grpc.back(), "--node", name,
-        "--latency", "2"}));
+    workers.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{kGpuha, "worker", "--listen", http.back(), "--grpc-listen",
+                                 grpc.back(), "--node", name, "--latency", "2"}));
   }
   cluster::RouterYaml r;
   r.tenants = {{.name = "acme", .api_keys = {"k1"}}};
@@ -515,8 +514,8 @@ TEST_F(HostileTest, RouterHttp2Attacks) {
   if (!Alive(router)) ++t.crashes;
   // Memory stays bounded: what every attack held at once stays under 256 MiB.
   std::printf("HOSTILE h2 router_rss_kb before=%ld peak=%ld\n", rss_before, rss_peak);
-  EXPECT_LT(rss_peak - rss_before, 256 * 1024) << "router RSS grew from " << rss_before
-                                               << " kB to a peak of " << rss_peak << " kB";
+  EXPECT_LT(rss_peak - rss_before, 256 * 1024)
+      << "router RSS grew from " << rss_before << " kB to a peak of " << rss_peak << " kB";
   auto metrics = common::HttpCall("GET", "127.0.0.1", admin, "/metrics", "", milliseconds(2000));
   ASSERT_TRUE(metrics.ok());
   auto metric = [&](const std::string& name) {
