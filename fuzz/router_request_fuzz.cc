@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     p.put(in, ec);
     if (!ec && p.is_header_done()) {
       std::string out;
-      gpuha::router::AppendClientHead(p.get(), Framing::kChunked, 0, true, &out);
+      gpuha::router::AppendClientHead(p.get(), Framing::kChunked, 0, true, 59, &out);
       if (out.find("\r\n\r\n") + 4 != out.size()) __builtin_trap();
     }
   }

@@ -44,11 +44,20 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
   };
   EngineSample triton, vllm;
   bool triton_progress = false, vllm_progress = false;
+  // Triton's request outcomes (the failing rule, FailureWatch).
+  static constexpr std::string_view kSuccess = "nv_inference_request_success";
+  static constexpr std::string_view kFailure = "nv_inference_request_failure";
   while (!text.empty()) {
     size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (line.empty() || line[0] == '#') continue;
+    for (auto [name, into] : {std::pair{kSuccess, &triton.succeeded}, {kFailure, &triton.failed}}) {
+      if (std::optional<double> v = SampleOf(line, name)) {
+        *into += *v;
+        triton.has_outcomes = true;
+      }
+    }
     for (const Family& f : kFamilies) {
       std::optional<double> v = SampleOf(line, f.name);
       if (!v) continue;
@@ -63,6 +72,9 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
   if (!triton_progress && !vllm_progress) return std::nullopt;
   EngineSample sum;
   if (triton_progress) sum = triton;
+  sum.has_outcomes = triton.has_outcomes;
+  sum.succeeded = triton.succeeded;
+  sum.failed = triton.failed;
   if (vllm_progress) {
     sum.pending += vllm.pending;
     sum.progress += vllm.progress;

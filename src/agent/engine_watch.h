@@ -30,6 +30,11 @@ struct EngineSample {
   // num_requests_running): each one makes a token every step while the
   // engine works, so their tokens stopping is a stall by itself.
   double generating = 0;
+  // Triton's request outcomes (nv_inference_request_success and _failure);
+  // has_outcomes false when the engine exports neither.
+  bool has_outcomes = false;
+  double succeeded = 0;
+  double failed = 0;
 };
 
 // Sums each family over its label sets, and Triton's and vLLM's together when
@@ -89,6 +94,44 @@ class EngineWatch {
   common::TimePoint moved_at_{};
   common::TimePoint clear_at_{};  // last scrape with progress, or 2nd in a row idle
   int idle_scrapes_ = 0;          // scrapes in a row with nothing waiting
+};
+
+// FailureWatch: an engine that answers, but only with errors. A broken CUDA
+// context answers every inference 500 at once while its readiness says 200
+// and its executions still count (the demo's error-burst): no stall, and
+// each router ejects it only after its own run of 5xx, while the controller
+// never moves its streams. Failing: at least `min_failures` failures since
+// the last success, and no success for `window`. One tenant's bad requests
+// beside others' good ones are not it: any success clears it.
+//
+//   FailureWatch f(std::chrono::seconds(1));
+//   if (s && f.Observe(now, *s)) ...  // failing: fail the server
+//
+// Pure. Thread-safety: none.
+class FailureWatch {
+ public:
+  explicit FailureWatch(common::Duration window, double min_failures = 5)
+      : window_(window), min_failures_(min_failures) {}
+  bool Observe(common::TimePoint now, const EngineSample& s) {
+    if (!s.has_outcomes) return false;
+    if (!succeeded_ || s.succeeded != *succeeded_ || s.failed < failed_at_success_) {
+      succeeded_ = s.succeeded;  // a success (or a restarted engine): clear
+      failed_at_success_ = s.failed;
+      success_at_ = now;
+      return false;
+    }
+    return s.failed - failed_at_success_ >= min_failures_ && now - success_at_ >= window_;
+  }
+  // Failures since the last success (meaningful while Observe says failing).
+  double failures(const EngineSample& s) const { return s.failed - failed_at_success_; }
+  common::TimePoint success_at() const { return success_at_; }
+
+ private:
+  common::Duration window_;
+  double min_failures_;
+  std::optional<double> succeeded_;
+  double failed_at_success_ = 0;
+  common::TimePoint success_at_{};
 };
 
 }  // namespace gpuha::agent

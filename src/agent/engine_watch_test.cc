@@ -146,3 +146,68 @@ TEST(EngineWatchTest, ATokenEngineGeneratingNothingIsAStall) {
 
 }  // namespace
 }  // namespace gpuha::agent
+
+namespace gpuha::agent {
+namespace {
+
+EngineSample Outcomes(double succeeded, double failed, double progress) {
+  return {.pending = 0,
+          .progress = progress,
+          .generating = 0,
+          .has_outcomes = true,
+          .succeeded = succeeded,
+          .failed = failed};
+}
+
+TEST(FailureWatchTest, ReadsTritonsRequestOutcomes) {
+  auto t = ParseEngineMetrics(
+      "nv_inference_exec_count{model=\"cv\",version=\"1\"} 30\n"
+      "nv_inference_request_success{model=\"cv\",version=\"1\"} 20\n"
+      "nv_inference_request_success{model=\"b\",version=\"1\"} 1\n"
+      "nv_inference_request_failure{model=\"cv\",version=\"1\"} 9\n");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_TRUE(t->has_outcomes);
+  EXPECT_EQ(t->succeeded, 21);
+  EXPECT_EQ(t->failed, 9);
+  auto v = ParseEngineMetrics("vllm:generation_tokens_total 5\n");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->has_outcomes);
+}
+
+// The error-burst: executions still count (no stall), every request fails.
+TEST(FailureWatchTest, OnlyErrorsForTheWindowIsFailing) {
+  common::FakeClock clock;
+  FailureWatch f(milliseconds(1000));
+  EngineWatch stall(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(100, 0, 100)));
+  for (int i = 1; i <= 5; ++i) {
+    clock.Advance(milliseconds(250));
+    const EngineSample s = Outcomes(100, 40.0 * i, 100 + 40.0 * i);
+    EXPECT_FALSE(stall.Observe(clock.Now(), s));  // it executes: not a stall
+    EXPECT_EQ(f.Observe(clock.Now(), s), i >= 4) << i;
+  }
+  EXPECT_EQ(f.failures(Outcomes(100, 200, 0)), 200);
+  // One success clears it.
+  clock.Advance(milliseconds(250));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(101, 240, 340)));
+}
+
+TEST(FailureWatchTest, AFewFailuresAQuietEngineOrSuccessesBesideThemAreNotFailing) {
+  common::FakeClock clock;
+  FailureWatch f(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 0, 10)));
+  clock.Advance(milliseconds(5000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 4, 14)));  // quiet, 4 failures: too few
+  FailureWatch g(milliseconds(1000));
+  for (int i = 0; i < 20; ++i) {  // a tenant's bad requests beside good ones
+    clock.Advance(milliseconds(250));
+    EXPECT_FALSE(g.Observe(clock.Now(), Outcomes(10 + i, 50.0 * i, 0)));
+  }
+  // An engine without outcome counters (vLLM) is never judged by them.
+  FailureWatch h(milliseconds(1000));
+  clock.Advance(milliseconds(5000));
+  EXPECT_FALSE(h.Observe(clock.Now(), {.pending = 0, .progress = 1}));
+}
+
+}  // namespace
+}  // namespace gpuha::agent

@@ -195,11 +195,18 @@ std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string&
   if (!o.metrics_url.empty()) metrics = *common::ParseHttpUrl(o.metrics_url);
   struct Watch {
     EngineWatch engine;
+    FailureWatch failures;
     common::Duration stall_after;
     common::TimePoint next_scrape{};
     bool stalled = false;
+    bool failing = false;
   };
-  auto w = std::make_shared<Watch>(Watch{EngineWatch(o.stall_after), o.stall_after});
+  // Only errors for a second (five at least) is a failed server: a broken
+  // CUDA context answers each inference at once, so a second holds many.
+  auto w = std::make_shared<Watch>(
+      Watch{EngineWatch(o.stall_after),
+            FailureWatch(std::min<common::Duration>(std::chrono::seconds(1), o.stall_after)),
+            o.stall_after});
   // Kept-alive connections: a node of 8 GPUs in 7 MIG instances probes 56
   // servers, and a connection (and event loop) per probe cost more CPU
   // than the rest of the agent.
@@ -239,8 +246,18 @@ std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string&
         spdlog::info("agent {}: inference server progressing again", node);
       }
       w->stalled = stalled;
+      bool failing = s ? w->failures.Observe(now, *s) : w->failing;
+      if (failing && !w->failing) {
+        spdlog::error(
+            "agent {}: inference server answers only errors: {} failed request(s) and no success "
+            "for {} ms (its readiness still answers); reporting it not ready",
+            node, w->failures.failures(*s), common::ToMillis(now - w->failures.success_at()));
+      } else if (!failing && w->failing) {
+        spdlog::info("agent {}: inference server succeeding again", node);
+      }
+      w->failing = failing;
     }
-    return !w->stalled;
+    return !w->stalled && !w->failing;
   };
 }
 

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -86,5 +88,27 @@ std::string Sha256(absl::string_view data) {
 }
 
 std::string Sha256Hex(absl::string_view data) { return absl::BytesToHexString(Sha256(data)); }
+
+std::optional<int> KeepAliveTimeout(absl::string_view value) {
+  // Comma-separated parameters: timeout=5, max=100 (RFC 2068 19.7.1.1).
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    absl::string_view part = absl::StripAsciiWhitespace(value.substr(0, comma));
+    value = comma == absl::string_view::npos ? absl::string_view() : value.substr(comma + 1);
+    constexpr absl::string_view kKey = "timeout=";
+    if (part.size() <= kKey.size() || !absl::EqualsIgnoreCase(part.substr(0, kKey.size()), kKey)) {
+      continue;
+    }
+    int n = 0;
+    absl::string_view digits = part.substr(kKey.size());
+    if (digits.size() > 6) return std::nullopt;
+    for (char ch : digits) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      n = n * 10 + (ch - '0');
+    }
+    return n;
+  }
+  return std::nullopt;
+}
 
 }  // namespace gpuha::common

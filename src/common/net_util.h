@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,11 @@ bool IsLoopbackHost(const std::string& host);
 uint16_t FreeLoopbackPort();
 // Whether 127.0.0.1:`port` can be bound now (for a run of ports in a row).
 bool LoopbackPortFree(uint16_t port);
+
+// The timeout=N parameter of an HTTP Keep-Alive header's value ("timeout=5,
+// max=100", RFC 2068 19.7.1.1), in seconds: how long the sender keeps an
+// idle connection open. Nothing when absent or malformed.
+std::optional<int> KeepAliveTimeout(absl::string_view value);
 
 // Lower-case hex SHA-256 of `data` (OpenSSL): how API keys and tokens are
 // stored in config files.

@@ -52,7 +52,9 @@
 //                it by progress and re-sends to the standbys; the agent's
 //                engine watch reports the server stalled
 //   error-burst  the worker answers every inference 500 while ready says
-//                200: the router re-sends each to the standby and ejects it
+//                200: the router re-sends each to the standby and ejects it;
+//                the agent's failure watch (only failures for a second)
+//                reports the server not ready, and the node fails over
 //   driver-hang  every GPU probe call on GPU 0 blocks (NVML stuck in the
 //                kernel): the agent's watchdog fails the GPU after 500 ms
 //                while its heartbeats go on; the node fails over

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
+#include "common/net_util.h"
 #include "common/sse.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "worker/llm.h"
@@ -285,9 +286,16 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
   bool finished_ = false;
 };
 
+// A kept-alive connection and when it is too old to reuse: a second before
+// the server said it closes idle ones (Keep-Alive: timeout=N), else never.
+struct Pooled {
+  std::unique_ptr<beast::tcp_stream> c;
+  Clock::time_point until = Clock::time_point::max();
+};
+
 struct StreamState {
   std::string id;
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  std::vector<Pooled> idle;
   Clock::time_point last_answer;
   // Stall accounting (see StreamReport::max_stall_ms): requests out that are
   // not deliberately slow, and since when the stream has waited for an answer.
@@ -350,14 +358,19 @@ class Runner {
     return o_.direct ? o_.path : absl::StrCat("/streams/", s.id, o_.path);
   }
 
-  // Where the pooled connection comes from: the stream's idle list, or a
-  // new one (nullptr and `failure` set when the connect fails).
+  // Where the pooled connection comes from: the stream's idle list (its
+  // newest connection not too old; `reused` set), or a new one (nullptr and
+  // `failure` set when the connect fails).
   net::awaitable<std::unique_ptr<beast::tcp_stream>> Connection(StreamState& s,
-                                                                std::string* failure) {
-    if (!s.idle.empty()) {
-      auto c = std::move(s.idle.back());
+                                                                std::string* failure,
+                                                                bool* reused = nullptr) {
+    if (reused != nullptr) *reused = false;
+    while (!s.idle.empty()) {
+      Pooled p = std::move(s.idle.back());
       s.idle.pop_back();
-      co_return c;
+      if (Clock::now() >= p.until) continue;  // the server may be closing it: closed here
+      if (reused != nullptr) *reused = true;
+      co_return std::move(p.c);
     }
     auto c = std::make_unique<beast::tcp_stream>(ioc_);
     c->expires_after(o_.timeout);
@@ -395,6 +408,7 @@ class Runner {
     bool keep = false;
     error_code ec;
     std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
+    Clock::time_point keep_until = Clock::time_point::max();
     if (c) {
       c->expires_after(o_.timeout);
       co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
@@ -447,17 +461,28 @@ class Runner {
       } else {
         failure = CheckAnswer(p.get().body(), want);
         keep = failure.empty() && p.keep_alive();
+        if (keep) keep_until = KeptUntil(p.get());
       }
     }
     in_flight_--;
-    Record(s, sent_at, Clock::now(), failure, node, keep ? std::move(c) : nullptr);
+    Record(s, sent_at, Clock::now(), failure, node, keep ? std::move(c) : nullptr, keep_until);
+  }
+
+  // Until when a connection whose last answer was `res` may be reused.
+  template <class Message>
+  static Clock::time_point KeptUntil(const Message& res) {
+    auto v = res["Keep-Alive"];
+    std::optional<int> s = common::KeepAliveTimeout(absl::string_view(v.data(), v.size()));
+    if (!s) return Clock::time_point::max();
+    return Clock::now() + std::chrono::seconds(*s - 1);
   }
 
   // One answer (or failure) in the report; a connection to keep goes back
-  // to the stream's pool.
+  // to the stream's pool, to be reused until `keep_until`.
   void Record(StreamState& s, Clock::time_point sent_at, Clock::time_point now,
               const std::string& failure, const std::string& node,
-              std::unique_ptr<beast::tcp_stream> keep) {
+              std::unique_ptr<beast::tcp_stream> keep,
+              Clock::time_point keep_until = Clock::time_point::max()) {
     if (!node.empty() && failure.empty()) report_.served_by[node]++;
     if (o_.on_answer) o_.on_answer(Answer{&s.id, UnixNanos(), failure.empty(), node, failure});
     if (!failure.empty()) {
@@ -473,9 +498,9 @@ class Runner {
       s.report.max_gap_ms = std::max(s.report.max_gap_ms, Ms(now - s.last_answer));
       s.last_answer = now;
     }
-    if (keep) {
+    if (keep && now < keep_until) {
       keep->expires_never();
-      s.idle.push_back(std::move(keep));
+      s.idle.push_back({std::move(keep), keep_until});
     }
   }
 
@@ -652,38 +677,58 @@ class Runner {
     if (!slow) Out(s, sent_at);
     std::string failure;
     error_code ec;
-    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
+    bool reused = false;
+    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure, &reused);
     bool keep = false;
     std::string node;
+    std::optional<http::response_parser<http::string_body>> p;
     if (failure.empty()) {
-      c->expires_after(o_.timeout);
-      co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
       beast::flat_buffer buf;
-      http::response_parser<http::string_body> p;
-      p.body_limit(64 << 20);
-      if (!ec) co_await http::async_read(*c, buf, p, net::redirect_error(net::use_awaitable, ec));
+      for (;;) {
+        c->expires_after(o_.timeout);
+        p.emplace();
+        p->body_limit(64 << 20);
+        co_await net::async_write(*c, net::buffer(req),
+                                  net::redirect_error(net::use_awaitable, ec));
+        if (!ec) {
+          co_await http::async_read(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
+        }
+        // A kept-alive connection the other side closed as this request
+        // went out: nothing came back, so nothing was answered, and the
+        // request goes once more on a new connection, as curl and Go's
+        // client do (the keep-alive race, counted apart).
+        if (!ec || !reused || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
+        report_.stale_retries++;
+        reused = false;
+        ec = {};
+        c = co_await Connection(s, &failure, nullptr);
+        if (!failure.empty()) break;
+      }
+    }
+    if (failure.empty()) {
       if (ec == beast::error::timeout) {
         failure = "timeout";
       } else if (ec) {
         failure = "read: " + ec.message();
       } else {
-        node = std::string(p.get()["X-Gpuha-Node"]);
-        if (p.get().result_int() != 200) {
-          failure = absl::StrCat("http_", p.get().result_int());
+        node = std::string(p->get()["X-Gpuha-Node"]);
+        if (p->get().result_int() != 200) {
+          failure = absl::StrCat("http_", p->get().result_int());
           // The router's own errors say why in X-Gpuha-Error.
-          if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
+          if (auto why = p->get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
         } else if (frame != nullptr) {
-          auto got = worker::ParseInferResponse(p.get().body());
+          auto got = worker::ParseInferResponse(p->get().body());
           if (!got.ok() || !SameAnswer(*got, frame->expected)) failure = "wrong answer";
         }
-        keep = failure.empty() && p.keep_alive();
+        keep = failure.empty() && p->keep_alive();
       }
     }
     auto now = Clock::now();
     in_flight_--;
     if (!slow) Back(s, failure, now);
     if (slow && failure.empty()) report_.slow_ok++;
-    Record(s, sent_at, now, failure, node, keep ? std::move(c) : nullptr);
+    Record(s, sent_at, now, failure, node, keep ? std::move(c) : nullptr,
+           keep ? KeptUntil(p->get()) : Clock::time_point::max());
   }
 
   net::awaitable<void> Progress() {
@@ -819,10 +864,10 @@ std::string LoadReport::Json() const {
         st.ok, st.failed, st.max_gap_ms, st.max_stall_ms));
   }
   return absl::StrFormat(
-      R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"slow_sent":%d,"slow_ok":%d,)"
+      R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"stale_retries":%d,"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
       R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
-      sent, ok, failed, absl::StrJoin(f, ","), slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
+      sent, ok, failed, absl::StrJoin(f, ","), stale_retries, slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
       max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
       sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
                             R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
@@ -842,6 +887,11 @@ std::string LoadReport::Text() const {
       max_ms, max_gap_ms, max_stall_ms);
   if (slow_sent > 0)
     out += absl::StrFormat("slow requests: %d sent, %d answered ok\n", slow_sent, slow_ok);
+  if (stale_retries > 0) {
+    out += absl::StrFormat(
+        "re-sent on a new connection after a kept-alive one closed with nothing back: %d\n",
+        stale_retries);
+  }
   if (sse) {
     out += absl::StrFormat(
         "tokens %d  time to first token ms: p50 %.1f  p99 %.1f\n"

@@ -95,6 +95,10 @@ struct LoadReport {
   uint64_t failed = 0;
   std::map<std::string, uint64_t> failures;  // reason -> count
   uint64_t slow_sent = 0, slow_ok = 0;
+  // Requests re-sent once on a new connection because the kept-alive one
+  // they went out on closed with nothing back (HTTP/1.1's keep-alive race:
+  // the server closed it idle as the request was written). Not failures.
+  uint64_t stale_retries = 0;
   double p50_ms = 0, p99_ms = 0, p999_ms = 0, max_ms = 0;
   double max_gap_ms = 0;    // worst stream
   double max_stall_ms = 0;  // worst stream

@@ -256,7 +256,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     UpstreamState& up = *order[i];
     if (i > 0) {
       if (f.body_consumed) break;
-      if (!L.retry_budget.TryWithdraw(L.now)) {
+      if (!MayResend(L, f.hung)) {
         if (continuing) {
           co_return co_await cut(
               absl::StrCat("the retry budget is spent; the answer broke: ", last_failure));

@@ -87,7 +87,8 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
   if (!req.continuation) {
     Inc(L.stats.sse_streams);
     pending.clear();
-    AppendClientHead(res, down, framing.length, framing.client_keep_alive, &pending);
+    AppendClientHead(res, down, framing.length, framing.client_keep_alive,
+                     AdvertisedKeepAlive(config.limits.idle_timeout), &pending);
     lowest.Arm(config.limits.body_timeout);
     co_await net::async_write(client, net::buffer(pending), Redirect(ec));
     if (ec) {
@@ -126,12 +127,13 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
     int tokens = sc.Feed(std::string_view(chunk.get(), n), &events);
     if (tokens > 0) {
       const TimePoint now = L.clock.Now();
+      // Any token is the engine's progress: its streams interleave.
       if (first) {
-        up.first_token.Answered(now, now - last);
-        up.tokens.Progressed(now);
+        up.first_token.Learn(now - last);
       } else {
-        up.tokens.Answered(now, (now - last) / tokens);
+        up.tokens.Learn((now - last) / tokens);
       }
+      up.tokens.Progressed(now);
       first = false;
       last = now;
       conn->waiting_since = now;
@@ -162,10 +164,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
         co_return;
       }
     }
-    if (framing.upstream_reusable && rp.is_done() && Poolable(*conn, up)) {
-      conn->deadline.Disarm();
-      up.idle.push_back(std::move(conn));
-    }
+    if (framing.upstream_reusable && rp.is_done()) PoolIdle(L, up, std::move(conn), res);
     co_return;
   }
   out.sse_broken = true;
@@ -220,10 +219,8 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   std::optional<ResponseParser<http::buffer_body>> rp;
   for (int attempt = 0;; ++attempt) {
     pooled = false;
-    conn.reset();
-    if (!up.idle.empty()) {
-      conn = std::move(up.idle.back());
-      up.idle.pop_back();
+    conn = TakeIdle(L, up);
+    if (conn) {
       pooled = true;
       Inc(L.stats.upstream_reuses);
     } else {
@@ -413,7 +410,8 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   out.close_client = framing.close_client;
   std::string& pending = cc.pending;
   pending.clear();
-  AppendClientHead(res, down, len, framing.client_keep_alive, &pending);
+  AppendClientHead(res, down, len, framing.client_keep_alive,
+                   AdvertisedKeepAlive(config.limits.idle_timeout), &pending);
   bool ok = true;
   Chunk chunk(L);
   if (!head_only && down == Framing::kLength && rp->content_length()) {
@@ -508,10 +506,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     ConnectionFailed(L, up);
     co_return;
   }
-  if (framing.upstream_reusable && Poolable(*conn, up)) {
-    conn->deadline.Disarm();
-    up.idle.push_back(std::move(conn));
-  }
+  if (framing.upstream_reusable) PoolIdle(L, up, std::move(conn), res);
 }
 template awaitable<void> Exchange<Socket>(Loop&, Socket&, Deadline&, ClientConn&,
                                           RequestParser<http::buffer_body>&, UpstreamState&,

@@ -118,7 +118,7 @@ struct CallCtx {
   // Before attempt `i` > 0: the retry budget pays for it. False: answered.
   bool MayRetry(size_t i, bool hung, bool unavailable) {
     if (i == 0) return true;
-    if (!L.retry_budget.TryWithdraw(L.now)) {
+    if (!MayResend(L, hung)) {
       Answer(Reason::kRetryBudget, absl::StrCat("retry budget exhausted after: ", last_failure));
       return false;
     }

@@ -8,7 +8,7 @@ namespace gpuha::router {
 
 awaitable<void> Sweep(Loop& L) {
   Timer t(L.ioc);
-  for (;;) {
+  for (uint64_t sweeps = 0;;) {
     t.expires_after(kSweep);
     error_code ec;
     co_await t.async_wait(Redirect(ec));
@@ -20,6 +20,7 @@ awaitable<void> Sweep(Loop& L) {
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
     for (Deadline* d : all) d->Check(L.io_now);
     if (L.config.stall_detection) JudgeProgress(L);
+    if (++sweeps % 50 == 0) TrimIdle(L);  // once a second
   }
 }
 
@@ -39,6 +40,45 @@ void Stall(Loop& L, UpstreamState& up) {
   }
   CancelStreams(up);
   ConnectionFailed(L, up);
+  up.judged_stalled = true;
+}
+
+// An upstream judged stalled and still ejected: a request that began to
+// wait on it after the verdict (it was connecting or writing then, or took
+// it as a last resort) is cancelled once past its own limit, the verdict
+// being in already; left alone, it waited for response_timeout (60 s).
+void CancelLate(Loop& L, UpstreamState& up, TimePoint now) {
+  const common::Duration window = up.progress.Window();
+  for (Waiting& c : up.waiting) {
+    common::Duration limit = c.expect > common::Duration::zero() ? c.expect : window;
+    if (!c.hung_cancel && now - c.waiting_since > limit) {
+      Inc(L.stats.stall_resends);
+      c.Cancel();
+    }
+  }
+  const common::Duration gap = up.tokens.Window();
+  for (Waiting& c : up.streaming) {
+    common::Duration limit = c.expect > common::Duration::zero() ? c.expect : gap;
+    if (!c.hung_cancel && now - c.waiting_since > limit) c.Cancel();
+  }
+}
+
+// How long the upstream went without progress when judged (the oldest
+// wait, when it never made any), and how late the sweep judged it.
+void LogStall(Loop& L, UpstreamState& up, const ProgressMonitor& m, std::string_view what,
+              size_t waiting, TimePoint due, TimePoint now) {
+  common::Duration quiet = now - m.last_progress();
+  if (m.last_progress() == TimePoint()) {
+    quiet = {};
+    for (const Waiting& c : up.waiting) quiet = std::max(quiet, now - c.waiting_since);
+    for (const Waiting& c : up.streaming) quiet = std::max(quiet, now - c.waiting_since);
+  }
+  L.requests.Stall(quiet);
+  spdlog::warn(
+      "router: upstream {} ({}) is stalled{}: {} waiting, no progress for {} ms (its window is {} "
+      "ms; judged {} ms after the verdict fell due); re-sending them to standbys",
+      up.address, up.node, what, waiting, common::ToMillis(quiet), common::ToMillis(m.Window()),
+      common::ToMillis(now - due));
 }
 
 }  // namespace
@@ -50,36 +90,31 @@ void JudgeProgress(Loop& L) {
     if (!up->streaming.empty() && up->usable(now)) {
       waiting.clear();
       for (const Waiting& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
-      if (up->tokens.StreamsStalled(now, waiting)) {
+      std::optional<TimePoint> due = up->tokens.StreamsStallDue(waiting);
+      if (due && *due < now) {
         // Token streams are open and none moves: the engine is stuck
         // mid-answer, whatever its probe says.
         Inc(L.stats.token_stalls);
-        spdlog::warn(
-            "router: upstream {} ({}) is stalled mid-answer: {} token stream(s) open, no token "
-            "for {} ms (the window its tokens set is {} ms); continuing them on standbys",
-            address, up->node, waiting.size(), common::ToMillis(now - up->tokens.last_answer()),
-            common::ToMillis(up->tokens.Window()));
+        LogStall(L, *up, up->tokens, " mid-answer (token streams)", waiting.size(), *due, now);
         Stall(L, *up);
         if (L.shared.on_stall) L.shared.on_stall(address, &L);
         continue;
       }
     }
-    if (up->waiting.empty() || !up->usable(now)) continue;
+    if (!up->usable(now)) {
+      if (up->judged_stalled && up->candidate()) CancelLate(L, *up, now);
+      continue;
+    }
+    if (up->waiting.empty()) continue;
     waiting.clear();
     for (const Waiting& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
-    if (!up->progress.Stalled(now, waiting)) continue;
+    std::optional<TimePoint> due = up->progress.StallDue(waiting);
+    if (!due || *due >= now) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their
     // standbys now, it is ejected, and the controller hears of it.
     Inc(L.stats.stalls);
-    common::Duration oldest{};
-    for (const Waiting& c : up->waiting) oldest = std::max(oldest, now - c.waiting_since);
-    L.requests.Stall(oldest);
-    spdlog::warn(
-        "router: upstream {} ({}) is stalled: {} request(s) waiting, none answered for {} ms "
-        "(its requests take up to {} ms); re-sending them to standbys",
-        address, up->node, waiting.size(), common::ToMillis(now - up->progress.last_answer()),
-        common::ToMillis(up->progress.Window()));
+    LogStall(L, *up, up->progress, "", waiting.size(), *due, now);
     Stall(L, *up);
     if (L.shared.on_stall) L.shared.on_stall(address, &L);
   }
@@ -90,10 +125,10 @@ void StallVerdict(Loop& L, const std::string& address) {
   const TimePoint now = L.clock.Now();
   if (it == L.upstreams.end() || !it->second->usable(now)) return;
   UpstreamState& up = *it->second;
-  // This loop saw it answer, or give a token, within a window: it is not
-  // stalled here.
+  // This loop saw it progress (an answer to a request no older than those
+  // it answered before, or a token) within a window: not stalled here.
   for (const ProgressMonitor* m : {&up.progress, &up.tokens}) {
-    if (m->last_answer() != TimePoint() && now - m->last_answer() < m->Window()) return;
+    if (m->last_progress() != TimePoint() && now - m->last_progress() < m->Window()) return;
   }
   Stall(L, up);
 }
@@ -137,6 +172,41 @@ void LookUpName(Loop& L, UpstreamState& up) {
   }
 }
 
+void PoolIdle(Loop& L, UpstreamState& up, std::unique_ptr<UpConn> c,
+              const http::response_header<Fields>& res) {
+  if (!Poolable(*c, up)) return;
+  milliseconds limit = L.config.limits.upstream_idle_timeout;
+  auto hint = res[http::field::keep_alive];
+  if (std::optional<int> s = common::KeepAliveTimeout(absl::string_view(hint.data(), hint.size()))) {
+    limit = std::min(limit, milliseconds(std::max(0, *s - 1) * 1000));
+  }
+  if (limit <= milliseconds(0)) return;  // the upstream keeps it for a second or less
+  c->deadline.Disarm();
+  c->idle_until = Clock::now() + limit;
+  up.idle.push_back(std::move(c));
+}
+
+std::unique_ptr<UpConn> TakeIdle(Loop& L, UpstreamState& up) {
+  const Clock::time_point now = L.io_now;
+  while (!up.idle.empty()) {
+    std::unique_ptr<UpConn> c = std::move(up.idle.back());
+    up.idle.pop_back();
+    if (now < c->idle_until) return c;  // else closed here
+  }
+  return nullptr;
+}
+
+void TrimIdle(Loop& L) {
+  for (auto& [address, up] : L.upstreams) {
+    auto& idle = up->idle;
+    idle.erase(std::remove_if(idle.begin(), idle.end(),
+                              [&](const std::unique_ptr<UpConn>& c) {
+                                return c->idle_until <= L.io_now;
+                              }),
+               idle.end());
+  }
+}
+
 bool Poolable(const UpConn& c, const UpstreamState& up) {
   if (up.health() != Health::kUp || up.idle.size() >= kMaxIdlePerUpstream) return false;
   if (!up.named) return true;
@@ -148,6 +218,7 @@ void UpstreamAnswered(Loop& L, UpstreamState& up, bool server_error, TimePoint a
                       common::Duration waited) {
   if (!server_error) {
     up.progress.Answered(at, waited);
+    if (up.progress.last_progress() == at) up.judged_stalled = false;
     up.consecutive_5xx = 0;
     up.Answered();
     return;

@@ -124,6 +124,9 @@ struct UpConn : Waiting {
   Socket s;
   Deadline deadline;
   beast::flat_buffer buf;
+  // In its upstream's pool: closed, not reused, from idle_until on (the
+  // upstream closes idle connections itself; limits.upstream_idle_timeout).
+  Clock::time_point idle_until{};
   // TLS over `s` when upstream_tls is configured (declared last: destroyed
   // before the socket it runs on).
   std::shared_ptr<ssl::context> tls_ctx;
@@ -166,6 +169,9 @@ struct UpstreamState : UpstreamHealth {
   ProgressMonitor first_token;
   ProgressMonitor tokens;
   int consecutive_5xx = 0;  // answers of 5xx in a row
+  // Judged stalled, and no progress seen since (JudgeProgress then cancels
+  // requests that wait on it past their limit while it is ejected).
+  bool judged_stalled = false;
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
@@ -242,8 +248,8 @@ class InFlight {
 
 // What failovers cost, per loop, merged at scrape: upstream attempts per
 // request (1: no failover), how long a request that needed more than one
-// upstream took in all, and how long the oldest waiting request had waited
-// when its upstream was judged stalled. The loop writes, a scrape reads:
+// upstream took in all, and how long an upstream had made no progress when
+// it was judged stalled. The loop writes, a scrape reads:
 // each call takes the mutex, uncontended but while a scrape copies.
 struct RequestHistograms {
   static std::vector<double> Attempts() { return {1, 2, 3, 4, 8}; }
@@ -255,9 +261,9 @@ struct RequestHistograms {
     upstream_attempts.Observe(attempts);
     if (attempts > 1) failover_seconds.Observe(std::chrono::duration<double>(took).count());
   }
-  void Stall(common::Duration oldest_wait) {
+  void Stall(common::Duration without_progress) {
     std::lock_guard<std::mutex> lock(mu);
-    stall_detection_seconds.Observe(std::chrono::duration<double>(oldest_wait).count());
+    stall_detection_seconds.Observe(std::chrono::duration<double>(without_progress).count());
   }
   mutable std::mutex mu;
   common::Histogram upstream_attempts{Attempts()};
@@ -426,6 +432,16 @@ awaitable<void> ReadSome(Stream& s, beast::flat_buffer& buf, Parser& p, error_co
   }
 }
 
+// Whether a re-send to the next upstream may go. A verdict's re-send (the
+// request was cancelled because its upstream was judged hung or stalled)
+// is failover: it is bounded by what was waiting on that upstream and goes
+// to a standby, so it is not rationed (rationed, a stall at 1,000 req/s
+// lost every waiting request the balance could not pay for, issue 37).
+// Any other re-send is paid for from the loop's retry budget.
+inline bool MayResend(Loop& L, bool verdict) {
+  return verdict || L.retry_budget.TryWithdraw(L.now);
+}
+
 // Runs the loop's coarse clock and its deadlines (every kSweep).
 awaitable<void> Sweep(Loop& L);
 
@@ -440,6 +456,17 @@ void LookUpName(Loop& L, UpstreamState& up);
 // the upstream's address (a named upstream may have moved while it was in
 // use), and the upstream is up.
 bool Poolable(const UpConn& c, const UpstreamState& up);
+// A connection whose answer `res` is done goes back to the pool (if
+// Poolable), to be closed once idle for limits.upstream_idle_timeout, or
+// for less when the answer's Keep-Alive: timeout=N says the upstream keeps
+// it for less (N less a second).
+void PoolIdle(Loop& L, UpstreamState& up, std::unique_ptr<UpConn> c,
+              const http::response_header<Fields>& res);
+// The newest pooled connection not yet idle too long (older ones are
+// closed); null when none.
+std::unique_ptr<UpConn> TakeIdle(Loop& L, UpstreamState& up);
+// Pooled connections idle too long, closed (run by the sweep).
+void TrimIdle(Loop& L);
 // An upstream's answer, waited for `waited`, arrived `at`. A server error
 // (5xx; gRPC's UNAVAILABLE, INTERNAL, UNKNOWN, DATA_LOSS) is not progress
 // for the stall verdict (a stuck server at capacity that answers 503 at once

@@ -256,6 +256,75 @@ TEST(ProgressMonitorTest, ADeclaredExpectationReplacesTheLearnedWindow) {
   EXPECT_FALSE(slow.Stalled(clock.Now(), Since(quiet, 3, milliseconds(0))));
 }
 
+// Issue 37: the engine stops while slow requests it had begun are still
+// out. They come back one by one over the next 1.5 s; none of them is
+// progress for the requests begun since, which are stalled one window
+// after the stop all the same.
+TEST(ProgressMonitorTest, SlowAnswersToRequestsBegunBeforeTheStopAreNotProgress) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (size_t i = 0; i < ProgressMonitor::kSamples; ++i) {
+    clock.Advance(milliseconds(1));
+    m.Answered(clock.Now(), milliseconds(1));  // window: the 150 ms floor
+  }
+  const common::TimePoint stop = clock.Now();
+  // 1,000 requests a second from the stop on, none answered; the slow
+  // requests begun up to 1.5 s before the stop are answered every 20 ms.
+  for (int t = 20; t <= 400; t += 20) {
+    clock.Advance(milliseconds(20));
+    m.Answered(clock.Now(), milliseconds(1500));
+    std::vector<ProgressMonitor::Waiting> waiting = Since(stop, t, milliseconds(1));
+    // Begun 2 ms after the stop, the third request is overdue after 152 ms.
+    EXPECT_EQ(m.Stalled(clock.Now(), waiting), t > 152) << t;
+    ASSERT_TRUE(m.StallDue(waiting).has_value());
+    EXPECT_EQ(*m.StallDue(waiting), stop + milliseconds(2) + milliseconds(150)) << t;
+  }
+  EXPECT_EQ(m.last_progress(), stop);
+}
+
+// A healthy server's queue, drained in order under a burst: every answer
+// moves the frontier, so requests that wait long behind others are never
+// taken for a stall.
+TEST(ProgressMonitorTest, AQueueDrainedInOrderIsProgressHoweverLongItsRequestsWait) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (int i = 0; i < 100; ++i) m.Answered(clock.Now(), milliseconds(5));
+  const common::TimePoint burst = clock.Now();
+  // 1,000 requests arrive at once, 10 us apart; one is answered every 1 ms
+  // in the order they came, so the last waits a second.
+  std::vector<ProgressMonitor::Waiting> queue = Since(burst, 0, milliseconds(0));
+  for (int i = 0; i < 1000; ++i) queue.push_back({burst + std::chrono::microseconds(10 * i)});
+  for (int answered = 0; answered < 1000; ++answered) {
+    clock.Advance(milliseconds(1));
+    m.Answered(clock.Now(), clock.Now() - queue[answered].since);
+    std::vector<ProgressMonitor::Waiting> waiting(queue.begin() + answered + 1, queue.end());
+    ASSERT_FALSE(m.Stalled(clock.Now(), waiting)) << answered;
+  }
+}
+
+// Token streams: one or two open streams are judged as well, every one of
+// them silent past the window (three or more: three of them).
+TEST(ProgressMonitorTest, OneOrTwoSilentTokenStreamsAreStalled) {
+  common::FakeClock clock;
+  ProgressMonitor tokens;
+  for (int i = 0; i < 100; ++i) {
+    tokens.Learn(milliseconds(10));  // window: the 150 ms floor
+    tokens.Progressed(clock.Now());
+  }
+  const common::TimePoint last = clock.Now();
+  clock.Advance(milliseconds(140));
+  EXPECT_FALSE(tokens.StreamsStalled(clock.Now(), Since(last, 1, milliseconds(0))));
+  clock.Advance(milliseconds(20));
+  EXPECT_TRUE(tokens.StreamsStalled(clock.Now(), Since(last, 1, milliseconds(0))));
+  EXPECT_TRUE(tokens.StreamsStalled(clock.Now(), Since(last, 2, milliseconds(1))));
+  // Two open, one of them still moving: not stalled.
+  std::vector<ProgressMonitor::Waiting> two = {{last}, {clock.Now() - milliseconds(5)}};
+  tokens.Progressed(clock.Now() - milliseconds(5));
+  EXPECT_FALSE(tokens.StreamsStalled(clock.Now(), two));
+  // Nothing open: nothing to judge.
+  EXPECT_FALSE(tokens.StreamsStalled(clock.Now() + seconds(10), {}));
+}
+
 TEST(StickyTableTest, StuckStreamStaysOnItsStandbyUntilTheHoldPassesAndThePrimaryIsBack) {
   common::FakeClock clock;
   StickyTable sticky(seconds(10));

@@ -8,17 +8,28 @@
 //
 // "Longer than its requests take" is learned, not configured: the monitor
 // keeps the head latencies of the last kSamples answers and takes
-// window = clamp(p90 * factor, floor, ceiling). The verdict needs
-// `min_waiting` requests that began after the upstream's last answer and
-// have all waited past the window:
+// window = clamp(p90 * factor, floor, ceiling).
+//
+// Progress is an answer to a request that began no earlier than every
+// request answered before it: the frontier of answered requests moves. An
+// answer to an older request is not progress. When an engine stops, the
+// slow requests it had begun may still come back over the next seconds (a
+// 1.5 s request begun just before); they say nothing of the requests begun
+// since, and once counted as progress they held the verdict back until the
+// last of them was in (issue 37: 1.9 s at 500 req/s, 7.9 s at 1,000). A
+// healthy queue that drains in order still moves the frontier with every
+// answer, however long its requests wait.
+//
+// The verdict needs `min_waiting` requests that began after the last
+// progress and have all waited past the window:
 // - a healthy upstream that keeps answering other requests is never stalled
-//   by one slow request (the slow one began before the last answer);
+//   by one slow request (the slow one began before the last progress);
 // - a lone slow request is never cut: a single waiting request proves
 //   nothing, whatever the window (the prober's hang verdict and the
 //   response timeout still apply to it);
 // - an upstream that stopped answering under load is stalled one window
 //   after it stopped: at 500 requests a second, 3 requests have waited past
-//   a 150 ms window about 156 ms after the last answer.
+//   a 150 ms window about 156 ms after the last progress.
 // A request may declare how long it expects to take (the router reads
 // X-Gpuha-Expect-Ms); it is then overdue after that, within floor..ceiling,
 // instead of after the learned window: a known-long generation is not taken
@@ -28,6 +39,7 @@
 //   ProgressMonitor m({.floor = 150ms, .ceiling = 30s});
 //   m.Answered(now, latency);                 // on every response head
 //   if (m.Stalled(now, {{since, expect}, ...})) ...  // each sweep
+//   m.StallDue({...});                        // when the verdict fell due
 //
 // Pure: time comes in as arguments. Thread-safety: none; each loop keeps one
 // per upstream.
@@ -36,6 +48,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "common/clock.h"
@@ -56,20 +69,30 @@ class ProgressMonitor {
   ProgressMonitor() = default;
   explicit ProgressMonitor(ProgressOptions o) : o_(o) {}
 
-  // A response head arrived for a request that waited `latency`.
+  // A response head arrived for a request that waited `latency`: learned,
+  // and progress if no request begun later was answered before it.
   void Answered(common::TimePoint now, common::Duration latency) {
-    last_answer_ = now;
+    Learn(latency);
+    const common::TimePoint since = now - latency;
+    if (since >= newest_answered_since_) {
+      newest_answered_since_ = since;
+      last_progress_ = now;
+    }
+  }
+
+  // A latency to learn the window from, with nothing said of progress.
+  void Learn(common::Duration latency) {
     samples_[next_ % kSamples] = latency;
     ++next_;
   }
 
-  // Progress seen with no latency to learn from (a token stream's first
-  // token, learned by another monitor): others waiting since before now
-  // are outpaced.
-  void Progressed(common::TimePoint now) { last_answer_ = now; }
+  // Progress seen by other means: a token on any of an engine's token
+  // streams (they interleave, so any token is progress). Requests waiting
+  // since before now are outpaced.
+  void Progressed(common::TimePoint now) { last_progress_ = std::max(last_progress_, now); }
 
   // How long a request may wait, with others waiting beside it and no
-  // answer at all, before the upstream counts as stalled.
+  // progress at all, before the upstream counts as stalled.
   common::Duration Window() const {
     size_t n = std::min(next_, kSamples);
     if (n == 0) return o_.ceiling;  // nothing learned yet: the most patient
@@ -85,45 +108,68 @@ class ProgressMonitor {
     common::TimePoint since;    // when it began to wait
     common::Duration expect{};  // what it declared it takes; 0: nothing
   };
-  bool Stalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
-    if (waiting.size() < o_.min_waiting) return false;
+
+  // When the verdict on requests awaiting their heads fell (or falls) due:
+  // the moment the min_waiting-th request began after the last progress
+  // passed its limit. Nothing: not enough such requests.
+  std::optional<common::TimePoint> StallDue(const std::vector<Waiting>& waiting) const {
+    if (waiting.size() < o_.min_waiting) return std::nullopt;
     const common::Duration window = Window();
-    size_t overdue = 0;
+    std::vector<common::TimePoint> due;
     for (const Waiting& w : waiting) {
-      // Begun before the last answer: outpaced by another, so slow, not
+      // Begun before the last progress: outpaced by another, so slow, not
       // evidence that nothing moves.
-      if (w.since < last_answer_) continue;
-      common::Duration limit =
-          w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling) : window;
-      if (now - w.since > limit) ++overdue;
+      if (w.since < last_progress_) continue;
+      due.push_back(w.since + Limit(w, window));
     }
-    return overdue >= o_.min_waiting;
+    return NthDue(due, o_.min_waiting);
+  }
+  bool Stalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
+    std::optional<common::TimePoint> due = StallDue(waiting);
+    return due && *due < now;
   }
 
   // The same verdict on token streams: `waiting` holds each open stream
   // since its last token (expect: its first-token window, until the first).
   // Streams of one engine interleave, so none is "outpaced" by another;
-  // instead the engine as a whole must have given no token for a window.
-  bool StreamsStalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
-    if (waiting.size() < o_.min_waiting) return false;
+  // instead the engine as a whole must have given no token for a window,
+  // and min_waiting streams must each be silent past their limit. With
+  // fewer streams open than that, every one of them must be: a stream has
+  // its engine's rhythm to go by, so one or two streams are judged too
+  // (a stuck lone stream waited for response_timeout, 60 s).
+  std::optional<common::TimePoint> StreamsStallDue(const std::vector<Waiting>& waiting) const {
+    if (waiting.empty()) return std::nullopt;
     const common::Duration window = Window();
-    if (now - last_answer_ <= window) return false;
-    size_t overdue = 0;
-    for (const Waiting& w : waiting) {
-      common::Duration limit =
-          w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling) : window;
-      if (now - w.since > limit) ++overdue;
-    }
-    return overdue >= o_.min_waiting;
+    std::vector<common::TimePoint> due;
+    for (const Waiting& w : waiting) due.push_back(w.since + Limit(w, window));
+    std::optional<common::TimePoint> d = NthDue(due, std::min(o_.min_waiting, waiting.size()));
+    if (d) d = std::max(*d, last_progress_ + window);
+    return d;
+  }
+  bool StreamsStalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
+    std::optional<common::TimePoint> due = StreamsStallDue(waiting);
+    return due && *due < now;
   }
 
-  common::TimePoint last_answer() const { return last_answer_; }
+  common::TimePoint last_progress() const { return last_progress_; }
 
  private:
+  common::Duration Limit(const Waiting& w, common::Duration window) const {
+    return w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling)
+                                               : window;
+  }
+  // The n-th earliest of `due` (1-based), if there are n.
+  static std::optional<common::TimePoint> NthDue(std::vector<common::TimePoint>& due, size_t n) {
+    if (n == 0 || due.size() < n) return std::nullopt;
+    std::nth_element(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(n - 1), due.end());
+    return due[n - 1];
+  }
+
   ProgressOptions o_;
   std::array<common::Duration, kSamples> samples_{};
   size_t next_ = 0;
-  common::TimePoint last_answer_{};
+  common::TimePoint last_progress_{};
+  common::TimePoint newest_answered_since_{};
 };
 
 }  // namespace gpuha::router

@@ -1,5 +1,6 @@
 #include "router/request.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <vector>
@@ -337,7 +338,7 @@ void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::st
 }
 
 void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length, bool keep_alive,
-                      std::string* out) {
+                      int keep_alive_s, std::string* out) {
   out->append("HTTP/1.1 ");
   out->append(std::to_string(h.result_int()));
   out->push_back(' ');
@@ -351,9 +352,20 @@ void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length,
     AppendField(name, std::string_view(f.value().data(), f.value().size()), out);
   }
   AppendFraming(framing, length, out);
-  if (!keep_alive) AppendField("Connection", "close", out);
+  if (!keep_alive) {
+    AppendField("Connection", "close", out);
+  } else if (keep_alive_s > 0) {
+    out->append("Keep-Alive: timeout=");
+    out->append(std::to_string(keep_alive_s));
+    out->append("\r\n");
+  }
   out->append("\r\n");
 }
+
+int AdvertisedKeepAlive(std::chrono::milliseconds idle) {
+  return static_cast<int>(std::max<int64_t>(0, idle.count() / 1000 - 1));
+}
+
 
 std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream) {
   std::string body = "{\"error\":";

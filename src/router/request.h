@@ -113,8 +113,16 @@ void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::st
                         std::string* out);
 
 // The head the client receives from an upstream response.
+// A kept-alive answer says for how long the router keeps the connection
+// idle (Keep-Alive: timeout=S, RFC 2068 19.7.1.1), when keep_alive_s > 0:
+// a client that reads it (gpuha load does) closes first, instead of
+// writing a request as the router closes.
 void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length, bool keep_alive,
-                      std::string* out);
+                      int keep_alive_s, std::string* out);
+// Keep-Alive: timeout=S for a connection closed after `idle` (whole
+// seconds, less one for the round trip; 0: too short to advertise).
+int AdvertisedKeepAlive(std::chrono::milliseconds idle);
+
 
 // Its JSON body alone (HTTP/2 answers).
 std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream);

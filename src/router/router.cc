@@ -339,8 +339,8 @@ std::string Router::Impl::Metrics() const {
            "Requests that needed more than one upstream: head read to answer written.");
   failover.AppendTo(&p, "gpuha_router_failover_duration_seconds", {});
   p.Family("gpuha_router_stall_detection_seconds", "histogram",
-           "How long the oldest waiting request had waited when its upstream was judged "
-           "stalled.");
+           "How long an upstream had made no progress when it was judged stalled (the "
+           "oldest wait, when it never made any).");
   stall.AppendTo(&p, "gpuha_router_stall_detection_seconds", {});
   common::AppendProcessFamilies("router", &p);
   return p.str();

@@ -160,6 +160,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
                     &c.limits.retry_buffer_bytes);
   ReadMillis(limits, "header_timeout_ms", &c.limits.header_timeout);
   ReadMillis(limits, "idle_timeout_ms", &c.limits.idle_timeout, false, kDayMs);
+  ReadMillis(limits, "upstream_idle_timeout_ms", &c.limits.upstream_idle_timeout, false, kDayMs);
   ReadMillis(limits, "body_timeout_ms", &c.limits.body_timeout);
   ReadMillis(limits, "connect_timeout_ms", &c.limits.connect_timeout);
   ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout, false, kDayMs);

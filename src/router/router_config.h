@@ -59,6 +59,12 @@ struct RouterLimits {
   size_t retry_buffer_bytes = 1 << 20;              // bodies up to this can be re-sent
   std::chrono::milliseconds header_timeout{10000};  // whole request head
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive between requests
+  // A pooled upstream connection idle this long is closed before it is
+  // reused: servers close idle keep-alive connections (uvicorn and Node
+  // after 5 s, gunicorn after 2 s), and a request written on one as it
+  // closes is lost to that race. An upstream's own Keep-Alive: timeout=N
+  // lowers it to N less a second for that connection.
+  std::chrono::milliseconds upstream_idle_timeout{4000};
   std::chrono::milliseconds body_timeout{30000};    // between body reads/writes
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds response_timeout{60000};  // to the response head

@@ -162,6 +162,19 @@ TEST_F(RouterLlmTest, StreamsStalledMidAnswerAreJudgedByTheirTokensAndContinued)
   Fault(*a_, "none");
 }
 
+// Issue 37: a lone stream is judged by its tokens too (fewer streams than
+// the verdict's minimum waited for response_timeout, 60 s).
+TEST_F(RouterLlmTest, ALoneStreamStalledMidAnswerIsJudgedByItsTokensAndContinued) {
+  Ask ask = LongCompletion("alone", 200, 100);
+  std::future<Reply> f = Start(ask.body);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 20; }));
+  Fault(*a_, "stuck");
+  ExpectWhole(f.get(), ask.want);
+  EXPECT_EQ(Metric("token_stalls_total"), 1);
+  EXPECT_EQ(Metric("sse_continuations_total"), 1);
+  Fault(*a_, "none");
+}
+
 TEST_F(RouterLlmTest, ChatIsContinuedWithAnAssistantPrefix) {
   std::string body;
   worker::LlmAnswer want;

@@ -281,6 +281,36 @@ TEST_F(RouterTest, AHalfHungBackendIsJudgedByProgressWhileItsHealthAnswers) {
   a_->SetStuck(false);
 }
 
+// Issue 37: a stall verdict's re-sends are failover, not retries to ration.
+// With no retry budget at all, every request that waited on the stalled
+// upstream is answered by the standby (each was a 503 retry_budget).
+TEST_F(RouterTest, AStallVerdictsResendsAreNotRationedByTheRetryBudget) {
+  config_.retry_budget_percent = 0;
+  config_.retry_min_per_second = 0;
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->SetStuck(true);
+  std::vector<std::future<Reply>> stuck;
+  for (int i = 0; i < 8; ++i) {
+    stuck.push_back(
+        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+  }
+  for (auto& f : stuck) {
+    Reply r = f.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  }
+  std::string m = router_->MetricsText();
+  EXPECT_GE(MetricValue(m, "gpuha_router_stalls_total"), 1) << m;
+  EXPECT_GE(MetricValue(m, "gpuha_router_stall_resends_total"), 3) << m;
+  EXPECT_EQ(MetricValue(m, "gpuha_router_responses_total{source=\"router\",code=\"503\","
+                          "reason=\"retry_budget_exhausted\"}"),
+            0)
+      << m;
+  a_->SetStuck(false);
+  // Other re-sends are still paid for: RetryBudgetBoundsResends.
+}
+
 // A request may say how long it takes: long ones that said so are not taken
 // for a stall though the learned window is short; a malformed one is 400.
 TEST_F(RouterTest, DeclaredExpectationsKeepLongRequestsFromBeingTakenForAStall) {
