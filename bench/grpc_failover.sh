@@ -11,6 +11,7 @@
 #   bench/grpc_failover.sh GPUHA_BINARY [SECONDS] [RATE]
 # Prints a Markdown table for bench/RESULTS.md.
 set -euo pipefail
+source "$(dirname "$0")/lib/procs.sh"
 gpuha="$(realpath "${1:?usage: grpc_failover.sh GPUHA_BINARY [SECONDS] [RATE]}")"
 secs="${2:-8}"
 rate="${3:-400}"
@@ -21,7 +22,7 @@ done
 command -v python3 >/dev/null || { echo "missing python3: run scripts/install-deps.sh" >&2; exit 2; }
 work="$(mktemp -d /tmp/gpuha-grpc-failover.XXXXXX)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { stop_procs "${pids[@]}"; rm -rf "$work"; }
 trap cleanup EXIT
 A=19501 AG=19502 B=19503 BG=19504 ROUTER=19510
 

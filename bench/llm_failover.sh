@@ -14,6 +14,7 @@
 # fresh workers.
 #   bench/llm_failover.sh GPUHA_BINARY [SECONDS] [CONC]
 set -euo pipefail
+source "$(dirname "$0")/lib/procs.sh"
 gpuha="$(realpath "${1:?usage: llm_failover.sh GPUHA_BINARY [SECONDS] [CONC]}")"
 secs="${2:-8}"
 conc="${3:-200}"
@@ -24,7 +25,7 @@ for tool in nginx haproxy curl python3; do
 done
 work="$(mktemp -d /tmp/gpuha-llm.XXXXXX)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { stop_procs "${pids[@]}"; rm -rf "$work"; }
 trap cleanup EXIT
 A=19501 C=19503 PROXY=19510
 

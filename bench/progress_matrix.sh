@@ -18,6 +18,7 @@
 # nginx". Prints one Markdown row per cell and peer; exits 1 if a gpuha
 # cell lost or failed a request, cut a slow one, or stalled past GAP_MS (250).
 set -euo pipefail
+source "$(dirname "$0")/lib/procs.sh"
 gpuha="$(realpath "${1:?usage: progress_matrix.sh GPUHA_BINARY TEST_BACKEND [SECONDS]}")"
 cpp_backend="$(realpath "${2:?test backend binary}")"
 py_backend="$(dirname "$(realpath "$0")")/backends/asyncio_backend.py"
@@ -35,11 +36,7 @@ command -v python3 >/dev/null || { echo "missing python3: run scripts/install-de
 
 work="$(mktemp -d /tmp/gpuha-matrix.XXXXXX)"
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
+cleanup() { stop_procs "${pids[@]}"; rm -rf "$work"; }
 trap cleanup EXIT
 A=19501 C=19503 PROXY=19510
 
@@ -109,15 +106,12 @@ CONF
   nginx -p "$work" -c "$work/nginx.conf" & proxy_pid=$!; pids+=($!)
 }
 
-stop_all() {
-  kill -TERM "$proxy_pid" 2>/dev/null || true
-  for p in "${backend_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait "${backend_pids[@]}" "$proxy_pid" 2>/dev/null || true
-}
+stop_all() { stop_procs "$proxy_pid" "${backend_pids[@]}"; }
 
 bad=0
 run_cell() {  # $1 backend, $2 rate, $3 streams, $4 threads, $5 slow share, $6 peer
   rm -f "$work/out.json"
+  require_free_ports $A $C $PROXY
   start_backends "$1"
   if [[ $6 == gpuha ]]; then start_gpuha "$3" "$4"; else start_nginx "$3" "$4"; fi
   wait_ready $PROXY /streams/s-0/v2/health/ready

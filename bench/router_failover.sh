@@ -10,6 +10,7 @@
 # engine). Each peer and fault gets fresh upstreams. FAULTS picks the faults.
 #   bench/router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
+source "$(dirname "$0")/lib/procs.sh"
 source "$(dirname "$0")/lib/static_router.sh"
 gpuha="$(realpath "${1:?usage: router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]}")"
 backend="$(realpath "${2:?test backend binary}")"
@@ -22,7 +23,7 @@ for tool in nginx haproxy; do
 done
 work="$(mktemp -d /tmp/gpuha-failover.XXXXXX)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { stop_procs "${pids[@]}"; rm -rf "$work"; }
 trap cleanup EXIT
 A=19401 B=19402 C=19403 PROXY=19410
 
@@ -121,6 +122,7 @@ router_conf() {
 
 run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang|half-hang
   rm -f "$work/out.json"
+  require_free_ports $A $B $C $PROXY
   start_backends
   $2
   sleep 1

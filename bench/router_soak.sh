@@ -5,6 +5,8 @@
 # standby C), 2% of requests legitimately slow (1.5 s), and every 30 s a
 # 5-second burst that adds 2x RATE (3x in all). At the end the router's
 # /metrics must show no stall and no ejection, and the load no failure.
+# TEST_BACKEND may be bench/backends/asyncio_backend.py (run with python3):
+# it closes idle keep-alive connections after 5 s, as uvicorn does.
 #   bench/router_soak.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
 source "$(dirname "$0")/lib/static_router.sh"
@@ -24,7 +26,11 @@ cleanup() {
 trap cleanup EXIT
 A=19501 B=19502 C=19503 PROXY=19510 ADMIN=19511
 for p in $A $B $C; do
-  "$backend" --name "$p" --port "$p" --threads 1 >/dev/null & pids+=($!)
+  if [[ $backend == *.py ]]; then
+    python3 "$backend" --name "$p" --port "$p" >/dev/null & pids+=($!)
+  else
+    "$backend" --name "$p" --port "$p" --threads 1 >/dev/null & pids+=($!)
+  fi
 done
 static_router_yaml "$work/router.yaml" $PROXY $A $B $C $ADMIN
 "$gpuha" router --config "$work/router.yaml" >/dev/null 2>"$work/router.err" & pids+=($!)
@@ -52,6 +58,7 @@ def metric(name):
     return float(m.group(1)) if m else float("nan")
 sent = sum(r["sent"] for r in reports)
 failed = sum(r["failed"] for r in reports)
+stale = sum(r["stale_retries"] for r in reports)
 slow_sent = sum(r["slow_sent"] for r in reports)
 slow_ok = sum(r["slow_ok"] for r in reports)
 stalls, ejections = metric("gpuha_router_stalls_total"), metric("gpuha_router_ejections_total")
@@ -61,7 +68,7 @@ for r in reports:
         failures[k] = failures.get(k, 0) + v
 print(f"soak {secs} s at {rate} req/s, {bursts} bursts to 3x: sent {sent}, failed {failed} "
       f"{failures or ''}, slow {slow_ok} of {slow_sent} answered, stalls {stalls:.0f}, "
-      f"ejections {ejections:.0f}, p99 {reports[0]['latency_ms']['p99']:.1f} ms, "
+      f"ejections {ejections:.0f}, stale keep-alive re-sends {stale}, p99 {reports[0]['latency_ms']['p99']:.1f} ms, "
       f"longest gap {max(r['max_gap_ms'] for r in reports):.1f} ms")
 sys.exit(0 if failed == 0 and stalls == 0 and ejections == 0 and slow_ok == slow_sent else 1)
 PY

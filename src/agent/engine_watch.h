@@ -101,8 +101,14 @@ class EngineWatch {
 // and its executions still count (the demo's error-burst): no stall, and
 // each router ejects it only after its own run of 5xx, while the controller
 // never moves its streams. Failing: at least `min_failures` failures since
-// the last success, and no success for `window`. One tenant's bad requests
-// beside others' good ones are not it: any success clears it.
+// the last success, and no success for `window`. A scrape's counters cannot
+// order its interval's outcomes, so the failures of the interval that saw
+// the last successes count too: the routers shield such an engine within
+// a few requests, and its failures then all fall in that interval, beside
+// the last successes, with silence after (the demo's error-burst). A busy
+// engine that goes quiet right after 5 failed requests looks the same.
+// One tenant's bad requests beside others' good ones are not it: every
+// success restarts the window.
 //
 //   FailureWatch f(std::chrono::seconds(1));
 //   if (s && f.Observe(now, *s)) ...  // failing: fail the server
@@ -114,23 +120,32 @@ class FailureWatch {
       : window_(window), min_failures_(min_failures) {}
   bool Observe(common::TimePoint now, const EngineSample& s) {
     if (!s.has_outcomes) return false;
-    if (!succeeded_ || s.succeeded != *succeeded_ || s.failed < failed_at_success_) {
-      succeeded_ = s.succeeded;  // a success (or a restarted engine): clear
-      failed_at_success_ = s.failed;
+    const bool restarted = last_ && (s.succeeded < last_->succeeded || s.failed < last_->failed);
+    if (!last_ || restarted) {
+      last_ = s;
+      failures_ = 0;
       success_at_ = now;
       return false;
     }
-    return s.failed - failed_at_success_ >= min_failures_ && now - success_at_ >= window_;
+    const double failed = s.failed - last_->failed;
+    if (s.succeeded > last_->succeeded) {
+      failures_ = failed;  // may have come after the interval's last success
+      success_at_ = now;
+    } else {
+      failures_ += failed;
+    }
+    last_ = s;
+    return failures_ >= min_failures_ && now - success_at_ >= window_;
   }
   // Failures since the last success (meaningful while Observe says failing).
-  double failures(const EngineSample& s) const { return s.failed - failed_at_success_; }
+  double failures() const { return failures_; }
   common::TimePoint success_at() const { return success_at_; }
 
  private:
   common::Duration window_;
   double min_failures_;
-  std::optional<double> succeeded_;
-  double failed_at_success_ = 0;
+  std::optional<EngineSample> last_;
+  double failures_ = 0;
   common::TimePoint success_at_{};
 };
 

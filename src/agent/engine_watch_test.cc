@@ -186,10 +186,29 @@ TEST(FailureWatchTest, OnlyErrorsForTheWindowIsFailing) {
     EXPECT_FALSE(stall.Observe(clock.Now(), s));  // it executes: not a stall
     EXPECT_EQ(f.Observe(clock.Now(), s), i >= 4) << i;
   }
-  EXPECT_EQ(f.failures(Outcomes(100, 200, 0)), 200);
+  EXPECT_EQ(f.failures(), 200);
   // One success clears it.
   clock.Advance(milliseconds(250));
   EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(101, 240, 340)));
+}
+
+// As the demo's error-burst looks to the agent: the routers shield the
+// engine within a few requests, so its failures fall beside its last
+// successes in one scrape's interval, and nothing comes after.
+TEST(FailureWatchTest, FailuresBesideTheLastSuccessesThenSilenceIsFailing) {
+  common::FakeClock clock;
+  FailureWatch f(milliseconds(600));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(100, 0, 100)));
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(120, 4, 124)));  // the fault, mid-interval
+  clock.Advance(milliseconds(150));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(120, 7, 127)));  // the last few, then silence
+  for (int i = 0; i < 3; ++i) {
+    clock.Advance(milliseconds(150));
+    EXPECT_EQ(f.Observe(clock.Now(), Outcomes(120, 7, 127)), i == 2) << i;
+  }
+  // An engine restarted (its counters back to 0) starts over.
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(0, 0, 0)));
 }
 
 TEST(FailureWatchTest, AFewFailuresAQuietEngineOrSuccessesBesideThemAreNotFailing) {

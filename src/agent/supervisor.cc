@@ -251,7 +251,7 @@ std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string&
         spdlog::error(
             "agent {}: inference server answers only errors: {} failed request(s) and no success "
             "for {} ms (its readiness still answers); reporting it not ready",
-            node, w->failures.failures(*s), common::ToMillis(now - w->failures.success_at()));
+            node, w->failures.failures(), common::ToMillis(now - w->failures.success_at()));
       } else if (!failing && w->failing) {
         spdlog::info("agent {}: inference server succeeding again", node);
       }
