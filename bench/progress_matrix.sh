@@ -36,7 +36,7 @@ command -v python3 >/dev/null || { echo "missing python3: run scripts/install-de
 
 work="$(mktemp -d /tmp/gpuha-matrix.XXXXXX)"
 pids=()
-cleanup() { stop_procs "${pids[@]}"; rm -rf "$work"; }
+cleanup() { stop_procs "${pids[@]}"; if [[ -n "${KEEP:-}" ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi; }
 trap cleanup EXIT
 A=19501 C=19503 PROXY=19510
 

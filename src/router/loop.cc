@@ -108,7 +108,9 @@ void JudgeProgress(Loop& L) {
     if (up->waiting.empty()) continue;
     waiting.clear();
     for (const Waiting& c : up->waiting) waiting.push_back({c.waiting_since, c.expect});
-    std::optional<TimePoint> due = up->progress.StallDue(waiting);
+    // Judged stalled (here or by another loop) and no progress since: one
+    // overdue request is enough.
+    std::optional<TimePoint> due = up->progress.StallDue(waiting, up->judged_stalled ? 1 : 0);
     if (!due || *due >= now) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their
@@ -126,9 +128,15 @@ void StallVerdict(Loop& L, const std::string& address) {
   if (it == L.upstreams.end() || !it->second->usable(now)) return;
   UpstreamState& up = *it->second;
   // This loop saw it progress (an answer to a request no older than those
-  // it answered before, or a token) within a window: not stalled here.
+  // it answered before, or a token) within a window: not stalled here yet.
+  // The verdict stands, though: one request of this loop's overdue is then
+  // enough (JudgeProgress), since this loop alone may never hold three
+  // (two loops, 20 streams at 200 req/s: requests waited for 60 s).
   for (const ProgressMonitor* m : {&up.progress, &up.tokens}) {
-    if (m->last_progress() != TimePoint() && now - m->last_progress() < m->Window()) return;
+    if (m->last_progress() != TimePoint() && now - m->last_progress() < m->Window()) {
+      up.judged_stalled = true;
+      return;
+    }
   }
   Stall(L, up);
 }

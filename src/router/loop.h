@@ -169,8 +169,9 @@ struct UpstreamState : UpstreamHealth {
   ProgressMonitor first_token;
   ProgressMonitor tokens;
   int consecutive_5xx = 0;  // answers of 5xx in a row
-  // Judged stalled, and no progress seen since (JudgeProgress then cancels
-  // requests that wait on it past their limit while it is ejected).
+  // Judged stalled (by this loop or another), and no progress seen since:
+  // JudgeProgress then needs one overdue request, not min_waiting, and
+  // cancels requests that wait on it past their limit while it is ejected.
   bool judged_stalled = false;
   std::string address;
   std::string node;

@@ -302,6 +302,26 @@ TEST(ProgressMonitorTest, AQueueDrainedInOrderIsProgressHoweverLongItsRequestsWa
   }
 }
 
+// A server that answers a little out of order under load (kept-alive
+// connections first, new ones from its accept queue after): answers to
+// requests begun within a window of the newest answered one are progress.
+TEST(ProgressMonitorTest, AnswersALittleOutOfOrderAreProgress) {
+  common::FakeClock clock;
+  ProgressMonitor m;
+  for (size_t i = 0; i < ProgressMonitor::kSamples; ++i) m.Answered(clock.Now(), milliseconds(1));
+  const common::TimePoint t0 = clock.Now();
+  clock.Advance(milliseconds(200));
+  m.Answered(clock.Now(), milliseconds(1));  // the newest, answered first
+  std::vector<ProgressMonitor::Waiting> behind = Since(clock.Now(), 4, milliseconds(1));
+  // Older ones from the accept queue, begun 100 ms before it, keep coming.
+  for (int t = 10; t <= 400; t += 10) {
+    clock.Advance(milliseconds(10));
+    m.Answered(clock.Now(), clock.Now() - (t0 + milliseconds(100 + t)));
+    EXPECT_FALSE(m.Stalled(clock.Now(), behind)) << t;
+  }
+  EXPECT_EQ(m.last_progress(), clock.Now());
+}
+
 // Token streams: one or two open streams are judged as well, every one of
 // them silent past the window (three or more: three of them).
 TEST(ProgressMonitorTest, OneOrTwoSilentTokenStreamsAreStalled) {

@@ -10,15 +10,18 @@
 // keeps the head latencies of the last kSamples answers and takes
 // window = clamp(p90 * factor, floor, ceiling).
 //
-// Progress is an answer to a request that began no earlier than every
-// request answered before it: the frontier of answered requests moves. An
-// answer to an older request is not progress. When an engine stops, the
+// Progress is an answer to a request that began no more than a window
+// before the newest request answered so far (the frontier of answered
+// requests). An answer to a request older than that is not progress. When
+// an engine stops, the
 // slow requests it had begun may still come back over the next seconds (a
 // 1.5 s request begun just before); they say nothing of the requests begun
 // since, and once counted as progress they held the verdict back until the
 // last of them was in (issue 37: 1.9 s at 500 req/s, 7.9 s at 1,000). A
 // healthy queue that drains in order still moves the frontier with every
-// answer, however long its requests wait.
+// answer, however long its requests wait; the window's slack lets a server
+// answer a little out of order (kept-alive connections before new ones in
+// its accept queue) without its older answers being taken for no progress.
 //
 // The verdict needs `min_waiting` requests that began after the last
 // progress and have all waited past the window:
@@ -70,20 +73,22 @@ class ProgressMonitor {
   explicit ProgressMonitor(ProgressOptions o) : o_(o) {}
 
   // A response head arrived for a request that waited `latency`: learned,
-  // and progress if no request begun later was answered before it.
+  // and progress if it began within a window of the newest request
+  // answered before it (or after).
   void Answered(common::TimePoint now, common::Duration latency) {
     Learn(latency);
     const common::TimePoint since = now - latency;
-    if (since >= newest_answered_since_) {
-      newest_answered_since_ = since;
-      last_progress_ = now;
-    }
+    if (since + window_ >= newest_answered_since_) last_progress_ = std::max(last_progress_, now);
+    newest_answered_since_ = std::max(newest_answered_since_, since);
   }
 
   // A latency to learn the window from, with nothing said of progress.
   void Learn(common::Duration latency) {
     samples_[next_ % kSamples] = latency;
     ++next_;
+    // The window, from the samples: again every 16 answers (an nth_element
+    // over 256 samples per answer cost more than the answer's relay).
+    if (next_ <= 16 || next_ % 16 == 0) window_ = ComputeWindow();
   }
 
   // Progress seen by other means: a token on any of an engine's token
@@ -93,7 +98,10 @@ class ProgressMonitor {
 
   // How long a request may wait, with others waiting beside it and no
   // progress at all, before the upstream counts as stalled.
-  common::Duration Window() const {
+  common::Duration Window() const { return window_; }
+
+ private:
+  common::Duration ComputeWindow() const {
     size_t n = std::min(next_, kSamples);
     if (n == 0) return o_.ceiling;  // nothing learned yet: the most patient
     std::vector<common::Duration> s(samples_.begin(), samples_.begin() + n);
@@ -103,6 +111,7 @@ class ProgressMonitor {
     return std::clamp(w, o_.floor, o_.ceiling);
   }
 
+ public:
   // A request now waiting for a response head.
   struct Waiting {
     common::TimePoint since;    // when it began to wait
@@ -111,9 +120,13 @@ class ProgressMonitor {
 
   // When the verdict on requests awaiting their heads fell (or falls) due:
   // the moment the min_waiting-th request began after the last progress
-  // passed its limit. Nothing: not enough such requests.
-  std::optional<common::TimePoint> StallDue(const std::vector<Waiting>& waiting) const {
-    if (waiting.size() < o_.min_waiting) return std::nullopt;
+  // passed its limit. Nothing: not enough such requests. `need` replaces
+  // min_waiting when set: an upstream another witness has judged stalled
+  // already needs one overdue request, not three.
+  std::optional<common::TimePoint> StallDue(const std::vector<Waiting>& waiting,
+                                            size_t need = 0) const {
+    if (need == 0) need = o_.min_waiting;
+    if (waiting.size() < need) return std::nullopt;
     const common::Duration window = Window();
     std::vector<common::TimePoint> due;
     for (const Waiting& w : waiting) {
@@ -122,7 +135,7 @@ class ProgressMonitor {
       if (w.since < last_progress_) continue;
       due.push_back(w.since + Limit(w, window));
     }
-    return NthDue(due, o_.min_waiting);
+    return NthDue(due, need);
   }
   bool Stalled(common::TimePoint now, const std::vector<Waiting>& waiting) const {
     std::optional<common::TimePoint> due = StallDue(waiting);
@@ -166,6 +179,7 @@ class ProgressMonitor {
   }
 
   ProgressOptions o_;
+  common::Duration window_ = o_.ceiling;  // nothing learned yet: the most patient
   std::array<common::Duration, kSamples> samples_{};
   size_t next_ = 0;
   common::TimePoint last_progress_{};

@@ -311,6 +311,30 @@ TEST_F(RouterTest, AStallVerdictsResendsAreNotRationedByTheRetryBudget) {
   // Other re-sends are still paid for: RetryBudgetBoundsResends.
 }
 
+// A request that begins to wait on an upstream already judged stalled (it
+// was connecting at the verdict, or has no other upstream) gets one window,
+// not response_timeout: here a stream with no standby, whose only upstream
+// is the stalled one, is answered 502 "hung" instead of waiting 60 s for a
+// 504 (issue 37: one request of 6,000 timed out this way at 1,000 req/s).
+TEST_F(RouterTest, ARequestThatWaitsOnAnUpstreamJudgedStalledGetsOneWindow) {
+  config_.routes.push_back({"cam-3", "acme", a_->address(), ""});
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->SetStuck(true);
+  std::vector<std::future<Reply>> stuck;
+  for (int i = 0; i < 8; ++i) {
+    stuck.push_back(
+        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+  }
+  for (auto& f : stuck) EXPECT_EQ(f.get().status, 200);
+  ASSERT_GE(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 1);
+  // a is ejected now; cam-3 has nothing else, so it is tried as a last resort.
+  Reply r = Send(port(), Get("/streams/cam-3/x"));
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_NE(r.body.find("hung"), std::string::npos) << r.body;
+  a_->SetStuck(false);
+}
+
 // A request may say how long it takes: long ones that said so are not taken
 // for a stall though the learned window is short; a malformed one is 400.
 TEST_F(RouterTest, DeclaredExpectationsKeepLongRequestsFromBeingTakenForAStall) {
@@ -867,6 +891,30 @@ TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
   std::string m = router_->MetricsText();
   EXPECT_NE(m.find("gpuha_router_stale_resends_total 1"), std::string::npos) << m;
   EXPECT_NE(m.find("gpuha_router_ejections_total 0"), std::string::npos) << m;
+}
+
+// The keep-alive race (issue 37): a pooled upstream connection idle past
+// limits.upstream_idle_timeout is closed, not reused, before the upstream
+// closes it as a request goes out; and a kept-alive answer tells the
+// client the router's own idle timeout, so the client can close first.
+TEST_F(RouterTest, IdleUpstreamConnectionsAreClosedBeforeTheUpstreamDoesAndClientsAreTold) {
+  config_.threads = 1;
+  config_.probe_interval = milliseconds(0);  // no prober connections in the counts
+  config_.limits.upstream_idle_timeout = milliseconds(300);
+  config_.limits.idle_timeout = milliseconds(30000);
+  StartRouter();
+  Reply first = Send(port(), Get("/streams/cam-1/x"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.headers["Keep-Alive"], "timeout=29");
+  ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  std::string m = router_->MetricsText();
+  EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_connects_total"), 1) << m;
+  EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_reuses_total"), 1) << m;
+  std::this_thread::sleep_for(milliseconds(600));
+  ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  m = router_->MetricsText();
+  EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_connects_total"), 2) << m;
+  EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_reuses_total"), 1) << m;
 }
 
 TEST_F(RouterTest, Http10ClientsGetCloseDelimitedBodies) {
