@@ -867,8 +867,8 @@ std::string LoadReport::Json() const {
       R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"stale_retries":%d,"slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
       R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
-      sent, ok, failed, absl::StrJoin(f, ","), stale_retries, slow_sent, slow_ok, p50_ms, p99_ms, p999_ms, max_ms,
-      max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
+      sent, ok, failed, absl::StrJoin(f, ","), stale_retries, slow_sent, slow_ok, p50_ms, p99_ms,
+      p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
       sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
                             R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
                             tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms,

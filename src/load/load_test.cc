@@ -55,8 +55,9 @@ class ClosingServer {
         http::request<http::string_body> req;
         http::read(s, buf, req, ec);
         if (ec) continue;
-        boost::asio::write(s, boost::asio::buffer(std::string_view(
-                                  "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")),
+        boost::asio::write(s,
+                           boost::asio::buffer(std::string_view(
+                               "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")),
                            ec);
         s.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
       }

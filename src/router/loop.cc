@@ -185,7 +185,8 @@ void PoolIdle(Loop& L, UpstreamState& up, std::unique_ptr<UpConn> c,
   if (!Poolable(*c, up)) return;
   milliseconds limit = L.config.limits.upstream_idle_timeout;
   auto hint = res[http::field::keep_alive];
-  if (std::optional<int> s = common::KeepAliveTimeout(absl::string_view(hint.data(), hint.size()))) {
+  if (std::optional<int> s =
+          common::KeepAliveTimeout(absl::string_view(hint.data(), hint.size()))) {
     limit = std::min(limit, milliseconds(std::max(0, *s - 1) * 1000));
   }
   if (limit <= milliseconds(0)) return;  // the upstream keeps it for a second or less
@@ -207,11 +208,10 @@ std::unique_ptr<UpConn> TakeIdle(Loop& L, UpstreamState& up) {
 void TrimIdle(Loop& L) {
   for (auto& [address, up] : L.upstreams) {
     auto& idle = up->idle;
-    idle.erase(std::remove_if(idle.begin(), idle.end(),
-                              [&](const std::unique_ptr<UpConn>& c) {
-                                return c->idle_until <= L.io_now;
-                              }),
-               idle.end());
+    idle.erase(
+        std::remove_if(idle.begin(), idle.end(),
+                       [&](const std::unique_ptr<UpConn>& c) { return c->idle_until <= L.io_now; }),
+        idle.end());
   }
 }
 

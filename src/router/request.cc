@@ -366,7 +366,6 @@ int AdvertisedKeepAlive(std::chrono::milliseconds idle) {
   return static_cast<int>(std::max<int64_t>(0, idle.count() / 1000 - 1));
 }
 
-
 std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream) {
   std::string body = "{\"error\":";
   AppendJsonString(ReasonLabel(r), &body);

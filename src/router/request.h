@@ -123,7 +123,6 @@ void AppendClientHead(const ResponseHeader& h, Framing framing, uint64_t length,
 // seconds, less one for the round trip; 0: too short to advertise).
 int AdvertisedKeepAlive(std::chrono::milliseconds idle);
 
-
 // Its JSON body alone (HTTP/2 answers).
 std::string ErrorBody(Reason r, std::string_view detail, std::string_view stream);
 // A complete router-made answer: JSON {"error","reason","stream"} with the

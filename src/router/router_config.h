@@ -65,7 +65,7 @@ struct RouterLimits {
   // closes is lost to that race. An upstream's own Keep-Alive: timeout=N
   // lowers it to N less a second for that connection.
   std::chrono::milliseconds upstream_idle_timeout{4000};
-  std::chrono::milliseconds body_timeout{30000};    // between body reads/writes
+  std::chrono::milliseconds body_timeout{30000};  // between body reads/writes
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds response_timeout{60000};  // to the response head
   // HTTP/2 clients: streams open at once per connection (SETTINGS).

@@ -303,8 +303,9 @@ TEST_F(RouterTest, AStallVerdictsResendsAreNotRationedByTheRetryBudget) {
   std::string m = router_->MetricsText();
   EXPECT_GE(MetricValue(m, "gpuha_router_stalls_total"), 1) << m;
   EXPECT_GE(MetricValue(m, "gpuha_router_stall_resends_total"), 3) << m;
-  EXPECT_EQ(MetricValue(m, "gpuha_router_responses_total{source=\"router\",code=\"503\","
-                          "reason=\"retry_budget_exhausted\"}"),
+  EXPECT_EQ(MetricValue(m,
+                        "gpuha_router_responses_total{source=\"router\",code=\"503\","
+                        "reason=\"retry_budget_exhausted\"}"),
             0)
       << m;
   a_->SetStuck(false);
