@@ -363,9 +363,10 @@ class Runner {
   // `failure` set when the connect fails).
   net::awaitable<std::unique_ptr<beast::tcp_stream>> Connection(StreamState& s,
                                                                 std::string* failure,
-                                                                bool* reused = nullptr) {
+                                                                bool* reused = nullptr,
+                                                                bool fresh = false) {
     if (reused != nullptr) *reused = false;
-    while (!s.idle.empty()) {
+    while (!fresh && !s.idle.empty()) {
       Pooled p = std::move(s.idle.back());
       s.idle.pop_back();
       if (Clock::now() >= p.until) continue;  // the server may be closing it: closed here
@@ -701,7 +702,7 @@ class Runner {
         report_.stale_retries++;
         reused = false;
         ec = {};
-        c = co_await Connection(s, &failure, nullptr);
+        c = co_await Connection(s, &failure, nullptr, /*fresh=*/true);
         if (!failure.empty()) break;
       }
     }

@@ -131,7 +131,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
       if (first) {
         up.first_token.Learn(now - last);
       } else {
-        up.tokens.Learn((now - last) / tokens);
+        up.tokens.Learn(now - last);  // as judged: the gap between reads
       }
       up.tokens.Progressed(now);
       first = false;
@@ -153,6 +153,8 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
       out.client_gone = true;
       co_return;
     }
+    // A slow client's write is not the upstream's silence.
+    conn->waiting_since = std::max(conn->waiting_since, L.clock.Now());
   }
   conn->waiting_hook.unlink();
   if (ok && sc.done()) {

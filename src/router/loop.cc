@@ -50,7 +50,7 @@ void Stall(Loop& L, UpstreamState& up) {
 void CancelLate(Loop& L, UpstreamState& up, TimePoint now) {
   const common::Duration window = up.progress.Window();
   for (Waiting& c : up.waiting) {
-    common::Duration limit = c.expect > common::Duration::zero() ? c.expect : window;
+    common::Duration limit = up.progress.Limit({c.waiting_since, c.expect}, window);
     if (!c.hung_cancel && now - c.waiting_since > limit) {
       Inc(L.stats.stall_resends);
       c.Cancel();
@@ -58,7 +58,7 @@ void CancelLate(Loop& L, UpstreamState& up, TimePoint now) {
   }
   const common::Duration gap = up.tokens.Window();
   for (Waiting& c : up.streaming) {
-    common::Duration limit = c.expect > common::Duration::zero() ? c.expect : gap;
+    common::Duration limit = up.tokens.Limit({c.waiting_since, c.expect}, gap);
     if (!c.hung_cancel && now - c.waiting_since > limit) c.Cancel();
   }
 }

@@ -166,11 +166,14 @@ class ProgressMonitor {
 
   common::TimePoint last_progress() const { return last_progress_; }
 
- private:
+  // How long `w` may wait: its declared expectation (within floor..ceiling)
+  // or the window.
   common::Duration Limit(const Waiting& w, common::Duration window) const {
     return w.expect > common::Duration::zero() ? std::clamp(w.expect, o_.floor, o_.ceiling)
                                                : window;
   }
+
+ private:
   // The n-th earliest of `due` (1-based), if there are n.
   static std::optional<common::TimePoint> NthDue(std::vector<common::TimePoint>& due, size_t n) {
     if (n == 0 || due.size() < n) return std::nullopt;

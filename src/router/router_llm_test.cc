@@ -76,6 +76,9 @@ class RouterLlmTest : public ::testing::Test {
     config_.auth_none = true;
     config_.probe_interval = milliseconds(10);
     config_.hang_after = milliseconds(200);
+    // One or two streams are judged by their tokens too: a scheduling pause
+    // on a loaded CI machine (ASan) must not pass for a stall.
+    config_.progress.floor = milliseconds(1000);
     config_.routes = {{"chat-1", "", Address(*a_), Address(*b_)}};
     router_ = std::make_unique<Router>(config_);
     ASSERT_TRUE(router_->Start().ok());

@@ -901,7 +901,7 @@ TEST_F(RouterTest, StalePooledConnectionIsResentNotFailedOver) {
 TEST_F(RouterTest, IdleUpstreamConnectionsAreClosedBeforeTheUpstreamDoesAndClientsAreTold) {
   config_.threads = 1;
   config_.probe_interval = milliseconds(0);  // no prober connections in the counts
-  config_.limits.upstream_idle_timeout = milliseconds(300);
+  config_.limits.upstream_idle_timeout = milliseconds(2000);
   config_.limits.idle_timeout = milliseconds(30000);
   StartRouter();
   Reply first = Send(port(), Get("/streams/cam-1/x"));
@@ -911,7 +911,7 @@ TEST_F(RouterTest, IdleUpstreamConnectionsAreClosedBeforeTheUpstreamDoesAndClien
   std::string m = router_->MetricsText();
   EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_connects_total"), 1) << m;
   EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_reuses_total"), 1) << m;
-  std::this_thread::sleep_for(milliseconds(600));
+  std::this_thread::sleep_for(milliseconds(3000));
   ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
   m = router_->MetricsText();
   EXPECT_EQ(MetricValue(m, "gpuha_router_upstream_connects_total"), 2) << m;
