@@ -79,6 +79,21 @@ class RouterTest : public ::testing::Test {
     ASSERT_TRUE(router_->Start().ok());
   }
   uint16_t port() const { return router_->port(); }
+  // cam-1's primary `a` answers 20 requests (the window is learned), then
+  // half-hangs; `n` requests for cam-1 go at once, and their replies come
+  // back in order.
+  std::vector<Reply> HalfHangAAndSend(int n) {
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+    a_->SetStuck(true);
+    std::vector<std::future<Reply>> stuck;
+    for (int i = 0; i < n; ++i) {
+      stuck.push_back(
+          std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+    }
+    std::vector<Reply> out;
+    for (auto& f : stuck) out.push_back(f.get());
+    return out;
+  }
 
   std::unique_ptr<TestBackend> a_, b_;
   RouterConfig config_;
@@ -264,19 +279,11 @@ TEST_F(RouterTest, UpstreamThatAnswersItsProbeButNoRequestIsJudgedStalled) {
 // health path answers, nothing else does; the router re-sends to the standby.
 TEST_F(RouterTest, AHalfHungBackendIsJudgedByProgressWhileItsHealthAnswers) {
   StartRouter();
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetStuck(true);
-  EXPECT_EQ(Send(a_->port(), Get("/v2/health/ready")).status, 200);  // its health answers
-  std::vector<std::future<Reply>> stuck;
-  for (int i = 0; i < 6; ++i) {
-    stuck.push_back(
-        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
-  }
-  for (auto& f : stuck) {
-    Reply r = f.get();
+  for (const Reply& r : HalfHangAAndSend(6)) {
     EXPECT_EQ(r.status, 200);
     EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
   }
+  EXPECT_EQ(Send(a_->port(), Get("/v2/health/ready")).status, 200);  // its health answers
   EXPECT_GE(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 1);
   a_->SetStuck(false);
 }
@@ -288,15 +295,7 @@ TEST_F(RouterTest, AStallVerdictsResendsAreNotRationedByTheRetryBudget) {
   config_.retry_budget_percent = 0;
   config_.retry_min_per_second = 0;
   StartRouter();
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetStuck(true);
-  std::vector<std::future<Reply>> stuck;
-  for (int i = 0; i < 8; ++i) {
-    stuck.push_back(
-        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
-  }
-  for (auto& f : stuck) {
-    Reply r = f.get();
+  for (const Reply& r : HalfHangAAndSend(8)) {
     EXPECT_EQ(r.status, 200) << r.body;
     EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
   }
@@ -320,14 +319,7 @@ TEST_F(RouterTest, AStallVerdictsResendsAreNotRationedByTheRetryBudget) {
 TEST_F(RouterTest, ARequestThatWaitsOnAnUpstreamJudgedStalledGetsOneWindow) {
   config_.routes.push_back({"cam-3", "acme", a_->address(), ""});
   StartRouter();
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetStuck(true);
-  std::vector<std::future<Reply>> stuck;
-  for (int i = 0; i < 8; ++i) {
-    stuck.push_back(
-        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
-  }
-  for (auto& f : stuck) EXPECT_EQ(f.get().status, 200);
+  for (const Reply& r : HalfHangAAndSend(8)) EXPECT_EQ(r.status, 200) << r.body;
   ASSERT_GE(MetricValue(router_->MetricsText(), "gpuha_router_stalls_total"), 1);
   // a is ejected now; cam-3 has nothing else, so it is tried as a last resort.
   Reply r = Send(port(), Get("/streams/cam-3/x"));
