@@ -108,7 +108,12 @@ class EngineWatch {
 // the last successes, with silence after (the demo's error-burst). A busy
 // engine that goes quiet right after 5 failed requests looks the same.
 // One tenant's bad requests beside others' good ones are not it: every
-// success restarts the window.
+// success restarts the window. A verdict with no new failure for
+// `forget_after` (60 s) is forgotten, as Pacemaker's failure-timeout
+// forgets a resource's failures: five client errors (Triton counts
+// INVALID_ARG as a failure) and then no traffic at all held a healthy
+// server not ready for good, since nothing but a success or a restart
+// could clear it. A server still broken fails again at its next requests.
 //
 //   FailureWatch f(std::chrono::seconds(1));
 //   if (s && f.Observe(now, *s)) ...  // failing: fail the server
@@ -116,8 +121,9 @@ class EngineWatch {
 // Pure. Thread-safety: none.
 class FailureWatch {
  public:
-  explicit FailureWatch(common::Duration window, double min_failures = 5)
-      : window_(window), min_failures_(min_failures) {}
+  explicit FailureWatch(common::Duration window, double min_failures = 5,
+                        common::Duration forget_after = std::chrono::seconds(60))
+      : window_(window), min_failures_(min_failures), forget_after_(forget_after) {}
   bool Observe(common::TimePoint now, const EngineSample& s) {
     if (!s.has_outcomes) return false;
     const bool restarted = last_ && (s.succeeded < last_->succeeded || s.failed < last_->failed);
@@ -128,8 +134,12 @@ class FailureWatch {
       return false;
     }
     const double failed = s.failed - last_->failed;
+    if (failed > 0) failed_at_ = now;
     if (s.succeeded > last_->succeeded) {
       failures_ = failed;  // may have come after the interval's last success
+      success_at_ = now;
+    } else if (failures_ > 0 && failed == 0 && now - failed_at_ >= forget_after_) {
+      failures_ = 0;  // forgotten: as if they had not occurred
       success_at_ = now;
     } else {
       failures_ += failed;
@@ -144,9 +154,11 @@ class FailureWatch {
  private:
   common::Duration window_;
   double min_failures_;
+  common::Duration forget_after_;
   std::optional<EngineSample> last_;
   double failures_ = 0;
   common::TimePoint success_at_{};
+  common::TimePoint failed_at_{};  // the last scrape that saw new failures
 };
 
 }  // namespace gpuha::agent

@@ -228,5 +228,33 @@ TEST(FailureWatchTest, AFewFailuresAQuietEngineOrSuccessesBesideThemAreNotFailin
   EXPECT_FALSE(h.Observe(clock.Now(), {.pending = 0, .progress = 1}));
 }
 
+// Five client errors (Triton counts INVALID_ARG) and then no traffic:
+// failing, but not for good. With no new failure for a minute the verdict
+// is forgotten (Pacemaker's failure-timeout); a server still broken fails
+// again at its next requests. (It stayed failing forever before.)
+TEST(FailureWatchTest, AVerdictWithNoNewFailureForAMinuteIsForgotten) {
+  common::FakeClock clock;
+  FailureWatch f(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 0, 10)));
+  clock.Advance(milliseconds(250));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 5, 15)));
+  for (int i = 0; i < 58; ++i) {
+    clock.Advance(milliseconds(1000));
+    EXPECT_TRUE(f.Observe(clock.Now(), Outcomes(10, 5, 15))) << i;
+  }
+  clock.Advance(milliseconds(1000));
+  EXPECT_TRUE(f.Observe(clock.Now(), Outcomes(10, 5, 15)));  // 59.25 s after the failures
+  clock.Advance(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 5, 15)));  // 60.25 s: forgotten
+  EXPECT_EQ(f.failures(), 0);
+  clock.Advance(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), Outcomes(10, 5, 15)));
+  // Still broken: its next requests all fail, with no success since the
+  // verdict was forgotten 1.5 s before: failing again.
+  clock.Advance(milliseconds(500));
+  EXPECT_TRUE(f.Observe(clock.Now(), Outcomes(10, 12, 22)));
+  EXPECT_EQ(f.failures(), 7);
+}
+
 }  // namespace
 }  // namespace gpuha::agent

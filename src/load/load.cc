@@ -385,6 +385,37 @@ class Runner {
     co_return c;
   }
 
+  // Sends `req` on a connection (pooled when one is) and reads the answer's
+  // head, and with `whole` its body too, into `p`. A kept-alive connection
+  // the other side closed as the request went out brings nothing back:
+  // nothing was answered, so the request goes once more on a new
+  // connection, as curl and Go's client do (the keep-alive race, counted
+  // apart as stale_retries). Null: the connect failed (`failure` says how).
+  net::awaitable<std::unique_ptr<beast::tcp_stream>> Send(
+      StreamState& s, const std::string& req, bool whole, beast::flat_buffer& buf,
+      std::optional<http::response_parser<http::string_body>>& p, error_code& ec,
+      std::string* failure) {
+    bool reused = false;
+    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, failure, &reused);
+    while (c) {
+      c->expires_after(o_.timeout);
+      p.emplace();
+      p->body_limit(64 << 20);
+      co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
+      if (!ec && whole) {
+        co_await http::async_read(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
+      } else if (!ec) {
+        co_await http::async_read_header(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
+      }
+      if (!ec || !reused || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
+      report_.stale_retries++;
+      reused = false;
+      ec = {};
+      c = co_await Connection(s, failure, nullptr, /*fresh=*/true);
+    }
+    co_return c;
+  }
+
   // One streamed completion: every token timed, the whole answer checked.
   net::awaitable<void> OneSse(StreamState& s) {
     report_.sent++;
@@ -408,17 +439,12 @@ class Runner {
     std::string node;
     bool keep = false;
     error_code ec;
-    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure);
+    beast::flat_buffer buf;
+    std::optional<http::response_parser<http::string_body>> head;
+    std::unique_ptr<beast::tcp_stream> c = co_await Send(s, req, false, buf, head, ec, &failure);
     Clock::time_point keep_until = Clock::time_point::max();
     if (c) {
-      c->expires_after(o_.timeout);
-      co_await net::async_write(*c, net::buffer(req), net::redirect_error(net::use_awaitable, ec));
-      beast::flat_buffer buf;
-      http::response_parser<http::string_body> p;
-      p.body_limit(64 << 20);
-      if (!ec) {
-        co_await http::async_read_header(*c, buf, p, net::redirect_error(net::use_awaitable, ec));
-      }
+      http::response_parser<http::string_body>& p = *head;
       common::SseSplitter split;
       size_t fed = 0;
       int tokens = 0;
@@ -678,35 +704,12 @@ class Runner {
     if (!slow) Out(s, sent_at);
     std::string failure;
     error_code ec;
-    bool reused = false;
-    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, &failure, &reused);
     bool keep = false;
     std::string node;
+    beast::flat_buffer buf;
     std::optional<http::response_parser<http::string_body>> p;
-    if (failure.empty()) {
-      beast::flat_buffer buf;
-      for (;;) {
-        c->expires_after(o_.timeout);
-        p.emplace();
-        p->body_limit(64 << 20);
-        co_await net::async_write(*c, net::buffer(req),
-                                  net::redirect_error(net::use_awaitable, ec));
-        if (!ec) {
-          co_await http::async_read(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
-        }
-        // A kept-alive connection the other side closed as this request
-        // went out: nothing came back, so nothing was answered, and the
-        // request goes once more on a new connection, as curl and Go's
-        // client do (the keep-alive race, counted apart).
-        if (!ec || !reused || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
-        report_.stale_retries++;
-        reused = false;
-        ec = {};
-        c = co_await Connection(s, &failure, nullptr, /*fresh=*/true);
-        if (!failure.empty()) break;
-      }
-    }
-    if (failure.empty()) {
+    std::unique_ptr<beast::tcp_stream> c = co_await Send(s, req, true, buf, p, ec, &failure);
+    if (c) {
       if (ec == beast::error::timeout) {
         failure = "timeout";
       } else if (ec) {

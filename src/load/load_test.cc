@@ -10,10 +10,12 @@
 #include <boost/beast/http.hpp>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "router/router.h"
 #include "router/testing/test_backend.h"
+#include "worker/llm.h"
 #include "worker/worker.h"
 
 namespace gpuha::load {
@@ -40,11 +42,13 @@ LoadOptions Options(uint16_t port) {
 
 // Answers one request per connection, kept alive by its head, and closes the
 // connection right after: every reuse of one is HTTP/1.1's keep-alive race
-// (the server closed it idle as the next request went out).
+// (the server closed it idle as the next request went out). With `sse` it
+// answers a streamed completion, whole, as the worker's model would.
 class ClosingServer {
  public:
-  ClosingServer() : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
-    thread_ = std::thread([this] {
+  explicit ClosingServer(bool sse = false)
+      : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this, sse] {
       namespace http = boost::beast::http;
       for (;;) {
         boost::asio::ip::tcp::socket s(ioc_);
@@ -55,10 +59,9 @@ class ClosingServer {
         http::request<http::string_body> req;
         http::read(s, buf, req, ec);
         if (ec) continue;
-        boost::asio::write(s,
-                           boost::asio::buffer(std::string_view(
-                               "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")),
-                           ec);
+        std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+        if (sse) answer = Completion(req.body());
+        boost::asio::write(s, boost::asio::buffer(answer), ec);
         s.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
       }
     });
@@ -73,6 +76,22 @@ class ClosingServer {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
 
  private:
+  static std::string Completion(const std::string& body) {
+    using worker::LlmApi;
+    auto r = worker::ParseLlmRequest(LlmApi::kCompletions, body);
+    if (!r.ok()) return "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    const worker::LlmAnswer a = worker::Complete(*r);
+    std::string events = absl::StrCat(
+        "data: ",
+        worker::LlmChunkJson(LlmApi::kCompletions, "c-1", 1, r->model, a.text, a.finish_reason),
+        "\n\ndata: ",
+        worker::LlmUsageChunkJson(LlmApi::kCompletions, "c-1", 1, r->model, a.prompt_tokens,
+                                  a.completion_tokens),
+        "\n\ndata: [DONE]\n\n");
+    return absl::StrCat("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: ",
+                        events.size(), "\r\n\r\n", events);
+  }
+
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::atomic<bool> stop_{false};
@@ -91,6 +110,18 @@ TEST(LoadTest, ARequestAKeptAliveConnectionDroppedIsSentAgainNotFailed) {
   EXPECT_GT(r->ok, 100u) << r->Json();
   EXPECT_GT(r->stale_retries, 0u) << r->Json();
   EXPECT_NE(r->Json().find("\"stale_retries\":"), std::string::npos);
+}
+
+// The same for streamed completions (their path had no re-send).
+TEST(LoadTest, ACompletionAKeptAliveConnectionDroppedIsSentAgainNotFailed) {
+  ClosingServer server(/*sse=*/true);
+  LoadOptions o = Options(server.port());
+  o.sse = true;
+  auto r = RunLoad(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->failed, 0u) << r->Json();
+  EXPECT_GT(r->ok, 100u) << r->Json();
+  EXPECT_GT(r->stale_retries, 0u) << r->Json();
 }
 
 TEST(LoadTest, SlowRequestsLeaveHolesInAnswersButNoStall) {

@@ -655,7 +655,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         !grpc_status.empty() && !(retryable_status && config.retry_5xx && can_continue()) &&
         (grpc_status != "0" || (unanswered.empty() && client_done))) {
       // Ended: whole, or with the upstream's own status, which is relayed.
-      if (ServerError(grpc_status)) UpstreamAnswered(L, up, true, call.answered_at, {});
+      if (ServerError(grpc_status)) UpstreamAnswered(L, up, true, call.answered_at, std::nullopt);
       if (!c.began) {
         conn->h2.Respond(id, RelayHeaders(call.headers), "", EndingTrailers(call));
       } else {
@@ -682,7 +682,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     // error_message cannot say whether the server or the request was bad,
     // and one tenant's bad frames must not take a server from the others.
     if (retryable_status && !error_answer) {
-      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, {});
+      UpstreamAnswered(L, up, ServerError(grpc_status), call.answered_at, std::nullopt);
     }
     if (call.timed_out && !c.DeadlinePassed()) ConnectionFailed(L, up);
     H2Abandon(call);

@@ -19,6 +19,7 @@ awaitable<void> Sweep(Loop& L) {
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
     for (Deadline* d : all) d->Check(L.io_now);
+    ApplyHeldHangs(L);
     if (L.config.stall_detection) JudgeProgress(L);
     if (++sweeps % 50 == 0) TrimIdle(L);  // once a second
   }
@@ -223,9 +224,13 @@ bool Poolable(const UpConn& c, const UpstreamState& up) {
 }
 
 void UpstreamAnswered(Loop& L, UpstreamState& up, bool server_error, TimePoint at,
-                      common::Duration waited) {
+                      std::optional<common::Duration> waited) {
   if (!server_error) {
-    up.progress.Answered(at, waited);
+    if (waited) {
+      up.progress.Answered(at, *waited);
+    } else {
+      up.progress.Progressed(at);  // no latency to learn, no frontier to move
+    }
     if (up.progress.last_progress() == at) up.judged_stalled = false;
     up.consecutive_5xx = 0;
     up.Answered();
@@ -251,6 +256,27 @@ void ConnectionFailed(Loop& L, UpstreamState& up) {
   if (L.shared.suspects.size() < 1024) L.shared.suspects.push_back(up.node);
 }
 
+namespace {
+
+// This loop saw the upstream answer a request (or a token) within
+// hang_after of now.
+bool ProgressedWithinHangAfter(const Loop& L, const UpstreamState& up, TimePoint now) {
+  const TimePoint last = std::max(up.progress.last_progress(), up.tokens.last_progress());
+  return last != TimePoint() && now - last < L.config.hang_after;
+}
+
+void ApplyHealth(UpstreamState& up, Health h) {
+  up.hang_held = false;
+  up.SetHealth(h);
+  if (h == Health::kUp) return;
+  for (Waiting& c : up.waiting) c.Cancel();
+  CancelStreams(up);
+  up.idle.clear();
+  DropH2(up);
+}
+
+}  // namespace
+
 void SetHealth(Loop& L, const std::string& address, Health h) {
   if (h == Health::kUp) {
     L.verdicts.erase(address);
@@ -260,12 +286,30 @@ void SetHealth(Loop& L, const std::string& address, Health h) {
   auto it = L.upstreams.find(address);
   if (it == L.upstreams.end()) return;
   UpstreamState& up = *it->second;
-  up.SetHealth(h);
-  if (h == Health::kUp) return;
-  for (Waiting& c : up.waiting) c.Cancel();
-  CancelStreams(up);
-  up.idle.clear();
-  DropH2(up);
+  const TimePoint now = L.clock.Now();
+  if (h == Health::kHung && up.health() == Health::kUp && ProgressedWithinHangAfter(L, up, now)) {
+    up.hang_held = true;
+    Inc(L.stats.held_hangs);
+    spdlog::warn(
+        "router: upstream {} ({}) answered its probe late but its requests {} ms ago: busy, not "
+        "hung; the hang verdict waits until its requests go {} ms unanswered",
+        up.address, up.node,
+        common::ToMillis(now - std::max(up.progress.last_progress(), up.tokens.last_progress())),
+        L.config.hang_after.count());
+    return;
+  }
+  ApplyHealth(up, h);
+}
+
+void ApplyHeldHangs(Loop& L) {
+  const TimePoint now = L.clock.Now();
+  for (auto& [address, up] : L.upstreams) {
+    if (!up->hang_held || ProgressedWithinHangAfter(L, *up, now)) continue;
+    spdlog::warn(
+        "router: upstream {} ({}) is hung: no probe answer and no request answered for {} ms",
+        up->address, up->node, L.config.hang_after.count());
+    ApplyHealth(*up, Health::kHung);
+  }
 }
 
 }  // namespace gpuha::router

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -173,6 +174,13 @@ struct UpstreamState : UpstreamHealth {
   // JudgeProgress then needs one overdue request, not min_waiting, and
   // cancels requests that wait on it past their limit while it is ejected.
   bool judged_stalled = false;
+  // The prober found it hung (its probe unanswered past hang_after) while
+  // this loop still saw its requests answered within hang_after: a server
+  // busy enough to answer its probe late, not a hung one (issue 37: an
+  // overloaded standby taking a failover's re-sends was judged hung, and
+  // every request on it failed). Held until its requests go quiet too
+  // (ApplyHeldHangs), or the prober's next verdict replaces it.
+  bool hang_held = false;
   std::string address;
   std::string node;
   tcp::endpoint endpoint;
@@ -194,34 +202,35 @@ struct UpstreamState : UpstreamHealth {
 
 // Every plain counter of a loop, declared once: the list makes both the
 // fields and their /metrics families (gpuha_router_<field>_total).
-#define GPUHA_ROUTER_COUNTERS(X)                                                                 \
-  X(requests, "Requests read from clients.")                                                     \
-  X(retries, "Requests re-sent to another upstream.")                                            \
-  X(hung_resends, "Requests re-sent because their upstream was judged hung.")                    \
-  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.")      \
-  X(ejections, "Upstreams ejected after a connection failure.")                                  \
-  X(upstream_connects, "New upstream connections.")                                              \
-  X(upstream_reuses, "Requests sent on a pooled connection.")                                    \
-  X(client_aborts, "Clients that left before their answer.")                                     \
-  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                       \
-  X(connections, "Client connections accepted.")                                                 \
-  X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")        \
-  X(stalls, "Upstreams judged stalled: requests waiting, none answered (progress).")             \
-  X(stall_resends, "Requests re-sent because their upstream was judged stalled.")                \
-  X(ejections_5xx, "Upstreams ejected after consecutive 5xx answers.")                           \
-  X(retries_5xx, "Requests re-sent to the standby after a 500, 502, 503 or 504.")                \
-  X(tls_handshake_failures, "Failed TLS handshakes.")                                            \
-  X(sse_streams, "LLM token streams (SSE on an llm route) relayed.")                             \
-  X(sse_tokens, "Tokens relayed on LLM token streams (chunks with text).")                       \
-  X(sse_continuations, "Token streams continued on the standby mid-answer.")                     \
-  X(sse_error_events, "Token streams ended with an SSE error event: the rest could not be had.") \
-  X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")   \
-  X(h2_connections, "HTTP/2 client connections (h2c prior knowledge, or h2 by TLS ALPN).")       \
-  X(grpc_calls, "gRPC calls read from HTTP/2 clients.")                                          \
-  X(grpc_streams, "gRPC streaming calls (ModelStreamInfer) from HTTP/2 clients.")                \
-  X(grpc_stream_continuations,                                                                   \
-    "gRPC streams continued on the standby, unanswered messages re-sent.")                       \
-  X(h2_resets, "RST_STREAM frames received from HTTP/2 clients.")                                \
+#define GPUHA_ROUTER_COUNTERS(X)                                                                  \
+  X(requests, "Requests read from clients.")                                                      \
+  X(retries, "Requests re-sent to another upstream.")                                             \
+  X(hung_resends, "Requests re-sent because their upstream was judged hung.")                     \
+  X(stale_resends, "Requests re-sent on a fresh connection after a pooled one was closed.")       \
+  X(ejections, "Upstreams ejected after a connection failure.")                                   \
+  X(upstream_connects, "New upstream connections.")                                               \
+  X(upstream_reuses, "Requests sent on a pooled connection.")                                     \
+  X(client_aborts, "Clients that left before their answer.")                                      \
+  X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                        \
+  X(connections, "Client connections accepted.")                                                  \
+  X(accept_pauses, "Pauses of accepting while out of file descriptors (EMFILE, ENFILE).")         \
+  X(stalls, "Upstreams judged stalled: requests waiting, none answered (progress).")              \
+  X(stall_resends, "Requests re-sent because their upstream was judged stalled.")                 \
+  X(held_hangs, "Prober hang verdicts held because the upstream's requests were still answered.") \
+  X(ejections_5xx, "Upstreams ejected after consecutive 5xx answers.")                            \
+  X(retries_5xx, "Requests re-sent to the standby after a 500, 502, 503 or 504.")                 \
+  X(tls_handshake_failures, "Failed TLS handshakes.")                                             \
+  X(sse_streams, "LLM token streams (SSE on an llm route) relayed.")                              \
+  X(sse_tokens, "Tokens relayed on LLM token streams (chunks with text).")                        \
+  X(sse_continuations, "Token streams continued on the standby mid-answer.")                      \
+  X(sse_error_events, "Token streams ended with an SSE error event: the rest could not be had.")  \
+  X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")    \
+  X(h2_connections, "HTTP/2 client connections (h2c prior knowledge, or h2 by TLS ALPN).")        \
+  X(grpc_calls, "gRPC calls read from HTTP/2 clients.")                                           \
+  X(grpc_streams, "gRPC streaming calls (ModelStreamInfer) from HTTP/2 clients.")                 \
+  X(grpc_stream_continuations,                                                                    \
+    "gRPC streams continued on the standby, unanswered messages re-sent.")                        \
+  X(h2_resets, "RST_STREAM frames received from HTTP/2 clients.")                                 \
   X(h2_protocol_errors, "HTTP/2 client connections ended for a protocol error or a limit.")
 
 struct Stats {
@@ -472,9 +481,11 @@ void TrimIdle(Loop& L);
 // (5xx; gRPC's UNAVAILABLE, INTERNAL, UNKNOWN, DATA_LOSS) is not progress
 // for the stall verdict (a stuck server at capacity that answers 503 at once
 // is still stuck) and counts toward consecutive-5xx ejection; any other
-// answer is progress and ends the run of errors.
+// answer is progress and ends the run of errors. No `waited` (a stream's
+// end, which says nothing of how long a request takes): progress, with no
+// latency learned.
 void UpstreamAnswered(Loop& L, UpstreamState& up, bool server_error, TimePoint at,
-                      common::Duration waited);
+                      std::optional<common::Duration> waited);
 // A connection-level failure: outlier ejection, the pool dropped, and the
 // node reported to the controller as a suspect.
 void ConnectionFailed(Loop& L, UpstreamState& up);
@@ -484,10 +495,17 @@ void ConnectionFailed(Loop& L, UpstreamState& up);
 // the sweep.
 void JudgeProgress(Loop& L);
 // Another loop's stall verdict: this loop's waiting requests on `address`
-// go to their standbys and the upstream is ejected here too.
+// go to their standbys and the upstream is ejected here too, unless this
+// loop saw it progress within a window; it is then only marked
+// judged_stalled, and one overdue request of this loop's is enough.
 void StallVerdict(Loop& L, const std::string& address);
 // The prober's verdict on `address`. Down or hung: requests waiting on it
-// for a response head are re-sent to their standby now.
+// for a response head are re-sent to their standby now. A hung verdict on
+// an upstream this loop saw answer (progress) within hang_after is held:
+// the data plane is the better witness of a busy server.
 void SetHealth(Loop& L, const std::string& address, Health h);
+// Held hang verdicts (UpstreamState::hang_held) whose upstream has now gone
+// hang_after without progress are applied. Run by the sweep.
+void ApplyHeldHangs(Loop& L);
 
 }  // namespace gpuha::router

@@ -29,7 +29,10 @@
 //   by one slow request (the slow one began before the last progress);
 // - a lone slow request is never cut: a single waiting request proves
 //   nothing, whatever the window (the prober's hang verdict and the
-//   response timeout still apply to it);
+//   response timeout still apply to it). The one exception is an upstream
+//   already judged stalled that has answered nothing since (`need` = 1,
+//   the router's judged_stalled): there one overdue request is enough, and
+//   it goes to the standby, not lost;
 // - an upstream that stopped answering under load is stalled one window
 //   after it stopped: at 500 requests a second, 3 requests have waited past
 //   a 150 ms window about 156 ms after the last progress.

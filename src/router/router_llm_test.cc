@@ -149,8 +149,8 @@ TEST_F(RouterLlmTest, APrimaryThatDiesMidAnswerIsContinuedOnTheStandby) {
 
 TEST_F(RouterLlmTest, StreamsStalledMidAnswerAreJudgedByTheirTokensAndContinued) {
   // The primary's probe keeps answering; only its tokens stop. Six streams
-  // on the router's two loops: one loop holds at least three, the verdict's
-  // minimum (each loop judges its own streams and tells the other).
+  // on the router's two loops (each loop judges its own streams, one or two
+  // as well as three or more, and tells the other).
   std::vector<Ask> asks;
   std::vector<std::future<Reply>> replies;
   for (int i = 0; i < 6; ++i) {

@@ -28,6 +28,7 @@ struct TestBackend::Impl {
   std::string name;
   std::shared_ptr<std::atomic<uint64_t>> requests;
   std::shared_ptr<std::atomic<bool>> stuck;
+  std::shared_ptr<std::atomic<int64_t>> health_delay_ms;
   std::shared_ptr<net::ssl::context> tls;  // null: plain HTTP
 
   template <class Stream>
@@ -83,6 +84,7 @@ struct TestBackend::Impl {
         t.expires_after(std::chrono::milliseconds(10));
         co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
       }
+      if (health) delay_ms = health_delay_ms->load();
       if (delay_ms > 0) {
         net::steady_timer t(s.get_executor());
         t.expires_after(std::chrono::milliseconds(delay_ms));
@@ -141,6 +143,7 @@ absl::StatusOr<std::unique_ptr<TestBackend>> TestBackend::Start(Options o) {
   b->impl_->name = o.name;
   b->impl_->requests = b->requests_;
   b->impl_->stuck = b->stuck_;
+  b->impl_->health_delay_ms = b->health_delay_ms_;
   if (!o.tls_cert.empty()) {
     auto ctx = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
     error_code ec;

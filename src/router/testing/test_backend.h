@@ -8,7 +8,8 @@
 //           and stream headers), chunked if asked. With &only=NAME the delay
 //           and status apply on the backend of that name alone.
 //
-// SetStuck(true) half-hangs it: health answers go on, every other request
+// SetHealthDelay(d) makes health answers late, the rest on time (a busy
+// server). SetStuck(true) half-hangs it: health answers go on, every other request
 // waits unanswered until SetStuck(false) (the inference path of a deadlocked
 // engine). The request body is read in full and counted (streamed, never
 // stored).
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +49,9 @@ class TestBackend {
   // Requests served, health probes excluded.
   uint64_t requests() const { return requests_->load(); }
   void SetStuck(bool stuck) { stuck_->store(stuck); }
+  // Health answers come this late (an overloaded server's probe waits its
+  // turn); other requests are served as before.
+  void SetHealthDelay(std::chrono::milliseconds d) { health_delay_ms_->store(d.count()); }
 
   struct Impl;
 
@@ -57,6 +62,8 @@ class TestBackend {
   uint16_t port_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> requests_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<std::atomic<bool>> stuck_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<int64_t>> health_delay_ms_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace gpuha::router::testing
