@@ -12,6 +12,12 @@
 //   interval (server.probe_interval_ms, 500 by default).
 // Usage: agent_bench GPUHA_BINARY [seconds] [injections] [MIG] [SAMPLE_MS] [SERVERS] [PROBE_MS]
 // AGENT_BENCH_LOG=1 also prints the agent's log (reconnects, warnings).
+// AGENT_BENCH_GPU=nvml: the agent's NVML backend on the fake library with
+// each call's measured cost (FAKE_NVML_COST=1; 8 GPUs with NVML's PCIe byte
+// counters; XIDs through its event set). AGENT_BENCH_SLOW_MS sets
+// gpu.slow_sample_ms; AGENT_BENCH_SLOW_MS=0 with AGENT_BENCH_NO_PCIE_COUNTERS=1
+// makes every call of every sample, as the agent did before issue 38.
+// MIG is not modelled in this mode.
 #include <signal.h>
 #include <unistd.h>
 
@@ -66,6 +72,26 @@ int main(int argc, char** argv) {
   bool servers_per_instance = argc > 6 ? std::atoi(argv[6]) != 0 : true;
   int probe_ms = argc > 7 ? std::atoi(argv[7]) : 500;
 
+  const char* gpu_env = std::getenv("AGENT_BENCH_GPU");
+  const bool nvml = gpu_env != nullptr && std::string(gpu_env) == "nvml";
+  const std::string tag = "/tmp/agent_bench_" + std::to_string(::getpid());
+  const std::string state = tag + ".nvml";
+  // The fake driver's state: 8 GPUs; an XID is one more xid_seq.
+  auto write_state = [&](int seq, int gpu, int xid) {
+    std::ostringstream o;
+    o << "count 8\ndriver_version 580.159.04\n";
+    for (int g = 0; g < 8; ++g) {
+      o << "gpu" << g << ".name NVIDIA H200\ngpu" << g << ".mem_total 150754820096\n";
+      if (!std::getenv("AGENT_BENCH_NO_PCIE_COUNTERS")) {
+        o << "gpu" << g << ".pcie_tx_bytes " << 1000000L * (seq + 1) << "\ngpu" << g
+          << ".pcie_rx_bytes " << 2000000L * (seq + 1) << "\n";
+      }
+    }
+    o << "xid_seq " << seq << "\nxid_gpu " << gpu << "\nxid " << xid << "\n";
+    const std::string tmp = state + ".tmp";
+    std::ofstream(tmp) << o.str();
+    std::rename(tmp.c_str(), state.c_str());
+  };
   FakeController controller;
   std::vector<std::string> args = {gpuha,
                                    "agent",
@@ -73,16 +99,29 @@ int main(int argc, char** argv) {
                                    "bench",
                                    "--controller",
                                    "127.0.0.1:" + std::to_string(controller.port()),
-                                   "--gpu",
-                                   "sim",
-                                   "--sim-gpus",
-                                   "8",
                                    "--sample-ms",
                                    std::to_string(sample_ms),
                                    "--heartbeat-ms",
                                    "50",
                                    "--listen",
                                    "127.0.0.1:0"};
+  std::vector<std::string> env;
+  if (nvml) {
+    if (mig > 0) {
+      std::fprintf(stderr, "AGENT_BENCH_GPU=nvml does not model MIG\n");
+      return 2;
+    }
+    write_state(0, 0, 0);
+    const char* slow = std::getenv("AGENT_BENCH_SLOW_MS");
+    std::ofstream(tag + ".yaml") << "gpu: { backend: nvml, nvml_lib: \"" << FAKE_NVML_COMPLETE
+                                 << "\", kernel_log: \"off\", pci_devices: \"off\""
+                                 << (slow ? std::string(", slow_sample_ms: ") + slow : "")
+                                 << " }\n";
+    args.insert(args.end(), {"--config", tag + ".yaml"});
+    env = {"FAKE_NVML_STATE=" + state, "FAKE_NVML_COST=1"};
+  } else {
+    args.insert(args.end(), {"--gpu", "sim", "--sim-gpus", "8"});
+  }
   // A readiness server per MIG instance, on consecutive ports.
   std::vector<std::unique_ptr<gpuha::common::HttpServer>> servers;
   if (mig > 0 && !servers_per_instance) args.insert(args.end(), {"--sim-mig", std::to_string(mig)});
@@ -115,7 +154,7 @@ int main(int argc, char** argv) {
                              std::to_string(base), "--ready-url",
                              "http://127.0.0.1:{port}/v2/health/ready", "--fence-mode", "unready"});
   }
-  ChildProcess agent(args);
+  ChildProcess agent(args, env);
   auto port = agent.WaitForLine("listening on 127.0.0.1:", milliseconds(10000));
   if (!port || !controller.WaitForHello(milliseconds(10000))) {
     std::fprintf(stderr, "agent did not start: %s\n", agent.err().c_str());
@@ -150,25 +189,22 @@ int main(int argc, char** argv) {
   std::vector<double> latencies_ms;
   uint16_t http_port = static_cast<uint16_t>(std::stoi(*port));
   // Alert XIDs (an application's, by NVIDIA's catalog): the node stays up,
-  // so the same agent can be hit again. The agent counts one (GPU, XID)
-  // within 10 s as one event (XidDeduper: NVML's and the kernel log's are
-  // one), so a pair is sent again only after that.
+  // so the same agent can be hit again. Every occurrence is its own event.
   const int kXids[] = {13, 31, 68, 69};
-  std::map<int, std::chrono::steady_clock::time_point> last_sent;
   for (int i = 0; i < injections; ++i) {
     const int pair = i % 32;
-    if (auto it = last_sent.find(pair); it != last_sent.end()) {
-      std::this_thread::sleep_until(it->second + milliseconds(10200));
-    }
     size_t from = controller.heartbeat_count();
     auto sent = std::chrono::steady_clock::now();
-    last_sent[pair] = sent;
-    auto r = gpuha::common::HttpCall(
-        "POST", "127.0.0.1", http_port, "/v1/sim/faults",
-        absl::StrCat("kind=xid,xid=", kXids[pair / 8], ",gpu=", pair % 8), milliseconds(2000));
-    if (!r.ok() || r->status != 202) {
-      std::fprintf(stderr, "injection failed\n");
-      return 1;
+    if (nvml) {
+      write_state(i + 1, pair % 8, kXids[pair / 8]);
+    } else {
+      auto r = gpuha::common::HttpCall(
+          "POST", "127.0.0.1", http_port, "/v1/sim/faults",
+          absl::StrCat("kind=xid,xid=", kXids[pair / 8], ",gpu=", pair % 8), milliseconds(2000));
+      if (!r.ok() || r->status != 202) {
+        std::fprintf(stderr, "injection failed\n");
+        return 1;
+      }
     }
     auto got = controller.WaitForHeartbeat(
         [](const gpuha::v1::Heartbeat& h) { return h.xids_size() > 0; }, milliseconds(2000), from);
@@ -185,8 +221,13 @@ int main(int argc, char** argv) {
 
   std::printf("| measure | value | target | ratio to target |\n|---|---|---|---|\n");
   std::printf(
-      "| agent CPU, 8 sim GPUs%s sampled every %d ms + heartbeats @20 Hz, %.0f s | %.3f%% of one "
+      "| agent CPU, 8 %s GPUs%s sampled every %d ms + heartbeats @20 Hz, %.0f s | %.3f%% of one "
       "core | 1%% | %.2f |\n",
+      nvml ? (std::getenv("AGENT_BENCH_SLOW_MS") != nullptr &&
+                      std::string(std::getenv("AGENT_BENCH_SLOW_MS")) == "0"
+                  ? "cost-modelled NVML (every call every sample)"
+                  : "cost-modelled NVML")
+           : "sim",
       mig == 0 ? ""
       : servers_per_instance
           ? (" x " + std::to_string(mig) + " MIG, a server per instance probed every " +
@@ -202,5 +243,9 @@ int main(int argc, char** argv) {
   std::printf("| same, p99 | %.2f ms | - | - |\n", Percentile(latencies_ms, 0.99));
   std::printf("| same, max | %.2f ms | - | - |\n", Percentile(latencies_ms, 1.0));
   if (std::getenv("AGENT_BENCH_LOG")) std::fprintf(stderr, "%s", agent.err().c_str());
+  if (nvml) {
+    std::remove(state.c_str());
+    std::remove((tag + ".yaml").c_str());
+  }
   return 0;
 }

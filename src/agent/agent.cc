@@ -83,7 +83,7 @@ absl::Status Agent::Start() {
                                 [this](const common::HttpRequest& r) { return HandleHttp(r); });
   if (!http.ok()) return http.status();
   http_ = std::move(*http);
-  Evaluate({});
+  Evaluate();
   size_t slices = 0;
   for (const gpu::DeviceInfo& d : devices_) slices += d.slices.size();
   spdlog::info("agent {}: {} GPU(s) via {}{}, metrics on {}:{}", config_.node, devices_.size(),
@@ -188,34 +188,60 @@ gpu::HealthState Agent::health() const {
   return health_.state;
 }
 
-void Agent::Evaluate(std::vector<gpu::XidEvent> xids) {
-  std::lock_guard<std::mutex> sample_lock(sample_mu_);
+void Agent::Evaluate() {
   gpu::Observation obs;
-  std::vector<uint32_t> indexes;
-  for (const gpu::DeviceInfo& d : devices_) indexes.push_back(d.index);
-  // In parallel under one deadline: a driver hung on every GPU costs one.
-  std::vector<absl::StatusOr<gpu::GpuSample>> samples = probe_->SampleAll(indexes);
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (!samples[i].ok()) {
-      counters_.probe_errors++;
-      spdlog::warn("agent: sampling GPU {} failed: {}", indexes[i], samples[i].status().message());
-      continue;
+  {
+    std::lock_guard<std::mutex> sample_lock(sample_mu_);
+    std::vector<uint32_t> indexes;
+    for (const gpu::DeviceInfo& d : devices_) indexes.push_back(d.index);
+    // In parallel under one deadline: a driver hung on every GPU costs one.
+    std::vector<absl::StatusOr<gpu::GpuSample>> samples = probe_->SampleAll(indexes);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (!samples[i].ok()) {
+        counters_.probe_errors++;
+        spdlog::warn("agent: sampling GPU {} failed: {}", indexes[i],
+                     samples[i].status().message());
+        continue;
+      }
+      obs.gpus.push_back(std::move(*samples[i]));
     }
-    obs.gpus.push_back(std::move(*samples[i]));
+    counters_.gpu_calls_hung = probe_->hung_calls();
+    if (!pci_devices_.empty()) CheckPci(&obs);
+    for (const std::string& nic : config_.nics)
+      obs.nics.push_back(gpu::ReadNic(config_.sysfs_net, nic));
   }
-  counters_.gpu_calls_hung = probe_->hung_calls();
-  if (!pci_devices_.empty()) CheckPci(&obs);
-  for (const std::string& nic : config_.nics)
-    obs.nics.push_back(gpu::ReadNic(config_.sysfs_net, nic));
-  obs.new_xids = xids;
-  gpu::HealthReport report = evaluator_.Update(obs, clock_->Now());
   counters_.samples++;
+  Judge(std::move(obs), /*sampled=*/true);
+}
+
+void Agent::EvaluateXids(std::vector<gpu::XidEvent> xids) {
+  // An XID is judged at once, on the last sample's readings: it does not
+  // wait for the GPUs to be sampled again (a pass of every NVML call on a
+  // real driver takes 45 ms a GPU, and the XID's verdict waited for it).
+  gpu::Observation obs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    obs.gpus = samples_;
+    obs.nics = nics_;
+    obs.unseen_pci = unseen_pci_;
+  }
+  obs.new_xids = std::move(xids);
+  Judge(std::move(obs), /*sampled=*/false);
+}
+
+void Agent::Judge(gpu::Observation obs, bool sampled) {
+  std::lock_guard<std::mutex> eval_lock(eval_mu_);
+  const std::vector<gpu::XidEvent>& xids = obs.new_xids;
+  gpu::HealthReport report = evaluator_.Update(obs, clock_->Now(), sampled);
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    samples_ = std::move(obs.gpus);
-    nics_ = std::move(obs.nics);
-    ++sample_seq_;
+    if (sampled) {
+      samples_ = std::move(obs.gpus);
+      nics_ = std::move(obs.nics);
+      unseen_pci_ = std::move(obs.unseen_pci);
+      ++sample_seq_;
+    }
     for (const gpu::XidEvent& x : xids) {
       last_xid_[x.gpu_index] = x.xid;
       unsent_xids_.push_back(x);
@@ -243,7 +269,7 @@ void Agent::SampleLoop() {
   while (!stopping_) {
     WaitFor(milliseconds(config_.sample_ms));
     if (stopping_) break;
-    Evaluate({});
+    Evaluate();
   }
 }
 
@@ -253,7 +279,8 @@ void Agent::EventLoop() {
   // timeout plus its deadline.
   int failing = 0;  // waits in a row that failed; logged at the first and each minute
   while (!stopping_) {
-    auto xids = probe_->WaitForXids(milliseconds(500));
+    // Sooner while an application XID waits for its kernel log line.
+    auto xids = probe_->WaitForXids(milliseconds(xids_held_ ? 25 : 500));
     if (!xids.ok()) {
       counters_.probe_errors++;
       if (failing++ % 60 == 0) {
@@ -264,7 +291,7 @@ void Agent::EventLoop() {
       continue;
     }
     failing = 0;
-    ReportXids(std::move(*xids));
+    ReportXids(std::move(*xids), gpu::XidSource::kNvml);
   }
 }
 
@@ -423,7 +450,7 @@ void Agent::Handle(const v1::ControllerMessage& m) {
       spdlog::info("agent {}: rejoining as {} at epoch {}", config_.node, m.rejoin().role(),
                    m.rejoin().epoch());
       {
-        std::lock_guard<std::mutex> sample_lock(sample_mu_);
+        std::lock_guard<std::mutex> eval_lock(eval_mu_);
         evaluator_.Reset();
       }
       remediator_.Reset();

@@ -50,19 +50,20 @@ namespace gpuha::agent {
 // The agent's counters, declared once: each is a field of AgentCounters and
 // the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
 // nothing is counted and never shown.
-#define GPUHA_AGENT_COUNTERS(X)                                            \
-  X(heartbeats_sent, "Heartbeats written to a controller.")                \
-  X(reconnects, "Controller streams that broke or never opened.")          \
-  X(samples, "Telemetry samples taken.")                                   \
-  X(probe_errors, "GPU probe calls that failed.")                          \
-  X(xid_events, "XID events seen (NVML and kernel log, each once).")       \
-  X(kernel_log_xids, "XID lines read from the kernel log.")                \
-  X(xid_duplicates, "XIDs seen by both sources, reported once.")           \
-  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")         \
-  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")              \
-  X(pci_check_errors, "PCI presence checks that could not read sysfs.")    \
-  X(fences, "Fence commands obeyed.")                                      \
-  X(pod_resources_errors, "Kubelet pod-resources List calls that failed.") \
+#define GPUHA_AGENT_COUNTERS(X)                                                 \
+  X(heartbeats_sent, "Heartbeats written to a controller.")                     \
+  X(reconnects, "Controller streams that broke or never opened.")               \
+  X(samples, "Telemetry samples taken.")                                        \
+  X(probe_errors, "GPU probe calls that failed.")                               \
+  X(xid_events, "XID occurrences seen (NVML and kernel log, each once).")       \
+  X(kernel_log_xids, "XID lines read from the kernel log.")                     \
+  X(xid_duplicates, "XIDs seen by both sources, reported once.")                \
+  X(xid_server_restarts, "Servers restarted for an application XID of theirs.") \
+  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")              \
+  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")                   \
+  X(pci_check_errors, "PCI presence checks that could not read sysfs.")         \
+  X(fences, "Fence commands obeyed.")                                           \
+  X(pod_resources_errors, "Kubelet pod-resources List calls that failed.")      \
   X(stale_commands, "Commands ignored for carrying an old epoch.")
 
 struct AgentCounters {
@@ -111,17 +112,22 @@ class Agent {
   void SupervisorLoop();
   // Asks the kubelet which pods hold the GPUs, every pod_resources_interval.
   void PodResourcesLoop(const std::string& socket);
-  // Samples every GPU and NIC and updates the health state; `xids` are new
-  // XID events. Wakes the heartbeat thread when the state changed.
-  void Evaluate(std::vector<gpu::XidEvent> xids);
+  // Samples every GPU and NIC and judges the readings (Judge).
+  void Evaluate();
+  // Judges new XID events at once, on the last sample's readings.
+  void EvaluateXids(std::vector<gpu::XidEvent> xids);
+  // Updates the health state from `obs` (a fresh sample, or the last one
+  // with new XIDs) and wakes the heartbeat thread when it changed.
+  void Judge(gpu::Observation obs, bool sampled);
   // Opens the kernel log and checks the PCI tree (agent_config.h's paths).
   absl::Status OpenDriverWatch();
   // Marks GPUs gone from the PCI bus lost and lists the ones the driver misses.
   void CheckPci(gpu::Observation* obs);
-  // Reads the kernel log every 200 ms for XIDs on listed GPUs.
+  // Reads the kernel log for XIDs on listed GPUs as they are written.
   void KernelLogLoop();
-  // Reports XIDs from either source, each (GPU, XID) once per 10 s.
-  void ReportXids(std::vector<gpu::XidEvent> seen);
+  // Reports XIDs from `source`, each occurrence once (XidDeduper pairs
+  // NVML's copy of one with the kernel log's).
+  void ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source);
   // Asks the connection thread for a heartbeat now (urgent_ must be set).
   void WakeHeartbeat();
   absl::Status RunStream(const HostPort& controller, common::Duration connect_timeout);
@@ -181,19 +187,33 @@ class Agent {
   // stops with the agent), or there is no controller to tell.
   void MarkLeft();
 
-  std::mutex sample_mu_;                        // serialises probe sampling and the evaluator
-  gpu::HealthEvaluator evaluator_;              // guarded by sample_mu_
+  std::mutex sample_mu_;                        // serialises probe sampling
+  std::mutex eval_mu_;                          // serialises the evaluator: never held to sample
+  gpu::HealthEvaluator evaluator_;              // guarded by eval_mu_
   std::string pci_devices_;                     // the sysfs PCI tree compared; "" when off
   gpu::PciScan pci_at_start_;                   // fixed after Start()
   std::unique_ptr<gpu::KernelLog> kernel_log_;  // its own thread's, after Start()
   std::mutex xid_mu_;
   gpu::XidDeduper xid_dedup_;  // guarded by xid_mu_
+  // Application XIDs NVML told first, waiting for the kernel log's line
+  // that names their process.
+  static constexpr common::Duration kAttributionWait = std::chrono::milliseconds(250);
+  struct HeldXid {
+    gpu::XidEvent x;
+    common::TimePoint until;
+  };
+  std::vector<HeldXid> held_xids_;      // guarded by xid_mu_
+  std::atomic<bool> xids_held_{false};  // held_xids_ is not empty: the event loop wakes sooner
+  // Whose process an XID's is (XidEvent::owner); the node's own server is
+  // restarted for an application XID it caused.
+  void AttributeXid(gpu::XidEvent* x);
 
   mutable std::mutex mu_;
   bool urgent_ = false;                        // guarded by mu_
   std::vector<gpu::DeviceInfo> devices_;       // fixed after Start()
   std::vector<gpu::GpuSample> samples_;        // guarded by mu_
   std::vector<gpu::NicSample> nics_;           // guarded by mu_
+  std::vector<std::string> unseen_pci_;        // guarded by mu_; the last sample's
   gpu::HealthReport health_;                   // guarded by mu_
   int64_t health_changed_unix_nanos_ = 0;      // guarded by mu_
   std::vector<gpu::XidEvent> unsent_xids_;     // guarded by mu_

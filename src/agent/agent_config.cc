@@ -70,6 +70,9 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   std::chrono::milliseconds deadline(c.call_deadline_ms);
   common::ReadMillis(gpu, "call_deadline_ms", &deadline, {.min = 50, .max = 60000});
   c.call_deadline_ms = static_cast<int>(deadline.count());
+  std::chrono::milliseconds slow(c.slow_sample_ms);
+  common::ReadMillis(gpu, "slow_sample_ms", &slow, {.min = 0, .max = 3600000});
+  c.slow_sample_ms = static_cast<int>(slow.count());
   for (auto [key, out] :
        {std::pair{"kernel_log", &c.kernel_log}, std::pair{"pci_devices", &c.pci_devices}}) {
     if (auto v = gpu.String(key)) *out = *v;  // the reader refuses an empty one

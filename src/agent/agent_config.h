@@ -4,7 +4,8 @@
 //   controllers: ["10.0.0.1:7400", "10.0.0.2:7400"]
 //   gpu: { backend: sim, nvml_lib: libnvidia-ml.so.1,
 //          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml,
-//          call_deadline_ms: 2000, kernel_log: /dev/kmsg, pci_devices: /sys/bus/pci/devices }
+//          call_deadline_ms: 2000, slow_sample_ms: 10000, kernel_log: /dev/kmsg,
+//          pci_devices: /sys/bus/pci/devices }
 //   intervals: { sample_ms: 500, heartbeat_ms: 50 }
 //   nics: [eth0]
 //   thresholds: { temperature_c: { warn: 83, critical: 90 } }
@@ -47,6 +48,10 @@ struct AgentConfig {
   gpu::SimOptions sim;
   // A GPU probe call that has not returned by then fails its GPU (watchdog.h).
   int call_deadline_ms = 2000;
+  // NVML's costly readings (energy, PCIe replays, the vGPU license; PCIe
+  // throughput where the driver has no byte counters) are read this often,
+  // not every sample (nvml_probe.h). 0: every sample.
+  int slow_sample_ms = 10000;
   // The kernel log read for XIDs, and the sysfs PCI tree compared with the
   // GPUs the driver lists. "" takes the backend's default (nvml: /dev/kmsg
   // and /sys/bus/pci/devices; sim: neither); "off" turns one off.

@@ -81,9 +81,12 @@ const DcgmFamily kDcgmFamilies[] = {
      "Total number of retired pages due to double-bit errors.",
      [](const gpu::GpuSample& s) { return Opt(s.retired_pages_dbe); }},
     // dcgm-exporter declares this one a counter; it is a 0/1 state that
-    // clears at a GPU reset, so it is a gauge here.
-    {"DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Pages pending retirement or row remapping.",
-     [](const gpu::GpuSample& s) { return std::optional<double>(s.pages_pending); }},
+    // clears at a GPU reset, so it is a gauge here. Absent where the GPU
+    // remaps rows instead (it answers Not Supported): ROW_REMAP_PENDING.
+    {"DCGM_FI_DEV_RETIRED_PENDING", "gauge", "Whether pages are pending retirement.",
+     [](const gpu::GpuSample& s) { return Opt(s.retired_pages_pending); }},
+    {"DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending.",
+     [](const gpu::GpuSample& s) { return Opt(s.row_remap_pending); }},
     {"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
      "Number of remapped rows for correctable errors.",
      [](const gpu::GpuSample& s) { return Opt(s.remapped_rows_correctable); }},
@@ -216,7 +219,7 @@ common::HttpResponse Agent::HandleHttp(const common::HttpRequest& r) {
       spdlog::warn("agent {}: injected fault {} on GPU {}", config_.node,
                    gpu::FaultKindName(fault->kind), fault->gpu);
       // An XID travels the real path (the event thread); other faults show at once.
-      if (fault->kind != gpu::FaultKind::kXid) Evaluate({});
+      if (fault->kind != gpu::FaultKind::kXid) Evaluate();
     }
   } else {
     out.status = 404;

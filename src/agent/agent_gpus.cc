@@ -78,7 +78,7 @@ void Agent::RemediateGpus() {
     if (st.supervised && st.running) in.busy.insert(g.slot.gpu);
   }
   for (uint32_t gpu : remediator_.Tick(in)) {
-    std::lock_guard<std::mutex> sample_lock(sample_mu_);
+    std::lock_guard<std::mutex> eval_lock(eval_mu_);
     evaluator_.ResetGpu(gpu);
   }
 }

@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "agent/process.h"
 #include "common/log.h"
+#include "gpu/xid_catalog.h"
 
 namespace gpuha::agent {
 
@@ -76,9 +78,12 @@ void Agent::CheckPci(gpu::Observation* obs) {
 }
 
 // On a thread of its own: the kernel log matters most when NVML hangs.
+// /dev/kmsg is waited on (a record wakes it at once; the wait is cut short
+// every 200 ms to see Stop()); a file is read every 50 ms.
 void Agent::KernelLogLoop() {
   while (!stopping_) {
-    WaitFor(milliseconds(200));
+    if (!kernel_log_->Wait(milliseconds(200))) WaitFor(milliseconds(50));
+    if (stopping_) break;
     auto lines = kernel_log_->ReadNew();
     if (!lines.ok()) {
       if (counters_.probe_errors++ % 100 == 0) {
@@ -99,30 +104,84 @@ void Agent::KernelLogLoop() {
                      config_.node, k->xid, k->pci_slot);
         continue;
       }
-      xids.push_back({d->index, k->xid, clock_->UnixNanos(), k->recovery_action});
+      xids.push_back(
+          {d->index, k->xid, clock_->UnixNanos(), k->recovery_action, k->pid, k->process});
     }
-    ReportXids(std::move(xids));
+    ReportXids(std::move(xids), gpu::XidSource::kKernelLog);
   }
 }
 
-void Agent::ReportXids(std::vector<gpu::XidEvent> seen) {
-  std::vector<gpu::XidEvent> fresh;
+void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
+  std::vector<gpu::XidEvent> judge;
+  const common::TimePoint now = clock_->Now();
   {
     std::lock_guard<std::mutex> lock(xid_mu_);
-    for (const gpu::XidEvent& x : seen) {
-      if (xid_dedup_.Fresh(x.gpu_index, x.xid, clock_->Now(), x.recovery_action)) {
-        fresh.push_back(x);
-      } else {
+    for (gpu::XidEvent& x : seen) {
+      if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now, x.recovery_action)) {
         counters_.xid_duplicates++;
+        // The kernel log's copy of an occurrence NVML told first and that
+        // waits for it: judged now, with the process it names.
+        if (source == gpu::XidSource::kKernelLog) {
+          auto held = std::find_if(held_xids_.begin(), held_xids_.end(), [&](const HeldXid& h) {
+            return h.x.gpu_index == x.gpu_index && h.x.xid == x.xid;
+          });
+          if (held != held_xids_.end()) {
+            held_xids_.erase(held);
+            judge.push_back(std::move(x));
+          }
+        }
+        continue;
       }
+      // An application's XID from NVML, whose event names no process: the
+      // kernel log's line names it a few milliseconds later. It is an alert,
+      // not a failover, so it waits for that line (at most kAttributionWait).
+      if (source == gpu::XidSource::kNvml && kernel_log_ && gpu::IsApplicationXid(x.xid)) {
+        held_xids_.push_back({std::move(x), now + kAttributionWait});
+        continue;
+      }
+      judge.push_back(std::move(x));
     }
+    for (auto it = held_xids_.begin(); it != held_xids_.end();) {
+      if (it->until > now) {
+        ++it;
+        continue;
+      }
+      judge.push_back(std::move(it->x));  // no line came: judged without a process
+      it = held_xids_.erase(it);
+    }
+    xids_held_ = !held_xids_.empty();
   }
-  if (fresh.empty()) return;
-  counters_.xid_events += fresh.size();
-  for (const gpu::XidEvent& x : fresh) {
-    spdlog::warn("agent {}: XID {} on GPU {}", config_.node, x.xid, x.gpu_index);
+  if (judge.empty()) return;
+  counters_.xid_events += judge.size();
+  for (gpu::XidEvent& x : judge) {
+    AttributeXid(&x);
+    spdlog::warn("agent {}: XID {} on GPU {}{}", config_.node, x.xid, x.gpu_index,
+                 x.pid > 0 ? absl::StrCat(", process ", x.process, " (pid ", x.pid, ")") : "");
   }
-  Evaluate(std::move(fresh));
+  EvaluateXids(std::move(judge));
+}
+
+void Agent::AttributeXid(gpu::XidEvent* x) {
+  if (x->pid <= 0) return;
+  // A server the agent only watches has no pid here: whose the process is
+  // cannot be told then.
+  bool all_known = true;
+  for (Supervisor* s : Servers()) {
+    const ServerState st = s->state();
+    if (st.watched) all_known = false;
+    if (!st.supervised || !st.running || !InProcessTree(st.pid, static_cast<pid_t>(x->pid))) {
+      continue;
+    }
+    x->owner = gpu::XidEvent::Owner::kServer;
+    // NVIDIA's action for an application's XID: restart the application.
+    if (gpu::IsApplicationXid(x->xid) &&
+        s->Restart(absl::StrCat("XID ", x->xid, " on GPU ", x->gpu_index, " from its process ",
+                                x->process, " (pid ", x->pid, "): NVIDIA's RESTART_APP"))) {
+      counters_.xid_server_restarts++;
+    }
+    return;
+  }
+  if (all_known) x->owner = gpu::XidEvent::Owner::kForeign;
 }
 
 }  // namespace gpuha::agent

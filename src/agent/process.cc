@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 
@@ -25,6 +28,24 @@ std::optional<std::string> RealProcessRunner::Poll(pid_t pid) {
 
 void RealProcessRunner::Signal(pid_t pid, int signo) {
   if (pid > 0) ::kill(-pid, signo);
+}
+
+bool InProcessTree(pid_t root, pid_t pid, const std::string& proc) {
+  if (root <= 0) return false;
+  for (int depth = 0; pid > 1 && depth < 64; ++depth) {
+    if (pid == root) return true;
+    std::ifstream in(absl::StrCat(proc, "/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) return false;
+    std::istringstream fields(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (!(fields >> state >> ppid)) return false;
+    pid = static_cast<pid_t>(ppid);
+  }
+  return pid == root;
 }
 
 }  // namespace gpuha::agent

@@ -32,4 +32,10 @@ class RealProcessRunner : public ProcessRunner {
   void Signal(pid_t pid, int signo) override;
 };
 
+// Whether `pid` is `root` or one of its descendants, by the parent links in
+// `proc` (/proc/<pid>/stat's fourth field). A process gone, or a chain that
+// ends at init first, is not in the tree. An XID's process (the kernel log
+// names it) in the tree of the server the agent runs is that server's work.
+bool InProcessTree(pid_t root, pid_t pid, const std::string& proc = "/proc");
+
 }  // namespace gpuha::agent

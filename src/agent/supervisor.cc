@@ -121,6 +121,17 @@ void Supervisor::Fence() {
   state_.ready = false;
 }
 
+bool Supervisor::Restart(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.supervised || !state_.running || term_sent_ || shutdown_) return false;
+  spdlog::warn("supervisor: restarting server pid {}: {}", state_.pid, why);
+  runner_->Signal(state_.pid, SIGTERM);
+  term_sent_ = clock_->Now();
+  state_.ready = false;
+  ++state_.restarts;
+  return true;
+}
+
 void Supervisor::Unfence() {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_.fenced) spdlog::info("supervisor: unfenced");

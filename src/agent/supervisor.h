@@ -106,6 +106,10 @@ class Supervisor {
   bool ProbeDue() const;
   void Fence();
   void Unfence();
+  // Stops the running server (SIGTERM, then SIGKILL after stop_grace) and
+  // starts it again at once: NVIDIA's RESTART_APP, for an XID its work
+  // caused. False when there is no running server of the agent's to restart.
+  bool Restart(const std::string& why);
   // Stops the server for good (agent shutdown).
   void Shutdown();
   ServerState state() const;

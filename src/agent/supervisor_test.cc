@@ -2,13 +2,18 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "agent/job_supervisor.h"
+#include "agent/process.h"
 #include "agent/testing/fake_process_runner.h"
+#include "common/testing/temp_dir.h"
 
 namespace gpuha::agent {
 namespace {
@@ -373,6 +378,45 @@ TEST_F(JobSupervisorTest, ANewerPlacementReplacesTheOldOneOnceItEndsAndAFencedJo
   jobs.Tick();
   EXPECT_EQ(runner_.spawns, 2);
   EXPECT_EQ(Only(jobs).last_exit(), "exit 4");
+}
+
+// An XID's process is the server's work when the server is it or an
+// ancestor of it (Triton's backend stubs are its children), read from
+// /proc's parent links; a name with spaces and parentheses is no trouble.
+TEST(InProcessTreeTest, FollowsParentLinksUpToTheRoot) {
+  std::filesystem::path proc = gpuha::testing::TestTempDir() / "proc";
+  auto add = [&](int pid, const std::string& comm, int ppid) {
+    std::filesystem::create_directories(proc / std::to_string(pid));
+    std::ofstream(proc / std::to_string(pid) / "stat")
+        << pid << " (" << comm << ") S " << ppid << " " << pid << " 0 0\n";
+  };
+  add(100, "tritonserver", 1);
+  add(120, "triton_python_backend_stub (x) y", 100);
+  add(130, "python3", 120);
+  add(200, "python3", 1);
+  EXPECT_TRUE(InProcessTree(100, 100, proc.string()));
+  EXPECT_TRUE(InProcessTree(100, 130, proc.string()));
+  EXPECT_FALSE(InProcessTree(100, 200, proc.string()));
+  EXPECT_FALSE(InProcessTree(100, 999, proc.string()));  // gone
+  EXPECT_FALSE(InProcessTree(0, 130, proc.string()));
+  // The real /proc: this test is in its own tree, not in init's child's.
+  EXPECT_TRUE(InProcessTree(::getpid(), ::getpid()));
+  EXPECT_TRUE(InProcessTree(::getppid(), ::getpid()));
+}
+
+// RESTART_APP: a running server is stopped and started again at once.
+TEST_F(SupervisorTest, RestartStopsTheServerAndStartsItAgain) {
+  Supervisor s(Options(), &runner_, &clock_, [] { return true; });
+  s.Tick();
+  const pid_t first = s.state().pid;
+  ASSERT_TRUE(s.state().running);
+  EXPECT_TRUE(s.Restart("XID 13 from its process"));
+  EXPECT_FALSE(s.Restart("again"));  // already stopping
+  s.Tick();                          // the fake died at the SIGTERM: started again
+  s.Tick();
+  EXPECT_TRUE(s.state().running);
+  EXPECT_NE(s.state().pid, first);
+  EXPECT_EQ(s.state().restarts, 1u);
 }
 
 }  // namespace

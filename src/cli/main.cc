@@ -11,6 +11,7 @@
 #include "cli/controller_command.h"
 #include "cli/ctl_command.h"
 #include "cli/demo_command.h"
+#include "cli/doctor_command.h"
 #include "cli/load_command.h"
 #include "cli/plan_command.h"
 #include "cli/router_command.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   gpuha::cli::WorkerCommand worker(app);
   gpuha::cli::DemoCommand demo(app);
   gpuha::cli::CtlCommand ctl(app);
+  gpuha::cli::DoctorCommand doctor(app);
   gpuha::cli::CompletionCommand completion(app);
   // Logs go to stderr; stdout carries reports and machine-read lines.
   spdlog::set_default_logger(spdlog::stderr_color_mt("gpuha"));
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
   if (worker.app()->parsed()) return worker.Run();
   if (demo.app()->parsed()) return demo.Run();
   if (ctl.app()->parsed()) return ctl.Run();
+  if (doctor.app()->parsed()) return doctor.Run(std::cout, std::cerr);
   if (completion.app()->parsed()) return completion.Run(app);
   return gpuha::cli::kExitBadInput;
 }

@@ -70,7 +70,12 @@ struct GpuSample {
   uint64_t throttle_reasons = 0;
   uint64_t ecc_corrected = 0;  // volatile count since driver load
   uint64_t ecc_uncorrected = 0;
-  uint32_t pages_pending = 0;  // retired or remapped pages waiting for a reset
+  uint32_t pages_pending = 0;  // retired or remapped pages waiting for a reset (for health)
+  // Each source of pages_pending, where the GPU reports it: page retirement
+  // (boards before Ampere) and row remapping (Ampere and later). A reading
+  // the GPU does not support stays empty, never 0: an H200 answers Not
+  // Supported for retired pages, and exporting 0 claimed a reading it has not.
+  std::optional<bool> retired_pages_pending, row_remap_pending;
   // dcgm-exporter's other default counters. Empty where the device or the
   // driver does not report them (older drivers lack some entry points).
   std::optional<uint32_t> sm_clock_mhz, memory_clock_mhz;
@@ -101,6 +106,15 @@ struct XidEvent {
   // Required", "Node Reboot Required", "Drain P2P", "None"); empty when
   // unknown (NVML's event) or for other XIDs.
   std::string recovery_action{};
+  // The process the kernel log names for it (an application's XID: the
+  // one whose work faulted); 0 and empty when unknown (NVML's event).
+  int64_t pid = 0;
+  std::string process{};
+  // Whose work the process was, as the agent found it (an application's
+  // XID only): its own inference server's process tree, another process,
+  // or not known (no process named).
+  enum class Owner { kUnknown, kServer, kForeign };
+  Owner owner = Owner::kUnknown;
 };
 
 class GpuProbe {

@@ -114,36 +114,65 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
       }
     }
     if (c == XidConsequence::kIgnore) continue;
+    // The process the kernel log names for it, and whose it is.
+    std::string who;
+    if (x.pid > 0) {
+      who =
+          absl::StrCat(", process ", x.process.empty() ? "?" : x.process, " (pid ", x.pid, ")",
+                       x.owner == XidEvent::Owner::kServer    ? ", this node's inference server"
+                       : x.owner == XidEvent::Owner::kForeign ? ", not this node's inference server"
+                                                              : "");
+    }
     HealthReason r{
         absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
         absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
-                     action.empty() ? "" : ": " + action, " (", XidConsequenceName(c), ")"),
+                     action.empty() ? "" : ": " + action, " (", XidConsequenceName(c), ")", who),
         c == XidConsequence::kFailAndFence ? HealthState::kFailed
         : c == XidConsequence::kDrain      ? HealthState::kDraining
                                            : HealthState::kDegraded,
         node_level ? -1 : static_cast<int>(x.gpu_index)};
+    r.event = true;
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
     latched_.push_back({std::move(r), until});
     // Repeats count for application faults (RESTART_APP) only, once per
-    // sample: one fault logs XID 13 once per SM, in one burst.
-    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0 || info == nullptr ||
-        info->nvidia_action != "RESTART_APP") {
+    // burst: one fault logs XID 13 once per SM, within milliseconds.
+    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0 || !IsApplicationXid(x.xid)) {
       continue;
     }
-    std::deque<common::TimePoint>& seen = alert_xids_[{x.gpu_index, x.xid}];
-    if (!seen.empty() && seen.back() == now) continue;
-    seen.push_back(now);
-    while (!seen.empty() && now - seen.front() > t_.xid_repeat_window) seen.pop_front();
+    std::deque<Seen>& seen = alert_xids_[{x.gpu_index, x.xid}];
+    if (!seen.empty() && now - seen.back().at < t_.xid_burst) continue;
+    seen.push_back({now, x.owner == XidEvent::Owner::kForeign ? x.pid : 0, x.process});
+    while (!seen.empty() && now - seen.front().at > t_.xid_repeat_window) seen.pop_front();
     if (static_cast<int>(seen.size()) < t_.xid_repeat_count) continue;
-    // Repeated on one GPU: its hardware, not one application. Latched
-    // like any drain XID, until the node rejoins.
-    latched_.push_back({{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
-                         absl::StrCat("XID ", x.xid, " ", seen.size(), " times within ",
-                                      common::ToMillis(t_.xid_repeat_window) / 1000,
-                                      " s on this GPU (thresholds.xid_repeat_count): drain"),
-                         HealthState::kDraining, static_cast<int>(x.gpu_index)},
-                        std::nullopt});
+    const int64_t pid = seen.front().pid;
+    const bool one_process = pid > 0 && std::all_of(seen.begin(), seen.end(),
+                                                    [&](const Seen& s) { return s.pid == pid; });
+    const std::string times =
+        absl::StrCat("XID ", x.xid, " ", seen.size(), " times within ",
+                     common::ToMillis(t_.xid_repeat_window) / 1000, " s on this GPU");
+    if (one_process) {
+      // One foreign process, faulting again and again: that application's
+      // bug, not this GPU's hardware. An alert that names it.
+      HealthReason a{
+          absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".one_process"),
+          absl::StrCat(times, ", every time from process ", seen.front().process, " (pid ", pid,
+                       "), not this node's inference server: that application's "
+                       "fault (alert)"),
+          HealthState::kDegraded, static_cast<int>(x.gpu_index)};
+      a.event = true;
+      latched_.push_back({std::move(a), now + t_.xid_alert_hold});
+      seen.clear();
+      continue;
+    }
+    // Repeated on one GPU by different processes (or ones not known): its
+    // hardware, not one application. Latched like any drain XID, until the
+    // node rejoins.
+    HealthReason d{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
+                   absl::StrCat(times, " (thresholds.xid_repeat_count): drain"),
+                   HealthState::kDraining, static_cast<int>(x.gpu_index)};
+    d.event = true;
+    latched_.push_back({std::move(d), std::nullopt});
     seen.clear();
   }
   std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
@@ -221,7 +250,11 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   return reasons;
 }
 
-bool HealthEvaluator::Step(Hysteresis& h, HealthState target) const {
+bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
+                           bool sampled) const {
+  // A worse state an XID asks for (or a lost GPU) is not a rumour.
+  const bool at_once = target > h.state && (target == HealthState::kFailed || target <= event);
+  if (!sampled && !at_once) return false;  // readings wait for a real sample
   if (target == h.state) {
     h.count = 0;
     return false;
@@ -232,7 +265,7 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target) const {
   }
   ++h.count;
   int needed = target > h.state ? t_.unhealthy_threshold : t_.healthy_threshold;
-  if (target == HealthState::kFailed) needed = 1;  // a lost GPU is not a rumour
+  if (at_once) needed = 1;
   if (h.count < needed) return false;
   h.state = target;
   h.count = 0;
@@ -247,40 +280,45 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(slices_, [&](const auto& kv) { return kv.first.first == gpu; });
 }
 
-HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now) {
+HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now, bool sampled) {
   HealthReport report;
   report.reasons = Instant(obs, now);
-  HealthState target = HealthState::kHealthy;
-  HealthState node_target = HealthState::kHealthy;
-  std::map<uint32_t, HealthState> gpu_targets;
-  for (const GpuSample& g : obs.gpus) gpu_targets[g.index] = HealthState::kHealthy;
+  constexpr HealthState kNone = HealthState::kHealthy;
+  HealthState target = kNone, event = kNone;
+  HealthState node_target = kNone, node_event = kNone;
+  std::map<uint32_t, HealthState> gpu_targets, gpu_events;
+  for (const GpuSample& g : obs.gpus) gpu_targets[g.index] = kNone;
   std::map<std::pair<uint32_t, uint32_t>, HealthState> slice_targets;
-  for (const auto& [slice, h] : slices_) slice_targets[slice] = HealthState::kHealthy;
+  for (const auto& [slice, h] : slices_) slice_targets[slice] = kNone;
+  auto raise = [](HealthState& t, HealthState& e, HealthState s, bool is_event) {
+    t = std::max(t, s);
+    if (is_event) e = std::max(e, s);
+  };
   for (const HealthReason& r : report.reasons) {
     if (r.slice >= 0) {
       // A lost slice is capacity the node lost: its one server, if it has
       // no server per slice, drains; the GPU itself serves on.
-      target = std::max(target, std::min(r.state, HealthState::kDraining));
+      raise(target, event, std::min(r.state, HealthState::kDraining), r.event);
       HealthState& t =
           slice_targets[{static_cast<uint32_t>(r.gpu), static_cast<uint32_t>(r.slice)}];
       t = std::max(t, r.state);
       continue;
     }
-    target = std::max(target, r.state);
+    raise(target, event, r.state, r.event);
     if (r.gpu < 0) {
-      node_target = std::max(node_target, r.state);
+      raise(node_target, node_event, r.state, r.event);
     } else {
-      HealthState& t = gpu_targets[static_cast<uint32_t>(r.gpu)];
-      t = std::max(t, r.state);
+      const uint32_t g = static_cast<uint32_t>(r.gpu);
+      raise(gpu_targets[g], gpu_events[g], r.state, r.event);
     }
   }
-  report.changed = Step(all_, target);
+  report.changed = Step(all_, target, event, sampled);
   report.state = all_.state;
-  Step(node_, node_target);
+  Step(node_, node_target, node_event, sampled);
   report.node_state = node_.state;
   for (const auto& [gpu, t] : gpu_targets) {
     Hysteresis& h = gpus_[gpu];
-    Step(h, t);
+    Step(h, t, gpu_events[gpu], sampled);
     report.gpu_states[gpu] = h.state;
   }
   // A GPU whose sample failed this time keeps its verdict: no reading is
@@ -289,7 +327,9 @@ HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint n
   for (const auto& [slice, t] : slice_targets) {
     // A slice of a GPU whose sample failed keeps its verdict too.
     Hysteresis& h = slices_[slice];
-    if (t != HealthState::kHealthy || gpu_targets.count(slice.first) != 0) Step(h, t);
+    if (t != HealthState::kHealthy || gpu_targets.count(slice.first) != 0) {
+      Step(h, t, HealthState::kHealthy, sampled);
+    }
     report.slice_states[slice] = h.state;
   }
   return report;

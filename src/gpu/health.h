@@ -61,8 +61,14 @@ struct HealthThresholds {
   // An "alert" XID (an application's fault, by NVIDIA's catalog) seen this
   // many times on one GPU within the window drains it: NVIDIA's workflows
   // for XID 13 and 31 read a repeat on one GPU as its hardware. 0: never.
+  // Occurrences within xid_burst of the one before are one burst (one fault
+  // logs XID 13 once per SM), and count once. Repeats that the kernel log
+  // pins on one and the same process (not the node's server, which is
+  // restarted each time and so differs) are that application's: an alert
+  // naming it, not a drain.
   int xid_repeat_count = 3;
   common::Duration xid_repeat_window = std::chrono::minutes(10);
+  common::Duration xid_burst = std::chrono::seconds(1);
 };
 
 // Reads `thresholds:` from an agent config; a warn above its critical, a
@@ -81,6 +87,9 @@ struct HealthReason {
   // The MIG instance (slot) of `gpu` this fault is confined to: the slice
   // is lost while the GPU's other slices serve. -1: the whole GPU's.
   int slice = -1;
+  // From an event (an XID), not a reading: no rumour to confirm, so it
+  // takes effect at once, without unhealthy_threshold samples.
+  bool event = false;
 };
 
 struct Observation {
@@ -110,7 +119,10 @@ struct HealthReport {
 class HealthEvaluator {
  public:
   explicit HealthEvaluator(HealthThresholds thresholds);
-  HealthReport Update(const Observation& obs, common::TimePoint now);
+  // `sampled`: `obs` holds fresh readings. Without (new XIDs judged on the
+  // last sample's readings), only XID verdicts take effect; the readings'
+  // hysteresis waits for the next sample.
+  HealthReport Update(const Observation& obs, common::TimePoint now, bool sampled = true);
   // Forgets latched XIDs and counter baselines (after a GPU reset / rejoin).
   void Reset();
   // The same for one GPU, after its reset: its XIDs, baselines and verdict.
@@ -130,7 +142,10 @@ class HealthEvaluator {
     HealthState pending = HealthState::kHealthy;
     int count = 0;
   };
-  bool Step(Hysteresis& h, HealthState target) const;
+  // `event`: the worst state an event (XID) reason asks for; a target no
+  // worse than it takes effect at once. `sampled`: a reading-driven change
+  // waits for a real sample.
+  bool Step(Hysteresis& h, HealthState target, HealthState event, bool sampled) const;
 
   const HealthThresholds t_;
   Hysteresis all_;   // every reason: the node's state without servers per GPU
@@ -146,8 +161,14 @@ class HealthEvaluator {
     std::optional<common::TimePoint> until;
   };
   std::vector<Latched> latched_;
-  // When each (GPU, alert XID) was seen within xid_repeat_window.
-  std::map<std::pair<uint32_t, uint32_t>, std::deque<common::TimePoint>> alert_xids_;
+  // When each (GPU, alert XID) was seen within xid_repeat_window, and the
+  // process the kernel log named (0: none).
+  struct Seen {
+    common::TimePoint at;
+    int64_t pid;
+    std::string process;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, std::deque<Seen>> alert_xids_;
 };
 
 }  // namespace gpuha::gpu

@@ -1,6 +1,7 @@
 #include "gpu/kernel_log.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +69,18 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     uint32_t xid = 0;
     if (slot.empty() || !absl::SimpleAtoi(number, &xid)) return std::nullopt;
     KernelXid k{slot, xid};
+    // "pid=702, name=python3, ...": the process whose work faulted.
+    if (size_t at = rest.find("pid="); at != absl::string_view::npos) {
+      absl::string_view pid = rest.substr(at + 4);
+      pid = pid.substr(0, pid.find_first_of(", "));
+      int64_t n = 0;
+      if (absl::SimpleAtoi(pid, &n) && n > 0) k.pid = n;
+    }
+    if (size_t at = rest.find("name="); at != absl::string_view::npos) {
+      absl::string_view name = rest.substr(at + 5);
+      name = name.substr(0, name.find(','));
+      if (name != "<unknown>") k.process = std::string(name);
+    }
     // "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
     // Required)": the last parenthesis names the action now required.
     if (xid == 154) {
@@ -132,6 +145,15 @@ absl::StatusOr<std::unique_ptr<KernelLog>> KernelLog::Open(const std::string& pa
 }
 
 KernelLog::~KernelLog() { ::close(fd_); }
+
+bool KernelLog::Wait(std::chrono::milliseconds timeout) {
+  if (!kmsg_) return false;
+  struct pollfd p {};
+  p.fd = fd_;
+  p.events = POLLIN;
+  ::poll(&p, 1, static_cast<int>(timeout.count()));  // EINTR: the caller reads, then waits again
+  return true;
+}
 
 absl::StatusOr<std::vector<std::string>> KernelLog::ReadNew() {
   std::vector<std::string> lines;
@@ -203,11 +225,21 @@ absl::Status KernelLog::ReadFileLines(std::vector<std::string>* lines) {
   return absl::OkStatus();
 }
 
-bool XidDeduper::Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now,
+bool XidDeduper::Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now,
                        const std::string& action) {
-  std::erase_if(last_, [&](const auto& kv) { return now - kv.second >= window_; });
-  auto [it, inserted] = last_.try_emplace({gpu, xid, action}, now);
-  return inserted;
+  for (auto it = unpaired_.begin(); it != unpaired_.end();) {
+    std::deque<Copy>& q = it->second;
+    while (!q.empty() && now - q.front().at >= window_) q.pop_front();
+    it = q.empty() ? unpaired_.erase(it) : std::next(it);
+  }
+  std::deque<Copy>& q = unpaired_[{gpu, xid, action}];
+  auto other = std::find_if(q.begin(), q.end(), [&](const Copy& c) { return c.source != source; });
+  if (other != q.end()) {
+    q.erase(other);  // the other source's copy of this occurrence, reported already
+    return false;
+  }
+  q.push_back({source, now});
+  return true;
 }
 
 }  // namespace gpuha::gpu

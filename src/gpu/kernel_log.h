@@ -8,7 +8,7 @@
 //     if (auto x = ParseKernelXid(line)) ... // {pci "0000:3b:00", xid 79}
 //   }
 //   XidDeduper dedup;  // NVML's event and the log line are one XID
-//   if (dedup.Fresh(gpu, xid, now)) report it;
+//   if (dedup.Fresh(XidSource::kKernelLog, gpu, xid, now)) report it;
 //
 // /dev/kmsg is read from its end at Open(): an XID logged before the agent
 // started (and perhaps cleared by a reset since) is not replayed. Only the
@@ -24,7 +24,9 @@
 // event loop); ParseKernelXid and PciSlot are pure.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,6 +46,11 @@ struct KernelXid {
   // XID 154: the action its message names ("... changed from 0x0 (None) to
   // 0x2 (Node Reboot Required)" gives "Node Reboot Required").
   std::string recovery_action{};
+  // The process the driver names ("pid=702, name=python3"): the one whose
+  // work faulted, for an application's XID. 0 and empty when the line says
+  // '<unknown>' or nothing.
+  int64_t pid = 0;
+  std::string process{};
 };
 
 // One kernel log line (a /dev/kmsg record "6,812,9172,-;NVRM: ..." or a
@@ -70,6 +77,9 @@ class KernelLog {
   // The lines written since the last call (never blocks). An error that is
   // not "nothing new" names the log; the next call tries again.
   absl::StatusOr<std::vector<std::string>> ReadNew();
+  // /dev/kmsg: blocks until a record is there to read or `timeout` passed,
+  // and returns true. A file cannot be waited on this way: false at once.
+  bool Wait(std::chrono::milliseconds timeout);
   const std::string& path() const { return path_; }
 
  private:
@@ -84,18 +94,32 @@ class KernelLog {
   std::string partial_;  // a file's last line, not yet ended
 };
 
-// Drops an XID already reported for the same GPU within `window`: the NVML
-// event and the kernel log line for one XID arrive a few milliseconds apart.
+// Where a copy of an XID came from: one occurrence is told by both.
+enum class XidSource { kNvml, kKernelLog };
+
+// Merges the two copies of one XID occurrence, NVML's event and the kernel
+// log's line, which arrive a few milliseconds apart, and nothing else: each
+// copy pairs with at most one unpaired copy of the other source on the same
+// GPU and XID within `window`. Every occurrence counts once, however close
+// the next: three real XID 31s 4.3 s apart are three (a plain per-(GPU,
+// XID) window merged them into one, and the repeat rule never saw them).
 class XidDeduper {
  public:
   explicit XidDeduper(common::Duration window = std::chrono::seconds(10)) : window_(window) {}
-  // `action`: XID 154's recovery action; the log's line that names one is
-  // fresh beside NVML's event that does not.
-  bool Fresh(uint32_t gpu, uint32_t xid, common::TimePoint now, const std::string& action = "");
+  // Fresh: the first copy of an occurrence. `action`: XID 154's recovery
+  // action; the log's line that names one is fresh beside NVML's event
+  // that does not.
+  bool Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now,
+             const std::string& action = "");
 
  private:
+  struct Copy {
+    XidSource source;
+    common::TimePoint at;
+  };
   const common::Duration window_;
-  std::map<std::tuple<uint32_t, uint32_t, std::string>, common::TimePoint> last_;
+  // Copies not yet paired with the other source's, oldest first.
+  std::map<std::tuple<uint32_t, uint32_t, std::string>, std::deque<Copy>> unpaired_;
 };
 
 }  // namespace gpuha::gpu

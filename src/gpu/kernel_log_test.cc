@@ -133,12 +133,52 @@ TEST(KernelLogTest, AMissingLogOrADirectoryIsAClearError) {
 TEST(XidDeduperTest, OneXidFromTwoSourcesIsReportedOnce) {
   common::FakeClock clock;
   XidDeduper d(std::chrono::seconds(10));
-  EXPECT_TRUE(d.Fresh(0, 79, clock.Now()));   // NVML's event
-  EXPECT_FALSE(d.Fresh(0, 79, clock.Now()));  // the kernel log's line
-  EXPECT_TRUE(d.Fresh(1, 79, clock.Now()));   // another GPU
-  EXPECT_TRUE(d.Fresh(0, 48, clock.Now()));   // another XID
+  constexpr XidSource kNvml = XidSource::kNvml, kLog = XidSource::kKernelLog;
+  EXPECT_TRUE(d.Fresh(kNvml, 0, 79, clock.Now()));   // NVML's event
+  EXPECT_FALSE(d.Fresh(kLog, 0, 79, clock.Now()));   // the kernel log's line
+  EXPECT_TRUE(d.Fresh(kNvml, 1, 79, clock.Now()));   // another GPU
+  EXPECT_TRUE(d.Fresh(kLog, 0, 48, clock.Now()));    // another XID
+  EXPECT_FALSE(d.Fresh(kNvml, 0, 48, clock.Now()));  // its other copy, the log's first
   clock.Advance(std::chrono::seconds(10));
-  EXPECT_TRUE(d.Fresh(0, 79, clock.Now()));  // a repeat after the window
+  // GPU 1's NVML copy is out of the window: a log line now is another occurrence.
+  EXPECT_TRUE(d.Fresh(kLog, 1, 79, clock.Now()));
+}
+
+// Issue 38: three real XID 31s 4.3 s apart, each told by both sources, are
+// three occurrences (a per-(GPU, XID) window counted one and dropped five).
+// Each copy pairs with one copy of the other source, whichever comes first.
+TEST(XidDeduperTest, RepeatsAreEachAnOccurrenceOnlyTheTwoCopiesOfOneMerge) {
+  common::FakeClock clock;
+  XidDeduper d;
+  constexpr XidSource kNvml = XidSource::kNvml, kLog = XidSource::kKernelLog;
+  int fresh = 0;
+  for (int i = 0; i < 3; ++i) {
+    fresh += d.Fresh(kNvml, 0, 31, clock.Now());
+    clock.Advance(std::chrono::milliseconds(3));
+    fresh += d.Fresh(kLog, 0, 31, clock.Now());
+    clock.Advance(std::chrono::milliseconds(4300));
+  }
+  EXPECT_EQ(fresh, 3);
+  // A burst from one source (one fault per SM) is that many occurrences,
+  // and the other source's copies of them pair one to one.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(d.Fresh(kLog, 0, 13, clock.Now()));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(d.Fresh(kNvml, 0, 13, clock.Now()));
+  EXPECT_TRUE(d.Fresh(kNvml, 0, 13, clock.Now()));
+}
+
+TEST(KernelXidTest, TheProcessTheDriverNamesIsRead) {
+  auto k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:00:06): 31, pid=702, name=python3, Ch 00000008, intr 00000000. MMU "
+      "Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x0_00010000");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->xid, 31u);
+  EXPECT_EQ(k->pid, 702);
+  EXPECT_EQ(k->process, "python3");
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:AF:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable DBE");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->pid, 0);
+  EXPECT_EQ(k->process, "");
 }
 
 // XID 154 carries its action in its message (issue 16).
@@ -157,9 +197,9 @@ TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
   EXPECT_EQ(k->recovery_action, "");  // only XID 154 has one
   common::FakeClock clock;
   XidDeduper d;
-  EXPECT_TRUE(d.Fresh(0, 154, clock.Now()));                        // NVML's event
-  EXPECT_TRUE(d.Fresh(0, 154, clock.Now(), "GPU Reset Required"));  // the log names the action
-  EXPECT_FALSE(d.Fresh(0, 154, clock.Now(), "GPU Reset Required"));
+  EXPECT_TRUE(d.Fresh(XidSource::kNvml, 0, 154, clock.Now()));  // NVML's event
+  // The log names the action: fresh beside NVML's event that does not.
+  EXPECT_TRUE(d.Fresh(XidSource::kKernelLog, 0, 154, clock.Now(), "GPU Reset Required"));
 }
 
 }  // namespace

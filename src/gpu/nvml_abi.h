@@ -41,6 +41,8 @@ enum : unsigned int {
   NVML_FI_DEV_MEMORY_TEMP = 82,
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138,  // KiB, cumulative
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,
+  NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197,  // bytes, cumulative (R535 and later)
+  NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198,
 };
 constexpr unsigned int NVML_SCOPE_ALL_LINKS = 0xFFFFFFFFu;
 enum : int {

@@ -1,9 +1,11 @@
 #include "gpu/nvml_probe.h"
 
 #include <dlfcn.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 
@@ -43,9 +45,23 @@ bool VgpuLicensed(const nvmlGridLicensableFeatures_t& lic) {
   return false;
 }
 
+// An optional reading's answer: success fills it, a lost GPU marks the
+// sample lost, anything else leaves the reading out and notes it.
+bool ReadingOk(const char* what, nvmlReturn_t rc, bool* lost,
+               std::vector<std::string>* unsupported) {
+  if (rc == NVML_SUCCESS) return true;
+  if (rc == NVML_ERROR_GPU_IS_LOST) {
+    *lost = true;
+  } else {
+    unsupported->push_back(what);
+  }
+  return false;
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& lib_path) {
+absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& lib_path,
+                                                           NvmlOptions options) {
   void* handle = ::dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
@@ -53,7 +69,7 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
         absl::StrCat("cannot load NVML (", lib_path, "): ", why ? why : "unknown error",
                      ". Is the NVIDIA driver installed? Use --gpu sim to run without a GPU."));
   }
-  std::unique_ptr<NvmlProbe> probe(new NvmlProbe(handle, lib_path));
+  std::unique_ptr<NvmlProbe> probe(new NvmlProbe(handle, lib_path, options));
   Api& api = probe->api_;
   auto resolve = [&](const char* name, auto** slot) -> absl::Status {
     void* sym = ::dlsym(handle, name);
@@ -106,6 +122,7 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_GPU_IS_LOST) {
       return absl::FailedPreconditionError(probe->Error("nvmlDeviceRegisterEvents", rc));
     }
+    probe->events_registered_.push_back(rc == NVML_SUCCESS);
   }
   return probe;
 }
@@ -250,32 +267,27 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   if (check("nvmlDeviceGetRetiredPagesPendingStatus",
             api_.nvmlDeviceGetRetiredPagesPendingStatus(dev, &pending))) {
     s.pages_pending = pending == NVML_FEATURE_ENABLED ? 1 : 0;
+    s.retired_pages_pending = pending == NVML_FEATURE_ENABLED;
   }
   if (api_.nvmlDeviceGetRemappedRows != nullptr) {
     unsigned int corr = 0, unc = 0, is_pending = 0, failed = 0;
     if (check("nvmlDeviceGetRemappedRows",
               api_.nvmlDeviceGetRemappedRows(dev, &corr, &unc, &is_pending, &failed))) {
       s.pages_pending += is_pending != 0 || failed != 0 ? 1 : 0;
+      s.row_remap_pending = is_pending != 0;
       s.remapped_rows_correctable = corr;
       s.remapped_rows_uncorrectable = unc;
       s.row_remap_failed = failed != 0;
     }
   }
-  // dcgm-exporter's other default readings, from entry points a driver may
-  // lack (a null pointer: the reading stays empty). Any failure of theirs
-  // but a lost GPU only leaves that reading out: the required ones above
-  // still make the sample.
+  // dcgm-exporter's other readings, from entry points a driver may lack (a
+  // null pointer: the reading stays empty). Any failure of theirs but a
+  // lost GPU only leaves that reading out: the required ones above still
+  // make the sample.
   auto reading = [&](const char* what, nvmlReturn_t rc) {
-    if (rc == NVML_SUCCESS) return true;
-    if (rc == NVML_ERROR_GPU_IS_LOST) {
-      s.lost = true;
-    } else {
-      s.unsupported.push_back(what);
-    }
-    return false;
+    return ReadingOk(what, rc, &s.lost, &s.unsupported);
   };
-  unsigned int mhz = 0, count = 0, pct = 0, period_us = 0;
-  unsigned long long mj = 0;
+  unsigned int mhz = 0, pct = 0, period_us = 0;
   if (api_.nvmlDeviceGetClockInfo != nullptr) {
     if (reading("nvmlDeviceGetClockInfo(SM)",
                 api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
@@ -286,34 +298,20 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
       s.memory_clock_mhz = mhz;
     }
   }
-  if (api_.nvmlDeviceGetTotalEnergyConsumption != nullptr &&
-      reading("nvmlDeviceGetTotalEnergyConsumption",
-              api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
-    s.energy_mj = mj;
-  }
-  if (api_.nvmlDeviceGetPcieReplayCounter != nullptr &&
-      reading("nvmlDeviceGetPcieReplayCounter", api_.nvmlDeviceGetPcieReplayCounter(dev, &count))) {
-    s.pcie_replays = count;
-  }
   if (api_.nvmlDeviceGetEncoderUtilization != nullptr &&
       reading("nvmlDeviceGetEncoderUtilization",
               api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
     s.encoder_util_pct = pct;
   }
-  if (api_.nvmlDeviceGetPcieThroughput != nullptr) {
-    unsigned int kbps = 0;
-    if (reading("nvmlDeviceGetPcieThroughput(TX)",
-                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kbps))) {
-      s.pcie_tx_bytes_per_s = kbps * 1024.0;
-    }
-    if (reading("nvmlDeviceGetPcieThroughput(RX)",
-                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kbps))) {
-      s.pcie_rx_bytes_per_s = kbps * 1024.0;
-    }
+  if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
+      reading("nvmlDeviceGetDecoderUtilization",
+              api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
+    s.decoder_util_pct = pct;
   }
+  bool pcie_counters = false;
   if (api_.nvmlDeviceGetFieldValues != nullptr) {
     // One call for the fields; each answer carries its own return code.
-    nvmlFieldValue_t f[5] = {};
+    nvmlFieldValue_t f[7] = {};
     f[0].fieldId = NVML_FI_DEV_MEMORY_TEMP;
     f[1].fieldId = NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX;
     f[1].scopeId = NVML_SCOPE_ALL_LINKS;
@@ -321,7 +319,9 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     f[2].scopeId = NVML_SCOPE_ALL_LINKS;
     f[3].fieldId = NVML_FI_DEV_RETIRED_SBE;
     f[4].fieldId = NVML_FI_DEV_RETIRED_DBE;
-    if (reading("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 5, f))) {
+    f[5].fieldId = NVML_FI_DEV_PCIE_COUNT_TX_BYTES;
+    f[6].fieldId = NVML_FI_DEV_PCIE_COUNT_RX_BYTES;
+    if (reading("nvmlDeviceGetFieldValues", api_.nvmlDeviceGetFieldValues(dev, 7, f))) {
       // Page retirement is for boards before Ampere (later ones remap rows).
       if (f[3].nvmlReturn == NVML_SUCCESS && f[4].nvmlReturn == NVML_SUCCESS) {
         s.retired_pages_sbe = static_cast<uint64_t>(FieldValue(f[3]));
@@ -342,6 +342,74 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
       } else {
         s.unsupported.push_back("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA");  // no NVLink (PCIe boards)
       }
+      if (f[5].nvmlReturn == NVML_SUCCESS && f[6].nvmlReturn == NVML_SUCCESS) {
+        pcie_counters = true;
+        const auto now = std::chrono::steady_clock::now();
+        const double tx = FieldValue(f[5]), rx = FieldValue(f[6]);
+        std::lock_guard<std::mutex> lock(cadence_mu_);
+        PcieCount& last = pcie_[index];
+        const double secs = std::chrono::duration<double>(now - last.at).count();
+        // The rate over the interval; none at the first sample, or across a
+        // counter that went back (wrapped, or the GPU was reset).
+        if (last.tx >= 0 && tx >= last.tx && rx >= last.rx && secs > 0) {
+          s.pcie_tx_bytes_per_s = (tx - last.tx) / secs;
+          s.pcie_rx_bytes_per_s = (rx - last.rx) / secs;
+        }
+        last = {now, tx, rx};
+      }
+    }
+  }
+  if (s.lost) return s;
+  // The slow readings: read when due, else their last values.
+  {
+    std::lock_guard<std::mutex> lock(cadence_mu_);
+    Slow& slow = slow_[index];
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= slow.due) {
+      slow = Slow{};
+      slow.due = now + options_.slow_every;
+      ReadSlow(dev, pcie_counters, &slow, &s.lost);
+    }
+    s.energy_mj = slow.energy_mj;
+    s.pcie_replays = slow.pcie_replays;
+    s.vgpu_licensed = slow.vgpu_licensed;
+    if (!pcie_counters) {
+      s.pcie_tx_bytes_per_s = slow.pcie_tx_bytes_per_s;
+      s.pcie_rx_bytes_per_s = slow.pcie_rx_bytes_per_s;
+    }
+    s.unsupported.insert(s.unsupported.end(), slow.unsupported.begin(), slow.unsupported.end());
+    if (s.lost) slow.due = {};  // read again next time
+  }
+  if (s.lost) return s;
+  if (!failure.ok()) return failure;
+  s.slices_lost = SlicesLost(index, dev);  // a handle and a UUID per instance: cheap
+  return s;
+}
+
+void NvmlProbe::ReadSlow(nvmlDevice_t dev, bool pcie_counters, Slow* slow, bool* lost) {
+  auto reading = [&](const char* what, nvmlReturn_t rc) {
+    return ReadingOk(what, rc, lost, &slow->unsupported);
+  };
+  unsigned long long mj = 0;
+  unsigned int count = 0;
+  if (api_.nvmlDeviceGetTotalEnergyConsumption != nullptr &&
+      reading("nvmlDeviceGetTotalEnergyConsumption",
+              api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
+    slow->energy_mj = mj;
+  }
+  if (api_.nvmlDeviceGetPcieReplayCounter != nullptr &&
+      reading("nvmlDeviceGetPcieReplayCounter", api_.nvmlDeviceGetPcieReplayCounter(dev, &count))) {
+    slow->pcie_replays = count;
+  }
+  if (!pcie_counters && api_.nvmlDeviceGetPcieThroughput != nullptr) {
+    unsigned int kbps = 0;
+    if (reading("nvmlDeviceGetPcieThroughput(TX)",
+                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &kbps))) {
+      slow->pcie_tx_bytes_per_s = kbps * 1024.0;
+    }
+    if (reading("nvmlDeviceGetPcieThroughput(RX)",
+                api_.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_RX_BYTES, &kbps))) {
+      slow->pcie_rx_bytes_per_s = kbps * 1024.0;
     }
   }
   if (api_.nvmlDeviceGetGridLicensableFeatures_v4 != nullptr) {
@@ -349,18 +417,9 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
     if (reading("nvmlDeviceGetGridLicensableFeatures_v4",
                 api_.nvmlDeviceGetGridLicensableFeatures_v4(dev, &lic)) &&
         lic.isGridLicenseSupported != 0) {
-      s.vgpu_licensed = VgpuLicensed(lic);
+      slow->vgpu_licensed = VgpuLicensed(lic);
     }
   }
-  if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
-      reading("nvmlDeviceGetDecoderUtilization",
-              api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
-    s.decoder_util_pct = pct;
-  }
-  if (s.lost) return s;
-  if (!failure.ok()) return failure;
-  s.slices_lost = SlicesLost(index, dev);
-  return s;
 }
 
 std::vector<uint32_t> NvmlProbe::SlicesLost(uint32_t index, nvmlDevice_t dev) {
@@ -408,6 +467,86 @@ absl::StatusOr<std::vector<XidEvent>> NvmlProbe::WaitForXids(std::chrono::millis
     }
     wait_ms = 0;  // drain whatever else is queued, without waiting again
   }
+  return out;
+}
+
+std::vector<NvmlProbe::CallTiming> NvmlProbe::TimeCalls(uint32_t index) {
+  std::vector<CallTiming> out;
+  if (index >= devices_.size()) return out;
+  nvmlDevice_t dev = devices_[index];
+  auto cpu_now = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+  };
+  auto timed = [&](const char* call, bool slow, bool present,
+                   const std::function<nvmlReturn_t()>& f) {
+    CallTiming t{call, 0, 0, "absent", slow};
+    if (present) {
+      const double cpu0 = cpu_now();
+      const auto wall0 = std::chrono::steady_clock::now();
+      const nvmlReturn_t rc = f();
+      t.wall_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0)
+              .count();
+      t.cpu_ms = cpu_now() - cpu0;
+      const char* text = api_.nvmlErrorString != nullptr ? api_.nvmlErrorString(rc) : nullptr;
+      t.result = text != nullptr ? text : absl::StrCat("NVML error ", rc);
+    }
+    out.push_back(std::move(t));
+  };
+  unsigned int u = 0, v = 0, w = 0, x = 0;
+  unsigned long long ull = 0;
+  int i = 0;
+  nvmlMemory_t mem = {};
+  nvmlUtilization_t util = {};
+  const Api& a = api_;
+  timed("nvmlDeviceGetTemperature", false, true,
+        [&] { return a.nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &u); });
+  timed("nvmlDeviceGetPowerUsage", false, true, [&] { return a.nvmlDeviceGetPowerUsage(dev, &u); });
+  timed("nvmlDeviceGetEnforcedPowerLimit", false, true,
+        [&] { return a.nvmlDeviceGetEnforcedPowerLimit(dev, &u); });
+  timed("nvmlDeviceGetMemoryInfo", false, true,
+        [&] { return a.nvmlDeviceGetMemoryInfo(dev, &mem); });
+  timed("nvmlDeviceGetUtilizationRates", false, true,
+        [&] { return a.nvmlDeviceGetUtilizationRates(dev, &util); });
+  timed("nvmlDeviceGetCurrentClocksThrottleReasons", false, true,
+        [&] { return a.nvmlDeviceGetCurrentClocksThrottleReasons(dev, &ull); });
+  timed("nvmlDeviceGetTotalEccErrors", false, true, [&] {
+    return a.nvmlDeviceGetTotalEccErrors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC,
+                                         &ull);
+  });
+  timed("nvmlDeviceGetRetiredPagesPendingStatus", false, true,
+        [&] { return a.nvmlDeviceGetRetiredPagesPendingStatus(dev, &i); });
+  timed("nvmlDeviceGetRemappedRows", false, a.nvmlDeviceGetRemappedRows != nullptr,
+        [&] { return a.nvmlDeviceGetRemappedRows(dev, &u, &v, &w, &x); });
+  timed("nvmlDeviceGetClockInfo", false, a.nvmlDeviceGetClockInfo != nullptr,
+        [&] { return a.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &u); });
+  timed("nvmlDeviceGetEncoderUtilization", false, a.nvmlDeviceGetEncoderUtilization != nullptr,
+        [&] { return a.nvmlDeviceGetEncoderUtilization(dev, &u, &v); });
+  timed("nvmlDeviceGetDecoderUtilization", false, a.nvmlDeviceGetDecoderUtilization != nullptr,
+        [&] { return a.nvmlDeviceGetDecoderUtilization(dev, &u, &v); });
+  nvmlFieldValue_t f[2] = {};
+  f[0].fieldId = NVML_FI_DEV_PCIE_COUNT_TX_BYTES;
+  f[1].fieldId = NVML_FI_DEV_PCIE_COUNT_RX_BYTES;
+  timed("nvmlDeviceGetFieldValues(PCIe byte counters)", false,
+        a.nvmlDeviceGetFieldValues != nullptr, [&] {
+          nvmlReturn_t rc = a.nvmlDeviceGetFieldValues(dev, 2, f);
+          return rc != NVML_SUCCESS ? rc : f[0].nvmlReturn;
+        });
+  timed("nvmlDeviceGetTotalEnergyConsumption", true,
+        a.nvmlDeviceGetTotalEnergyConsumption != nullptr,
+        [&] { return a.nvmlDeviceGetTotalEnergyConsumption(dev, &ull); });
+  timed("nvmlDeviceGetPcieReplayCounter", true, a.nvmlDeviceGetPcieReplayCounter != nullptr,
+        [&] { return a.nvmlDeviceGetPcieReplayCounter(dev, &u); });
+  timed("nvmlDeviceGetPcieThroughput", true, a.nvmlDeviceGetPcieThroughput != nullptr,
+        [&] { return a.nvmlDeviceGetPcieThroughput(dev, NVML_PCIE_UTIL_TX_BYTES, &u); });
+  nvmlGridLicensableFeatures_t lic = {};
+  timed("nvmlDeviceGetGridLicensableFeatures_v4", true,
+        a.nvmlDeviceGetGridLicensableFeatures_v4 != nullptr,
+        [&] { return a.nvmlDeviceGetGridLicensableFeatures_v4(dev, &lic); });
+  timed("nvmlDeviceGetMigMode", true, a.nvmlDeviceGetMigMode != nullptr,
+        [&] { return a.nvmlDeviceGetMigMode(dev, &u, &v); });
   return out;
 }
 

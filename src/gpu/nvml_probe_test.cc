@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/testing/temp_dir.h"
 
@@ -48,6 +49,10 @@ TEST_F(NvmlProbeTest, ReadsDevicesAndSamplesThroughDlopen) {
   auto s1 = (*probe)->Sample(1);
   ASSERT_TRUE(s1.ok());
   EXPECT_THAT(s1->unsupported, ::testing::Contains("nvmlDeviceGetRetiredPagesPendingStatus"));
+  // Not a reading of 0 either (an H200 answers so; it remaps rows instead).
+  EXPECT_FALSE(s1->retired_pages_pending.has_value());
+  EXPECT_EQ(s1->row_remap_pending, false);
+  EXPECT_EQ(s->retired_pages_pending, false);
 }
 
 TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
@@ -94,7 +99,9 @@ TEST_F(NvmlProbeTest, ReadsDcgmExportersOtherCountersAndLabels) {
 
 // A vGPU guest: the feature its profile enables holds the license or not.
 TEST_F(NvmlProbeTest, AVgpuGuestReportsWhetherItsLicenseIsHeld) {
-  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  // Every sample reads the license here (it is a slow reading): the
+  // "driver" below changes between samples.
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE, {.slow_every = std::chrono::seconds(0)});
   ASSERT_TRUE(probe.ok()) << probe.status();
   Write("count 2\ngpu0.pending 0\ngpu0.vgpu_license 1\ngpu1.pending 0\ngpu1.vgpu_license 0\n");
   auto held = (*probe)->Sample(0);
@@ -107,6 +114,43 @@ TEST_F(NvmlProbeTest, AVgpuGuestReportsWhetherItsLicenseIsHeld) {
   ASSERT_TRUE(old.ok());
   EXPECT_FALSE(old->vgpu_licensed.has_value());
   EXPECT_THAT(old->unsupported, ::testing::Contains("nvmlDeviceGetGridLicensableFeatures_v4"));
+}
+
+// Issue 38: the costly readings (energy 3 ms of CPU, PCIe throughput 20.8
+// ms a direction on an H200) are read on the slow cadence, their last value
+// in between; the health readings every sample. PCIe throughput comes from
+// NVML's cumulative byte counters, as the change over the interval.
+TEST_F(NvmlProbeTest, CostlyReadingsComeOnTheSlowCadenceAndPcieFromItsByteCounters) {
+  Write(
+      "count 1\ngpu0.pending 0\ngpu0.temp 40\ngpu0.energy_mj 1000\n"
+      "gpu0.pcie_tx_bytes 1000000\ngpu0.pcie_rx_bytes 2000000\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE, {.slow_every = std::chrono::seconds(60)});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  auto first = (*probe)->Sample(0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->energy_mj, 1000u);
+  EXPECT_FALSE(first->pcie_tx_bytes_per_s.has_value());  // no interval yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Write(
+      "count 1\ngpu0.pending 0\ngpu0.temp 70\ngpu0.energy_mj 5000\n"
+      "gpu0.pcie_tx_bytes 1400000\ngpu0.pcie_rx_bytes 2000000\n");
+  auto second = (*probe)->Sample(0);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_DOUBLE_EQ(second->temperature_c, 70);  // a health reading: every sample
+  EXPECT_EQ(second->energy_mj, 1000u);          // a slow one: its last value
+  ASSERT_TRUE(second->pcie_tx_bytes_per_s.has_value());
+  // 400,000 bytes over a little more than 200 ms.
+  EXPECT_GT(*second->pcie_tx_bytes_per_s, 1.0e6);
+  EXPECT_LE(*second->pcie_tx_bytes_per_s, 2.0e6);
+  EXPECT_EQ(second->pcie_rx_bytes_per_s, 0.0);
+  // A driver without the byte counters: nvmlDeviceGetPcieThroughput, on the
+  // slow cadence (at the first sample here).
+  Write("count 1\ngpu0.pending 0\ngpu0.pcie_tx_kbps 2000\n");
+  auto fresh = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(fresh.ok());
+  auto old = (*fresh)->Sample(0);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->pcie_tx_bytes_per_s, 2000 * 1024.0);
 }
 
 TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {

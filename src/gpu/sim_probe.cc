@@ -254,6 +254,7 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   s.decoder_util_pct = 0;
   s.remapped_rows_correctable = 0;
   s.remapped_rows_uncorrectable = g.pages_pending;
+  s.row_remap_pending = g.pages_pending > 0;  // a simulated GPU remaps rows (Ampere and later)
   s.row_remap_failed = false;
   s.memory_temperature_c = s.temperature_c + 4;  // HBM and GDDR run a little hotter
   s.pcie_tx_bytes_per_s = load_ * 2.0e9;

@@ -112,4 +112,9 @@ XidConsequence ConsequenceOf(uint32_t xid) {
   return info != nullptr ? info->consequence : C::kDrain;
 }
 
+bool IsApplicationXid(uint32_t xid) {
+  const XidInfo* info = FindXid(xid);
+  return info != nullptr && info->nvidia_action == "RESTART_APP";
+}
+
 }  // namespace gpuha::gpu

@@ -37,5 +37,8 @@ const XidInfo* FindXid(uint32_t xid);
 // The consequence of an XID seen at run time; an unknown one (a newer
 // driver's) drains, as NVSentinel and the device plugin treat it as a fault.
 XidConsequence ConsequenceOf(uint32_t xid);
+// An application's fault by the catalog (RESTART_APP): the process the
+// kernel log names for it is the one to restart.
+bool IsApplicationXid(uint32_t xid);
 
 }  // namespace gpuha::gpu

@@ -63,6 +63,11 @@ TEST_F(AgentE2eTest, NvmlBackendReportsGpusLostGpuAndXid) {
   // dcgm-exporter's labels, the driver's version from NVML among them.
   EXPECT_THAT(metrics->body, HasSubstr("pci_bus_id=\"00000000:42:00.0\",device=\"nvidia1\""));
   EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DRIVER_VERSION=\"550.54.15\"} 52"));
+  // Neither GPU answers the retired-pages call (the fake says Not Supported,
+  // as an H200 does): no reading, not a 0 (issue 38, item 5). Their rows'
+  // remapping is read, and says nothing is pending.
+  EXPECT_THAT(metrics->body, Not(HasSubstr("DCGM_FI_DEV_RETIRED_PENDING{")));
+  EXPECT_THAT(metrics->body, HasSubstr("DCGM_FI_DEV_ROW_REMAP_PENDING{gpu=\"1\""));
 
   // Count first: the heartbeat can arrive before the wait starts.
   size_t from = controller.heartbeat_count();
@@ -97,6 +102,36 @@ TEST_F(AgentE2eTest, MissingNvmlExitsNonZeroWithAClearMessage) {
   EXPECT_EQ(agent.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(agent.err(), HasSubstr("cannot load NVML"));
   EXPECT_THAT(agent.err(), HasSubstr("--gpu sim"));
+}
+
+// Issue 38: `gpuha doctor`, a user's first command on a new node: the GPUs
+// as the agent sees them, each NVML call's cost (the cost-modelled fake
+// here: the energy counter's 3 ms), and the agent's other witnesses.
+TEST_F(AgentE2eTest, DoctorPrintsWhatTheAgentSeesAndWhatEachCallCosts) {
+  Write("count 2\ngpu0.temp 47\ngpu1.temp 52\ngpu1.mig 2\n");
+  ChildProcess doctor({kGpuha, "doctor", "--nvml-lib", FAKE_NVML_COMPLETE, "--kernel-log",
+                       "/nonexistent/kmsg", "--pci-devices", "off"},
+                      {"FAKE_NVML_STATE=" + state_, "FAKE_NVML_COST=1"});
+  EXPECT_EQ(doctor.Wait(milliseconds(20000)), 0) << doctor.err();
+  const std::string out = doctor.out();
+  EXPECT_THAT(out, HasSubstr("2 GPU(s), driver 550.54.15"));
+  EXPECT_THAT(out, HasSubstr("GPU 1: NVIDIA L4"));
+  EXPECT_THAT(out, HasSubstr("PCI 00000000:42:00.0"));
+  EXPECT_THAT(out, HasSubstr("MIG: 2 instance(s)"));
+  EXPECT_THAT(out, HasSubstr("XID events: registered"));
+  EXPECT_THAT(out, HasSubstr("47 C"));
+  // The energy counter costs 3 ms of CPU on the modelled driver, and is slow.
+  EXPECT_THAT(
+      out, ::testing::ContainsRegex(
+               "nvmlDeviceGetTotalEnergyConsumption +([3-9]|[1-9][0-9]+)\\.[0-9]+ +[0-9.]+ +slow"));
+  EXPECT_THAT(
+      out, ::testing::ContainsRegex("nvmlDeviceGetTemperature +[0-9.]+ +[0-9.]+ +sample +Success"));
+  EXPECT_THAT(out, HasSubstr("every sample:"));
+  EXPECT_THAT(out, HasSubstr("kernel log: NOT READABLE: kernel log '/nonexistent/kmsg'"));
+  EXPECT_THAT(out, HasSubstr("PCI check: skipped"));
+  ChildProcess missing({kGpuha, "doctor", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_EQ(missing.Wait(milliseconds(10000)), 1);
+  EXPECT_THAT(missing.err(), HasSubstr("cannot load NVML"));
 }
 
 TEST_F(AgentE2eTest, NoGpuExitsNonZero) {

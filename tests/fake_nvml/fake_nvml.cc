@@ -27,9 +27,25 @@
 //   xid_seq 3               when this grows, one XID event is delivered:
 //   xid_gpu 0               on this GPU
 //   xid 79                  with this XID
+//   gpu0.pcie_tx_bytes N    NVML's cumulative PCIe byte counters (field
+//   gpu0.pcie_rx_bytes N    values 197 and 198); no line: not supported
+//
+// With FAKE_NVML_COST=1 in the environment each call costs what it cost on
+// a real driver (an H200, driver 580, measured through pynvml; issue 38):
+// CPU spent in the call and the wall time it blocks, so that agent_bench
+// and the tests see what sampling a driver costs. The state file is then
+// read again only when it changed (its mtime, size or inode), and the
+// event wait sleeps until it changes (inotify) instead of polling it, as a
+// driver's wait sleeps in the kernel.
 //
 // Built twice: complete, and with -DFAKE_NVML_OMIT_EVENT_WAIT to test a driver
 // that lacks a required symbol.
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -56,10 +72,52 @@ int g_event_set_token = 0;
 [[maybe_unused]] std::mutex g_mu;
 [[maybe_unused]] long g_delivered_xid_seq = 0;
 
-std::map<std::string, std::string> State() {
+bool CostModel() {
+  static const bool on = [] {
+    const char* v = std::getenv("FAKE_NVML_COST");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+// What one call costs on the measured driver: CPU it spends, and the wall
+// time it takes in all (the rest it sleeps).
+struct Cost {
+  int cpu_us;
+  int wall_us;
+};
+Cost CostOf(const char* call) {
+  static const std::map<std::string, Cost> kCosts = {
+      {"nvmlDeviceGetPcieThroughput", {30, 20800}},  // a 20 ms sampling window
+      {"nvmlDeviceGetTotalEnergyConsumption", {3000, 3000}},
+      {"nvmlDeviceGetPcieReplayCounter", {140, 140}},
+      {"nvmlDeviceGetMigMode", {130, 130}},
+      {"nvmlDeviceGetMaxMigDeviceCount", {130, 130}},
+      {"nvmlDeviceGetGridLicensableFeatures_v4", {150, 150}},
+      {"nvmlDeviceGetFieldValues", {12, 12}},
+  };
+  auto it = kCosts.find(call);
+  return it == kCosts.end() ? Cost{5, 5} : it->second;  // the rest: 1-12 us
+}
+
+void Spend(const char* call) {
+  if (!CostModel()) return;
+  const Cost c = CostOf(call);
+  const auto start = std::chrono::steady_clock::now();
+  timespec cpu0{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+  for (;;) {  // spin for the CPU part
+    timespec cpu{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    const long used_us =
+        (cpu.tv_sec - cpu0.tv_sec) * 1000000L + (cpu.tv_nsec - cpu0.tv_nsec) / 1000;
+    if (used_us >= c.cpu_us) break;
+  }
+  std::this_thread::sleep_until(start + std::chrono::microseconds(c.wall_us));
+}
+
+std::map<std::string, std::string> ReadState(const char* path) {
   std::map<std::string, std::string> kv;
-  const char* path = std::getenv("FAKE_NVML_STATE");
-  if (path == nullptr) return kv;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -71,6 +129,26 @@ std::map<std::string, std::string> State() {
     }
   }
   return kv;
+}
+
+std::map<std::string, std::string> State() {
+  const char* path = std::getenv("FAKE_NVML_STATE");
+  if (path == nullptr) return {};
+  if (!CostModel()) return ReadState(path);
+  // Cached while the file is unchanged: parsing it per call would cost more
+  // than the calls being modelled.
+  static std::mutex mu;
+  static std::map<std::string, std::string> cached;
+  static struct stat seen {};
+  struct stat st {};
+  ::stat(path, &st);
+  std::lock_guard<std::mutex> lock(mu);
+  if (st.st_mtim.tv_sec != seen.st_mtim.tv_sec || st.st_mtim.tv_nsec != seen.st_mtim.tv_nsec ||
+      st.st_size != seen.st_size || st.st_ino != seen.st_ino) {
+    cached = ReadState(path);
+    seen = st;
+  }
+  return cached;
 }
 
 long Num(const std::map<std::string, std::string>& kv, const std::string& key, long fallback) {
@@ -103,9 +181,13 @@ nvmlReturn_t CopyString(const std::string& s, char* out, unsigned int len) {
 extern "C" {
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2(void) {
+  Spend("nvmlInit_v2");
   return static_cast<nvmlReturn_t>(Num(State(), "init_error", NVML_SUCCESS));
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown(void) { return NVML_SUCCESS; }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown(void) {
+  Spend("nvmlShutdown");
+  return NVML_SUCCESS;
+}
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
     case NVML_SUCCESS:
@@ -123,11 +205,13 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t 
   }
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  Spend("nvmlDeviceGetCount_v2");
   *count = static_cast<unsigned int>(Num(State(), "count", 1));
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(
     unsigned int index, nvmlDevice_t* device) {
+  Spend("nvmlDeviceGetHandleByIndex_v2");
   if (index >= 16 || index >= Num(State(), "count", 1)) return NVML_ERROR_INVALID_ARGUMENT;
   *device = reinterpret_cast<nvmlDevice_t>(&g_devices[index]);
   return NVML_SUCCESS;
@@ -147,6 +231,7 @@ void HangWhileAsked(std::map<std::string, std::string>& kv, nvmlDevice_t d) {
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name,
                                                                       unsigned int len) {
+  Spend("nvmlDeviceGetName");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "name"));
@@ -155,6 +240,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid,
                                                                       unsigned int len) {
+  Spend("nvmlDeviceGetUUID");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   auto it = kv.find(Key(d, "uuid"));
@@ -169,6 +255,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d,
                                                                             nvmlPciInfo_t* pci) {
+  Spend("nvmlDeviceGetPciInfo_v3");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   std::memset(pci, 0, sizeof(*pci));
@@ -179,6 +266,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvml
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d,
                                                                             nvmlMemory_t* m) {
+  Spend("nvmlDeviceGetMemoryInfo");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   m->total = static_cast<unsigned long long>(
@@ -189,6 +277,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo(nvml
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int,
                                                                              unsigned int* t) {
+  Spend("nvmlDeviceGetTemperature");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *t = static_cast<unsigned int>(Num(kv, Key(d, "temp"), 40));
@@ -196,6 +285,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTemperature(nvm
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d,
                                                                             unsigned int* mw) {
+  Spend("nvmlDeviceGetPowerUsage");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *mw = static_cast<unsigned int>(Num(kv, Key(d, "power_mw"), 30000));
@@ -203,6 +293,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvml
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(
     nvmlDevice_t d, unsigned int* mw) {
+  Spend("nvmlDeviceGetEnforcedPowerLimit");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *mw = static_cast<unsigned int>(Num(kv, Key(d, "limit_mw"), 72000));
@@ -210,6 +301,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEnforcedPowerLi
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRates(
     nvmlDevice_t d, nvmlUtilization_t* u) {
+  Spend("nvmlDeviceGetUtilizationRates");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   u->gpu = static_cast<unsigned int>(Num(kv, Key(d, "util"), 50));
@@ -218,6 +310,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRate
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(
     nvmlDevice_t d, unsigned long long* r) {
+  Spend("nvmlDeviceGetCurrentClocksThrottleReasons");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *r = static_cast<unsigned long long>(Num(kv, Key(d, "throttle"), 0));
@@ -225,6 +318,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCurrentClocksTh
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEccErrors(
     nvmlDevice_t d, int type, int, unsigned long long* count) {
+  Spend("nvmlDeviceGetTotalEccErrors");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *count = static_cast<unsigned long long>(
@@ -233,6 +327,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEccErrors(
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(
     nvmlDevice_t d, int* pending) {
+  Spend("nvmlDeviceGetRetiredPagesPendingStatus");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   if (Num(kv, Key(d, "pending"), -1) < 0) return NVML_ERROR_NOT_SUPPORTED;
@@ -246,6 +341,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRetiredPagesPen
   if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type,
                                                                            unsigned int* mhz) {
+  Spend("nvmlDeviceGetClockInfo");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *mhz = static_cast<unsigned int>(type == NVML_CLOCK_MEM ? Num(kv, Key(d, "mem_clock"), 1215)
@@ -254,6 +350,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlD
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(
     nvmlDevice_t d, unsigned long long* mj) {
+  Spend("nvmlDeviceGetTotalEnergyConsumption");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *mj = static_cast<unsigned long long>(Num(kv, Key(d, "energy_mj"), 123456789));
@@ -261,6 +358,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyCons
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieReplayCounter(
     nvmlDevice_t d, unsigned int* count) {
+  Spend("nvmlDeviceGetPcieReplayCounter");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *count = static_cast<unsigned int>(Num(kv, Key(d, "pcie_replay"), 0));
@@ -268,6 +366,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieReplayCount
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEncoderUtilization(
     nvmlDevice_t d, unsigned int* pct, unsigned int* period_us) {
+  Spend("nvmlDeviceGetEncoderUtilization");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *pct = static_cast<unsigned int>(Num(kv, Key(d, "enc_util"), 0));
@@ -276,6 +375,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetEncoderUtilizat
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetDecoderUtilization(
     nvmlDevice_t d, unsigned int* pct, unsigned int* period_us) {
+  Spend("nvmlDeviceGetDecoderUtilization");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *pct = static_cast<unsigned int>(Num(kv, Key(d, "dec_util"), 0));
@@ -285,6 +385,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetDecoderUtilizat
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRemappedRows(
     nvmlDevice_t d, unsigned int* corr, unsigned int* unc, unsigned int* pending,
     unsigned int* failed) {
+  Spend("nvmlDeviceGetRemappedRows");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *corr = static_cast<unsigned int>(Num(kv, Key(d, "remap_corr"), 0));
@@ -295,6 +396,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRemappedRows(
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieThroughput(
     nvmlDevice_t d, int counter, unsigned int* kbps) {
+  Spend("nvmlDeviceGetPcieThroughput");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *kbps = static_cast<unsigned int>(
@@ -303,6 +405,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPcieThroughput(
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
     nvmlDevice_t d, int count, nvmlFieldValue_t* values) {
+  Spend("nvmlDeviceGetFieldValues");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   for (int i = 0; i < count; ++i) {
@@ -312,6 +415,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
                       : f.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX ? "nvlink_rx_kib"
                       : f.fieldId == NVML_FI_DEV_RETIRED_SBE               ? "retired_sbe"
                       : f.fieldId == NVML_FI_DEV_RETIRED_DBE               ? "retired_dbe"
+                      : f.fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES       ? "pcie_tx_bytes"
+                      : f.fieldId == NVML_FI_DEV_PCIE_COUNT_RX_BYTES       ? "pcie_rx_bytes"
                                                                            : nullptr;
     long v =
         key == nullptr ? -1 : Num(kv, Key(d, key), f.fieldId == NVML_FI_DEV_MEMORY_TEMP ? 45 : -1);
@@ -333,6 +438,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(
     nvmlDevice_t d, nvmlGridLicensableFeatures_t* lic) {
+  Spend("nvmlDeviceGetGridLicensableFeatures_v4");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *lic = {};
@@ -352,6 +458,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGridLicensableF
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d,
                                                                              unsigned int* minor) {
+  Spend("nvmlDeviceGetMinorNumber");
   auto kv = State();
   FAKE_OPTIONAL_CHECK(kv, d);
   *minor = static_cast<unsigned int>(Num(kv, Key(d, "minor"), IndexOf(d)));
@@ -359,18 +466,21 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMinorNumber(nvm
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetDriverVersion(char* version,
                                                                                unsigned int len) {
+  Spend("nvmlSystemGetDriverVersion");
   auto kv = State();
   if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED;
   auto it = kv.find("driver_version");
   return CopyString(it == kv.end() ? "550.54.15" : it->second, version, len);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  Spend("nvmlEventSetCreate");
   *set = reinterpret_cast<nvmlEventSet_t>(&g_event_set_token);
   return NVML_SUCCESS;
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t,
                                                                              unsigned long long,
                                                                              nvmlEventSet_t) {
+  Spend("nvmlDeviceRegisterEvents");
   return NVML_SUCCESS;
 }
 #ifndef FAKE_NVML_OMIT_EVENT_WAIT
@@ -393,17 +503,38 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
       }
     }
     if (std::chrono::steady_clock::now() >= deadline) return NVML_ERROR_TIMEOUT;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (!CostModel()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    // Sleep until the state file changes (or the wait's time is up).
+    const char* path = std::getenv("FAKE_NVML_STATE");
+    int fd = inotify_init1(IN_CLOEXEC);
+    if (fd < 0 || path == nullptr ||
+        inotify_add_watch(fd, path, IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF) < 0) {
+      if (fd >= 0) close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    if (Num(State(), "xid_seq", 0) == seq) {  // nothing came between the read and the watch
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, static_cast<int>(std::max<long>(1, left.count())));
+    }
+    close(fd);
   }
 }
 #endif
 __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t) {
+  Spend("nvmlEventSetFree");
   return NVML_SUCCESS;
 }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d,
                                                                          unsigned int* current,
                                                                          unsigned int* pending) {
+  Spend("nvmlDeviceGetMigMode");
   auto kv = State();
   if (Num(kv, "omit_optional", 0) != 0) return NVML_ERROR_NOT_SUPPORTED;
   FAKE_LOST_CHECK(kv, d);
@@ -412,6 +543,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigMode(nvmlDev
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(
     nvmlDevice_t d, unsigned int* count) {
+  Spend("nvmlDeviceGetMaxMigDeviceCount");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   *count = kMaxMig;
@@ -419,6 +551,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMaxMigDeviceCou
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(
     nvmlDevice_t d, unsigned int index, nvmlDevice_t* mig) {
+  Spend("nvmlDeviceGetMigDeviceHandleByIndex");
   auto kv = State();
   FAKE_LOST_CHECK(kv, d);
   const int gpu = IndexOf(d);
