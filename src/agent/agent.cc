@@ -190,8 +190,8 @@ gpu::HealthState Agent::health() const {
 
 void Agent::Evaluate() {
   gpu::Observation obs;
+  std::unique_lock<std::mutex> sample_lock(sample_mu_);
   {
-    std::lock_guard<std::mutex> sample_lock(sample_mu_);
     std::vector<uint32_t> indexes;
     for (const gpu::DeviceInfo& d : devices_) indexes.push_back(d.index);
     // In parallel under one deadline: a driver hung on every GPU costs one.
@@ -211,26 +211,24 @@ void Agent::Evaluate() {
       obs.nics.push_back(gpu::ReadNic(config_.sysfs_net, nic));
   }
   counters_.samples++;
-  Judge(std::move(obs), /*sampled=*/true);
+  // Judged in the order sampled: the evaluator's lock is taken before the
+  // sample's is let go.
+  std::lock_guard<std::mutex> eval_lock(eval_mu_);
+  sample_lock.unlock();
+  JudgeLocked(std::move(obs), /*sampled=*/true);
 }
 
 void Agent::EvaluateXids(std::vector<gpu::XidEvent> xids) {
-  // An XID is judged at once, on the last sample's readings: it does not
+  // An XID is judged at once, with the last sample's reasons: it does not
   // wait for the GPUs to be sampled again (a pass of every NVML call on a
   // real driver takes 45 ms a GPU, and the XID's verdict waited for it).
   gpu::Observation obs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    obs.gpus = samples_;
-    obs.nics = nics_;
-    obs.unseen_pci = unseen_pci_;
-  }
   obs.new_xids = std::move(xids);
-  Judge(std::move(obs), /*sampled=*/false);
+  std::lock_guard<std::mutex> eval_lock(eval_mu_);
+  JudgeLocked(std::move(obs), /*sampled=*/false);
 }
 
-void Agent::Judge(gpu::Observation obs, bool sampled) {
-  std::lock_guard<std::mutex> eval_lock(eval_mu_);
+void Agent::JudgeLocked(gpu::Observation obs, bool sampled) {
   const std::vector<gpu::XidEvent>& xids = obs.new_xids;
   gpu::HealthReport report = evaluator_.Update(obs, clock_->Now(), sampled);
   bool wake = false;
@@ -239,7 +237,6 @@ void Agent::Judge(gpu::Observation obs, bool sampled) {
     if (sampled) {
       samples_ = std::move(obs.gpus);
       nics_ = std::move(obs.nics);
-      unseen_pci_ = std::move(obs.unseen_pci);
       ++sample_seq_;
     }
     for (const gpu::XidEvent& x : xids) {

@@ -116,9 +116,10 @@ class Agent {
   void Evaluate();
   // Judges new XID events at once, on the last sample's readings.
   void EvaluateXids(std::vector<gpu::XidEvent> xids);
-  // Updates the health state from `obs` (a fresh sample, or the last one
-  // with new XIDs) and wakes the heartbeat thread when it changed.
-  void Judge(gpu::Observation obs, bool sampled);
+  // Updates the health state from `obs` (a fresh sample, or new XIDs
+  // alone) and wakes the heartbeat thread when it changed. Caller holds
+  // eval_mu_.
+  void JudgeLocked(gpu::Observation obs, bool sampled);
   // Opens the kernel log and checks the PCI tree (agent_config.h's paths).
   absl::Status OpenDriverWatch();
   // Marks GPUs gone from the PCI bus lost and lists the ones the driver misses.
@@ -187,8 +188,8 @@ class Agent {
   // stops with the agent), or there is no controller to tell.
   void MarkLeft();
 
-  std::mutex sample_mu_;                        // serialises probe sampling
-  std::mutex eval_mu_;                          // serialises the evaluator: never held to sample
+  std::mutex sample_mu_;  // serialises probe sampling
+  std::mutex eval_mu_;    // serialises the evaluator; taken after sample_mu_, never held to sample
   gpu::HealthEvaluator evaluator_;              // guarded by eval_mu_
   std::string pci_devices_;                     // the sysfs PCI tree compared; "" when off
   gpu::PciScan pci_at_start_;                   // fixed after Start()
@@ -213,7 +214,6 @@ class Agent {
   std::vector<gpu::DeviceInfo> devices_;       // fixed after Start()
   std::vector<gpu::GpuSample> samples_;        // guarded by mu_
   std::vector<gpu::NicSample> nics_;           // guarded by mu_
-  std::vector<std::string> unseen_pci_;        // guarded by mu_; the last sample's
   gpu::HealthReport health_;                   // guarded by mu_
   int64_t health_changed_unix_nanos_ = 0;      // guarded by mu_
   std::vector<gpu::XidEvent> unsent_xids_;     // guarded by mu_

@@ -4,6 +4,7 @@
 // which keeps the lifecycle and the controller stream (agent_endpoints.cc
 // has the HTTP endpoints).
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,7 @@ void Agent::KernelLogLoop() {
       if (counters_.probe_errors++ % 100 == 0) {
         spdlog::warn("agent {}: {}", config_.node, lines.status().message());
       }
+      WaitFor(milliseconds(200));  // a log that keeps failing is not read in a busy loop
       continue;
     }
     std::vector<gpu::XidEvent> xids;
@@ -163,6 +165,10 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
 
 void Agent::AttributeXid(gpu::XidEvent* x) {
   if (x->pid <= 0) return;
+  // A process gone since (an application often dies of its XID) cannot be
+  // placed: whose it was stays unknown. The pid is the host's: an agent in
+  // a container needs the host's PID namespace (hostPID) to place it.
+  if (!std::filesystem::exists(absl::StrCat("/proc/", x->pid))) return;
   // A server the agent only watches has no pid here: whose the process is
   // cannot be told then.
   bool all_known = true;

@@ -128,6 +128,7 @@ bool Supervisor::Restart(const std::string& why) {
   runner_->Signal(state_.pid, SIGTERM);
   term_sent_ = clock_->Now();
   state_.ready = false;
+  probe_ok_ = false;  // the new server is probed before it counts as ready
   ++state_.restarts;
   return true;
 }

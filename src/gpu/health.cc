@@ -70,6 +70,8 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
 HealthEvaluator::HealthEvaluator(HealthThresholds thresholds) : t_(std::move(thresholds)) {}
 
 void HealthEvaluator::Reset() {
+  last_readings_.clear();
+  xid_last_at_.clear();
   ecc_base_.clear();
   nic_last_errors_.clear();
   latched_.clear();
@@ -90,7 +92,8 @@ void HealthEvaluator::CheckLevel(const std::string& code, double value, const Th
   }
 }
 
-std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, common::TimePoint now) {
+std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, common::TimePoint now,
+                                                   bool sampled) {
   std::vector<HealthReason> reasons;
   for (const XidEvent& x : obs.new_xids) {
     XidConsequence c = ConsequenceOf(x.xid);
@@ -134,15 +137,21 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     r.event = true;
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
-    latched_.push_back({std::move(r), until});
+    Latch(std::move(r), until);
     // Repeats count for application faults (RESTART_APP) only, once per
     // burst: one fault logs XID 13 once per SM, within milliseconds.
     if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0 || !IsApplicationXid(x.xid)) {
       continue;
     }
+    // One burst: within xid_burst of the occurrence before (counted or not).
+    auto [last, first] = xid_last_at_.try_emplace({x.gpu_index, x.xid}, now);
+    const bool same_burst = !first && now - last->second < t_.xid_burst;
+    last->second = now;
+    if (same_burst) continue;
     std::deque<Seen>& seen = alert_xids_[{x.gpu_index, x.xid}];
-    if (!seen.empty() && now - seen.back().at < t_.xid_burst) continue;
-    seen.push_back({now, x.owner == XidEvent::Owner::kForeign ? x.pid : 0, x.process});
+    // A process named and not the node's server (one that exited since
+    // cannot be placed, but its pid still names it).
+    seen.push_back({now, x.owner != XidEvent::Owner::kServer ? x.pid : 0, x.process});
     while (!seen.empty() && now - seen.front().at > t_.xid_repeat_window) seen.pop_front();
     if (static_cast<int>(seen.size()) < t_.xid_repeat_count) continue;
     const int64_t pid = seen.front().pid;
@@ -161,7 +170,7 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                        "fault (alert)"),
           HealthState::kDegraded, static_cast<int>(x.gpu_index)};
       a.event = true;
-      latched_.push_back({std::move(a), now + t_.xid_alert_hold});
+      Latch(std::move(a), now + t_.xid_alert_hold);
       seen.clear();
       continue;
     }
@@ -172,11 +181,18 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                    absl::StrCat(times, " (thresholds.xid_repeat_count): drain"),
                    HealthState::kDraining, static_cast<int>(x.gpu_index)};
     d.event = true;
-    latched_.push_back({std::move(d), std::nullopt});
+    Latch(std::move(d), std::nullopt);
     seen.clear();
   }
   std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
   for (const Latched& l : latched_) reasons.push_back(l.reason);
+  // Without a fresh sample the readings' reasons are the last sample's: no
+  // counter baseline moves on readings already seen.
+  if (!sampled) {
+    reasons.insert(reasons.end(), last_readings_.begin(), last_readings_.end());
+    return reasons;
+  }
+  const size_t readings_from = reasons.size();
 
   for (const GpuSample& g : obs.gpus) {
     std::string gpu = absl::StrCat("gpu", g.index);
@@ -247,17 +263,42 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     it->second = errors;
     if (!first) CheckLevel(code + ".errors", double(delta), t_.nic_errors_per_sample, "", &reasons);
   }
+  last_readings_.assign(reasons.begin() + static_cast<std::ptrdiff_t>(readings_from),
+                        reasons.end());
   return reasons;
+}
+
+void HealthEvaluator::Latch(HealthReason r, std::optional<common::TimePoint> until) {
+  // Once per code: a burst of one XID (per SM), or a flood of a drain XID,
+  // refreshes its reason instead of piling up copies in every heartbeat.
+  auto it = std::find_if(latched_.begin(), latched_.end(),
+                         [&](const Latched& l) { return l.reason.code == r.code; });
+  if (it == latched_.end()) {
+    latched_.push_back({std::move(r), until});
+    return;
+  }
+  if (r.state >= it->reason.state) it->reason = std::move(r);
+  if (!until || !it->until) {
+    it->until.reset();  // a latch for good stays one
+  } else {
+    it->until = std::max(*it->until, *until);
+  }
 }
 
 bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
                            bool sampled) const {
-  // A worse state an XID asks for (or a lost GPU) is not a rumour.
-  const bool at_once = target > h.state && (target == HealthState::kFailed || target <= event);
-  if (!sampled && !at_once) return false;  // readings wait for a real sample
+  bool changed = false;
+  // A worse state an XID asks for is not a rumour: at once, whatever the
+  // readings' hysteresis is doing.
+  if (event > h.state) {
+    h.state = h.pending = event;
+    h.count = 0;
+    changed = true;
+  }
+  if (!sampled) return changed;  // readings wait for a real sample
   if (target == h.state) {
     h.count = 0;
-    return false;
+    return changed;
   }
   if (target != h.pending) {
     h.pending = target;
@@ -265,8 +306,8 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
   }
   ++h.count;
   int needed = target > h.state ? t_.unhealthy_threshold : t_.healthy_threshold;
-  if (at_once) needed = 1;
-  if (h.count < needed) return false;
+  if (target == HealthState::kFailed) needed = 1;  // a lost GPU is not a rumour
+  if (h.count < needed) return changed;
   h.state = target;
   h.count = 0;
   return true;
@@ -275,6 +316,9 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
 void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(latched_, [&](const Latched& l) { return l.reason.gpu == static_cast<int>(gpu); });
   std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
+  std::erase_if(xid_last_at_, [&](const auto& kv) { return kv.first.first == gpu; });
+  std::erase_if(last_readings_,
+                [&](const HealthReason& r) { return r.gpu == static_cast<int>(gpu); });
   ecc_base_.erase(gpu);
   gpus_.erase(gpu);
   std::erase_if(slices_, [&](const auto& kv) { return kv.first.first == gpu; });
@@ -282,7 +326,7 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
 
 HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint now, bool sampled) {
   HealthReport report;
-  report.reasons = Instant(obs, now);
+  report.reasons = Instant(obs, now, sampled);
   constexpr HealthState kNone = HealthState::kHealthy;
   HealthState target = kNone, event = kNone;
   HealthState node_target = kNone, node_event = kNone;

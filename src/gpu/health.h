@@ -132,7 +132,7 @@ class HealthEvaluator {
  private:
   void CheckLevel(const std::string& code, double value, const Threshold& t, const char* unit,
                   std::vector<HealthReason>* reasons) const;
-  std::vector<HealthReason> Instant(const Observation& obs, common::TimePoint now);
+  std::vector<HealthReason> Instant(const Observation& obs, common::TimePoint now, bool sampled);
 
   // Envoy-style thresholds on one verdict: a worse state needs
   // unhealthy_threshold samples in a row (failed one), a better one
@@ -142,9 +142,9 @@ class HealthEvaluator {
     HealthState pending = HealthState::kHealthy;
     int count = 0;
   };
-  // `event`: the worst state an event (XID) reason asks for; a target no
-  // worse than it takes effect at once. `sampled`: a reading-driven change
-  // waits for a real sample.
+  // `event`: the worst state an event (XID) reason asks for; it takes
+  // effect at once. `sampled`: a reading-driven change waits for a real
+  // sample.
   bool Step(Hysteresis& h, HealthState target, HealthState event, bool sampled) const;
 
   const HealthThresholds t_;
@@ -161,6 +161,13 @@ class HealthEvaluator {
     std::optional<common::TimePoint> until;
   };
   std::vector<Latched> latched_;
+  // Latches `r`, or refreshes the latched reason with its code.
+  void Latch(HealthReason r, std::optional<common::TimePoint> until);
+  // The last sample's reasons from readings (not XIDs): what an XID judged
+  // without a sample sees of them.
+  std::vector<HealthReason> last_readings_;
+  // When each (GPU, alert XID) last occurred: a burst's measure.
+  std::map<std::pair<uint32_t, uint32_t>, common::TimePoint> xid_last_at_;
   // When each (GPU, alert XID) was seen within xid_repeat_window, and the
   // process the kernel log named (0: none).
   struct Seen {

@@ -111,6 +111,7 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
           probe->Error(absl::StrCat("nvmlDeviceGetHandleByIndex_v2(", i, ")").c_str(), rc));
     }
     probe->devices_.push_back(dev);
+    probe->cadence_.push_back(std::make_unique<Cadence>());
   }
   if (nvmlReturn_t rc = api.nvmlEventSetCreate(&probe->events_); rc != NVML_SUCCESS) {
     return absl::FailedPreconditionError(probe->Error("nvmlEventSetCreate", rc));
@@ -346,8 +347,9 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
         pcie_counters = true;
         const auto now = std::chrono::steady_clock::now();
         const double tx = FieldValue(f[5]), rx = FieldValue(f[6]);
-        std::lock_guard<std::mutex> lock(cadence_mu_);
-        PcieCount& last = pcie_[index];
+        Cadence& c = *cadence_[index];
+        std::lock_guard<std::mutex> lock(c.mu);
+        PcieCount& last = c.pcie;
         const double secs = std::chrono::duration<double>(now - last.at).count();
         // The rate over the interval; none at the first sample, or across a
         // counter that went back (wrapped, or the GPU was reset).
@@ -362,8 +364,9 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   if (s.lost) return s;
   // The slow readings: read when due, else their last values.
   {
-    std::lock_guard<std::mutex> lock(cadence_mu_);
-    Slow& slow = slow_[index];
+    Cadence& c = *cadence_[index];
+    std::lock_guard<std::mutex> lock(c.mu);
+    Slow& slow = c.slow;
     const auto now = std::chrono::steady_clock::now();
     if (now >= slow.due) {
       slow = Slow{};

@@ -7,8 +7,9 @@
 // Uses NVML's versioned entry points (nvmlInit_v2, nvmlDeviceGetCount_v2,
 // nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetPciInfo_v3, nvmlEventSetWait_v2).
 // A device that answers NVML_ERROR_GPU_IS_LOST is reported as lost in its
-// sample, never as a probe error. Thread-safety: NVML is thread-safe, and the
-// probe's own state is fixed after Open().
+// sample, never as a probe error. Thread-safety: NVML is thread-safe; the
+// probe's own state is fixed after Open() but for each GPU's cadence state
+// (its own lock) and the MIG layout (mig_mu_).
 #pragma once
 
 #include <chrono>
@@ -110,9 +111,14 @@ class NvmlProbe : public GpuProbe {
   std::string lib_path_;
   const NvmlOptions options_;
   Api api_;
-  std::mutex cadence_mu_;
-  std::map<uint32_t, Slow> slow_;       // guarded by cadence_mu_
-  std::map<uint32_t, PcieCount> pcie_;  // guarded by cadence_mu_
+  // Each GPU's cadence state, under a lock of its own: a driver call hung
+  // on one GPU holds only that GPU's (the watchdog answers its later calls).
+  struct Cadence {
+    std::mutex mu;
+    Slow slow;       // guarded by mu
+    PcieCount pcie;  // guarded by mu
+  };
+  std::vector<std::unique_ptr<Cadence>> cadence_;  // one per GPU, fixed after Open()
   bool initialized_ = false;
   std::vector<nvmlDevice_t> devices_;
   std::vector<bool> events_registered_;  // fixed after Open()

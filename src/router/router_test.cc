@@ -335,15 +335,17 @@ TEST_F(RouterTest, ARequestThatWaitsOnAnUpstreamJudgedStalledGetsOneWindow) {
 // busy enough to answer its probe late while its requests are answered is
 // busy, not hung. The overloaded standby that took a failover's re-sends
 // was judged hung, its waiting requests were cancelled with nowhere to go,
-// and 796 requests failed. Here the primary's health answers come 300 ms
-// late (past hang_after, 80 ms) and its standby refuses: every request is
+// and 796 requests failed. Here the primary's health answers come 800 ms
+// late (past hang_after, 250 ms) and its standby refuses: every request is
 // still answered by the primary. Once its requests go unanswered too, the
 // held verdict applies: a lone request is not left waiting 60 s.
 TEST_F(RouterTest, ABusyUpstreamThatAnswersItsProbeLateIsNotHungUntilItsRequestsStop) {
   b_->Stop();
+  // Patient, for a loaded machine: each loop must see an answer within it.
+  config_.hang_after = milliseconds(250);
   StartRouter();
   for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetHealthDelay(milliseconds(300));
+  a_->SetHealthDelay(milliseconds(800));
   std::atomic<int> ok{0};
   std::mutex mu;
   std::vector<std::string> failures;
