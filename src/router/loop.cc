@@ -1,5 +1,7 @@
 #include "router/loop.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/net_util.h"
 #include "router/h2_upstream.h"
@@ -8,8 +10,15 @@ namespace gpuha::router {
 
 awaitable<void> Sweep(Loop& L) {
   Timer t(L.ioc);
-  for (uint64_t sweeps = 0;;) {
-    t.expires_after(kSweep);
+  Clock::time_point trimmed = Clock::now();
+  for (;;) {
+    // Every kSweep, or when a stall verdict falls due if that is sooner: a
+    // verdict then lands when due, not up to a sweep later.
+    common::Duration wait = kSweep;
+    if (L.next_verdict) {
+      wait = std::clamp<common::Duration>(*L.next_verdict - L.clock.Now(), milliseconds(1), kSweep);
+    }
+    t.expires_after(wait);
     error_code ec;
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
@@ -20,8 +29,12 @@ awaitable<void> Sweep(Loop& L) {
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
     for (Deadline* d : all) d->Check(L.io_now);
     ApplyHeldHangs(L);
+    L.next_verdict.reset();
     if (L.config.stall_detection) JudgeProgress(L);
-    if (++sweeps % 50 == 0) TrimIdle(L);  // once a second
+    if (L.io_now - trimmed >= std::chrono::seconds(1)) {  // once a second
+      TrimIdle(L);
+      trimmed = L.io_now;
+    }
   }
 }
 
@@ -82,6 +95,11 @@ void LogStall(Loop& L, UpstreamState& up, const ProgressMonitor& m, std::string_
       common::ToMillis(now - due));
 }
 
+// A verdict not yet due: the sweep wakes when it falls due.
+void NoteDue(Loop& L, std::optional<TimePoint> due, TimePoint now) {
+  if (due && *due >= now && (!L.next_verdict || *due < *L.next_verdict)) L.next_verdict = due;
+}
+
 }  // namespace
 
 void JudgeProgress(Loop& L) {
@@ -92,6 +110,7 @@ void JudgeProgress(Loop& L) {
       waiting.clear();
       for (const Waiting& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
       std::optional<TimePoint> due = up->tokens.StreamsStallDue(waiting);
+      NoteDue(L, due, now);
       if (due && *due < now) {
         // Token streams are open and none moves: the engine is stuck
         // mid-answer, whatever its probe says.
@@ -112,6 +131,7 @@ void JudgeProgress(Loop& L) {
     // Judged stalled (here or by another loop) and no progress since: one
     // overdue request is enough.
     std::optional<TimePoint> due = up->progress.StallDue(waiting, up->judged_stalled ? 1 : 0);
+    NoteDue(L, due, now);
     if (!due || *due >= now) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their

@@ -333,6 +333,9 @@ struct Loop {
   RouterShared& shared;
   common::Clock& clock;
   TimePoint now;  // clock.Now() as of the last sweep, for policy: coarse, and free to read
+  // When the next stall verdict falls due, if one is pending (JudgeProgress):
+  // the sweep wakes then rather than up to kSweep later.
+  std::optional<TimePoint> next_verdict;
   // Socket deadlines run on the steady clock, whatever `clock` is (a test's
   // fake clock must not freeze I/O timeouts); as of the last sweep.
   Clock::time_point io_now = Clock::now();
