@@ -291,8 +291,11 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
   // A worse state an XID asks for is not a rumour: at once, whatever the
   // readings' hysteresis is doing.
   if (event > h.state) {
-    h.state = h.pending = event;
-    h.count = 0;
+    h.state = event;
+    if (h.pending <= event) {  // readings on their way to worse keep their count
+      h.pending = event;
+      h.count = 0;
+    }
     changed = true;
   }
   if (!sampled) return changed;  // readings wait for a real sample

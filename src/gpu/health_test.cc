@@ -308,5 +308,34 @@ TEST_F(HealthTest, Xid154ActsOnTheActionItsMessageNames) {
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
 }
 
+// Issue 38: an XID takes effect at once, judged without a sample and
+// whatever the readings' hysteresis is doing; the readings' reasons of the
+// last sample stand beside it, and their hysteresis goes on at the next
+// sample.
+TEST_F(HealthTest, AnXidAppliesAtOnceWithoutASampleAndReadingsKeepTheirCount) {
+  GpuSample hot = Healthy();
+  hot.temperature_c = 92;  // critical: draining after two samples
+  EXPECT_EQ(Feed(Obs({hot})).state, HealthState::kHealthy);
+  HealthReport r = eval_.Update(Obs({}, {XidEvent{0, 13, 0}}), clock_.Now(), /*sampled=*/false);
+  EXPECT_EQ(r.state, HealthState::kDegraded);
+  EXPECT_TRUE(r.changed);
+  bool temperature = false;
+  for (const HealthReason& reason : r.reasons) temperature |= reason.code == "gpu0.temperature";
+  EXPECT_TRUE(temperature);
+  EXPECT_EQ(Feed(Obs({hot})).state, HealthState::kDraining);  // the second hot sample
+}
+
+// A flood of one XID latches one reason, refreshed, not one per occurrence.
+TEST_F(HealthTest, ALatchedXidIsOneReasonHoweverOftenItComes) {
+  HealthReport r;
+  for (int i = 0; i < 50; ++i) {
+    r = eval_.Update(Obs({Healthy()}, {XidEvent{0, 74, 0}}), clock_.Now(), /*sampled=*/false);
+  }
+  int n = 0;
+  for (const HealthReason& reason : r.reasons) n += reason.code == "gpu0.xid74";
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(r.state, HealthState::kDraining);
+}
+
 }  // namespace
 }  // namespace gpuha::gpu
