@@ -152,13 +152,18 @@ TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
   EXPECT_EQ(with_xid->heartbeat.xids(0).xid(), 79u);
 }
 
-// The reason with `code` on a failed heartbeat, or nullopt.
-std::optional<v1::HealthReason> FailedFor(const v1::Heartbeat& h, const std::string& code) {
-  if (h.health() != v1::NODE_HEALTH_FAILED) return std::nullopt;
+// The reason with `code` on a heartbeat, or nullopt.
+std::optional<v1::HealthReason> ReasonFor(const v1::Heartbeat& h, const std::string& code) {
   for (const v1::HealthReason& r : h.reasons()) {
     if (r.code() == code) return r;
   }
   return std::nullopt;
+}
+
+// The reason with `code` on a failed heartbeat, or nullopt.
+std::optional<v1::HealthReason> FailedFor(const v1::Heartbeat& h, const std::string& code) {
+  if (h.health() != v1::NODE_HEALTH_FAILED) return std::nullopt;
+  return ReasonFor(h, code);
 }
 
 bool WaitUntilFor(const std::function<bool()>& pred) {
@@ -223,14 +228,6 @@ TEST_F(AgentTest, KernelLogXidsAreReportedOnceBesideNvmls) {
   EXPECT_TRUE(WaitUntil([&] { return agent->counters().xid_duplicates.load() == 1; }));
   EXPECT_EQ(agent->counters().xid_events.load(), 2u);  // 48 and 79; not the old line
   EXPECT_EQ(agent->counters().kernel_log_xids.load(), 3u);
-}
-
-// The reason with `code` on a heartbeat, or nullopt.
-std::optional<v1::HealthReason> ReasonFor(const v1::Heartbeat& h, const std::string& code) {
-  for (const v1::HealthReason& r : h.reasons()) {
-    if (r.code() == code) return r;
-  }
-  return std::nullopt;
 }
 
 // Issue 38, items 1 and 2, as an H200 showed them: three XID 31s 4.3 s
