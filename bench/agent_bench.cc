@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
                                    "--sample-ms",
                                    std::to_string(sample_ms),
                                    "--heartbeat-ms",
-                                   "50",
+                                   std::getenv("AGENT_BENCH_HEARTBEAT_MS") != nullptr
+                                       ? std::getenv("AGENT_BENCH_HEARTBEAT_MS")
+                                       : "50",
                                    "--listen",
                                    "127.0.0.1:0"};
   std::vector<std::string> env;

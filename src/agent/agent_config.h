@@ -4,7 +4,7 @@
 //   controllers: ["10.0.0.1:7400", "10.0.0.2:7400"]
 //   gpu: { backend: sim, nvml_lib: libnvidia-ml.so.1,
 //          sim: { model: L4, count: 1, load: 0.5, seed: 1 }, fault_script: faults.yaml,
-//          call_deadline_ms: 2000, slow_sample_ms: 10000, kernel_log: /dev/kmsg,
+//          call_deadline_ms: 2000, slow_sample_ms: 30000, kernel_log: /dev/kmsg,
 //          pci_devices: /sys/bus/pci/devices }
 //   intervals: { sample_ms: 500, heartbeat_ms: 50 }
 //   nics: [eth0]
@@ -51,7 +51,7 @@ struct AgentConfig {
   // NVML's costly readings (energy, PCIe replays, the vGPU license; PCIe
   // throughput where the driver has no byte counters) are read this often,
   // not every sample (nvml_probe.h). 0: every sample.
-  int slow_sample_ms = 10000;
+  int slow_sample_ms = 30000;  // dcgm-exporter collects every 30 s
   // The kernel log read for XIDs, and the sysfs PCI tree compared with the
   // GPUs the driver lists. "" takes the backend's default (nvml: /dev/kmsg
   // and /sys/bus/pci/devices; sim: neither); "off" turns one off.

@@ -288,27 +288,6 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
   auto reading = [&](const char* what, nvmlReturn_t rc) {
     return ReadingOk(what, rc, &s.lost, &s.unsupported);
   };
-  unsigned int mhz = 0, pct = 0, period_us = 0;
-  if (api_.nvmlDeviceGetClockInfo != nullptr) {
-    if (reading("nvmlDeviceGetClockInfo(SM)",
-                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
-      s.sm_clock_mhz = mhz;
-    }
-    if (reading("nvmlDeviceGetClockInfo(MEM)",
-                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz))) {
-      s.memory_clock_mhz = mhz;
-    }
-  }
-  if (api_.nvmlDeviceGetEncoderUtilization != nullptr &&
-      reading("nvmlDeviceGetEncoderUtilization",
-              api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
-    s.encoder_util_pct = pct;
-  }
-  if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
-      reading("nvmlDeviceGetDecoderUtilization",
-              api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
-    s.decoder_util_pct = pct;
-  }
   bool pcie_counters = false;
   if (api_.nvmlDeviceGetFieldValues != nullptr) {
     // One call for the fields; each answer carries its own return code.
@@ -374,6 +353,10 @@ absl::StatusOr<GpuSample> NvmlProbe::Sample(uint32_t index) {
       ReadSlow(dev, pcie_counters, &slow, &s.lost);
     }
     s.energy_mj = slow.energy_mj;
+    s.sm_clock_mhz = slow.sm_clock_mhz;
+    s.memory_clock_mhz = slow.memory_clock_mhz;
+    s.encoder_util_pct = slow.encoder_util_pct;
+    s.decoder_util_pct = slow.decoder_util_pct;
     s.pcie_replays = slow.pcie_replays;
     s.vgpu_licensed = slow.vgpu_licensed;
     if (!pcie_counters) {
@@ -395,6 +378,29 @@ void NvmlProbe::ReadSlow(nvmlDevice_t dev, bool pcie_counters, Slow* slow, bool*
   };
   unsigned long long mj = 0;
   unsigned int count = 0;
+  // Telemetry that no health rule judges (clocks, video engines): exported,
+  // and read as often as dcgm-exporter collects it.
+  unsigned int mhz = 0, pct = 0, period_us = 0;
+  if (api_.nvmlDeviceGetClockInfo != nullptr) {
+    if (reading("nvmlDeviceGetClockInfo(SM)",
+                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz))) {
+      slow->sm_clock_mhz = mhz;
+    }
+    if (reading("nvmlDeviceGetClockInfo(MEM)",
+                api_.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz))) {
+      slow->memory_clock_mhz = mhz;
+    }
+  }
+  if (api_.nvmlDeviceGetEncoderUtilization != nullptr &&
+      reading("nvmlDeviceGetEncoderUtilization",
+              api_.nvmlDeviceGetEncoderUtilization(dev, &pct, &period_us))) {
+    slow->encoder_util_pct = pct;
+  }
+  if (api_.nvmlDeviceGetDecoderUtilization != nullptr &&
+      reading("nvmlDeviceGetDecoderUtilization",
+              api_.nvmlDeviceGetDecoderUtilization(dev, &pct, &period_us))) {
+    slow->decoder_util_pct = pct;
+  }
   if (api_.nvmlDeviceGetTotalEnergyConsumption != nullptr &&
       reading("nvmlDeviceGetTotalEnergyConsumption",
               api_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj))) {
@@ -523,11 +529,11 @@ std::vector<NvmlProbe::CallTiming> NvmlProbe::TimeCalls(uint32_t index) {
         [&] { return a.nvmlDeviceGetRetiredPagesPendingStatus(dev, &i); });
   timed("nvmlDeviceGetRemappedRows", false, a.nvmlDeviceGetRemappedRows != nullptr,
         [&] { return a.nvmlDeviceGetRemappedRows(dev, &u, &v, &w, &x); });
-  timed("nvmlDeviceGetClockInfo", false, a.nvmlDeviceGetClockInfo != nullptr,
+  timed("nvmlDeviceGetClockInfo", true, a.nvmlDeviceGetClockInfo != nullptr,
         [&] { return a.nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &u); });
-  timed("nvmlDeviceGetEncoderUtilization", false, a.nvmlDeviceGetEncoderUtilization != nullptr,
+  timed("nvmlDeviceGetEncoderUtilization", true, a.nvmlDeviceGetEncoderUtilization != nullptr,
         [&] { return a.nvmlDeviceGetEncoderUtilization(dev, &u, &v); });
-  timed("nvmlDeviceGetDecoderUtilization", false, a.nvmlDeviceGetDecoderUtilization != nullptr,
+  timed("nvmlDeviceGetDecoderUtilization", true, a.nvmlDeviceGetDecoderUtilization != nullptr,
         [&] { return a.nvmlDeviceGetDecoderUtilization(dev, &u, &v); });
   nvmlFieldValue_t f[2] = {};
   f[0].fieldId = NVML_FI_DEV_PCIE_COUNT_TX_BYTES;

@@ -31,16 +31,17 @@ namespace gpuha::gpu {
 // of CPU, nvmlDeviceGetPcieThroughput blocks 20.8 ms (a 20 ms sampling
 // window, per direction), and the PCIe replay counter, MIG layout and vGPU
 // license 0.13-0.15 ms each. The health readings (temperature, power,
-// memory, utilisation, throttling, clocks, ECC, pending pages, lost MIG
-// instances) are read every sample; the slow ones (energy, PCIe replays,
-// the vGPU license) every `slow_every`, their last values standing in
-// between.
+// memory, utilisation, throttling, ECC, pending pages, lost MIG instances)
+// are read every sample; the slow ones every `slow_every` (30 s, as often
+// as dcgm-exporter collects), their last values standing in between: the
+// costly ones (energy, PCIe replays, the vGPU license) and the telemetry
+// no health rule judges (SM and memory clocks, encoder and decoder use).
 // PCIe throughput comes from NVML's cumulative byte counters (one field
 // values call with the other fields), as the change over the interval;
 // nvmlDeviceGetPcieThroughput only where a driver lacks the counters, and
 // then on the slow cadence.
 struct NvmlOptions {
-  common::Duration slow_every = std::chrono::seconds(10);  // 0: every sample
+  common::Duration slow_every = std::chrono::seconds(30);  // 0: every sample
 };
 
 class NvmlProbe : public GpuProbe {
@@ -87,6 +88,7 @@ class NvmlProbe : public GpuProbe {
   struct Slow {
     std::chrono::steady_clock::time_point due{};
     std::optional<uint64_t> energy_mj;
+    std::optional<uint32_t> sm_clock_mhz, memory_clock_mhz, encoder_util_pct, decoder_util_pct;
     std::optional<uint32_t> pcie_replays;
     std::optional<bool> vgpu_licensed;
     std::optional<double> pcie_tx_bytes_per_s, pcie_rx_bytes_per_s;  // without the counters

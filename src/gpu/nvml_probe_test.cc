@@ -117,27 +117,30 @@ TEST_F(NvmlProbeTest, AVgpuGuestReportsWhetherItsLicenseIsHeld) {
 }
 
 // Issue 38: the costly readings (energy 3 ms of CPU, PCIe throughput 20.8
-// ms a direction on an H200) are read on the slow cadence, their last value
-// in between; the health readings every sample. PCIe throughput comes from
+// ms a direction on an H200) and the telemetry no rule judges (clocks) are
+// read on the slow cadence, their last value in between; the health
+// readings every sample. PCIe throughput comes from
 // NVML's cumulative byte counters, as the change over the interval.
 TEST_F(NvmlProbeTest, CostlyReadingsComeOnTheSlowCadenceAndPcieFromItsByteCounters) {
   Write(
-      "count 1\ngpu0.pending 0\ngpu0.temp 40\ngpu0.energy_mj 1000\n"
+      "count 1\ngpu0.pending 0\ngpu0.temp 40\ngpu0.energy_mj 1000\ngpu0.sm_clock 1980\n"
       "gpu0.pcie_tx_bytes 1000000\ngpu0.pcie_rx_bytes 2000000\n");
   auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE, {.slow_every = std::chrono::seconds(60)});
   ASSERT_TRUE(probe.ok()) << probe.status();
   auto first = (*probe)->Sample(0);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->energy_mj, 1000u);
+  EXPECT_EQ(first->sm_clock_mhz, 1980u);
   EXPECT_FALSE(first->pcie_tx_bytes_per_s.has_value());  // no interval yet
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   Write(
-      "count 1\ngpu0.pending 0\ngpu0.temp 70\ngpu0.energy_mj 5000\n"
+      "count 1\ngpu0.pending 0\ngpu0.temp 70\ngpu0.energy_mj 5000\ngpu0.sm_clock 1200\n"
       "gpu0.pcie_tx_bytes 1400000\ngpu0.pcie_rx_bytes 2000000\n");
   auto second = (*probe)->Sample(0);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_DOUBLE_EQ(second->temperature_c, 70);  // a health reading: every sample
   EXPECT_EQ(second->energy_mj, 1000u);          // a slow one: its last value
+  EXPECT_EQ(second->sm_clock_mhz, 1980u);       // telemetry only: slow too
   ASSERT_TRUE(second->pcie_tx_bytes_per_s.has_value());
   // 400,000 bytes over a little more than 200 ms.
   EXPECT_GT(*second->pcie_tx_bytes_per_s, 1.0e6);

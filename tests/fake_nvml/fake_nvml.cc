@@ -51,6 +51,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -100,18 +101,34 @@ Cost CostOf(const char* call) {
   return it == kCosts.end() ? Cost{5, 5} : it->second;  // the rest: 1-12 us
 }
 
+// Microseconds of CPU this thread has used: a system call in this VM (no
+// vDSO for the thread clock), 2-5 us, as much as a cheap call it would
+// measure.
+long ThreadCpuUs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1000000L + t.tv_nsec / 1000;
+}
+
+void SpinFor(long us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 void Spend(const char* call) {
   if (!CostModel()) return;
   const Cost c = CostOf(call);
   const auto start = std::chrono::steady_clock::now();
-  timespec cpu0{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
-  for (;;) {  // spin for the CPU part
-    timespec cpu{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-    const long used_us =
-        (cpu.tv_sec - cpu0.tv_sec) * 1000000L + (cpu.tv_nsec - cpu0.tv_nsec) / 1000;
-    if (used_us >= c.cpu_us) break;
+  if (c.cpu_us < 100) {
+    // A cheap call spins on the monotonic clock (vDSO) alone: reading the
+    // thread clock around it would double its cost. A spin preempted
+    // half-way costs less CPU than modelled; 5 us rarely is.
+    SpinFor(c.cpu_us);
+  } else {
+    // A costly one goes on until the thread clock agrees, preemption or not.
+    const long cpu0 = ThreadCpuUs();
+    for (long used = 0; used < c.cpu_us; used = ThreadCpuUs() - cpu0) SpinFor(c.cpu_us - used);
   }
   // The rest of the call's time blocked (a calibrated spin has used it all
   // for most calls: no sleep, which would cost a timer wake of its own).
@@ -134,27 +151,49 @@ std::map<std::string, std::string> ReadState(const char* path) {
   return kv;
 }
 
-std::map<std::string, std::string> State() {
+using Kv = std::map<std::string, std::string>;
+
+// The state as one call reads it: shared, not copied (a copy per call cost
+// as much as the calls being modelled).
+class StateView {
+ public:
+  explicit StateView(std::shared_ptr<const Kv> kv) : kv_(std::move(kv)) {}
+  operator const Kv&() const { return *kv_; }  // NOLINT: reads as the map
+  Kv::const_iterator find(const std::string& key) const { return kv_->find(key); }
+  Kv::const_iterator end() const { return kv_->end(); }
+
+ private:
+  std::shared_ptr<const Kv> kv_;
+};
+
+StateView State() {
   const char* path = std::getenv("FAKE_NVML_STATE");
-  if (path == nullptr) return {};
-  if (!CostModel()) return ReadState(path);
+  if (path == nullptr) return StateView(std::make_shared<const Kv>());
+  if (!CostModel()) return StateView(std::make_shared<const Kv>(ReadState(path)));
   // Cached while the file is unchanged: parsing it per call would cost more
   // than the calls being modelled.
   static std::mutex mu;
-  static std::map<std::string, std::string> cached;
+  // The file is looked at once a millisecond at most (a GPU's sample is a
+  // burst of calls; a stat each would be a system call per modelled call).
+  static std::shared_ptr<const Kv> cached;
   static struct stat seen {};
+  static std::chrono::steady_clock::time_point looked;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached != nullptr && now - looked < std::chrono::milliseconds(1)) return StateView(cached);
+  looked = now;
   struct stat st {};
   ::stat(path, &st);
-  std::lock_guard<std::mutex> lock(mu);
-  if (st.st_mtim.tv_sec != seen.st_mtim.tv_sec || st.st_mtim.tv_nsec != seen.st_mtim.tv_nsec ||
-      st.st_size != seen.st_size || st.st_ino != seen.st_ino) {
-    cached = ReadState(path);
+  if (cached == nullptr || st.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
+      st.st_mtim.tv_nsec != seen.st_mtim.tv_nsec || st.st_size != seen.st_size ||
+      st.st_ino != seen.st_ino) {
+    cached = std::make_shared<const Kv>(ReadState(path));
     seen = st;
   }
-  return cached;
+  return StateView(cached);
 }
 
-long Num(const std::map<std::string, std::string>& kv, const std::string& key, long fallback) {
+long Num(const Kv& kv, const std::string& key, long fallback) {
   auto it = kv.find(key);
   return it == kv.end() ? fallback : std::strtol(it->second.c_str(), nullptr, 10);
 }
@@ -169,7 +208,7 @@ std::string Key(nvmlDevice_t d, const char* field) {
 
 bool IsMig(nvmlDevice_t d) { return reinterpret_cast<FakeDevice*>(d)->mig >= 0; }
 
-bool Lost(const std::map<std::string, std::string>& kv, nvmlDevice_t d) {
+bool Lost(const Kv& kv, nvmlDevice_t d) {
   return Num(kv, Key(d, "lost"), 0) != 0;
 }
 
@@ -221,7 +260,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v
 }
 
 // Blocks while the state file says gpuN.hang 1, then re-reads the state.
-void HangWhileAsked(std::map<std::string, std::string>& kv, nvmlDevice_t d) {
+void HangWhileAsked(StateView& kv, nvmlDevice_t d) {
   while (Num(kv, Key(d, "hang"), 0) != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     kv = State();
