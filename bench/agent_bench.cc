@@ -17,7 +17,9 @@
 // counters; XIDs through its event set). AGENT_BENCH_SLOW_MS sets
 // gpu.slow_sample_ms; AGENT_BENCH_SLOW_MS=0 with AGENT_BENCH_NO_PCIE_COUNTERS=1
 // makes every call of every sample, as the agent did before issue 38.
-// MIG is not modelled in this mode.
+// MIG is not modelled in this mode. AGENT_BENCH_GPU=sim-cost: the sim
+// backend with gpu.sim.cost_model (each sample costs the NVML calls it
+// stands for). AGENT_BENCH_HEARTBEAT_MS sets the heartbeat (50).
 #include <signal.h>
 #include <unistd.h>
 
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
 
   const char* gpu_env = std::getenv("AGENT_BENCH_GPU");
   const bool nvml = gpu_env != nullptr && std::string(gpu_env) == "nvml";
+  const bool sim_cost = gpu_env != nullptr && std::string(gpu_env) == "sim-cost";
   const std::string tag = "/tmp/agent_bench_" + std::to_string(::getpid());
   const std::string state = tag + ".nvml";
   // The fake driver's state: 8 GPUs; an XID is one more xid_seq.
@@ -123,6 +126,10 @@ int main(int argc, char** argv) {
     env = {"FAKE_NVML_STATE=" + state, "FAKE_NVML_COST=1"};
   } else {
     args.insert(args.end(), {"--gpu", "sim", "--sim-gpus", "8"});
+    if (sim_cost) {
+      std::ofstream(tag + ".sim.yaml") << "gpu: { sim: { cost_model: true } }\n";
+      args.insert(args.end(), {"--config", tag + ".sim.yaml"});
+    }
   }
   // A readiness server per MIG instance, on consecutive ports.
   std::vector<std::unique_ptr<gpuha::common::HttpServer>> servers;
@@ -229,7 +236,7 @@ int main(int argc, char** argv) {
                       std::string(std::getenv("AGENT_BENCH_SLOW_MS")) == "0"
                   ? "cost-modelled NVML (every call every sample)"
                   : "cost-modelled NVML")
-           : "sim",
+           : (sim_cost ? "sim (cost-modelled)" : "sim"),
       mig == 0 ? ""
       : servers_per_instance
           ? (" x " + std::to_string(mig) + " MIG, a server per instance probed every " +
@@ -249,5 +256,6 @@ int main(int argc, char** argv) {
     std::remove(state.c_str());
     std::remove((tag + ".yaml").c_str());
   }
+  if (sim_cost) std::remove((tag + ".sim.yaml").c_str());
   return 0;
 }

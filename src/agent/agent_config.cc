@@ -57,6 +57,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
     c.sim.load = *v;
   }
   if (auto v = sim.Int("seed")) c.sim.seed = static_cast<uint64_t>(*v);
+  if (auto v = sim.Bool("cost_model")) c.sim.cost_model = *v;
   if (auto v = gpu.String("fault_script")) {
     std::filesystem::path p(*v);
     if (p.is_relative()) p = std::filesystem::path(source).parent_path() / p;
@@ -73,6 +74,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   std::chrono::milliseconds slow(c.slow_sample_ms);
   common::ReadMillis(gpu, "slow_sample_ms", &slow, {.min = 0, .max = 3600000});
   c.slow_sample_ms = static_cast<int>(slow.count());
+  c.sim.slow_every = slow;
   for (auto [key, out] :
        {std::pair{"kernel_log", &c.kernel_log}, std::pair{"pci_devices", &c.pci_devices}}) {
     if (auto v = gpu.String(key)) *out = *v;  // the reader refuses an empty one

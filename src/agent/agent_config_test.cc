@@ -24,7 +24,8 @@ TEST(AgentConfigTest, ParsesAFullConfig) {
   auto c = ParseAgentConfig(R"(
 node: gpu-1
 controllers: ["127.0.0.1:7400", "localhost:7401"]
-gpu: { backend: sim, sim: { model: T4, count: 2, load: 0.3, seed: 7 } }
+gpu: { backend: sim, sim: { model: T4, count: 2, load: 0.3, seed: 7, cost_model: true },
+       slow_sample_ms: 5000 }
 intervals: { sample_ms: 250, heartbeat_ms: 25 }
 nics: [eth0]
 thresholds: { temperature_c: { warn: 80, critical: 88 } }
@@ -41,6 +42,8 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(c->gpu_backend, "sim");
   EXPECT_EQ(c->sim.model, "T4");
   EXPECT_EQ(c->sim.count, 2u);
+  EXPECT_TRUE(c->sim.cost_model);
+  EXPECT_EQ(c->sim.slow_every, std::chrono::milliseconds(5000));  // the NVML backend's cadence
   EXPECT_EQ(c->heartbeat_ms, 25);
   EXPECT_EQ(c->thresholds.temperature_c.critical, 88);
   EXPECT_EQ(c->server.fence_mode, FenceMode::kUnready);
@@ -51,6 +54,12 @@ listen: 127.0.0.1:9400
   EXPECT_EQ(KernelLogPath(*c), "");
   EXPECT_EQ(PciDevicesPath(*c), "");
   EXPECT_EQ(c->call_deadline_ms, 2000);
+}
+
+TEST(AgentConfigTest, TheSimCostModelIsOffByDefaultAndABadValueIsNamed) {
+  EXPECT_FALSE(ParseAgentConfig("node: a\n", "a.yaml")->sim.cost_model);
+  EXPECT_THAT(Err(ParseAgentConfig("gpu: { sim: { cost_model: sometimes } }\n", "a.yaml")),
+              HasSubstr("gpu.sim.cost_model"));
 }
 
 TEST(AgentConfigTest, DcgmNamesSwitch) {

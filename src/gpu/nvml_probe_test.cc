@@ -5,12 +5,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <thread>
 
 #include "common/testing/temp_dir.h"
+#include "gpu/nvml_cost.h"
 
 namespace gpuha::gpu {
 namespace {
@@ -154,6 +158,37 @@ TEST_F(NvmlProbeTest, CostlyReadingsComeOnTheSlowCadenceAndPcieFromItsByteCounte
   auto old = (*fresh)->Sample(0);
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(old->pcie_tx_bytes_per_s, 2000 * 1024.0);
+}
+
+// The plan the cost model spends (gpu/nvml_cost.h: the sim backend's
+// gpu.sim.cost_model) is the calls the probe makes: every entry point and
+// how often, a sample without the slow readings and one with them.
+TEST_F(NvmlProbeTest, ASampleMakesTheCallsTheCostModelPlans) {
+  Write("count 1\ngpu0.pending 0\ngpu0.pcie_tx_bytes 1\ngpu0.pcie_rx_bytes 1\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE, {.slow_every = std::chrono::seconds(60)});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  void* fake = ::dlopen(FAKE_NVML_COMPLETE, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(fake, nullptr);
+  auto calls = reinterpret_cast<int (*)(const char*)>(::dlsym(fake, "fake_nvml_calls"));
+  auto reset = reinterpret_cast<void (*)()>(::dlsym(fake, "fake_nvml_reset_calls"));
+  ASSERT_TRUE(calls != nullptr && reset != nullptr);
+  auto expect_plan = [&](std::initializer_list<std::span<const NvmlPlannedCall>> plans) {
+    int planned = 0;
+    for (std::span<const NvmlPlannedCall> plan : plans) {
+      for (const NvmlPlannedCall& p : plan) {
+        EXPECT_EQ(calls(std::string(p.call).c_str()), p.times) << p.call;
+        planned += p.times;
+      }
+    }
+    EXPECT_EQ(calls(nullptr), planned) << "calls the plan does not list";
+  };
+  reset();
+  ASSERT_TRUE((*probe)->Sample(0).ok());  // the first: the slow readings too
+  expect_plan({kNvmlEverySample, kNvmlSlowSample});
+  reset();
+  ASSERT_TRUE((*probe)->Sample(0).ok());
+  expect_plan({kNvmlEverySample});
+  ::dlclose(fake);
 }
 
 TEST_F(NvmlProbeTest, ReadingsADriverDoesNotSupportAreLeftOutNotErrors) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/nvml_cost.h"
 
 namespace gpuha::gpu {
 namespace {
@@ -200,6 +201,7 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   if (index >= options_.count) {
     return absl::OutOfRangeError(absl::StrCat("GPU index ", index, " out of range"));
   }
+  if (options_.cost_model) SpendModelledCost(index);
   std::unique_lock<std::mutex> lock(mu_);
   common::TimePoint now = clock_->Now();
   AdvanceLocked(now);
@@ -261,6 +263,24 @@ absl::StatusOr<GpuSample> SimProbe::Sample(uint32_t index) {
   s.pcie_rx_bytes_per_s = load_ * 3.0e9;
   // A PCIe card (the sim's models): no NVLink, so no NVLink figure.
   return s;
+}
+
+void SimProbe::SpendModelledCost(uint32_t index) {
+  static constexpr NvmlCallCost kEverySample = NvmlPlanCost(kNvmlEverySample);
+  static constexpr NvmlCallCost kSlow = NvmlPlanCost(kNvmlSlowSample);
+  bool slow = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    GpuState& g = gpus_[index];
+    if (g.lost) return;  // a lost GPU's first call fails at once
+    const common::TimePoint now = clock_->Now();
+    if (now >= g.slow_due) {
+      slow = true;
+      g.slow_due = now + options_.slow_every;
+    }
+  }
+  SpendNvmlCost(kEverySample);
+  if (slow) SpendNvmlCost(kSlow);
 }
 
 absl::StatusOr<std::vector<XidEvent>> SimProbe::WaitForXids(std::chrono::milliseconds timeout) {

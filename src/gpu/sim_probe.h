@@ -36,6 +36,11 @@ struct SimOptions {
   double load = 0.5;  // 0..1, drives utilization, power, temperature
   uint64_t seed = 1;  // noise is deterministic per seed
   std::vector<Fault> faults;
+  // Each sample costs the CPU and time the NVML backend's calls cost on a
+  // real driver (gpu/nvml_cost.h): its every-sample calls, and its slow
+  // ones every `slow_every`.
+  bool cost_model = false;
+  common::Duration slow_every = std::chrono::seconds(30);
 };
 
 // The PCI bus id (NVML's form) of simulated GPU `index`: 00000000:41:00.0 on.
@@ -79,6 +84,7 @@ class SimProbe : public GpuProbe {
     // Energy since "driver load", integrated from the power at each sample.
     double energy_mj = 0;
     std::optional<common::TimePoint> last_sample;
+    common::TimePoint slow_due{};  // the cost model's next slow sample
   };
   SimProbe(SimOptions options, const GpuModel* model, common::Clock* clock);
   // Fires every fault due by now. Caller holds mu_.
@@ -86,6 +92,9 @@ class SimProbe : public GpuProbe {
   void ApplyLocked(const Fault& f, common::TimePoint now);
   double BaseTemperatureLocked() const;
   double TemperatureLocked(GpuState& g, common::TimePoint now);
+  // With options_.cost_model: spends what sampling GPU `index` costs on a
+  // driver. Takes mu_ briefly; spends without it, as GPUs sample at once.
+  void SpendModelledCost(uint32_t index);
 
   const SimOptions options_;
   const GpuModel* const model_;

@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <set>
+
+#include "gpu/nvml_cost.h"
 
 namespace gpuha::gpu {
 namespace {
@@ -32,6 +36,35 @@ TEST(SimProbeTest, ListsDevicesOfTheModel) {
   EXPECT_EQ((*devices)[0].memory_total_bytes, 24ull << 30);
   EXPECT_NE((*devices)[0].uuid, (*devices)[1].uuid);
   EXPECT_EQ((*devices)[1].pci_bus_id, "00000000:42:00.0");
+}
+
+// Issue 38: with gpu.sim.cost_model a sample costs what the NVML backend's
+// calls cost on a driver: the slow readings' 3 ms of energy counter among
+// them on the first sample and each slow_every after, not in between.
+TEST(SimProbeTest, TheCostModelSpendsWhatADriversCallsCost) {
+  common::FakeClock clock;
+  SimOptions o;
+  o.cost_model = true;
+  o.slow_every = std::chrono::seconds(30);
+  auto probe = SimProbe::Create(o, &clock);
+  ASSERT_TRUE(probe.ok());
+  auto cpu_ms = [&] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+  };
+  const double slow_ms = NvmlPlanCost(kNvmlSlowSample).cpu_us / 1000.0;
+  ASSERT_GT(slow_ms, 3.0);  // the energy counter alone is 3 ms
+  double before = cpu_ms();
+  ASSERT_TRUE((*probe)->Sample(0).ok());
+  EXPECT_GE(cpu_ms() - before, slow_ms);
+  before = cpu_ms();
+  ASSERT_TRUE((*probe)->Sample(0).ok());  // the slow readings not due
+  EXPECT_LT(cpu_ms() - before, slow_ms);
+  clock.Advance(std::chrono::seconds(30));
+  before = cpu_ms();
+  ASSERT_TRUE((*probe)->Sample(0).ok());
+  EXPECT_GE(cpu_ms() - before, slow_ms);
 }
 
 TEST(SimProbeTest, HealthyValuesAreRealisticForAnL4) {

@@ -31,7 +31,7 @@
 //   gpu0.pcie_rx_bytes N    values 197 and 198); no line: not supported
 //
 // With FAKE_NVML_COST=1 in the environment each call costs what it cost on
-// a real driver (an H200, driver 580, measured through pynvml; issue 38):
+// a real driver (src/gpu/nvml_cost.h: an H200, driver 580; issue 38):
 // CPU spent in the call and the wall time it blocks, so that agent_bench
 // and the tests see what sampling a driver costs. The state file is then
 // read again only when it changed (its mtime, size or inode), and the
@@ -58,6 +58,7 @@
 #include <thread>
 
 #include "gpu/nvml_abi.h"
+#include "gpu/nvml_cost.h"
 
 namespace {
 
@@ -81,59 +82,15 @@ bool CostModel() {
   return on;
 }
 
-// What one call costs on the measured driver: CPU it spends, and the wall
-// time it takes in all (the rest it sleeps).
-struct Cost {
-  int cpu_us;
-  int wall_us;
-};
-Cost CostOf(const char* call) {
-  static const std::map<std::string, Cost> kCosts = {
-      {"nvmlDeviceGetPcieThroughput", {30, 20800}},  // a 20 ms sampling window
-      {"nvmlDeviceGetTotalEnergyConsumption", {3000, 3000}},
-      {"nvmlDeviceGetPcieReplayCounter", {140, 140}},
-      {"nvmlDeviceGetMigMode", {130, 130}},
-      {"nvmlDeviceGetMaxMigDeviceCount", {130, 130}},
-      {"nvmlDeviceGetGridLicensableFeatures_v4", {150, 150}},
-      {"nvmlDeviceGetFieldValues", {12, 12}},
-  };
-  auto it = kCosts.find(call);
-  return it == kCosts.end() ? Cost{5, 5} : it->second;  // the rest: 1-12 us
-}
-
-// Microseconds of CPU this thread has used: a system call in this VM (no
-// vDSO for the thread clock), 2-5 us, as much as a cheap call it would
-// measure.
-long ThreadCpuUs() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec * 1000000L + t.tv_nsec / 1000;
-}
-
-void SpinFor(long us) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-  while (std::chrono::steady_clock::now() < until) {
-  }
-}
+std::mutex g_calls_mu;
+std::map<std::string, int> g_calls;  // how often each entry point was called
 
 void Spend(const char* call) {
-  if (!CostModel()) return;
-  const Cost c = CostOf(call);
-  const auto start = std::chrono::steady_clock::now();
-  if (c.cpu_us < 100) {
-    // A cheap call spins on the monotonic clock (vDSO) alone: reading the
-    // thread clock around it would double its cost. A spin preempted
-    // half-way costs less CPU than modelled; 5 us rarely is.
-    SpinFor(c.cpu_us);
-  } else {
-    // A costly one goes on until the thread clock agrees, preemption or not.
-    const long cpu0 = ThreadCpuUs();
-    for (long used = 0; used < c.cpu_us; used = ThreadCpuUs() - cpu0) SpinFor(c.cpu_us - used);
+  {
+    std::lock_guard<std::mutex> lock(g_calls_mu);
+    ++g_calls[call];
   }
-  // The rest of the call's time blocked (a calibrated spin has used it all
-  // for most calls: no sleep, which would cost a timer wake of its own).
-  if (c.wall_us > c.cpu_us)
-    std::this_thread::sleep_until(start + std::chrono::microseconds(c.wall_us));
+  if (CostModel()) gpuha::gpu::SpendNvmlCost(gpuha::gpu::NvmlCallCostOf(call));
 }
 
 std::map<std::string, std::string> ReadState(const char* path) {
@@ -606,6 +563,23 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigDeviceHandle
   }
   *mig = reinterpret_cast<nvmlDevice_t>(&g_migs[gpu][index]);
   return NVML_SUCCESS;
+}
+
+// For tests (not NVML's): the calls made since the last reset, by entry
+// point, and in all.
+__attribute__((visibility("default"))) int fake_nvml_calls(const char* call) {
+  std::lock_guard<std::mutex> lock(g_calls_mu);
+  if (call == nullptr) {
+    int all = 0;
+    for (const auto& [name, n] : g_calls) all += n;
+    return all;
+  }
+  auto it = g_calls.find(call);
+  return it == g_calls.end() ? 0 : it->second;
+}
+__attribute__((visibility("default"))) void fake_nvml_reset_calls() {
+  std::lock_guard<std::mutex> lock(g_calls_mu);
+  g_calls.clear();
 }
 
 }  // extern "C"
