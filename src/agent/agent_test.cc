@@ -230,15 +230,59 @@ TEST_F(AgentTest, KernelLogXidsAreReportedOnceBesideNvmls) {
   EXPECT_EQ(agent->counters().kernel_log_xids.load(), 3u);
 }
 
+// Issue 39: an XID whose action the kernel log's line decides (154's
+// action, 144-150's registers) is one occurrence from both sources, and is
+// judged as the line says: NVML's event, which says nothing of it, waits
+// for the line (it counted twice, and drained, before).
+TEST_F(AgentTest, AnXidTheLogsLineDecidesIsCountedOnceAndJudgedAsTheLineSays) {
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  std::string log = (gpuha::testing::TestTempDir() / "kern154.log").string();
+  ASSERT_TRUE(common::WriteFileAtomic(log, "").ok());
+  c.kernel_log = log;
+  auto agent = Start(c);
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  // An NVLink5 error whose sub-error the catalog ignores (SAW_MVB, 0x1):
+  // NVML first, the line 20 ms later.
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=144,gpu=0", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  std::ofstream(log, std::ios::app)
+      << "NVRM: Xid (PCI:0000:41:00): 144, SAW_MVB Nonfatal XC0 i0 Link 02 (0x00000021 "
+         "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)\n";
+  ASSERT_TRUE(WaitUntil([&] { return agent->counters().xid_duplicates.load() == 1; }));
+  EXPECT_EQ(agent->counters().xid_events.load(), 1u);
+  // Then XID 154 asking for a node reboot, from both sources.
+  r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                       "kind=xid,xid=154,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  std::ofstream(log, std::ios::app)
+      << "NVRM: Xid (PCI:0000:42:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+         "(Node Reboot Required)\n";
+  auto hb = controller.WaitForHeartbeat(
+      [&](const v1::Heartbeat& h) { return FailedFor(h, "gpu1.xid154").has_value(); });
+  ASSERT_TRUE(hb.has_value());
+  EXPECT_EQ(hb->heartbeat.health(), v1::NODE_HEALTH_FAILED);
+  EXPECT_THAT(FailedFor(hb->heartbeat, "gpu1.xid154")->detail(), HasSubstr("Node Reboot Required"));
+  EXPECT_FALSE(ReasonFor(hb->heartbeat, "gpu0.xid144").has_value());  // ignored, as decoded
+  EXPECT_EQ(agent->counters().xid_duplicates.load(), 2u);
+  EXPECT_EQ(agent->counters().xid_events.load(), 2u);
+}
+
 // Issue 38, items 1 and 2, as an H200 showed them: three XID 31s 4.3 s
 // apart from a foreign python3, each told by NVML and the kernel log. Each
 // is an occurrence (a (GPU, XID) window counted one and dropped five), and
 // three from one process that is not the node's server are that
 // application's fault: an alert naming it, not a drain (they drained the
-// node). (Spaced 1.5 s here, past the 1 s burst.)
+// node). (Spaced 1.5 s here, each its own burst with thresholds.xid_burst
+// at 1 s; the default, 180 s, would make them one.)
 TEST_F(AgentTest, ApplicationXidsCountEachTimeAndAreHeldAgainstTheirProcess) {
   FakeController controller;
   AgentConfig c = Config({controller.port()});
+  c.thresholds.xid_burst = milliseconds(1000);
+  c.thresholds.xid_repeat_count = 3;
   std::string log = (gpuha::testing::TestTempDir() / "kern31.log").string();
   ASSERT_TRUE(common::WriteFileAtomic(log, "").ok());
   c.kernel_log = log;

@@ -106,8 +106,19 @@ void Agent::KernelLogLoop() {
                      config_.node, k->xid, k->pci_slot);
         continue;
       }
-      xids.push_back(
-          {d->index, k->xid, clock_->UnixNanos(), k->recovery_action, k->pid, k->process});
+      gpu::XidEvent x;
+      x.gpu_index = d->index;
+      x.xid = k->xid;
+      x.unix_nanos = clock_->UnixNanos();
+      x.recovery_value = k->recovery_value;
+      x.recovery_action = std::move(k->recovery_action);
+      x.pid = k->pid;
+      x.process = std::move(k->process);
+      x.caused_by = k->caused_by;
+      x.intr_info = k->intr_info;
+      x.error_status = k->error_status;
+      x.driver_major = DriverMajor(d->driver_version);
+      xids.push_back(std::move(x));
     }
     ReportXids(std::move(xids), gpu::XidSource::kKernelLog);
   }
@@ -119,7 +130,7 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
   {
     std::lock_guard<std::mutex> lock(xid_mu_);
     for (gpu::XidEvent& x : seen) {
-      if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now, x.recovery_action)) {
+      if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now)) {
         counters_.xid_duplicates++;
         // The kernel log's copy of an occurrence NVML told first and that
         // waits for it: judged now, with the process it names.
@@ -134,10 +145,12 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
         }
         continue;
       }
-      // An application's XID from NVML, whose event names no process: the
-      // kernel log's line names it a few milliseconds later. It is an alert,
-      // not a failover, so it waits for that line (at most kAttributionWait).
-      if (source == gpu::XidSource::kNvml && kernel_log_ && gpu::IsApplicationXid(x.xid)) {
+      // An XID whose verdict the kernel log's line decides (an
+      // application's, whose process it names; 154's action; 144-150's
+      // registers; 45's cause), from NVML, whose event carries none of it:
+      // the line comes a few milliseconds later, and the XID waits for it
+      // (at most kAttributionWait; then it is judged as the catalog has it).
+      if (source == gpu::XidSource::kNvml && kernel_log_ && gpu::XidNeedsKernelLine(x.xid)) {
         held_xids_.push_back({std::move(x), now + kAttributionWait});
         continue;
       }
@@ -164,6 +177,9 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
 }
 
 void Agent::AttributeXid(gpu::XidEvent* x) {
+  // XID 45 with no cause named: the catalog asks for a Fabric Manager
+  // restart where one runs (the evaluator decides whether it is alone).
+  if (x->xid == 45 && x->caused_by == 0) x->fabric_manager = ProcessRuns("nv-fabricmanager");
   if (x->pid <= 0) return;
   // A process gone since (an application often dies of its XID) cannot be
   // placed: whose it was stays unknown. The pid is the host's: an agent in

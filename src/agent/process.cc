@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 
@@ -46,6 +48,24 @@ bool InProcessTree(pid_t root, pid_t pid, const std::string& proc) {
     pid = static_cast<pid_t>(ppid);
   }
   return pid == root;
+}
+
+bool ProcessRuns(const std::string& comm, const std::string& proc) {
+  std::error_code ec;
+  const std::string want = comm.substr(0, 15);
+  for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "comm");
+    std::string line;
+    if (std::getline(in, line) && line == want) return true;
+  }
+  return false;
+}
+
+uint32_t DriverMajor(const std::string& version) {
+  uint32_t major = 0;
+  return absl::SimpleAtoi(version.substr(0, version.find('.')), &major) ? major : 0;
 }
 
 }  // namespace gpuha::agent

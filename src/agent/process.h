@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,5 +38,12 @@ class RealProcessRunner : public ProcessRunner {
 // ends at init first, is not in the tree. An XID's process (the kernel log
 // names it) in the tree of the server the agent runs is that server's work.
 bool InProcessTree(pid_t root, pid_t pid, const std::string& proc = "/proc");
+
+// Whether a process named `comm` (/proc/<pid>/comm, as the kernel keeps it:
+// at most 15 characters) runs, in `proc`.
+bool ProcessRuns(const std::string& comm, const std::string& proc = "/proc");
+
+// The driver's branch of a version ("580.159.04": 580); 0 when it is not one.
+uint32_t DriverMajor(const std::string& version);
 
 }  // namespace gpuha::agent

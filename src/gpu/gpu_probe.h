@@ -102,10 +102,20 @@ struct XidEvent {
   uint32_t gpu_index = 0;
   uint32_t xid = 0;
   int64_t unix_nanos = 0;
-  // XID 154's action, which only its kernel log message carries ("GPU Reset
-  // Required", "Node Reboot Required", "Drain P2P", "None"); empty when
-  // unknown (NVML's event) or for other XIDs.
+  // XID 154's action, which only its kernel log message carries: its value
+  // (-1 unknown: NVML's event, or another XID) and the driver's words for
+  // it ("GPU Reset Required", "Drain and Reset"; xid_catalog.h).
+  int recovery_value = -1;
   std::string recovery_action{};
+  // XID 45: the XID whose cleanup it is, as the line says; 0: not said.
+  uint32_t caused_by = 0;
+  // XIDs 144-150: the line's IntrInfo and Error Status (xid_nvlink5.h),
+  // and the driver's branch (580; 0 unknown), which says how to read them.
+  std::optional<uint32_t> intr_info{}, error_status{};
+  uint32_t driver_major = 0;
+  // XID 45 alone: whether NVIDIA Fabric Manager runs on the node (the
+  // agent looked), whose restart the catalog then asks for.
+  bool fabric_manager = false;
   // The process the kernel log names for it (an application's XID: the
   // one whose work faulted); 0 and empty when unknown (NVML's event).
   int64_t pid = 0;

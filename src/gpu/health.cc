@@ -4,7 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/config_fields.h"
 #include "gpu/xid_catalog.h"
+#include "gpu/xid_nvlink5.h"
 
 namespace gpuha::gpu {
 
@@ -61,10 +64,15 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
     if (*v < 0 || *v > 1000) map.Fail("xid_repeat_count", "must be between 0 and 1000");
     out->xid_repeat_count = static_cast<int>(*v);
   }
-  if (std::optional<int64_t> ms = map.Int("xid_repeat_window_ms")) {
-    if (*ms < 1) map.Fail("xid_repeat_window_ms", "must be at least 1");
-    out->xid_repeat_window = std::chrono::milliseconds(*ms);
+  if (std::optional<int64_t> v = map.Int("xid_repeat_count_other")) {
+    if (*v < 0 || *v > 1000) map.Fail("xid_repeat_count_other", "must be between 0 and 1000");
+    out->xid_repeat_count_other = static_cast<int>(*v);
   }
+  common::ReadMillis(map, "xid_repeat_window_ms", &out->xid_repeat_window,
+                     {.min = 1, .max = 7LL * 24 * 3600 * 1000});
+  common::ReadMillis(map, "xid_burst_ms", &out->xid_burst, {.min = 0, .max = 24LL * 3600 * 1000});
+  common::ReadMillis(map, "xid_drain_reset_ms", &out->xid_drain_reset,
+                     {.min = 0, .max = 3600LL * 1000});
 }
 
 HealthEvaluator::HealthEvaluator(HealthThresholds thresholds) : t_(std::move(thresholds)) {}
@@ -76,6 +84,8 @@ void HealthEvaluator::Reset() {
   nic_last_errors_.clear();
   latched_.clear();
   alert_xids_.clear();
+  xid_gpus_.clear();
+  gpu_last_xid_.clear();
   all_ = node_ = Hysteresis{};
   gpus_.clear();
   slices_.clear();
@@ -98,24 +108,10 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   for (const XidEvent& x : obs.new_xids) {
     XidConsequence c = ConsequenceOf(x.xid);
     const XidInfo* info = FindXid(x.xid);
-    // A reboot's XID is the node's; the rest stay on the GPU.
-    bool node_level = info != nullptr && info->nvidia_action == "RESTART_BM";
-    // XID 154 names its action in its kernel log message (NVIDIA's
-    // catalog): none left, a GPU reset, a node reboot, or a P2P drain.
-    // Without the message (NVML's event) the catalog entry's drain stands.
-    const std::string& action = x.recovery_action;
-    if (x.xid == 154 && !action.empty()) {
-      if (action == "None") {
-        c = XidConsequence::kIgnore;
-      } else if (action == "GPU Reset Required") {
-        c = XidConsequence::kFailAndFence;
-      } else if (action == "Node Reboot Required") {
-        c = XidConsequence::kFailAndFence;
-        node_level = true;
-      } else if (action == "Drain P2P") {
-        c = XidConsequence::kDrain;
-      }
-    }
+    bool node_level = IsNodeXid(x.xid);
+    std::string said;  // what the kernel log's line said that decided it
+    const bool reset_after = Refine(x, now, &c, &node_level, &said);
+    if (x.xid != 45) gpu_last_xid_[x.gpu_index] = now;
     if (c == XidConsequence::kIgnore) continue;
     // The process the kernel log names for it, and whose it is.
     std::string who;
@@ -129,7 +125,7 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     HealthReason r{
         absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
         absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
-                     action.empty() ? "" : ": " + action, " (", XidConsequenceName(c), ")", who),
+                     said.empty() ? "" : ": " + said, " (", XidConsequenceName(c), ")", who),
         c == XidConsequence::kFailAndFence ? HealthState::kFailed
         : c == XidConsequence::kDrain      ? HealthState::kDraining
                                            : HealthState::kDegraded,
@@ -137,55 +133,24 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     r.event = true;
     std::optional<common::TimePoint> until;
     if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
+    if (reset_after) {
+      // "Drain and Reset": the work moves first, then the GPU fails, to be
+      // reset (the remediator's, or an operator's).
+      HealthReason reset{absl::StrCat("gpu", x.gpu_index, ".xid154.reset"),
+                         absl::StrCat("XID 154: Drain and Reset: drained ",
+                                      common::ToMillis(t_.xid_drain_reset) / 1000,
+                                      " s (thresholds.xid_drain_reset_ms); reset required"),
+                         HealthState::kFailed, static_cast<int>(x.gpu_index)};
+      reset.event = true;
+      Latch(std::move(reset), std::nullopt, now + t_.xid_drain_reset);
+    }
     Latch(std::move(r), until);
-    // Repeats count for application faults (RESTART_APP) only, once per
-    // burst: one fault logs XID 13 once per SM, within milliseconds.
-    if (c != XidConsequence::kAlert || t_.xid_repeat_count == 0 || !IsApplicationXid(x.xid)) {
-      continue;
-    }
-    // One burst: within xid_burst of the occurrence before (counted or not).
-    auto [last, first] = xid_last_at_.try_emplace({x.gpu_index, x.xid}, now);
-    const bool same_burst = !first && now - last->second < t_.xid_burst;
-    last->second = now;
-    if (same_burst) continue;
-    std::deque<Seen>& seen = alert_xids_[{x.gpu_index, x.xid}];
-    // A process named and not the node's server (one that exited since
-    // cannot be placed, but its pid still names it).
-    seen.push_back({now, x.owner != XidEvent::Owner::kServer ? x.pid : 0, x.process});
-    while (!seen.empty() && now - seen.front().at > t_.xid_repeat_window) seen.pop_front();
-    if (static_cast<int>(seen.size()) < t_.xid_repeat_count) continue;
-    const int64_t pid = seen.front().pid;
-    const bool one_process = pid > 0 && std::all_of(seen.begin(), seen.end(),
-                                                    [&](const Seen& s) { return s.pid == pid; });
-    const std::string times =
-        absl::StrCat("XID ", x.xid, " ", seen.size(), " times within ",
-                     common::ToMillis(t_.xid_repeat_window) / 1000, " s on this GPU");
-    if (one_process) {
-      // One foreign process, faulting again and again: that application's
-      // bug, not this GPU's hardware. An alert that names it.
-      HealthReason a{
-          absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".one_process"),
-          absl::StrCat(times, ", every time from process ", seen.front().process, " (pid ", pid,
-                       "), not this node's inference server: that application's "
-                       "fault (alert)"),
-          HealthState::kDegraded, static_cast<int>(x.gpu_index)};
-      a.event = true;
-      Latch(std::move(a), now + t_.xid_alert_hold);
-      seen.clear();
-      continue;
-    }
-    // Repeated on one GPU by different processes (or ones not known): its
-    // hardware, not one application. Latched like any drain XID, until the
-    // node rejoins.
-    HealthReason d{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
-                   absl::StrCat(times, " (thresholds.xid_repeat_count): drain"),
-                   HealthState::kDraining, static_cast<int>(x.gpu_index)};
-    d.event = true;
-    Latch(std::move(d), std::nullopt);
-    seen.clear();
+    if (c == XidConsequence::kAlert && IsApplicationXid(x.xid)) CountRepeat(x, now);
   }
   std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
-  for (const Latched& l : latched_) reasons.push_back(l.reason);
+  for (const Latched& l : latched_) {
+    if (!l.from || *l.from <= now) reasons.push_back(l.reason);
+  }
   // Without a fresh sample the readings' reasons are the last sample's: no
   // counter baseline moves on readings already seen.
   if (!sampled) {
@@ -268,13 +233,119 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   return reasons;
 }
 
-void HealthEvaluator::Latch(HealthReason r, std::optional<common::TimePoint> until) {
+bool HealthEvaluator::Refine(const XidEvent& x, common::TimePoint now, XidConsequence* c,
+                             bool* node_level, std::string* said) const {
+  if (x.xid == 154) {
+    // Its action, by the value the driver prints (its words differ by
+    // branch); without the line (NVML's event) the catalog's drain stands.
+    const int value =
+        x.recovery_value >= 0 ? x.recovery_value : Xid154ActionValue(x.recovery_action);
+    if (std::optional<RecoveryAction> a = Xid154Action(value)) {
+      *c = a->consequence;
+      *node_level = a->node;
+      *said = x.recovery_action.empty() ? std::string(a->name) : x.recovery_action;
+      return a->reset_after;
+    }
+    if (value >= 0 || !x.recovery_action.empty()) {
+      *said = absl::StrCat(
+          "recovery action ", value >= 0 ? absl::StrCat("0x", absl::Hex(value)) : "",
+          x.recovery_action.empty() ? "" : " " + x.recovery_action, " (not one gpuha knows)");
+    }
+    return false;
+  }
+  if (x.xid >= 144 && x.xid <= 150) {
+    if (!x.intr_info || !x.error_status) return false;  // no registers: the catalog's drain
+    std::optional<Nvlink5Decode> d =
+        DecodeNvlink5(x.xid, *x.intr_info, *x.error_status, x.driver_major);
+    if (!d) {
+      *said = absl::StrFormat("IntrInfo 0x%08x, Error Status 0x%08x: not in the catalog's decode",
+                              *x.intr_info, *x.error_status);
+      return false;
+    }
+    // XID_154_EVAL: the XID 154 beside it says what to do (it is judged on
+    // its own); none: RESTART_APP, an alert.
+    *c = d->action == "RESET_GPU" ? XidConsequence::kFailAndFence
+         : d->action == "IGNORE"  ? XidConsequence::kIgnore
+                                  : XidConsequence::kAlert;
+    *said = absl::StrCat(d->subcode, ", ", d->action);
+    return false;
+  }
+  if (x.xid == 45) {
+    // Cleanup after an earlier error: the verdict is that XID's. Alone,
+    // where Fabric Manager runs, the catalog asks for its restart;
+    // elsewhere it is a process's channels torn down (Ctrl-C, SIGKILL).
+    auto last = gpu_last_xid_.find(x.gpu_index);
+    const bool beside = x.caused_by != 0 || (last != gpu_last_xid_.end() &&
+                                             now - last->second <= std::chrono::seconds(10));
+    if (!beside && x.fabric_manager) {
+      *c = XidConsequence::kAlert;
+      *said = "alone: restart NVIDIA Fabric Manager (WORKFLOW_XID_45)";
+    }
+  }
+  return false;
+}
+
+void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
+  const int count = x.xid == 13 || x.xid == 31 ? t_.xid_repeat_count : t_.xid_repeat_count_other;
+  if (count == 0) return;
+  // One burst: less than xid_burst after the occurrence before (counted or not).
+  auto [last, first] = xid_last_at_.try_emplace({x.gpu_index, x.xid}, now);
+  const bool same_burst = !first && now - last->second < t_.xid_burst;
+  last->second = now;
+  if (same_burst) return;
+  xid_gpus_[x.xid][x.gpu_index] = now;
+  std::deque<Seen>& seen = alert_xids_[{x.gpu_index, x.xid}];
+  // A process named and not the node's server (one that exited since
+  // cannot be placed, but its pid still names it).
+  seen.push_back({now, x.owner != XidEvent::Owner::kServer ? x.pid : 0, x.process});
+  while (!seen.empty() && now - seen.front().at > t_.xid_repeat_window) seen.pop_front();
+  if (static_cast<int>(seen.size()) < count) return;
+  const int64_t pid = seen.front().pid;
+  const bool one_process =
+      pid > 0 && std::all_of(seen.begin(), seen.end(), [&](const Seen& s) { return s.pid == pid; });
+  const std::string times =
+      absl::StrCat("XID ", x.xid, " in ", seen.size(), " bursts within ",
+                   common::ToMillis(t_.xid_repeat_window) / 1000, " s on this GPU");
+  std::vector<std::string> others;
+  for (const auto& [gpu, at] : xid_gpus_[x.xid]) {
+    if (gpu != x.gpu_index && now - at <= t_.xid_repeat_window) others.push_back(absl::StrCat(gpu));
+  }
+  seen.clear();
+  if (one_process || !others.empty()) {
+    // One foreign process, faulting again and again, or the same fault on
+    // other GPUs too: the application's, not this GPU's hardware. An alert.
+    HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid,
+                                one_process ? ".one_process" : ".other_gpus"),
+                   one_process
+                       ? absl::StrCat(times, ", every time from process ",
+                                      x.process.empty() ? "?" : x.process, " (pid ", pid,
+                                      "), not this node's inference server: that application's "
+                                      "fault (alert)")
+                       : absl::StrCat(times, ", and on GPU ", absl::StrJoin(others, ", "),
+                                      " too: the application's, not this GPU's (alert)"),
+                   HealthState::kDegraded, static_cast<int>(x.gpu_index)};
+    a.event = true;
+    Latch(std::move(a), now + t_.xid_alert_hold);
+    return;
+  }
+  // Repeated on one GPU by different processes (or ones not known): its
+  // hardware, not one application. Latched like any drain XID, until the
+  // node rejoins.
+  HealthReason d{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
+                 absl::StrCat(times, " (thresholds.xid_repeat_count): its hardware; drain"),
+                 HealthState::kDraining, static_cast<int>(x.gpu_index)};
+  d.event = true;
+  Latch(std::move(d), std::nullopt);
+}
+
+void HealthEvaluator::Latch(HealthReason r, std::optional<common::TimePoint> until,
+                            std::optional<common::TimePoint> from) {
   // Once per code: a burst of one XID (per SM), or a flood of a drain XID,
   // refreshes its reason instead of piling up copies in every heartbeat.
   auto it = std::find_if(latched_.begin(), latched_.end(),
                          [&](const Latched& l) { return l.reason.code == r.code; });
   if (it == latched_.end()) {
-    latched_.push_back({std::move(r), until});
+    latched_.push_back({std::move(r), until, from});
     return;
   }
   if (r.state >= it->reason.state) it->reason = std::move(r);
@@ -320,6 +391,8 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(latched_, [&](const Latched& l) { return l.reason.gpu == static_cast<int>(gpu); });
   std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
   std::erase_if(xid_last_at_, [&](const auto& kv) { return kv.first.first == gpu; });
+  for (auto& [xid, gpus] : xid_gpus_) gpus.erase(gpu);
+  gpu_last_xid_.erase(gpu);
   std::erase_if(last_readings_,
                 [&](const HealthReason& r) { return r.gpu == static_cast<int>(gpu); });
   ecc_base_.erase(gpu);

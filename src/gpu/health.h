@@ -30,6 +30,7 @@
 #include "common/yaml_reader.h"
 #include "gpu/gpu_probe.h"
 #include "gpu/nic.h"
+#include "gpu/xid_catalog.h"
 
 namespace gpuha::gpu {
 
@@ -58,17 +59,28 @@ struct HealthThresholds {
   int healthy_threshold = 6;
   // How long an XID whose consequence is "alert" keeps the node degraded.
   common::Duration xid_alert_hold = std::chrono::seconds(60);
-  // An "alert" XID (an application's fault, by NVIDIA's catalog) seen this
-  // many times on one GPU within the window drains it: NVIDIA's workflows
-  // for XID 13 and 31 read a repeat on one GPU as its hardware. 0: never.
-  // Occurrences within xid_burst of the one before are one burst (one fault
-  // logs XID 13 once per SM), and count once. Repeats that the kernel log
-  // pins on one and the same process (not the node's server, which is
-  // restarted each time and so differs) are that application's: an alert
-  // naming it, not a drain.
-  int xid_repeat_count = 3;
-  common::Duration xid_repeat_window = std::chrono::minutes(10);
-  common::Duration xid_burst = std::chrono::seconds(1);
+  // An application's XID (RESTART_APP) repeated on one GPU drains it:
+  // NVIDIA's XID 13 and 31 workflows read a repeat on the same GPU as its
+  // hardware, and repeats on different GPUs (or one alone) as the
+  // application. Occurrences less than xid_burst after the one before are
+  // one burst (one fault logs XID 13 once per SM; a crashing job, a storm),
+  // counted once; xid_repeat_count bursts of XID 13 or 31 within
+  // xid_repeat_window drain the GPU, xid_repeat_count_other bursts of
+  // another application XID. Not when the same XID hit another GPU of the
+  // node within the window (the application's: an alert), nor when the
+  // kernel log pins every burst on one and the same process that is not
+  // the node's server (which is restarted each time, and so differs): an
+  // alert naming it. 0: never. The numbers are NVSentinel's defaults (its
+  // health-events analyzer: bursts split by 180 s, a 24 h look-back,
+  // RepeatedXID31OnSameGPU at 2 bursts, RepeatedXIDErrorOnSameGPU at 5);
+  // NVIDIA's catalog gives none.
+  int xid_repeat_count = 2;
+  int xid_repeat_count_other = 5;
+  common::Duration xid_repeat_window = std::chrono::hours(24);
+  common::Duration xid_burst = std::chrono::seconds(180);
+  // XID 154 "Drain and Reset": the GPU drains at once and fails (to be
+  // reset) this long after, once its work has moved.
+  common::Duration xid_drain_reset = std::chrono::seconds(30);
 };
 
 // Reads `thresholds:` from an agent config; a warn above its critical, a
@@ -155,14 +167,24 @@ class HealthEvaluator {
   // Baselines for counters, per GPU index / NIC name, taken on first sight.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> ecc_base_;
   std::map<std::string, uint64_t> nic_last_errors_;
-  // Latched XID reasons; alerts expire at `until`.
+  // Latched XID reasons; alerts expire at `until`; one takes effect at
+  // `from` (XID 154's reset after its drain).
   struct Latched {
     HealthReason reason;
     std::optional<common::TimePoint> until;
+    std::optional<common::TimePoint> from{};
   };
   std::vector<Latched> latched_;
   // Latches `r`, or refreshes the latched reason with its code.
-  void Latch(HealthReason r, std::optional<common::TimePoint> until);
+  void Latch(HealthReason r, std::optional<common::TimePoint> until,
+             std::optional<common::TimePoint> from = std::nullopt);
+  // What the kernel log's line says of XIDs 154, 144-150 and 45: the
+  // consequence, the node's or not, the words for the reason. Returns
+  // whether a 154 asks for a reset after its drain.
+  bool Refine(const XidEvent& x, common::TimePoint now, XidConsequence* c, bool* node_level,
+              std::string* said) const;
+  // The repeat rule for an application's XID (see HealthThresholds).
+  void CountRepeat(const XidEvent& x, common::TimePoint now);
   // The last sample's reasons from readings (not XIDs): what an XID judged
   // without a sample sees of them.
   std::vector<HealthReason> last_readings_;
@@ -176,6 +198,11 @@ class HealthEvaluator {
     std::string process;
   };
   std::map<std::pair<uint32_t, uint32_t>, std::deque<Seen>> alert_xids_;
+  // The last burst of each application XID on each GPU: repeats on
+  // different GPUs are the application's.
+  std::map<uint32_t, std::map<uint32_t, common::TimePoint>> xid_gpus_;
+  // When each GPU last had an XID other than 45: an XID 45 follows it.
+  std::map<uint32_t, common::TimePoint> gpu_last_xid_;
 };
 
 }  // namespace gpuha::gpu

@@ -6,6 +6,7 @@
 namespace gpuha::gpu {
 namespace {
 
+using std::chrono::hours;
 using std::chrono::minutes;
 using std::chrono::seconds;
 
@@ -127,30 +128,65 @@ TEST_F(HealthTest, DrainXidDrainsAndAlertXidExpires) {
   EXPECT_EQ(alerts.state(), HealthState::kHealthy);
 }
 
-TEST_F(HealthTest, AnAlertXidRepeatedOnOneGpuDrains) {
-  HealthEvaluator e{HealthThresholds{}};  // 3 within 10 min
-  auto seen = [&](uint32_t gpu) {
-    return e.Update(Obs({Healthy()}, {XidEvent{gpu, 13, 0}}), clock_.Now());
+bool Names(const HealthReport& r, const std::string& code) {
+  return std::any_of(r.reasons.begin(), r.reasons.end(),
+                     [&](const HealthReason& reason) { return reason.code == code; });
+}
+
+// Issue 39: repeats are counted by burst (NVSentinel: occurrences less than
+// 180 s apart are one), and XID 31 in two bursts on one GPU within 24 h is
+// its hardware (NVIDIA's XID 31 workflow): a drain.
+TEST_F(HealthTest, AnApplicationXidRepeatedInBurstsOnOneGpuDrains) {
+  HealthEvaluator e{HealthThresholds{}};  // XID 13/31: 2 bursts within 24 h
+  auto seen = [&](uint32_t gpu, uint32_t xid) {
+    return e.Update(Obs({Healthy(0), Healthy(1)}, {XidEvent{gpu, xid, 0}}), clock_.Now());
   };
-  seen(0);
-  clock_.Advance(minutes(4));
-  seen(1);  // another GPU: counted apart
-  seen(0);
-  EXPECT_NE(e.state(), HealthState::kDraining);
-  clock_.Advance(minutes(7));  // the first one is out of the window
-  seen(0);
-  for (int i = 0; i < 3; ++i) e.Update(Obs({Healthy()}), clock_.Now());
-  EXPECT_NE(e.state(), HealthState::kDraining);
-  clock_.Advance(minutes(1));
-  seen(0);  // three within ten minutes
-  HealthReport r;
-  for (int i = 0; i < 3; ++i) r = e.Update(Obs({Healthy()}), clock_.Now());
-  EXPECT_EQ(r.state, HealthState::kDraining);
-  bool named = false;
-  for (const HealthReason& reason : r.reasons) {
-    named = named || reason.code == "gpu0.xid13.repeated";
+  // One burst: a storm of XID 31s each under 180 s after the one before.
+  for (int i = 0; i < 10; ++i) {
+    seen(0, 31);
+    clock_.Advance(seconds(100));
   }
-  EXPECT_TRUE(named);
+  EXPECT_NE(e.state(), HealthState::kDraining);
+  clock_.Advance(seconds(181));  // 281 s after the last: a burst of its own
+  HealthReport r = seen(0, 31);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_EQ(r.gpu_states[1], HealthState::kHealthy);
+  EXPECT_TRUE(Names(r, "gpu0.xid31.repeated"));
+  // Another application XID needs five bursts (NVSentinel's
+  // RepeatedXIDErrorOnSameGPU); a day apart they are not repeats.
+  HealthEvaluator other{HealthThresholds{}};
+  for (int i = 0; i < 4; ++i) {
+    other.Update(Obs({Healthy(0)}, {XidEvent{0, 68, 0}}), clock_.Now());  // NVDEC0
+    clock_.Advance(minutes(5));
+  }
+  EXPECT_NE(other.state(), HealthState::kDraining);
+  clock_.Advance(hours(24));
+  other.Update(Obs({Healthy(0)}, {XidEvent{0, 68, 0}}), clock_.Now());
+  EXPECT_NE(other.state(), HealthState::kDraining);
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(minutes(5));
+    r = other.Update(Obs({Healthy(0)}, {XidEvent{0, 68, 0}}), clock_.Now());
+  }
+  EXPECT_EQ(r.state, HealthState::kDraining);
+  EXPECT_TRUE(Names(r, "gpu0.xid68.repeated"));
+}
+
+// Issue 39: the same XID in bursts on different GPUs is the application's
+// (NVIDIA: "Repeat MMU faults to diff GPU: CHECK_APP"): an alert, no drain.
+TEST_F(HealthTest, RepeatsAcrossGpusAreTheApplicationsNotAGpus) {
+  HealthEvaluator e{HealthThresholds{}};
+  auto seen = [&](uint32_t gpu) {
+    return e.Update(Obs({Healthy(0), Healthy(1)}, {XidEvent{gpu, 31, 0}}), clock_.Now());
+  };
+  seen(1);
+  clock_.Advance(minutes(10));
+  seen(0);
+  clock_.Advance(minutes(10));
+  HealthReport r = seen(0);  // GPU 0's second burst, with GPU 1's beside it
+  EXPECT_NE(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDegraded);
+  EXPECT_TRUE(Names(r, "gpu0.xid31.other_gpus"));
+  EXPECT_FALSE(Names(r, "gpu0.xid31.repeated"));
 }
 
 TEST_F(HealthTest, IgnoredXidChangesNothing) {
@@ -215,6 +251,15 @@ TEST(HealthThresholdsTest, ReadsLevelsAndRejectsMalformedOnes) {
   ASSERT_TRUE(read("thresholds: { xid_repeat_count: 5, xid_repeat_window_ms: 60000 }", &t).ok());
   EXPECT_EQ(t.xid_repeat_count, 5);
   EXPECT_EQ(t.xid_repeat_window, std::chrono::minutes(1));
+  ASSERT_TRUE(read("thresholds: { xid_repeat_count_other: 7, xid_burst_ms: 1000, "
+                   "xid_drain_reset_ms: 5000 }",
+                   &t)
+                  .ok());
+  EXPECT_EQ(t.xid_repeat_count_other, 7);
+  EXPECT_EQ(t.xid_burst, seconds(1));
+  EXPECT_EQ(t.xid_drain_reset, seconds(5));
+  bad = read("thresholds: { xid_burst_ms: -1 }", &t);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("thresholds.xid_burst_ms"));
   bad = read("thresholds: { xid_repeat_count: -2 }", &t);
   EXPECT_THAT(std::string(bad.message()),
               ::testing::HasSubstr("thresholds.xid_repeat_count: must be between 0 and 1000"));
@@ -306,6 +351,94 @@ TEST_F(HealthTest, Xid154ActsOnTheActionItsMessageNames) {
   eval_.Reset();
   r = Feed(Obs({Healthy(0)}, {XidEvent{0, 154, 0}}), 2);  // NVML's event: no action known
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 39: XID 154 by the value the driver prints (R610's words differ):
+// "Drain and Reset" drains, then fails the GPU to be reset; a bus reset
+// fails the GPU, a system reboot the node; a value not known drains.
+TEST_F(HealthTest, Xid154ByValueDrainThenResetAndTheNewerActions) {
+  auto xid154 = [](uint32_t gpu, int value, const char* words) {
+    XidEvent x{gpu, 154, 0};
+    x.recovery_value = value;
+    x.recovery_action = words;
+    return x;
+  };
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, 4, "Drain and Reset")}));
+  EXPECT_EQ(r.gpu_states[1], HealthState::kDraining);
+  EXPECT_FALSE(Names(r, "gpu1.xid154.reset"));
+  clock_.Advance(seconds(29));
+  EXPECT_EQ(Feed(Obs({Healthy(0), Healthy(1)})).gpu_states[1], HealthState::kDraining);
+  clock_.Advance(seconds(1));  // thresholds.xid_drain_reset (30 s): the reset is due
+  r = Feed(Obs({Healthy(0), Healthy(1)}));
+  EXPECT_EQ(r.gpu_states[1], HealthState::kFailed);
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+  EXPECT_TRUE(Names(r, "gpu1.xid154.reset"));
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, 1, "PF FLR")}));  // R610's words
+  EXPECT_EQ(r.gpu_states[1], HealthState::kFailed);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("PF FLR"));
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, 6, "")}));  // NVML's bus reset
+  EXPECT_EQ(r.gpu_states[1], HealthState::kFailed);
+  EXPECT_EQ(r.node_state, HealthState::kHealthy);
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {xid154(0, 7, "")}));  // system reboot
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {xid154(0, 9, "Recalibrate")}), 2);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("not one gpuha knows"));
+}
+
+// Issue 39: XIDs 144-150 act on the sub-error their line's registers name:
+// ignored, a reset, or (XID_154_EVAL) an alert with the 154 beside it
+// judged on its own; registers the decode does not know, or none, drain.
+TEST_F(HealthTest, NvlinkFiveXidsActOnTheirSubError) {
+  auto nvl5 = [](uint32_t xid, uint32_t intr, uint32_t status) {
+    XidEvent x{0, xid, 0};
+    x.intr_info = intr;
+    x.error_status = status;
+    x.driver_major = 580;
+    return x;
+  };
+  EXPECT_TRUE(Feed(Obs({Healthy(0)}, {nvl5(144, 0x1, 0x1)}), 2).reasons.empty());  // IGNORE
+  HealthReport r = Feed(Obs({Healthy(0)}, {nvl5(144, 0x1, 0x2)}));  // SAW_MVB 0x2: RESET_GPU
+  EXPECT_EQ(r.gpu_states[0], HealthState::kFailed);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("SAW_MVB, RESET_GPU"));
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {nvl5(145, 0x04082907, 0x8)}));
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDegraded);  // XID_154_EVAL alone: RESTART_APP
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {nvl5(145, 0x7f, 0x1)}), 2);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("not in the catalog's decode"));
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {XidEvent{0, 149, 0}}), 2);  // NVML's event: no registers
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 39: XID 45 follows the XID beside it; alone, where Fabric Manager
+// runs, an alert to restart it; alone elsewhere (a process's channels torn
+// down at exit) nothing.
+TEST_F(HealthTest, Xid45FollowsTheXidBesideIt) {
+  XidEvent caused{0, 45, 0};
+  caused.caused_by = 31;
+  caused.fabric_manager = true;
+  EXPECT_TRUE(Feed(Obs({Healthy(0)}, {caused}), 2).reasons.empty());
+  XidEvent alone{0, 45, 0};
+  alone.fabric_manager = true;
+  Feed(Obs({Healthy(0)}, {XidEvent{0, 79, 0}}));
+  clock_.Advance(seconds(2));
+  HealthReport r = Feed(Obs({Healthy(0)}, {alone}));  // 2 s after a 79: its cleanup
+  EXPECT_FALSE(Names(r, "gpu0.xid45"));
+  eval_.Reset();
+  clock_.Advance(seconds(20));
+  r = Feed(Obs({Healthy(0)}, {alone}));
+  EXPECT_EQ(r.state, HealthState::kDegraded);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("restart NVIDIA Fabric Manager"));
+  eval_.Reset();
+  alone.fabric_manager = false;
+  EXPECT_TRUE(Feed(Obs({Healthy(0)}, {alone}), 2).reasons.empty());
 }
 
 // Issue 38: an XID takes effect at once, judged without a sample and

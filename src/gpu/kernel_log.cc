@@ -63,12 +63,16 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     // "Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
     size_t close = msg.find("): ");
     if (close == absl::string_view::npos) return std::nullopt;
-    std::string slot = PciSlot(msg.substr(0, close));
+    // A MIG instance's XID names it after the slot: "PCI:0000:01:00 GPU-I:05".
+    absl::string_view address = msg.substr(0, close);
+    std::string slot = PciSlot(address.substr(0, address.find(' ')));
     absl::string_view rest = msg.substr(close + 3);
     absl::string_view number = rest.substr(0, rest.find_first_not_of("0123456789"));
     uint32_t xid = 0;
     if (slot.empty() || !absl::SimpleAtoi(number, &xid)) return std::nullopt;
-    KernelXid k{slot, xid};
+    KernelXid k;
+    k.pci_slot = std::move(slot);
+    k.xid = xid;
     // "pid=702, name=python3, ...": the process whose work faulted.
     if (size_t at = rest.find("pid="); at != absl::string_view::npos) {
       absl::string_view pid = rest.substr(at + 4);
@@ -82,13 +86,43 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
       if (name != "<unknown>") k.process = std::string(name);
     }
     // "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
-    // Required)": the last parenthesis names the action now required.
+    // Required)": the value and the words after " to " name the action now
+    // required.
     if (xid == 154) {
-      size_t to = rest.rfind(" to 0x");
-      size_t open = to == absl::string_view::npos ? to : rest.find('(', to);
-      size_t close = open == absl::string_view::npos ? open : rest.find(')', open);
-      if (close != absl::string_view::npos) {
-        k.recovery_action = std::string(rest.substr(open + 1, close - open - 1));
+      if (size_t to = rest.rfind(" to 0x"); to != absl::string_view::npos) {
+        absl::string_view after = rest.substr(to + 6);
+        uint32_t value = 0;
+        if (absl::SimpleHexAtoi(after.substr(0, after.find_first_of(" (")), &value)) {
+          k.recovery_value = static_cast<int>(value);
+        }
+        size_t open = after.find('(');
+        size_t close = open == absl::string_view::npos ? open : after.find(')', open);
+        if (close != absl::string_view::npos) {
+          k.recovery_action = std::string(after.substr(open + 1, close - open - 1));
+        }
+      }
+    }
+    // "45, pid=..., Ch 00000010 ... caused by previous Xid 31"
+    if (xid == 45) {
+      if (size_t at = rest.rfind("caused by previous Xid "); at != absl::string_view::npos) {
+        absl::string_view n = rest.substr(at + 23);
+        n = n.substr(0, n.find_first_not_of("0123456789"));
+        uint32_t cause = 0;
+        if (absl::SimpleAtoi(n, &cause)) k.caused_by = cause;
+      }
+    }
+    // "145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 10 (0x04082907 0x00000008 ...)"
+    if (xid >= 144 && xid <= 150) {
+      if (size_t open = rest.rfind('('); open != absl::string_view::npos) {
+        std::vector<absl::string_view> regs =
+            absl::StrSplit(rest.substr(open + 1), absl::ByAnyChar(" )"), absl::SkipEmpty());
+        uint32_t intr = 0, status = 0;
+        if (regs.size() >= 2 && absl::ConsumePrefix(&regs[0], "0x") &&
+            absl::ConsumePrefix(&regs[1], "0x") && absl::SimpleHexAtoi(regs[0], &intr) &&
+            absl::SimpleHexAtoi(regs[1], &status)) {
+          k.intr_info = intr;
+          k.error_status = status;
+        }
       }
     }
     return k;
@@ -101,7 +135,11 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     absl::ConsumeSuffix(&word, ":");
     if (word.find(':') == absl::string_view::npos) continue;
     std::string slot = PciSlot(word);
-    if (!slot.empty()) return KernelXid{slot, 79};
+    if (slot.empty()) continue;
+    KernelXid k;
+    k.pci_slot = std::move(slot);
+    k.xid = 79;
+    return k;
   }
   return std::nullopt;
 }
@@ -225,14 +263,13 @@ absl::Status KernelLog::ReadFileLines(std::vector<std::string>* lines) {
   return absl::OkStatus();
 }
 
-bool XidDeduper::Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now,
-                       const std::string& action) {
+bool XidDeduper::Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now) {
   for (auto it = unpaired_.begin(); it != unpaired_.end();) {
     std::deque<Copy>& q = it->second;
     while (!q.empty() && now - q.front().at >= window_) q.pop_front();
     it = q.empty() ? unpaired_.erase(it) : std::next(it);
   }
-  std::deque<Copy>& q = unpaired_[{gpu, xid, action}];
+  std::deque<Copy>& q = unpaired_[{gpu, xid}];
   auto other = std::find_if(q.begin(), q.end(), [&](const Copy& c) { return c.source != source; });
   if (other != q.end()) {
     q.erase(other);  // the other source's copy of this occurrence, reported already

@@ -30,7 +30,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -44,8 +43,16 @@ struct KernelXid {
   std::string pci_slot;  // "0000:3b:00" (domain:bus:device, lower case)
   uint32_t xid = 0;
   // XID 154: the action its message names ("... changed from 0x0 (None) to
-  // 0x2 (Node Reboot Required)" gives "Node Reboot Required").
+  // 0x2 (Node Reboot Required)" gives 2 and "Node Reboot Required"); -1
+  // and empty when it names none.
+  int recovery_value = -1;
   std::string recovery_action{};
+  // XID 45: the XID whose cleanup it is (" caused by previous Xid 31",
+  // drivers from 570.124.04); 0 when the line does not say.
+  uint32_t caused_by = 0;
+  // XIDs 144-150: IntrInfo and Error Status, the first two registers in
+  // the line's parentheses.
+  std::optional<uint32_t> intr_info{}, error_status{};
   // The process the driver names ("pid=702, name=python3"): the one whose
   // work faulted, for an application's XID. 0 and empty when the line says
   // '<unknown>' or nothing.
@@ -54,8 +61,9 @@ struct KernelXid {
 };
 
 // One kernel log line (a /dev/kmsg record "6,812,9172,-;NVRM: ..." or a
-// dmesg/journal line). Recognises "NVRM: Xid (PCI:<slot>): <n>, ..." and
-// "NVRM: GPU <slot>...: GPU has fallen off the bus." (reported as XID 79).
+// dmesg/journal line). Recognises "NVRM: Xid (PCI:<slot>): <n>, ..." (a MIG
+// instance's "(PCI:<slot> GPU-I:05 GPU-CI:00)" too) and "NVRM: GPU
+// <slot>...: GPU has fallen off the bus." (reported as XID 79).
 std::optional<KernelXid> ParseKernelXid(absl::string_view line);
 
 // The message of one /dev/kmsg record ("prio,seq,usec,flags;message\n" plus
@@ -106,11 +114,10 @@ enum class XidSource { kNvml, kKernelLog };
 class XidDeduper {
  public:
   explicit XidDeduper(common::Duration window = std::chrono::seconds(10)) : window_(window) {}
-  // Fresh: the first copy of an occurrence. `action`: XID 154's recovery
-  // action; the log's line that names one is fresh beside NVML's event
-  // that does not.
-  bool Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now,
-             const std::string& action = "");
+  // Fresh: the first copy of an occurrence. (XID 154's copies pair too:
+  // NVML's event, which names no action, waits for the log's line that
+  // does; the agent judges that one.)
+  bool Fresh(XidSource source, uint32_t gpu, uint32_t xid, common::TimePoint now);
 
  private:
   struct Copy {
@@ -119,7 +126,7 @@ class XidDeduper {
   };
   const common::Duration window_;
   // Copies not yet paired with the other source's, oldest first.
-  std::map<std::tuple<uint32_t, uint32_t, std::string>, std::deque<Copy>> unpaired_;
+  std::map<std::pair<uint32_t, uint32_t>, std::deque<Copy>> unpaired_;
 };
 
 }  // namespace gpuha::gpu

@@ -181,25 +181,80 @@ TEST(KernelXidTest, TheProcessTheDriverNamesIsRead) {
   EXPECT_EQ(k->process, "");
 }
 
-// XID 154 carries its action in its message (issue 16).
+// XID 154 carries its action in its message (issue 16), by value and in
+// words (issue 39: R610's words differ, the value does not).
 TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
   auto k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
       "(Node Reboot Required)");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->xid, 154u);
+  EXPECT_EQ(k->recovery_value, 2);
   EXPECT_EQ(k->recovery_action, "Node Reboot Required");
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
+      "(Drain and Reset)");
+  EXPECT_EQ(k->recovery_value, 4);
+  EXPECT_EQ(k->recovery_action, "Drain and Reset");
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF "
+      "FLR)");
+  EXPECT_EQ(k->recovery_value, 1);
+  EXPECT_EQ(k->recovery_action, "PF FLR");
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->recovery_action, "");  // no action named: the catalog's drain stands
+  EXPECT_EQ(k->recovery_value, -1);  // no action named: the catalog's drain stands
+  EXPECT_EQ(k->recovery_action, "");
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus (to 0x1)");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->recovery_action, "");  // only XID 154 has one
+  EXPECT_EQ(k->recovery_value, -1);
+  // NVML's event and the log's line of one XID 154 are one occurrence.
   common::FakeClock clock;
   XidDeduper d;
-  EXPECT_TRUE(d.Fresh(XidSource::kNvml, 0, 154, clock.Now()));  // NVML's event
-  // The log names the action: fresh beside NVML's event that does not.
-  EXPECT_TRUE(d.Fresh(XidSource::kKernelLog, 0, 154, clock.Now(), "GPU Reset Required"));
+  EXPECT_TRUE(d.Fresh(XidSource::kNvml, 0, 154, clock.Now()));
+  EXPECT_FALSE(d.Fresh(XidSource::kKernelLog, 0, 154, clock.Now()));
+}
+
+// Issue 39: the lines whose words decide an XID's action: 144-150's
+// registers, XID 45's cause, a MIG instance's XID.
+TEST(KernelLogTest, NvlinkRegistersXid45sCauseAndMigInstancesAreRead) {
+  auto k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3f:00): 145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 10 (0x04082907 "
+      "0x00000008 0x00000000 0x00000000 0x00000000 0x00000000)");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->xid, 145u);
+  EXPECT_EQ(k->intr_info, 0x04082907u);
+  EXPECT_EQ(k->error_status, 0x8u);
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 "
+      "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->pci_slot, "0018:01:00");
+  EXPECT_EQ(k->intr_info, 0x025525c6u);
+  EXPECT_EQ(k->error_status, 0u);
+  k = ParseKernelXid("NVRM: Xid (PCI:0000:3f:00): 145, RLW_SRC_TRACK Nonfatal (garbled");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_FALSE(k->intr_info.has_value());  // no registers: the catalog's drain stands
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3b:00): 45, pid=9120, name=python3, Ch 00000010 caused by previous "
+      "Xid 31");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->caused_by, 31u);
+  k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 45, pid=9120, name=python3, Ch 00000010");
+  EXPECT_EQ(k->caused_by, 0u);
+  // A MIG instance's XID names the instance after the GPU's slot.
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, name=python3, Contained: CE User "
+      "Channel (0x9). RST: No, D-RST: No");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->pci_slot, "0000:01:00");
+  EXPECT_EQ(k->xid, 94u);
+  EXPECT_EQ(k->pid, 7194);
+  k = ParseKernelXid("NVRM: Xid (PCI:0000:01:00 GPU-I:02 GPU-CI:00): 31, pid=N/A, name=x, y");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->pci_slot, "0000:01:00");
+  EXPECT_EQ(k->pid, 0);
 }
 
 }  // namespace

@@ -50,24 +50,16 @@ struct NvmlPlannedCall {
   int times;  // calls a reading: two ECC totals, two clocks
 };
 inline constexpr NvmlPlannedCall kNvmlEverySample[] = {
-    {"nvmlDeviceGetTemperature", 1},
-    {"nvmlDeviceGetPowerUsage", 1},
-    {"nvmlDeviceGetEnforcedPowerLimit", 1},
-    {"nvmlDeviceGetMemoryInfo", 1},
-    {"nvmlDeviceGetUtilizationRates", 1},
-    {"nvmlDeviceGetCurrentClocksThrottleReasons", 1},
-    {"nvmlDeviceGetTotalEccErrors", 2},
-    {"nvmlDeviceGetRetiredPagesPendingStatus", 1},
-    {"nvmlDeviceGetRemappedRows", 1},
-    {"nvmlDeviceGetFieldValues", 1},
+    {"nvmlDeviceGetTemperature", 1},        {"nvmlDeviceGetPowerUsage", 1},
+    {"nvmlDeviceGetEnforcedPowerLimit", 1}, {"nvmlDeviceGetMemoryInfo", 1},
+    {"nvmlDeviceGetUtilizationRates", 1},   {"nvmlDeviceGetCurrentClocksThrottleReasons", 1},
+    {"nvmlDeviceGetTotalEccErrors", 2},     {"nvmlDeviceGetRetiredPagesPendingStatus", 1},
+    {"nvmlDeviceGetRemappedRows", 1},       {"nvmlDeviceGetFieldValues", 1},
 };
 inline constexpr NvmlPlannedCall kNvmlSlowSample[] = {
-    {"nvmlDeviceGetClockInfo", 2},
-    {"nvmlDeviceGetEncoderUtilization", 1},
-    {"nvmlDeviceGetDecoderUtilization", 1},
-    {"nvmlDeviceGetTotalEnergyConsumption", 1},
-    {"nvmlDeviceGetPcieReplayCounter", 1},
-    {"nvmlDeviceGetGridLicensableFeatures_v4", 1},
+    {"nvmlDeviceGetClockInfo", 2},          {"nvmlDeviceGetEncoderUtilization", 1},
+    {"nvmlDeviceGetDecoderUtilization", 1}, {"nvmlDeviceGetTotalEnergyConsumption", 1},
+    {"nvmlDeviceGetPcieReplayCounter", 1},  {"nvmlDeviceGetGridLicensableFeatures_v4", 1},
 };
 
 // Spends `cost` on the calling thread as the driver did, then sleeps the

@@ -2,10 +2,9 @@
 // the dlopen, dlsym and call path are real; only the "driver" is scripted.
 #include "gpu/nvml_probe.h"
 
+#include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <filesystem>

@@ -165,9 +165,7 @@ std::string Key(nvmlDevice_t d, const char* field) {
 
 bool IsMig(nvmlDevice_t d) { return reinterpret_cast<FakeDevice*>(d)->mig >= 0; }
 
-bool Lost(const Kv& kv, nvmlDevice_t d) {
-  return Num(kv, Key(d, "lost"), 0) != 0;
-}
+bool Lost(const Kv& kv, nvmlDevice_t d) { return Num(kv, Key(d, "lost"), 0) != 0; }
 
 nvmlReturn_t CopyString(const std::string& s, char* out, unsigned int len) {
   if (s.size() + 1 > len) return NVML_ERROR_INVALID_ARGUMENT;
