@@ -21,7 +21,7 @@ for round in $(seq "$rounds"); do
     env=(AGENT_BENCH_GPU="${mode%%-every-call}")
     [[ "$mode" == sim ]] && env=()
     [[ "$mode" == nvml-every-call ]] && env+=(AGENT_BENCH_SLOW_MS=0 AGENT_BENCH_NO_PCIE_COUNTERS=1)
-    out="$(env "${env[@]}" "$bench" "$gpuha" "$secs" 20 0 500)"
+    out="$(env ${env[@]+"${env[@]}"} "$bench" "$gpuha" "$secs" 20 0 500)"
     row="$(grep 'agent CPU' <<<"$out")"
     pct="$(sed -E 's/.*\| ([0-9.]+)% of one core.*/\1/' <<<"$row")"
     xid="$(grep 'median' <<<"$out" | sed -E 's/^[^|]*\|[^|]*\| ([0-9.]+) ms.*/\1/')"

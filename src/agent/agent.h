@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -196,8 +197,9 @@ class Agent {
   std::unique_ptr<gpu::KernelLog> kernel_log_;  // its own thread's, after Start()
   std::mutex xid_mu_;
   gpu::XidDeduper xid_dedup_;  // guarded by xid_mu_
-  // Application XIDs NVML told first, waiting for the kernel log's line
-  // that names their process.
+  // XIDs NVML told first whose verdict the kernel log's line decides (an
+  // application's process, 154's action, 144-150's registers, 45's
+  // cause), waiting for that line.
   static constexpr common::Duration kAttributionWait = std::chrono::milliseconds(250);
   struct HeldXid {
     gpu::XidEvent x;
@@ -205,9 +207,15 @@ class Agent {
   };
   std::vector<HeldXid> held_xids_;      // guarded by xid_mu_
   std::atomic<bool> xids_held_{false};  // held_xids_ is not empty: the event loop wakes sooner
+  // Whether Fabric Manager ran when last looked (an XID 45's), and when.
+  bool fabric_manager_ = false;                              // guarded by xid_mu_
+  std::optional<common::TimePoint> fabric_manager_seen_at_;  // guarded by xid_mu_
   // Whose process an XID's is (XidEvent::owner); the node's own server is
   // restarted for an application XID it caused.
   void AttributeXid(gpu::XidEvent* x);
+  // A kernel log line that decides its XID's verdict (154's action,
+  // 144-150's registers), judged even when it comes after the wait.
+  static bool LineDecides(const gpu::XidEvent& x);
 
   mutable std::mutex mu_;
   bool urgent_ = false;                        // guarded by mu_

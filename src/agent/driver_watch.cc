@@ -129,19 +129,35 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
   const common::TimePoint now = clock_->Now();
   {
     std::lock_guard<std::mutex> lock(xid_mu_);
+    // Held XIDs whose line did not come: judged first, before the new
+    // ones, which may follow them (an XID 45 after the XID it cleans up).
+    for (auto it = held_xids_.begin(); it != held_xids_.end();) {
+      if (it->until > now) {
+        ++it;
+        continue;
+      }
+      judge.push_back(std::move(it->x));  // judged as the catalog has it
+      it = held_xids_.erase(it);
+    }
+    size_t occurrences = judge.size();
     for (gpu::XidEvent& x : seen) {
       if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now)) {
         counters_.xid_duplicates++;
+        if (source != gpu::XidSource::kKernelLog) continue;
         // The kernel log's copy of an occurrence NVML told first and that
-        // waits for it: judged now, with the process it names.
-        if (source == gpu::XidSource::kKernelLog) {
-          auto held = std::find_if(held_xids_.begin(), held_xids_.end(), [&](const HeldXid& h) {
-            return h.x.gpu_index == x.gpu_index && h.x.xid == x.xid;
-          });
-          if (held != held_xids_.end()) {
-            held_xids_.erase(held);
-            judge.push_back(std::move(x));
-          }
+        // waits for it: judged now, as the line says.
+        auto held = std::find_if(held_xids_.begin(), held_xids_.end(), [&](const HeldXid& h) {
+          return h.x.gpu_index == x.gpu_index && h.x.xid == x.xid;
+        });
+        if (held != held_xids_.end()) {
+          held_xids_.erase(held);
+          judge.push_back(std::move(x));
+          occurrences++;
+        } else if (LineDecides(x)) {
+          // Later than the wait (a log file behind rsyslog): NVML's copy
+          // was judged as the catalog has it; the line's action is judged
+          // too (a latched verdict keeps the worse of the two).
+          judge.push_back(std::move(x));
         }
         continue;
       }
@@ -155,19 +171,12 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
         continue;
       }
       judge.push_back(std::move(x));
-    }
-    for (auto it = held_xids_.begin(); it != held_xids_.end();) {
-      if (it->until > now) {
-        ++it;
-        continue;
-      }
-      judge.push_back(std::move(it->x));  // no line came: judged without a process
-      it = held_xids_.erase(it);
+      occurrences++;
     }
     xids_held_ = !held_xids_.empty();
+    counters_.xid_events += occurrences;
   }
   if (judge.empty()) return;
-  counters_.xid_events += judge.size();
   for (gpu::XidEvent& x : judge) {
     AttributeXid(&x);
     spdlog::warn("agent {}: XID {} on GPU {}{}", config_.node, x.xid, x.gpu_index,
@@ -176,10 +185,25 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
   EvaluateXids(std::move(judge));
 }
 
+bool Agent::LineDecides(const gpu::XidEvent& x) {
+  return (x.xid == 154 && (x.recovery_value >= 0 || !x.recovery_action.empty())) ||
+         (x.xid >= 144 && x.xid <= 150 && x.intr_info.has_value());
+}
+
 void Agent::AttributeXid(gpu::XidEvent* x) {
   // XID 45 with no cause named: the catalog asks for a Fabric Manager
   // restart where one runs (the evaluator decides whether it is alone).
-  if (x->xid == 45 && x->caused_by == 0) x->fabric_manager = ProcessRuns("nv-fabricmanager");
+  // One process's exit logs an XID 45 per channel: /proc is looked at
+  // once every 10 s at most.
+  if (x->xid == 45 && x->caused_by == 0) {
+    std::lock_guard<std::mutex> lock(xid_mu_);
+    const common::TimePoint now = clock_->Now();
+    if (!fabric_manager_seen_at_ || now - *fabric_manager_seen_at_ > std::chrono::seconds(10)) {
+      fabric_manager_ = ProcessRuns("nv-fabricmanager");
+      fabric_manager_seen_at_ = now;
+    }
+    x->fabric_manager = fabric_manager_;
+  }
   if (x->pid <= 0) return;
   // A process gone since (an application often dies of its XID) cannot be
   // placed: whose it was stays unknown. The pid is the host's: an agent in

@@ -53,10 +53,12 @@ bool InProcessTree(pid_t root, pid_t pid, const std::string& proc) {
 bool ProcessRuns(const std::string& comm, const std::string& proc) {
   std::error_code ec;
   const std::string want = comm.substr(0, 15);
-  for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
-    const std::string name = entry.path().filename().string();
+  // Not the range-for: its increment throws on an error (a process gone
+  // mid-scan is not one, but a /proc that cannot be read is).
+  for (std::filesystem::directory_iterator it(proc, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "comm");
+    std::ifstream in(it->path() / "comm");
     std::string line;
     if (std::getline(in, line) && line == want) return true;
   }

@@ -73,6 +73,9 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
   common::ReadMillis(map, "xid_burst_ms", &out->xid_burst, {.min = 0, .max = 24LL * 3600 * 1000});
   common::ReadMillis(map, "xid_drain_reset_ms", &out->xid_drain_reset,
                      {.min = 0, .max = 3600LL * 1000});
+  if (out->xid_burst >= out->xid_repeat_window && map.Has("xid_burst_ms")) {
+    map.Fail("xid_burst_ms", "must be below xid_repeat_window_ms (bursts must fit the window)");
+  }
 }
 
 HealthEvaluator::HealthEvaluator(HealthThresholds thresholds) : t_(std::move(thresholds)) {}
@@ -112,6 +115,14 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
     std::string said;  // what the kernel log's line said that decided it
     const bool reset_after = Refine(x, now, &c, &node_level, &said);
     if (x.xid != 45) gpu_last_xid_[x.gpu_index] = now;
+    if (x.xid == 154 && c == XidConsequence::kIgnore && !said.empty()) {
+      // "None": the driver needs nothing more; a reset a "Drain and Reset"
+      // left pending is not owed.
+      const std::string code = absl::StrCat("gpu", x.gpu_index, ".xid154.reset");
+      std::erase_if(latched_, [&](const Latched& l) {
+        return l.reason.code == code && l.from && *l.from > now;
+      });
+    }
     if (c == XidConsequence::kIgnore) continue;
     // The process the kernel log names for it, and whose it is.
     std::string who;
@@ -137,9 +148,9 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
       // "Drain and Reset": the work moves first, then the GPU fails, to be
       // reset (the remediator's, or an operator's).
       HealthReason reset{absl::StrCat("gpu", x.gpu_index, ".xid154.reset"),
-                         absl::StrCat("XID 154: Drain and Reset: drained ",
-                                      common::ToMillis(t_.xid_drain_reset) / 1000,
-                                      " s (thresholds.xid_drain_reset_ms); reset required"),
+                         absl::StrCat("XID 154: Drain and Reset: drained for ",
+                                      common::ToMillis(t_.xid_drain_reset),
+                                      " ms (thresholds.xid_drain_reset_ms); reset required"),
                          HealthState::kFailed, static_cast<int>(x.gpu_index)};
       reset.event = true;
       Latch(std::move(reset), std::nullopt, now + t_.xid_drain_reset);
@@ -248,7 +259,7 @@ bool HealthEvaluator::Refine(const XidEvent& x, common::TimePoint now, XidConseq
     }
     if (value >= 0 || !x.recovery_action.empty()) {
       *said = absl::StrCat(
-          "recovery action ", value >= 0 ? absl::StrCat("0x", absl::Hex(value)) : "",
+          "recovery action", value >= 0 ? absl::StrCat(" 0x", absl::Hex(value)) : "",
           x.recovery_action.empty() ? "" : " " + x.recovery_action, " (not one gpuha knows)");
     }
     return false;
@@ -348,7 +359,13 @@ void HealthEvaluator::Latch(HealthReason r, std::optional<common::TimePoint> unt
     latched_.push_back({std::move(r), until, from});
     return;
   }
-  if (r.state >= it->reason.state) it->reason = std::move(r);
+  if (r.state >= it->reason.state) {
+    // A node's verdict stays the node's (XID 154 "Node Reboot Required"
+    // then "GPU Reset Required": one code, the reboot still owed).
+    const bool node = it->reason.gpu == -1 || r.gpu == -1;
+    it->reason = std::move(r);
+    if (node) it->reason.gpu = -1;
+  }
   if (!until || !it->until) {
     it->until.reset();  // a latch for good stays one
   } else {

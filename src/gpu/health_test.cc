@@ -439,6 +439,49 @@ TEST_F(HealthTest, Xid45FollowsTheXidBesideIt) {
   eval_.Reset();
   alone.fabric_manager = false;
   EXPECT_TRUE(Feed(Obs({Healthy(0)}, {alone}), 2).reasons.empty());
+  // The 10 s beside: an XID 13 (an alert) 11 s before does not own it.
+  HealthEvaluator e{HealthThresholds{}};
+  alone.fabric_manager = true;
+  e.Update(Obs({Healthy(0)}, {XidEvent{0, 13, 0}}), clock_.Now());
+  clock_.Advance(seconds(9));
+  EXPECT_FALSE(Names(e.Update(Obs({Healthy(0)}, {alone}), clock_.Now()), "gpu0.xid45"));
+  clock_.Advance(seconds(2));  // 11 s after the 13, 2 s after the last 45
+  EXPECT_TRUE(Names(e.Update(Obs({Healthy(0)}, {alone}), clock_.Now()), "gpu0.xid45"));
+}
+
+// A reset a "Drain and Reset" left pending: a second one does not put it
+// off, a "None" cancels it, and the GPU's reset clears it. A node-level 154
+// stays the node's when a GPU-level one refreshes its reason.
+TEST_F(HealthTest, APendingResetIsKeptCancelledAndClearedAsTheDriverSays) {
+  auto xid154 = [](uint32_t gpu, int value) {
+    XidEvent x{gpu, 154, 0};
+    x.recovery_value = value;
+    return x;
+  };
+  Feed(Obs({Healthy(0)}, {xid154(0, 4)}));
+  clock_.Advance(seconds(20));
+  Feed(Obs({Healthy(0)}, {xid154(0, 4)}));  // again: the first one's 30 s still hold
+  clock_.Advance(seconds(10));
+  EXPECT_EQ(Feed(Obs({Healthy(0)})).gpu_states[0], HealthState::kFailed);
+  eval_.Reset();
+  Feed(Obs({Healthy(0)}, {xid154(0, 4)}));
+  clock_.Advance(seconds(5));
+  Feed(Obs({Healthy(0)}, {xid154(0, 0)}));  // "None": nothing more to do
+  clock_.Advance(seconds(60));
+  HealthReport r = Feed(Obs({Healthy(0)}));
+  EXPECT_FALSE(Names(r, "gpu0.xid154.reset"));
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);  // the drain stays latched
+  eval_.Reset();
+  Feed(Obs({Healthy(0)}, {xid154(0, 4)}));
+  eval_.ResetGpu(0);  // reset early (an operator's)
+  clock_.Advance(seconds(60));
+  EXPECT_FALSE(Names(Feed(Obs({Healthy(0)})), "gpu0.xid154.reset"));
+  eval_.Reset();
+  Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, 2)}));      // reboot the node
+  r = Feed(Obs({Healthy(0), Healthy(1)}, {xid154(1, 1)}));  // then "GPU Reset Required"
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  eval_.ResetGpu(1);
+  EXPECT_EQ(Feed(Obs({Healthy(0), Healthy(1)})).node_state, HealthState::kFailed);
 }
 
 // Issue 38: an XID takes effect at once, judged without a sample and

@@ -194,11 +194,13 @@ TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
       "(Drain and Reset)");
+  ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->recovery_value, 4);
   EXPECT_EQ(k->recovery_action, "Drain and Reset");
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF "
       "FLR)");
+  ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->recovery_value, 1);
   EXPECT_EQ(k->recovery_action, "PF FLR");
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed");
@@ -242,6 +244,7 @@ TEST(KernelLogTest, NvlinkRegistersXid45sCauseAndMigInstancesAreRead) {
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->caused_by, 31u);
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 45, pid=9120, name=python3, Ch 00000010");
+  ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->caused_by, 0u);
   // A MIG instance's XID names the instance after the GPU's slot.
   k = ParseKernelXid(

@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -82,11 +83,15 @@ bool CostModel() {
   return on;
 }
 
+// How often each entry point was called, once a test asked
+// (fake_nvml_reset_calls): not otherwise, where it would cost the calls
+// being modelled a lock and a map each.
+std::atomic<bool> g_counting{false};
 std::mutex g_calls_mu;
-std::map<std::string, int> g_calls;  // how often each entry point was called
+std::map<std::string, int> g_calls;
 
 void Spend(const char* call) {
-  {
+  if (g_counting.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(g_calls_mu);
     ++g_calls[call];
   }
@@ -564,7 +569,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMigDeviceHandle
 }
 
 // For tests (not NVML's): the calls made since the last reset, by entry
-// point, and in all.
+// point, and in all; counting starts at the first reset.
 __attribute__((visibility("default"))) int fake_nvml_calls(const char* call) {
   std::lock_guard<std::mutex> lock(g_calls_mu);
   if (call == nullptr) {
@@ -578,6 +583,7 @@ __attribute__((visibility("default"))) int fake_nvml_calls(const char* call) {
 __attribute__((visibility("default"))) void fake_nvml_reset_calls() {
   std::lock_guard<std::mutex> lock(g_calls_mu);
   g_calls.clear();
+  g_counting = true;
 }
 
 }  // extern "C"
