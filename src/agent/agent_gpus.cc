@@ -1,10 +1,12 @@
 // The agent's GPUs one by one (issue 16): a server per GPU, each GPU's
-// verdict in the heartbeat, and the remediation steps of a failed GPU.
+// verdict in the heartbeat, the remediation steps of a failed GPU, and
+// which pod holds which GPU (the kubelet's pod resources).
 #include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "agent/agent.h"
+#include "common/log.h"
 #include "gpu/pci_rebind.h"
 
 namespace gpuha::agent {
@@ -145,6 +147,27 @@ void Agent::AddGpuHealthLocked(v1::Heartbeat* hb) {
       AddReason(r, gh->add_reasons());
     }
     if (auto it = remedies.find(gpu); it != remedies.end()) *gh->add_reasons() = it->second;
+  }
+}
+
+void Agent::PodResourcesLoop(const std::string& socket) {
+  spdlog::info("agent {}: reading pod labels from the kubelet at {}", config_.node, socket);
+  PodResourcesClient kubelet(socket);
+  bool failing = false;
+  while (!stopping_.load()) {
+    auto list = kubelet.List(std::chrono::seconds(2));
+    if (list.ok()) {
+      GpuOwners owners = GpuOwnersFromList(*list, devices_);
+      std::lock_guard<std::mutex> lock(mu_);
+      gpu_owners_ = std::move(owners);
+    } else {
+      // The last answer stays: pods keep their GPUs while the kubelet restarts.
+      counters_.pod_resources_errors++;
+      if (!failing) spdlog::warn("agent {}: {}", config_.node, list.status().message());
+    }
+    if (failing && list.ok()) spdlog::info("agent {}: the kubelet answers again", config_.node);
+    failing = !list.ok();
+    WaitFor(config_.pod_resources_interval);
   }
 }
 
