@@ -12,6 +12,7 @@
 #include "agent/process.h"
 #include "common/log.h"
 #include "gpu/xid_catalog.h"
+#include "gpu/xid_nvlink5.h"
 
 namespace gpuha::agent {
 
@@ -103,21 +104,13 @@ void Agent::KernelLogLoop() {
       });
       if (d == devices_.end()) {
         spdlog::warn("agent {}: kernel log: XID {} on PCI {}, not a GPU the driver listed",
-                     config_.node, k->xid, k->pci_slot);
+                     config_.node, k->event.xid, k->pci_slot);
         continue;
       }
-      gpu::XidEvent x;
+      gpu::XidEvent x = std::move(k->event);
       x.gpu_index = d->index;
-      x.xid = k->xid;
       x.unix_nanos = clock_->UnixNanos();
-      x.recovery_value = k->recovery_value;
-      x.recovery_action = std::move(k->recovery_action);
-      x.pid = k->pid;
-      x.process = std::move(k->process);
-      x.caused_by = k->caused_by;
-      x.intr_info = k->intr_info;
-      x.error_status = k->error_status;
-      x.driver_major = DriverMajor(d->driver_version);
+      x.driver_major = gpu::DriverMajor(d->driver_version);
       xids.push_back(std::move(x));
     }
     ReportXids(std::move(xids), gpu::XidSource::kKernelLog);

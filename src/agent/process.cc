@@ -7,7 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 
@@ -63,11 +62,6 @@ bool ProcessRuns(const std::string& comm, const std::string& proc) {
     if (std::getline(in, line) && line == want) return true;
   }
   return false;
-}
-
-uint32_t DriverMajor(const std::string& version) {
-  uint32_t major = 0;
-  return absl::SimpleAtoi(version.substr(0, version.find('.')), &major) ? major : 0;
 }
 
 }  // namespace gpuha::agent

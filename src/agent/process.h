@@ -5,7 +5,6 @@
 
 #include <sys/types.h>
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,8 +41,5 @@ bool InProcessTree(pid_t root, pid_t pid, const std::string& proc = "/proc");
 // Whether a process named `comm` (/proc/<pid>/comm, as the kernel keeps it:
 // at most 15 characters) runs, in `proc`.
 bool ProcessRuns(const std::string& comm, const std::string& proc = "/proc");
-
-// The driver's branch of a version ("580.159.04": 580); 0 when it is not one.
-uint32_t DriverMajor(const std::string& version);
 
 }  // namespace gpuha::agent

@@ -60,14 +60,8 @@ void ReadHealthThresholds(common::YamlMap map, HealthThresholds* out) {
     if (*ms < 0) map.Fail("xid_alert_hold_ms", "must not be negative");
     out->xid_alert_hold = std::chrono::milliseconds(*ms);
   }
-  if (std::optional<int64_t> v = map.Int("xid_repeat_count")) {
-    if (*v < 0 || *v > 1000) map.Fail("xid_repeat_count", "must be between 0 and 1000");
-    out->xid_repeat_count = static_cast<int>(*v);
-  }
-  if (std::optional<int64_t> v = map.Int("xid_repeat_count_other")) {
-    if (*v < 0 || *v > 1000) map.Fail("xid_repeat_count_other", "must be between 0 and 1000");
-    out->xid_repeat_count_other = static_cast<int>(*v);
-  }
+  common::ReadIntIn(map, "xid_repeat_count", 0, 1000, &out->xid_repeat_count);
+  common::ReadIntIn(map, "xid_repeat_count_other", 0, 1000, &out->xid_repeat_count_other);
   common::ReadMillis(map, "xid_repeat_window_ms", &out->xid_repeat_window,
                      {.min = 1, .max = 7LL * 24 * 3600 * 1000});
   common::ReadMillis(map, "xid_burst_ms", &out->xid_burst, {.min = 0, .max = 24LL * 3600 * 1000});
@@ -87,7 +81,6 @@ void HealthEvaluator::Reset() {
   nic_last_errors_.clear();
   latched_.clear();
   alert_xids_.clear();
-  xid_gpus_.clear();
   gpu_last_xid_.clear();
   all_ = node_ = Hysteresis{};
   gpus_.clear();
@@ -304,7 +297,6 @@ void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
   const bool same_burst = !first && now - last->second < t_.xid_burst;
   last->second = now;
   if (same_burst) return;
-  xid_gpus_[x.xid][x.gpu_index] = now;
   std::deque<Seen>& seen = alert_xids_[{x.gpu_index, x.xid}];
   // A process named and not the node's server (one that exited since
   // cannot be placed, but its pid still names it).
@@ -318,8 +310,12 @@ void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
       absl::StrCat("XID ", x.xid, " in ", seen.size(), " bursts within ",
                    common::ToMillis(t_.xid_repeat_window) / 1000, " s on this GPU");
   std::vector<std::string> others;
-  for (const auto& [gpu, at] : xid_gpus_[x.xid]) {
-    if (gpu != x.gpu_index && now - at <= t_.xid_repeat_window) others.push_back(absl::StrCat(gpu));
+  // The same XID on another GPU within the window (its last occurrence).
+  for (const auto& [key, at] : xid_last_at_) {
+    const auto& [gpu, xid] = key;
+    if (xid == x.xid && gpu != x.gpu_index && now - at <= t_.xid_repeat_window) {
+      others.push_back(absl::StrCat(gpu));
+    }
   }
   seen.clear();
   if (one_process || !others.empty()) {
@@ -408,7 +404,6 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(latched_, [&](const Latched& l) { return l.reason.gpu == static_cast<int>(gpu); });
   std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
   std::erase_if(xid_last_at_, [&](const auto& kv) { return kv.first.first == gpu; });
-  for (auto& [xid, gpus] : xid_gpus_) gpus.erase(gpu);
   gpu_last_xid_.erase(gpu);
   std::erase_if(last_readings_,
                 [&](const HealthReason& r) { return r.gpu == static_cast<int>(gpu); });

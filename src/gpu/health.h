@@ -188,7 +188,8 @@ class HealthEvaluator {
   // The last sample's reasons from readings (not XIDs): what an XID judged
   // without a sample sees of them.
   std::vector<HealthReason> last_readings_;
-  // When each (GPU, alert XID) last occurred: a burst's measure.
+  // When each (GPU, application XID) last occurred: a burst's measure,
+  // and the other GPUs' share of the repeat rule.
   std::map<std::pair<uint32_t, uint32_t>, common::TimePoint> xid_last_at_;
   // When each (GPU, alert XID) was seen within xid_repeat_window, and the
   // process the kernel log named (0: none).
@@ -198,9 +199,6 @@ class HealthEvaluator {
     std::string process;
   };
   std::map<std::pair<uint32_t, uint32_t>, std::deque<Seen>> alert_xids_;
-  // The last burst of each application XID on each GPU: repeats on
-  // different GPUs are the application's.
-  std::map<uint32_t, std::map<uint32_t, common::TimePoint>> xid_gpus_;
   // When each GPU last had an XID other than 45: an XID 45 follows it.
   std::map<uint32_t, common::TimePoint> gpu_last_xid_;
 };

@@ -72,18 +72,19 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     if (slot.empty() || !absl::SimpleAtoi(number, &xid)) return std::nullopt;
     KernelXid k;
     k.pci_slot = std::move(slot);
-    k.xid = xid;
+    XidEvent& e = k.event;
+    e.xid = xid;
     // "pid=702, name=python3, ...": the process whose work faulted.
     if (size_t at = rest.find("pid="); at != absl::string_view::npos) {
       absl::string_view pid = rest.substr(at + 4);
       pid = pid.substr(0, pid.find_first_of(", "));
       int64_t n = 0;
-      if (absl::SimpleAtoi(pid, &n) && n > 0) k.pid = n;
+      if (absl::SimpleAtoi(pid, &n) && n > 0) e.pid = n;
     }
     if (size_t at = rest.find("name="); at != absl::string_view::npos) {
       absl::string_view name = rest.substr(at + 5);
       name = name.substr(0, name.find(','));
-      if (name != "<unknown>") k.process = std::string(name);
+      if (name != "<unknown>") e.process = std::string(name);
     }
     // "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot
     // Required)": the value and the words after " to " name the action now
@@ -93,12 +94,12 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
         absl::string_view after = rest.substr(to + 6);
         uint32_t value = 0;
         if (absl::SimpleHexAtoi(after.substr(0, after.find_first_of(" (")), &value)) {
-          k.recovery_value = static_cast<int>(value);
+          e.recovery_value = static_cast<int>(value);
         }
         size_t open = after.find('(');
         size_t close = open == absl::string_view::npos ? open : after.find(')', open);
         if (close != absl::string_view::npos) {
-          k.recovery_action = std::string(after.substr(open + 1, close - open - 1));
+          e.recovery_action = std::string(after.substr(open + 1, close - open - 1));
         }
       }
     }
@@ -108,7 +109,7 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
         absl::string_view n = rest.substr(at + 23);
         n = n.substr(0, n.find_first_not_of("0123456789"));
         uint32_t cause = 0;
-        if (absl::SimpleAtoi(n, &cause)) k.caused_by = cause;
+        if (absl::SimpleAtoi(n, &cause)) e.caused_by = cause;
       }
     }
     // "145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 10 (0x04082907 0x00000008 ...)"
@@ -120,8 +121,8 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
         if (regs.size() >= 2 && absl::ConsumePrefix(&regs[0], "0x") &&
             absl::ConsumePrefix(&regs[1], "0x") && absl::SimpleHexAtoi(regs[0], &intr) &&
             absl::SimpleHexAtoi(regs[1], &status)) {
-          k.intr_info = intr;
-          k.error_status = status;
+          e.intr_info = intr;
+          e.error_status = status;
         }
       }
     }
@@ -138,7 +139,7 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
     if (slot.empty()) continue;
     KernelXid k;
     k.pci_slot = std::move(slot);
-    k.xid = 79;
+    k.event.xid = 79;
     return k;
   }
   return std::nullopt;

@@ -36,28 +36,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
+#include "gpu/gpu_probe.h"
 
 namespace gpuha::gpu {
 
 struct KernelXid {
   std::string pci_slot;  // "0000:3b:00" (domain:bus:device, lower case)
-  uint32_t xid = 0;
-  // XID 154: the action its message names ("... changed from 0x0 (None) to
-  // 0x2 (Node Reboot Required)" gives 2 and "Node Reboot Required"); -1
-  // and empty when it names none.
-  int recovery_value = -1;
-  std::string recovery_action{};
-  // XID 45: the XID whose cleanup it is (" caused by previous Xid 31",
-  // drivers from 570.124.04); 0 when the line does not say.
-  uint32_t caused_by = 0;
-  // XIDs 144-150: IntrInfo and Error Status, the first two registers in
-  // the line's parentheses.
-  std::optional<uint32_t> intr_info{}, error_status{};
-  // The process the driver names ("pid=702, name=python3"): the one whose
-  // work faulted, for an application's XID. 0 and empty when the line says
-  // '<unknown>' or nothing.
-  int64_t pid = 0;
-  std::string process{};
+  // What the line says of it: the XID; the process the driver names
+  // ("pid=702, name=python3"; 0 and empty for '<unknown>' or none); XID
+  // 154's action ("... to 0x2 (Node Reboot Required)": 2 and its words);
+  // XID 45's cause; 144-150's IntrInfo and Error Status. The GPU, the time
+  // and whose the process is are the agent's to fill in.
+  XidEvent event;
 };
 
 // One kernel log line (a /dev/kmsg record "6,812,9172,-;NVRM: ..." or a

@@ -21,24 +21,24 @@ TEST(KernelXidTest, ParsesTheDriversXidLinesInEveryForm) {
       "fallen off the bus.");
   ASSERT_TRUE(x.has_value());
   EXPECT_EQ(x->pci_slot, "0000:3b:00");
-  EXPECT_EQ(x->xid, 79u);
+  EXPECT_EQ(x->event.xid, 79u);
   x = ParseKernelXid(
       "[ 5123.778231] NVRM: Xid (PCI:0000:AF:00): 48, pid='<unknown>', name=<unknown>, An "
       "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer");
   ASSERT_TRUE(x.has_value());
   EXPECT_EQ(x->pci_slot, "0000:af:00");
-  EXPECT_EQ(x->xid, 48u);
+  EXPECT_EQ(x->event.xid, 48u);
   x = ParseKernelXid(
       "Dec 01 10:02:11 gpu-7 kernel: NVRM: Xid (PCI:0001:1a:00): 13, Graphics "
       "SM Warp Exception");
   ASSERT_TRUE(x.has_value());
   EXPECT_EQ(x->pci_slot, "0001:1a:00");
-  EXPECT_EQ(x->xid, 13u);
+  EXPECT_EQ(x->event.xid, 13u);
   // "Fallen off the bus" without an Xid line is XID 79.
   x = ParseKernelXid("6,99,1,-;NVRM: GPU 0000:41:00.0: GPU has fallen off the bus.");
   ASSERT_TRUE(x.has_value());
   EXPECT_EQ(x->pci_slot, "0000:41:00");
-  EXPECT_EQ(x->xid, 79u);
+  EXPECT_EQ(x->event.xid, 79u);
   x = ParseKernelXid(
       "NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:20b5) installed in this system has "
       "fallen off the bus and is not responding to commands.");
@@ -171,14 +171,14 @@ TEST(KernelXidTest, TheProcessTheDriverNamesIsRead) {
       "NVRM: Xid (PCI:0000:00:06): 31, pid=702, name=python3, Ch 00000008, intr 00000000. MMU "
       "Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x0_00010000");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->xid, 31u);
-  EXPECT_EQ(k->pid, 702);
-  EXPECT_EQ(k->process, "python3");
+  EXPECT_EQ(k->event.xid, 31u);
+  EXPECT_EQ(k->event.pid, 702);
+  EXPECT_EQ(k->event.process, "python3");
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:AF:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable DBE");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->pid, 0);
-  EXPECT_EQ(k->process, "");
+  EXPECT_EQ(k->event.pid, 0);
+  EXPECT_EQ(k->event.process, "");
 }
 
 // XID 154 carries its action in its message (issue 16), by value and in
@@ -188,29 +188,29 @@ TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
       "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
       "(Node Reboot Required)");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->xid, 154u);
-  EXPECT_EQ(k->recovery_value, 2);
-  EXPECT_EQ(k->recovery_action, "Node Reboot Required");
+  EXPECT_EQ(k->event.xid, 154u);
+  EXPECT_EQ(k->event.recovery_value, 2);
+  EXPECT_EQ(k->event.recovery_action, "Node Reboot Required");
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
       "(Drain and Reset)");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->recovery_value, 4);
-  EXPECT_EQ(k->recovery_action, "Drain and Reset");
+  EXPECT_EQ(k->event.recovery_value, 4);
+  EXPECT_EQ(k->event.recovery_action, "Drain and Reset");
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (PF "
       "FLR)");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->recovery_value, 1);
-  EXPECT_EQ(k->recovery_action, "PF FLR");
+  EXPECT_EQ(k->event.recovery_value, 1);
+  EXPECT_EQ(k->event.recovery_action, "PF FLR");
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->recovery_value, -1);  // no action named: the catalog's drain stands
-  EXPECT_EQ(k->recovery_action, "");
+  EXPECT_EQ(k->event.recovery_value, -1);  // no action named: the catalog's drain stands
+  EXPECT_EQ(k->event.recovery_action, "");
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus (to 0x1)");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->recovery_action, "");  // only XID 154 has one
-  EXPECT_EQ(k->recovery_value, -1);
+  EXPECT_EQ(k->event.recovery_action, "");  // only XID 154 has one
+  EXPECT_EQ(k->event.recovery_value, -1);
   // NVML's event and the log's line of one XID 154 are one occurrence.
   common::FakeClock clock;
   XidDeduper d;
@@ -225,39 +225,39 @@ TEST(KernelLogTest, NvlinkRegistersXid45sCauseAndMigInstancesAreRead) {
       "NVRM: Xid (PCI:0000:3f:00): 145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 10 (0x04082907 "
       "0x00000008 0x00000000 0x00000000 0x00000000 0x00000000)");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->xid, 145u);
-  EXPECT_EQ(k->intr_info, 0x04082907u);
-  EXPECT_EQ(k->error_status, 0x8u);
+  EXPECT_EQ(k->event.xid, 145u);
+  EXPECT_EQ(k->event.intr_info, 0x04082907u);
+  EXPECT_EQ(k->event.error_status, 0x8u);
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 "
       "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->pci_slot, "0018:01:00");
-  EXPECT_EQ(k->intr_info, 0x025525c6u);
-  EXPECT_EQ(k->error_status, 0u);
+  EXPECT_EQ(k->event.intr_info, 0x025525c6u);
+  EXPECT_EQ(k->event.error_status, 0u);
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3f:00): 145, RLW_SRC_TRACK Nonfatal (garbled");
   ASSERT_TRUE(k.has_value());
-  EXPECT_FALSE(k->intr_info.has_value());  // no registers: the catalog's drain stands
+  EXPECT_FALSE(k->event.intr_info.has_value());  // no registers: the catalog's drain stands
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:3b:00): 45, pid=9120, name=python3, Ch 00000010 caused by previous "
       "Xid 31");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->caused_by, 31u);
+  EXPECT_EQ(k->event.caused_by, 31u);
   k = ParseKernelXid("NVRM: Xid (PCI:0000:3b:00): 45, pid=9120, name=python3, Ch 00000010");
   ASSERT_TRUE(k.has_value());
-  EXPECT_EQ(k->caused_by, 0u);
+  EXPECT_EQ(k->event.caused_by, 0u);
   // A MIG instance's XID names the instance after the GPU's slot.
   k = ParseKernelXid(
       "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, name=python3, Contained: CE User "
       "Channel (0x9). RST: No, D-RST: No");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->pci_slot, "0000:01:00");
-  EXPECT_EQ(k->xid, 94u);
-  EXPECT_EQ(k->pid, 7194);
+  EXPECT_EQ(k->event.xid, 94u);
+  EXPECT_EQ(k->event.pid, 7194);
   k = ParseKernelXid("NVRM: Xid (PCI:0000:01:00 GPU-I:02 GPU-CI:00): 31, pid=N/A, name=x, y");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->pci_slot, "0000:01:00");
-  EXPECT_EQ(k->pid, 0);
+  EXPECT_EQ(k->event.pid, 0);
 }
 
 }  // namespace

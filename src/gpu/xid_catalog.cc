@@ -1,6 +1,6 @@
 #include "gpu/xid_catalog.h"
 
-#include <array>
+#include <iterator>
 
 #include "absl/strings/match.h"
 
@@ -258,6 +258,15 @@ constexpr XidInfo kCatalog[] = {
      "no bucket: the detail of an XID 48, which carries the verdict"},
 };
 
+// The catalog lists XIDs 1-172 in order, one each: an XID is its index + 1.
+constexpr bool InOrderFromOne() {
+  for (size_t i = 0; i < std::size(kCatalog); ++i) {
+    if (kCatalog[i].xid != i + 1) return false;
+  }
+  return true;
+}
+static_assert(InOrderFromOne(), "kCatalog must list XIDs 1, 2, 3, ... in order");
+
 }  // namespace
 
 absl::string_view XidConsequenceName(XidConsequence c) {
@@ -277,14 +286,7 @@ absl::string_view XidConsequenceName(XidConsequence c) {
 std::span<const XidInfo> XidCatalog() { return kCatalog; }
 
 const XidInfo* FindXid(uint32_t xid) {
-  // The catalog lists XIDs 1-172 in order, one each.
-  if (xid >= 1 && xid <= std::size(kCatalog) && kCatalog[xid - 1].xid == xid) {
-    return &kCatalog[xid - 1];
-  }
-  for (const XidInfo& info : kCatalog) {
-    if (info.xid == xid) return &info;
-  }
-  return nullptr;
+  return xid >= 1 && xid <= std::size(kCatalog) ? &kCatalog[xid - 1] : nullptr;
 }
 
 XidConsequence ConsequenceOf(uint32_t xid) {

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "absl/strings/numbers.h"
+
 namespace gpuha::gpu {
 namespace {
 
@@ -186,6 +188,11 @@ std::optional<Nvlink5Decode> DecodeNvlink5(uint32_t xid, uint32_t intr_info, uin
     }
   }
   return found;
+}
+
+uint32_t DriverMajor(absl::string_view version) {
+  uint32_t major = 0;
+  return absl::SimpleAtoi(version.substr(0, version.find('.')), &major) ? major : 0;
 }
 
 }  // namespace gpuha::gpu

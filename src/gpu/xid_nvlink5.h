@@ -31,4 +31,8 @@ struct Nvlink5Decode {
 std::optional<Nvlink5Decode> DecodeNvlink5(uint32_t xid, uint32_t intr_info, uint32_t error_status,
                                            uint32_t driver_major);
 
+// The driver's branch of a version ("580.159.04": 580), which says how
+// IntrInfo is laid out; 0 when it is not one.
+uint32_t DriverMajor(absl::string_view version);
+
 }  // namespace gpuha::gpu

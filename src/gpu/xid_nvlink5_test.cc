@@ -59,6 +59,9 @@ TEST(Nvlink5Test, AnUnknownDriverTriesBothEncodings) {
   EXPECT_EQ(DecodeNvlink5(145, 0x04082907, 0x8, 0)->action, "XID_154_EVAL");
   EXPECT_FALSE(DecodeNvlink5(145, 0x7f, 0x1, 0).has_value());   // a sub-error the table lacks
   EXPECT_FALSE(DecodeNvlink5(143, 0x82, 0x40, 0).has_value());  // not an NVLink5 XID
+  // The branch from NVML's driver version.
+  EXPECT_EQ(DriverMajor("580.159.04"), 580u);
+  EXPECT_EQ(DriverMajor(""), 0u);
   // 150 MSE: Error Status 0 or 0xFFFFFFFF.
   EXPECT_EQ(DecodeNvlink5(150, 0, 0xFFFFFFFF, 580)->action, "RESET_GPU");
 }
