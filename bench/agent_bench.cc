@@ -20,6 +20,7 @@
 // MIG is not modelled in this mode. AGENT_BENCH_GPU=sim-cost: the sim
 // backend with gpu.sim.cost_model (each sample costs the NVML calls it
 // stands for). AGENT_BENCH_HEARTBEAT_MS sets the heartbeat (50).
+// AGENT_BENCH_DATAGRAMS=0: the controller offers no heartbeat datagrams.
 #include <signal.h>
 #include <unistd.h>
 
@@ -96,6 +97,12 @@ int main(int argc, char** argv) {
     std::rename(tmp.c_str(), state.c_str());
   };
   FakeController controller;
+  // Heartbeats that say nothing new go as UDP datagrams when the controller
+  // offers them, as the real one does; AGENT_BENCH_DATAGRAMS=0 keeps every
+  // beat on the gRPC stream (the agent before datagrams).
+  const bool datagrams = std::getenv("AGENT_BENCH_DATAGRAMS") == nullptr ||
+                         std::string(std::getenv("AGENT_BENCH_DATAGRAMS")) != "0";
+  if (datagrams) controller.OfferDatagrams();
   std::vector<std::string> args = {gpuha,
                                    "agent",
                                    "--node",
@@ -246,6 +253,8 @@ int main(int argc, char** argv) {
       sample_ms, wall, core_pct, core_pct / 1.0);
   std::printf("| heartbeats received per second | %.1f | 20 | %.2f |\n", double(beats) / wall,
               double(beats) / wall / 20.0);
+  std::printf("| heartbeats received as UDP datagrams | %zu of %zu (offered: %s) | - | - |\n",
+              controller.datagram_count(), controller.heartbeat_count(), datagrams ? "yes" : "no");
   std::printf(
       "| XID injected -> heartbeat at controller, median (n=%d) | %.2f ms | 50 ms | %.3f |\n",
       injections, Percentile(latencies_ms, 0.5), Percentile(latencies_ms, 0.5) / 50.0);

@@ -293,7 +293,15 @@ void Agent::Handle(const v1::ControllerMessage& m) {
         for (Supervisor* s : Servers()) s->Fence();
       }
       if (m.welcome().fenced()) jobs_.StopAll();
+      if (m.welcome().has_datagrams()) {
+        if (absl::Status s = beats_.Open(stream_peer_, m.welcome().datagrams()); !s.ok()) {
+          spdlog::warn("agent {}: heartbeats stay on the stream: {}", config_.node, s.message());
+        }
+      }
       break;
+    case v1::ControllerMessage::kDatagramsHeard:
+      beats_.Heard(m.datagrams_heard().session());
+      return;  // nothing to tell the controller
     case v1::ControllerMessage::kFence:
       if (stale(m.fence().epoch(), "fence")) return;
       spdlog::warn("agent {}: fenced at epoch {}: {}", config_.node, m.fence().epoch(),
@@ -388,6 +396,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
     wake_cq_ = &cq;
   }
   sent_sample_seq_ = 0;  // a new controller gets full telemetry at once
+  beats_.Reset();        // and offers datagrams anew, or not
   v1::AgentMessage out = BuildHello();
   v1::ControllerMessage in;
   bool reading = false;
@@ -423,6 +432,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
             broken = true;
             break;
           }
+          stream_peer_ = ctx.peer();
           reading = true;
           stream->Read(&in, Tag(StreamOp::kRead));
           stream->Write(out, Tag(StreamOp::kWrite));
@@ -510,9 +520,13 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
     }
     if (sim_ != nullptr && sim_->AgentHung()) continue;  // silent, connection kept open
     out = BuildHeartbeat();
+    counters_.heartbeats_sent++;
+    if (beats_.Send(out.heartbeat())) {
+      counters_.heartbeat_datagrams++;
+      continue;
+    }
     writing = true;
     stream->Write(out, Tag(StreamOp::kWrite));
-    counters_.heartbeats_sent++;
   }
   connected_ = false;
   {

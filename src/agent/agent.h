@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/datagram_beats.h"
 #include "agent/job_supervisor.h"
 #include "agent/pod_resources.h"
 #include "agent/process.h"
@@ -53,6 +54,7 @@ namespace gpuha::agent {
 // nothing is counted and never shown.
 #define GPUHA_AGENT_COUNTERS(X)                                                 \
   X(heartbeats_sent, "Heartbeats written to a controller.")                     \
+  X(heartbeat_datagrams, "Heartbeats sent as UDP datagrams alone (in heartbeats_sent).") \
   X(reconnects, "Controller streams that broke or never opened.")               \
   X(samples, "Telemetry samples taken.")                                        \
   X(probe_errors, "GPU probe calls that failed.")                               \
@@ -230,6 +232,8 @@ class Agent {
   std::string role_;                           // guarded by mu_
   grpc::ClientContext* stream_ctx_ = nullptr;  // guarded by mu_
   uint64_t heartbeat_seq_ = 0;                 // connection thread only
+  DatagramBeats beats_;                        // connection thread only
+  std::string stream_peer_;                    // connection thread only: where the stream went
   uint64_t sample_seq_ = 0;                    // guarded by mu_; one per Evaluate()
   uint64_t sent_sample_seq_ = 0;               // connection thread only
 

@@ -134,6 +134,49 @@ TEST_F(AgentTest, SaysHelloWithItsGpusThenHeartbeats) {
   EXPECT_TRUE(agent->connected());
 }
 
+TEST_F(AgentTest, QuietBeatsGoAsDatagramsOnceHeardWhileNewsStaysOnTheStream) {
+  FakeController controller;
+  controller.OfferDatagrams();
+  auto agent = Start(Config({controller.port()}));
+  for (int i = 0; i < 500 && controller.datagram_count() < 20; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_GE(controller.datagram_count(), 20u);
+  EXPECT_GE(agent->counters().heartbeat_datagrams, 15u);
+  // Telemetry still comes, on the stream, and an XID's beat at once.
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.gpus_size(); }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent->http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=79,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  auto failed = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    return h.health() == v1::NODE_HEALTH_FAILED && h.xids_size() > 0;
+  });
+  ASSERT_TRUE(failed.has_value());
+  // Then quiet again: the failed state repeats by datagram.
+  const size_t before = controller.datagram_count();
+  for (int i = 0; i < 300 && controller.datagram_count() < before + 5; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_GE(controller.datagram_count(), before + 5);
+  EXPECT_EQ(controller.heartbeats().back().heartbeat.health(), v1::NODE_HEALTH_FAILED);
+  // Each beat reached the controller once, by one path or the other, in order.
+  std::vector<FakeController::Received> beats = controller.heartbeats();
+  uint64_t gaps = 0;
+  for (size_t i = 1; i < beats.size(); ++i) {
+    ASSERT_GT(beats[i].heartbeat.seq(), 0u);
+    if (beats[i].heartbeat.seq() != beats[i - 1].heartbeat.seq() + 1) ++gaps;
+  }
+  EXPECT_EQ(gaps, 0u) << "of " << beats.size() << " beats";
+}
+
+TEST_F(AgentTest, WithoutAnOfferEveryBeatIsOnTheStream) {
+  FakeController controller;
+  auto agent = Start(Config({controller.port()}));
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.seq() >= 20; }));
+  EXPECT_EQ(agent->counters().heartbeat_datagrams, 0u);
+  EXPECT_EQ(controller.datagram_count(), 0u);
+}
+
 TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
   FakeController controller;
   auto agent = Start(Config({controller.port()}));

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/heartbeat_datagram.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "common/net_util.h"
@@ -391,6 +392,24 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   welcome.mutable_welcome()->set_epoch(epoch_);
   welcome.mutable_welcome()->set_role(RoleName(RoleToTellLocked(*n)));
   welcome.mutable_welcome()->set_fenced(n->fenced());
+  // A new stream: a new agent process may count its beats from 1 again,
+  // and its datagrams get a session and key of their own.
+  n->beat_seq = 0;
+  EndDatagramsLocked(*n);
+  if (const uint16_t port = datagram_port_.load(); port != 0) {
+    do {
+      n->datagram_session = 0;
+      for (char c : common::RandomBytes(8)) {
+        n->datagram_session = (n->datagram_session << 8) | static_cast<unsigned char>(c);
+      }
+    } while (n->datagram_session == 0 || datagram_sessions_.count(n->datagram_session) > 0);
+    n->datagram_key = common::RandomBytes(common::kDatagramKeyBytes);
+    datagram_sessions_[n->datagram_session] = hello.node();
+    v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
+    d->set_port(port);
+    d->set_session(n->datagram_session);
+    d->set_key(n->datagram_key);
+  }
   n->sink->Send(welcome);
   // A joining node's agent may still hold a fence (from an earlier life of
   // the cluster, a store lost or --init; or its restart lost the rejoin
@@ -410,7 +429,68 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
-  counters_.heartbeats++;
+  // The stream is applied whole, in order, even behind a newer datagram:
+  // a datagram only ever repeats the state of the beat before it, so the
+  // older beat changes nothing back, and its telemetry and XIDs count. Its
+  // liveness is old news (and, sent both ways before the agent heard,
+  // counted once).
+  HeartbeatLocked(*n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
+}
+
+absl::Status Controller::AgentDatagram(absl::string_view datagram) {
+  if (!acting()) return absl::UnavailableError("this controller does not lead");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting()) return absl::UnavailableError("this controller does not lead");
+  auto refuse = [&](absl::Status s) {
+    counters_.datagrams_refused++;
+    return s;
+  };
+  absl::StatusOr<uint64_t> session = common::DatagramSession(datagram);
+  if (!session.ok()) return refuse(session.status());
+  auto it = datagram_sessions_.find(*session);
+  if (it == datagram_sessions_.end()) {
+    return refuse(absl::NotFoundError(
+        absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
+  }
+  const std::string node = it->second;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return refuse(absl::NotFoundError(absl::StrCat("node '", node, "' is gone")));
+  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, n->datagram_key);
+  if (!payload.ok()) return refuse(payload.status());
+  v1::Heartbeat hb;
+  if (!hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "bytes 44-", datagram.size() - 1, " of node '", node, "': not a Heartbeat message")));
+  }
+  if (hb.seq() <= n->beat_seq) {
+    counters_.datagrams_stale++;
+    return absl::AlreadyExistsError(absl::StrCat(
+        "node '", node, "': heartbeat ", hb.seq(), " is not newer than ", n->beat_seq,
+        " (a duplicate, a late datagram or a replay)"));
+  }
+  counters_.heartbeat_datagrams++;
+  if (!n->datagrams_heard && n->sink) {
+    n->datagrams_heard = true;
+    v1::ControllerMessage heard;
+    heard.mutable_datagrams_heard()->set_session(*session);
+    n->sink->Send(heard);
+  }
+  HeartbeatLocked(*n, node, hb, /*fresh=*/true);
+  return absl::OkStatus();
+}
+
+void Controller::EndDatagramsLocked(NodeState& n) {
+  if (n.datagram_session != 0) datagram_sessions_.erase(n.datagram_session);
+  n.datagram_session = 0;
+  n.datagram_key.clear();
+  n.datagrams_heard = false;
+}
+
+void Controller::HeartbeatLocked(NodeState& node_state, const std::string& node,
+                                 const v1::Heartbeat& hb, bool fresh) {
+  NodeState* n = &node_state;
+  n->beat_seq = std::max(n->beat_seq, hb.seq());
+  if (fresh) counters_.heartbeats++;
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
   for (const v1::XidEvent& x : hb.xids()) {
     n->xids.push_back(x);
@@ -426,7 +506,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   }
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
-  if (in_service) detector_.Heartbeat(node);
+  if (in_service && fresh) detector_.Heartbeat(node);
   if (hb.fenced()) n->fenced_beat_at = clock_->Now();
   JobReportLocked(*n, hb.jobs(), hb.fenced());
   // An agent acting under an old epoch, or serving while fenced, is corrected.
@@ -528,6 +608,7 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
   n->sink.reset();
+  EndDatagramsLocked(*n);
   n->healthy_since.reset();
   if (!n->restart_until) detector_.StreamBroken(node);
   EventLocked(

@@ -68,7 +68,10 @@ class AgentSink {
   X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")    \
   X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")            \
   X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.") \
-  X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")
+  X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")        \
+  X(heartbeat_datagrams, "Agent heartbeats received as UDP datagrams (counted in heartbeats).") \
+  X(datagrams_refused, "UDP datagrams refused: malformed, unknown session or bad MAC.")        \
+  X(datagrams_stale, "Heartbeat datagrams older than a heartbeat already heard (dropped).")
 
 struct ControllerCounters {
 #define GPUHA_FIELD(name, help) uint64_t name = 0;
@@ -105,6 +108,15 @@ class Controller {
   [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
                                             bool proven);
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb);
+  // A heartbeat datagram (common/heartbeat_datagram.h) from the UDP port:
+  // applied as AgentHeartbeat when it is a stream's, signed with its key,
+  // and newer than every heartbeat heard from that agent. The reason when
+  // it is not (counted in datagrams_refused; AlreadyExists, one not newer,
+  // in datagrams_stale).
+  absl::Status AgentDatagram(absl::string_view datagram);
+  // The UDP port heartbeat datagrams reach; 0 (the default): none, agents
+  // beat on their streams only. Welcomes offer datagrams from then on.
+  void SetDatagramPort(uint16_t port) { datagram_port_ = port; }
   void AgentDisconnected(const std::string& node, const AgentSink* sink);
   // The agent on `sink` stops on purpose. If its server stops with it, the
   // node's work moves first (make-before-break) and the node is fenced, not
@@ -221,6 +233,13 @@ class Controller {
     // the gap after it (zero: not in a run).
     common::TimePoint refence_at{};
     common::Duration refence_gap{};
+    // The heartbeat datagrams of its agent's stream (0: none offered), their
+    // key, whether one was heard, and the newest heartbeat's seq by either
+    // path: an older one is a duplicate or a replay.
+    uint64_t datagram_session = 0;
+    std::string datagram_key;
+    bool datagrams_heard = false;
+    uint64_t beat_seq = 0;
     // With servers per GPU: each GPU's last word from its agent.
     struct GpuState {
       bool reported = false;  // its agent has said anything of it
@@ -385,6 +404,14 @@ class Controller {
   ControllerCounters counters_;                    // guarded by mu_
   TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes
   std::vector<std::thread> hooks_;                 // fence hooks in flight
+  std::atomic<uint16_t> datagram_port_{0};
+  std::map<uint64_t, std::string> datagram_sessions_;  // guarded by mu_; session -> node
+  // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
+  // `fresh`: newer than any heard, so it also says the agent is alive.
+  void HeartbeatLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb,
+                       bool fresh);
+  // Ends `n`'s datagram session, if any.
+  void EndDatagramsLocked(NodeState& n);
 };
 
 }  // namespace gpuha::controller

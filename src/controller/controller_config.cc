@@ -167,6 +167,7 @@ absl::StatusOr<ControllerConfig> ParseControllerConfig(absl::string_view yaml,
       *out = *v;
     }
   }
+  if (auto v = listen.Bool("heartbeat_datagrams")) c.heartbeat_datagrams = *v;
   common::YamlMap store = root.Map("store");
   for (const char* key : {"sqlite", "path"}) {
     if (auto p = store.String(key)) {

@@ -8,7 +8,7 @@
 //     - { name: gpu-4, role: passive, capacity: 10, address: "127.0.0.1:8004" }
 //     - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true, address: "127.0.0.1:8005" }
 //   tenants: [acme, globex]
-//   listen: { grpc: "127.0.0.1:7400", http: "127.0.0.1:7401" }
+//   listen: { grpc: "127.0.0.1:7400", http: "127.0.0.1:7401", heartbeat_datagrams: true }
 //   store: { sqlite: /var/lib/gpuha/controller.db }   # or { path: ... }, the older spelling
 //   store: { etcd: ["http://10.0.0.1:2379", ...], prefix: /gpuha/, lease_ttl_ms: 2000,
 //            tls: { ca: etcd-ca.pem, cert: c.pem, key: c.key }, advertise: "10.0.0.5:7401" }
@@ -109,6 +109,9 @@ struct ControllerConfig {
   std::vector<std::string> tenants;
   std::string grpc_listen = absl::StrCat("127.0.0.1:", common::kControllerGrpcPort);
   std::string http_listen = absl::StrCat("127.0.0.1:", common::kControllerHttpPort);
+  // listen.heartbeat_datagrams: agents may send the heartbeats that say
+  // nothing new as UDP datagrams to the gRPC address's port (BFD's way).
+  bool heartbeat_datagrams = true;
   std::string store_path;  // SQLite; empty (and no etcd): in memory (tests, throwaway runs)
   // etcd: the controllers that share these endpoints elect one leader, which
   // alone acts (controller/etcd.h).

@@ -23,7 +23,7 @@ nodes:
   - { name: gpu-2, role: passive, capacity: 10, address: "127.0.0.1:8002" }
   - { name: cpu-1, role: buffer, capacity: 4, cpu_only: true }
 tenants: [acme]
-listen: { grpc: "127.0.0.1:0", http: "127.0.0.1:0" }
+listen: { grpc: "127.0.0.1:0", http: "127.0.0.1:0", heartbeat_datagrams: false }
 tokens:
   - { name: ops, role: admin, sha256: ")" +
                                      admin + R"(" }
@@ -38,6 +38,7 @@ recovery: { healthy_for_ms: 800, max_failures: 2, window_s: 60, restart_grace_ms
   EXPECT_TRUE(c->nodes[2].spec.cpu_only);
   EXPECT_EQ(c->tokens.at(admin).role, ApiRole::kAdmin);
   EXPECT_EQ(c->detector.floor, std::chrono::milliseconds(120));
+  EXPECT_FALSE(c->heartbeat_datagrams);
   EXPECT_EQ(c->max_failures, 2);
   EXPECT_EQ(c->restart_grace, std::chrono::milliseconds(45000));
   EXPECT_EQ(c->fence_hook, "kubectl cordon {node}");
@@ -131,6 +132,8 @@ TEST(ControllerConfigTest, ValuesThatBreakLaterAreRefusedNamingTheField) {
               HasSubstr("recovery.restart_grace_ms:"));
   EXPECT_THAT(Err(two + "listen: { grpc: \"nowhere\" }\n"),
               HasSubstr("c.yaml:2:17: listen.grpc: 'nowhere' is not HOST:PORT"));
+  EXPECT_THAT(Err(two + "listen: { heartbeat_datagrams: sometimes }\n"),
+              HasSubstr("listen.heartbeat_datagrams:"));
   const std::string hash = Sha256Hex("t");
   EXPECT_THAT(Err(two + "tokens:\n  - { name: v, role: viewer, sha256: " + hash +
                   " }\n  - { name: x, role: admin, sha256: " + hash + " }\n"),

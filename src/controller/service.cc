@@ -367,6 +367,19 @@ absl::Status ControllerServer::Start() {
   auto grpc = StartGrpc(config_, {agents_.get(), routes_.get()}, &grpc_port_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);
+  if (config_.heartbeat_datagrams) {
+    absl::StatusOr<common::HostPort> at = common::ParseHostPort(config_.grpc_listen, "listen.grpc");
+    if (!at.ok()) return at.status();
+    at->port = static_cast<uint16_t>(grpc_port_);
+    auto rx = common::UdpReceiver::Start(*at, [this](absl::string_view d) { OnDatagram(d); });
+    if (rx.ok()) {
+      datagrams_ = std::move(*rx);
+      controller_->SetDatagramPort(datagrams_->port());
+    } else {
+      // Not fatal: agents are offered no datagrams and beat on their streams.
+      spdlog::warn("controller: heartbeat datagrams off: {}", rx.status().message());
+    }
+  }
   std::vector<std::string> hp = absl::StrSplit(config_.http_listen, absl::MaxSplits(':', 1));
   uint32_t port = 0;
   if (hp.size() != 2 || !absl::SimpleAtoi(hp[1], &port) || port > 65535) {
@@ -389,12 +402,27 @@ absl::Status ControllerServer::Start() {
 
 void ControllerServer::Stop() {
   if (stopping_.exchange(true)) return;
+  if (datagrams_) datagrams_->Stop();
   // Agents and routers first: a tick may sit on the controller's lock in a
   // hung store write (a deposed leader), and its agents must go on to the
   // new leader meanwhile.
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
   if (ticker_.joinable()) ticker_.join();
   if (http_) http_->Stop();
+}
+
+void ControllerServer::OnDatagram(absl::string_view datagram) {
+  absl::Status s = controller_->AgentDatagram(datagram);
+  if (s.ok() || s.code() == absl::StatusCode::kUnavailable) return;  // deposed: not ours to judge
+  // A late duplicate of a beat its stream brought is no news.
+  if (s.code() == absl::StatusCode::kAlreadyExists) return;
+  ++refusals_unlogged_;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refusal_logged_ < std::chrono::seconds(10)) return;
+  spdlog::warn("controller: refused a heartbeat datagram: {} ({} refused since the last report)",
+               s.message(), refusals_unlogged_);
+  refusal_logged_ = now;
+  refusals_unlogged_ = 0;
 }
 
 common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) {

@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include "common/http_server.h"
+#include "common/udp.h"
 #include "controller/controller.h"
 #include "gpuha/v1/agent.grpc.pb.h"
 #include "gpuha/v1/routes.grpc.pb.h"
@@ -60,9 +62,12 @@ class ControllerServer {
 
   // The HTTP API, public for tests that call it without sockets.
   common::HttpResponse HandleHttp(const common::HttpRequest& r);
+  // The UDP port of heartbeat datagrams; 0: off.
+  uint16_t datagram_port() const { return datagrams_ ? datagrams_->port() : 0; }
 
  private:
   class AgentServiceImpl;
+  void OnDatagram(absl::string_view datagram);
   Controller* const controller_;
   const ControllerConfig& config_;
   std::unique_ptr<AgentServiceImpl> agents_;
@@ -70,9 +75,13 @@ class ControllerServer {
   std::unique_ptr<grpc::Service> routes_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<common::HttpServer> http_;
+  std::unique_ptr<common::UdpReceiver> datagrams_;  // heartbeats on UDP; null: off
   int grpc_port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread ticker_;
+  // Refused datagrams are logged at most every 10 s (receiver thread only).
+  std::chrono::steady_clock::time_point refusal_logged_{};
+  uint64_t refusals_unlogged_ = 0;
 };
 
 class StandbyServer {

@@ -415,6 +415,14 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
       std::this_thread::sleep_for(milliseconds(10));
     }
   }
+  // Their quiet heartbeats come as UDP datagrams, to the gRPC port's number.
+  EXPECT_EQ(server.datagram_port(), server.grpc_port());
+  for (int i = 0; i < 300 && controller.counters().heartbeat_datagrams < 30; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_GE(controller.counters().heartbeat_datagrams, 30u);
+  EXPECT_EQ(controller.counters().datagrams_refused, 0u);
+  for (auto& a : agents) EXPECT_GT(a->counters().heartbeat_datagrams, 0u);
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(controller.AddStream({"s" + std::to_string(i), "acme", 1}).ok());
   }

@@ -5,10 +5,15 @@
 //   FakeController c;           // listens on 127.0.0.1, ephemeral port
 //   agent_config.controllers = {{"127.0.0.1", c.port()}};
 //   auto hb = c.WaitForHeartbeat([](const v1::Heartbeat& h) { return h.xids_size() > 0; });
+//
+// With OfferDatagrams() it welcomes each agent with a heartbeat datagram
+// session as the real controller does, and records the datagrams it can
+// open (heartbeats() then holds beats from both paths, each seq once).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -19,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "common/heartbeat_datagram.h"
+#include "common/udp.h"
 #include "gpuha/v1/agent.grpc.pb.h"
 
 namespace gpuha::agent::testing {
@@ -37,7 +44,34 @@ class FakeController final : public v1::AgentService::Service {
   ~FakeController() override { Shutdown(); }
 
   int port() const { return port_; }
+  // Each hello is answered with a welcome that offers heartbeat datagrams.
+  void OfferDatagrams() {
+    auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
+      absl::StatusOr<absl::string_view> payload = common::OpenDatagram(d, kDatagramKey);
+      v1::Heartbeat hb;
+      if (!payload.ok() || !hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (hb.seq() <= beat_seq_) return;
+      beat_seq_ = hb.seq();
+      ++datagrams_;
+      heartbeats_.push_back({hb, std::chrono::steady_clock::now()});
+      if (datagrams_ == 1) {
+        v1::ControllerMessage heard;
+        heard.mutable_datagrams_heard()->set_session(kDatagramSession);
+        outbox_.push_back(heard);
+      }
+      cv_.notify_all();
+    });
+    if (rx.ok()) datagram_rx_ = std::move(*rx);
+  }
+  size_t datagram_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return datagrams_;
+  }
   void Shutdown() {
+    if (datagram_rx_) datagram_rx_->Stop();
     if (!server_) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -67,9 +101,26 @@ class FakeController final : public v1::AgentService::Service {
     v1::AgentMessage m;
     while (stream->Read(&m)) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (m.has_hello()) hellos_.push_back(m.hello());
-      if (m.has_heartbeat())
+      if (m.has_hello()) {
+        hellos_.push_back(m.hello());
+        beat_seq_ = 0;
+        if (datagram_rx_) {
+          v1::ControllerMessage w;
+          v1::HeartbeatDatagrams* d = w.mutable_welcome()->mutable_datagrams();
+          d->set_port(datagram_rx_->port());
+          d->set_session(kDatagramSession);
+          d->set_key(kDatagramKey);
+          outbox_.push_back(w);
+        }
+      }
+      // With datagrams, a beat both paths brought is recorded once (such a
+      // beat carries no telemetry and no XIDs; one that does always counts).
+      const v1::Heartbeat& h = m.heartbeat();
+      if (m.has_heartbeat() && (!datagram_rx_ || h.seq() > beat_seq_ || h.gpus_size() > 0 ||
+                                h.nics_size() > 0 || h.xids_size() > 0)) {
+        beat_seq_ = std::max(beat_seq_, m.heartbeat().seq());
         heartbeats_.push_back({m.heartbeat(), std::chrono::steady_clock::now()});
+      }
       if (m.has_goodbye()) goodbyes_.push_back(m.goodbye());
       cv_.notify_all();
     }
@@ -151,6 +202,11 @@ class FakeController final : public v1::AgentService::Service {
   std::vector<v1::Goodbye> goodbyes_;
   std::vector<Received> heartbeats_;
   std::deque<v1::ControllerMessage> outbox_;
+  static constexpr uint64_t kDatagramSession = 0x6770756861ULL;
+  inline static const std::string kDatagramKey = std::string(common::kDatagramKeyBytes, 'k');
+  std::unique_ptr<common::UdpReceiver> datagram_rx_;
+  uint64_t beat_seq_ = 0;  // the newest heartbeat's, by either path
+  size_t datagrams_ = 0;
 };
 
 }  // namespace gpuha::agent::testing

@@ -1,0 +1,112 @@
+#include "agent/datagram_beats.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "common/heartbeat_datagram.h"
+
+namespace gpuha::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A controller's UDP port: the heartbeats it could open with the key.
+class Port {
+ public:
+  Port() {
+    rx_ = std::move(*common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
+      absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, key);
+      std::lock_guard<std::mutex> lock(mu_);
+      v1::Heartbeat hb;
+      if (p.ok() && hb.ParseFromArray(p->data(), static_cast<int>(p->size()))) got_.push_back(hb);
+      cv_.notify_all();
+    }));
+  }
+  v1::HeartbeatDatagrams Offer() const {
+    v1::HeartbeatDatagrams o;
+    o.set_port(rx_->port());
+    o.set_session(7);
+    o.set_key(key);
+    return o;
+  }
+  // The seqs received once `n` datagrams came (or 2 s passed).
+  std::vector<uint64_t> Seqs(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return got_.size() >= n; });
+    std::vector<uint64_t> out;
+    for (const v1::Heartbeat& h : got_) out.push_back(h.seq());
+    return out;
+  }
+  const std::string key = std::string(common::kDatagramKeyBytes, 'q');
+
+ private:
+  std::unique_ptr<common::UdpReceiver> rx_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<v1::Heartbeat> got_;
+};
+
+v1::Heartbeat Beat(uint64_t seq, v1::NodeHealth health = v1::NODE_HEALTH_HEALTHY) {
+  v1::Heartbeat hb;
+  hb.set_seq(seq);
+  hb.set_sent_unix_nanos(1000 + seq);
+  hb.set_health(health);
+  hb.set_epoch(3);
+  return hb;
+}
+
+TEST(DatagramBeatsTest, OnlyBeatsThatSayNothingNewGoAndTheStreamCarriesThemUntilHeard) {
+  Port port;
+  DatagramBeats beats;
+  EXPECT_FALSE(beats.Send(Beat(1)));  // nothing offered: the stream
+  ASSERT_TRUE(beats.Open("ipv4:127.0.0.1:1", port.Offer()).ok());
+  EXPECT_FALSE(beats.Send(Beat(2)));  // the first: nothing to compare with
+  EXPECT_FALSE(beats.Send(Beat(3)));  // sent, but not heard yet: the stream too
+  beats.Heard(99);                    // another session's word
+  EXPECT_FALSE(beats.heard());
+  beats.Heard(7);
+  EXPECT_TRUE(beats.Send(Beat(4)));  // the datagram alone
+  EXPECT_FALSE(beats.Send(Beat(5, v1::NODE_HEALTH_DEGRADED)));  // a change: the stream
+  EXPECT_TRUE(beats.Send(Beat(6, v1::NODE_HEALTH_DEGRADED)));
+  v1::Heartbeat telemetry = Beat(7, v1::NODE_HEALTH_DEGRADED);
+  telemetry.add_gpus()->set_index(0);
+  EXPECT_FALSE(beats.Send(telemetry));  // telemetry: the stream
+  v1::Heartbeat xid = Beat(8, v1::NODE_HEALTH_DEGRADED);
+  xid.add_xids()->set_xid(31);
+  EXPECT_FALSE(beats.Send(xid));                                // an XID: the stream
+  EXPECT_TRUE(beats.Send(Beat(9, v1::NODE_HEALTH_DEGRADED)));  // the same state again
+  v1::Heartbeat big = Beat(10, v1::NODE_HEALTH_DEGRADED);
+  big.add_reasons()->set_detail(std::string(2000, 'x'));
+  EXPECT_FALSE(beats.Send(big));  // a change anyway
+  EXPECT_FALSE(beats.Send(big));  // the same, but larger than a datagram may be
+  EXPECT_EQ(port.Seqs(4), (std::vector<uint64_t>{3, 4, 6, 9}));
+
+  beats.Reset();  // a new stream: nothing offered until its welcome
+  EXPECT_FALSE(beats.heard());
+  EXPECT_FALSE(beats.Send(Beat(11)));
+  EXPECT_FALSE(beats.Send(Beat(12)));
+}
+
+TEST(DatagramBeatsTest, ABadOfferLeavesTheStream) {
+  Port port;
+  DatagramBeats beats;
+  v1::HeartbeatDatagrams o = port.Offer();
+  o.set_key("short");
+  EXPECT_THAT(beats.Open("ipv4:127.0.0.1:1", o).message(),
+              HasSubstr("datagrams.key has 5 bytes, not 32"));
+  o = port.Offer();
+  o.set_port(0);
+  EXPECT_THAT(beats.Open("ipv4:127.0.0.1:1", o).message(), HasSubstr("datagrams.port 0"));
+  EXPECT_THAT(beats.Open("unix:/x", port.Offer()).message(), HasSubstr("'unix:/x'"));
+  beats.Heard(7);
+  EXPECT_FALSE(beats.Send(Beat(1)));
+  EXPECT_FALSE(beats.Send(Beat(2)));
+}
+
+}  // namespace
+}  // namespace gpuha::agent

@@ -1,0 +1,43 @@
+// A heartbeat as one authenticated UDP datagram (BFD's and keepalived's way
+// of beating): the agent sends it with one system call and nothing answers.
+//
+//   bytes 0-3    "GHB1"
+//   bytes 4-11   the session, big-endian: which stream's key signs it
+//   bytes 12-43  HMAC-SHA256 over bytes 0-11 and the payload, with that key
+//   bytes 44-    the payload (a serialized v1::Heartbeat)
+//
+//   std::string d = SealDatagram(session, key, payload);
+//   absl::StatusOr<uint64_t> s = DatagramSession(d);   // whose key to look up
+//   absl::StatusOr<absl::string_view> p = OpenDatagram(d, key);
+//
+// The key comes over the agent's gRPC stream (TLS when configured), so a
+// datagram proves what the stream proved; its sequence number, checked by
+// the receiver, makes a replay stale. Errors name the bytes at fault.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gpuha::common {
+
+inline constexpr absl::string_view kDatagramMagic = "GHB1";
+inline constexpr size_t kDatagramKeyBytes = 32;
+inline constexpr size_t kDatagramHeaderBytes = 4 + 8 + 32;
+// Larger heartbeats go on the stream: one Ethernet frame, with room for
+// IPv6 and UDP headers, never fragmented.
+inline constexpr size_t kMaxDatagramBytes = 1400;
+
+std::string SealDatagram(uint64_t session, absl::string_view key, absl::string_view payload);
+// The session named in bytes 4-11, once the size and magic are right.
+absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram);
+// The payload, if the MAC is `key`'s (compared in constant time).
+absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, absl::string_view key);
+
+// `n` bytes from OpenSSL's CSPRNG (sessions and keys).
+std::string RandomBytes(size_t n);
+
+}  // namespace gpuha::common

@@ -1,0 +1,107 @@
+#include "common/heartbeat_datagram.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/udp.h"
+
+namespace gpuha::common {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kKey(32, 'k');
+
+TEST(HeartbeatDatagramTest, SealedIsOpenedWithItsKeyOnly) {
+  const std::string d = SealDatagram(0x0102030405060708ULL, kKey, "payload");
+  ASSERT_EQ(d.size(), kDatagramHeaderBytes + 7);
+  EXPECT_EQ(d.substr(0, 4), "GHB1");
+  EXPECT_EQ(d.substr(4, 8), std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+  absl::StatusOr<uint64_t> session = DatagramSession(d);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(*session, 0x0102030405060708ULL);
+  absl::StatusOr<absl::string_view> p = OpenDatagram(d, kKey);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, "payload");
+  // An empty payload is a datagram too (every field of a heartbeat at its default).
+  EXPECT_TRUE(OpenDatagram(SealDatagram(1, kKey, ""), kKey).ok());
+
+  absl::StatusOr<absl::string_view> other = OpenDatagram(d, std::string(32, 'x'));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.status().message(), HasSubstr("bytes 12-43"));
+}
+
+TEST(HeartbeatDatagramTest, EveryAlteredByteIsRefusedAndNamed) {
+  const std::string d = SealDatagram(42, kKey, "a heartbeat");
+  for (size_t i = 0; i < d.size(); ++i) {
+    std::string bad = d;
+    bad[i] ^= 0x01;
+    absl::StatusOr<absl::string_view> p = OpenDatagram(bad, kKey);
+    ASSERT_FALSE(p.ok()) << "byte " << i << " altered and accepted";
+    EXPECT_THAT(p.status().message(), HasSubstr(i < 4 ? "bytes 0-3" : "bytes 12-43")) << i;
+  }
+  absl::StatusOr<uint64_t> shortened = DatagramSession(d.substr(0, kDatagramHeaderBytes - 1));
+  EXPECT_THAT(shortened.status().message(),
+              HasSubstr("datagram of 43 bytes: shorter than its 44-byte header"));
+  EXPECT_THAT(DatagramSession(std::string(50, '\xff')).status().message(),
+              HasSubstr("bytes 0-3 are \"\\xff\\xff\\xff\\xff\", not \"GHB1\""));
+}
+
+TEST(HeartbeatDatagramTest, KeysAndSessionsAreRandom) {
+  EXPECT_EQ(RandomBytes(32).size(), 32u);
+  EXPECT_NE(RandomBytes(32), RandomBytes(32));
+}
+
+TEST(UdpTest, DatagramsArriveInOrderOnLoopbackAndStopEndsTheThread) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> got;
+  auto rx = UdpReceiver::Start({"127.0.0.1", 0}, [&](absl::string_view d) {
+    std::lock_guard<std::mutex> lock(mu);
+    got.emplace_back(d);
+    cv.notify_all();
+  });
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  ASSERT_NE((*rx)->port(), 0);
+  auto tx = UdpSender::Open({"127.0.0.1", (*rx)->port()});
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  for (const char* d : {"one", "two", "three"}) ASSERT_TRUE((*tx)->Send(d).ok());
+  ASSERT_TRUE((*tx)->Send(std::string(9000, 'x')).ok());  // larger than any buffer of ours
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return got.size() == 4; }));
+  }
+  EXPECT_EQ(got[0], "one");
+  EXPECT_EQ(got[2], "three");
+  EXPECT_EQ(got[3].size(), 9000u);
+  const auto t0 = std::chrono::steady_clock::now();
+  (*rx)->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+
+  // Bad addresses are named. (The stopped receiver still holds its port.)
+  auto taken = UdpReceiver::Start({"127.0.0.1", (*rx)->port()}, [](absl::string_view) {});
+  ASSERT_FALSE(taken.ok());
+  EXPECT_THAT(taken.status().message(),
+              HasSubstr(absl::StrCat("UDP 127.0.0.1:", (*rx)->port(), ": cannot bind")));
+  auto unresolvable = UdpSender::Open({"no such host.invalid", 1});
+  EXPECT_THAT(unresolvable.status().message(), HasSubstr("cannot resolve"));
+}
+
+TEST(UdpTest, GrpcPeerHostReadsEveryForm) {
+  EXPECT_EQ(*GrpcPeerHost("ipv4:10.0.0.5:7400"), "10.0.0.5");
+  EXPECT_EQ(*GrpcPeerHost("ipv6:[::1]:7400"), "::1");
+  EXPECT_EQ(*GrpcPeerHost("ipv6:%5B::1%5D:7400"), "::1");
+  EXPECT_EQ(*GrpcPeerHost("ipv6:%5B%3A%3A1%5D:7400"), "::1");
+  EXPECT_THAT(GrpcPeerHost("unix:/run/x.sock").status().message(),
+              HasSubstr("'unix:/run/x.sock' is not ipv4:HOST:PORT"));
+  EXPECT_FALSE(GrpcPeerHost("ipv4:10.0.0.5").ok());
+}
+
+}  // namespace
+}  // namespace gpuha::common

@@ -1,0 +1,152 @@
+#include "common/udp.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace gpuha::common {
+namespace {
+
+// `hp` resolved for a datagram socket (numeric hosts need no lookup).
+absl::StatusOr<addrinfo*> Resolve(const HostPort& hp, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(hp.port);
+  if (int rc = ::getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), port.c_str(), &hints,
+                             &found);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UDP ", hp.str(), ": cannot resolve: ", ::gai_strerror(rc)));
+  }
+  return found;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UdpReceiver>> UdpReceiver::Start(const HostPort& at,
+                                                               Handler on_datagram) {
+  absl::StatusOr<addrinfo*> found = Resolve(at, /*passive=*/true);
+  if (!found.ok()) return found.status();
+  int fd = -1;
+  std::string why;
+  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    why = std::strerror(errno);
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(*found);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("UDP ", at.str(), ": cannot bind: ", why));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  const uint16_t port = ntohs(bound.ss_family == AF_INET6
+                                  ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
+  std::unique_ptr<UdpReceiver> r(new UdpReceiver(fd, wake, port, std::move(on_datagram)));
+  r->thread_ = std::thread([p = r.get()] { p->Loop(); });
+  return r;
+}
+
+UdpReceiver::UdpReceiver(int fd, int wake_fd, uint16_t port, Handler h)
+    : fd_(fd), wake_fd_(wake_fd), port_(port), handler_(std::move(h)) {}
+
+UdpReceiver::~UdpReceiver() {
+  Stop();
+  ::close(fd_);
+  ::close(wake_fd_);
+}
+
+void UdpReceiver::Stop() {
+  if (stopping_.exchange(true)) return;
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+}
+
+void UdpReceiver::Loop() {
+  std::vector<char> buf(65536);  // the largest UDP payload: nothing is cut short
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (!stopping_) {
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (stopping_ || (fds[1].revents & POLLIN) != 0) return;
+    // Everything queued, then poll again.
+    for (;;) {
+      const ssize_t n = ::recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n < 0) break;  // EAGAIN, or an ICMP error queued on the socket
+      handler_(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Open(const HostPort& to) {
+  absl::StatusOr<addrinfo*> found = Resolve(to, /*passive=*/false);
+  if (!found.ok()) return found.status();
+  int fd = -1;
+  std::string why;
+  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    why = std::strerror(errno);
+    ::close(fd);
+    fd = -1;
+  }
+  ::freeaddrinfo(*found);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("UDP ", to.str(), ": cannot connect: ", why));
+  }
+  return std::unique_ptr<UdpSender>(new UdpSender(fd, to));
+}
+
+UdpSender::~UdpSender() { ::close(fd_); }
+
+absl::Status UdpSender::Send(absl::string_view datagram) {
+  const ssize_t n = ::send(fd_, datagram.data(), datagram.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(datagram.size())) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("UDP to ", to_.str(), ": ",
+                                             n < 0 ? std::strerror(errno) : "sent short"));
+}
+
+absl::StatusOr<std::string> GrpcPeerHost(absl::string_view peer) {
+  std::string p = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}, {"%3A", ":"}});
+  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(p, scheme)) {
+      absl::StatusOr<HostPort> hp = ParseHostPort(p.substr(scheme.size()), "peer");
+      if (!hp.ok()) return hp.status();
+      return hp->host;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("gRPC peer '", peer, "' is not ipv4:HOST:PORT or ipv6:[HOST]:PORT"));
+}
+
+}  // namespace gpuha::common

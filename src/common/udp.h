@@ -1,0 +1,64 @@
+// UDP for heartbeat datagrams (common/heartbeat_datagram.h).
+//
+//   auto rx = UdpReceiver::Start({"127.0.0.1", 7400}, [](absl::string_view d) { ... });
+//   auto tx = UdpSender::Open({"127.0.0.1", (*rx)->port()});
+//   (*tx)->Send(bytes);
+//
+// UdpReceiver: one thread blocks in poll() on the socket and an eventfd that
+// Stop() signals, and hands each datagram to the callback in arrival order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/net_util.h"
+
+namespace gpuha::common {
+
+class UdpReceiver {
+ public:
+  using Handler = std::function<void(absl::string_view datagram)>;
+  // Binds `at` (port 0: any free one); the error names the address.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(const HostPort& at,
+                                                                         Handler on_datagram);
+  ~UdpReceiver();
+  void Stop();
+  uint16_t port() const { return port_; }
+
+ private:
+  UdpReceiver(int fd, int wake_fd, uint16_t port, Handler h);
+  void Loop();
+  const int fd_;
+  const int wake_fd_;
+  const uint16_t port_;
+  const Handler handler_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// A UDP socket connected to one peer.
+class UdpSender {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpSender>> Open(const HostPort& to);
+  ~UdpSender();
+  // OK when the kernel took the whole datagram.
+  absl::Status Send(absl::string_view datagram);
+  const HostPort& to() const { return to_; }
+
+ private:
+  UdpSender(int fd, HostPort to) : fd_(fd), to_(std::move(to)) {}
+  const int fd_;
+  const HostPort to_;
+};
+
+// The host of a gRPC peer string ("ipv4:10.0.0.5:7400", "ipv6:[::1]:7400",
+// either percent-encoded): the address the agent's stream reached.
+[[nodiscard]] absl::StatusOr<std::string> GrpcPeerHost(absl::string_view peer);
+
+}  // namespace gpuha::common

@@ -1,0 +1,151 @@
+// Heartbeat datagrams at the controller (Controller::AgentDatagram): a
+// stream's session and key, newer beats only, and the failure detector fed
+// by them as by the stream. Fake clock and sinks, no sockets.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/heartbeat_datagram.h"
+#include "controller/controller.h"
+#include "controller/testing/controller_fixture.h"
+
+namespace gpuha::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+class DatagramBeatsTest : public ControllerTest {
+ protected:
+  // a1's agent connects again, now offered datagrams; their session and key.
+  v1::HeartbeatDatagrams Offer() {
+    c_->SetDatagramPort(7400);
+    Connect("a1");
+    const std::vector<v1::ControllerMessage>& sent = sinks_["a1"]->sent;
+    EXPECT_FALSE(sent.empty());
+    EXPECT_TRUE(sent.front().has_welcome());
+    return sent.front().welcome().datagrams();
+  }
+  v1::Heartbeat Healthy(uint64_t seq) {
+    v1::Heartbeat hb;
+    hb.set_seq(seq);
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_running(true);
+    hb.mutable_server()->set_ready(true);
+    return hb;
+  }
+  std::string Sealed(const v1::HeartbeatDatagrams& d, const v1::Heartbeat& hb) {
+    return common::SealDatagram(d.session(), d.key(), hb.SerializeAsString());
+  }
+};
+
+TEST_F(DatagramBeatsTest, AWelcomeOffersASessionOfItsOwnOnlyWhenAPortIsSet) {
+  Start();
+  ASSERT_TRUE(sinks_["a1"]->sent.front().has_welcome());
+  EXPECT_FALSE(sinks_["a1"]->sent.front().welcome().has_datagrams());  // no port: no offer
+  v1::HeartbeatDatagrams first = Offer();
+  EXPECT_EQ(first.port(), 7400u);
+  EXPECT_NE(first.session(), 0u);
+  EXPECT_EQ(first.key().size(), common::kDatagramKeyBytes);
+  v1::HeartbeatDatagrams second = Offer();  // a reconnect: a new session and key
+  EXPECT_NE(second.session(), first.session());
+  EXPECT_NE(second.key(), first.key());
+  absl::Status old = c_->AgentDatagram(Sealed(first, Healthy(1)));
+  EXPECT_EQ(old.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(old.message(), HasSubstr("bytes 4-11: session"));
+  EXPECT_TRUE(c_->AgentDatagram(Sealed(second, Healthy(1))).ok());
+}
+
+TEST_F(DatagramBeatsTest, ABeatIsTakenOnceFromEitherPathAndTheFirstDatagramIsAcknowledged) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  const uint64_t beats = c_->counters().heartbeats;
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(5))).ok());
+  EXPECT_EQ(c_->counters().heartbeats, beats + 1);
+  EXPECT_EQ(c_->counters().heartbeat_datagrams, 1u);
+  const v1::ControllerMessage& heard = sinks_["a1"]->sent.back();
+  ASSERT_TRUE(heard.has_datagrams_heard());
+  EXPECT_EQ(heard.datagrams_heard().session(), d.session());
+
+  // The same beat again, by datagram (a replay) or by the stream (sent both
+  // ways before the agent heard), changes nothing.
+  absl::Status replay = c_->AgentDatagram(Sealed(d, Healthy(5)));
+  EXPECT_EQ(replay.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(replay.message(), HasSubstr("heartbeat 5 is not newer than 5"));
+  EXPECT_EQ(c_->counters().datagrams_stale, 1u);
+  c_->AgentHeartbeat("a1", Healthy(5));
+  EXPECT_EQ(c_->counters().heartbeats, beats + 1);
+  c_->AgentHeartbeat("a1", Healthy(6));  // a newer one on the stream counts
+  EXPECT_EQ(c_->counters().heartbeats, beats + 2);
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(8))).ok());
+  // Beat 7 on the stream, overtaken by datagram 8 (the stream's bytes were
+  // slower): old as liveness, but its telemetry and XID are applied.
+  v1::Heartbeat seven = Healthy(7);
+  v1::GpuSample* g = seven.add_gpus();
+  g->set_index(0);
+  g->set_temperature_c(71);
+  v1::XidEvent* x = seven.add_xids();
+  x->set_gpu_index(0);
+  x->set_xid(31);
+  c_->AgentHeartbeat("a1", seven);
+  EXPECT_EQ(c_->counters().heartbeats, beats + 3);
+  nlohmann::json node = *c_->NodeJson("a1");
+  ASSERT_EQ(node["gpus"].size(), 1u);
+  EXPECT_EQ(node["gpus"][0]["temperature_c"], 71);
+  ASSERT_EQ(node["gpus"][0]["xids"].size(), 1u);
+  EXPECT_EQ(node["gpus"][0]["xids"][0]["xid"], 31);
+  // Datagram 8 stays the newest: 7 again by datagram is stale.
+  EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(7))).code(), absl::StatusCode::kAlreadyExists);
+  // Acknowledged once per session.
+  int acks = 0;
+  for (const v1::ControllerMessage& m : sinks_["a1"]->sent) acks += m.has_datagrams_heard();
+  EXPECT_EQ(acks, 1);
+}
+
+TEST_F(DatagramBeatsTest, ForgedAndMalformedDatagramsAreRefusedWithTheBytesAtFault) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  v1::HeartbeatDatagrams forged = d;
+  forged.set_key(std::string(common::kDatagramKeyBytes, 'x'));
+  absl::Status s = c_->AgentDatagram(Sealed(forged, Healthy(1)));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("bytes 12-43"));
+  s = c_->AgentDatagram("GHB1");
+  EXPECT_THAT(s.message(), HasSubstr("datagram of 4 bytes"));
+  s = c_->AgentDatagram(common::SealDatagram(d.session(), d.key(), "\xff\xff\xff"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("bytes 44-46 of node 'a1': not a Heartbeat message"));
+  EXPECT_EQ(c_->counters().datagrams_refused, 3u);
+  EXPECT_EQ(c_->counters().heartbeat_datagrams, 0u);
+  EXPECT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(1))).ok());
+
+  // A stream that ends takes its session with it.
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(2))).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DatagramBeatsTest, DatagramsAloneKeepANodeAliveAndTheirSilenceFailsIt) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  uint64_t seq = 0;
+  auto run = [&](milliseconds for_, bool a1_beats) {
+    for (milliseconds t(0); t < for_; t += milliseconds(10)) {
+      clock_.Advance(milliseconds(10));
+      if ((elapsed_ += 10) % 50 == 0) {
+        for (const char* n : {"a2", "a3", "p1"}) Beat(n);
+        if (a1_beats) {
+          ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(++seq))).ok());
+        }
+      }
+      c_->Tick();
+    }
+  };
+  run(milliseconds(2000), true);
+  EXPECT_NE((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  EXPECT_EQ(c_->counters().heartbeat_datagrams, 40u);
+  run(milliseconds(300), false);  // the agent hangs: no datagram, its stream open
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+}
+
+}  // namespace
+}  // namespace gpuha::controller
