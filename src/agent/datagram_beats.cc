@@ -13,8 +13,7 @@ void DatagramBeats::Reset() {
   last_state_.clear();
 }
 
-absl::Status DatagramBeats::Open(absl::string_view grpc_peer,
-                                 const v1::HeartbeatDatagrams& offer) {
+absl::Status DatagramBeats::Open(absl::string_view grpc_peer, const v1::HeartbeatDatagrams& offer) {
   Reset();
   if (offer.port() == 0 || offer.port() > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("datagrams.port ", offer.port(), " is no port"));

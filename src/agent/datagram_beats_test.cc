@@ -70,7 +70,7 @@ TEST(DatagramBeatsTest, OnlyBeatsThatSayNothingNewGoAndTheStreamCarriesThemUntil
   beats.Heard(99);                    // another session's word
   EXPECT_FALSE(beats.heard());
   beats.Heard(7);
-  EXPECT_TRUE(beats.Send(Beat(4)));  // the datagram alone
+  EXPECT_TRUE(beats.Send(Beat(4)));                             // the datagram alone
   EXPECT_FALSE(beats.Send(Beat(5, v1::NODE_HEALTH_DEGRADED)));  // a change: the stream
   EXPECT_TRUE(beats.Send(Beat(6, v1::NODE_HEALTH_DEGRADED)));
   v1::Heartbeat telemetry = Beat(7, v1::NODE_HEALTH_DEGRADED);
@@ -78,7 +78,7 @@ TEST(DatagramBeatsTest, OnlyBeatsThatSayNothingNewGoAndTheStreamCarriesThemUntil
   EXPECT_FALSE(beats.Send(telemetry));  // telemetry: the stream
   v1::Heartbeat xid = Beat(8, v1::NODE_HEALTH_DEGRADED);
   xid.add_xids()->set_xid(31);
-  EXPECT_FALSE(beats.Send(xid));                                // an XID: the stream
+  EXPECT_FALSE(beats.Send(xid));                               // an XID: the stream
   EXPECT_TRUE(beats.Send(Beat(9, v1::NODE_HEALTH_DEGRADED)));  // the same state again
   v1::Heartbeat big = Beat(10, v1::NODE_HEALTH_DEGRADED);
   big.add_reasons()->set_detail(std::string(2000, 'x'));

@@ -55,9 +55,9 @@ absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram) {
                                                    kDatagramHeaderBytes, "-byte header"));
   }
   if (datagram.substr(0, kDatagramMagic.size()) != kDatagramMagic) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bytes 0-3 are \"", absl::CHexEscape(datagram.substr(0, 4)), "\", not \"",
-                     kDatagramMagic, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("bytes 0-3 are \"",
+                                                   absl::CHexEscape(datagram.substr(0, 4)),
+                                                   "\", not \"", kDatagramMagic, "\""));
   }
   uint64_t session = 0;
   for (size_t i = 0; i < 8; ++i) {
@@ -72,8 +72,8 @@ absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, absl:
   absl::string_view payload = datagram.substr(kDatagramHeaderBytes);
   const std::string want = Mac(key, datagram, payload);
   if (CRYPTO_memcmp(want.data(), datagram.data() + kMacAt, kMacBytes) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "bytes 12-43: the HMAC-SHA256 is not session ", *session, "'s key's"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("bytes 12-43: the HMAC-SHA256 is not session ", *session, "'s key's"));
   }
   return payload;
 }

@@ -17,52 +17,59 @@
 namespace gpuha::common {
 namespace {
 
-// `hp` resolved for a datagram socket (numeric hosts need no lookup).
-absl::StatusOr<addrinfo*> Resolve(const HostPort& hp, bool passive) {
+// A datagram socket bound to `hp` (`bind`) or connected to it (`connect`):
+// the first of its resolved addresses that takes it. Numeric hosts need no
+// lookup. Errors say which step failed for `hp`.
+absl::StatusOr<int> DatagramSocket(const HostPort& hp, bool bind) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  hints.ai_flags = AI_NUMERICSERV | (bind ? AI_PASSIVE : 0);
   addrinfo* found = nullptr;
   const std::string port = std::to_string(hp.port);
-  if (int rc = ::getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), port.c_str(), &hints,
-                             &found);
+  if (int rc =
+          ::getaddrinfo(hp.host.empty() ? nullptr : hp.host.c_str(), port.c_str(), &hints, &found);
       rc != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("UDP ", hp.str(), ": cannot resolve: ", ::gai_strerror(rc)));
   }
-  return found;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<UdpReceiver>> UdpReceiver::Start(const HostPort& at,
-                                                               Handler on_datagram) {
-  absl::StatusOr<addrinfo*> found = Resolve(at, /*passive=*/true);
-  if (!found.ok()) return found.status();
   int fd = -1;
   std::string why;
-  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);
       continue;
     }
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    if ((bind ? ::bind(fd, a->ai_addr, a->ai_addrlen) : ::connect(fd, a->ai_addr, a->ai_addrlen)) ==
+        0) {
+      break;
+    }
     why = std::strerror(errno);
     ::close(fd);
     fd = -1;
   }
-  ::freeaddrinfo(*found);
+  ::freeaddrinfo(found);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("UDP ", at.str(), ": cannot bind: ", why));
+    return absl::UnavailableError(
+        absl::StrCat("UDP ", hp.str(), bind ? ": cannot bind: " : ": cannot connect: ", why));
   }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UdpReceiver>> UdpReceiver::Start(const HostPort& at,
+                                                                Handler on_datagram) {
+  absl::StatusOr<int> socket = DatagramSocket(at, /*bind=*/true);
+  if (!socket.ok()) return socket.status();
+  const int fd = *socket;
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  const uint16_t port = ntohs(bound.ss_family == AF_INET6
-                                  ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const uint16_t port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     ::close(fd);
@@ -105,26 +112,9 @@ void UdpReceiver::Loop() {
 }
 
 absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Open(const HostPort& to) {
-  absl::StatusOr<addrinfo*> found = Resolve(to, /*passive=*/false);
-  if (!found.ok()) return found.status();
-  int fd = -1;
-  std::string why;
-  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      why = std::strerror(errno);
-      continue;
-    }
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-    why = std::strerror(errno);
-    ::close(fd);
-    fd = -1;
-  }
-  ::freeaddrinfo(*found);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("UDP ", to.str(), ": cannot connect: ", why));
-  }
-  return std::unique_ptr<UdpSender>(new UdpSender(fd, to));
+  absl::StatusOr<int> fd = DatagramSocket(to, /*bind=*/false);
+  if (!fd.ok()) return fd.status();
+  return std::unique_ptr<UdpSender>(new UdpSender(*fd, to));
 }
 
 UdpSender::~UdpSender() { ::close(fd_); }
@@ -132,8 +122,8 @@ UdpSender::~UdpSender() { ::close(fd_); }
 absl::Status UdpSender::Send(absl::string_view datagram) {
   const ssize_t n = ::send(fd_, datagram.data(), datagram.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n == static_cast<ssize_t>(datagram.size())) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("UDP to ", to_.str(), ": ",
-                                             n < 0 ? std::strerror(errno) : "sent short"));
+  return absl::UnavailableError(
+      absl::StrCat("UDP to ", to_.str(), ": ", n < 0 ? std::strerror(errno) : "sent short"));
 }
 
 absl::StatusOr<std::string> GrpcPeerHost(absl::string_view peer) {

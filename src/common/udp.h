@@ -26,7 +26,7 @@ class UdpReceiver {
   using Handler = std::function<void(absl::string_view datagram)>;
   // Binds `at` (port 0: any free one); the error names the address.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(const HostPort& at,
-                                                                         Handler on_datagram);
+                                                                          Handler on_datagram);
   ~UdpReceiver();
   void Stop();
   uint16_t port() const { return port_; }

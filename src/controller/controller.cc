@@ -434,7 +434,7 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   // older beat changes nothing back, and its telemetry and XIDs count. Its
   // liveness is old news (and, sent both ways before the agent heard,
   // counted once).
-  HeartbeatLocked(*n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
+  HeartbeatLocked(n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
 }
 
 absl::Status Controller::AgentDatagram(absl::string_view datagram) {
@@ -475,7 +475,7 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
     heard.mutable_datagrams_heard()->set_session(*session);
     n->sink->Send(heard);
   }
-  HeartbeatLocked(*n, node, hb, /*fresh=*/true);
+  HeartbeatLocked(n, node, hb, /*fresh=*/true);
   return absl::OkStatus();
 }
 
@@ -486,9 +486,8 @@ void Controller::EndDatagramsLocked(NodeState& n) {
   n.datagrams_heard = false;
 }
 
-void Controller::HeartbeatLocked(NodeState& node_state, const std::string& node,
-                                 const v1::Heartbeat& hb, bool fresh) {
-  NodeState* n = &node_state;
+void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb,
+                                 bool fresh) {
   n->beat_seq = std::max(n->beat_seq, hb.seq());
   if (fresh) counters_.heartbeats++;
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat

@@ -408,8 +408,7 @@ class Controller {
   std::map<uint64_t, std::string> datagram_sessions_;  // guarded by mu_; session -> node
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
   // `fresh`: newer than any heard, so it also says the agent is alive.
-  void HeartbeatLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb,
-                       bool fresh);
+  void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);
 };
