@@ -521,7 +521,7 @@ absl::Status Agent::RunStream(const HostPort& controller, common::Duration conne
     if (sim_ != nullptr && sim_->AgentHung()) continue;  // silent, connection kept open
     out = BuildHeartbeat();
     counters_.heartbeats_sent++;
-    if (beats_.Send(out.heartbeat())) {
+    if (beats_.Send(out.mutable_heartbeat())) {
       counters_.heartbeat_datagrams++;
       continue;
     }

@@ -8,7 +8,7 @@ namespace gpuha::agent {
 void DatagramBeats::Reset() {
   tx_.reset();
   session_ = 0;
-  key_.clear();
+  key_.reset();
   heard_ = false;
   last_state_.clear();
 }
@@ -28,7 +28,7 @@ absl::Status DatagramBeats::Open(absl::string_view grpc_peer, const v1::Heartbea
   if (!tx.ok()) return tx.status();
   tx_ = std::move(*tx);
   session_ = offer.session();
-  key_ = offer.key();
+  key_ = std::make_unique<common::DatagramKey>(offer.key());
   return absl::OkStatus();
 }
 
@@ -36,24 +36,41 @@ void DatagramBeats::Heard(uint64_t session) {
   if (tx_ && session == session_) heard_ = true;
 }
 
-bool DatagramBeats::Send(const v1::Heartbeat& hb) {
-  v1::Heartbeat state = hb;
-  state.clear_seq();
-  state.clear_sent_unix_nanos();
-  state.clear_gpus();
-  state.clear_nics();
-  state.clear_xids();
-  std::string s = state.SerializeAsString();
-  const bool same = s == last_state_;
-  last_state_ = std::move(s);
-  if (!tx_ || !same || hb.gpus_size() > 0 || hb.nics_size() > 0 || hb.xids_size() > 0) {
-    return false;
+bool DatagramBeats::Send(v1::Heartbeat* beat) {
+  const v1::Heartbeat& hb = *beat;
+  const bool news = hb.gpus_size() > 0 || hb.nics_size() > 0 || hb.xids_size() > 0;
+  // The state: the beat without its seq and send time (and telemetry). A
+  // quiet beat is serialized once: protobuf's wire format concatenates, so
+  // its datagram is the two head fields' bytes then these.
+  std::string state;
+  if (news) {
+    v1::Heartbeat copy = hb;  // twice a second at most: a sample, an XID
+    copy.clear_seq();
+    copy.clear_sent_unix_nanos();
+    copy.clear_gpus();
+    copy.clear_nics();
+    copy.clear_xids();
+    state = copy.SerializeAsString();
+  } else {
+    const uint64_t seq = beat->seq();
+    const int64_t sent = beat->sent_unix_nanos();
+    beat->clear_seq();
+    beat->clear_sent_unix_nanos();
+    state = beat->SerializeAsString();
+    beat->set_seq(seq);
+    beat->set_sent_unix_nanos(sent);
   }
-  const std::string payload = hb.SerializeAsString();
+  const bool same = state == last_state_;
+  last_state_ = std::move(state);
+  if (!tx_ || !same || news) return false;
+  v1::Heartbeat head;
+  head.set_seq(hb.seq());
+  head.set_sent_unix_nanos(hb.sent_unix_nanos());
+  const std::string payload = head.SerializeAsString() + last_state_;
   if (common::kDatagramHeaderBytes + payload.size() > common::kMaxDatagramBytes) return false;
   // A datagram the kernel would not take (no route, a full buffer) goes on
   // the stream instead.
-  if (!tx_->Send(common::SealDatagram(session_, key_, payload)).ok()) return false;
+  if (!tx_->Send(common::SealDatagram(session_, *key_, payload)).ok()) return false;
   return heard_;
 }
 

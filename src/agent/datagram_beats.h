@@ -7,7 +7,7 @@
 //   beats.Reset();                                  // a new stream
 //   beats.Open(ctx.peer(), welcome.datagrams());    // the controller offers
 //   beats.Heard(session);                           // DatagramsHeard
-//   if (!beats.Send(hb)) stream->Write(hb);
+//   if (!beats.Send(&hb)) stream->Write(hb);
 //
 // Thread-safety: none; the connection thread owns it.
 #pragma once
@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/heartbeat_datagram.h"
 #include "common/udp.h"
 #include "gpuha/v1/agent.pb.h"
 
@@ -31,14 +32,15 @@ class DatagramBeats {
   void Heard(uint64_t session);
   // True when `hb` went as a datagram and the stream need not carry it.
   // Before Heard(), a beat that could go is sent both ways (the controller
-  // drops the second copy by its seq).
-  bool Send(const v1::Heartbeat& hb);
+  // drops the second copy by its seq). `hb` is as it was on return (its
+  // seq and time are set aside while its state is serialized).
+  bool Send(v1::Heartbeat* hb);
   bool heard() const { return heard_; }
 
  private:
   std::unique_ptr<common::UdpSender> tx_;
   uint64_t session_ = 0;
-  std::string key_;
+  std::unique_ptr<common::DatagramKey> key_;
   bool heard_ = false;
   std::string last_state_;  // the previous heartbeat without seq, time and telemetry
 };

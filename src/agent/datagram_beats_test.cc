@@ -20,7 +20,7 @@ class Port {
  public:
   Port() {
     rx_ = std::move(*common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
-      absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, key);
+      absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, mac_);
       std::lock_guard<std::mutex> lock(mu_);
       v1::Heartbeat hb;
       if (p.ok() && hb.ParseFromArray(p->data(), static_cast<int>(p->size()))) got_.push_back(hb);
@@ -45,6 +45,7 @@ class Port {
   const std::string key = std::string(common::kDatagramKeyBytes, 'q');
 
  private:
+  common::DatagramKey mac_{key};  // the receiver thread's
   std::unique_ptr<common::UdpReceiver> rx_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -60,36 +61,45 @@ v1::Heartbeat Beat(uint64_t seq, v1::NodeHealth health = v1::NODE_HEALTH_HEALTHY
   return hb;
 }
 
+// A beat to hand to Send(), which takes a pointer (it serializes in place).
+v1::Heartbeat* Ptr(v1::Heartbeat hb) {
+  static v1::Heartbeat held;
+  held = std::move(hb);
+  return &held;
+}
+
 TEST(DatagramBeatsTest, OnlyBeatsThatSayNothingNewGoAndTheStreamCarriesThemUntilHeard) {
   Port port;
   DatagramBeats beats;
-  EXPECT_FALSE(beats.Send(Beat(1)));  // nothing offered: the stream
+  EXPECT_FALSE(beats.Send(Ptr(Beat(1))));  // nothing offered: the stream
   ASSERT_TRUE(beats.Open("ipv4:127.0.0.1:1", port.Offer()).ok());
-  EXPECT_FALSE(beats.Send(Beat(2)));  // the first: nothing to compare with
-  EXPECT_FALSE(beats.Send(Beat(3)));  // sent, but not heard yet: the stream too
-  beats.Heard(99);                    // another session's word
+  EXPECT_FALSE(beats.Send(Ptr(Beat(2))));  // the first: nothing to compare with
+  EXPECT_FALSE(beats.Send(Ptr(Beat(3))));  // sent, but not heard yet: the stream too
+  beats.Heard(99);                         // another session's word
   EXPECT_FALSE(beats.heard());
   beats.Heard(7);
-  EXPECT_TRUE(beats.Send(Beat(4)));                             // the datagram alone
-  EXPECT_FALSE(beats.Send(Beat(5, v1::NODE_HEALTH_DEGRADED)));  // a change: the stream
-  EXPECT_TRUE(beats.Send(Beat(6, v1::NODE_HEALTH_DEGRADED)));
+  v1::Heartbeat four = Beat(4);
+  EXPECT_TRUE(beats.Send(&four));                                    // the datagram alone
+  EXPECT_EQ(four.SerializeAsString(), Beat(4).SerializeAsString());  // given back whole
+  EXPECT_FALSE(beats.Send(Ptr(Beat(5, v1::NODE_HEALTH_DEGRADED))));  // a change: the stream
+  EXPECT_TRUE(beats.Send(Ptr(Beat(6, v1::NODE_HEALTH_DEGRADED))));
   v1::Heartbeat telemetry = Beat(7, v1::NODE_HEALTH_DEGRADED);
   telemetry.add_gpus()->set_index(0);
-  EXPECT_FALSE(beats.Send(telemetry));  // telemetry: the stream
+  EXPECT_FALSE(beats.Send(&telemetry));  // telemetry: the stream
   v1::Heartbeat xid = Beat(8, v1::NODE_HEALTH_DEGRADED);
   xid.add_xids()->set_xid(31);
-  EXPECT_FALSE(beats.Send(xid));                               // an XID: the stream
-  EXPECT_TRUE(beats.Send(Beat(9, v1::NODE_HEALTH_DEGRADED)));  // the same state again
+  EXPECT_FALSE(beats.Send(&xid));                                   // an XID: the stream
+  EXPECT_TRUE(beats.Send(Ptr(Beat(9, v1::NODE_HEALTH_DEGRADED))));  // the same state again
   v1::Heartbeat big = Beat(10, v1::NODE_HEALTH_DEGRADED);
   big.add_reasons()->set_detail(std::string(2000, 'x'));
-  EXPECT_FALSE(beats.Send(big));  // a change anyway
-  EXPECT_FALSE(beats.Send(big));  // the same, but larger than a datagram may be
+  EXPECT_FALSE(beats.Send(&big));  // a change anyway
+  EXPECT_FALSE(beats.Send(&big));  // the same, but larger than a datagram may be
   EXPECT_EQ(port.Seqs(4), (std::vector<uint64_t>{3, 4, 6, 9}));
 
   beats.Reset();  // a new stream: nothing offered until its welcome
   EXPECT_FALSE(beats.heard());
-  EXPECT_FALSE(beats.Send(Beat(11)));
-  EXPECT_FALSE(beats.Send(Beat(12)));
+  EXPECT_FALSE(beats.Send(Ptr(Beat(11))));
+  EXPECT_FALSE(beats.Send(Ptr(Beat(12))));
 }
 
 TEST(DatagramBeatsTest, ABadOfferLeavesTheStream) {
@@ -104,8 +114,8 @@ TEST(DatagramBeatsTest, ABadOfferLeavesTheStream) {
   EXPECT_THAT(beats.Open("ipv4:127.0.0.1:1", o).message(), HasSubstr("datagrams.port 0"));
   EXPECT_THAT(beats.Open("unix:/x", port.Offer()).message(), HasSubstr("'unix:/x'"));
   beats.Heard(7);
-  EXPECT_FALSE(beats.Send(Beat(1)));
-  EXPECT_FALSE(beats.Send(Beat(2)));
+  EXPECT_FALSE(beats.Send(Ptr(Beat(1))));
+  EXPECT_FALSE(beats.Send(Ptr(Beat(2))));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #include <cstdlib>
@@ -24,26 +24,52 @@ void PutBigEndian(uint64_t v, char* out) {
   }
 }
 
-// HMAC-SHA256 over the first 12 bytes of `head` and `payload`.
-std::string Mac(absl::string_view key, absl::string_view head, absl::string_view payload) {
-  std::string signed_bytes;
-  signed_bytes.reserve(kMacAt + payload.size());
-  signed_bytes.append(head.data(), kMacAt);
-  signed_bytes.append(payload.data(), payload.size());
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(signed_bytes.data()), signed_bytes.size(), mac, &len);
-  return std::string(reinterpret_cast<const char*>(mac), len);
-}
-
 }  // namespace
 
-std::string SealDatagram(uint64_t session, absl::string_view key, absl::string_view payload) {
+struct DatagramKey::Impl {
+  EVP_MAC* mac = nullptr;
+  EVP_MAC_CTX* ctx = nullptr;
+};
+
+DatagramKey::DatagramKey(absl::string_view key) : impl_(new Impl) {
+  impl_->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (impl_->mac != nullptr) impl_->ctx = EVP_MAC_CTX_new(impl_->mac);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                               OSSL_PARAM_construct_end()};
+  if (impl_->ctx == nullptr ||
+      EVP_MAC_init(impl_->ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                   params) != 1) {
+    std::abort();  // OpenSSL without HMAC-SHA256: nothing can be signed
+  }
+}
+
+DatagramKey::~DatagramKey() {
+  EVP_MAC_CTX_free(impl_->ctx);
+  EVP_MAC_free(impl_->mac);
+  delete impl_;
+}
+
+std::string DatagramKey::Mac(absl::string_view head, absl::string_view payload) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  size_t len = 0;
+  // A NULL key starts a new MAC with the key already set.
+  if (EVP_MAC_init(impl_->ctx, nullptr, 0, nullptr) != 1 ||
+      EVP_MAC_update(impl_->ctx, reinterpret_cast<const unsigned char*>(head.data()),
+                     head.size()) != 1 ||
+      EVP_MAC_update(impl_->ctx, reinterpret_cast<const unsigned char*>(payload.data()),
+                     payload.size()) != 1 ||
+      EVP_MAC_final(impl_->ctx, out, &len, sizeof(out)) != 1) {
+    std::abort();
+  }
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+std::string SealDatagram(uint64_t session, DatagramKey& key, absl::string_view payload) {
   std::string d(kDatagramHeaderBytes, '\0');
   d.replace(0, kDatagramMagic.size(), kDatagramMagic.data(), kDatagramMagic.size());
   PutBigEndian(session, d.data() + kSessionAt);
-  d.replace(kMacAt, kMacBytes, Mac(key, d, payload));
+  d.replace(kMacAt, kMacBytes, key.Mac(absl::string_view(d).substr(0, kMacAt), payload));
   d.append(payload.data(), payload.size());
   return d;
 }
@@ -66,11 +92,11 @@ absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram) {
   return session;
 }
 
-absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, absl::string_view key) {
+absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, DatagramKey& key) {
   absl::StatusOr<uint64_t> session = DatagramSession(datagram);
   if (!session.ok()) return session.status();
   absl::string_view payload = datagram.substr(kDatagramHeaderBytes);
-  const std::string want = Mac(key, datagram, payload);
+  const std::string want = key.Mac(datagram.substr(0, kMacAt), payload);
   if (CRYPTO_memcmp(want.data(), datagram.data() + kMacAt, kMacBytes) != 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("bytes 12-43: the HMAC-SHA256 is not session ", *session, "'s key's"));

@@ -6,6 +6,7 @@
 //   bytes 12-43  HMAC-SHA256 over bytes 0-11 and the payload, with that key
 //   bytes 44-    the payload (a serialized v1::Heartbeat)
 //
+//   DatagramKey key(bytes);                            // 32 bytes
 //   std::string d = SealDatagram(session, key, payload);
 //   absl::StatusOr<uint64_t> s = DatagramSession(d);   // whose key to look up
 //   absl::StatusOr<absl::string_view> p = OpenDatagram(d, key);
@@ -31,11 +32,28 @@ inline constexpr size_t kDatagramHeaderBytes = 4 + 8 + 32;
 // IPv6 and UDP headers, never fragmented.
 inline constexpr size_t kMaxDatagramBytes = 1400;
 
-std::string SealDatagram(uint64_t session, absl::string_view key, absl::string_view payload);
+// A session's HMAC-SHA256 key, its OpenSSL context made once: a one-shot
+// HMAC() looks the digest and the MAC up by name on every call, which cost
+// the agent a tenth of its heartbeat thread. Not thread-safe.
+class DatagramKey {
+ public:
+  explicit DatagramKey(absl::string_view key);
+  ~DatagramKey();
+  DatagramKey(const DatagramKey&) = delete;
+  DatagramKey& operator=(const DatagramKey&) = delete;
+  // The 32-byte MAC of `head` then `payload`.
+  std::string Mac(absl::string_view head, absl::string_view payload);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+std::string SealDatagram(uint64_t session, DatagramKey& key, absl::string_view payload);
 // The session named in bytes 4-11, once the size and magic are right.
 absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram);
 // The payload, if the MAC is `key`'s (compared in constant time).
-absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, absl::string_view key);
+absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, DatagramKey& key);
 
 // `n` bytes from OpenSSL's CSPRNG (sessions and keys).
 std::string RandomBytes(size_t n);

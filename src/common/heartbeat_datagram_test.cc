@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/udp.h"
 
@@ -16,33 +17,46 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kKey(32, 'k');
+const std::string kKeyBytes(32, 'k');
+
+TEST(HeartbeatDatagramTest, TheMacIsHmacSha256) {
+  // RFC 4231, test case 2, the data given in two parts.
+  DatagramKey key("Jefe");
+  EXPECT_EQ(absl::BytesToHexString(key.Mac("what do ya", " want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // The context is reused: the same input, the same MAC.
+  EXPECT_EQ(absl::BytesToHexString(key.Mac("what do ya want ", "for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
 
 TEST(HeartbeatDatagramTest, SealedIsOpenedWithItsKeyOnly) {
-  const std::string d = SealDatagram(0x0102030405060708ULL, kKey, "payload");
+  DatagramKey key(kKeyBytes);
+  const std::string d = SealDatagram(0x0102030405060708ULL, key, "payload");
   ASSERT_EQ(d.size(), kDatagramHeaderBytes + 7);
   EXPECT_EQ(d.substr(0, 4), "GHB1");
   EXPECT_EQ(d.substr(4, 8), std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
   absl::StatusOr<uint64_t> session = DatagramSession(d);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ(*session, 0x0102030405060708ULL);
-  absl::StatusOr<absl::string_view> p = OpenDatagram(d, kKey);
+  absl::StatusOr<absl::string_view> p = OpenDatagram(d, key);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(*p, "payload");
   // An empty payload is a datagram too (every field of a heartbeat at its default).
-  EXPECT_TRUE(OpenDatagram(SealDatagram(1, kKey, ""), kKey).ok());
+  EXPECT_TRUE(OpenDatagram(SealDatagram(1, key, ""), key).ok());
 
-  absl::StatusOr<absl::string_view> other = OpenDatagram(d, std::string(32, 'x'));
+  DatagramKey other_key(std::string(32, 'x'));
+  absl::StatusOr<absl::string_view> other = OpenDatagram(d, other_key);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(other.status().message(), HasSubstr("bytes 12-43"));
 }
 
 TEST(HeartbeatDatagramTest, EveryAlteredByteIsRefusedAndNamed) {
-  const std::string d = SealDatagram(42, kKey, "a heartbeat");
+  DatagramKey key(kKeyBytes);
+  const std::string d = SealDatagram(42, key, "a heartbeat");
   for (size_t i = 0; i < d.size(); ++i) {
     std::string bad = d;
     bad[i] ^= 0x01;
-    absl::StatusOr<absl::string_view> p = OpenDatagram(bad, kKey);
+    absl::StatusOr<absl::string_view> p = OpenDatagram(bad, key);
     ASSERT_FALSE(p.ok()) << "byte " << i << " altered and accepted";
     EXPECT_THAT(p.status().message(), HasSubstr(i < 4 ? "bytes 0-3" : "bytes 12-43")) << i;
   }

@@ -403,12 +403,13 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
         n->datagram_session = (n->datagram_session << 8) | static_cast<unsigned char>(c);
       }
     } while (n->datagram_session == 0 || datagram_sessions_.count(n->datagram_session) > 0);
-    n->datagram_key = common::RandomBytes(common::kDatagramKeyBytes);
+    const std::string key = common::RandomBytes(common::kDatagramKeyBytes);
+    n->datagram_key = std::make_shared<common::DatagramKey>(key);
     datagram_sessions_[n->datagram_session] = hello.node();
     v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
     d->set_port(port);
     d->set_session(n->datagram_session);
-    d->set_key(n->datagram_key);
+    d->set_key(key);
   }
   n->sink->Send(welcome);
   // A joining node's agent may still hold a fence (from an earlier life of
@@ -455,7 +456,7 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   const std::string node = it->second;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return refuse(absl::NotFoundError(absl::StrCat("node '", node, "' is gone")));
-  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, n->datagram_key);
+  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *n->datagram_key);
   if (!payload.ok()) return refuse(payload.status());
   v1::Heartbeat hb;
   if (!hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
@@ -482,7 +483,7 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
 void Controller::EndDatagramsLocked(NodeState& n) {
   if (n.datagram_session != 0) datagram_sessions_.erase(n.datagram_session);
   n.datagram_session = 0;
-  n.datagram_key.clear();
+  n.datagram_key.reset();
   n.datagrams_heard = false;
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/heartbeat_datagram.h"
 #include "controller/controller_config.h"
 #include "controller/event_log.h"
 #include "controller/failure_detector.h"
@@ -237,7 +238,7 @@ class Controller {
     // key, whether one was heard, and the newest heartbeat's seq by either
     // path: an older one is a duplicate or a replay.
     uint64_t datagram_session = 0;
-    std::string datagram_key;
+    std::shared_ptr<common::DatagramKey> datagram_key;
     bool datagrams_heard = false;
     uint64_t beat_seq = 0;
     // With servers per GPU: each GPU's last word from its agent.

@@ -34,7 +34,8 @@ class DatagramBeatsTest : public ControllerTest {
     return hb;
   }
   std::string Sealed(const v1::HeartbeatDatagrams& d, const v1::Heartbeat& hb) {
-    return common::SealDatagram(d.session(), d.key(), hb.SerializeAsString());
+    common::DatagramKey key(d.key());
+    return common::SealDatagram(d.session(), key, hb.SerializeAsString());
   }
 };
 
@@ -111,7 +112,8 @@ TEST_F(DatagramBeatsTest, ForgedAndMalformedDatagramsAreRefusedWithTheBytesAtFau
   EXPECT_THAT(s.message(), HasSubstr("bytes 12-43"));
   s = c_->AgentDatagram("GHB1");
   EXPECT_THAT(s.message(), HasSubstr("datagram of 4 bytes"));
-  s = c_->AgentDatagram(common::SealDatagram(d.session(), d.key(), "\xff\xff\xff"));
+  common::DatagramKey key(d.key());
+  s = c_->AgentDatagram(common::SealDatagram(d.session(), key, "\xff\xff\xff"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("bytes 44-46 of node 'a1': not a Heartbeat message"));
   EXPECT_EQ(c_->counters().datagrams_refused, 3u);

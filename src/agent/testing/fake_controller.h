@@ -46,8 +46,9 @@ class FakeController final : public v1::AgentService::Service {
   int port() const { return port_; }
   // Each hello is answered with a welcome that offers heartbeat datagrams.
   void OfferDatagrams() {
+    datagram_key_ = std::make_unique<common::DatagramKey>(kDatagramKey);
     auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
-      absl::StatusOr<absl::string_view> payload = common::OpenDatagram(d, kDatagramKey);
+      absl::StatusOr<absl::string_view> payload = common::OpenDatagram(d, *datagram_key_);
       v1::Heartbeat hb;
       if (!payload.ok() || !hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
         return;
@@ -204,6 +205,7 @@ class FakeController final : public v1::AgentService::Service {
   std::deque<v1::ControllerMessage> outbox_;
   static constexpr uint64_t kDatagramSession = 0x6770756861ULL;
   inline static const std::string kDatagramKey = std::string(common::kDatagramKeyBytes, 'k');
+  std::unique_ptr<common::DatagramKey> datagram_key_;  // its receiver thread's
   std::unique_ptr<common::UdpReceiver> datagram_rx_;
   uint64_t beat_seq_ = 0;  // the newest heartbeat's, by either path
   size_t datagrams_ = 0;
