@@ -7,6 +7,8 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <chrono>
@@ -159,14 +161,12 @@ TEST_F(AgentTest, QuietBeatsGoAsDatagramsOnceHeardWhileNewsStaysOnTheStream) {
   }
   ASSERT_GE(controller.datagram_count(), before + 5);
   EXPECT_EQ(controller.heartbeats().back().heartbeat.health(), v1::NODE_HEALTH_FAILED);
-  // Each beat reached the controller once, by one path or the other, in order.
-  std::vector<FakeController::Received> beats = controller.heartbeats();
-  uint64_t gaps = 0;
-  for (size_t i = 1; i < beats.size(); ++i) {
-    ASSERT_GT(beats[i].heartbeat.seq(), 0u);
-    if (beats[i].heartbeat.seq() != beats[i - 1].heartbeat.seq() + 1) ++gaps;
-  }
-  EXPECT_EQ(gaps, 0u) << "of " << beats.size() << " beats";
+  // No beat was taken twice (it went both ways until the agent heard).
+  std::vector<uint64_t> seqs;
+  for (const FakeController::Received& b : controller.heartbeats()) seqs.push_back(b.heartbeat.seq());
+  std::sort(seqs.begin(), seqs.end());
+  EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end());
+  EXPECT_GT(seqs.size(), 30u);
 }
 
 TEST_F(AgentTest, WithoutAnOfferEveryBeatIsOnTheStream) {

@@ -19,13 +19,15 @@ using ::testing::HasSubstr;
 class Port {
  public:
   Port() {
-    rx_ = std::move(*common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
+    auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
       absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, mac_);
       std::lock_guard<std::mutex> lock(mu_);
       v1::Heartbeat hb;
       if (p.ok() && hb.ParseFromArray(p->data(), static_cast<int>(p->size()))) got_.push_back(hb);
       cv_.notify_all();
-    }));
+    });
+    EXPECT_TRUE(rx.ok()) << rx.status();
+    if (rx.ok()) rx_ = std::move(*rx);
   }
   v1::HeartbeatDatagrams Offer() const {
     v1::HeartbeatDatagrams o;
@@ -46,10 +48,10 @@ class Port {
 
  private:
   common::DatagramKey mac_{key};  // the receiver thread's
-  std::unique_ptr<common::UdpReceiver> rx_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::Heartbeat> got_;
+  std::unique_ptr<common::UdpReceiver> rx_;  // last: stopped before the rest goes
 };
 
 v1::Heartbeat Beat(uint64_t seq, v1::NodeHealth health = v1::NODE_HEALTH_HEALTHY) {

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "spdlog/spdlog.h"
 
 namespace gpuha::common {
 namespace {
@@ -100,10 +102,14 @@ void UdpReceiver::Loop() {
   std::vector<char> buf(65536);  // the largest UDP payload: nothing is cut short
   pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   while (!stopping_) {
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+      spdlog::error("UDP :{}: poll: {}", port_, std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     if (stopping_ || (fds[1].revents & POLLIN) != 0) return;
-    // Everything queued, then poll again.
-    for (;;) {
+    // Everything queued, then poll again (or stop).
+    while (!stopping_) {
       const ssize_t n = ::recv(fd_, buf.data(), buf.size(), MSG_DONTWAIT);
       if (n < 0) break;  // EAGAIN, or an ICMP error queued on the socket
       handler_(absl::string_view(buf.data(), static_cast<size_t>(n)));

@@ -424,17 +424,18 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   return absl::OkStatus();
 }
 
-void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb) {
+void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
+                                const AgentSink* from) {
   if (!acting()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
-  // The stream is applied whole, in order, even behind a newer datagram:
-  // a datagram only ever repeats the state of the beat before it, so the
-  // older beat changes nothing back, and its telemetry and XIDs count. Its
-  // liveness is old news (and, sent both ways before the agent heard,
-  // counted once).
+  if (from != nullptr && n->sink.get() != from) return;  // a replaced stream's late beat
+  // A stream beat behind a newer datagram (the stream's bytes were slower,
+  // or the agent sent it both ways before it heard) is old news: its
+  // telemetry and XIDs count, its state and liveness do not (the newer
+  // beat's state was applied; this one's could undo it).
   HeartbeatLocked(n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
 }
 
@@ -490,12 +491,13 @@ void Controller::EndDatagramsLocked(NodeState& n) {
 void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb,
                                  bool fresh) {
   n->beat_seq = std::max(n->beat_seq, hb.seq());
-  if (fresh) counters_.heartbeats++;
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
   for (const v1::XidEvent& x : hb.xids()) {
     n->xids.push_back(x);
     if (n->xids.size() > 10) n->xids.pop_front();
   }
+  if (!fresh) return;
+  counters_.heartbeats++;
   v1::NodeHealth before = n->health;
   n->health = hb.health();
   for (const v1::GpuHealth& g : hb.gpu_health()) {
@@ -506,7 +508,7 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
   }
   n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
   bool in_service = placement_.Available(node);
-  if (in_service && fresh) detector_.Heartbeat(node);
+  if (in_service) detector_.Heartbeat(node);
   if (hb.fenced()) n->fenced_beat_at = clock_->Now();
   JobReportLocked(*n, hb.jobs(), hb.fenced());
   // An agent acting under an old epoch, or serving while fenced, is corrected.

@@ -58,7 +58,7 @@ class AgentSink {
 #define GPUHA_CONTROLLER_COUNTERS(X)                                                       \
   X(failovers, "Nodes taken out of service.")                                              \
   X(fence_hook_failures, "Fence hooks that failed or timed out.")                          \
-  X(heartbeats, "Agent heartbeats received.")                                              \
+  X(heartbeats, "Agent heartbeats received, each once (stream or datagram).")              \
   X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")                  \
   X(admissions_refused, "Streams refused under N+k.")                                      \
   X(unplaced_streams, "Streams that found no node in a failover.")                         \
@@ -108,7 +108,10 @@ class Controller {
   // stream (AlreadyExists) until the first one ends.
   [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
                                             bool proven);
-  void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb);
+  // `from`: the stream it came on; a beat from a stream another one
+  // replaced (an mTLS reconnect) is dropped. Null: trusted (tests).
+  void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
+                      const AgentSink* from = nullptr);
   // A heartbeat datagram (common/heartbeat_datagram.h) from the UDP port:
   // applied as AgentHeartbeat when it is a stream's, signed with its key,
   // and newer than every heartbeat heard from that agent. The reason when
@@ -408,7 +411,8 @@ class Controller {
   std::atomic<uint16_t> datagram_port_{0};
   std::map<uint64_t, std::string> datagram_sessions_;  // guarded by mu_; session -> node
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
-  // `fresh`: newer than any heard, so it also says the agent is alive.
+  // `fresh`: newer than any heard. One that is not gives its telemetry and
+  // XIDs only: its state and liveness are older than what was applied.
   void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);

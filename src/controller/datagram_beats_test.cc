@@ -96,6 +96,34 @@ TEST_F(DatagramBeatsTest, ABeatIsTakenOnceFromEitherPathAndTheFirstDatagramIsAck
   EXPECT_EQ(node["gpus"][0]["xids"][0]["xid"], 31);
   // Datagram 8 stays the newest: 7 again by datagram is stale.
   EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(7))).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(DatagramBeatsTest, AnOvertakenStreamBeatDoesNotUndoTheNewerState) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(10))).ok());
+  ASSERT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  // Beats 8 (its server not ready yet) and 9 came on the stream before
+  // datagram 10 but arrive after it: 8's state is older than 10's.
+  v1::Heartbeat eight = Healthy(8);
+  eight.mutable_server()->set_ready(false);
+  eight.set_health(v1::NODE_HEALTH_DEGRADED);
+  c_->AgentHeartbeat("a1", eight, sinks_["a1"].get());
+  c_->AgentHeartbeat("a1", Healthy(9), sinks_["a1"].get());
+  nlohmann::json node = *c_->NodeJson("a1");
+  EXPECT_EQ(node["lifecycle"], "serving");
+  EXPECT_EQ(node["health"], "healthy");
+  EXPECT_EQ(sinks_["a1"]->fences(), 0);
+}
+
+TEST_F(DatagramBeatsTest, BeatsOfAStreamAnotherReplacedAreDropped) {
+  Start();
+  std::shared_ptr<FakeSink> old_stream = sinks_["a1"];
+  v1::HeartbeatDatagrams d = Offer();  // an mTLS reconnect: a new stream for a1
+  // The old process's late beat, numbered far ahead of the new one's.
+  c_->AgentHeartbeat("a1", Healthy(5000), old_stream.get());
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(1))).ok());  // not stale
+  EXPECT_EQ(c_->counters().heartbeat_datagrams, 1u);
   // Acknowledged once per session.
   int acks = 0;
   for (const v1::ControllerMessage& m : sinks_["a1"]->sent) acks += m.has_datagrams_heard();

@@ -88,7 +88,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
       }
       node_ = node;
     } else if (in_.has_heartbeat()) {
-      controller_->AgentHeartbeat(node_, in_.heartbeat());
+      controller_->AgentHeartbeat(node_, in_.heartbeat(), sink_.get());
     } else if (in_.has_goodbye()) {
       controller_->AgentGoodbye(node_, sink_.get(), in_.goodbye());
     }
@@ -402,11 +402,11 @@ absl::Status ControllerServer::Start() {
 
 void ControllerServer::Stop() {
   if (stopping_.exchange(true)) return;
-  if (datagrams_) datagrams_->Stop();
   // Agents and routers first: a tick may sit on the controller's lock in a
   // hung store write (a deposed leader), and its agents must go on to the
-  // new leader meanwhile.
+  // new leader meanwhile. (The datagram thread may wait on that lock too.)
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  if (datagrams_) datagrams_->Stop();
   if (ticker_.joinable()) ticker_.join();
   if (http_) http_->Stop();
 }
