@@ -24,6 +24,12 @@ void PutBigEndian(uint64_t v, char* out) {
   }
 }
 
+uint64_t ReadBigEndian(absl::string_view eight) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(eight[i]);
+  return v;
+}
+
 }  // namespace
 
 struct DatagramKey::Impl {
@@ -85,11 +91,7 @@ absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram) {
                                                    absl::CHexEscape(datagram.substr(0, 4)),
                                                    "\", not \"", kDatagramMagic, "\""));
   }
-  uint64_t session = 0;
-  for (size_t i = 0; i < 8; ++i) {
-    session = (session << 8) | static_cast<unsigned char>(datagram[kSessionAt + i]);
-  }
-  return session;
+  return ReadBigEndian(datagram.substr(kSessionAt, 8));
 }
 
 absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, DatagramKey& key) {
@@ -102,6 +104,12 @@ absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, Datag
         absl::StrCat("bytes 12-43: the HMAC-SHA256 is not session ", *session, "'s key's"));
   }
   return payload;
+}
+
+uint64_t RandomSession() {
+  for (;;) {
+    if (const uint64_t s = ReadBigEndian(RandomBytes(8)); s != 0) return s;
+  }
 }
 
 std::string RandomBytes(size_t n) {

@@ -55,7 +55,9 @@ absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram);
 // The payload, if the MAC is `key`'s (compared in constant time).
 absl::StatusOr<absl::string_view> OpenDatagram(absl::string_view datagram, DatagramKey& key);
 
-// `n` bytes from OpenSSL's CSPRNG (sessions and keys).
+// `n` bytes from OpenSSL's CSPRNG (keys).
 std::string RandomBytes(size_t n);
+// A random session number, never 0.
+uint64_t RandomSession();
 
 }  // namespace gpuha::common

@@ -1,0 +1,355 @@
+// The controller's side of its agents' streams: a hello (admission,
+// registration, the welcome with its heartbeat datagram session), each
+// heartbeat from the stream or a datagram, a goodbye, a stream that ends.
+// Split from controller.cc.
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/heartbeat_datagram.h"
+#include "common/log.h"
+#include "common/net_util.h"
+#include "controller/controller.h"
+
+namespace gpuha::controller {
+
+absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
+                                        bool proven) {
+  if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  NodeState* n = FindLocked(hello.node());
+  if (n == nullptr) {
+    absl::StatusOr<NodeState*> added = RegisterLocked(hello);
+    if (!added.ok()) return added.status();
+    n = *added;
+  } else if (n->registered) {
+    // A registered node proves its token on every connection, and only
+    // while registration is on.
+    if (!config_.registration.enabled) {
+      return absl::NotFoundError(
+          absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
+    }
+    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+  }
+  if (n->sink && !proven) {
+    counters_.agents_refused++;
+    return absl::AlreadyExistsError(
+        absl::StrCat("node '", hello.node(),
+                     "' already has a connected agent; a second stream is refused until the "
+                     "first one ends (use mTLS to prove a node's name)"));
+  }
+  // Only the stream that holds the node may move it: its server may have
+  // moved (a rescheduled pod), and routers get the new address.
+  if (n->registered) {
+    const std::string& address = hello.registration().address();
+    const std::string& grpc_address = hello.registration().grpc_address();
+    if (!address.empty() && (address != n->cfg.address || grpc_address != n->cfg.grpc_address)) {
+      if (!common::ParseHostPort(address, "address").ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", hello.node(), "': registration address '",
+                         absl::CHexEscape(address), "' is not HOST:PORT (--address)"));
+      }
+      if (!grpc_address.empty() && !common::ParseHostPort(grpc_address, "grpc").ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", hello.node(), "': registration grpc_address '",
+                         absl::CHexEscape(grpc_address), "' is not HOST:PORT"));
+      }
+      EventLocked("address_changed", hello.node(),
+                  absl::StrCat(n->cfg.address, " -> ", address,
+                               grpc_address != n->cfg.grpc_address
+                                   ? absl::StrCat(" (gRPC '", n->cfg.grpc_address, "' -> '",
+                                                  grpc_address, "')")
+                                   : ""));
+      n->cfg.address = address;
+      n->cfg.grpc_address = grpc_address;
+      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
+    }
+    if (hello.registration().capacity() != n->cfg.spec.capacity) {
+      EventLocked("registration_ignored", hello.node(),
+                  absl::StrCat("capacity ", hello.registration().capacity(), " kept at ",
+                               n->cfg.spec.capacity,
+                               ": a registered node's capacity is fixed at its registration"));
+    }
+  }
+  n->sink = std::move(sink);
+  n->healthy_since.reset();
+  // An agent that has seen a later epoch than ours (a store restored from
+  // an old backup, or lost with --init) would ignore every fence of this
+  // one: move past it first.
+  if (hello.last_epoch() > epoch_ && hello.last_epoch() < kMaxEpoch) {
+    AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
+                                                        hello.last_epoch()));
+  }
+  const bool back = n->restart_until.has_value();
+  n->restart_until.reset();
+  if (placement_.Available(hello.node())) detector_.Connected(hello.node());
+  n->gpus = hello.gpus_size();
+  JobReportLocked(*n, hello.jobs(), hello.fenced());
+  if (!n->known || back) {
+    n->known = true;  // from now on a restarted controller expects it back
+    // (and, back from a planned restart, no longer gives it the grace)
+    std::vector<StoreWrite> batch;
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
+  }
+  v1::ControllerMessage welcome;
+  welcome.mutable_welcome()->set_epoch(epoch_);
+  welcome.mutable_welcome()->set_role(RoleName(RoleToTellLocked(*n)));
+  welcome.mutable_welcome()->set_fenced(n->fenced());
+  // A new stream: a new agent process may count its beats from 1 again,
+  // and its datagrams get a session and key of their own.
+  n->beat_seq = 0;
+  EndDatagramsLocked(*n);
+  if (const uint16_t port = datagram_port_.load(); port != 0) {
+    do {
+      n->datagram_session = common::RandomSession();
+    } while (datagram_sessions_.count(n->datagram_session) > 0);
+    const std::string key = common::RandomBytes(common::kDatagramKeyBytes);
+    n->datagram_key = std::make_shared<common::DatagramKey>(key);
+    datagram_sessions_[n->datagram_session] = hello.node();
+    v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
+    d->set_port(port);
+    d->set_session(n->datagram_session);
+    d->set_key(key);
+  }
+  n->sink->Send(welcome);
+  // A joining node's agent may still hold a fence (from an earlier life of
+  // the cluster, a store lost or --init; or its restart lost the rejoin
+  // message): it must run its server to join.
+  if (n->joining() && hello.fenced()) SendRejoinLocked(*n);
+  EventLocked(
+      "agent_connected", hello.node(),
+      absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
+                   back ? ", back from a planned restart" : "", n->fenced() ? ", fenced" : "",
+                   n->joining() ? "; joins once its server is ready" : ""));
+  return absl::OkStatus();
+}
+
+void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
+                                const AgentSink* from) {
+  if (!acting()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting()) return;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return;
+  if (from != nullptr && n->sink.get() != from) return;  // a replaced stream's late beat
+  // A stream beat behind a newer datagram (the stream's bytes were slower,
+  // or the agent sent it both ways before it heard) is old news: its
+  // telemetry and XIDs count, its state and liveness do not (the newer
+  // beat's state was applied; this one's could undo it).
+  HeartbeatLocked(n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
+}
+
+absl::Status Controller::AgentDatagram(absl::string_view datagram) {
+  if (!acting()) return absl::UnavailableError("this controller does not lead");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting()) return absl::UnavailableError("this controller does not lead");
+  auto refuse = [&](absl::Status s) {
+    counters_.datagrams_refused++;
+    return s;
+  };
+  absl::StatusOr<uint64_t> session = common::DatagramSession(datagram);
+  if (!session.ok()) return refuse(session.status());
+  auto it = datagram_sessions_.find(*session);
+  if (it == datagram_sessions_.end()) {
+    return refuse(absl::NotFoundError(
+        absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
+  }
+  const std::string node = it->second;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return refuse(absl::NotFoundError(absl::StrCat("node '", node, "' is gone")));
+  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *n->datagram_key);
+  if (!payload.ok()) return refuse(payload.status());
+  v1::Heartbeat hb;
+  if (!hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "bytes 44-", datagram.size() - 1, " of node '", node, "': not a Heartbeat message")));
+  }
+  if (hb.seq() <= n->beat_seq) {
+    counters_.datagrams_stale++;
+    return absl::AlreadyExistsError(absl::StrCat(
+        "node '", node, "': heartbeat ", hb.seq(), " is not newer than ", n->beat_seq,
+        " (a duplicate, a late datagram or a replay)"));
+  }
+  counters_.heartbeat_datagrams++;
+  if (!n->datagrams_heard && n->sink) {
+    n->datagrams_heard = true;
+    v1::ControllerMessage heard;
+    heard.mutable_datagrams_heard()->set_session(*session);
+    n->sink->Send(heard);
+  }
+  HeartbeatLocked(n, node, hb, /*fresh=*/true);
+  return absl::OkStatus();
+}
+
+void Controller::EndDatagramsLocked(NodeState& n) {
+  if (n.datagram_session != 0) datagram_sessions_.erase(n.datagram_session);
+  n.datagram_session = 0;
+  n.datagram_key.reset();
+  n.datagrams_heard = false;
+}
+
+void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb,
+                                 bool fresh) {
+  n->beat_seq = std::max(n->beat_seq, hb.seq());
+  if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
+  for (const v1::XidEvent& x : hb.xids()) {
+    n->xids.push_back(x);
+    if (n->xids.size() > 10) n->xids.pop_front();
+  }
+  if (!fresh) return;
+  counters_.heartbeats++;
+  v1::NodeHealth before = n->health;
+  n->health = hb.health();
+  for (const v1::GpuHealth& g : hb.gpu_health()) {
+    NodeState::GpuState& st = n->gpu_states[GpuServerName(
+        g.index(), g.has_slice() ? std::optional(g.slice()) : std::nullopt)];
+    st.reported = true;
+    st.last = g;
+  }
+  n->reasons.assign(hb.reasons().begin(), hb.reasons().end());
+  bool in_service = placement_.Available(node);
+  if (in_service) detector_.Heartbeat(node);
+  if (hb.fenced()) n->fenced_beat_at = clock_->Now();
+  JobReportLocked(*n, hb.jobs(), hb.fenced());
+  // An agent acting under an old epoch, or serving while fenced, is corrected.
+  // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
+  // an agent that never confirms once cost an event and a store write per
+  // heartbeat. A heartbeat that says fenced ends the run.
+  if (n->fenced() && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
+    const common::TimePoint now = clock_->Now();
+    if (now >= n->refence_at) {
+      const bool first = n->refence_gap == common::Duration::zero();
+      n->refence_gap = first ? kRefenceFirst : std::min(2 * n->refence_gap, kRefenceMax);
+      n->refence_at = now + n->refence_gap;
+      if (first) {
+        counters_.stale_agents_corrected++;
+        FenceLocked(*n, "still serving while fenced");
+      } else {
+        counters_.fence_repeats++;
+        SendFenceLocked(*n, "still serving while fenced");
+      }
+    }
+  } else if (hb.fenced()) {
+    n->refence_gap = common::Duration::zero();
+    n->refence_at = common::TimePoint();
+  }
+  std::string why = n->reasons.empty()
+                        ? HealthName(hb.health())
+                        : n->reasons.front().code() + ": " + n->reasons.front().detail();
+  if (hb.health() != before && hb.health() == v1::NODE_HEALTH_DEGRADED) {
+    EventLocked("alert", node, why);
+  }
+  if (hb.health() == v1::NODE_HEALTH_HEALTHY) {
+    if (!n->healthy_since) n->healthy_since = clock_->Now();
+  } else {
+    n->healthy_since.reset();
+  }
+  // A server that was ready and stops answering its readiness probe while the
+  // node serves (a CUDA call stuck on a hung GPU, a crashed server) takes the
+  // node out even though the agent itself is healthy. A server that has not
+  // become ready yet (starting, rejoining) does not.
+  bool server_was_ready = n->server_ready;
+  n->server_ready = hb.server().ready() && !hb.fenced();
+  if (n->joining()) {
+    if (n->server_ready && GpuServersUpLocked(*n) &&
+        (hb.health() == v1::NODE_HEALTH_HEALTHY || hb.health() == v1::NODE_HEALTH_DEGRADED)) {
+      JoinLocked(*n);
+      GpuVerdictsLocked(*n);  // a GPU that is down joins out
+    } else if (n->lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
+      // Failed again before it took work: back to fenced, and it must
+      // prove itself healthy for healthy_for once more. Counted, so a node
+      // that fails each time it comes back is held out after max_failures.
+      n->lifecycle = NodeLifecycle::kFenced;
+      FenceLocked(*n, "agent reports failed while rejoining: " + why);
+      std::vector<StoreWrite> batch;
+      CountFailureLocked(*n, &batch);
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
+    }
+    return;
+  }
+  if (!in_service || clock_->Now() < grace_until_) return;
+  if (server_was_ready && !n->server_ready && !hb.fenced() &&
+      hb.health() != v1::NODE_HEALTH_FAILED) {
+    TakeOutLocked(*n, "inference server not ready (agent's readiness probe)", clock_->UnixNanos(),
+                  /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
+    return;
+  }
+  const bool verdict =
+      hb.health() == v1::NODE_HEALTH_FAILED || hb.health() == v1::NODE_HEALTH_DRAINING;
+  // Held only while its server still answers ready: a node whose server
+  // stopped serves nothing, whatever the share.
+  if (verdict && n->server_ready && !QuarantineAllowsLocked()) {
+    if (!n->quarantine_held) {
+      n->quarantine_held = true;
+      counters_.quarantines_held++;
+      EventLocked("quarantine_held", node,
+                  absl::StrCat("not taken out (", why, "): more than ",
+                               static_cast<int>(config_.quarantine_max_share * 100),
+                               "% of the nodes would be out (fence.quarantine_max_share); "
+                               "`gpuha ctl drain ",
+                               node, "` moves its work and takes it out"));
+    }
+    return;
+  }
+  n->quarantine_held = false;
+  if (hb.health() == v1::NODE_HEALTH_FAILED) {
+    TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
+                  /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
+  } else if (hb.health() == v1::NODE_HEALTH_DRAINING) {
+    TakeOutLocked(*n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
+                  /*make_before_break=*/true, /*count_failure=*/true, NodeLifecycle::kFenced);
+  } else {
+    GpuVerdictsLocked(*n);
+  }
+}
+
+void Controller::AgentDisconnected(const std::string& node, const AgentSink* sink) {
+  if (!acting()) return;  // deposed: gRPC threads must not wait on a hung store write
+  std::lock_guard<std::mutex> lock(mu_);
+  NodeState* n = FindLocked(node);
+  if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
+  n->sink.reset();
+  EndDatagramsLocked(*n);
+  n->healthy_since.reset();
+  if (!n->restart_until) detector_.StreamBroken(node);
+  EventLocked(
+      "agent_disconnected", node,
+      n->restart_until ? "heartbeat stream closed after its goodbye" : "heartbeat stream closed");
+}
+
+void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
+                              const v1::Goodbye& goodbye) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting()) return;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr || n->sink.get() != sink) return;
+  const std::string why = absl::StrCat("planned stop: ", goodbye.reason());
+  if (!placement_.Available(node)) {
+    EventLocked("agent_goodbye", node, absl::StrCat(why, "; the node has no work"));
+    // Its agent waits for a fence before it stops its server: nothing to move.
+    if (goodbye.server_stops()) SendFenceLocked(*n, why);
+  } else if (goodbye.server_stops()) {
+    // Its server stops with it: move the work first, then fence. A planned
+    // move, not a failure.
+    TakeOutLocked(*n, why + "; its server stops with it", 0, /*make_before_break=*/true,
+                  /*count_failure=*/false, NodeLifecycle::kFenced);
+  } else if (config_.restart_grace > common::Duration::zero()) {
+    n->restart_until = clock_->Now() + config_.restart_grace;
+    detector_.Forget(node);
+    std::vector<StoreWrite> batch;  // a new leader keeps the grace
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
+    EventLocked(
+        "agent_goodbye", node,
+        absl::StrCat(why, "; its server serves on, and nothing fails over for ",
+                     common::ToMillis(config_.restart_grace), " ms unless a router sees it fail"));
+  } else {
+    EventLocked("agent_goodbye", node, why + "; no restart grace (recovery.restart_grace_ms 0)");
+  }
+}
+
+}  // namespace gpuha::controller
