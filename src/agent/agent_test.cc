@@ -193,8 +193,15 @@ TEST_F(AgentTest, Xid79IsReportedAsFailedRightAway) {
     return false;
   });
   ASSERT_TRUE(hb.has_value());
-  EXPECT_TRUE(hb->heartbeat.gpus(1).lost());
-  EXPECT_FALSE(hb->heartbeat.gpus(0).lost());
+  // The verdict does not wait for a sample, so the telemetry on that beat may
+  // come from a sample begun before the fault; the next one shows GPU 1 lost
+  // (and only GPU 1).
+  auto lost = controller.WaitForHeartbeat(
+      [](const v1::Heartbeat& h) { return h.gpus_size() > 1 && h.gpus(1).lost(); },
+      milliseconds(2000), 0);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_FALSE(lost->heartbeat.gpus(0).lost());
+  EXPECT_EQ(lost->heartbeat.health(), v1::NODE_HEALTH_FAILED);
   auto with_xid = controller.WaitForHeartbeat(
       [](const v1::Heartbeat& h) { return h.xids_size() > 0; }, milliseconds(2000), 0);
   ASSERT_TRUE(with_xid.has_value());
