@@ -114,6 +114,13 @@ void Agent::Handle(const v1::ControllerMessage& m) {
     case v1::ControllerMessage::kDatagramsHeard:
       beats_.Heard(m.datagrams_heard().session());
       return;  // nothing to tell the controller
+    case v1::ControllerMessage::kDatagramsLost:
+      if (beats_.Lost(m.datagrams_lost().session())) {
+        counters_.datagram_fallbacks++;
+        spdlog::warn("agent {}: heartbeats back on the stream: {}", config_.node,
+                     m.datagrams_lost().reason());
+      }
+      return;
     case v1::ControllerMessage::kFence:
       if (stale(m.fence().epoch(), "fence")) return;
       spdlog::warn("agent {}: fenced at epoch {}: {}", config_.node, m.fence().epoch(),

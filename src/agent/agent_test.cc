@@ -169,6 +169,34 @@ TEST_F(AgentTest, QuietBeatsGoAsDatagramsOnceHeardWhileNewsStaysOnTheStream) {
   EXPECT_GT(seqs.size(), 30u);
 }
 
+TEST_F(AgentTest, ToldItsDatagramsAreLostItBeatsOnTheStreamAlone) {
+  FakeController controller;
+  controller.OfferDatagrams();
+  auto agent = Start(Config({controller.port()}));
+  for (int i = 0; i < 500 && controller.datagram_count() < 10; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_GE(controller.datagram_count(), 10u);
+  controller.SayDatagramsLost();
+  for (int i = 0; i < 300 && agent->counters().datagram_fallbacks == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(agent->counters().datagram_fallbacks, 1u);
+  const uint64_t sent = agent->counters().heartbeat_datagrams;
+  // Twenty more beats, every one on the stream (one sent before the word
+  // may still be on its way: counted from the next beat on).
+  auto now = controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; });
+  ASSERT_TRUE(now.has_value());
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [&](const v1::Heartbeat& h) { return h.seq() >= now->heartbeat.seq() + 2; }));
+  const size_t heard = controller.datagram_count();
+  const uint64_t from = now->heartbeat.seq() + 2;
+  ASSERT_TRUE(controller.WaitForHeartbeat(
+      [&](const v1::Heartbeat& h) { return h.seq() >= from + 20; }, milliseconds(5000)));
+  EXPECT_EQ(agent->counters().heartbeat_datagrams, sent);
+  EXPECT_EQ(controller.datagram_count(), heard);
+}
+
 TEST_F(AgentTest, WithoutAnOfferEveryBeatIsOnTheStream) {
   FakeController controller;
   auto agent = Start(Config({controller.port()}));

@@ -24,16 +24,25 @@ absl::Status DatagramBeats::Open(absl::string_view grpc_peer, const v1::Heartbea
   }
   absl::StatusOr<std::string> host = common::GrpcPeerHost(grpc_peer);
   if (!host.ok()) return host.status();
+  absl::StatusOr<std::unique_ptr<common::DatagramKey>> key =
+      common::DatagramKey::Create(offer.key());
+  if (!key.ok()) return key.status();
   auto tx = common::UdpSender::Open({*host, static_cast<uint16_t>(offer.port())});
   if (!tx.ok()) return tx.status();
   tx_ = std::move(*tx);
   session_ = offer.session();
-  key_ = std::make_unique<common::DatagramKey>(offer.key());
+  key_ = std::move(*key);
   return absl::OkStatus();
 }
 
 void DatagramBeats::Heard(uint64_t session) {
   if (tx_ && session == session_) heard_ = true;
+}
+
+bool DatagramBeats::Lost(uint64_t session) {
+  if (!tx_ || session != session_) return false;
+  Reset();
+  return true;
 }
 
 bool DatagramBeats::Send(v1::Heartbeat* beat) {
@@ -70,7 +79,10 @@ bool DatagramBeats::Send(v1::Heartbeat* beat) {
   if (common::kDatagramHeaderBytes + payload.size() > common::kMaxDatagramBytes) return false;
   // A datagram the kernel would not take (no route, a full buffer) goes on
   // the stream instead.
-  if (!tx_->Send(common::SealDatagram(session_, *key_, payload)).ok()) return false;
+  if (!tx_->Send(common::SealDatagram(session_, *key_, payload)).ok()) {
+    if (send_errors_ != nullptr) ++*send_errors_;
+    return false;
+  }
   return heard_;
 }
 

@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/heartbeat_datagram.h"
@@ -20,7 +22,7 @@ class Port {
  public:
   Port() {
     auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
-      absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, mac_);
+      absl::StatusOr<absl::string_view> p = common::OpenDatagram(d, *mac_);
       std::lock_guard<std::mutex> lock(mu_);
       v1::Heartbeat hb;
       if (p.ok() && hb.ParseFromArray(p->data(), static_cast<int>(p->size()))) got_.push_back(hb);
@@ -47,7 +49,8 @@ class Port {
   const std::string key = std::string(common::kDatagramKeyBytes, 'q');
 
  private:
-  common::DatagramKey mac_{key};  // the receiver thread's
+  std::unique_ptr<common::DatagramKey> mac_ =
+      common::DatagramKey::Create(key).value();  // the receiver thread's
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::Heartbeat> got_;
@@ -102,6 +105,58 @@ TEST(DatagramBeatsTest, OnlyBeatsThatSayNothingNewGoAndTheStreamCarriesThemUntil
   EXPECT_FALSE(beats.heard());
   EXPECT_FALSE(beats.Send(Ptr(Beat(11))));
   EXPECT_FALSE(beats.Send(Ptr(Beat(12))));
+}
+
+TEST(DatagramBeatsTest, LostSendsEveryBeatOnTheStreamUntilTheNextOffer) {
+  Port port;
+  std::atomic<uint64_t> send_errors{0};
+  DatagramBeats beats(&send_errors);
+  ASSERT_TRUE(beats.Open("ipv4:127.0.0.1:1", port.Offer()).ok());
+  beats.Heard(7);
+  EXPECT_FALSE(beats.Send(Ptr(Beat(1))));
+  EXPECT_TRUE(beats.Send(Ptr(Beat(2))));
+  EXPECT_FALSE(beats.Lost(99));  // another session's word changes nothing
+  EXPECT_TRUE(beats.Send(Ptr(Beat(3))));
+  EXPECT_TRUE(beats.Lost(7));
+  EXPECT_FALSE(beats.heard());
+  for (uint64_t seq = 4; seq < 10; ++seq) EXPECT_FALSE(beats.Send(Ptr(Beat(seq)))) << seq;
+  EXPECT_FALSE(beats.Lost(7));  // said twice: once is enough
+  EXPECT_EQ(port.Seqs(2), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(send_errors.load(), 0u);
+  ASSERT_TRUE(beats.Open("ipv4:127.0.0.1:1", port.Offer()).ok());  // a new stream offers again
+  EXPECT_FALSE(beats.Send(Ptr(Beat(10))));
+  EXPECT_FALSE(beats.Send(Ptr(Beat(11))));  // sent both ways until heard
+  EXPECT_EQ(port.Seqs(3), (std::vector<uint64_t>{2, 3, 11}));
+}
+
+TEST(DatagramBeatsTest, ADatagramTheKernelRefusesIsCountedAndGoesOnTheStream) {
+  std::atomic<uint64_t> send_errors{0};
+  DatagramBeats beats(&send_errors);
+  // A port nothing listens on (a receiver's, closed): loopback answers
+  // ICMP port unreachable.
+  uint16_t closed = 0;
+  {
+    auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [](absl::string_view) {});
+    ASSERT_TRUE(rx.ok()) << rx.status();
+    closed = (*rx)->port();
+  }
+  v1::HeartbeatDatagrams offer;
+  offer.set_port(closed);
+  offer.set_session(7);
+  offer.set_key(std::string(common::kDatagramKeyBytes, 'q'));
+  ASSERT_TRUE(beats.Open("ipv4:127.0.0.1:1", offer).ok());
+  beats.Heard(7);
+  EXPECT_FALSE(beats.Send(Ptr(Beat(1))));
+  // The first datagram goes out; the ICMP error it draws fails the next send
+  // on the connected socket (ECONNREFUSED).
+  for (uint64_t seq = 2; seq < 20 && send_errors.load() == 0; ++seq) {
+    const bool alone = beats.Send(Ptr(Beat(seq)));
+    if (send_errors.load() > 0) {
+      EXPECT_FALSE(alone) << seq;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(send_errors.load(), 1u);
 }
 
 TEST(DatagramBeatsTest, ABadOfferLeavesTheStream) {

@@ -37,17 +37,22 @@ struct DatagramKey::Impl {
   EVP_MAC_CTX* ctx = nullptr;
 };
 
-DatagramKey::DatagramKey(absl::string_view key) : impl_(new Impl) {
-  impl_->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  if (impl_->mac != nullptr) impl_->ctx = EVP_MAC_CTX_new(impl_->mac);
+absl::StatusOr<std::unique_ptr<DatagramKey>> DatagramKey::Create(absl::string_view key) {
+  auto impl = std::make_unique<Impl>();
+  impl->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (impl->mac != nullptr) impl->ctx = EVP_MAC_CTX_new(impl->mac);
   char digest[] = "SHA256";
   const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
                                OSSL_PARAM_construct_end()};
-  if (impl_->ctx == nullptr ||
-      EVP_MAC_init(impl_->ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
-                   params) != 1) {
-    std::abort();  // OpenSSL without HMAC-SHA256: nothing can be signed
+  const bool ok = impl->ctx != nullptr &&
+                  EVP_MAC_init(impl->ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                               key.size(), params) == 1;
+  std::unique_ptr<DatagramKey> k(new DatagramKey(impl.release()));  // frees what was made
+  if (!ok) {
+    return absl::UnavailableError(
+        "heartbeat datagrams: this OpenSSL has no HMAC-SHA256 (EVP_MAC_fetch/EVP_MAC_init)");
   }
+  return k;
 }
 
 DatagramKey::~DatagramKey() {

@@ -6,10 +6,10 @@
 //   bytes 12-43  HMAC-SHA256 over bytes 0-11 and the payload, with that key
 //   bytes 44-    the payload (a serialized v1::Heartbeat)
 //
-//   DatagramKey key(bytes);                            // 32 bytes
-//   std::string d = SealDatagram(session, key, payload);
+//   auto key = DatagramKey::Create(bytes);             // 32 bytes
+//   std::string d = SealDatagram(session, **key, payload);
 //   absl::StatusOr<uint64_t> s = DatagramSession(d);   // whose key to look up
-//   absl::StatusOr<absl::string_view> p = OpenDatagram(d, key);
+//   absl::StatusOr<absl::string_view> p = OpenDatagram(d, **key);
 //
 // The key comes over the agent's gRPC stream (TLS when configured), so a
 // datagram proves what the stream proved; its sequence number, checked by
@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,7 +38,9 @@ inline constexpr size_t kMaxDatagramBytes = 1400;
 // the agent a tenth of its heartbeat thread. Not thread-safe.
 class DatagramKey {
  public:
-  explicit DatagramKey(absl::string_view key);
+  // Unavailable when this OpenSSL has no HMAC-SHA256 (a FIPS provider
+  // without it): the caller beats on its stream instead.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DatagramKey>> Create(absl::string_view key);
   ~DatagramKey();
   DatagramKey(const DatagramKey&) = delete;
   DatagramKey& operator=(const DatagramKey&) = delete;
@@ -46,6 +49,7 @@ class DatagramKey {
 
  private:
   struct Impl;
+  explicit DatagramKey(Impl* impl) : impl_(impl) {}
   Impl* impl_;
 };
 

@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -19,9 +21,16 @@ using ::testing::HasSubstr;
 
 const std::string kKeyBytes(32, 'k');
 
+std::unique_ptr<DatagramKey> Key(absl::string_view bytes) {
+  absl::StatusOr<std::unique_ptr<DatagramKey>> k = DatagramKey::Create(bytes);
+  EXPECT_TRUE(k.ok()) << k.status();
+  return std::move(k).value();
+}
+
 TEST(HeartbeatDatagramTest, TheMacIsHmacSha256) {
   // RFC 4231, test case 2, the data given in two parts.
-  DatagramKey key("Jefe");
+  std::unique_ptr<DatagramKey> owned = Key("Jefe");
+  DatagramKey& key = *owned;
   EXPECT_EQ(absl::BytesToHexString(key.Mac("what do ya", " want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   // The context is reused: the same input, the same MAC.
@@ -30,7 +39,8 @@ TEST(HeartbeatDatagramTest, TheMacIsHmacSha256) {
 }
 
 TEST(HeartbeatDatagramTest, SealedIsOpenedWithItsKeyOnly) {
-  DatagramKey key(kKeyBytes);
+  std::unique_ptr<DatagramKey> owned = Key(kKeyBytes);
+  DatagramKey& key = *owned;
   const std::string d = SealDatagram(0x0102030405060708ULL, key, "payload");
   ASSERT_EQ(d.size(), kDatagramHeaderBytes + 7);
   EXPECT_EQ(d.substr(0, 4), "GHB1");
@@ -44,14 +54,15 @@ TEST(HeartbeatDatagramTest, SealedIsOpenedWithItsKeyOnly) {
   // An empty payload is a datagram too (every field of a heartbeat at its default).
   EXPECT_TRUE(OpenDatagram(SealDatagram(1, key, ""), key).ok());
 
-  DatagramKey other_key(std::string(32, 'x'));
-  absl::StatusOr<absl::string_view> other = OpenDatagram(d, other_key);
+  std::unique_ptr<DatagramKey> other_key = Key(std::string(32, 'x'));
+  absl::StatusOr<absl::string_view> other = OpenDatagram(d, *other_key);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(other.status().message(), HasSubstr("bytes 12-43"));
 }
 
 TEST(HeartbeatDatagramTest, EveryAlteredByteIsRefusedAndNamed) {
-  DatagramKey key(kKeyBytes);
+  std::unique_ptr<DatagramKey> owned = Key(kKeyBytes);
+  DatagramKey& key = *owned;
   const std::string d = SealDatagram(42, key, "a heartbeat");
   for (size_t i = 0; i < d.size(); ++i) {
     std::string bad = d;
@@ -105,6 +116,55 @@ TEST(UdpTest, DatagramsArriveInOrderOnLoopbackAndStopEndsTheThread) {
               HasSubstr(absl::StrCat("UDP 127.0.0.1:", (*rx)->port(), ": cannot bind")));
   auto unresolvable = UdpSender::Open({"no such host.invalid", 1});
   EXPECT_THAT(unresolvable.status().message(), HasSubstr("cannot resolve"));
+}
+
+// A burst past the socket's buffer while the reader is busy: what the
+// kernel dropped is reported (SO_RXQ_OVFL), and nothing goes uncounted.
+TEST(UdpTest, DatagramsTheKernelDropsAreReported) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  size_t got = 0;
+  std::atomic<uint64_t> dropped{0};
+  auto rx = UdpReceiver::Start(
+      {"127.0.0.1", 0},
+      [&](absl::string_view) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return release; });  // the first one holds the reader
+        ++got;
+        cv.notify_all();
+      },
+      [&](uint64_t n) { dropped += n; });
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  auto tx = UdpSender::Open({"127.0.0.1", (*rx)->port()});
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  // 20 MiB in 1 KiB datagrams: more than any receive buffer the kernel grants.
+  const size_t kSent = 20000;
+  size_t refused = 0;
+  for (size_t i = 0; i < kSent; ++i) refused += !(*tx)->Send(std::string(1024, 'x')).ok();
+  EXPECT_EQ(refused, 0u);  // loopback takes them all; the receiver's queue drops
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  // Drained, then one more: its control message carries the count so far.
+  auto drained = [&](size_t want) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got >= want; });
+  };
+  ASSERT_TRUE(drained(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  size_t before = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    before = got;
+  }
+  ASSERT_TRUE((*tx)->Send("last").ok());
+  ASSERT_TRUE(drained(before + 1));
+  EXPECT_GT(dropped.load(), 0u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(got + dropped.load(), kSent + 1);
 }
 
 TEST(UdpTest, GrpcPeerHostReadsEveryForm) {

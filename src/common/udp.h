@@ -5,7 +5,11 @@
 //   (*tx)->Send(bytes);
 //
 // UdpReceiver: one thread blocks in poll() on the socket and an eventfd that
-// Stop() signals, and hands each datagram to the callback in arrival order.
+// Stop() signals, reads what is queued in batches (recvmmsg, up to 16 a
+// call), and hands each datagram to the callback in arrival order. It asks
+// for a 4 MiB receive buffer (the kernel caps it at net.core.rmem_max) and
+// reports datagrams the kernel dropped for a full buffer (SO_RXQ_OVFL) to
+// `on_drops`, each drop once.
 #pragma once
 
 #include <atomic>
@@ -24,20 +28,22 @@ namespace gpuha::common {
 class UdpReceiver {
  public:
   using Handler = std::function<void(absl::string_view datagram)>;
+  using DropHandler = std::function<void(uint64_t dropped)>;
   // Binds `at` (port 0: any free one); the error names the address.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(const HostPort& at,
-                                                                          Handler on_datagram);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(
+      const HostPort& at, Handler on_datagram, DropHandler on_drops = nullptr);
   ~UdpReceiver();
   void Stop();
   uint16_t port() const { return port_; }
 
  private:
-  UdpReceiver(int fd, int wake_fd, uint16_t port, Handler h);
+  UdpReceiver(int fd, int wake_fd, uint16_t port, Handler h, DropHandler d);
   void Loop();
   const int fd_;
   const int wake_fd_;
   const uint16_t port_;
   const Handler handler_;
+  const DropHandler on_drops_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

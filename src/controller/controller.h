@@ -55,24 +55,29 @@ class AgentSink {
 
 // Every counter of the controller, declared once: the list makes both the
 // fields and their /metrics families (gpuha_controller_<field>_total).
-#define GPUHA_CONTROLLER_COUNTERS(X)                                                       \
-  X(failovers, "Nodes taken out of service.")                                              \
-  X(fence_hook_failures, "Fence hooks that failed or timed out.")                          \
-  X(heartbeats, "Agent heartbeats received, each once (stream or datagram).")              \
-  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")                  \
-  X(admissions_refused, "Streams refused under N+k.")                                      \
-  X(unplaced_streams, "Streams that found no node in a failover.")                         \
-  X(store_errors, "Store writes that failed.")                                             \
-  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")        \
-  X(agents_refused, "Agent streams refused: a second stream for a connected node.")        \
-  X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")             \
-  X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")    \
-  X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")            \
-  X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.") \
-  X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")        \
+#define GPUHA_CONTROLLER_COUNTERS(X)                                                            \
+  X(failovers, "Nodes taken out of service.")                                                   \
+  X(fence_hook_failures, "Fence hooks that failed or timed out.")                               \
+  X(heartbeats, "Agent heartbeats received, each once (stream or datagram).")                   \
+  X(stale_agents_corrected, "Agents re-fenced for serving while fenced.")                       \
+  X(admissions_refused, "Streams refused under N+k.")                                           \
+  X(unplaced_streams, "Streams that found no node in a failover.")                              \
+  X(store_errors, "Store writes that failed.")                                                  \
+  X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")             \
+  X(agents_refused, "Agent streams refused: a second stream for a connected node.")             \
+  X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")                  \
+  X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")         \
+  X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")                 \
+  X(job_takeovers, "Jobs started on another node after their node's fence was confirmed.")      \
+  X(jobs_blocked, "Jobs not restarted because their node's fence was not confirmed.")           \
   X(heartbeat_datagrams, "Agent heartbeats received as UDP datagrams (counted in heartbeats).") \
-  X(datagrams_refused, "UDP datagrams refused: malformed, unknown session or bad MAC.")        \
-  X(datagrams_stale, "Heartbeat datagrams older than a heartbeat already heard (dropped).")
+  X(datagrams_refused, "UDP datagrams refused: malformed, unknown session or bad MAC.")         \
+  X(datagrams_stale,                                                                            \
+    "Heartbeat datagrams older than a heartbeat already heard, or of a session just ended "     \
+    "(dropped).")                                                                               \
+  X(datagrams_dropped, "UDP datagrams the kernel dropped: the socket's buffer was full.")       \
+  X(datagram_fallbacks,                                                                         \
+    "Agents told to beat on their streams again: their datagrams stopped arriving.")
 
 struct ControllerCounters {
 #define GPUHA_FIELD(name, help) uint64_t name = 0;
@@ -121,6 +126,8 @@ class Controller {
   // The UDP port heartbeat datagrams reach; 0 (the default): none, agents
   // beat on their streams only. Welcomes offer datagrams from then on.
   void SetDatagramPort(uint16_t port) { datagram_port_ = port; }
+  // Datagrams the kernel dropped before they were read (SO_RXQ_OVFL).
+  void CountDatagramDrops(uint64_t dropped);
   void AgentDisconnected(const std::string& node, const AgentSink* sink);
   // The agent on `sink` stops on purpose. If its server stops with it, the
   // node's work moves first (make-before-break) and the node is fenced, not
@@ -237,12 +244,15 @@ class Controller {
     // the gap after it (zero: not in a run).
     common::TimePoint refence_at{};
     common::Duration refence_gap{};
-    // The heartbeat datagrams of its agent's stream (0: none offered), their
-    // key, whether one was heard, and the newest heartbeat's seq by either
-    // path: an older one is a duplicate or a replay.
+    // The heartbeat datagrams of its agent's stream (0: none offered; the
+    // key is in datagram_sessions_), whether one was heard, how many came
+    // (fresh or late) since the last stream beat, how many stream beats in
+    // a row found none although beats were skipped, and the newest
+    // heartbeat's seq by either path: an older one is a duplicate or a replay.
     uint64_t datagram_session = 0;
-    std::shared_ptr<common::DatagramKey> datagram_key;
     bool datagrams_heard = false;
+    uint64_t datagrams_since_stream_beat = 0;
+    int silent_stretches = 0;
     uint64_t beat_seq = 0;
     // With servers per GPU: each GPU's last word from its agent.
     struct GpuState {
@@ -409,13 +419,32 @@ class Controller {
   TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes
   std::vector<std::thread> hooks_;                 // fence hooks in flight
   std::atomic<uint16_t> datagram_port_{0};
-  std::map<uint64_t, std::string> datagram_sessions_;  // guarded by mu_; session -> node
+  // The open datagram sessions, under a lock of their own so that a
+  // datagram is verified (its HMAC) without mu_: a flood of forged ones
+  // costs the UDP thread, not the controller. Taken after mu_, never
+  // before it. The key is the UDP thread's alone once made (not
+  // thread-safe); the welcome's thread only creates it.
+  struct DatagramSession {
+    std::string node;
+    std::shared_ptr<common::DatagramKey> key;
+  };
+  mutable std::mutex datagram_mu_;
+  std::map<uint64_t, DatagramSession> datagram_sessions_;  // guarded by datagram_mu_
+  // Sessions ended lately (a reconnect, a fallback): their late datagrams
+  // are stale, not forged.
+  std::deque<uint64_t> ended_sessions_;  // guarded by datagram_mu_; the newest 256
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
   // `fresh`: newer than any heard. One that is not gives its telemetry and
   // XIDs only: its state and liveness are older than what was applied.
   void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);
+  // A fresh stream beat of an agent whose datagrams were heard: when none
+  // came, not even late, since each of its last two stream beats although
+  // beats were skipped (UDP blocked on the way), tells it to beat on its
+  // stream alone. Two stretches: a UDP thread that fell behind the stream's
+  // (a busy controller) still shows its datagrams late, within the second.
+  void CheckDatagramsFlowLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb);
 };
 
 }  // namespace gpuha::controller

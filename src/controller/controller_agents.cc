@@ -2,6 +2,9 @@
 // registration, the welcome with its heartbeat datagram session), each
 // heartbeat from the stream or a datagram, a goodbye, a stream that ends.
 // Split from controller.cc.
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/heartbeat_datagram.h"
@@ -103,16 +106,22 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   n->beat_seq = 0;
   EndDatagramsLocked(*n);
   if (const uint16_t port = datagram_port_.load(); port != 0) {
-    do {
-      n->datagram_session = common::RandomSession();
-    } while (datagram_sessions_.count(n->datagram_session) > 0);
     const std::string key = common::RandomBytes(common::kDatagramKeyBytes);
-    n->datagram_key = std::make_shared<common::DatagramKey>(key);
-    datagram_sessions_[n->datagram_session] = hello.node();
-    v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
-    d->set_port(port);
-    d->set_session(n->datagram_session);
-    d->set_key(key);
+    absl::StatusOr<std::unique_ptr<common::DatagramKey>> mac = common::DatagramKey::Create(key);
+    if (mac.ok()) {
+      std::lock_guard<std::mutex> sessions(datagram_mu_);
+      do {
+        n->datagram_session = common::RandomSession();
+      } while (datagram_sessions_.count(n->datagram_session) > 0);
+      datagram_sessions_[n->datagram_session] = {hello.node(), std::move(*mac)};
+      v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
+      d->set_port(port);
+      d->set_session(n->datagram_session);
+      d->set_key(key);
+    } else {
+      // Not offered: the agent beats on its stream.
+      EventLocked("datagrams_off", hello.node(), std::string(mac.status().message()));
+    }
   }
   n->sink->Send(welcome);
   // A joining node's agent may still hold a fence (from an earlier life of
@@ -139,39 +148,91 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   // or the agent sent it both ways before it heard) is old news: its
   // telemetry and XIDs count, its state and liveness do not (the newer
   // beat's state was applied; this one's could undo it).
-  HeartbeatLocked(n, node, hb, /*fresh=*/hb.seq() == 0 || hb.seq() > n->beat_seq);
+  const bool fresh = hb.seq() == 0 || hb.seq() > n->beat_seq;
+  if (fresh) CheckDatagramsFlowLocked(*n, node, hb);
+  HeartbeatLocked(n, node, hb, fresh);
+}
+
+void Controller::CheckDatagramsFlowLocked(NodeState& n, const std::string& node,
+                                          const v1::Heartbeat& hb) {
+  const uint64_t heard = std::exchange(n.datagrams_since_stream_beat, 0);
+  // Two beats or more skipped: one lost datagram is no pattern.
+  if (!n.datagrams_heard || heard > 0 || n.beat_seq == 0 || hb.seq() < n.beat_seq + 3) {
+    n.silent_stretches = 0;
+    return;
+  }
+  if (++n.silent_stretches < 2) return;
+  const std::string why =
+      absl::StrCat("no heartbeat datagram arrived, not even late, over two stream beats up to ",
+                   hb.seq(), " (UDP blocked on the way?); every beat goes on the stream");
+  if (n.sink) {
+    v1::ControllerMessage lost;
+    lost.mutable_datagrams_lost()->set_session(n.datagram_session);
+    lost.mutable_datagrams_lost()->set_reason(why);
+    n.sink->Send(lost);
+  }
+  EndDatagramsLocked(n);
+  counters_.datagram_fallbacks++;
+  EventLocked("datagrams_lost", node, why);
+}
+
+void Controller::CountDatagramDrops(uint64_t dropped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.datagrams_dropped += dropped;
 }
 
 absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!acting()) return absl::UnavailableError("this controller does not lead");
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!acting()) return absl::UnavailableError("this controller does not lead");
   auto refuse = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
     counters_.datagrams_refused++;
+    return s;
+  };
+  auto stale = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.datagrams_stale++;
     return s;
   };
   absl::StatusOr<uint64_t> session = common::DatagramSession(datagram);
   if (!session.ok()) return refuse(session.status());
-  auto it = datagram_sessions_.find(*session);
-  if (it == datagram_sessions_.end()) {
-    return refuse(absl::NotFoundError(
-        absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
+  // Verified without mu_ (datagram_mu_ is held only for the lookup).
+  DatagramSession open;
+  {
+    std::lock_guard<std::mutex> sessions(datagram_mu_);
+    auto it = datagram_sessions_.find(*session);
+    if (it == datagram_sessions_.end()) {
+      if (std::find(ended_sessions_.begin(), ended_sessions_.end(), *session) !=
+          ended_sessions_.end()) {
+        return stale(absl::AlreadyExistsError(
+            absl::StrCat("bytes 4-11: session ", *session, " ended (a late datagram)")));
+      }
+      return refuse(absl::NotFoundError(
+          absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
+    }
+    open = it->second;
   }
-  const std::string node = it->second;
-  NodeState* n = FindLocked(node);
-  if (n == nullptr) return refuse(absl::NotFoundError(absl::StrCat("node '", node, "' is gone")));
-  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *n->datagram_key);
+  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *open.key);
   if (!payload.ok()) return refuse(payload.status());
   v1::Heartbeat hb;
   if (!hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
     return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "bytes 44-", datagram.size() - 1, " of node '", node, "': not a Heartbeat message")));
+        "bytes 44-", datagram.size() - 1, " of node '", open.node, "': not a Heartbeat message")));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!acting()) return absl::UnavailableError("this controller does not lead");
+  NodeState* n = FindLocked(open.node);
+  // Its stream ended or was replaced while this one was verified.
+  if (n == nullptr || n->datagram_session != *session) {
+    counters_.datagrams_stale++;
+    return absl::AlreadyExistsError(
+        absl::StrCat("bytes 4-11: session ", *session, " ended (a late datagram)"));
+  }
+  n->datagrams_since_stream_beat++;  // late or not, the path works
   if (hb.seq() <= n->beat_seq) {
     counters_.datagrams_stale++;
-    return absl::AlreadyExistsError(absl::StrCat(
-        "node '", node, "': heartbeat ", hb.seq(), " is not newer than ", n->beat_seq,
-        " (a duplicate, a late datagram or a replay)"));
+    return absl::AlreadyExistsError(absl::StrCat("node '", open.node, "': heartbeat ", hb.seq(),
+                                                 " is not newer than ", n->beat_seq,
+                                                 " (a duplicate, a late datagram or a replay)"));
   }
   counters_.heartbeat_datagrams++;
   if (!n->datagrams_heard && n->sink) {
@@ -180,15 +241,21 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
     heard.mutable_datagrams_heard()->set_session(*session);
     n->sink->Send(heard);
   }
-  HeartbeatLocked(n, node, hb, /*fresh=*/true);
+  HeartbeatLocked(n, open.node, hb, /*fresh=*/true);
   return absl::OkStatus();
 }
 
 void Controller::EndDatagramsLocked(NodeState& n) {
-  if (n.datagram_session != 0) datagram_sessions_.erase(n.datagram_session);
+  if (n.datagram_session != 0) {
+    std::lock_guard<std::mutex> sessions(datagram_mu_);
+    datagram_sessions_.erase(n.datagram_session);
+    ended_sessions_.push_back(n.datagram_session);
+    if (ended_sessions_.size() > 256) ended_sessions_.pop_front();
+  }
   n.datagram_session = 0;
-  n.datagram_key.reset();
   n.datagrams_heard = false;
+  n.datagrams_since_stream_beat = 0;
+  n.silent_stretches = 0;
 }
 
 void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb,

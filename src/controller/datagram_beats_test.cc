@@ -34,8 +34,8 @@ class DatagramBeatsTest : public ControllerTest {
     return hb;
   }
   std::string Sealed(const v1::HeartbeatDatagrams& d, const v1::Heartbeat& hb) {
-    common::DatagramKey key(d.key());
-    return common::SealDatagram(d.session(), key, hb.SerializeAsString());
+    std::unique_ptr<common::DatagramKey> key = common::DatagramKey::Create(d.key()).value();
+    return common::SealDatagram(d.session(), *key, hb.SerializeAsString());
   }
 };
 
@@ -50,9 +50,19 @@ TEST_F(DatagramBeatsTest, AWelcomeOffersASessionOfItsOwnOnlyWhenAPortIsSet) {
   v1::HeartbeatDatagrams second = Offer();  // a reconnect: a new session and key
   EXPECT_NE(second.session(), first.session());
   EXPECT_NE(second.key(), first.key());
+  // The old session's late datagram is stale; a session never given is not
+  // an agent's.
   absl::Status old = c_->AgentDatagram(Sealed(first, Healthy(1)));
-  EXPECT_EQ(old.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(old.message(), HasSubstr("bytes 4-11: session"));
+  EXPECT_EQ(old.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(old.message(), HasSubstr("bytes 4-11: session " + std::to_string(first.session()) +
+                                       " ended (a late datagram)"));
+  v1::HeartbeatDatagrams never = second;
+  never.set_session(second.session() ^ first.session());
+  absl::Status unknown = c_->AgentDatagram(Sealed(never, Healthy(1)));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("is no connected agent's"));
+  EXPECT_EQ(c_->counters().datagrams_refused, 1u);
+  EXPECT_EQ(c_->counters().datagrams_stale, 1u);
   EXPECT_TRUE(c_->AgentDatagram(Sealed(second, Healthy(1))).ok());
 }
 
@@ -140,8 +150,8 @@ TEST_F(DatagramBeatsTest, ForgedAndMalformedDatagramsAreRefusedWithTheBytesAtFau
   EXPECT_THAT(s.message(), HasSubstr("bytes 12-43"));
   s = c_->AgentDatagram("GHB1");
   EXPECT_THAT(s.message(), HasSubstr("datagram of 4 bytes"));
-  common::DatagramKey key(d.key());
-  s = c_->AgentDatagram(common::SealDatagram(d.session(), key, "\xff\xff\xff"));
+  std::unique_ptr<common::DatagramKey> key = common::DatagramKey::Create(d.key()).value();
+  s = c_->AgentDatagram(common::SealDatagram(d.session(), *key, "\xff\xff\xff"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("bytes 44-46 of node 'a1': not a Heartbeat message"));
   EXPECT_EQ(c_->counters().datagrams_refused, 3u);
@@ -150,7 +160,61 @@ TEST_F(DatagramBeatsTest, ForgedAndMalformedDatagramsAreRefusedWithTheBytesAtFau
 
   // A stream that ends takes its session with it.
   c_->AgentDisconnected("a1", sinks_["a1"].get());
-  EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(2))).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(2))).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(c_->counters().heartbeat_datagrams, 1u);
+}
+
+// UDP blocked after the controller heard datagrams (a firewall change): the
+// stream's beats arrive with every quiet beat between them missing. The
+// agent is told to beat on its stream; one lost datagram is no such sign.
+TEST_F(DatagramBeatsTest, AgentsWhoseDatagramsStopArrivingAreToldToBeatOnTheirStreams) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  auto lost_sent = [&] {
+    int n = 0;
+    for (const v1::ControllerMessage& m : sinks_["a1"]->sent) n += m.has_datagrams_lost();
+    return n;
+  };
+  const AgentSink* stream = sinks_["a1"].get();
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(1))).ok());
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(2))).ok());
+  c_->AgentHeartbeat("a1", Healthy(3), stream);  // news: on the stream
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(4))).ok());
+  c_->AgentHeartbeat("a1", Healthy(9), stream);   // 5-8 missing, but 4 came: no sign
+  c_->AgentHeartbeat("a1", Healthy(11), stream);  // one missing (10): no sign either
+  EXPECT_EQ(lost_sent(), 0);
+  EXPECT_EQ(c_->counters().datagram_fallbacks, 0u);
+  ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(12))).ok());
+  // A UDP thread behind the stream's (a busy controller): 14-21 arrive
+  // after stream beat 22, late, but they arrive.
+  c_->AgentHeartbeat("a1", Healthy(13), stream);
+  c_->AgentHeartbeat("a1", Healthy(22), stream);  // 14-21 not yet: one silent stretch
+  EXPECT_EQ(c_->AgentDatagram(Sealed(d, Healthy(21))).code(), absl::StatusCode::kAlreadyExists);
+  c_->AgentHeartbeat("a1", Healthy(31), stream);  // 23-30 not yet, but 21 came
+  EXPECT_EQ(lost_sent(), 0);
+
+  c_->AgentHeartbeat("a1", Healthy(40), stream);  // 32-39 never came
+  EXPECT_EQ(lost_sent(), 0);
+  c_->AgentHeartbeat("a1", Healthy(49), stream);  // nor 41-48
+  ASSERT_EQ(lost_sent(), 1);
+  const v1::ControllerMessage& lost = sinks_["a1"]->sent.back();
+  EXPECT_EQ(lost.datagrams_lost().session(), d.session());
+  EXPECT_THAT(lost.datagrams_lost().reason(),
+              HasSubstr("no heartbeat datagram arrived, not even late, over two stream beats "
+                        "up to 49"));
+  EXPECT_EQ(c_->counters().datagram_fallbacks, 1u);
+  EXPECT_THAT(EventTypes("a1"), ::testing::Contains("datagrams_lost"));
+  // The session is over: a late datagram of it is stale, not forged.
+  const uint64_t refused = c_->counters().datagrams_refused;
+  absl::Status late = c_->AgentDatagram(Sealed(d, Healthy(50)));
+  EXPECT_EQ(late.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(late.message(), HasSubstr("ended (a late datagram)"));
+  EXPECT_EQ(c_->counters().datagrams_refused, refused);
+  // From now on every beat comes on the stream, each one counted, none a sign.
+  const uint64_t beats = c_->counters().heartbeats;
+  for (uint64_t seq = 50; seq < 67; ++seq) c_->AgentHeartbeat("a1", Healthy(seq), stream);
+  EXPECT_EQ(c_->counters().heartbeats, beats + 17);
+  EXPECT_EQ(lost_sent(), 1);
 }
 
 TEST_F(DatagramBeatsTest, DatagramsAloneKeepANodeAliveAndTheirSilenceFailsIt) {

@@ -371,7 +371,9 @@ absl::Status ControllerServer::Start() {
     absl::StatusOr<common::HostPort> at = common::ParseHostPort(config_.grpc_listen, "listen.grpc");
     if (!at.ok()) return at.status();
     at->port = static_cast<uint16_t>(grpc_port_);
-    auto rx = common::UdpReceiver::Start(*at, [this](absl::string_view d) { OnDatagram(d); });
+    auto rx = common::UdpReceiver::Start(
+        *at, [this](absl::string_view d) { OnDatagram(d); },
+        [this](uint64_t dropped) { controller_->CountDatagramDrops(dropped); });
     if (rx.ok()) {
       datagrams_ = std::move(*rx);
       controller_->SetDatagramPort(datagrams_->port());

@@ -422,6 +422,7 @@ TEST(ControllerServerTest, AgentsConnectAndAStoppedAgentFailsOverWithNewRoutes) 
   }
   EXPECT_GE(controller.counters().heartbeat_datagrams, 30u);
   EXPECT_EQ(controller.counters().datagrams_refused, 0u);
+  EXPECT_EQ(controller.counters().datagram_fallbacks, 0u);
   for (auto& a : agents) EXPECT_GT(a->counters().heartbeat_datagrams, 0u);
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(controller.AddStream({"s" + std::to_string(i), "acme", 1}).ok());

@@ -46,7 +46,7 @@ class FakeController final : public v1::AgentService::Service {
   int port() const { return port_; }
   // Each hello is answered with a welcome that offers heartbeat datagrams.
   void OfferDatagrams() {
-    datagram_key_ = std::make_unique<common::DatagramKey>(kDatagramKey);
+    datagram_key_ = common::DatagramKey::Create(kDatagramKey).value();
     auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [this](absl::string_view d) {
       absl::StatusOr<absl::string_view> payload = common::OpenDatagram(d, *datagram_key_);
       v1::Heartbeat hb;
@@ -66,6 +66,13 @@ class FakeController final : public v1::AgentService::Service {
       cv_.notify_all();
     });
     if (rx.ok()) datagram_rx_ = std::move(*rx);
+  }
+  // Tells the agent its datagrams stopped arriving (DatagramsLost).
+  void SayDatagramsLost() {
+    v1::ControllerMessage lost;
+    lost.mutable_datagrams_lost()->set_session(kDatagramSession);
+    lost.mutable_datagrams_lost()->set_reason("none arrived (test)");
+    Send(lost);
   }
   size_t datagram_count() {
     std::lock_guard<std::mutex> lock(mu_);
