@@ -2,7 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -119,7 +121,9 @@ TEST(UdpTest, DatagramsArriveInOrderOnLoopbackAndStopEndsTheThread) {
 }
 
 // A burst past the socket's buffer while the reader is busy: what the
-// kernel dropped is reported (SO_RXQ_OVFL), and nothing goes uncounted.
+// kernel dropped is reported (SO_RXQ_OVFL), and never more than was lost.
+// (A drop is reported with the next datagram read, so probes follow; drops
+// in the loopback device's own backlog are not the socket's to count.)
 TEST(UdpTest, DatagramsTheKernelDropsAreReported) {
   std::mutex mu;
   std::condition_variable cv;
@@ -139,32 +143,58 @@ TEST(UdpTest, DatagramsTheKernelDropsAreReported) {
   auto tx = UdpSender::Open({"127.0.0.1", (*rx)->port()});
   ASSERT_TRUE(tx.ok()) << tx.status();
   // 20 MiB in 1 KiB datagrams: more than any receive buffer the kernel grants.
-  const size_t kSent = 20000;
-  size_t refused = 0;
-  for (size_t i = 0; i < kSent; ++i) refused += !(*tx)->Send(std::string(1024, 'x')).ok();
-  EXPECT_EQ(refused, 0u);  // loopback takes them all; the receiver's queue drops
+  size_t sent = 0;
+  for (; sent < 20000; ++sent) ASSERT_TRUE((*tx)->Send(std::string(1024, 'x')).ok()) << sent;
   {
     std::lock_guard<std::mutex> lock(mu);
     release = true;
     cv.notify_all();
   }
-  // Drained, then one more: its control message carries the count so far.
-  auto drained = [&](size_t want) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got >= want; });
-  };
-  ASSERT_TRUE(drained(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  size_t before = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    before = got;
+  for (int probe = 0; probe < 100 && dropped.load() == 0; ++probe) {
+    ASSERT_TRUE((*tx)->Send("probe").ok());
+    ++sent;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_TRUE((*tx)->Send("last").ok());
-  ASSERT_TRUE(drained(before + 1));
   EXPECT_GT(dropped.load(), 0u);
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(got + dropped.load(), kSent + 1);
+  EXPECT_GT(got, 0u);
+  EXPECT_LE(got + dropped.load(), sent);
+}
+
+// A name that resolves to several addresses is heard on each, as gRPC
+// listens: an agent that reached the controller at any of them can beat.
+TEST(UdpTest, EveryAddressOfTheHostIsHeardOnOnePort) {
+  std::vector<std::string> addresses;  // what "localhost" is here
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  ASSERT_EQ(::getaddrinfo("localhost", "1", &hints, &found), 0);
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    addresses.push_back(a->ai_family == AF_INET6 ? "::1" : "127.0.0.1");
+  }
+  ::freeaddrinfo(found);
+  ASSERT_FALSE(addresses.empty());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> got;
+  auto rx = UdpReceiver::Start({"localhost", 0}, [&](absl::string_view d) {
+    std::lock_guard<std::mutex> lock(mu);
+    got.emplace_back(d);
+    cv.notify_all();
+  });
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  for (const std::string& a : addresses) {
+    auto tx = UdpSender::Open({a, (*rx)->port()});
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    ASSERT_TRUE((*tx)->Send("to " + a).ok()) << a;
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(
+      cv.wait_for(lock, std::chrono::seconds(5), [&] { return got.size() == addresses.size(); }))
+      << "heard " << got.size() << " of " << addresses.size();
+  for (const std::string& a : addresses) {
+    EXPECT_NE(std::find(got.begin(), got.end(), "to " + a), got.end()) << a;
+  }
 }
 
 TEST(UdpTest, GrpcPeerHostReadsEveryForm) {

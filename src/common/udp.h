@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -29,7 +30,10 @@ class UdpReceiver {
  public:
   using Handler = std::function<void(absl::string_view datagram)>;
   using DropHandler = std::function<void(uint64_t dropped)>;
-  // Binds `at` (port 0: any free one); the error names the address.
+  // Binds every address `at`'s host resolves to ("localhost": ::1 and
+  // 127.0.0.1, as gRPC listens), on one port (0: a free one, the same for
+  // all); the error names the address. One that does not bind after the
+  // first (a dual-stack wildcard already covers it) is left out, logged.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(
       const HostPort& at, Handler on_datagram, DropHandler on_drops = nullptr);
   ~UdpReceiver();
@@ -37,9 +41,9 @@ class UdpReceiver {
   uint16_t port() const { return port_; }
 
  private:
-  UdpReceiver(int fd, int wake_fd, uint16_t port, Handler h, DropHandler d);
+  UdpReceiver(std::vector<int> fds, int wake_fd, uint16_t port, Handler h, DropHandler d);
   void Loop();
-  const int fd_;
+  const std::vector<int> fds_;  // one per address the host resolves to, one port
   const int wake_fd_;
   const uint16_t port_;
   const Handler handler_;

@@ -312,13 +312,15 @@ void Controller::Tick() {
   // blocked, and heartbeats may sit unread in its queues: a node's silence
   // over the gap is the controller's, not the node's.
   common::TimePoint now = clock_->Now();
-  if (last_tick_ && now - *last_tick_ > config_.detector.floor / 3) {
+  const bool stalled = last_tick_ && now - *last_tick_ > config_.detector.floor / 3;
+  if (stalled) {
     detector_.ForgiveSilence();
     counters_.stalls++;
     spdlog::warn("controller: tick delayed {} ms; not counting that silence against nodes",
                  common::ToMillis(now - *last_tick_));
   }
   last_tick_ = now;
+  DatagramsTickLocked(now, stalled);
   traffic_.Tick(static_cast<double>(clock_->UnixNanos()) / 1e6, counters_.failovers);
   std::vector<LivenessChange> changes = detector_.Check();
   bool grace = clock_->Now() < grace_until_;
@@ -937,7 +939,15 @@ uint64_t Controller::epoch() const {
 
 ControllerCounters Controller::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  return CountersLocked();
+}
+
+ControllerCounters Controller::CountersLocked() const {
+  ControllerCounters c = counters_;
+  c.datagrams_refused = datagrams_refused_.load();
+  c.datagrams_stale = datagrams_stale_.load();
+  c.datagrams_dropped = datagrams_dropped_.load();
+  return c;
 }
 
 }  // namespace gpuha::controller

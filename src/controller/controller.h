@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -75,7 +76,8 @@ class AgentSink {
   X(datagrams_stale,                                                                            \
     "Heartbeat datagrams older than a heartbeat already heard, or of a session just ended "     \
     "(dropped).")                                                                               \
-  X(datagrams_dropped, "UDP datagrams the kernel dropped: the socket's buffer was full.")       \
+  X(datagrams_dropped,                                                                          \
+    "UDP datagrams the kernel dropped before they were read (a full buffer, mostly).")          \
   X(datagram_fallbacks,                                                                         \
     "Agents told to beat on their streams again: their datagrams stopped arriving.")
 
@@ -120,8 +122,9 @@ class Controller {
   // A heartbeat datagram (common/heartbeat_datagram.h) from the UDP port:
   // applied as AgentHeartbeat when it is a stream's, signed with its key,
   // and newer than every heartbeat heard from that agent. The reason when
-  // it is not (counted in datagrams_refused; AlreadyExists, one not newer,
-  // in datagrams_stale).
+  // it is not (counted in datagrams_refused; AlreadyExists, one not newer
+  // or one of a session that ended, in datagrams_stale). One caller, the
+  // UDP thread: the keys it verifies with are not thread-safe.
   absl::Status AgentDatagram(absl::string_view datagram);
   // The UDP port heartbeat datagrams reach; 0 (the default): none, agents
   // beat on their streams only. Welcomes offer datagrams from then on.
@@ -245,14 +248,14 @@ class Controller {
     common::TimePoint refence_at{};
     common::Duration refence_gap{};
     // The heartbeat datagrams of its agent's stream (0: none offered; the
-    // key is in datagram_sessions_), whether one was heard, how many came
-    // (fresh or late) since the last stream beat, how many stream beats in
-    // a row found none although beats were skipped, and the newest
+    // key is in datagram_sessions_), whether one was heard, when the last
+    // one came (fresh or late), how many beats its stream's beats skipped
+    // since then (sent as datagrams that did not come), and the newest
     // heartbeat's seq by either path: an older one is a duplicate or a replay.
     uint64_t datagram_session = 0;
     bool datagrams_heard = false;
-    uint64_t datagrams_since_stream_beat = 0;
-    int silent_stretches = 0;
+    common::TimePoint last_datagram_at{};
+    uint64_t beats_missing = 0;
     uint64_t beat_seq = 0;
     // With servers per GPU: each GPU's last word from its agent.
     struct GpuState {
@@ -416,6 +419,12 @@ class Controller {
   EventLog events_{10000};                         // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;                    // guarded by mu_
+  // Datagrams that are not applied are counted without mu_ (a flood of them
+  // must not take it); CountersLocked() folds them in.
+  std::atomic<uint64_t> datagrams_refused_{0};
+  std::atomic<uint64_t> datagrams_stale_{0};
+  std::atomic<uint64_t> datagrams_dropped_{0};
+  ControllerCounters CountersLocked() const;
   TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes
   std::vector<std::thread> hooks_;                 // fence hooks in flight
   std::atomic<uint16_t> datagram_port_{0};
@@ -431,20 +440,22 @@ class Controller {
   mutable std::mutex datagram_mu_;
   std::map<uint64_t, DatagramSession> datagram_sessions_;  // guarded by datagram_mu_
   // Sessions ended lately (a reconnect, a fallback): their late datagrams
-  // are stale, not forged.
-  std::deque<uint64_t> ended_sessions_;  // guarded by datagram_mu_; the newest 256
+  // are stale, not forged. The newest 4096, oldest first.
+  std::deque<uint64_t> ended_order_;             // guarded by datagram_mu_
+  std::unordered_set<uint64_t> ended_sessions_;  // guarded by datagram_mu_
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
   // `fresh`: newer than any heard. One that is not gives its telemetry and
   // XIDs only: its state and liveness are older than what was applied.
   void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);
-  // A fresh stream beat of an agent whose datagrams were heard: when none
-  // came, not even late, since each of its last two stream beats although
-  // beats were skipped (UDP blocked on the way), tells it to beat on its
-  // stream alone. Two stretches: a UDP thread that fell behind the stream's
-  // (a busy controller) still shows its datagrams late, within the second.
-  void CheckDatagramsFlowLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb);
+  // Each tick: an agent whose datagrams were heard, whose stream beats go
+  // on skipping beats, and of whose datagrams none came for a second, not
+  // even late (UDP blocked on the way), is told to beat on its stream
+  // alone. `stalled`: this tick came late, and datagrams may sit unread
+  // behind the stream's beats: their silence is forgiven, as the
+  // detector's is.
+  void DatagramsTickLocked(common::TimePoint now, bool stalled);
 };
 
 }  // namespace gpuha::controller

@@ -149,67 +149,71 @@ void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb
   // telemetry and XIDs count, its state and liveness do not (the newer
   // beat's state was applied; this one's could undo it).
   const bool fresh = hb.seq() == 0 || hb.seq() > n->beat_seq;
-  if (fresh) CheckDatagramsFlowLocked(*n, node, hb);
+  // Beats this one skipped went as datagrams: count the ones that did not come.
+  if (fresh && n->datagrams_heard && hb.seq() > n->beat_seq + 1) {
+    n->beats_missing += hb.seq() - n->beat_seq - 1;
+  }
   HeartbeatLocked(n, node, hb, fresh);
 }
 
-void Controller::CheckDatagramsFlowLocked(NodeState& n, const std::string& node,
-                                          const v1::Heartbeat& hb) {
-  const uint64_t heard = std::exchange(n.datagrams_since_stream_beat, 0);
-  // Two beats or more skipped: one lost datagram is no pattern.
-  if (!n.datagrams_heard || heard > 0 || n.beat_seq == 0 || hb.seq() < n.beat_seq + 3) {
-    n.silent_stretches = 0;
-    return;
-  }
-  if (++n.silent_stretches < 2) return;
-  const std::string why =
-      absl::StrCat("no heartbeat datagram arrived, not even late, over two stream beats up to ",
-                   hb.seq(), " (UDP blocked on the way?); every beat goes on the stream");
-  if (n.sink) {
+void Controller::DatagramsTickLocked(common::TimePoint now, bool stalled) {
+  // A second: twenty quiet beats at the default cadence, two telemetry
+  // beats on the stream. Three skipped: one or two lost datagrams is no
+  // pattern.
+  constexpr common::Duration kSilence = std::chrono::seconds(1);
+  constexpr uint64_t kMissing = 3;
+  for (auto& [id, n] : nodes_) {
+    if (!n.datagrams_heard) continue;
+    if (stalled) {
+      n.last_datagram_at = now;
+      continue;
+    }
+    if (n.beats_missing < kMissing || now - n.last_datagram_at < kSilence || !n.sink) continue;
+    const std::string why = absl::StrCat(
+        "no heartbeat datagram arrived, not even late, for ",
+        common::ToMillis(now - n.last_datagram_at), " ms while its stream beats skipped ",
+        n.beats_missing, " beats (UDP blocked on the way?); every beat goes on the stream");
     v1::ControllerMessage lost;
     lost.mutable_datagrams_lost()->set_session(n.datagram_session);
     lost.mutable_datagrams_lost()->set_reason(why);
     n.sink->Send(lost);
+    EndDatagramsLocked(n);
+    counters_.datagram_fallbacks++;
+    EventLocked("datagrams_lost", id, why);
   }
-  EndDatagramsLocked(n);
-  counters_.datagram_fallbacks++;
-  EventLocked("datagrams_lost", node, why);
 }
 
-void Controller::CountDatagramDrops(uint64_t dropped) {
-  std::lock_guard<std::mutex> lock(mu_);
-  counters_.datagrams_dropped += dropped;
-}
+void Controller::CountDatagramDrops(uint64_t dropped) { datagrams_dropped_ += dropped; }
 
 absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!acting()) return absl::UnavailableError("this controller does not lead");
+  // Counted without mu_, and never with datagram_mu_ held (mu_ comes first).
   auto refuse = [&](absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    counters_.datagrams_refused++;
+    datagrams_refused_++;
     return s;
   };
-  auto stale = [&](absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    counters_.datagrams_stale++;
-    return s;
+  auto ended = [&](uint64_t session) {
+    datagrams_stale_++;
+    return absl::AlreadyExistsError(
+        absl::StrCat("bytes 4-11: session ", session, " ended (a late datagram)"));
   };
   absl::StatusOr<uint64_t> session = common::DatagramSession(datagram);
   if (!session.ok()) return refuse(session.status());
   // Verified without mu_ (datagram_mu_ is held only for the lookup).
   DatagramSession open;
+  bool was_open = false;
   {
     std::lock_guard<std::mutex> sessions(datagram_mu_);
-    auto it = datagram_sessions_.find(*session);
-    if (it == datagram_sessions_.end()) {
-      if (std::find(ended_sessions_.begin(), ended_sessions_.end(), *session) !=
-          ended_sessions_.end()) {
-        return stale(absl::AlreadyExistsError(
-            absl::StrCat("bytes 4-11: session ", *session, " ended (a late datagram)")));
-      }
-      return refuse(absl::NotFoundError(
-          absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
+    if (auto it = datagram_sessions_.find(*session); it != datagram_sessions_.end()) {
+      open = it->second;
+    } else {
+      was_open = ended_sessions_.count(*session) > 0;
     }
-    open = it->second;
+  }
+  if (!open.key) {
+    if (was_open) return ended(*session);
+    return refuse(absl::NotFoundError(
+        absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
   }
   absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *open.key);
   if (!payload.ok()) return refuse(payload.status());
@@ -222,14 +226,12 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!acting()) return absl::UnavailableError("this controller does not lead");
   NodeState* n = FindLocked(open.node);
   // Its stream ended or was replaced while this one was verified.
-  if (n == nullptr || n->datagram_session != *session) {
-    counters_.datagrams_stale++;
-    return absl::AlreadyExistsError(
-        absl::StrCat("bytes 4-11: session ", *session, " ended (a late datagram)"));
-  }
-  n->datagrams_since_stream_beat++;  // late or not, the path works
+  if (n == nullptr || n->datagram_session != *session) return ended(*session);
+  // Late or not, the path works.
+  n->last_datagram_at = clock_->Now();
+  n->beats_missing = 0;
   if (hb.seq() <= n->beat_seq) {
-    counters_.datagrams_stale++;
+    datagrams_stale_++;
     return absl::AlreadyExistsError(absl::StrCat("node '", open.node, "': heartbeat ", hb.seq(),
                                                  " is not newer than ", n->beat_seq,
                                                  " (a duplicate, a late datagram or a replay)"));
@@ -249,13 +251,16 @@ void Controller::EndDatagramsLocked(NodeState& n) {
   if (n.datagram_session != 0) {
     std::lock_guard<std::mutex> sessions(datagram_mu_);
     datagram_sessions_.erase(n.datagram_session);
-    ended_sessions_.push_back(n.datagram_session);
-    if (ended_sessions_.size() > 256) ended_sessions_.pop_front();
+    if (ended_sessions_.insert(n.datagram_session).second)
+      ended_order_.push_back(n.datagram_session);
+    if (ended_order_.size() > 4096) {
+      ended_sessions_.erase(ended_order_.front());
+      ended_order_.pop_front();
+    }
   }
   n.datagram_session = 0;
   n.datagrams_heard = false;
-  n.datagrams_since_stream_beat = 0;
-  n.silent_stretches = 0;
+  n.beats_missing = 0;
 }
 
 void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb,

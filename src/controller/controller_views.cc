@@ -327,9 +327,10 @@ std::string Controller::MetricsText() const {
     p.Family(g.name, "gauge", g.help);
     p.Sample(g.name, {}, g.value);
   }
+  const ControllerCounters counted = CountersLocked();
 #define GPUHA_FAMILY(name, help)                                 \
   p.Family("gpuha_controller_" #name "_total", "counter", help); \
-  p.Sample("gpuha_controller_" #name "_total", {}, double(counters_.name));
+  p.Sample("gpuha_controller_" #name "_total", {}, double(counted.name));
   GPUHA_CONTROLLER_COUNTERS(GPUHA_FAMILY)
 #undef GPUHA_FAMILY
   common::AppendProcessFamilies("controller", &p);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
+#include "common/heartbeat_datagram.h"
 #include "common/log.h"
 #include "common/net_util.h"
 #include "common/prometheus.h"
@@ -367,7 +368,14 @@ absl::Status ControllerServer::Start() {
   auto grpc = StartGrpc(config_, {agents_.get(), routes_.get()}, &grpc_port_);
   if (!grpc.ok()) return grpc.status();
   grpc_ = std::move(*grpc);
-  if (config_.heartbeat_datagrams) {
+  // Without HMAC-SHA256 in this OpenSSL no datagram can be verified: none
+  // are offered (checked once here, not at each agent's welcome).
+  absl::StatusOr<std::unique_ptr<common::DatagramKey>> can_sign =
+      common::DatagramKey::Create(common::RandomBytes(common::kDatagramKeyBytes));
+  if (config_.heartbeat_datagrams && !can_sign.ok()) {
+    spdlog::warn("controller: heartbeat datagrams off: {}", can_sign.status().message());
+  }
+  if (config_.heartbeat_datagrams && can_sign.ok()) {
     absl::StatusOr<common::HostPort> at = common::ParseHostPort(config_.grpc_listen, "listen.grpc");
     if (!at.ok()) return at.status();
     at->port = static_cast<uint16_t>(grpc_port_);
