@@ -251,8 +251,9 @@ void Controller::EndDatagramsLocked(NodeState& n) {
   if (n.datagram_session != 0) {
     std::lock_guard<std::mutex> sessions(datagram_mu_);
     datagram_sessions_.erase(n.datagram_session);
-    if (ended_sessions_.insert(n.datagram_session).second)
+    if (ended_sessions_.insert(n.datagram_session).second) {
       ended_order_.push_back(n.datagram_session);
+    }
     if (ended_order_.size() > 4096) {
       ended_sessions_.erase(ended_order_.front());
       ended_order_.pop_front();
