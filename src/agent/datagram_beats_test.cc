@@ -149,7 +149,7 @@ TEST(DatagramBeatsTest, ADatagramTheKernelRefusesIsCountedAndGoesOnTheStream) {
   EXPECT_FALSE(beats.Send(Ptr(Beat(1))));
   // The first datagram goes out; the ICMP error it draws fails the next send
   // on the connected socket (ECONNREFUSED).
-  for (uint64_t seq = 2; seq < 20 && send_errors.load() == 0; ++seq) {
+  for (uint64_t seq = 2; seq < 200 && send_errors.load() == 0; ++seq) {
     const bool alone = beats.Send(Ptr(Beat(seq)));
     if (send_errors.load() > 0) {
       EXPECT_FALSE(alone) << seq;
