@@ -2,6 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -132,14 +135,20 @@ TEST(DatagramBeatsTest, LostSendsEveryBeatOnTheStreamUntilTheNextOffer) {
 TEST(DatagramBeatsTest, ADatagramTheKernelRefusesIsCountedAndGoesOnTheStream) {
   std::atomic<uint64_t> send_errors{0};
   DatagramBeats beats(&send_errors);
-  // A port nothing listens on (a receiver's, closed): loopback answers
-  // ICMP port unreachable.
-  uint16_t closed = 0;
-  {
-    auto rx = common::UdpReceiver::Start({"127.0.0.1", 0}, [](absl::string_view) {});
-    ASSERT_TRUE(rx.ok()) << rx.status();
-    closed = (*rx)->port();
-  }
+  // A port held by a socket connected elsewhere: it takes nothing of ours,
+  // so loopback answers ICMP port unreachable, and no one else can take it.
+  const int holder = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  socklen_t len = sizeof(at);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  const uint16_t closed = ntohs(at.sin_port);
+  sockaddr_in peer = at;
+  peer.sin_port = htons(1);
+  ASSERT_EQ(::connect(holder, reinterpret_cast<sockaddr*>(&peer), sizeof(peer)), 0);
   v1::HeartbeatDatagrams offer;
   offer.set_port(closed);
   offer.set_session(7);
@@ -157,6 +166,7 @@ TEST(DatagramBeatsTest, ADatagramTheKernelRefusesIsCountedAndGoesOnTheStream) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_GE(send_errors.load(), 1u);
+  ::close(holder);
 }
 
 TEST(DatagramBeatsTest, ABadOfferLeavesTheStream) {

@@ -67,26 +67,38 @@ absl::StatusOr<std::vector<int>> BoundSockets(const HostPort& hp) {
   absl::StatusOr<addrinfo*> found = Resolve(hp, /*passive=*/true);
   if (!found.ok()) return found.status();
   std::vector<int> fds;
-  uint16_t port = hp.port;
   std::string why;
-  for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd >= 0) {
-      SetPort(a->ai_addr, port);
-      if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
-        port = BoundPort(fd);
-        fds.push_back(fd);
-        continue;
+  // Port 0: the port the first bind picked may be taken on another of the
+  // addresses; a few more picks before one is left out.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    uint16_t port = hp.port;
+    bool taken = false;
+    for (addrinfo* a = *found; a != nullptr; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd >= 0) {
+        SetPort(a->ai_addr, port);
+        if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
+          port = BoundPort(fd);
+          fds.push_back(fd);
+          continue;
+        }
       }
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      if (fds.empty()) {
+        why = absl::StrCat(AddressText(a->ai_addr, a->ai_addrlen), ": ", std::strerror(err));
+        break;
+      }
+      if (hp.port == 0 && err == EADDRINUSE && attempt < 4) {
+        taken = true;
+        break;
+      }
+      spdlog::warn("UDP {}: {} left out: {}", hp.str(), AddressText(a->ai_addr, a->ai_addrlen),
+                   std::strerror(err));
     }
-    const std::string failed = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    if (fds.empty()) {
-      why = absl::StrCat(AddressText(a->ai_addr, a->ai_addrlen), ": ", failed);
-      break;
-    }
-    spdlog::warn("UDP {}: {} left out: {}", hp.str(), AddressText(a->ai_addr, a->ai_addrlen),
-                 failed);
+    if (!taken) break;
+    for (int fd : fds) ::close(fd);
+    fds.clear();
   }
   ::freeaddrinfo(*found);
   if (fds.empty()) {

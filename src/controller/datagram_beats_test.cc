@@ -264,13 +264,17 @@ TEST_F(DatagramBeatsTest, DatagramsDuringReconnectsTakeNoLockInTheWrongOrder) {
   const std::string late = Sealed(first, Healthy(1));
   const std::string forged = Sealed(unknown, Healthy(1));
   std::atomic<bool> done{false};
+  std::atomic<int> rounds{0};
   std::thread udp([&] {
     while (!done) {
       (void)c_->AgentDatagram(late);
       (void)c_->AgentDatagram(forged);
+      ++rounds;
     }
   });
-  for (int i = 0; i < 200; ++i) {
+  while (rounds.load() == 0) std::this_thread::yield();  // overlapping for sure
+  const int start = rounds.load();
+  for (int i = 0; i < 200 || rounds.load() < start + 50; ++i) {
     Offer();  // a reconnect: the last session ends, a new one opens
     c_->AgentDisconnected("a1", sinks_["a1"].get());
   }
