@@ -169,6 +169,11 @@ struct CallCtx {
     BindGrpc();
     return true;
   }
+  // Routes newer than the ones its upstreams were chosen from.
+  bool RoutesMoved() {
+    RefreshRoutes(L);
+    return L.routes != routes;
+  }
   bool DeadlinePassed() const { return client_deadline && Clock::now() >= deadline; }
   // Every upstream failed: the deadline's status if it passed, else UNAVAILABLE.
   void AllFailed() {
@@ -695,7 +700,10 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     // those it was admitted with: a camera's stream outlives many faults,
     // and the routes have moved on since it began. It goes on where its
     // route points now, paid for by the retry budget as any attempt is.
-    if (i + 1 == c.order.size() && can_continue()) {
+    // So does one whose next upstream is of routes that moved since (that
+    // standby may be fenced by now: an XID flood's second node).
+    const bool order_stale = i + 1 < c.order.size() && c.RoutesMoved();
+    if ((i + 1 == c.order.size() && can_continue()) || order_stale) {
       if (!c.Rechoose(&up)) co_return;
       i = static_cast<size_t>(-1);  // the loop's ++i: the fresh order's first
     }

@@ -325,6 +325,26 @@ TEST_F(RouterGrpcTest, AStreamOutlivesTheUpstreamsItBeganWith) {
   EXPECT_EQ(Metric("grpc_stream_continuations_total"), 2);
 }
 
+TEST_F(RouterGrpcTest, AStreamWhoseStandbyMovedGoesOnWhereItsRouteNowPoints) {
+  // The stream begins on a, b its standby. b is fenced (an XID flood's
+  // second node) and the routes give a the standby c; when a fails too, the
+  // stream goes on on c, not on the b it was admitted with.
+  auto c = StartWorker("c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  StreamAround(
+      *stub_, 5,
+      [&] {
+        b_.reset();
+        StaticRoute moved{"cam-1", "acme", Http(*a_), Http(**c)};
+        moved.primary_grpc = Grpc(*a_);
+        moved.standby_grpc = Grpc(**c);
+        ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+      },
+      5, [&] { a_.reset(); }, 5);
+  EXPECT_EQ((*c)->counters().success.load(), 5u);  // the last five, once each
+  EXPECT_EQ(Metric("grpc_stream_continuations_total"), 1);
+}
+
 TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
   RouterConfig small = config_;
   small.limits.max_body_bytes = 64;  // a cv answer is about 150 bytes
