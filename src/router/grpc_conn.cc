@@ -144,7 +144,8 @@ struct CallCtx {
     }
   }
   // The upstreams anew, from the routes as they are now, without `failed`:
-  // for a stream that outlived the ones it was admitted with. False:
+  // for a stream that outlived the ones it was admitted with, or a call or
+  // stream whose next upstream is of routes that moved since. False:
   // answered (the stream is gone, unplaced, or has nowhere else to go).
   bool Rechoose(const UpstreamState* failed) {
     RefreshRoutes(L);
@@ -361,9 +362,12 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
   }
   InFlight in_flight(L.stats.in_flight);
   bool hung = false, unavailable = false;
-  for (size_t i = 0; i < c.order.size(); ++i) {
+  // Attempts are counted apart from the place in the order, which starts
+  // again when the order is chosen anew.
+  size_t attempt = 0;
+  for (size_t i = 0; i < c.order.size(); ++i, ++attempt) {
     UpstreamState& up = *c.order[i];
-    if (!c.MayRetry(i, hung, unavailable)) co_return;
+    if (!c.MayRetry(attempt, hung, unavailable)) co_return;
     hung = unavailable = false;
     if (up.grpc_endpoint.port() == 0) {
       c.last_failure =
@@ -372,7 +376,7 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     }
     const Clock::time_point now = Clock::now();
     if (now >= c.deadline) break;
-    c.attempts = static_cast<int>(i + 1);
+    c.attempts = static_cast<int>(attempt + 1);
     H2Call call(L);
     ClientHook hook(*conn, id, call);
     co_await H2Send(L, up, c.UpstreamHeaders(up), body,
@@ -392,6 +396,12 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
       if (i == 0 && c.order.size() > 1) {
         L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
                        L.clock.Now());
+      }
+      // Its next upstream is of routes that moved since it was admitted (a
+      // standby fenced meanwhile): where its route points now instead.
+      if (i + 1 < c.order.size() && c.RoutesMoved()) {
+        if (!c.Rechoose(&up)) co_return;
+        i = static_cast<size_t>(-1);  // the loop's ++i: the fresh order's first
       }
       continue;
     }

@@ -288,6 +288,26 @@ TEST_F(RouterGrpcTest, APipelinedStreamIsAnsweredInOrder) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoints) {
+  // A call waits on a stuck a; meanwhile b, its standby, is fenced and the
+  // routes give a the standby c. Moved off a, it goes to c, not to b.
+  auto c = StartWorker("c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Infer(i).status.ok());  // a's window learned
+  Fault(*a_, "stuck");
+  Result r;
+  std::thread call([&] { r = Infer(100); });
+  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
+  b_.reset();
+  StaticRoute moved{"cam-1", "acme", Http(*a_), Http(**c)};
+  moved.primary_grpc = Grpc(*a_);
+  moved.standby_grpc = Grpc(**c);
+  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+  call.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.node, "c");
+}
+
 TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
   StreamAround(
       *stub_, 10, [this] { a_.reset(); }, 10);
