@@ -74,7 +74,14 @@ class RouterGrpcTest : public ::testing::Test {
   static std::string Http(const worker::Worker& w) { return absl::StrCat("127.0.0.1:", w.port()); }
   static std::string Grpc(const worker::Worker& w) {
     return absl::StrCat("127.0.0.1:", w.grpc_port());
+  }  // The controller's new routes: cam-1 on `primary`, `standby` behind it.
+  void MoveRoute(const worker::Worker& primary, const worker::Worker& standby) {
+    StaticRoute moved{"cam-1", "acme", Http(primary), Http(standby)};
+    moved.primary_grpc = Grpc(primary);
+    moved.standby_grpc = Grpc(standby);
+    ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
   }
+
   void Fault(worker::Worker& w, const std::string& mode) {
     ASSERT_EQ(Send(w.port(), absl::StrCat("POST /v1/fault?mode=", mode,
                                           " HTTP/1.1\r\nHost: w\r\nContent-Length: 0\r\n\r\n"))
@@ -299,10 +306,7 @@ TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPo
   std::thread call([&] { r = Infer(100); });
   std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
   b_.reset();
-  StaticRoute moved{"cam-1", "acme", Http(*a_), Http(**c)};
-  moved.primary_grpc = Grpc(*a_);
-  moved.standby_grpc = Grpc(**c);
-  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+  MoveRoute(*a_, **c);
   call.join();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.node, "c");
@@ -335,10 +339,7 @@ TEST_F(RouterGrpcTest, AStreamOutlivesTheUpstreamsItBeganWith) {
       *stub_, 5,
       [&] {
         a_.reset();
-        StaticRoute moved{"cam-1", "acme", Http(*b_), Http(**c)};
-        moved.primary_grpc = Grpc(*b_);
-        moved.standby_grpc = Grpc(**c);
-        ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+        MoveRoute(*b_, **c);
       },
       5, [&] { b_.reset(); }, 5);
   EXPECT_EQ((*c)->counters().success.load(), 5u);  // the last five, once each
@@ -355,10 +356,7 @@ TEST_F(RouterGrpcTest, AStreamWhoseStandbyMovedGoesOnWhereItsRouteNowPoints) {
       *stub_, 5,
       [&] {
         b_.reset();
-        StaticRoute moved{"cam-1", "acme", Http(*a_), Http(**c)};
-        moved.primary_grpc = Grpc(*a_);
-        moved.standby_grpc = Grpc(**c);
-        ASSERT_TRUE(router_->SetRoutes(RouteTable::FromStatic({moved})).ok());
+        MoveRoute(*a_, **c);
       },
       5, [&] { a_.reset(); }, 5);
   EXPECT_EQ((*c)->counters().success.load(), 5u);  // the last five, once each
