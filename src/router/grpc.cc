@@ -23,6 +23,8 @@ GrpcCode ReasonGrpcCode(Reason r) {
       return GrpcCode::kUnauthenticated;
     case Reason::kUnknownStream:
       return GrpcCode::kNotFound;
+    case Reason::kStreamIdle:
+      return GrpcCode::kDeadlineExceeded;
     case Reason::kNotImplemented:
     case Reason::kMethodNotAllowed:
       return GrpcCode::kUnimplemented;

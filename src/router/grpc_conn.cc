@@ -23,7 +23,10 @@ namespace {
 struct H2ClientConn {
   H2ClientConn(Loop& L, const H2Limits& limits, H2Server::OnRequest on_request,
                H2Server::OnRequest on_headers)
-      : h2(limits, std::move(on_request), std::move(on_headers)), wake(L.ioc), writer_done(L.ioc) {}
+      : h2(limits, std::move(on_request), std::move(on_headers)),
+        wake(L.ioc),
+        writer_done(L.ioc),
+        limits_(L.config.limits) {}
   H2Server h2;
   Timer wake;         // the writer waits on it for bytes to send
   Timer writer_done;  // the reader waits on it for the writer to end
@@ -32,8 +35,35 @@ struct H2ClientConn {
   int calls = 0;  // calls being worked on (a reset stream's call ends soon after)
   std::string peer_ip;
   KeyCache key_cache;
+  Deadline* reader = nullptr;  // the reader's, while it reads
   // Wakes the writer: the session has something to send.
   void Kick() { wake.cancel(); }
+  // The connection's read deadline, as Envoy splits its idle timeouts:
+  // none while a call is worked on (each bounds itself: response_timeout
+  // an attempt, its grpc-timeout, a stream's idle_timeout), so a client
+  // that waits in silence for an answer that takes two upstreams, or
+  // pauses its stream, keeps its connection; body_timeout while a stream
+  // awaits the rest of its client's request; idle_timeout between calls.
+  void ArmReader() {
+    if (reader == nullptr || closed) return;
+    if (calls > 0) {
+      reader->Disarm();
+    } else {
+      reader->Arm(h2.open_streams() > 0 ? limits_.body_timeout : limits_.idle_timeout);
+    }
+  }
+
+ private:
+  const RouterLimits& limits_;
+};
+
+// A call being worked on, counted from its spawning to its end.
+struct CallCount {
+  H2ClientConn& conn;
+  ~CallCount() {
+    --conn.calls;
+    conn.ArmReader();
+  }
 };
 
 constexpr std::string_view kModelStreamInfer = "/inference.GRPCInferenceService/ModelStreamInfer";
@@ -343,10 +373,7 @@ H2Headers EndingTrailers(const H2Call& call) {
 // One unary gRPC call, from its whole request to its whole answer.
 awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
   const RouterConfig& config = L.config;
-  struct Count {
-    int& n;
-    ~Count() { --n; }
-  } count{conn->calls};  // counted when it was spawned
+  CallCount count{*conn};  // counted when it was spawned
   H2Stream* s = conn->h2.Find(id);
   if (s == nullptr || conn->closed) co_return;
   Inc(L.stats.requests);
@@ -451,10 +478,7 @@ size_t WholeMessage(std::string_view b) {
 // says so.
 awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id) {
   const RouterConfig& config = L.config;
-  struct Count {
-    int& n;
-    ~Count() { --n; }
-  } count{conn->calls};
+  CallCount count{*conn};
   H2Stream* s = conn->h2.Find(id);
   if (s == nullptr || conn->closed) co_return;
   Inc(L.stats.requests);
@@ -474,6 +498,8 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
   std::deque<std::string> unanswered;     // sent upstream, no answer yet (oldest first)
   std::deque<Clock::time_point> sent_at;  // when each was (last) sent
   Clock::time_point last_answer{};        // the last answer of this stream
+  Clock::time_point last_heard = Clock::now();  // the client's last bytes
+  size_t heard = 0;                             // bytes of its body not yet taken, at the last look
   bool decoupled = false;
   bool client_done = false;
   bool hung = false, unavailable = false;
@@ -577,6 +603,8 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         conn->h2.Consume(id, took);
         H2Resume(call);
       }
+      if (took > 0 || cs->body.size() != heard) last_heard = Clock::now();
+      heard = cs->body.size();
       if (cs->complete && !client_done) {
         if (!cs->body.empty()) {
           c.Answer(Reason::kBadRequest, "the stream ended inside a message");
@@ -650,12 +678,25 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       const Clock::time_point overdue_at = unanswered.empty()
                                                ? Clock::time_point::max()
                                                : owed_since + config.limits.response_timeout;
+      // Nothing owed, and neither side has said anything for idle_timeout
+      // (Envoy's stream idle timeout): the stream ends, since the
+      // connection's read deadline leaves a call being worked on alone.
+      const Clock::time_point idle_at =
+          unanswered.empty() ? std::max(last_heard, last_answer) + config.limits.idle_timeout
+                             : Clock::time_point::max();
+      if (check_overdue && Clock::now() >= idle_at) {
+        c.Answer(Reason::kStreamIdle,
+                 absl::StrCat("the stream was idle for idle_timeout (",
+                              config.limits.idle_timeout.count(),
+                              " ms): no message from the client, no answer owed"));
+        co_return;
+      }
       if (check_overdue && Clock::now() >= std::min(overdue_at, c.deadline)) {
         call.timed_out = true;
         break;
       }
       check_overdue = false;
-      call.wake.expires_at(std::min(overdue_at, c.deadline));
+      call.wake.expires_at(std::min({overdue_at, idle_at, c.deadline}));
       co_await call.wake.async_wait(Redirect(ec));
       if (!ec) check_overdue = true;  // the timer ran out: take in what came, then judge
     }
@@ -800,6 +841,7 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
       });
   weak = conn;
   conn->peer_ip = peer_ip;
+  conn->reader = &lowest;
   conn->writer_running = true;
   net::co_spawn(L.ioc, Writer(L, client, conn), net::detached);
   error_code ec;
@@ -818,9 +860,7 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
       if (failed) break;
     }
     if (conn->closed || conn->h2.Done()) break;
-    // Between calls the idle timeout; a call in flight keeps the connection.
-    lowest.Arm(conn->h2.open_streams() > 0 ? config.limits.response_timeout
-                                           : config.limits.idle_timeout);
+    conn->ArmReader();
     size_t n = co_await client.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
     if (ec) break;
     buf.commit(n);
@@ -836,6 +876,7 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
     }
   }
   conn->closed = true;
+  conn->reader = nullptr;   // the calls in flight may outlive it
   conn->h2.AbortStreams();  // calls in flight hear their client is gone
   conn->Kick();
   error_code cec;

@@ -7,8 +7,12 @@
 
 #include <map>
 
+#include "router/testing/h2_frames.h"
+
 namespace gpuha::router {
 namespace {
+
+using gpuha::router::testing::Frame;
 
 // nghttp2's client session as a test peer: what it sends, and what it
 // heard back (streams' headers, data, close codes, GOAWAY).
@@ -78,17 +82,6 @@ class Client {
   std::map<int32_t, uint32_t> closed;
   int64_t goaway = -1;
 };
-
-std::string Frame(uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
-  std::string f;
-  f.push_back(static_cast<char>(payload.size() >> 16));
-  f.push_back(static_cast<char>(payload.size() >> 8));
-  f.push_back(static_cast<char>(payload.size()));
-  f.push_back(static_cast<char>(type));
-  f.push_back(static_cast<char>(flags));
-  for (int shift : {24, 16, 8, 0}) f.push_back(static_cast<char>(stream >> shift));
-  return f + payload;
-}
 
 class H2ServerTest : public ::testing::Test {
  protected:

@@ -34,6 +34,7 @@ constexpr std::array<ReasonInfo, static_cast<size_t>(Reason::kCount)> kReasons =
     {501, "transfer_coding_not_implemented"},
     {405, "method_not_allowed"},
     {502, "upstream_unresolved"},
+    {408, "stream_idle"},
 }};
 
 bool IEquals(std::string_view a, std::string_view b) {

@@ -48,6 +48,7 @@ enum class Reason {
   kNotImplemented,      // 501: a transfer coding other than chunked
   kMethodNotAllowed,    // 405: CONNECT, OPTIONS *
   kUpstreamUnresolved,  // 502: the stream's upstreams are names that do not resolve
+  kStreamIdle,          // 408: a gRPC stream owed nothing and silent for idle_timeout
   kCount,
 };
 int ReasonStatus(Reason r);

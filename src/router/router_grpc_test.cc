@@ -19,7 +19,9 @@
 #include "common/testing/test_certs.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "router/grpc.h"
+#include "router/h2_server.h"
 #include "router/router.h"
+#include "router/testing/h2_frames.h"
 #include "worker/model_grpc.h"
 #include "worker/worker.h"
 
@@ -310,6 +312,105 @@ TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPo
   call.join();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.node, "c");
+}
+
+// The connection's read deadline leaves a call being worked on alone: the
+// client says nothing while it waits, however many upstreams its answer
+// takes (before, the connection was closed under it after response_timeout
+// of the client's silence: "Socket closed").
+TEST_F(RouterGrpcTest, ACallThatTakesTwoUpstreamsLongerThanAResponseTimeoutKeepsItsConnection) {
+  RouterConfig slow = config_;  // response_timeout 1500 ms
+  slow.probe_interval = milliseconds(0);
+  slow.stall_detection = false;  // a is left by its response_timeout alone
+  Router r(slow);
+  ASSERT_TRUE(r.Start().ok());
+  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(Infer(0).status.ok());  // the connection is up
+  Fault(*a_, "stuck");
+  Fault(*b_, "slow&factor=300");  // 600 ms an answer
+  const auto start = std::chrono::steady_clock::now();
+  Result res = Infer(1);
+  ASSERT_TRUE(res.status.ok()) << res.status.error_message();
+  EXPECT_EQ(res.node, "b");
+  EXPECT_GT(std::chrono::steady_clock::now() - start, milliseconds(1500));
+}
+
+// So does a stream whose client pauses longer than a response_timeout
+// with nothing owed: a camera that sends a frame now and then.
+TEST_F(RouterGrpcTest, AStreamThatPausesLongerThanAResponseTimeoutKeepsItsConnection) {
+  std::vector<std::string> nodes = StreamAround(
+      *stub_, 2, [] { std::this_thread::sleep_for(milliseconds(2000)); }, 2);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0], "a");
+  EXPECT_EQ(a_->counters().success.load(), 4u);
+}
+
+// A stream owed nothing whose client says nothing for idle_timeout ends
+// DEADLINE_EXCEEDED, naming the timeout (Envoy's stream idle timeout); the
+// connection's other calls go on.
+TEST_F(RouterGrpcTest, AStreamSilentForIdleTimeoutEndsNamingIt) {
+  RouterConfig idle = config_;
+  idle.limits.idle_timeout = milliseconds(400);
+  Router r(idle);
+  ASSERT_TRUE(r.Start().ok());
+  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  auto img = Image(5, 4, 1);
+  ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
+  inference::ModelStreamInferResponse got;
+  ASSERT_TRUE(stream->Read(&got));
+  EXPECT_EQ(got.infer_response().id(), "f1");
+  const auto answered = std::chrono::steady_clock::now();
+  EXPECT_FALSE(stream->Read(&got));  // ended by the router
+  EXPECT_GE(std::chrono::steady_clock::now() - answered, milliseconds(350));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("idle for idle_timeout (400 ms)"), std::string::npos)
+      << st.error_message();
+  EXPECT_TRUE(Infer(2).status.ok());  // the channel still serves
+}
+
+// A call whose client sent its headers and stops short of its body holds
+// no call yet: its connection is closed after body_timeout, not kept for
+// a response time.
+TEST_F(RouterGrpcTest, ARequestWhoseBodyStallsIsClosedAfterBodyTimeout) {
+  RouterConfig stall = config_;
+  stall.limits.body_timeout = milliseconds(400);
+  stall.limits.response_timeout = milliseconds(30000);
+  Router r(stall);
+  ASSERT_TRUE(r.Start().ok());
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ip::tcp::socket sock(ioc);
+  sock.connect({net::ip::make_address("127.0.0.1"), r.port()});
+  struct timeval tv = {10, 0};
+  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out(kH2Preface);
+  out += testing::Frame(NGHTTP2_SETTINGS, 0, 0, "");
+  out +=
+      testing::Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1,
+                     testing::LiteralBlock({{":method", "POST"},
+                                            {":scheme", "http"},
+                                            {":authority", "r"},
+                                            {":path", "/inference.GRPCInferenceService/ModelInfer"},
+                                            {"content-type", "application/grpc"},
+                                            {"x-api-key", "k-acme"},
+                                            {"x-gpuha-stream", "cam-1"}}));
+  net::write(sock, net::buffer(out));
+  const auto start = std::chrono::steady_clock::now();
+  boost::system::error_code ec;
+  char buf[4096];
+  while (!ec) sock.read_some(net::buffer(buf), ec);
+  // Closed by the router (EOF or reset), not by the test's 10 s timeout.
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(9));
+  EXPECT_EQ(a_->counters().success.load() + b_->counters().success.load(), 0u);
 }
 
 TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
