@@ -43,13 +43,14 @@ struct H2ClientConn {
   // an attempt, its grpc-timeout, a stream's idle_timeout), so a client
   // that waits in silence for an answer that takes two upstreams, or
   // pauses its stream, keeps its connection; body_timeout while a stream
-  // awaits the rest of its client's request; idle_timeout between calls.
+  // awaits the rest of its client's request; idle_timeout between calls
+  // (an answered stream not yet closed is between calls).
   void ArmReader() {
     if (reader == nullptr || closed) return;
     if (calls > 0) {
       reader->Disarm();
     } else {
-      reader->Arm(h2.open_streams() > 0 ? limits_.body_timeout : limits_.idle_timeout);
+      reader->Arm(h2.awaiting_request() > 0 ? limits_.body_timeout : limits_.idle_timeout);
     }
   }
 
@@ -679,16 +680,22 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
                                                ? Clock::time_point::max()
                                                : owed_since + config.limits.response_timeout;
       // Nothing owed, and neither side has said anything for idle_timeout
-      // (Envoy's stream idle timeout): the stream ends, since the
-      // connection's read deadline leaves a call being worked on alone.
-      const Clock::time_point idle_at =
-          unanswered.empty() ? std::max(last_heard, last_answer) + config.limits.idle_timeout
-                             : Clock::time_point::max();
+      // (Envoy's stream idle timeout), or body_timeout inside a message:
+      // the stream ends, since the connection's read deadline leaves a
+      // call being worked on alone.
+      const bool mid_message = heard > 0;
+      const milliseconds idle_for =
+          mid_message ? config.limits.body_timeout : config.limits.idle_timeout;
+      const Clock::time_point idle_at = unanswered.empty()
+                                            ? std::max(last_heard, last_answer) + idle_for
+                                            : Clock::time_point::max();
       if (check_overdue && Clock::now() >= idle_at) {
         c.Answer(Reason::kStreamIdle,
-                 absl::StrCat("the stream was idle for idle_timeout (",
-                              config.limits.idle_timeout.count(),
-                              " ms): no message from the client, no answer owed"));
+                 mid_message
+                     ? absl::StrCat("the client stopped inside a message for body_timeout (",
+                                    idle_for.count(), " ms)")
+                     : absl::StrCat("the stream was idle for idle_timeout (", idle_for.count(),
+                                    " ms): no message from the client, no answer owed"));
         co_return;
       }
       if (check_overdue && Clock::now() >= std::min(overdue_at, c.deadline)) {
@@ -842,6 +849,16 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
   weak = conn;
   conn->peer_ip = peer_ip;
   conn->reader = &lowest;
+  // The calls may outlive the reader, and its Deadline: they stop arming
+  // it when it stops reading, or when its frame is destroyed unfinished
+  // (the loop's io_context torn down with the connection in flight).
+  struct Unreader {
+    H2ClientConn& c;
+    ~Unreader() {
+      c.reader = nullptr;
+      c.closed = true;
+    }
+  } unreader{*conn};
   conn->writer_running = true;
   net::co_spawn(L.ioc, Writer(L, client, conn), net::detached);
   error_code ec;
@@ -865,6 +882,7 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
     if (ec) break;
     buf.commit(n);
   }
+  conn->reader = nullptr;  // a call's end must not lift the GOAWAY's bound below
   L.stats.h2_resets.fetch_add(conn->h2.resets_received(), std::memory_order_relaxed);
   // A protocol error's GOAWAY goes out before the close (bounded).
   if (failed && !conn->closed) {
@@ -876,7 +894,6 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
     }
   }
   conn->closed = true;
-  conn->reader = nullptr;   // the calls in flight may outlive it
   conn->h2.AbortStreams();  // calls in flight hear their client is gone
   conn->Kick();
   error_code cec;

@@ -145,6 +145,12 @@ class H2Server {
 
   H2Stream* Find(int32_t id);
   size_t open_streams() const { return streams_.size(); }
+  // Streams whose client has not ended its request (no END_STREAM yet).
+  size_t awaiting_request() const {
+    size_t n = 0;
+    for (const auto& [id, s] : streams_) n += s->complete ? 0 : 1;
+    return n;
+  }
   uint64_t requests() const { return requests_; }
   uint64_t resets_received() const { return resets_; }
   // Why the connection ended on its own, for the log.

@@ -6,6 +6,8 @@
 // the model run locally.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <fstream>
@@ -142,8 +144,8 @@ class RouterGrpcTest : public ::testing::Test {
     for (auto& t : ts) t.join();
     EXPECT_EQ(failed.load(), 0) << first_error;
   }
-  double Metric(const std::string& name) {
-    std::string text = router_->MetricsText();
+  double Metric(const std::string& name, const Router* r = nullptr) {
+    std::string text = (r != nullptr ? r : router_.get())->MetricsText();
     size_t at = text.find("\ngpuha_router_" + name + " ");
     return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 15));
   }
@@ -362,19 +364,59 @@ TEST_F(RouterGrpcTest, AStreamSilentForIdleTimeoutEndsNamingIt) {
   ctx.AddMetadata("x-gpuha-stream", "cam-1");
   auto stream = stub_->ModelStreamInfer(&ctx);
   auto img = Image(5, 4, 1);
+  const auto sent = std::chrono::steady_clock::now();  // before the router's last answer
   ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
   inference::ModelStreamInferResponse got;
   ASSERT_TRUE(stream->Read(&got));
   EXPECT_EQ(got.infer_response().id(), "f1");
-  const auto answered = std::chrono::steady_clock::now();
   EXPECT_FALSE(stream->Read(&got));  // ended by the router
-  EXPECT_GE(std::chrono::steady_clock::now() - answered, milliseconds(350));
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, milliseconds(400));
   grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_NE(st.error_message().find("idle for idle_timeout (400 ms)"), std::string::npos)
       << st.error_message();
   EXPECT_TRUE(Infer(2).status.ok());  // the channel still serves
 }
+
+// A client connection of hand-made frames: one stream (id 1) of cam-1 for
+// acme, with DATA and without END_STREAM, as no well-behaved client sends.
+class RawH2 {
+ public:
+  explicit RawH2(uint16_t port) : sock_(ioc_) {
+    sock_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  }
+  // The preface, SETTINGS, and the stream's HEADERS (and DATA, if any,
+  // with END_STREAM if `end`).
+  void Open(const std::string& method, const std::string& data, bool end = false) {
+    std::string out(kH2Preface);
+    out += testing::Frame(NGHTTP2_SETTINGS, 0, 0, "");
+    out += testing::Frame(
+        NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1,
+        testing::LiteralBlock({{":method", "POST"},
+                               {":scheme", "http"},
+                               {":authority", "r"},
+                               {":path", "/inference.GRPCInferenceService/" + method},
+                               {"content-type", "application/grpc"},
+                               {"x-api-key", "k-acme"},
+                               {"x-gpuha-stream", "cam-1"}}));
+    if (!data.empty()) {
+      out += testing::Frame(NGHTTP2_DATA, end ? NGHTTP2_FLAG_END_STREAM : 0, 1, data);
+    }
+    boost::asio::write(sock_, boost::asio::buffer(out));
+  }
+  // Whether the router closed the connection (EOF or reset) within `wait`;
+  // what it sent is read and dropped.
+  bool Closed(milliseconds wait) {
+    pollfd p{sock_.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return false;
+    char buf[4096];
+    return ::recv(sock_.native_handle(), buf, sizeof buf, 0) <= 0;
+  }
+
+ private:
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::socket sock_;
+};
 
 // A call whose client sent its headers and stops short of its body holds
 // no call yet: its connection is closed after body_timeout, not kept for
@@ -385,32 +427,64 @@ TEST_F(RouterGrpcTest, ARequestWhoseBodyStallsIsClosedAfterBodyTimeout) {
   stall.limits.response_timeout = milliseconds(30000);
   Router r(stall);
   ASSERT_TRUE(r.Start().ok());
-  namespace net = boost::asio;
-  net::io_context ioc;
-  net::ip::tcp::socket sock(ioc);
-  sock.connect({net::ip::make_address("127.0.0.1"), r.port()});
-  struct timeval tv = {10, 0};
-  setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string out(kH2Preface);
-  out += testing::Frame(NGHTTP2_SETTINGS, 0, 0, "");
-  out +=
-      testing::Frame(NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1,
-                     testing::LiteralBlock({{":method", "POST"},
-                                            {":scheme", "http"},
-                                            {":authority", "r"},
-                                            {":path", "/inference.GRPCInferenceService/ModelInfer"},
-                                            {"content-type", "application/grpc"},
-                                            {"x-api-key", "k-acme"},
-                                            {"x-gpuha-stream", "cam-1"}}));
-  net::write(sock, net::buffer(out));
+  RawH2 raw(r.port());
+  raw.Open("ModelInfer", "");
+  // Read until the router closes (EOF or reset), for 10 s at most.
   const auto start = std::chrono::steady_clock::now();
-  boost::system::error_code ec;
-  char buf[4096];
-  while (!ec) sock.read_some(net::buffer(buf), ec);
-  // Closed by the router (EOF or reset), not by the test's 10 s timeout.
-  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(9));
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    closed = raw.Closed(milliseconds(100));
+  }
+  EXPECT_TRUE(closed) << "the connection outlived body_timeout by 10 s";
   EXPECT_EQ(a_->counters().success.load() + b_->counters().success.load(), 0u);
+}
+
+// A stream whose client stops inside a message waits body_timeout for the
+// rest, not idle_timeout, and ends stream_idle.
+TEST_F(RouterGrpcTest, AStreamWhoseClientStopsInsideAMessageEndsAfterBodyTimeout) {
+  RouterConfig stall = config_;
+  stall.limits.body_timeout = milliseconds(300);
+  stall.limits.idle_timeout = milliseconds(30000);
+  Router r(stall);
+  ASSERT_TRUE(r.Start().ok());
+  RawH2 raw(r.port());
+  // A message that says it has 100 bytes, and 10 of them.
+  raw.Open("ModelStreamInfer", std::string("\0\0\0\0\x64", 5) + std::string(10, 'x'));
+  const auto start = std::chrono::steady_clock::now();
+  while (Metric("responses_total{source=\"router\",code=\"408\",reason=\"stream_idle\"}", &r) < 1 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    raw.Closed(milliseconds(50));
+  }
+  EXPECT_EQ(Metric("responses_total{source=\"router\",code=\"408\",reason=\"stream_idle\"}", &r),
+            1);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
+}
+
+// Between calls a connection waits idle_timeout, not body_timeout: an
+// answered call's stream does not await its request, even while it is
+// still open (a client that sends nothing after its answer: no
+// WINDOW_UPDATE, no PING, to re-arm the deadline).
+TEST_F(RouterGrpcTest, BetweenCallsAConnectionWaitsIdleTimeoutNotBodyTimeout) {
+  RouterConfig quick = config_;
+  quick.limits.body_timeout = milliseconds(300);
+  quick.limits.idle_timeout = milliseconds(30000);
+  Router r(quick);
+  ASSERT_TRUE(r.Start().ok());
+  RawH2 raw(r.port());
+  auto img = Image(5, 4, 1);
+  std::string message;
+  ASSERT_TRUE(worker::MakeGrpcInferRequest("u1", img, nullptr, 5, 4).SerializeToString(&message));
+  const uint32_t n = static_cast<uint32_t>(message.size());
+  std::string data = {'\0', static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                      static_cast<char>(n >> 8), static_cast<char>(n)};
+  raw.Open("ModelInfer", data + message, /*end=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < milliseconds(1500)) {
+    closed = raw.Closed(milliseconds(100));
+  }
+  EXPECT_FALSE(closed) << "closed after its call, before idle_timeout";
+  EXPECT_EQ(a_->counters().success.load(), 1u);  // the call was answered
 }
 
 TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
