@@ -252,6 +252,21 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   bool continuing = false;
   std::string continuation_body;
   std::shared_ptr<const RouteTable> continuation_routes;  // keeps the chosen entries alive
+  // The upstreams after order[i] anew, from the routes and health of now
+  // (those tried stay tried): a standby may have been fenced, or be back.
+  auto rechoose_after = [&](size_t i) {
+    RefreshRoutes(L);
+    continuation_routes = L.routes;
+    UpstreamOrder<UpstreamState> now_order;
+    const RouteEntry* now_entry = nullptr;
+    order.resize(i + 1);
+    if (!ChooseUpstreams(L, continuation_routes.get(), *tenant, stream_id, L.clock.Now(),
+                         &now_order, &now_entry)) {
+      for (UpstreamState* u : now_order) {
+        if (std::find(order.begin(), order.end(), u) == order.end()) order.push_back(u);
+      }
+    }
+  };
   for (size_t i = 0; i < order.size(); ++i) {
     UpstreamState& up = *order[i];
     if (i > 0) {
@@ -299,17 +314,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       // An answer lasts seconds: where it goes on is chosen again, from the
       // routes and health of now. A standby that was down when the answer
       // began may be back, and the controller may have moved the stream.
-      RefreshRoutes(L);
-      continuation_routes = L.routes;
-      UpstreamOrder<UpstreamState> now_order;
-      const RouteEntry* now_entry = nullptr;
-      order.resize(i + 1);
-      if (!ChooseUpstreams(L, continuation_routes.get(), *tenant, stream_id, L.clock.Now(),
-                           &now_order, &now_entry)) {
-        for (UpstreamState* u : now_order) {
-          if (std::find(order.begin(), order.end(), u) == order.end()) order.push_back(u);
-        }
-      }
+      rechoose_after(i);
       if (i + 1 >= order.size()) {
         co_return co_await cut(
             absl::StrCat("no standby to continue the answer on; ", last_failure));
@@ -334,6 +339,13 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     any_timeout = any_timeout || f.timeout;
     if (i == 0 && e != nullptr && order.size() > 1) {
       L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
+    }
+    // Its next upstream is of routes that moved while it waited (that
+    // standby fenced meanwhile, an XID flood's second node): where its
+    // route points now instead, as a gRPC call goes (CallCtx::Rechoose).
+    if (i + 1 < order.size()) {
+      RefreshRoutes(L);
+      if (L.routes != (continuation_routes ? continuation_routes : routes)) rechoose_after(i);
     }
   }
   if (f.client_gone) {

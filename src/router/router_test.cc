@@ -625,6 +625,40 @@ TEST_F(RouterTest, RouteSwapMovesNewRequests) {
   EXPECT_NE(router_->MetricsText().find("gpuha_router_route_version 5"), std::string::npos);
 }
 
+// A request waits on a stuck a; meanwhile b, its standby, is fenced and the
+// routes give a the standby c. Moved off a, it goes where its route points
+// now (c), not to the fenced b it was admitted with (as a gRPC call does).
+TEST_F(RouterTest, ARequestWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoints) {
+  std::unique_ptr<TestBackend> c = *TestBackend::Start({.name = "c"});
+  config_.threads = 1;  // the three waiting requests on one loop: its stall verdict
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->SetStuck(true);
+  std::vector<std::future<Reply>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(
+        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+  }
+  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
+  b_.reset();
+  v1::RouteSnapshot s;
+  s.set_version(5);
+  v1::Route* route = s.add_routes();
+  route->set_stream("cam-1");
+  route->set_tenant("acme");
+  route->mutable_primary()->set_node("a");
+  route->mutable_primary()->set_address(a_->address());
+  route->mutable_standby()->set_node("c");
+  route->mutable_standby()->set_address(c->address());
+  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  for (auto& w : waiting) {
+    Reply r = w.get();
+    ASSERT_EQ(r.status, 200) << r.error << r.body;
+    EXPECT_NE(r.body.find(R"("backend":"c")"), std::string::npos) << r.body;
+  }
+  a_->SetStuck(false);
+}
+
 // A delayed snapshot (an older version in the same epoch, or an older epoch)
 // never rolls the routes back; a newer epoch wins whatever its version.
 TEST_F(RouterTest, StaleRouteSnapshotIsRefusedAndTheHeldRoutesStay) {
