@@ -64,8 +64,22 @@ class RouterGrpcTest : public ::testing::Test {
     config_.routes = {cam, theirs, http_only};
     router_ = std::make_unique<Router>(config_);
     ASSERT_TRUE(router_->Start().ok());
-    stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", router_->port()), grpc::InsecureChannelCredentials()));
+    CallRouterAt(router_->port());
+  }
+  void CallRouterAt(uint16_t port) {
+    stub_ = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  // Another router, of the fixture's config as `change` leaves it, which
+  // stub_ calls from now on.
+  std::unique_ptr<Router> StartAnother(const std::function<void(RouterConfig&)>& change) {
+    RouterConfig c = config_;
+    change(c);
+    auto r = std::make_unique<Router>(c);
+    absl::Status st = r->Start();
+    EXPECT_TRUE(st.ok()) << st;
+    CallRouterAt(r->port());
+    return r;
   }
   static absl::StatusOr<std::unique_ptr<worker::Worker>> StartWorker(const std::string& name) {
     worker::WorkerOptions o;
@@ -321,13 +335,10 @@ TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPo
 // takes (before, the connection was closed under it after response_timeout
 // of the client's silence: "Socket closed").
 TEST_F(RouterGrpcTest, ACallThatTakesTwoUpstreamsLongerThanAResponseTimeoutKeepsItsConnection) {
-  RouterConfig slow = config_;  // response_timeout 1500 ms
-  slow.probe_interval = milliseconds(0);
-  slow.stall_detection = false;  // a is left by its response_timeout alone
-  Router r(slow);
-  ASSERT_TRUE(r.Start().ok());
-  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  auto r = StartAnother([](RouterConfig& c) {  // response_timeout 1500 ms
+    c.probe_interval = milliseconds(0);
+    c.stall_detection = false;  // a is left by its response_timeout alone
+  });
   ASSERT_TRUE(Infer(0).status.ok());  // the connection is up
   Fault(*a_, "stuck");
   Fault(*b_, "slow&factor=300");  // 600 ms an answer
@@ -352,12 +363,7 @@ TEST_F(RouterGrpcTest, AStreamThatPausesLongerThanAResponseTimeoutKeepsItsConnec
 // DEADLINE_EXCEEDED, naming the timeout (Envoy's stream idle timeout); the
 // connection's other calls go on.
 TEST_F(RouterGrpcTest, AStreamSilentForIdleTimeoutEndsNamingIt) {
-  RouterConfig idle = config_;
-  idle.limits.idle_timeout = milliseconds(400);
-  Router r(idle);
-  ASSERT_TRUE(r.Start().ok());
-  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  auto r = StartAnother([](RouterConfig& c) { c.limits.idle_timeout = milliseconds(400); });
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   ctx.AddMetadata("x-api-key", "k-acme");
@@ -422,12 +428,11 @@ class RawH2 {
 // no call yet: its connection is closed after body_timeout, not kept for
 // a response time.
 TEST_F(RouterGrpcTest, ARequestWhoseBodyStallsIsClosedAfterBodyTimeout) {
-  RouterConfig stall = config_;
-  stall.limits.body_timeout = milliseconds(400);
-  stall.limits.response_timeout = milliseconds(30000);
-  Router r(stall);
-  ASSERT_TRUE(r.Start().ok());
-  RawH2 raw(r.port());
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.body_timeout = milliseconds(400);
+    c.limits.response_timeout = milliseconds(30000);
+  });
+  RawH2 raw(r->port());
   raw.Open("ModelInfer", "");
   // Read until the router closes (EOF or reset), for 10 s at most.
   const auto start = std::chrono::steady_clock::now();
@@ -442,21 +447,20 @@ TEST_F(RouterGrpcTest, ARequestWhoseBodyStallsIsClosedAfterBodyTimeout) {
 // A stream whose client stops inside a message waits body_timeout for the
 // rest, not idle_timeout, and ends stream_idle.
 TEST_F(RouterGrpcTest, AStreamWhoseClientStopsInsideAMessageEndsAfterBodyTimeout) {
-  RouterConfig stall = config_;
-  stall.limits.body_timeout = milliseconds(300);
-  stall.limits.idle_timeout = milliseconds(30000);
-  Router r(stall);
-  ASSERT_TRUE(r.Start().ok());
-  RawH2 raw(r.port());
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.body_timeout = milliseconds(300);
+    c.limits.idle_timeout = milliseconds(30000);
+  });
+  RawH2 raw(r->port());
   // A message that says it has 100 bytes, and 10 of them.
   raw.Open("ModelStreamInfer", std::string("\0\0\0\0\x64", 5) + std::string(10, 'x'));
+  const std::string ended = R"(responses_total{source="router",code="408",reason="stream_idle"})";
   const auto start = std::chrono::steady_clock::now();
-  while (Metric("responses_total{source=\"router\",code=\"408\",reason=\"stream_idle\"}", &r) < 1 &&
+  while (Metric(ended, r.get()) < 1 &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     raw.Closed(milliseconds(50));
   }
-  EXPECT_EQ(Metric("responses_total{source=\"router\",code=\"408\",reason=\"stream_idle\"}", &r),
-            1);
+  EXPECT_EQ(Metric(ended, r.get()), 1);
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
 }
 
@@ -465,12 +469,11 @@ TEST_F(RouterGrpcTest, AStreamWhoseClientStopsInsideAMessageEndsAfterBodyTimeout
 // still open (a client that sends nothing after its answer: no
 // WINDOW_UPDATE, no PING, to re-arm the deadline).
 TEST_F(RouterGrpcTest, BetweenCallsAConnectionWaitsIdleTimeoutNotBodyTimeout) {
-  RouterConfig quick = config_;
-  quick.limits.body_timeout = milliseconds(300);
-  quick.limits.idle_timeout = milliseconds(30000);
-  Router r(quick);
-  ASSERT_TRUE(r.Start().ok());
-  RawH2 raw(r.port());
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.body_timeout = milliseconds(300);
+    c.limits.idle_timeout = milliseconds(30000);
+  });
+  RawH2 raw(r->port());
   auto img = Image(5, 4, 1);
   std::string message;
   ASSERT_TRUE(worker::MakeGrpcInferRequest("u1", img, nullptr, 5, 4).SerializeToString(&message));
@@ -539,12 +542,9 @@ TEST_F(RouterGrpcTest, AStreamWhoseStandbyMovedGoesOnWhereItsRouteNowPoints) {
 }
 
 TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
-  RouterConfig small = config_;
-  small.limits.max_body_bytes = 64;  // a cv answer is about 150 bytes
-  Router r(small);
-  ASSERT_TRUE(r.Start().ok());
-  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.max_body_bytes = 64;  // a cv answer is about 150 bytes
+  });
   Result res = Infer(1);
   EXPECT_EQ(res.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(res.status.error_message().find("response over 64 bytes"), std::string::npos)
