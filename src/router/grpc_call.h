@@ -1,0 +1,311 @@
+// The gRPC proxy's calls: what the client connection (grpc_conn.cc), its
+// unary calls (grpc_call.cc) and its streaming calls (grpc_stream.cc)
+// share. Internal to the router.
+#pragma once
+
+// clang-format off
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange (Boost 1.74)
+// clang-format on
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "router/client_conn.h"
+#include "router/h2_upstream.h"
+
+namespace gpuha::router::grpc_proxy {
+
+// What a client connection's reader, writer and calls share.
+struct H2ClientConn {
+  H2ClientConn(Loop& L, const H2Limits& limits, H2Server::OnRequest on_request,
+               H2Server::OnRequest on_headers)
+      : h2(limits, std::move(on_request), std::move(on_headers)),
+        wake(L.ioc),
+        writer_done(L.ioc),
+        limits_(L.config.limits) {}
+  H2Server h2;
+  Timer wake;         // the writer waits on it for bytes to send
+  Timer writer_done;  // the reader waits on it for the writer to end
+  bool closed = false;
+  bool writer_running = false;
+  int calls = 0;  // calls being worked on (a reset stream's call ends soon after)
+  std::string peer_ip;
+  KeyCache key_cache;
+  Deadline* reader = nullptr;  // the reader's, while it reads
+  // Wakes the writer: the session has something to send.
+  void Kick() { wake.cancel(); }
+  // The connection's read deadline, as Envoy splits its idle timeouts:
+  // none while a call is worked on (each bounds itself: response_timeout
+  // an attempt, its grpc-timeout, a stream's idle_timeout), so a client
+  // that waits in silence for an answer that takes two upstreams, or
+  // pauses its stream, keeps its connection; body_timeout while a stream
+  // awaits the rest of its client's request; idle_timeout between calls
+  // (an answered stream not yet closed is between calls).
+  void ArmReader() {
+    if (reader == nullptr || closed) return;
+    if (calls > 0) {
+      reader->Disarm();
+    } else {
+      reader->Arm(h2.awaiting_request() > 0 ? limits_.body_timeout : limits_.idle_timeout);
+    }
+  }
+
+ private:
+  const RouterLimits& limits_;
+};
+
+// A call being worked on, counted from its spawning to its end.
+struct CallCount {
+  H2ClientConn& conn;
+  ~CallCount() {
+    --conn.calls;
+    conn.ArmReader();
+  }
+};
+
+inline constexpr std::string_view kModelStreamInfer =
+    "/inference.GRPCInferenceService/ModelStreamInfer";
+
+inline H2Limits LimitsOf(const RouterConfig& c) {
+  H2Limits l;
+  l.max_concurrent_streams = c.limits.h2_max_concurrent_streams;
+  l.max_header_list_bytes = c.limits.max_header_bytes;
+  l.max_headers = c.limits.max_headers;
+  // A call's request is re-sent whole to the standby: it is held whole,
+  // and its stream's window takes it whole (bytes go back to the window
+  // only when the router is done with them). The connection's window is
+  // the budget of bytes held at once.
+  l.max_request_bytes = c.limits.retry_buffer_bytes;
+  l.stream_window = static_cast<int32_t>(
+      std::clamp<size_t>(l.max_request_bytes, size_t{1} << 20, size_t{1} << 30));
+  l.connection_window = static_cast<int32_t>(
+      std::min<size_t>(std::max<size_t>(16u << 20, 4 * size_t(l.stream_window)), 1u << 30));
+  l.max_buffered_bytes = static_cast<size_t>(l.connection_window);
+  return l;
+}
+
+inline bool Forwardable(std::string_view name) {
+  if (name.empty() || name[0] == ':') return false;
+  for (std::string_view drop : {"authorization", "x-api-key", "te", "grpc-timeout", "host",
+                                "x-gpuha-tenant", "x-forwarded-for"}) {
+    if (name == drop) return false;
+  }
+  return !IsHopByHop(name);
+}
+
+inline bool Relayable(std::string_view name) { return name == ":status" || !IsHopByHop(name); }
+
+// What one call (unary or streaming) is, once admitted: who, which stream,
+// where, and by when. Its admission and its answers are shared by both.
+struct CallCtx {
+  CallCtx(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id)
+      : L(L), conn(std::move(conn)), id(id), started(L.clock.Now()) {}
+  ~CallCtx() {
+    const common::Duration took = L.clock.Now() - started;
+    L.latency.Observe(tenant ? tenant->name : std::string(), status_for_latency, took);
+    if (attempts > 0) L.requests.Request(attempts, took);
+  }
+  CallCtx(const CallCtx&) = delete;
+  CallCtx& operator=(const CallCtx&) = delete;
+
+  // A router-made answer: counted, and sent as a Trailers-Only status (or,
+  // for a streamed answer already begun, as its trailers).
+  void Answer(Reason r, const std::string& detail) { Status(r, ReasonGrpcCode(r), detail); }
+  void Status(Reason r, GrpcCode code, const std::string& detail) {
+    Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+    status_for_latency = ReasonStatus(r);
+    if (conn->closed) return;
+    if (began) {
+      conn->h2.Finish(id, {{"grpc-status", std::to_string(static_cast<int>(code))},
+                           {"grpc-message", PercentEncodeGrpcMessage(detail)},
+                           {"x-gpuha-error", ReasonLabel(r)}});
+    } else {
+      conn->h2.RespondGrpcError(id, code, detail, ReasonLabel(r));
+    }
+    conn->Kick();
+  }
+  // The request headers for `up`, with what is left of the client's deadline.
+  H2Headers UpstreamHeaders(const UpstreamState& up) const {
+    H2Headers out = {{":method", "POST"},
+                     {":scheme", "http"},
+                     {":authority", up.grpc_address},
+                     {":path", path},
+                     {"te", "trailers"}};
+    if (client_deadline) {
+      out.emplace_back("grpc-timeout",
+                       FormatGrpcTimeout(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           deadline - Clock::now())));
+    }
+    for (const auto& [n, v] : request) {
+      if (Forwardable(n)) out.emplace_back(n, v);
+    }
+    out.emplace_back("x-gpuha-tenant", tenant->name);
+    out.emplace_back("x-forwarded-for", conn->peer_ip);
+    return out;
+  }
+  // Before attempt `i` > 0: the retry budget pays for it. False: answered.
+  bool MayRetry(size_t i, bool hung, bool unavailable) {
+    if (i == 0) return true;
+    if (!MayResend(L, hung)) {
+      Answer(Reason::kRetryBudget, absl::StrCat("retry budget exhausted after: ", last_failure));
+      return false;
+    }
+    Inc(L.stats.retries);
+    if (hung) Inc(L.stats.hung_resends);
+    if (unavailable) Inc(L.stats.retries_5xx);
+    return true;
+  }
+  // Each upstream's gRPC address comes with the route (its HTTP one keys
+  // the upstream's policy state, which both protocols share).
+  void BindGrpc() {
+    for (UpstreamState* up : order) {
+      const Upstream& u = up->address == entry->primary.address ? entry->primary : entry->standby;
+      if (u.grpc_address == up->grpc_address) continue;
+      DropH2(*up);
+      up->grpc_address = u.grpc_address;
+      up->grpc_endpoint = {};
+      if (auto hp = common::ParseHostPort(u.grpc_address, "grpc"); hp.ok()) {
+        error_code ec;
+        auto a = net::ip::make_address(hp->host, ec);
+        if (!ec) up->grpc_endpoint = tcp::endpoint(a, hp->port);
+      }
+    }
+  }
+  // The upstreams anew, from the routes as they are now, without `failed`:
+  // for a stream that outlived the ones it was admitted with, or a call or
+  // stream whose next upstream is of routes that moved since. False:
+  // answered (the stream is gone, unplaced, or has nowhere else to go).
+  bool Rechoose(const UpstreamState* failed) {
+    RefreshRoutes(L);
+    std::shared_ptr<const RouteTable> now = L.routes;
+    UpstreamOrder<UpstreamState> fresh;
+    const RouteEntry* e = nullptr;
+    if (std::optional<Refusal> r =
+            ChooseUpstreams(L, now.get(), *tenant, stream_id, L.clock.Now(), &fresh, &e)) {
+      Answer(r->reason, absl::StrCat(r->detail, "; the stream broke: ", last_failure));
+      return false;
+    }
+    routes = std::move(now);  // holds `e`
+    entry = e;
+    order.clear();
+    for (UpstreamState* up : fresh) {
+      if (up != failed) order.push_back(up);
+    }
+    if (order.empty()) {
+      AllFailed();
+      return false;
+    }
+    BindGrpc();
+    return true;
+  }
+  // Routes newer than the ones its upstreams were chosen from.
+  bool RoutesMoved() {
+    RefreshRoutes(L);
+    return L.routes != routes;
+  }
+  bool DeadlinePassed() const { return client_deadline && Clock::now() >= deadline; }
+  // Every upstream failed: the deadline's status if it passed, else UNAVAILABLE.
+  void AllFailed() {
+    if (DeadlinePassed()) {
+      Status(Reason::kUpstreamTimeout, GrpcCode::kDeadlineExceeded,
+             absl::StrCat("grpc-timeout passed; last: ", last_failure));
+    } else {
+      Answer(Reason::kUpstreamFailed, absl::StrCat("every upstream failed; last: ", last_failure));
+    }
+  }
+
+  Loop& L;
+  std::shared_ptr<H2ClientConn> conn;
+  int32_t id;
+  TimePoint started;
+  H2Headers request;
+  std::string path;
+  std::shared_ptr<Tenant> tenant;
+  std::string stream_id;
+  std::shared_ptr<const RouteTable> routes;
+  UpstreamOrder<UpstreamState> order;
+  const RouteEntry* entry = nullptr;
+  bool client_deadline = false;
+  Clock::time_point deadline;
+  int status_for_latency = 200;
+  int attempts = 0;
+  bool began = false;  // a streamed answer's headers went to the client
+  std::string last_failure;
+};
+
+// Admission, as an HTTP/1.1 request's (client_conn.cc): content type, the
+// deadline, the tenant by key, the stream by metadata, its upstreams, the
+// tenant's rate. False: answered.
+bool Admit(CallCtx& c);
+
+// The client's reset (or its connection's end) ends `call` here and
+// upstream; the hook goes with the scope, however the frame ends.
+class ClientHook {
+ public:
+  ClientHook(H2ClientConn& c, int32_t id, H2Call& call) : c_(c), id_(id) {
+    if (H2Stream* s = c_.h2.Find(id_)) s->on_close = [&call] { call.ClientGone(); };
+  }
+  ~ClientHook() {
+    if (H2Stream* s = c_.h2.Find(id_)) s->on_close = nullptr;
+  }
+  ClientHook(const ClientHook&) = delete;
+  ClientHook& operator=(const ClientHook&) = delete;
+
+ private:
+  H2ClientConn& c_;
+  int32_t id_;
+};
+
+// An upstream's gRPC status: in the trailers, or in the headers of a
+// Trailers-Only answer.
+inline std::string_view GrpcStatusOf(const H2Call& call) {
+  std::string_view st = H2Find(call.trailers, "grpc-status");
+  return st.empty() ? H2Find(call.headers, "grpc-status") : st;
+}
+inline bool ServerError(std::string_view grpc_status) {
+  return grpc_status == "2" || grpc_status == "13" || grpc_status == "14" || grpc_status == "15";
+}
+// What the standby is asked after (with retry_5xx), as an HTTP 5xx is re-sent:
+// a server's failure (UNKNOWN, INTERNAL, UNAVAILABLE, DATA_LOSS), and
+// CANCELLED from an upstream (the router cancelled nothing): a server going
+// away. A client's error (INVALID_ARGUMENT, NOT_FOUND) is the same anywhere.
+inline bool RetryableStatus(std::string_view grpc_status) {
+  return ServerError(grpc_status) || grpc_status == "1";
+}
+// What of an upstream's headers and trailers the client gets (copies: the
+// call's own are read again after).
+inline H2Headers RelayHeaders(const H2Headers& from) {
+  H2Headers out;
+  for (const auto& [n, v] : from) {
+    if (Relayable(n)) out.emplace_back(n, v);
+  }
+  return out;
+}
+inline H2Headers RelayTrailers(const H2Headers& from) {
+  H2Headers out;
+  for (const auto& [n, v] : from) {
+    if (!IsHopByHop(n)) out.emplace_back(n, v);
+  }
+  return out;
+}
+
+// The trailers that end a streamed answer: the upstream's, or, when it
+// answered Trailers-Only, its status taken from its headers.
+inline H2Headers EndingTrailers(const H2Call& call) {
+  if (!H2Find(call.trailers, "grpc-status").empty()) return RelayTrailers(call.trailers);
+  H2Headers out;
+  for (const char* name : {"grpc-status", "grpc-message"}) {
+    std::string_view v = H2Find(call.headers, name);
+    if (!v.empty()) out.emplace_back(name, std::string(v));
+  }
+  return out;
+}
+
+// One unary gRPC call (grpc_call.cc), and one streaming call
+// (grpc_stream.cc), each spawned by the connection once it is read.
+awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id);
+awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id);
+
+}  // namespace gpuha::router::grpc_proxy
