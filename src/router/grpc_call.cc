@@ -109,11 +109,7 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
     UpstreamState& up = *c.order[i];
     if (!c.MayRetry(attempt, hung, unavailable)) co_return;
     hung = unavailable = false;
-    if (up.grpc_endpoint.port() == 0) {
-      c.last_failure =
-          absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
-      continue;
-    }
+    if (!c.ServesGrpc(up)) continue;
     const Clock::time_point now = Clock::now();
     if (now >= c.deadline) break;
     c.attempts = static_cast<int>(attempt + 1);

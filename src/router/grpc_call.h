@@ -145,6 +145,14 @@ struct CallCtx {
     out.emplace_back("x-forwarded-for", conn->peer_ip);
     return out;
   }
+  // Whether `up` can be called: false (and the reason kept) when its route
+  // gives it no address for gRPC.
+  bool ServesGrpc(const UpstreamState& up) {
+    if (up.grpc_endpoint.port() != 0) return true;
+    last_failure =
+        absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
+    return false;
+  }
   // Before attempt `i` > 0: the retry budget pays for it. False: answered.
   bool MayRetry(size_t i, bool hung, bool unavailable) {
     if (i == 0) return true;

@@ -67,11 +67,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
     UpstreamState& up = *c.order[i];
     if (!c.MayRetry(attempt, hung, unavailable)) co_return;
     hung = unavailable = false;
-    if (up.grpc_endpoint.port() == 0) {
-      c.last_failure =
-          absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
-      continue;
-    }
+    if (!c.ServesGrpc(up)) continue;
     if (c.DeadlinePassed()) break;
     if (attempt > 0 && decoupled) {
       c.Answer(Reason::kUpstreamFailed,
