@@ -80,6 +80,11 @@ bool Admit(CallCtx& c) {
   }
   c.BindGrpc();
   L.retry_budget.Deposit(L.now);
+  c.quota.emplace(*c.tenant);
+  if (c.quota->over()) {
+    c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
+    return false;
+  }
   return true;
 }
 
@@ -95,11 +100,6 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
   c.request = std::move(s->headers);
   const std::string body = std::move(s->body);
   if (!Admit(c)) co_return;
-  QuotaSlot quota(*c.tenant);
-  if (quota.over()) {
-    c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
-    co_return;
-  }
   InFlight in_flight(L.stats.in_flight);
   bool hung = false, unavailable = false;
   // Attempts are counted apart from the place in the order, which starts

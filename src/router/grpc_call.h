@@ -8,6 +8,7 @@
 // clang-format on
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -231,6 +232,7 @@ struct CallCtx {
   H2Headers request;
   std::string path;
   std::shared_ptr<Tenant> tenant;
+  std::optional<QuotaSlot> quota;  // after `tenant`, whose count it holds
   std::string stream_id;
   std::shared_ptr<const RouteTable> routes;
   UpstreamOrder<UpstreamState> order;
@@ -245,7 +247,7 @@ struct CallCtx {
 
 // Admission, as an HTTP/1.1 request's (client_conn.cc): content type, the
 // deadline, the tenant by key, the stream by metadata, its upstreams, the
-// tenant's rate. False: answered.
+// tenant's rate and quota. False: answered.
 bool Admit(CallCtx& c);
 
 // The client's reset (or its connection's end) ends `call` here and

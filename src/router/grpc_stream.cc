@@ -44,11 +44,6 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
   CallCtx c(L, conn, id);
   c.request = s->headers;  // its body keeps coming
   if (!Admit(c)) co_return;
-  QuotaSlot quota(*c.tenant);
-  if (quota.over()) {
-    c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
-    co_return;
-  }
   InFlight in_flight(L.stats.in_flight);
   conn->h2.StartStreaming(id);
   const size_t max_message = LimitsOf(config).max_request_bytes;

@@ -30,6 +30,7 @@
 namespace gpuha::router {
 namespace {
 
+using gpuha::testing::Eventually;
 using gpuha::testing::Send;
 using std::chrono::milliseconds;
 
@@ -488,6 +489,31 @@ TEST_F(RouterGrpcTest, BetweenCallsAConnectionWaitsIdleTimeoutNotBodyTimeout) {
   }
   EXPECT_FALSE(closed) << "closed after its call, before idle_timeout";
   EXPECT_EQ(a_->counters().success.load(), 1u);  // the call was answered
+}
+
+// A stream holds a slot of its tenant's concurrent quota while it is open:
+// a call beside it over the quota is RESOURCE_EXHAUSTED, naming it; once
+// the stream ends the slot is free.
+TEST_F(RouterGrpcTest, ACallOverTheTenantsQuotaIsResourceExhausted) {
+  auto r = StartAnother([](RouterConfig& c) { c.tenants[0].max_concurrent = 1; });
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx.AddMetadata("x-api-key", "k-acme");
+    ctx.AddMetadata("x-gpuha-stream", "cam-1");
+    auto stream = stub_->ModelStreamInfer(&ctx);
+    auto img = Image(5, 4, 1);
+    ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
+    inference::ModelStreamInferResponse got;
+    ASSERT_TRUE(stream->Read(&got));  // admitted: it holds the slot
+    Result over = Infer(2);
+    EXPECT_EQ(over.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(over.status.error_message().find("quota"), std::string::npos)
+        << over.status.error_message();
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  EXPECT_TRUE(Eventually([&] { return Infer(3).status.ok(); }));  // the slot is free again
 }
 
 TEST_F(RouterGrpcTest, AStreamGoesOnOnTheStandbyWhenThePrimaryCrashes) {
