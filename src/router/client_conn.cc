@@ -254,18 +254,21 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   std::shared_ptr<const RouteTable> continuation_routes;  // keeps the chosen entries alive
   // The upstreams after order[i] anew, from the routes and health of now
   // (those tried stay tried): a standby may have been fenced, or be back.
+  // False, and the order untouched: the routes of now refuse the stream.
   auto rechoose_after = [&](size_t i) {
     RefreshRoutes(L);
-    continuation_routes = L.routes;
+    std::shared_ptr<const RouteTable> now = L.routes;
     UpstreamOrder<UpstreamState> now_order;
     const RouteEntry* now_entry = nullptr;
-    order.resize(i + 1);
-    if (!ChooseUpstreams(L, continuation_routes.get(), *tenant, stream_id, L.clock.Now(),
-                         &now_order, &now_entry)) {
-      for (UpstreamState* u : now_order) {
-        if (std::find(order.begin(), order.end(), u) == order.end()) order.push_back(u);
-      }
+    if (ChooseUpstreams(L, now.get(), *tenant, stream_id, L.clock.Now(), &now_order, &now_entry)) {
+      return false;
     }
+    continuation_routes = std::move(now);
+    order.resize(i + 1);
+    for (UpstreamState* u : now_order) {
+      if (std::find(order.begin(), order.end(), u) == order.end()) order.push_back(u);
+    }
+    return true;
   };
   for (size_t i = 0; i < order.size(); ++i) {
     UpstreamState& up = *order[i];
@@ -314,7 +317,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       // An answer lasts seconds: where it goes on is chosen again, from the
       // routes and health of now. A standby that was down when the answer
       // began may be back, and the controller may have moved the stream.
-      rechoose_after(i);
+      if (!rechoose_after(i)) order.resize(i + 1);
       if (i + 1 >= order.size()) {
         co_return co_await cut(
             absl::StrCat("no standby to continue the answer on; ", last_failure));
@@ -343,7 +346,10 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     // Its next upstream is of routes that moved while it waited (that
     // standby fenced meanwhile, an XID flood's second node): where its
     // route points now instead, as a gRPC call goes (CallCtx::Rechoose).
-    if (i + 1 < order.size()) {
+    // Not after a 5xx, whose answer was set aside for the next upstream
+    // (retry_5xx) and is relayed if none is left; and where the routes of
+    // now refuse the stream, the order it was admitted with is kept.
+    if (i + 1 < order.size() && !f.upstream_5xx) {
       RefreshRoutes(L);
       if (L.routes != (continuation_routes ? continuation_routes : routes)) rechoose_after(i);
     }

@@ -10,9 +10,6 @@
 
 namespace gpuha::router::grpc_proxy {
 
-// Admission, as an HTTP/1.1 request's (client_conn.cc): content type, the
-// deadline, the tenant by key, the stream by metadata, its upstreams, the
-// tenant's rate. False: answered.
 bool Admit(CallCtx& c) {
   Loop& L = c.L;
   const H2Headers& request = c.request;
@@ -78,13 +75,15 @@ bool Admit(CallCtx& c) {
     c.Answer(r->reason, r->detail);
     return false;
   }
-  c.BindGrpc();
-  L.retry_budget.Deposit(L.now);
+  // Over its quota it is refused before it earns the retry budget
+  // anything, as an HTTP/1.1 request is.
   c.quota.emplace(*c.tenant);
   if (c.quota->over()) {
     c.Answer(Reason::kOverQuota, QuotaSlot::Refused().detail);
     return false;
   }
+  c.BindGrpc();
+  L.retry_budget.Deposit(L.now);
   return true;
 }
 

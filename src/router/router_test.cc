@@ -659,6 +659,29 @@ TEST_F(RouterTest, ARequestWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoi
   a_->SetStuck(false);
 }
 
+// A 5xx answer set aside for the standby (retry_5xx) is asked of the
+// standby it was admitted with, even when the routes moved meanwhile:
+// re-choosing then could leave no next upstream, and the server's answer,
+// set aside, would become the router's 502.
+TEST_F(RouterTest, A5xxSetAsideForTheStandbyIsAskedOfItThoughTheRoutesMoved) {
+  StartRouter();
+  auto waiting = std::async(std::launch::async, [&] {
+    return Send(port(), Get("/streams/cam-1/x?delay_ms=300&status=503&only=a"));
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // admitted, a answers in 300 ms
+  v1::RouteSnapshot s;
+  s.set_version(5);
+  v1::Route* route = s.add_routes();
+  route->set_stream("cam-1");
+  route->set_tenant("acme");
+  route->mutable_primary()->set_node("a");
+  route->mutable_primary()->set_address(a_->address());  // and no standby now
+  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  Reply r = waiting.get();
+  EXPECT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+}
+
 // A delayed snapshot (an older version in the same epoch, or an older epoch)
 // never rolls the routes back; a newer epoch wins whatever its version.
 TEST_F(RouterTest, StaleRouteSnapshotIsRefusedAndTheHeldRoutesStay) {
