@@ -239,6 +239,16 @@ TEST_F(RouterGrpcTest, AStuckPrimaryIsJudgedByProgressNotByTimeout) {
   EXPECT_GE(Metric("stall_resends_total"), 3);
 }
 
+// A ModelStreamInfer of acme's cam-1 on `stub`, with 20 s to live.
+std::unique_ptr<
+    grpc::ClientReaderWriter<inference::ModelInferRequest, inference::ModelStreamInferResponse>>
+Cam1Stream(inference::GRPCInferenceService::Stub& stub, grpc::ClientContext& ctx) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  return stub.ModelStreamInfer(&ctx);
+}
+
 // A ModelStreamInfer stream through the router: `before` frames, then
 // `fault`, then `after` more; every frame gets exactly one answer, in
 // order, checked against the model. Returns who answered each.
@@ -247,10 +257,7 @@ std::vector<std::string> StreamAround(inference::GRPCInferenceService::Stub& stu
                                       const std::function<void()>& second_fault = nullptr,
                                       int after_second = 0) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  ctx.AddMetadata("x-api-key", "k-acme");
-  ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  auto stream = stub.ModelStreamInfer(&ctx);
+  auto stream = Cam1Stream(stub, ctx);
   std::vector<std::string> nodes;
   auto one = [&](int i) {
     auto img = Image(5, 4, i);
@@ -294,10 +301,7 @@ TEST_F(RouterGrpcTest, APipelinedStreamIsAnsweredInOrder) {
   // Forty frames written before any answer is read: each message's bytes go
   // back to the client's window as it is answered, and every one comes back.
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  ctx.AddMetadata("x-api-key", "k-acme");
-  ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  auto stream = stub_->ModelStreamInfer(&ctx);
+  auto stream = Cam1Stream(*stub_, ctx);
   for (int i = 0; i < 40; ++i) {
     auto img = Image(64, 64, i);  // 12 KiB a frame
     ASSERT_TRUE(
@@ -366,10 +370,7 @@ TEST_F(RouterGrpcTest, AStreamThatPausesLongerThanAResponseTimeoutKeepsItsConnec
 TEST_F(RouterGrpcTest, AStreamSilentForIdleTimeoutEndsNamingIt) {
   auto r = StartAnother([](RouterConfig& c) { c.limits.idle_timeout = milliseconds(400); });
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  ctx.AddMetadata("x-api-key", "k-acme");
-  ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  auto stream = stub_->ModelStreamInfer(&ctx);
+  auto stream = Cam1Stream(*stub_, ctx);
   auto img = Image(5, 4, 1);
   const auto sent = std::chrono::steady_clock::now();  // before the router's last answer
   ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
@@ -498,10 +499,7 @@ TEST_F(RouterGrpcTest, ACallOverTheTenantsQuotaIsResourceExhausted) {
   auto r = StartAnother([](RouterConfig& c) { c.tenants[0].max_concurrent = 1; });
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    ctx.AddMetadata("x-api-key", "k-acme");
-    ctx.AddMetadata("x-gpuha-stream", "cam-1");
-    auto stream = stub_->ModelStreamInfer(&ctx);
+    auto stream = Cam1Stream(*stub_, ctx);
     auto img = Image(5, 4, 1);
     ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
     inference::ModelStreamInferResponse got;
@@ -618,10 +616,7 @@ TEST_F(RouterGrpcTest, ADecoupledModelsBrokenStreamEndsUnavailableAndSaysWhy) {
   auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", r.port()), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  ctx.AddMetadata("x-api-key", "k-acme");
-  ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  auto stream = stub->ModelStreamInfer(&ctx);
+  auto stream = Cam1Stream(*stub, ctx);
   std::vector<std::string> ids;
   for (const char* id : {"x1", "last"}) {
     inference::ModelInferRequest req;

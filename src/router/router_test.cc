@@ -82,6 +82,23 @@ class RouterTest : public ::testing::Test {
     ASSERT_TRUE(router_->Start().ok());
   }
   uint16_t port() const { return router_->port(); }
+  // The controller's new routes (version 5): cam-1 on `primary`, with
+  // `standby` behind it if given. Each is {node, address}.
+  void SetCam1Routes(const std::pair<std::string, std::string>& primary,
+                     const std::pair<std::string, std::string>& standby = {}) {
+    v1::RouteSnapshot s;
+    s.set_version(5);
+    v1::Route* route = s.add_routes();
+    route->set_stream("cam-1");
+    route->set_tenant("acme");
+    route->mutable_primary()->set_node(primary.first);
+    route->mutable_primary()->set_address(primary.second);
+    if (!standby.first.empty()) {
+      route->mutable_standby()->set_node(standby.first);
+      route->mutable_standby()->set_address(standby.second);
+    }
+    ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  }
   // cam-1's primary `a` answers 20 requests (the window is learned), then
   // half-hangs; `n` requests for cam-1 go at once, and their replies come
   // back in order.
@@ -613,14 +630,7 @@ TEST_F(RouterTest, EmptyRouteTableAndUnplacedStreams) {
 TEST_F(RouterTest, RouteSwapMovesNewRequests) {
   StartRouter();
   EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"a")"), std::string::npos);
-  v1::RouteSnapshot s;
-  s.set_version(5);
-  v1::Route* route = s.add_routes();
-  route->set_stream("cam-1");
-  route->set_tenant("acme");
-  route->mutable_primary()->set_node("b");
-  route->mutable_primary()->set_address(b_->address());
-  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  SetCam1Routes({"b", b_->address()});
   EXPECT_NE(Send(port(), Get("/streams/cam-1/x")).body.find(R"("backend":"b")"), std::string::npos);
   EXPECT_NE(router_->MetricsText().find("gpuha_router_route_version 5"), std::string::npos);
 }
@@ -641,16 +651,7 @@ TEST_F(RouterTest, ARequestWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoi
   }
   std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
   b_.reset();
-  v1::RouteSnapshot s;
-  s.set_version(5);
-  v1::Route* route = s.add_routes();
-  route->set_stream("cam-1");
-  route->set_tenant("acme");
-  route->mutable_primary()->set_node("a");
-  route->mutable_primary()->set_address(a_->address());
-  route->mutable_standby()->set_node("c");
-  route->mutable_standby()->set_address(c->address());
-  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  SetCam1Routes({"a", a_->address()}, {"c", c->address()});
   for (auto& w : waiting) {
     Reply r = w.get();
     ASSERT_EQ(r.status, 200) << r.error << r.body;
@@ -669,14 +670,7 @@ TEST_F(RouterTest, A5xxSetAsideForTheStandbyIsAskedOfItThoughTheRoutesMoved) {
     return Send(port(), Get("/streams/cam-1/x?delay_ms=300&status=503&only=a"));
   });
   std::this_thread::sleep_for(milliseconds(100));  // admitted, a answers in 300 ms
-  v1::RouteSnapshot s;
-  s.set_version(5);
-  v1::Route* route = s.add_routes();
-  route->set_stream("cam-1");
-  route->set_tenant("acme");
-  route->mutable_primary()->set_node("a");
-  route->mutable_primary()->set_address(a_->address());  // and no standby now
-  ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
+  SetCam1Routes({"a", a_->address()});             // and no standby now
   Reply r = waiting.get();
   EXPECT_EQ(r.status, 200) << r.error << r.body;
   EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
