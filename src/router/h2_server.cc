@@ -190,6 +190,7 @@ int H2Server::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* fram
   s->id = frame->hd.stream_id;
   nghttp2_session_set_stream_user_data(session, s->id, s.get());
   self->streams_[s->id] = std::move(s);
+  ++self->awaiting_request_;
   return 0;
 }
 
@@ -271,6 +272,7 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
       static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
   if (s == nullptr || s->complete) return 0;
   s->complete = true;
+  --self->awaiting_request_;
   if (s->streaming) {
     if (s->on_data) s->on_data();
     return 0;
@@ -298,6 +300,7 @@ int H2Server::OnClose(nghttp2_session* session, int32_t stream_id, uint32_t, voi
   if (it == self->streams_.end()) return 0;
   std::unique_ptr<H2Stream> s = std::move(it->second);
   self->streams_.erase(it);
+  if (!s->complete) --self->awaiting_request_;
   // What it held goes back to the connection's window (the stream's is gone).
   self->buffered_ -= s->held;
   if (s->held > 0) nghttp2_session_consume_connection(session, s->held);

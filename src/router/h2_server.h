@@ -146,11 +146,7 @@ class H2Server {
   H2Stream* Find(int32_t id);
   size_t open_streams() const { return streams_.size(); }
   // Streams whose client has not ended its request (no END_STREAM yet).
-  size_t awaiting_request() const {
-    size_t n = 0;
-    for (const auto& [id, s] : streams_) n += s->complete ? 0 : 1;
-    return n;
-  }
+  size_t awaiting_request() const { return awaiting_request_; }
   uint64_t requests() const { return requests_; }
   uint64_t resets_received() const { return resets_; }
   // Why the connection ended on its own, for the log.
@@ -171,6 +167,7 @@ class H2Server {
   OnRequest on_headers_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
+  size_t awaiting_request_ = 0;  // of streams_, those not complete (read on every client read)
   uint64_t requests_ = 0;
   uint64_t resets_ = 0;
   size_t buffered_ = 0;  // request body bytes held in streams not yet ended
