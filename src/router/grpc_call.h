@@ -42,19 +42,31 @@ struct H2ClientConn {
   // an attempt, its grpc-timeout, a stream's idle_timeout), so a client
   // that waits in silence for an answer that takes two upstreams, or
   // pauses its stream, keeps its connection; body_timeout while a stream
-  // awaits the rest of its client's request; idle_timeout between calls
-  // (an answered stream not yet closed is between calls).
+  // awaits the rest of its client's request, counted from the request's
+  // last bytes (a PING or a SETTINGS a second does not hold a body's
+  // window for ever); idle_timeout between calls (an answered stream not
+  // yet closed is between calls).
   void ArmReader() {
     if (reader == nullptr || closed) return;
-    if (calls > 0) {
-      reader->Disarm();
-    } else {
-      reader->Arm(h2.awaiting_request() > 0 ? limits_.body_timeout : limits_.idle_timeout);
+    if (calls > 0 || h2.awaiting_request() == 0) {
+      body_armed_ = false;
+      if (calls > 0) {
+        reader->Disarm();
+      } else {
+        reader->Arm(limits_.idle_timeout);
+      }
+      return;
     }
+    if (body_armed_ && h2.request_progress() == progress_seen_) return;  // the same wait
+    progress_seen_ = h2.request_progress();
+    body_armed_ = true;
+    reader->Arm(limits_.body_timeout);
   }
 
  private:
   const RouterLimits& limits_;
+  bool body_armed_ = false;     // the reader waits body_timeout...
+  uint64_t progress_seen_ = 0;  // ...from this h2.request_progress()
 };
 
 // A call being worked on, counted from its spawning to its end.

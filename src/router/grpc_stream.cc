@@ -21,6 +21,10 @@ size_t WholeMessage(std::string_view b) {
   return b.size() >= 5 + n ? 5 + n : 0;
 }
 
+// Messages of one stream asked of its upstream at once; the rest wait in
+// the client's window.
+constexpr size_t kMaxUnanswered = 128;
+
 }  // namespace
 
 // A streaming call (ModelStreamInfer, not decoupled): each request message
@@ -124,7 +128,12 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       }
       size_t took = 0;
       std::string_view b(cs->body);
-      for (;;) {
+      // A client that does not read its answers gets no more of its
+      // messages taken (nor its window back) until it does, and no more
+      // than kMaxUnanswered are asked at once: the answers the router holds
+      // for it stay bounded (1 MiB unsent, plus the answers in flight).
+      const bool backlogged = conn->h2.AnswerBacklogged(id);
+      for (; !backlogged && unanswered.size() < kMaxUnanswered;) {
         std::string_view rest = b.substr(took);
         if (rest.size() >= 5) {
           const auto* p = reinterpret_cast<const unsigned char*>(rest.data());
@@ -184,6 +193,15 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         }
         conn->h2.SendData(id, d.substr(parsed, n));
         parsed += n;
+        // A decoupled model answers without being asked: a client that
+        // reads none of it would have the router hold it all.
+        if (H2Stream* held = conn->h2.Find(id);
+            held != nullptr && held->unsent() > LimitsOf(config).max_buffered_bytes) {
+          c.Answer(Reason::kBodyTooLarge,
+                   absl::StrCat("the client left over ", LimitsOf(config).max_buffered_bytes,
+                                " bytes of its answers unread"));
+          co_return;
+        }
         last_answer = Clock::now();
         if (unanswered.empty()) {
           decoupled = true;  // more answers than requests
@@ -230,15 +248,17 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       // (Envoy's stream idle timeout), or body_timeout inside a message:
       // the stream ends, since the connection's read deadline leaves a
       // call being worked on alone.
-      const bool mid_message = heard > 0;
+      const bool mid_message = heard > 0 && !backlogged;
       const milliseconds idle_for =
-          mid_message ? config.limits.body_timeout : config.limits.idle_timeout;
+          mid_message || backlogged ? config.limits.body_timeout : config.limits.idle_timeout;
       const Clock::time_point idle_at = unanswered.empty()
                                             ? std::max(last_heard, last_answer) + idle_for
                                             : Clock::time_point::max();
       if (check_overdue && Clock::now() >= idle_at) {
         c.Answer(Reason::kStreamIdle,
-                 mid_message
+                 backlogged ? absl::StrCat("the client read none of its answers for body_timeout (",
+                                           idle_for.count(), " ms)")
+                 : mid_message
                      ? absl::StrCat("the client stopped inside a message for body_timeout (",
                                     idle_for.count(), " ms)")
                      : absl::StrCat("the stream was idle for idle_timeout (", idle_for.count(),

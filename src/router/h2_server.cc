@@ -87,6 +87,7 @@ absl::Status H2Server::Feed(const char* data, size_t n) {
 }
 
 void H2Server::Drain(std::string* out) {
+  if (!owing_.empty()) GiveBackOwed();
   for (;;) {
     const uint8_t* p = nullptr;
     ssize_t n = nghttp2_session_mem_send(session_, &p);
@@ -135,7 +136,35 @@ void H2Server::Release(int32_t id, size_t n) {
   n = std::min(n, s->held);
   s->held -= n;
   buffered_ -= n;
+  if (s->unsent() > limits_.max_unsent_answer_bytes) {
+    s->owed += n;
+    owing_.insert(id);
+    return;
+  }
   nghttp2_session_consume(session_, id, n);
+}
+
+bool H2Server::AnswerBacklogged(int32_t id) {
+  H2Stream* s = Find(id);
+  return s != nullptr && s->unsent() > limits_.max_unsent_answer_bytes;
+}
+
+void H2Server::GiveBackOwed() {
+  for (auto it = owing_.begin(); it != owing_.end();) {
+    H2Stream* s = Find(*it);
+    if (s == nullptr) {
+      it = owing_.erase(it);
+      continue;
+    }
+    if (s->unsent() > limits_.max_unsent_answer_bytes) {
+      ++it;
+      continue;
+    }
+    nghttp2_session_consume(session_, s->id, s->owed);
+    s->owed = 0;
+    it = owing_.erase(it);
+    if (s->on_data) s->on_data();  // it may take messages again
+  }
 }
 
 void H2Server::RespondStreaming(int32_t id, const H2Headers& headers) {
@@ -191,6 +220,7 @@ int H2Server::OnBeginHeaders(nghttp2_session* session, const nghttp2_frame* fram
   nghttp2_session_set_stream_user_data(session, s->id, s.get());
   self->streams_[s->id] = std::move(s);
   ++self->awaiting_request_;
+  ++self->request_progress_;
   return 0;
 }
 
@@ -248,6 +278,7 @@ int H2Server::OnData(nghttp2_session* session, uint8_t, int32_t stream_id, const
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
   s->body.append(reinterpret_cast<const char*>(data), len);
+  self->request_progress_ += len;
   s->held += len;
   self->buffered_ += len;
   if (s->on_data) s->on_data();
@@ -273,6 +304,7 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
   if (s == nullptr || s->complete) return 0;
   s->complete = true;
   --self->awaiting_request_;
+  ++self->request_progress_;
   if (s->streaming) {
     if (s->on_data) s->on_data();
     return 0;
@@ -303,7 +335,8 @@ int H2Server::OnClose(nghttp2_session* session, int32_t stream_id, uint32_t, voi
   if (!s->complete) --self->awaiting_request_;
   // What it held goes back to the connection's window (the stream's is gone).
   self->buffered_ -= s->held;
-  if (s->held > 0) nghttp2_session_consume_connection(session, s->held);
+  if (s->held + s->owed > 0) nghttp2_session_consume_connection(session, s->held + s->owed);
+  self->owing_.erase(stream_id);
   if (s->on_close) s->on_close();
   return 0;
 }

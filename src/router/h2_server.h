@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,11 @@ struct H2Limits {
   // connection's flow-control window, so only a client that breaks flow
   // control reaches it (the connection then ends, ENHANCE_YOUR_CALM).
   size_t max_buffered_bytes = 16 << 20;
+  // A stream's answer bytes not yet taken by its client (its window shut):
+  // past this, the stream's released request bytes go back to the client's
+  // window only as it reads its answers, so a client that never reads
+  // cannot make the router hold its answers without bound.
+  size_t max_unsent_answer_bytes = 1 << 20;
 };
 
 struct H2Stream {
@@ -79,12 +85,17 @@ struct H2Stream {
   bool streaming = false;
   std::function<void()> on_data;
   size_t held = 0;  // request bytes received and not released (Release)
+  // Released request bytes whose window waits for the client to read its
+  // answers (H2Limits::max_unsent_answer_bytes).
+  size_t owed = 0;
   // The response being sent.
   std::string out_body;
   size_t out_sent = 0;
   H2Headers out_trailers;
   bool responded = false;
   bool out_open = false;  // a streamed response whose end is not yet given
+  // Answer bytes not yet taken by nghttp2 (the client's window holds them).
+  size_t unsent() const { return out_body.size() - out_sent; }
 
   // The first value of `name` (lower case), or empty.
   std::string_view Header(std::string_view name) const { return H2Find(headers, name); }
@@ -133,7 +144,13 @@ class H2Server {
   // the connection's budget and go back to the client's flow-control
   // windows (WINDOW_UPDATE). A unary call's body is released when it is
   // handed over whole; a streaming call's messages as they are answered.
+  // While the stream's unsent answer is over max_unsent_answer_bytes, the
+  // window is given back only as the client reads (at the next Drain).
   void Release(int32_t id, size_t n);
+  // The stream's client has more of its answers unread than
+  // max_unsent_answer_bytes: take no more of its messages until it reads
+  // (on_data is called when it has).
+  bool AnswerBacklogged(int32_t id);
   // A streamed response: headers now, then bytes as they come (SendData),
   // then the trailers that end it (Finish).
   void RespondStreaming(int32_t id, const H2Headers& headers);
@@ -147,6 +164,9 @@ class H2Server {
   size_t open_streams() const { return streams_.size(); }
   // Streams whose client has not ended its request (no END_STREAM yet).
   size_t awaiting_request() const { return awaiting_request_; }
+  // Grows with each request's headers and body bytes: a client that moves
+  // its requests on, as against one that only sends PINGs or SETTINGS.
+  uint64_t request_progress() const { return request_progress_; }
   uint64_t requests() const { return requests_; }
   uint64_t resets_received() const { return resets_; }
   // Why the connection ended on its own, for the log.
@@ -159,6 +179,9 @@ class H2Server {
   static int OnData(nghttp2_session*, uint8_t, int32_t, const uint8_t*, size_t, void*);
   static int OnFrame(nghttp2_session*, const nghttp2_frame*, void*);
   static int OnClose(nghttp2_session*, int32_t, uint32_t, void*);
+  // Gives the owed window back to streams whose clients have read their
+  // answers down to max_unsent_answer_bytes.
+  void GiveBackOwed();
   static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*,
                           nghttp2_data_source*, void*);
 
@@ -167,10 +190,12 @@ class H2Server {
   OnRequest on_headers_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<H2Stream>> streams_;
+  uint64_t request_progress_ = 0;
   size_t awaiting_request_ = 0;  // of streams_, those not complete (read on every client read)
   uint64_t requests_ = 0;
   uint64_t resets_ = 0;
-  size_t buffered_ = 0;  // request body bytes held in streams not yet ended
+  size_t buffered_ = 0;                // request body bytes held in streams not yet ended
+  std::unordered_set<int32_t> owing_;  // streams with owed window (H2Stream::owed)
   std::string why_;
 };
 

@@ -1,6 +1,10 @@
 #include "router/loop.h"
 
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "common/log.h"
 #include "common/net_util.h"
@@ -18,12 +22,15 @@ awaitable<void> Sweep(Loop& L) {
     if (L.next_verdict) {
       wait = std::clamp<common::Duration>(*L.next_verdict - L.clock.Now(), milliseconds(1), kSweep);
     }
-    t.expires_after(wait);
+    const Clock::time_point wake_at = Clock::now() + wait;
+    t.expires_at(wake_at);
     error_code ec;
     co_await t.async_wait(Redirect(ec));
     if (ec) co_return;
     L.now = L.clock.Now();
+    const Clock::time_point before = L.io_now;
     L.io_now = Clock::now();
+    NoteLag(L, L.io_now - wake_at, L.io_now - before);
     // Check() may not erase; copying keeps the walk safe and is cheap next
     // to the sweep interval.
     std::vector<Deadline*> all(L.deadlines.begin(), L.deadlines.end());
@@ -38,7 +45,34 @@ awaitable<void> Sweep(Loop& L) {
   }
 }
 
+void NoteLag(Loop& L, common::Duration late, common::Duration since_last) {
+  // The peak decays by an eighth of the time passed: a one-off 100 ms
+  // stall is forgotten within a second, a host that stays loaded keeps it.
+  const common::Duration decayed = std::max(common::Duration::zero(), L.lag - since_last / 8);
+  L.lag = std::max(decayed, std::max(late, common::Duration::zero()));
+}
+
+bool UpConn::HasUnread() const {
+  // The socket's receive queue only: `buf` may hold a chunk's trailing CRLF
+  // for as long as the next chunk takes, which is no news.
+  int n = 0;
+  return ::ioctl(const_cast<Socket&>(s).native_handle(), FIONREAD, &n) == 0 && n > 0;
+}
+
 namespace {
+
+// Answers of `up` wait unread in the router's own sockets: the upstream
+// moves, and the router has not yet taken it in (its loop was busy or
+// starved). No verdict until they are read.
+bool AnswersUnread(const UpstreamState& up) {
+  for (const Waiting& c : up.streaming) {
+    if (c.HasUnread()) return true;
+  }
+  for (const Waiting& c : up.waiting) {
+    if (c.HasUnread()) return true;
+  }
+  return false;
+}
 
 void CancelStreams(UpstreamState& up) {
   for (Waiting& c : up.streaming) c.Cancel();
@@ -104,14 +138,17 @@ void NoteDue(Loop& L, std::optional<TimePoint> due, TimePoint now) {
 
 void JudgeProgress(Loop& L) {
   const TimePoint now = L.clock.Now();
+  // The verdicts fall due this much later on a lagging host.
+  const common::Duration slack = 2 * L.lag;
   std::vector<ProgressMonitor::Waiting> waiting;
   for (auto& [address, up] : L.upstreams) {
     if (!up->streaming.empty() && up->usable(now)) {
       waiting.clear();
       for (const Waiting& c : up->streaming) waiting.push_back({c.waiting_since, c.expect});
       std::optional<TimePoint> due = up->tokens.StreamsStallDue(waiting);
+      if (due) *due += slack;
       NoteDue(L, due, now);
-      if (due && *due < now) {
+      if (due && *due < now && !AnswersUnread(*up)) {
         // Token streams are open and none moves: the engine is stuck
         // mid-answer, whatever its probe says.
         Inc(L.stats.token_stalls);
@@ -131,8 +168,9 @@ void JudgeProgress(Loop& L) {
     // Judged stalled (here or by another loop) and no progress since: one
     // overdue request is enough.
     std::optional<TimePoint> due = up->progress.StallDue(waiting, up->judged_stalled ? 1 : 0);
+    if (due) *due += slack;
     NoteDue(L, due, now);
-    if (!due || *due >= now) continue;
+    if (!due || *due >= now || AnswersUnread(*up)) continue;
     // Requests wait and none is answered: the upstream is alive (its probe
     // may well pass) but makes no progress. Its waiting requests go to their
     // standbys now, it is ejected, and the controller hears of it.
@@ -216,12 +254,29 @@ void PoolIdle(Loop& L, UpstreamState& up, std::unique_ptr<UpConn> c,
   up.idle.push_back(std::move(c));
 }
 
+namespace {
+
+// True when an idle pooled connection has nothing to say: no byte and no
+// EOF waiting on its socket. An upstream that wrote after its answer was
+// done (a second response, a body after a HEAD answer, a FIN) would put
+// those bytes in front of the next request's answer, maybe another
+// tenant's: such a connection is closed, never reused (as nginx and
+// HAProxy do).
+bool Quiet(UpConn& c) {
+  char byte;
+  ssize_t n = ::recv(c.s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
 std::unique_ptr<UpConn> TakeIdle(Loop& L, UpstreamState& up) {
   const Clock::time_point now = L.io_now;
   while (!up.idle.empty()) {
     std::unique_ptr<UpConn> c = std::move(up.idle.back());
     up.idle.pop_back();
-    if (now < c->idle_until) return c;  // else closed here
+    if (now < c->idle_until && Quiet(*c)) return c;  // else closed here
+    if (now < c->idle_until) Inc(L.stats.upstream_conns_unclean);
   }
   return nullptr;
 }
@@ -237,6 +292,8 @@ void TrimIdle(Loop& L) {
 }
 
 bool Poolable(const UpConn& c, const UpstreamState& up) {
+  // Bytes past the answer: not this request's, and no other request's.
+  if (c.buf.size() != 0) return false;
   if (up.health() != Health::kUp || up.idle.size() >= kMaxIdlePerUpstream) return false;
   if (!up.named) return true;
   error_code ec;

@@ -106,6 +106,9 @@ class Deadline {
 struct Waiting {
   virtual ~Waiting() = default;
   virtual void Cancel() = 0;  // sets hung_cancel and ends the wait
+  // Bytes of its answer sit in the router's own socket buffer, unread: the
+  // upstream has answered, whatever the router has not yet seen.
+  virtual bool HasUnread() const { return false; }
   bool hung_cancel = false;   // cancelled because its upstream was judged hung or stalled
   TimePoint waiting_since{};  // when it began to await the response head (or the next token)
   common::Duration expect{};  // what its request declared it takes (0: nothing)
@@ -122,6 +125,7 @@ struct UpConn : Waiting {
     error_code ec;
     s.cancel(ec);
   }
+  bool HasUnread() const override;
   Socket s;
   Deadline deadline;
   beast::flat_buffer buf;
@@ -210,6 +214,8 @@ struct UpstreamState : UpstreamHealth {
   X(ejections, "Upstreams ejected after a connection failure.")                                   \
   X(upstream_connects, "New upstream connections.")                                               \
   X(upstream_reuses, "Requests sent on a pooled connection.")                                     \
+  X(upstream_conns_unclean,                                                                       \
+    "Pooled upstream connections closed, not reused: bytes or EOF came after their answer.")      \
   X(client_aborts, "Clients that left before their answer.")                                      \
   X(upstream_aborts, "Responses cut because the upstream broke mid-body.")                        \
   X(connections, "Client connections accepted.")                                                  \
@@ -336,6 +342,11 @@ struct Loop {
   // When the next stall verdict falls due, if one is pending (JudgeProgress):
   // the sweep wakes then rather than up to kSweep later.
   std::optional<TimePoint> next_verdict;
+  // How late this loop's sweeps have woken lately (decaying peak): the
+  // host's own lag. A progress verdict waits this much longer, twice over:
+  // a loaded machine delays the answers it judges, and a verdict that the
+  // load alone can cause is not one.
+  common::Duration lag{};
   // Socket deadlines run on the steady clock, whatever `clock` is (a test's
   // fake clock must not freeze I/O timeouts); as of the last sweep.
   Clock::time_point io_now = Clock::now();
@@ -497,6 +508,9 @@ void ConnectionFailed(Loop& L, UpstreamState& up);
 // standbys and is ejected, with a suspect hint for the controller. Run by
 // the sweep.
 void JudgeProgress(Loop& L);
+// A sweep woke `late` past its time, `since_last` after the one before:
+// folded into L.lag.
+void NoteLag(Loop& L, common::Duration late, common::Duration since_last);
 // Another loop's stall verdict: this loop's waiting requests on `address`
 // go to their standbys and the upstream is ejected here too, unless this
 // loop saw it progress within a window; it is then only marked

@@ -18,6 +18,9 @@ namespace http = boost::beast::http;
 using tcp = net::ip::tcp;
 using std::chrono::milliseconds;
 
+// Unanswered probes in a row before an upstream is judged hung.
+constexpr int kHangReadings = 2;
+
 Prober::Prober(const RouterConfig& config, const DnsCache* dns, OnVerdict on_verdict)
     : config_(config), dns_(dns), on_verdict_(std::move(on_verdict)) {}
 
@@ -85,6 +88,14 @@ awaitable<void> Prober::Probe(std::string address) {
                                       : "hung (no answer)");
     on_verdict_(address, h);
   };
+  // Probes in a row that got no answer in hang_after. One is not a
+  // verdict (as Envoy's unhealthy_threshold): a loaded host delays a probe
+  // past 100 ms now and then, and a hung server fails the next one too,
+  // sent at once.
+  int silent_in_a_row = 0;
+  auto silent = [&] {
+    if (++silent_in_a_row >= kHangReadings) set(Health::kHung);
+  };
   for (;;) {
     std::optional<tcp::endpoint> answer;
     if (named) answer = dns_ != nullptr ? dns_->Find(address) : std::nullopt;
@@ -122,8 +133,11 @@ awaitable<void> Prober::Probe(std::string address) {
       if (ec) {
         close();
         // Out of descriptors here says nothing about the upstream: no verdict.
-        if (!common::OutOfDescriptors(ec)) {
-          set(ec == beast::error::timeout ? Health::kHung : Health::kDown);
+        if (ec == beast::error::timeout) {
+          silent();
+        } else if (!common::OutOfDescriptors(ec)) {
+          silent_in_a_row = 0;
+          set(Health::kDown);
         }
       }
     }
@@ -149,11 +163,12 @@ awaitable<void> Prober::Probe(std::string address) {
       if (ec) {
         // A probe connection the upstream closed is not a verdict; a silent
         // one is.
-        bool silent = ec == beast::error::timeout;
+        const bool timed_out = ec == beast::error::timeout;
         close();
         buf.clear();
-        if (silent) set(Health::kHung);
+        if (timed_out) silent();
       } else {
+        silent_in_a_row = 0;
         // An answer is alive; an error answer (or, with expect_status, any
         // other status) is down: an inference probe that fails is a failed
         // server.
@@ -167,7 +182,11 @@ awaitable<void> Prober::Probe(std::string address) {
         if (!rp.keep_alive()) close();
       }
     }
-    tick.expires_at(started + config_.probe_interval);
+    // After a first silence the next probe goes at once: the second
+    // reading comes hang_after later, not a probe interval more.
+    tick.expires_at(silent_in_a_row > 0 && silent_in_a_row < kHangReadings
+                        ? Clock::now()
+                        : started + config_.probe_interval);
     co_await tick.async_wait(Redirect(ec));
   }
 }

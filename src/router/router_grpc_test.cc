@@ -395,9 +395,10 @@ class RawH2 {
   }
   // The preface, SETTINGS, and the stream's HEADERS (and DATA, if any,
   // with END_STREAM if `end`).
-  void Open(const std::string& method, const std::string& data, bool end = false) {
-    std::string out(kH2Preface);
-    out += testing::Frame(NGHTTP2_SETTINGS, 0, 0, "");
+  void Open(const std::string& method, const std::string& data, bool end = false,
+            bool preface = true) {
+    std::string out;
+    if (preface) out = std::string(kH2Preface) + testing::Frame(NGHTTP2_SETTINGS, 0, 0, "");
     out += testing::Frame(
         NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1,
         testing::LiteralBlock({{":method", "POST"},
@@ -412,6 +413,68 @@ class RawH2 {
     }
     boost::asio::write(sock_, boost::asio::buffer(out));
   }
+  // Opens with these SETTINGS (each: a 16-bit id, a 32-bit value).
+  void OpenWith(const std::vector<std::pair<uint16_t, uint32_t>>& settings,
+                const std::string& method) {
+    std::string payload;
+    for (auto [id, value] : settings) {
+      payload.push_back(static_cast<char>(id >> 8));
+      payload.push_back(static_cast<char>(id));
+      for (int shift : {24, 16, 8, 0}) payload.push_back(static_cast<char>(value >> shift));
+    }
+    std::string out(kH2Preface);
+    out += testing::Frame(NGHTTP2_SETTINGS, 0, 0, payload);
+    boost::asio::write(sock_, boost::asio::buffer(out));
+    Open(method, "", false, /*preface=*/false);
+  }
+  // Writes `bytes`; an error (the router closed) is for the reads to see.
+  void Write(const std::string& bytes) {
+    boost::system::error_code ec;
+    boost::asio::write(sock_, boost::asio::buffer(bytes), ec);
+  }
+  // Reads what the router sent within `wait` and keeps the flow-control
+  // windows it gives stream 1 (send_window) as a client must; answers its
+  // SETTINGS. False once the connection is closed.
+  bool ReadWindows(milliseconds wait) {
+    pollfd p{sock_.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return true;
+    char buf[65536];
+    ssize_t n = ::recv(sock_.native_handle(), buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in_.append(buf, static_cast<size_t>(n));
+    for (;;) {
+      if (in_.size() < 9) return true;
+      const auto* h = reinterpret_cast<const unsigned char*>(in_.data());
+      const size_t len = (size_t{h[0]} << 16) | (size_t{h[1]} << 8) | h[2];
+      if (in_.size() < 9 + len) return true;
+      const uint8_t type = h[3], flags = h[4];
+      const uint32_t stream =
+          ((uint32_t{h[5]} << 24) | (uint32_t{h[6]} << 16) | (uint32_t{h[7]} << 8) | h[8]) &
+          0x7fffffffu;
+      const auto* b = h + 9;
+      auto u32 = [](const unsigned char* q) {
+        return (uint32_t{q[0]} << 24) | (uint32_t{q[1]} << 16) | (uint32_t{q[2]} << 8) | q[3];
+      };
+      if (type == NGHTTP2_SETTINGS && (flags & NGHTTP2_FLAG_ACK) == 0) {
+        for (size_t i = 0; i + 6 <= len; i += 6) {
+          if (((b[i] << 8) | b[i + 1]) == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) {
+            stream_window_ += int64_t{u32(b + i + 2)} - 65535;
+          }
+        }
+        Write(testing::Frame(NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, ""));
+      } else if (type == NGHTTP2_WINDOW_UPDATE && len == 4) {
+        (stream == 0 ? connection_window_ : stream_window_) += u32(b) & 0x7fffffffu;
+      }
+      in_.erase(0, 9 + len);
+    }
+  }
+  // What stream 1 may still send.
+  int64_t send_window() const { return std::min(stream_window_, connection_window_); }
+  void Sent(size_t n) {
+    stream_window_ -= static_cast<int64_t>(n);
+    connection_window_ -= static_cast<int64_t>(n);
+  }
+
   // Whether the router closed the connection (EOF or reset) within `wait`;
   // what it sent is read and dropped.
   bool Closed(milliseconds wait) {
@@ -424,6 +487,9 @@ class RawH2 {
  private:
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::socket sock_;
+  std::string in_;
+  int64_t stream_window_ = 65535;
+  int64_t connection_window_ = 65535;
 };
 
 // A call whose client sent its headers and stops short of its body holds
@@ -444,6 +510,27 @@ TEST_F(RouterGrpcTest, ARequestWhoseBodyStallsIsClosedAfterBodyTimeout) {
   }
   EXPECT_TRUE(closed) << "the connection outlived body_timeout by 10 s";
   EXPECT_EQ(a_->counters().success.load() + b_->counters().success.load(), 0u);
+}
+
+// Adversarial finding: a client that never ends its request but sends a
+// PING a second re-armed body_timeout with each, and held its window of
+// request bytes for ever. body_timeout counts from the request's last
+// bytes; frames that carry none do not hold it open.
+TEST_F(RouterGrpcTest, PingsDoNotHoldARequestThatNeverEnds) {
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.body_timeout = milliseconds(400);
+    c.limits.idle_timeout = milliseconds(30000);
+  });
+  RawH2 raw(r->port());
+  const auto start = std::chrono::steady_clock::now();
+  raw.Open("ModelInfer", std::string("\0\0\0\0\x64", 5) + std::string(10, 'x'));
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    raw.Write(testing::Frame(NGHTTP2_PING, 0, 0, std::string(8, 'p')));
+    closed = raw.Closed(milliseconds(100));
+  }
+  EXPECT_TRUE(closed) << "PINGs every 100 ms held a request past body_timeout for 5 s";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(400));
 }
 
 // A stream whose client stops inside a message waits body_timeout for the
@@ -639,6 +726,78 @@ TEST_F(RouterGrpcTest, ADecoupledModelsBrokenStreamEndsUnavailableAndSaysWhy) {
       << st.error_message();
   EXPECT_EQ(b_->counters().success.load(), 0u);
   server->Shutdown();
+}
+
+// A model whose every answer is 64 KiB: a client's small messages ask for
+// much more than they weigh.
+class BigAnswerModel final : public inference::GRPCInferenceService::Service {
+ public:
+  std::atomic<int> asked{0};
+  grpc::Status ModelStreamInfer(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
+          stream) override {
+    inference::ModelInferRequest r;
+    while (stream->Read(&r)) {
+      ++asked;
+      inference::ModelStreamInferResponse a;
+      a.mutable_infer_response()->set_id(r.id());
+      a.mutable_infer_response()->add_raw_output_contents(std::string(64 << 10, 'x'));
+      if (!stream->Write(a)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// Adversarial finding: a stream whose client keeps its window shut
+// (SETTINGS_INITIAL_WINDOW_SIZE 0) and sends small messages grew the
+// router's memory without bound, every answer held for it and its
+// messages' window given back at once. Now its window comes back only as
+// it reads: the messages asked of the model, and the answers held, stop.
+TEST_F(RouterGrpcTest, AClientThatReadsNoneOfItsAnswersIsHeldByItsWindow) {
+  BigAnswerModel model;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&model);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  auto r = StartAnother([&](RouterConfig& c) {
+    StaticRoute route{"cam-1", "acme", Http(*a_), Http(*b_)};
+    route.primary_grpc = absl::StrCat("127.0.0.1:", port);
+    route.standby_grpc = Grpc(*b_);
+    c.routes = {route};
+    c.limits.body_timeout = milliseconds(30000);
+  });
+  RawH2 raw(r->port());
+  raw.OpenWith({{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 0}}, "ModelStreamInfer");
+  inference::ModelInferRequest req;
+  req.set_id("m");
+  std::string message;
+  ASSERT_TRUE(req.SerializeToString(&message));
+  const std::string one =
+      std::string({'\0', '\0', '\0', '\0', static_cast<char>(message.size())}) + message;
+  const std::string batch = [&] {
+    std::string b;
+    for (int i = 0; i < 256; ++i) b += one;
+    return b;
+  }();
+  // For 3 s, as many messages as the router's windows let it send.
+  size_t sent = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    ASSERT_TRUE(raw.ReadWindows(milliseconds(5))) << "the router closed the connection";
+    if (raw.send_window() >= static_cast<int64_t>(batch.size())) {
+      raw.Write(testing::Frame(NGHTTP2_DATA, 0, 1, batch));
+      raw.Sent(batch.size());
+      sent += 256;
+    }
+  }
+  // Asked of the model: 128 at once at most, one more as each is answered
+  // until 1 MiB of answers (16 of them) wait unread, and then none.
+  EXPECT_LE(model.asked.load(), 128 + 16) << sent << " messages sent";
+  EXPECT_GT(model.asked.load(), 0);
+  server->Shutdown(std::chrono::system_clock::now() + milliseconds(100));
 }
 
 TEST_F(RouterGrpcTest, H2OverTlsIsChosenByAlpn) {
