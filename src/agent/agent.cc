@@ -173,6 +173,10 @@ v1::AgentMessage Agent::BuildHello() const {
   h->set_heartbeat_interval_ms(config_.heartbeat_ms);
   h->set_last_epoch(epoch_.load());
   h->set_fenced(fenced_.load());
+  // The join token goes with every hello: a listed node proves it too.
+  if (!config_.registration.join_token.empty()) {
+    h->mutable_registration()->set_join_token(config_.registration.join_token);
+  }
   if (const AgentConfig::Registration& r = config_.registration; !r.address.empty()) {
     v1::Registration* out = h->mutable_registration();
     out->set_address(r.address);
@@ -180,7 +184,6 @@ v1::AgentMessage Agent::BuildHello() const {
     out->set_capacity(r.capacity);
     out->set_cpu_only(r.cpu_only);
     out->mutable_labels()->insert(r.labels.begin(), r.labels.end());
-    out->set_join_token(r.join_token);
     for (const GpuServer& g : gpu_servers_) {
       v1::GpuServer* gs = out->add_gpu_servers();
       gs->set_index(g.slot.gpu);

@@ -257,8 +257,10 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
         "server.per_gpu: a server per GPU needs server.command (to start each) or "
         "server.ready_url (to watch each), with {port} in it");
   }
-  if (reg.address.empty() &&
-      (!reg.labels.empty() || !reg.join_token_file.empty() || reg.cpu_only)) {
+  // A join token alone is a listed node's proof (the controller asks it of
+  // every agent once one is set); labels and cpu_only describe a node
+  // being registered.
+  if (reg.address.empty() && (!reg.labels.empty() || reg.cpu_only)) {
     return absl::InvalidArgumentError(
         "register.address: a registering node must give its inference server's HOST:PORT "
         "(--address)");

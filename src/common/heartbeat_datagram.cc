@@ -91,6 +91,12 @@ absl::StatusOr<uint64_t> DatagramSession(absl::string_view datagram) {
                                                    " bytes: shorter than its ",
                                                    kDatagramHeaderBytes, "-byte header"));
   }
+  // Checked before anything is MAC'd: a flood of 64 KiB datagrams costs
+  // the receiver a length compare each, not a hash of each.
+  if (datagram.size() > kMaxDatagramBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "datagram of ", datagram.size(), " bytes: longer than a heartbeat's ", kMaxDatagramBytes));
+  }
   if (datagram.substr(0, kDatagramMagic.size()) != kDatagramMagic) {
     return absl::InvalidArgumentError(absl::StrCat("bytes 0-3 are \"",
                                                    absl::CHexEscape(datagram.substr(0, 4)),

@@ -112,10 +112,25 @@ void Controller::CommitLocked(std::vector<StoreWrite> batch) {
     store_up_ = false;
     spdlog::error("controller: store write failed ({} row(s) kept for the next commit): {}",
                   unsaved_.size(), s.message());
+    last_store_error_ = std::string(s.message());
   } else {
     unsaved_.clear();
     store_up_ = true;
   }
+}
+
+absl::Status Controller::StoredLocked() const {
+  if (!acting()) {
+    return absl::UnavailableError(
+        "this controller no longer leads, so the change was not stored; retry against the "
+        "leader");
+  }
+  if (!unsaved_.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("the store did not take the change (", last_store_error_,
+                     "), so it is not confirmed; it is retried with the next write"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<StoreWrite> Controller::MetaWritesLocked() const {
@@ -161,16 +176,18 @@ absl::Status Controller::RecoverImpl(bool standby) {
                                               absl::CHexEscape(it->second), "' is not a version"));
     }
   }
-  // A restarted controller starts a new epoch: its route versions count from
-  // 1 again, and routers take a newer epoch's snapshot over any older one.
-  // A standby only reads: the leader's epoch is the one it shows.
-  if (!standby) {
-    ++epoch_;
-    if (absl::Status s = store_->Apply(MetaWritesLocked()); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("store: cannot record the new epoch: ", s.message()));
-    }
-  }
+  // A row that does not read back (damaged by hand, by another writer, by
+  // a bug) is set aside, named, and left as it is in the store: the rest
+  // of the cluster is served. One bad row must not keep every controller
+  // from leading (each would fail its takeover the same way).
+  std::vector<std::pair<std::string, std::string>> set_aside;  // (row, why)
+  auto aside = [&](std::string row, const absl::Status& why) {
+    spdlog::error(
+        "controller: store: {}: {}; set aside (not served) until it is written again "
+        "or deleted",
+        row, why.message());
+    set_aside.emplace_back(std::move(row), std::string(why.message()));
+  };
   auto stored_nodes = store_->Load("node");
   if (!stored_nodes.ok()) return stored_nodes.status();
   // Nodes their agents registered come back from their rows (a listed node
@@ -178,7 +195,10 @@ absl::Status Controller::RecoverImpl(bool standby) {
   for (auto& [id, text] : *stored_nodes) {
     if (nodes_.count(id) != 0) continue;
     absl::StatusOr<NodeRecord> r = DecodeNode(id, text);
-    if (!r.ok()) return r.status();
+    if (!r.ok()) {
+      aside(absl::StrCat("node ", absl::CHexEscape(id)), r.status());
+      continue;
+    }
     if (!r->registered) continue;  // a node since removed from the config
     NodeState& n = nodes_[id];
     n.cfg = {
@@ -193,9 +213,17 @@ absl::Status Controller::RecoverImpl(bool standby) {
     // A node never stored has never had its agent connect: it waits.
     bool available = false;
     n.lifecycle = NodeLifecycle::kPending;
+    absl::StatusOr<NodeRecord> r = absl::NotFoundError("no row");
     if (auto it = stored_nodes->find(id); it != stored_nodes->end()) {
-      absl::StatusOr<NodeRecord> r = DecodeNode(id, it->second);
-      if (!r.ok()) return r.status();
+      r = DecodeNode(id, it->second);
+      // A listed node whose row is damaged starts as one never stored: it
+      // waits for its agent, and its row is written anew when it joins.
+      if (!r.ok()) {
+        aside(absl::StrCat("node ", id), r.status());
+        stored_nodes->erase(it);
+      }
+    }
+    if (r.ok()) {
       spec.role = r->role;
       available = r->available;
       // A planned agent restart under the previous leader keeps its grace,
@@ -219,21 +247,29 @@ absl::Status Controller::RecoverImpl(bool standby) {
   auto streams = store_->Load("stream");
   if (!streams.ok()) return streams.status();
   for (auto& [id, text] : *streams) {
+    const std::string row = absl::StrCat("stream '", absl::CHexEscape(id), "'");
     absl::StatusOr<StreamRecord> r = DecodeStream(id, text);
-    if (!r.ok()) return r.status();
+    if (!r.ok()) {
+      aside(row, r.status());
+      continue;
+    }
     StreamSpec spec{id, r->tenant, r->weight};
     // Every row read back is checked as the API checks its input.
     if (absl::Status s = CheckStreamLocked(spec); !s.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("store: stream '", absl::CHexEscape(id), "': ", s.message()));
+      aside(row, s);
+      continue;
     }
+    absl::Status too_heavy;
     for (const std::string* node : {&r->primary, &r->standby}) {
       const NodeState* n = node->empty() ? nullptr : FindLocked(*node);
       if (n != nullptr && r->weight > n->cfg.spec.capacity) {
-        return absl::DataLossError(absl::StrCat("store: stream '", id, "': weight ", r->weight,
-                                                " exceeds node ", *node, "'s capacity ",
-                                                n->cfg.spec.capacity));
+        too_heavy = absl::DataLossError(absl::StrCat("weight ", r->weight, " exceeds node ", *node,
+                                                     "'s capacity ", n->cfg.spec.capacity));
       }
+    }
+    if (!too_heavy.ok()) {
+      aside(row, too_heavy);
+      continue;
     }
     // A listed node with no row that stored streams name was placed before
     // nodes waited to join (an older binary): it serves as it did, and the
@@ -257,14 +293,29 @@ absl::Status Controller::RecoverImpl(bool standby) {
         end->clear();
       }
     }
-    if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) return s;
+    // A standby on its own primary protects nothing: the stream waits for
+    // a standby as any other that lost one.
+    if (!r->standby.empty() && r->standby == r->primary) {
+      spdlog::warn(
+          "controller: stream {} names {} as both primary and standby; its standby "
+          "is chosen anew",
+          id, r->primary);
+      r->standby.clear();
+    }
+    if (absl::Status s = placement_.LoadStream(spec, r->primary, r->standby); !s.ok()) {
+      aside(row, s);
+      continue;
+    }
     specs_[id] = spec;
   }
   auto jobs = store_->Load("job");
   if (!jobs.ok()) return jobs.status();
   for (auto& [id, text] : *jobs) {
     absl::StatusOr<JobRecord> r = DecodeJob(id, text);
-    if (!r.ok()) return r.status();
+    if (!r.ok()) {
+      aside(absl::StrCat("job '", absl::CHexEscape(id), "'"), r.status());
+      continue;
+    }
     JobState& j = jobs_[id];
     j.r = std::move(*r);
     job_epoch_ = std::max(job_epoch_, j.r.job_epoch);
@@ -272,6 +323,19 @@ absl::Status Controller::RecoverImpl(bool standby) {
     // agent may still confirm it, else the hook runs after fence.timeout_ms.
     j.fence_since = clock_->Now();
   }
+  // A restarted controller starts a new epoch: its route versions count from
+  // 1 again, and routers take a newer epoch's snapshot over any older one.
+  // Recorded once every row has been read: a takeover that fails reading
+  // moves nothing. A standby only reads: the leader's epoch is the one it
+  // shows.
+  if (!standby) {
+    ++epoch_;
+    if (absl::Status s = store_->Apply(MetaWritesLocked()); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("store: cannot record the new epoch: ", s.message()));
+    }
+  }
+  counters_.store_rows_set_aside = set_aside.size();
   // The recent events come back too, so the failover history survives a
   // restart. An event row that does not parse keeps its id as an
   // "unreadable" event, with a warning.
@@ -300,7 +364,11 @@ absl::Status Controller::RecoverImpl(bool standby) {
   if (standby) return absl::OkStatus();
   EventLocked(
       "controller_started", "",
-      absl::StrCat(streams->size(), " stream(s), epoch ", epoch_, ", ", nodes_.size(), " node(s)"));
+      absl::StrCat(specs_.size(), " stream(s), epoch ", epoch_, ", ", nodes_.size(), " node(s)"));
+  for (const auto& [row, why] : set_aside) {
+    EventLocked("store_row_set_aside", "",
+                absl::StrCat(row, ": ", why, "; not served until it is written again or deleted"));
+  }
   return absl::OkStatus();
 }
 
@@ -734,6 +802,7 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
                            a->standby.empty() ? "none" : a->standby, ")"));
   PushRoutesLocked(absl::StrCat("stream ", s.id, " added"));
   CommitLocked(std::move(batch));
+  if (absl::Status stored = StoredLocked(); !stored.ok()) return stored;
   return a;
 }
 
@@ -747,7 +816,7 @@ absl::Status Controller::RemoveStream(const std::string& id) {
   EventLocked("stream_removed", "", id);
   PushRoutesLocked(absl::StrCat("stream ", id, " removed"));
   CommitLocked(std::move(batch));
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 absl::Status Controller::Drain(const std::string& node, bool force) {
@@ -778,7 +847,7 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
   // One transition, one commit (the drain used to commit the node twice).
   TakeOutLocked(*n, "operator drain", 0, /*make_before_break=*/true, /*count_failure=*/false,
                 NodeLifecycle::kDrained);
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 absl::Status Controller::Undrain(const std::string& node) {
@@ -789,7 +858,7 @@ absl::Status Controller::Undrain(const std::string& node) {
   n->failures.clear();
   if (!n->fenced()) return absl::OkStatus();
   RejoinLocked(*n, "operator undrain");
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 absl::Status Controller::Fail(const std::string& node) {
@@ -805,7 +874,7 @@ absl::Status Controller::Fail(const std::string& node) {
   }
   TakeOutLocked(*n, "operator fail (drill)", clock_->UnixNanos(), /*make_before_break=*/false,
                 /*count_failure=*/false, NodeLifecycle::kFenced);
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 absl::Status Controller::SetRole(const std::string& node, Role role) {
@@ -819,7 +888,7 @@ absl::Status Controller::SetRole(const std::string& node, Role role) {
   PersistNodeLocked(*n, &batch);
   PushRoutesLocked(absl::StrCat("role of ", node));
   CommitLocked(std::move(batch));
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 bool Controller::HasTenant(const std::string& t) const {

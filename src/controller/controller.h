@@ -79,7 +79,10 @@ class AgentSink {
   X(datagrams_dropped,                                                                          \
     "UDP datagrams the kernel dropped before they were read (a full buffer, mostly).")          \
   X(datagram_fallbacks,                                                                         \
-    "Agents told to beat on their streams again: their datagrams stopped arriving.")
+    "Agents told to beat on their streams again: their datagrams stopped arriving.")            \
+  X(store_rows_set_aside,                                                                       \
+    "Store rows that did not read back at the last recovery: named in the log and events, "     \
+    "not served.")
 
 struct ControllerCounters {
 #define GPUHA_FIELD(name, help) uint64_t name = 0;
@@ -352,6 +355,10 @@ class Controller {
   void RunFenceHookLocked(const std::string& id);
   // Applies `batch` with the epoch and the route version (MetaWritesLocked).
   void CommitLocked(std::vector<StoreWrite> batch);
+  // Whether every change so far is stored (none left in unsaved_) by a
+  // controller that still leads: what an API write is answered with, so
+  // that a write is confirmed only once it is stored.
+  absl::Status StoredLocked() const;
   std::vector<StoreWrite> MetaWritesLocked() const;
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
                    std::optional<double> unix_ms = std::nullopt);
@@ -413,7 +420,8 @@ class Controller {
   uint64_t job_epoch_ = 0;  // guarded by mu_
   // Rows of commits the store refused, written again with the next commit.
   std::map<std::pair<std::string, std::string>, std::optional<std::string>>
-      unsaved_;  // guarded by mu_; (table, key) -> value, nullopt deletes
+      unsaved_;                   // guarded by mu_; (table, key) -> value, nullopt deletes
+  std::string last_store_error_;  // guarded by mu_; why the last failed commit failed
   std::map<std::string, uint64_t> routers_;        // guarded by mu_; acked version per router
   uint64_t acked_version_logged_ = 0;              // guarded by mu_
   EventLog events_{10000};                         // guarded by mu_; the newest 10000
@@ -424,9 +432,11 @@ class Controller {
   std::atomic<uint64_t> datagrams_refused_{0};
   std::atomic<uint64_t> datagrams_stale_{0};
   std::atomic<uint64_t> datagrams_dropped_{0};
+  // Drops counted since the last tick's look (DatagramsTickLocked).
+  std::atomic<uint64_t> drops_unjudged_{0};
   ControllerCounters CountersLocked() const;
-  TrafficHistory traffic_{600};                    // guarded by mu_; ten minutes
-  std::vector<std::thread> hooks_;                 // fence hooks in flight
+  TrafficHistory traffic_{600};     // guarded by mu_; ten minutes
+  std::vector<std::thread> hooks_;  // fence hooks in flight
   std::atomic<uint16_t> datagram_port_{0};
   // The open datagram sessions, under a lock of their own so that a
   // datagram is verified (its HMAC) without mu_: a flood of forged ones
@@ -449,6 +459,9 @@ class Controller {
   void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);
+  // Tells `n`'s agent its datagrams are lost (`why`) and ends its session:
+  // it beats on its stream from now on.
+  void DatagramsLostLocked(NodeState& n, const std::string& id, const std::string& why);
   // Each tick: an agent whose datagrams were heard, whose stream beats go
   // on skipping beats, and of whose datagrams none came for a second, not
   // even late (UDP blocked on the way), is told to beat on its stream

@@ -32,6 +32,11 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
           absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
     }
     if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+  } else if (!proven) {
+    // A listed node's name proves nothing without mTLS: where a join token
+    // is set, its agent proves the token too (a tokenless impostor was
+    // welcomed for a dead listed node, and rejoined it).
+    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
   }
   if (n->sink && !proven) {
     counters_.agents_refused++;
@@ -162,6 +167,22 @@ void Controller::DatagramsTickLocked(common::TimePoint now, bool stalled) {
   // pattern.
   constexpr common::Duration kSilence = std::chrono::seconds(1);
   constexpr uint64_t kMissing = 3;
+  // The kernel dropped datagrams unread on the controller's socket (a
+  // flood, a burst): a datagram-fed node's silence may be those drops, not
+  // the node. Each such node's silence is forgiven and it is told to beat
+  // on its stream (TCP, which a UDP flood does not starve); a node that is
+  // really gone is then judged by its stream.
+  if (const uint64_t dropped = drops_unjudged_.exchange(0); dropped > 0) {
+    const std::string why = absl::StrCat(
+        "the controller's UDP socket dropped ", dropped,
+        " datagram(s) unread (a flood or a burst past its buffer), so heartbeats may be among "
+        "them; every beat goes on the stream");
+    for (auto& [id, n] : nodes_) {
+      if (!n.datagrams_heard || !n.sink) continue;
+      DatagramsLostLocked(n, id, why);
+      detector_.ForgiveSilence(id);
+    }
+  }
   for (auto& [id, n] : nodes_) {
     if (!n.datagrams_heard) continue;
     if (stalled) {
@@ -173,17 +194,24 @@ void Controller::DatagramsTickLocked(common::TimePoint now, bool stalled) {
         "no heartbeat datagram arrived, not even late, for ",
         common::ToMillis(now - n.last_datagram_at), " ms while its stream beats skipped ",
         n.beats_missing, " beats (UDP blocked on the way?); every beat goes on the stream");
-    v1::ControllerMessage lost;
-    lost.mutable_datagrams_lost()->set_session(n.datagram_session);
-    lost.mutable_datagrams_lost()->set_reason(why);
-    n.sink->Send(lost);
-    EndDatagramsLocked(n);
-    counters_.datagram_fallbacks++;
-    EventLocked("datagrams_lost", id, why);
+    DatagramsLostLocked(n, id, why);
   }
 }
 
-void Controller::CountDatagramDrops(uint64_t dropped) { datagrams_dropped_ += dropped; }
+void Controller::DatagramsLostLocked(NodeState& n, const std::string& id, const std::string& why) {
+  v1::ControllerMessage lost;
+  lost.mutable_datagrams_lost()->set_session(n.datagram_session);
+  lost.mutable_datagrams_lost()->set_reason(why);
+  n.sink->Send(lost);
+  EndDatagramsLocked(n);
+  counters_.datagram_fallbacks++;
+  EventLocked("datagrams_lost", id, why);
+}
+
+void Controller::CountDatagramDrops(uint64_t dropped) {
+  datagrams_dropped_ += dropped;
+  drops_unjudged_ += dropped;
+}
 
 absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!acting()) return absl::UnavailableError("this controller does not lead");

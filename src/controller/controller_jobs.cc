@@ -1,6 +1,9 @@
 // The controller's stateful jobs (job.h): placement, the wait for a
 // confirmed fence before a job starts elsewhere, and what agents report.
+#include <algorithm>
 #include <climits>
+#include <filesystem>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -291,12 +294,24 @@ absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
   if (jobs_.count(spec.id) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("job ", spec.id, " already exists"));
   }
+  // Two jobs' folders apart: neither inside the other (one job's
+  // checkpoints would be read as the other's, or overwrite them).
+  auto within = [](const std::string& inner, const std::string& outer) {
+    const std::filesystem::path i = std::filesystem::path(inner).lexically_normal();
+    const std::filesystem::path o = std::filesystem::path(outer).lexically_normal();
+    auto [end, _] = std::mismatch(o.begin(), o.end(), i.begin(), i.end());
+    return end == o.end() || (std::next(end) == o.end() && end->empty());  // "/a/" is "/a"
+  };
   for (const auto& [id, j] : jobs_) {
-    if (j.r.spec.checkpoint_dir == spec.checkpoint_dir && j.r.phase != JobPhase::kDone) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("checkpoint_dir: job ", id, " already writes to ", spec.checkpoint_dir));
+    if (j.r.phase == JobPhase::kDone) continue;
+    const std::string& other = j.r.spec.checkpoint_dir;
+    if (within(spec.checkpoint_dir, other) || within(other, spec.checkpoint_dir)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint_dir: job ", id, " already writes to ", other, ", which ", spec.checkpoint_dir,
+          within(spec.checkpoint_dir, other) ? " lies within" : " holds"));
     }
   }
+
   JobState& j = jobs_[spec.id];
   j.r.spec = spec;
   EventLocked("job_added", "",
@@ -305,6 +320,7 @@ absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
   std::vector<StoreWrite> batch;
   PlaceJobLocked(j, "", &batch);
   CommitLocked(std::move(batch));
+  if (absl::Status stored = StoredLocked(); !stored.ok()) return stored;
   return gpuha::controller::JobJson(j.r);
 }
 
@@ -330,7 +346,7 @@ absl::Status Controller::RemoveJob(const std::string& id) {
   EventLocked("job_removed", j.r.node, absl::StrCat(id, " (was ", JobPhaseName(j.r.phase), ")"));
   jobs_.erase(it);
   CommitLocked({{"job", id, std::nullopt}});
-  return absl::OkStatus();
+  return StoredLocked();
 }
 
 absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
@@ -347,6 +363,7 @@ absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
   ConfirmJobFenceLocked(j, absl::StrCat("an operator confirmed that node ", j.r.node, " is off"),
                         &batch);
   CommitLocked(std::move(batch));
+  if (absl::Status stored = StoredLocked(); !stored.ok()) return stored;
   return gpuha::controller::JobJson(j.r);
 }
 

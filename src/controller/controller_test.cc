@@ -411,6 +411,33 @@ TEST_F(ControllerTest, OperatorDrainCommitsTheNodeOnceAsDrained) {
   EXPECT_EQ((*c_->NodeJson("a3"))["role"], "passive");
 }
 
+// Adversarial finding: an API write was answered 201 though its store
+// write failed (a deposed leader's, a full disk), and lost. A write is
+// confirmed only once it is stored; until then it is 503 naming the store's
+// error, and a deposed leader says it no longer leads.
+TEST_F(ControllerTest, AnApiWriteIsConfirmedOnlyOnceItIsStored) {
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* raw = store.get();
+  Start(ThreePlusOne(), std::move(store));
+  Run(milliseconds(100), {"a1", "a2", "a3", "p1"});
+  raw->FailWrites(true);
+  absl::StatusOr<Assignment> added = c_->AddStream({"cam-x", "acme", 1});
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(added.status().message()),
+              HasSubstr("the store did not take the change"));
+  absl::Status role = c_->SetRole("p1", Role::kActive);
+  EXPECT_EQ(role.code(), absl::StatusCode::kUnavailable) << role;
+  raw->FailWrites(false);
+  // The next write stores the one before with it, and both are confirmed.
+  ASSERT_TRUE(c_->AddStream({"cam-y", "acme", 1}).ok());
+  EXPECT_EQ((*raw->Load("stream")).count("cam-x"), 1u);
+  EXPECT_EQ((*raw->Load("stream")).count("cam-y"), 1u);
+  c_->StopActing("deposed");
+  absl::Status removed = c_->RemoveStream("cam-y");
+  EXPECT_EQ(removed.code(), absl::StatusCode::kUnavailable) << removed;
+}
+
 // The store failing under the controller: the failover still happens in
 // memory, every failed write is counted and shown, and the next write lands.
 TEST_F(ControllerTest, FailedStoreWritesAreCountedAndFailoverGoesOn) {
@@ -931,8 +958,13 @@ TEST_F(ControllerTest, StreamIdsAndTenantsAreCheckedWhereTheyEnter) {
 
 // Regression: a damaged store aborted the controller (exit 134), read a
 // negative epoch as 18446744073709551615, and loaded a stream of weight 5000
-// onto a node of capacity 10. Every row is checked as API input is.
-TEST_F(ControllerTest, DamagedStoreRowsAreClearErrorsNotCrashes) {
+// onto a node of capacity 10. Every row is checked as API input is. A
+// damaged meta row stops recovery (no epoch can be trusted); a damaged
+// stream, node or job row is set aside, named, and left in the store, and
+// the rest is served (adversarial finding: one corrupt row took the whole
+// control plane down at the next leader change, each standby failing its
+// takeover the same way, and each failed takeover moved meta.epoch).
+TEST_F(ControllerTest, DamagedMetaRowsStopRecoveryWithAClearError) {
   struct Case {
     std::vector<StoreWrite> rows;
     std::string error;
@@ -940,13 +972,6 @@ TEST_F(ControllerTest, DamagedStoreRowsAreClearErrorsNotCrashes) {
   std::vector<Case> cases = {
       {{{"meta", "epoch", "abc"}}, "meta.epoch: 'abc' is not an epoch"},
       {{{"meta", "epoch", "-5"}}, "meta.epoch: '-5' is not an epoch"},
-      {{{"stream", "s1", R"({"tenant":"acme","weight":"heavy"})"}}, "weight: wrong type"},
-      {{{"stream", "s1", R"([1,2])"}}, "is corrupt"},
-      {{{"node", "a1", R"({"role":7})"}}, "role: wrong type"},
-      {{{"stream", std::string("s\0x", 3), R"({"tenant":"acme"})"}}, "id: "},
-      {{{"stream", "s1", R"({"tenant":"initech"})"}}, "'initech' is not a known tenant"},
-      {{{"stream", "s1", R"({"tenant":"acme","weight":5000,"primary":"a1"})"}},
-       "weight 5000 exceeds node a1's capacity"},
   };
   for (const Case& k : cases) {
     auto store = std::make_unique<MemoryStore>();
@@ -956,6 +981,77 @@ TEST_F(ControllerTest, DamagedStoreRowsAreClearErrorsNotCrashes) {
     ASSERT_FALSE(s.ok()) << k.error;
     EXPECT_THAT(std::string(s.message()), HasSubstr(k.error));
   }
+}
+
+TEST_F(ControllerTest, DamagedRowsAreSetAsideNamedAndTheRestIsServed) {
+  struct Case {
+    std::vector<StoreWrite> rows;
+    std::string error;
+  };
+  std::vector<Case> cases = {
+      {{{"stream", "s1", R"({"tenant":"acme","weight":"heavy"})"}}, "weight: wrong type"},
+      {{{"stream", "s1", R"([1,2])"}}, "is corrupt"},
+      {{{"node", "a1", R"({"role":7})"}}, "role: wrong type"},
+      {{{"stream", std::string("s\0x", 3), R"({"tenant":"acme"})"}}, "id: "},
+      {{{"stream", "s1", R"({"tenant":"initech"})"}}, "'initech' is not a known tenant"},
+      {{{"stream", "s1", R"({"tenant":"acme","weight":5000,"primary":"a1"})"}},
+       "weight 5000 exceeds node a1's capacity"},
+      {{{"job", "j1", "{"}}, "store: job 'j1': not a JSON object"},
+  };
+  for (const Case& k : cases) {
+    auto store = std::make_unique<MemoryStore>();
+    // A good stream beside the damaged row, and the epoch before.
+    std::vector<StoreWrite> rows = k.rows;
+    rows.push_back({"stream", "good", R"({"tenant":"acme","weight":1})"});
+    rows.push_back({"meta", "epoch", "7"});
+    ASSERT_TRUE(store->Apply(rows).ok());
+    MemoryStore* kept = store.get();
+    Controller c(ThreePlusOne(), std::move(store), &clock_, &fencer_);
+    absl::Status s = c.Recover();
+    ASSERT_TRUE(s.ok()) << k.error << ": " << s;
+    EXPECT_EQ(c.epoch(), 8u) << k.error;
+    EXPECT_EQ(c.counters().store_rows_set_aside, 1u) << k.error;
+    bool named = false;
+    for (const Event& e : c.EventsSince(0)) {
+      named |= e.type == "store_row_set_aside" && e.detail.find(k.error) != std::string::npos;
+    }
+    EXPECT_TRUE(named) << k.error;
+    EXPECT_TRUE(c.StreamJson("good").ok()) << k.error;
+    // The damaged row is left as it was, for the operator to see or mend.
+    const StoreWrite& bad = k.rows.front();
+    EXPECT_EQ((*kept->Load(bad.table))[bad.key], bad.value) << k.error;
+  }
+}
+
+// Adversarial finding: a stream row whose standby is its primary was
+// loaded as it was, a standby that protects nothing.
+TEST_F(ControllerTest, AStreamRowWhoseStandbyIsItsPrimaryLosesThatStandby) {
+  auto store = std::make_unique<MemoryStore>();
+  ASSERT_TRUE(store->Apply({{"stream", "cam-0", EncodeStream({"acme", 1, "a1", "a1"})}}).ok());
+  Controller c(ThreePlusOne(), std::move(store), &clock_, &fencer_);
+  ASSERT_TRUE(c.Recover().ok());
+  absl::StatusOr<nlohmann::json> s = c.StreamJson("cam-0");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)["primary"], "a1");
+  EXPECT_NE((*s)["standby"], "a1") << s->dump();
+}
+
+// A takeover that fails while reading (a store that errors) moves no
+// epoch: the epoch is recorded once every row has been read.
+TEST_F(ControllerTest, AFailedRecoveryMovesNoEpoch) {
+  // Reads the jobs' table last, and fails there (etcd gone mid-takeover).
+  struct FailingJobs : MemoryStore {
+    absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override {
+      if (table == "job") return absl::UnavailableError("store unreachable");
+      return MemoryStore::Load(table);
+    }
+  };
+  auto store = std::make_unique<FailingJobs>();
+  ASSERT_TRUE(store->Apply({{"meta", "epoch", "7"}}).ok());
+  MemoryStore* kept = store.get();
+  Controller c(ThreePlusOne(), std::move(store), &clock_, &fencer_);
+  ASSERT_FALSE(c.Recover().ok());
+  EXPECT_EQ((*kept->Load("meta"))["epoch"], "7");
 }
 
 TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
@@ -1095,6 +1191,31 @@ TEST_F(RegistrationTest, AgentsRegisterTheirNodesWhichJoinOnceReadyAndSurviveARe
   absl::Status refused = Register("g1", "10.0.0.1:8000");
   EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(refused.message(), HasSubstr("registration is now off"));
+}
+
+// Adversarial finding: an agent that claimed a node the config lists was
+// never asked the join token, so a tokenless impostor for a dead listed
+// node was welcomed. Where a token is set, a listed node's agent proves it
+// too, unless mTLS proved its name.
+TEST_F(RegistrationTest, AListedNodesAgentProvesTheJoinTokenToo) {
+  ControllerConfig c = Policy();
+  c.nodes = {{{"n1", Role::kActive, 4}, "127.0.0.1:9001"}};
+  c_ = std::make_unique<Controller>(c, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  auto hello = [](const std::string& token) {
+    v1::Hello h;
+    h.set_node("n1");
+    if (!token.empty()) h.mutable_registration()->set_join_token(token);
+    return h;
+  };
+  absl::Status s = c_->AgentConnected(hello(""), std::make_shared<FakeSink>(), /*proven=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("join token is missing"));
+  s = c_->AgentConnected(hello("guess"), std::make_shared<FakeSink>(), /*proven=*/false);
+  EXPECT_THAT(s.message(), HasSubstr("join token is wrong"));
+  EXPECT_TRUE(c_->AgentConnected(hello("join-me"), std::make_shared<FakeSink>(), false).ok());
+  // mTLS proved the name: no token needed.
+  EXPECT_TRUE(c_->AgentConnected(hello(""), std::make_shared<FakeSink>(), true).ok());
 }
 
 // A pending node's agent that still holds a fence (the controller lost its
@@ -1335,6 +1456,24 @@ TEST_F(JobControllerTest, ADrainWithNowhereForTheJobIsRefusedAndBadJobsNameTheFi
   EXPECT_THAT(std::string(s.message()), HasSubstr("job train-1"));
   auto bad = ParseJobSpec(nlohmann::json{{"id", "j"}, {"command", {"x"}}, {"checkpoint_dir", "x"}});
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checkpoint_dir"));
+  // Adversarial finding: "/" and a folder inside another job's were taken.
+  JobSpec root = Spec();
+  root.id = "root";
+  for (const char* dir : {"/", "/.", "/mnt/.."}) {
+    root.checkpoint_dir = dir;
+    auto r = c_->AddJob(root);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << dir;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("is the root")) << dir;
+  }
+  for (const char* dir : {"/mnt/san/train-1/inner", "/mnt/san", "/mnt/san/train-1/"}) {
+    root.checkpoint_dir = dir;
+    auto r = c_->AddJob(root);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists) << dir;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("job train-1 already writes to"))
+        << dir;
+  }
+  root.checkpoint_dir = "/mnt/san/train-10";  // a sibling whose name begins the same
+  EXPECT_TRUE(c_->AddJob(root).ok());
 }
 
 TEST_F(JobControllerTest, AStoppedPlacementConfirmsAndEpochsOnlyGrow) {

@@ -310,5 +310,66 @@ TEST_F(DatagramBeatsTest, DatagramsAloneKeepANodeAliveAndTheirSilenceFailsIt) {
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
 }
 
+// Adversarial finding: a UDP flood filled the controller's socket buffer,
+// the kernel dropped real heartbeats among the flood's datagrams, and the
+// detector failed healthy nodes on that silence. Drops the kernel reports
+// make every datagram-fed node beat on its stream (which a UDP flood does
+// not starve), its silence until then forgiven; a node that then goes
+// silent on its stream too still fails.
+TEST_F(DatagramBeatsTest, ASilenceTheKernelsDropsExplainIsNotTheNodes) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  const AgentSink* stream = sinks_["a1"].get();
+  uint64_t seq = 0;
+  bool on_stream = false;
+  auto run = [&](milliseconds for_, bool a1_beats, bool flood) {
+    for (milliseconds t(0); t < for_; t += milliseconds(10)) {
+      clock_.Advance(milliseconds(10));
+      if (flood) c_->CountDatagramDrops(3000);  // the receiver's reports, as it reads
+      if ((elapsed_ += 10) % 50 == 0) {
+        for (const char* n : {"a2", "a3", "p1"}) Beat(n);
+        if (a1_beats && on_stream) c_->AgentHeartbeat("a1", Healthy(++seq), stream);
+        // Its datagrams are lost in the flood.
+        if (a1_beats && !on_stream && !flood) {
+          ASSERT_TRUE(c_->AgentDatagram(Sealed(d, Healthy(++seq))).ok());
+        }
+      }
+      c_->Tick();
+      for (const v1::ControllerMessage& m : sinks_["a1"]->sent) on_stream |= m.has_datagrams_lost();
+    }
+  };
+  run(milliseconds(2000), true, false);
+  ASSERT_FALSE(on_stream);
+  // The flood: the first tick that hears of drops tells a1 to beat on its
+  // stream; it does, and is never failed.
+  run(milliseconds(1000), true, true);
+  ASSERT_TRUE(on_stream);
+  EXPECT_NE((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_EQ((*c_->NodeJson("a1"))["lifecycle"], "serving");
+  const v1::ControllerMessage* lost = nullptr;
+  for (const v1::ControllerMessage& m : sinks_["a1"]->sent) {
+    if (m.has_datagrams_lost()) lost = &m;
+  }
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ(lost->datagrams_lost().session(), d.session());
+  EXPECT_THAT(lost->datagrams_lost().reason(),
+              HasSubstr("the controller's UDP socket dropped 3000 datagram(s) unread"));
+  EXPECT_EQ(c_->counters().datagram_fallbacks, 1u);
+  // Still flooded, a1 hangs: its stream is silent too, and it fails.
+  run(milliseconds(1500), false, true);
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+}
+
+// Datagrams longer than a heartbeat are refused by their length, before
+// any HMAC is computed over them.
+TEST_F(DatagramBeatsTest, ADatagramLongerThanAHeartbeatIsRefusedByItsLength) {
+  Start();
+  v1::HeartbeatDatagrams d = Offer();
+  std::string big = Sealed(d, Healthy(1)) + std::string(common::kMaxDatagramBytes, 'x');
+  absl::Status s = c_->AgentDatagram(big);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("longer than a heartbeat's 1400"));
+}
+
 }  // namespace
 }  // namespace gpuha::controller

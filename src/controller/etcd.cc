@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -504,13 +505,23 @@ EtcdLeader::EtcdLeader(std::shared_ptr<EtcdClient> client, std::string key, std:
                        common::Duration ttl)
     : client_(std::move(client)), key_(std::move(key)), identity_(std::move(identity)), ttl_(ttl) {}
 
-EtcdLeader::~EtcdLeader() {
+EtcdLeader::~EtcdLeader() { StopThreads(); }
+
+void EtcdLeader::StopThreads() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
+  watch_cancel_.Cancel();
   if (keepalive_.joinable()) keepalive_.join();
+  if (watch_key_.joinable()) watch_key_.join();
+}
+
+void EtcdLeader::Lose(const std::string& why) {
+  holds_until_ns_ = 0;
+  if (lost_.exchange(true)) return;
+  on_lost_(why);
 }
 
 absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) {
@@ -554,10 +565,34 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
       put->set_lease(lease_);
       txn.add_failure()->mutable_request_range()->set_key(key_);
       auto r = client_->Txn(txn);
-      if (r.ok() && r->succeeded()) return r->header().revision();
+      if (r.ok() && r->succeeded()) return create_revision_ = r->header().revision();
       if (r.ok() && r->responses_size() > 0 && r->responses(0).response_range().kvs_size() > 0) {
         const etcdserverpb::KeyValue& held = r->responses(0).response_range().kvs(0);
-        if (held.value() == identity_ && held.lease() == lease_) return held.create_revision();
+        if (held.value() == identity_ && held.lease() == lease_) {
+          return create_revision_ = held.create_revision();
+        }
+        // A leader always holds the key with a lease; one written without
+        // (by hand, `etcdctl put`) would never expire and would hold every
+        // controller in standby for ever. It is nobody's: deleted, if it is
+        // still that same write.
+        if (held.lease() == 0) {
+          spdlog::warn(
+              "controller: the leader key {} holds '{}' with no lease (no controller "
+              "writes it so); deleting it and campaigning",
+              key_, absl::CHexEscape(held.value()));
+          TxnRequest del;
+          Compare* same = del.add_compare();
+          same->set_key(key_);
+          same->set_target(Compare::MOD);
+          same->set_result(Compare::EQUAL);
+          same->set_mod_revision(held.mod_revision());
+          del.add_success()->mutable_request_delete_range()->set_key(key_);
+          if (auto d = client_->Txn(del); !d.ok()) {
+            warn(d.status());
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+          continue;
+        }
         if (held.value() != last_holder) {
           last_holder = held.value();
           if (held.value() == identity_) {  // this process led a moment ago
@@ -597,11 +632,57 @@ void EtcdLeader::HoldUntil(std::chrono::steady_clock::time_point renewed) {
 }
 
 void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
-  HoldUntil(renewed_);  // before the thread runs: the leader acts from here
-  keepalive_ = std::thread([this, on_lost = std::move(on_lost)] { KeepAliveLoop(on_lost); });
+  HoldUntil(renewed_);  // before the threads run: the leader acts from here
+  on_lost_ = std::move(on_lost);
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  watch_key_ = std::thread([this] { WatchKeyLoop(); });
 }
 
-void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lost) {
+void EtcdLeader::WatchKeyLoop() {
+  // From the revision that created the key: any later change to it is a
+  // delete or another's write (this leader never writes it again).
+  int64_t from = create_revision_ + 1;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ || lost_) return;
+    }
+    auto events = client_->WatchOnce(key_, "", from, std::chrono::seconds(5), /*no_puts=*/false,
+                                     &watch_cancel_);
+    if (!events.ok()) {
+      // etcd unreachable (the keep-alive judges that) or the revision
+      // compacted: the key is read as it is now, and watched from there.
+      etcdserverpb::RangeRequest req;
+      req.set_key(key_);
+      auto now = client_->Range(req);
+      if (now.ok()) {
+        if (now->kvs().empty() || now->kvs(0).create_revision() != create_revision_) {
+          Lose(absl::StrCat("the leader key ", key_, " is gone or another's"));
+          return;
+        }
+        from = now->header().revision() + 1;
+      } else {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) return;
+      }
+      continue;
+    }
+    for (const etcdserverpb::Event& e : *events) {
+      const bool mine = e.type() == etcdserverpb::Event::PUT && e.kv().lease() == lease_ &&
+                        e.kv().value() == identity_;
+      if (!mine) {
+        Lose(absl::StrCat("the leader key ", key_,
+                          e.type() == etcdserverpb::Event::DELETE
+                              ? " was deleted"
+                              : absl::StrCat(" was written by another (", e.kv().value(), ")")));
+        return;
+      }
+      from = e.kv().mod_revision() + 1;
+    }
+  }
+}
+
+void EtcdLeader::KeepAliveLoop() {
   // Renew every third of the TTL, and every 100 ms while renewals fail. The
   // lease counts as lost `margin` before a TTL has passed since the last
   // confirmed renewal was sent: etcd counts its TTL from when it received
@@ -625,11 +706,11 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
                                      renewed + ttl_ - margin - std::chrono::steady_clock::now()));
       if (cv_.wait_for(lock, pause, [this] { return stop_; })) return;
     }
+    if (lost_) return;  // the key watch found it another's
     const auto sent = std::chrono::steady_clock::now();
     const common::Duration left_of_lease = renewed + ttl_ - margin - sent;
     if (left_of_lease <= common::Duration::zero()) {
-      holds_until_ns_ = 0;
-      on_lost(absl::StrCat(
+      Lose(absl::StrCat(
           "no renewal of the leader lease for ",
           std::chrono::duration_cast<std::chrono::milliseconds>(ttl_ - margin).count(),
           " ms of its ", std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
@@ -642,8 +723,7 @@ void EtcdLeader::KeepAliveLoop(std::function<void(const std::string& why)> on_lo
       renewed = sent;
       HoldUntil(renewed);
     } else if (ttl.ok()) {
-      holds_until_ns_ = 0;
-      on_lost("the leader lease expired or was revoked");
+      Lose("the leader lease expired or was revoked");
       return;
     } else {
       last_error = std::string(ttl.status().message());
@@ -657,12 +737,7 @@ bool EtcdLeader::Holds() const {
 }
 
 void EtcdLeader::Resign() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (keepalive_.joinable()) keepalive_.join();
+  StopThreads();
   holds_until_ns_ = 0;
   if (lease_ != 0) {
     if (absl::Status s = client_->LeaseRevoke(lease_); !s.ok()) {

@@ -175,6 +175,9 @@ class EtcdLeader {
   // when the lease is gone: expired, revoked, or etcd unreachable (or without
   // quorum) for a TTL less a margin (a tenth, at most 200 ms), so that this
   // process stops before etcd can expire the lease and another leads.
+  // A second thread watches the key itself: deleted (by hand, `etcdctl del`)
+  // or written by another, it is another's to take at once, and `on_lost`
+  // runs then, from that thread, while the lease still lives.
   void KeepAlive(std::function<void(const std::string& why)> on_lost);
   // Revokes the lease: the key goes at once and the next controller takes over.
   void Resign();
@@ -186,7 +189,11 @@ class EtcdLeader {
   const std::string& key() const { return key_; }
 
  private:
-  void KeepAliveLoop(std::function<void(const std::string& why)> on_lost);
+  void KeepAliveLoop();
+  void WatchKeyLoop();
+  // Counts the leadership lost and runs on_lost_, once (either thread).
+  void Lose(const std::string& why);
+  void StopThreads();
   // How long before its TTL the lease counts as lost: a tenth, at most 200 ms.
   common::Duration Margin() const;
   void HoldUntil(std::chrono::steady_clock::time_point renewed);
@@ -199,7 +206,12 @@ class EtcdLeader {
   std::chrono::steady_clock::time_point renewed_;
   // When the lease counts as lost, as steady_clock nanoseconds (0: not held).
   std::atomic<int64_t> holds_until_ns_{0};
+  int64_t create_revision_ = 0;  // the key's, when Campaign won it
+  std::function<void(const std::string& why)> on_lost_;
+  std::atomic<bool> lost_{false};
   std::thread keepalive_;
+  std::thread watch_key_;
+  WatchCancel watch_cancel_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

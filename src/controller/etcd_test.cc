@@ -164,6 +164,61 @@ TEST_F(EtcdTest, ALeaderThatCannotRenewItsLeaseIsToldItLostIt) {
   etcd_.Resume();
 }
 
+// Adversarial finding (two leaders): the leader key deleted by hand while
+// the leader's lease lives. The standby campaigns and leads at once; the
+// old leader must stop acting at once too, not at its lease's end.
+TEST_F(EtcdTest, ALeaderWhoseKeyIsDeletedOrTakenIsToldAtOnce) {
+  auto client = Client();
+  for (const bool taken : {false, true}) {
+    EtcdLeader a(client, "/gpuha/leader", "ctrl-a", milliseconds(10000));
+    ASSERT_TRUE(a.Campaign(&stopping_).ok());
+    std::promise<std::string> lost;
+    a.KeepAlive([&](const std::string& why) { lost.set_value(why); });
+    auto told = lost.get_future();
+    EXPECT_EQ(told.wait_for(milliseconds(300)), std::future_status::timeout);
+    ASSERT_TRUE(a.Holds());
+    etcdserverpb::TxnRequest txn;
+    if (taken) {
+      etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key("/gpuha/leader");
+      put->set_value("ctrl-x");
+    } else {
+      txn.add_success()->mutable_request_delete_range()->set_key("/gpuha/leader");
+    }
+    const auto at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(client->Txn(txn).ok());
+    ASSERT_EQ(told.wait_for(milliseconds(2000)), std::future_status::ready)
+        << "not told within 2 s of a 10 s lease";
+    EXPECT_THAT(told.get(), HasSubstr(taken ? "was written by another (ctrl-x)" : "was deleted"));
+    EXPECT_FALSE(a.Holds());
+    EXPECT_LT(std::chrono::steady_clock::now() - at, milliseconds(1000));
+    a.Resign();
+    etcdserverpb::TxnRequest clear;
+    clear.add_success()->mutable_request_delete_range()->set_key("/gpuha/leader");
+    ASSERT_TRUE(client->Txn(clear).ok());
+  }
+}
+
+// Adversarial finding: a leader key written without a lease (by hand) held
+// every controller in standby for ever. No controller writes it so: a
+// campaign deletes it and leads.
+TEST_F(EtcdTest, ALeaderKeyWithNoLeaseIsNobodysAndACampaignTakesIt) {
+  auto client = Client();
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key("/gpuha/leader");
+  put->set_value("someone by hand");
+  ASSERT_TRUE(client->Txn(txn).ok());
+  EtcdLeader a(client, "/gpuha/leader", "ctrl-a", milliseconds(2000));
+  auto won = std::async(std::launch::async, [&] { return a.Campaign(&stopping_); });
+  if (won.wait_for(milliseconds(5000)) != std::future_status::ready) {
+    stopping_ = true;  // ends the campaign, so that the test ends
+    FAIL() << "still standing by after 5 s";
+  }
+  ASSERT_TRUE(won.get().ok());
+  EXPECT_EQ(*a.Holder(), "ctrl-a");
+}
+
 // etcd takes 128 operations per transaction unless told otherwise: a
 // failover that moves 300 streams is written whole, in transactions of 128.
 TEST_F(EtcdTest, ABatchPastEtcdsTransactionLimitIsWrittenWhole) {

@@ -64,6 +64,12 @@ void FailureDetector::ForgiveSilence() {
   }
 }
 
+void FailureDetector::ForgiveSilence(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.broken || it->second.liveness == Liveness::kFailed) return;
+  it->second.last = clock_->Now();
+}
+
 common::Duration FailureDetector::ThresholdOf(const NodeState& s) const {
   if (s.intervals_ms.size() < options_.warmup_intervals) {
     return std::max(options_.floor, options_.warmup_threshold);

@@ -63,6 +63,10 @@ class FailureDetector {
   // could not observe says nothing about the nodes. Restarts every node's
   // silence from now; broken streams stay broken.
   void ForgiveSilence();
+  // The same for one node: its heartbeats may have been lost on the way in
+  // the watcher's own host (a full socket buffer), so its silence until now
+  // says nothing. Not a failed or broken node's.
+  void ForgiveSilence(const std::string& node);
   Liveness state(const std::string& node) const;
   // The silence after which `node` fails now, from its interval history.
   common::Duration Threshold(const std::string& node) const;

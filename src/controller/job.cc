@@ -82,6 +82,14 @@ absl::Status CheckJobSpec(const JobSpec& s) {
         absl::StrCat("checkpoint_dir: '", absl::CHexEscape(s.checkpoint_dir),
                      "' must be an absolute path on storage every node mounts"));
   }
+  // The folder is the job's own: "/" (or "/.", "/x/..") would hold every
+  // other job's folder, and a job's checkpoints land in it.
+  const std::filesystem::path dir = std::filesystem::path(s.checkpoint_dir).lexically_normal();
+  if (dir == dir.root_path()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_dir: '", s.checkpoint_dir,
+                                                   "' is the root: give the job a folder of its "
+                                                   "own on storage every node mounts"));
+  }
   if (s.checkpoint_every < 1 || s.checkpoint_every > kMaxCheckpointEvery) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_every: must be in 1..", kMaxCheckpointEvery, " steps"));

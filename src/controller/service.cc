@@ -571,7 +571,10 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
   }
   if (what == "jobs" && parts.size() == 1 && get) return JsonResponse(200, c->JobsJson());
   if (what == "jobs" && parts.size() == 1 && post) {
-    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
+    // A job is a command the agents run on GPU nodes, as their own user:
+    // adding one is as much as holding the nodes, so it needs admin (as a
+    // role change does), not operator.
+    if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
     json body = json::parse(r.body, nullptr, false);
     if (body.is_discarded()) return Error(400, "body: not JSON");
     absl::StatusOr<JobSpec> spec = ParseJobSpec(body);

@@ -130,6 +130,12 @@ TEST_F(ApiTest, TokensAndRolesGateTheApi) {
   EXPECT_EQ(r.status, 403);
   EXPECT_THAT(r.body, HasSubstr("needs the operator role"));
   EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/role", "op-token", R"({"role":"passive"})").status, 403);
+  // A job runs a command on GPU nodes (adversarial finding: the operator
+  // role ran `/bin/sh -c id` as root on an agent): admin only.
+  r = Call("POST", "/api/v1/jobs", "op-token",
+           R"({"id":"j","command":["/bin/sh","-c","id"],"checkpoint_dir":"/tmp/j"})");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_THAT(r.body, HasSubstr("needs the admin role"));
   EXPECT_EQ(Call("GET", "/metrics", "").status, 200);  // scrapers need no token
 }
 
