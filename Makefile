@@ -4,6 +4,8 @@
 #   make bench   install deps, build optimised, run the benchmarks
 #   make package install deps, build, make the .deb (and its -dbgsym .ddeb)
 #                in $(BUILD_DIR)/packages with CPack
+#   make soak    build, then run the e2e tests 5 times beside a busy loop
+#                (scripts/soak.sh; SOAK_ARGS="-n 20 -- -R ChaosTest" for more)
 # Options: SANITIZE=ON (AddressSanitizer + UBSan), WERROR=ON (warnings fail
 # the build). CI (.ci/run) runs `make test` under the sanitizers for the unit
 # and fuzz tests (CTEST_ARGS="-LE e2e") and on the plain build for the e2e ones.
@@ -27,7 +29,7 @@ CMAKE_EXTRA ?=
 CMAKE_FLAGS = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   -DGPUHA_SANITIZE=$(SANITIZE) -DGPUHA_WERROR=$(WERROR) $(CMAKE_EXTRA)
 
-.PHONY: deps configure build test demo bench package format clean
+.PHONY: deps configure build test demo bench package soak format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -57,6 +59,9 @@ bench: deps
 	bench/failover.sh build-release 10
 	bench/grpc_throughput.sh build-release/gpuha 20000 16 8 3
 	bench/grpc_failover.sh build-release/gpuha 8 400
+
+soak: build
+	scripts/soak.sh -b $(BUILD_DIR) $(SOAK_ARGS)
 
 package: build
 	cd $(BUILD_DIR) && cpack -B packages
