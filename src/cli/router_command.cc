@@ -96,7 +96,7 @@ int RouterCommand::Run() {
   for (;;) {
     int signo = signals.Wait();
     if (signo != SIGHUP) {
-      spdlog::info("router: signal {}, stopping", signo);
+      spdlog::info("router: signal {}, draining, then stopping", signo);
       common::SdNotifyOrLog("STOPPING=1");
       break;
     }
@@ -112,6 +112,9 @@ int RouterCommand::Run() {
       spdlog::error("router: SIGHUP: reload refused, keeping the running config: {}", s.message());
     common::SdNotifyOrLog("READY=1");
   }
+  // Routes stay watched while it drains: requests in flight may still
+  // fail over to a standby the controller moves.
+  r.Drain(config->limits.drain_timeout);
   if (watch) watch->Stop();
   r.Stop();
   return kExitOk;

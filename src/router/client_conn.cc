@@ -62,7 +62,9 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   beast::flat_buffer& buf = cc.buf;
   Inc(L.stats.requests);
   auto& req = p.get();
-  bool keep_alive = req.keep_alive();
+  // A draining router answers this one and closes: the client hears it in
+  // the answer (Connection: close) and sends its next request elsewhere.
+  bool keep_alive = req.keep_alive() && !L.shared.draining.load(std::memory_order_relaxed);
   std::string stream_id;
   error_code ec;
 
@@ -413,7 +415,9 @@ awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string pee
       // Between requests: the idle timeout. The head itself then gets the
       // (shorter) header timeout, against slowloris.
       lowest.Arm(config.limits.idle_timeout);
+      L.idle_clients.insert(&lowest);
       size_t n = co_await client.async_read_some(buf.prepare(4096), Redirect(ec));
+      L.idle_clients.erase(&lowest);
       if (ec) co_return;
       buf.commit(n);
     }
@@ -488,12 +492,15 @@ awaitable<void> Accept(Loop& L) {
     if (L.accept_paused) spdlog::info("router: accepting again");
     L.accept_paused = false;
     Inc(L.stats.connections);
+    // Counted open from here to its coroutine's end (a drain waits for 0).
+    auto open = std::make_shared<InFlight>(L.stats.open_connections);
     sock.set_option(tcp::no_delay(true), ec);
     std::string peer_ip = sock.remote_endpoint(ec).address().to_string();
     if (!L.tls) {
       net::co_spawn(
           L.ioc,
-          [&L, s = std::move(sock), peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
+          [&L, open, s = std::move(sock),
+           peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
             Deadline d(L, s);
             co_await Serve(L, s, d, std::move(peer_ip));
           },
@@ -501,7 +508,7 @@ awaitable<void> Accept(Loop& L) {
     } else {
       net::co_spawn(
           L.ioc,
-          [&L, ctx = L.tls, s = beast::ssl_stream<Socket>(std::move(sock), *L.tls),
+          [&L, open, ctx = L.tls, s = beast::ssl_stream<Socket>(std::move(sock), *L.tls),
            peer_ip = std::move(peer_ip)]() mutable -> awaitable<void> {
             Deadline d(L, beast::get_lowest_layer(s));
             error_code hec;

@@ -166,7 +166,9 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
         co_return;
       }
     }
-    if (framing.upstream_reusable && rp.is_done()) PoolIdle(L, up, std::move(conn), res);
+    if (UpstreamReusable(framing.upstream_reusable, rp.is_done(), conn->buf.size())) {
+      PoolIdle(L, up, std::move(conn), res);
+    }
     co_return;
   }
   out.sse_broken = true;
@@ -401,7 +403,9 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   const RelayFraming framing = DecideRelayFraming(
       head_request, status, rp->chunked(),
       rp->content_length() ? std::optional<uint64_t>(*rp->content_length()) : std::nullopt,
-      rp->keep_alive(), method_req.version(), req.keep_alive);
+      rp->keep_alive(), method_req.version(),
+      // Draining since the request came: its answer says Connection: close.
+      req.keep_alive && !L.shared.draining.load(std::memory_order_relaxed));
   if (event_stream) {
     co_await RelayEvents(L, client, lowest, cc, conn, *rp, up, req, framing, out);
     co_return;
@@ -508,7 +512,11 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     ConnectionFailed(L, up);
     co_return;
   }
-  if (framing.upstream_reusable) PoolIdle(L, up, std::move(conn), res);
+  // Relayed whole (a Content-Length body bypasses the parser, which is then
+  // not done: `ok` is the answer's end here).
+  if (UpstreamReusable(framing.upstream_reusable, /*answer_done=*/true, conn->buf.size())) {
+    PoolIdle(L, up, std::move(conn), res);
+  }
 }
 template awaitable<void> Exchange<Socket>(Loop&, Socket&, Deadline&, ClientConn&,
                                           RequestParser<http::buffer_body>&, UpstreamState&,

@@ -107,6 +107,15 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
   } unreader{*conn};
   conn->writer_running = true;
   net::co_spawn(L.ioc, Writer(L, client, conn), net::detached);
+  // A drain sends it GOAWAY (Router::Drain); one that began before it
+  // connected tells it at once.
+  L.h2_clients.insert(conn.get());
+  struct Unlist {
+    Loop& L;
+    H2ClientConn* c;
+    ~Unlist() { L.h2_clients.erase(c); }
+  } unlist{L, conn.get()};
+  if (L.shared.draining.load(std::memory_order_relaxed)) conn->h2.ShutdownNotice();
   error_code ec;
   bool failed = false;
   for (;;) {

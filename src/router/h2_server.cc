@@ -208,6 +208,14 @@ void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view mess
   Respond(id, h, "", {});
 }
 
+void H2Server::ShutdownNotice() { nghttp2_submit_shutdown_notice(session_); }
+
+void H2Server::GoAwayGraceful() {
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+}
+
 void H2Server::GoAway(uint32_t error_code) {
   nghttp2_session_terminate_session(session_, error_code);
 }

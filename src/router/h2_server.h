@@ -133,6 +133,12 @@ class H2Server {
                         std::string_view label = {});
   // Ends the connection now: GOAWAY with `error_code`, streams dropped.
   void GoAway(uint32_t error_code);
+  // A graceful end in two steps, as nghttp2 and Envoy do it: a GOAWAY that
+  // says no new stream will be taken soon (the highest stream id), then,
+  // a round trip later, the GOAWAY naming the last stream taken. Streams
+  // open finish; the connection ends when the last one does (Done).
+  void ShutdownNotice();
+  void GoAwayGraceful();
 
   // A streaming call: from now on its body is handed over as it comes
   // (on_data; the caller takes it with Consume), not at its end.

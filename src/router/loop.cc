@@ -292,8 +292,6 @@ void TrimIdle(Loop& L) {
 }
 
 bool Poolable(const UpConn& c, const UpstreamState& up) {
-  // Bytes past the answer: not this request's, and no other request's.
-  if (c.buf.size() != 0) return false;
   if (up.health() != Health::kUp || up.idle.size() >= kMaxIdlePerUpstream) return false;
   if (!up.named) return true;
   error_code ec;

@@ -156,6 +156,9 @@ using WaitingList = boost::intrusive::list<
 
 class H2UpConn;
 struct UpstreamState;
+namespace grpc_proxy {
+struct H2ClientConn;
+}
 // The upstream's pooled HTTP/2 connections closed (router/h2_upstream.h).
 void DropH2(UpstreamState& up);
 
@@ -246,6 +249,7 @@ struct Stats {
   std::array<std::atomic<uint64_t>, 6> upstream_class{};  // 1xx..5xx from upstreams
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Reason::kCount)> router_answers{};
   std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> open_connections{0};  // client connections, HTTP/1.1 and HTTP/2
 };
 
 inline void Inc(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
@@ -301,6 +305,9 @@ struct RouterShared {
   std::function<void(const std::string& address, const Loop* from)> on_stall;
   // Upstreams given by name (set once, before the loops run).
   const DnsCache* dns = nullptr;
+  // Router::Drain began: answers carry Connection: close, no connection is
+  // kept for another request.
+  std::atomic<bool> draining{false};
 };
 
 struct Loop {
@@ -351,6 +358,11 @@ struct Loop {
   // fake clock must not freeze I/O timeouts); as of the last sweep.
   Clock::time_point io_now = Clock::now();
   std::unordered_set<Deadline*> deadlines;
+  // HTTP/1.1 client connections waiting for their next request (their
+  // deadlines): a drain closes them once nothing is in flight.
+  std::unordered_set<Deadline*> idle_clients;
+  // HTTP/2 client connections, which a drain sends GOAWAY.
+  std::unordered_set<grpc_proxy::H2ClientConn*> h2_clients;
   std::vector<std::unique_ptr<char[]>> free_chunks;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::thread thread;

@@ -113,6 +113,18 @@ void AppendUpstreamHead(const RequestHeader& h, std::string_view target, std::st
                         std::string_view client_ip, Framing framing, uint64_t length,
                         std::string* out);
 
+// Whether an upstream HTTP/1.1 connection may carry another request once an
+// answer on it is read: the upstream keeps it alive, the answer was read
+// whole, and not a byte past it was read. Bytes past an answer (a second
+// response in the same write, a body past its Content-Length, a body
+// after a HEAD answer) are no request's: reused, the connection would hand
+// them to the next request as its answer, maybe another tenant's, and
+// shift every later answer by one. (Bytes that come later are looked for
+// before reuse: the loop's TakeIdle.)
+inline bool UpstreamReusable(bool keep_alive, bool answer_done, size_t bytes_past_answer) {
+  return keep_alive && answer_done && bytes_past_answer == 0;
+}
+
 // The head the client receives from an upstream response.
 // A kept-alive answer says for how long the router keeps the connection
 // idle (Keep-Alive: timeout=S, RFC 2068 19.7.1.1), when keep_alive_s > 0:

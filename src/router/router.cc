@@ -2,8 +2,10 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <functional>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,7 @@
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "router/client_conn.h"
+#include "router/grpc_call.h"
 #include "router/loop.h"
 #include "router/prober.h"
 #include "router/tls_contexts.h"
@@ -104,7 +107,15 @@ absl::Status Router::Start() {
         if (r.path == "/metrics") {
           return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText(), {}};
         }
-        if (r.path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n", {}};
+        // /livez: the process answers (liveness). /healthz: it is ready for
+        // traffic (readiness): a load balancer, a Kubernetes Service or
+        // keepalived's check sends it none otherwise.
+        if (r.path == "/livez") return {200, "text/plain; charset=utf-8", "ok\n", {}};
+        if (r.path == "/healthz") {
+          std::string why;
+          if (Ready(&why)) return {200, "text/plain; charset=utf-8", "ok\n", {}};
+          return {503, "text/plain; charset=utf-8", absl::StrCat("not ready: ", why, "\n"), {}};
+        }
         if (r.path == "/routes") {
           auto t = routes();
           std::string out =
@@ -144,6 +155,96 @@ void Router::Stop() {
     if (L->thread.joinable()) L->thread.join();
   }
   if (I.admin) I.admin->Stop();
+}
+
+bool Router::Ready(std::string* why) const {
+  auto say = [&](const char* reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  if (impl_->shared.draining.load()) return say("draining");
+  if (routes() == nullptr) return say("no routes yet from the controller");
+  return true;
+}
+
+void Router::Drain(std::chrono::milliseconds timeout) {
+  Impl& I = *impl_;
+  if (I.shared.draining.exchange(true)) return;
+  using SteadyClock = std::chrono::steady_clock;
+  const auto start = SteadyClock::now();
+  auto sum = [&I](std::atomic<int64_t> Stats::*field) {
+    int64_t n = 0;
+    for (const auto& L : I.loops) n += (L->stats.*field).load();
+    return n;
+  };
+  spdlog::info("router: draining: {} connection(s) open, {} request(s) in flight; up to {} ms",
+               sum(&Stats::open_connections), sum(&Stats::in_flight), timeout.count());
+  // On each loop: no more connections, and HTTP/2 clients hear the first
+  // GOAWAY. `what` runs on every loop's own thread.
+  auto on_loops = [&I](std::function<void(Loop&)> what) {
+    for (auto& L : I.loops) net::post(L->ioc, [lp = L.get(), what] { what(*lp); });
+  };
+  on_loops([](Loop& L) {
+    error_code ec;
+    if (L.acceptor) L.acceptor->close(ec);
+    for (grpc_proxy::H2ClientConn* c : L.h2_clients) {
+      c->h2.ShutdownNotice();
+      c->Kick();
+    }
+  });
+  bool final_goaway = false, idle_closed = false;
+  std::optional<SteadyClock::time_point> quiet_since;
+  const char* ended = "every connection closed";
+  for (;;) {
+    const auto now = SteadyClock::now();
+    if (sum(&Stats::open_connections) == 0) break;
+    if (now - start >= timeout) {
+      ended = "drain_timeout passed";
+      break;
+    }
+    // A round trip after the notice, the GOAWAY that names the last stream.
+    if (!final_goaway && now - start >= std::chrono::milliseconds(500)) {
+      final_goaway = true;
+      on_loops([](Loop& L) {
+        for (grpc_proxy::H2ClientConn* c : L.h2_clients) {
+          c->h2.GoAwayGraceful();
+          c->Kick();
+        }
+      });
+    }
+    // Nothing in flight for a second: the clients that send had their
+    // Connection: close; the kept-alive connections left are idle.
+    if (sum(&Stats::in_flight) > 0) {
+      quiet_since.reset();
+    } else if (!quiet_since) {
+      quiet_since = now;
+    } else if (!idle_closed && now - *quiet_since >= std::chrono::seconds(1)) {
+      idle_closed = true;
+      on_loops([](Loop& L) {
+        for (Deadline* d : L.idle_clients) d->Check(Clock::time_point::max());
+      });
+      ended = "nothing in flight for a second; idle connections closed";
+    } else if (idle_closed && now - *quiet_since >= std::chrono::seconds(2)) {
+      break;  // what is left holds no request
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int64_t cut = sum(&Stats::in_flight);
+  if (cut > 0) {
+    // HTTP/2 streams still open end with GOAWAY (gRPC: UNAVAILABLE), not a
+    // silent close.
+    on_loops([](Loop& L) {
+      for (grpc_proxy::H2ClientConn* c : L.h2_clients) {
+        c->h2.GoAway(NGHTTP2_NO_ERROR);
+        c->Kick();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  spdlog::info(
+      "router: drained in {} ms ({}): {} connection(s) left, {} request(s) cut",
+      std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start).count(),
+      ended, sum(&Stats::open_connections), cut);
 }
 
 uint16_t Router::port() const { return impl_->port; }
@@ -292,6 +393,13 @@ std::string Router::Impl::Metrics() const {
   for (const auto& L : loops) in_flight += L->stats.in_flight.load(std::memory_order_relaxed);
   p.Family("gpuha_router_requests_in_flight", "gauge", "Requests being forwarded.");
   p.Sample("gpuha_router_requests_in_flight", {}, double(in_flight));
+  int64_t open = 0;
+  for (const auto& L : loops) open += L->stats.open_connections.load(std::memory_order_relaxed);
+  p.Family("gpuha_router_client_connections", "gauge", "Client connections open.");
+  p.Sample("gpuha_router_client_connections", {}, double(open));
+  p.Family("gpuha_router_draining", "gauge",
+           "1 while the router drains (SIGTERM): it takes no new connections and is not ready.");
+  p.Sample("gpuha_router_draining", {}, shared.draining.load() ? 1.0 : 0.0);
   p.Family("gpuha_router_dns_names", "gauge", "Upstream DNS names the router resolves.");
   p.Sample("gpuha_router_dns_names", {}, double(dns.tracked()));
   p.Family("gpuha_router_dns_failures_total", "counter",

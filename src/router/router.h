@@ -38,7 +38,21 @@ class Router {
   Router& operator=(const Router&) = delete;
 
   [[nodiscard]] absl::Status Start();
+  // Stops at once: whatever is in flight is cut. Drain first.
   void Stop();
+  // A graceful stop's first half, as Envoy's listener drain: readiness
+  // fails (/healthz 503), the listeners close (a router started beside this
+  // one, or the address's next holder, takes new connections), each
+  // HTTP/1.1 answer from now on carries Connection: close, HTTP/2 clients
+  // get GOAWAY in two steps, and what is in flight finishes. Returns once
+  // no client connection is left, or nothing has been in flight for a
+  // second (idle kept-alive connections are then closed), or `timeout`
+  // passed (HTTP/2 streams still open then end with GOAWAY, which gRPC
+  // clients see as UNAVAILABLE). Logs what drained and what was cut.
+  void Drain(std::chrono::milliseconds timeout);
+  // Ready to take traffic: it holds routes it can serve (static ones, or a
+  // snapshot from the controller) and is not draining. Why not, if not.
+  bool Ready(std::string* why = nullptr) const;
 
   uint16_t port() const;
   uint16_t admin_port() const;

@@ -164,6 +164,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   ReadMillis(limits, "body_timeout_ms", &c.limits.body_timeout);
   ReadMillis(limits, "connect_timeout_ms", &c.limits.connect_timeout);
   ReadMillis(limits, "response_timeout_ms", &c.limits.response_timeout, false, kDayMs);
+  ReadMillis(limits, "drain_timeout_ms", &c.limits.drain_timeout, false, kDayMs);
   common::ReadIntIn(limits, "h2_max_concurrent_streams", 1, 10'000,
                     &c.limits.h2_max_concurrent_streams);
 

@@ -70,6 +70,9 @@ struct RouterLimits {
   std::chrono::milliseconds response_timeout{60000};  // to the response head
   // HTTP/2 clients: streams open at once per connection (SETTINGS).
   uint32_t h2_max_concurrent_streams = 128;
+  // A draining router (SIGTERM) lets what is in flight finish this long at
+  // most; Kubernetes' terminationGracePeriodSeconds must be above it.
+  std::chrono::milliseconds drain_timeout{25000};
 };
 
 // The OpenAI-style completion APIs whose token streams the router can

@@ -462,12 +462,15 @@ class RawH2 {
           }
         }
         Write(testing::Frame(NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, ""));
+      } else if (type == NGHTTP2_GOAWAY) {
+        ++goaways_;
       } else if (type == NGHTTP2_WINDOW_UPDATE && len == 4) {
         (stream == 0 ? connection_window_ : stream_window_) += u32(b) & 0x7fffffffu;
       }
       in_.erase(0, 9 + len);
     }
   }
+  int goaways() const { return goaways_; }
   // What stream 1 may still send.
   int64_t send_window() const { return std::min(stream_window_, connection_window_); }
   void Sent(size_t n) {
@@ -488,6 +491,7 @@ class RawH2 {
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::socket sock_;
   std::string in_;
+  int goaways_ = 0;
   int64_t stream_window_ = 65535;
   int64_t connection_window_ = 65535;
 };
@@ -726,6 +730,35 @@ TEST_F(RouterGrpcTest, ADecoupledModelsBrokenStreamEndsUnavailableAndSaysWhy) {
       << st.error_message();
   EXPECT_EQ(b_->counters().success.load(), 0u);
   server->Shutdown();
+}
+
+// A drain tells an HTTP/2 client in two GOAWAYs (nghttp2's shutdown
+// notice, then the last stream taken) and the connection, with no stream
+// open, ends; unary calls in flight are answered first.
+TEST_F(RouterGrpcTest, ADrainSendsHttp2ClientsGoAwayAndEndsTheirConnections) {
+  auto r = StartAnother([](RouterConfig&) {});
+  RawH2 raw(r->port());
+  raw.OpenWith({}, "ModelInfer");  // a stream that never sends its body: reset below
+  raw.Write(testing::Frame(NGHTTP2_RST_STREAM, 0, 1, std::string("\0\0\0\x08", 4)));
+  ASSERT_TRUE(raw.ReadWindows(milliseconds(200)));
+  auto drained = std::async(std::launch::async, [&] { r->Drain(milliseconds(20000)); });
+  const auto start = std::chrono::steady_clock::now();
+  bool open = true;
+  while (open && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    open = raw.ReadWindows(milliseconds(50));
+  }
+  EXPECT_FALSE(open) << "the connection outlived the drain's GOAWAY by 5 s";
+  EXPECT_EQ(raw.goaways(), 2);
+  EXPECT_EQ(drained.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  // A call in flight at a drain is answered (a stuck primary: it waits,
+  // then goes to the standby), and a new connection is not taken.
+  auto r2 = StartAnother([](RouterConfig&) {});
+  Fault(*a_, "stuck");
+  auto call = std::async(std::launch::async, [&] { return Infer(7); });
+  std::this_thread::sleep_for(milliseconds(50));
+  r2->Drain(milliseconds(20000));
+  EXPECT_TRUE(call.get().status.ok());
+  Fault(*a_, "none");
 }
 
 // A model whose every answer is 64 KiB: a client's small messages ask for

@@ -1202,6 +1202,70 @@ TEST_F(RouterTest, APooledConnectionClosedAsTheRequestWentOutIsResentOnAFreshOne
   EXPECT_EQ(MetricValue(m, "gpuha_router_ejections_total"), 0) << m;
 }
 
+// The router's own readiness: /healthz is 200 only while it holds routes
+// it can serve and is not draining (a router started while its controller
+// was unreachable said ready and answered 404 to every stream); /livez is
+// the process alone.
+TEST_F(RouterTest, ReadinessMeansRoutesHeldAndNotDraining) {
+  config_.routes.clear();
+  config_.controllers = {{"127.0.0.1", 1}};  // nothing answers there: no routes come
+  StartRouter();
+  auto admin = [&](const std::string& path) {
+    return Send(router_->admin_port(), "GET " + path + " HTTP/1.1\r\nHost: a\r\n\r\n");
+  };
+  Reply r = admin("/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("no routes yet from the controller"), std::string::npos) << r.body;
+  EXPECT_EQ(admin("/livez").status, 200);
+  SetCam1Routes({"a", a_->address()});
+  EXPECT_EQ(admin("/healthz").status, 200);
+  std::thread drain([&] { router_->Drain(milliseconds(3000)); });
+  EXPECT_TRUE(Eventually([&] { return admin("/healthz").status == 503; }, milliseconds(2000)));
+  r = admin("/healthz");
+  EXPECT_NE(r.body.find("draining"), std::string::npos) << r.body;
+  EXPECT_EQ(admin("/livez").status, 200);
+  drain.join();
+}
+
+// A drain (SIGTERM): a request in flight is answered whole, with
+// Connection: close; new connections are no longer taken (a router beside
+// this one, or the address's next holder, takes them); an idle kept-alive
+// connection is closed once nothing is in flight; Drain returns then, long
+// before its timeout.
+TEST_F(RouterTest, ADrainAnswersWhatIsInFlightAndClosesKeptAliveConnections) {
+  config_.threads = 1;
+  StartRouter();
+  net::io_context ioc;
+  tcp::socket idle(ioc), busy(ioc);
+  for (tcp::socket* s : {&idle, &busy}) {
+    s->connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    Reply warm = gpuha::testing::Exchange(*s, Get("/streams/cam-1/x"));
+    ASSERT_EQ(warm.status, 200) << warm.error;
+    EXPECT_NE(warm.headers["Connection"], "close");
+  }
+  // A request that takes 600 ms goes out; the drain begins while it waits.
+  auto slow = std::async(std::launch::async, [&] {
+    return gpuha::testing::Exchange(busy, Get("/streams/cam-1/x?delay_ms=600"));
+  });
+  std::this_thread::sleep_for(milliseconds(150));
+  const auto start = std::chrono::steady_clock::now();
+  auto drained = std::async(std::launch::async, [&] { router_->Drain(milliseconds(20000)); });
+  Reply r = slow.get();
+  ASSERT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers["Connection"], "close");
+  // No new connection is taken (refused, or closed unanswered).
+  EXPECT_TRUE(Eventually([&] { return Send(port(), Get("/streams/cam-1/x")).status == 0; },
+                         milliseconds(2000)));
+  ASSERT_EQ(drained.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the drain waited for the idle connection";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  char c;
+  boost::system::error_code ec;
+  idle.read_some(net::buffer(&c, 1), ec);  // closed by the router
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+  EXPECT_EQ(MetricValue(router_->MetricsText(), "gpuha_router_draining"), 1);
+}
+
 TEST_F(RouterTest, Http10ClientsGetCloseDelimitedBodies) {
   StartRouter();
   Reply r = Send(port(),
