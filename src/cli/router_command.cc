@@ -29,6 +29,10 @@ RouterCommand::RouterCommand(CLI::App& parent) {
                    "HOST:PORT[,HOST:PORT...] route watch (overrides controllers)");
   app_->add_option("--threads", threads_, "Event loops (0: one per core)")
       ->check(CLI::Range(0, 256));
+  app_->add_option("--handoff-socket", handoff_socket_,
+                   "Unix socket PATH: take the listeners of the router running there (a restart "
+                   "or an upgrade refuses no connection; it drains and exits), and give ours to "
+                   "the next (overrides handoff_socket)");
 }
 
 namespace {
@@ -65,6 +69,7 @@ absl::StatusOr<router::RouterConfig> Load(const std::string& path, const std::st
 int RouterCommand::Run() {
   StopSignals signals(/*reload=*/true);
   auto config = Load(config_path_, listen_, admin_, controllers_, threads_);
+  if (config.ok() && !handoff_socket_.empty()) config->handoff_socket = handoff_socket_;
   if (!config.ok()) {
     spdlog::error("router: {}", config.status().message());
     return kExitBadInput;
@@ -94,7 +99,13 @@ int RouterCommand::Run() {
   common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=router on ", config->listen.host, ":",
                                      r.port(), " admin ", config->admin.host, ":", r.admin_port()));
   for (;;) {
-    int signo = signals.Wait();
+    int signo = signals.WaitFor(50);
+    if (signo == 0) {
+      if (!r.HandedOff()) continue;
+      spdlog::info("router: a new router took the listeners; draining, then stopping");
+      common::SdNotifyOrLog("STOPPING=1");
+      break;
+    }
     if (signo != SIGHUP) {
       spdlog::info("router: signal {}, draining, then stopping", signo);
       common::SdNotifyOrLog("STOPPING=1");

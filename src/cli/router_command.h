@@ -19,6 +19,7 @@ class RouterCommand {
   std::string admin_;
   std::string controllers_;
   int threads_ = -1;
+  std::string handoff_socket_;
   bool check_ = false;
 };
 

@@ -137,10 +137,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
         absl::StrCat("listen address '", impl.options.address, "': ", ec.message()));
   }
   tcp::endpoint endpoint(address, impl.options.port);
-  impl.acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl.acceptor.bind(endpoint, ec);
-  if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (impl.options.adopt_fd >= 0) {
+    impl.acceptor.assign(endpoint.protocol(), impl.options.adopt_fd, ec);
+  } else {
+    impl.acceptor.open(endpoint.protocol(), ec);
+    if (!ec) impl.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) impl.acceptor.bind(endpoint, ec);
+    if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  }
   if (ec) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", impl.options.address, ":",
                                                impl.options.port, ": ", ec.message()));
@@ -153,6 +157,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Options options,
 }
 
 HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::listen_fd() { return impl_->acceptor.native_handle(); }
 
 void HttpServer::Stop() {
   if (!impl_) return;

@@ -50,11 +50,16 @@ class HttpServer {
     size_t max_header_bytes = 16 * 1024;
     size_t max_body_bytes = 1 << 20;
     std::chrono::milliseconds read_timeout{10000};
+    // >= 0: serve on this listening socket (taken from another process),
+    // which the server now owns, instead of binding address:port.
+    int adopt_fd = -1;
   };
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Options options,
                                                                          HttpHandler handler);
   ~HttpServer();
   uint16_t port() const { return port_; }
+  // The listening socket (to hand to a successor: router/handoff.h).
+  int listen_fd();
   // Stops accepting and closes connections; idempotent.
   void Stop();
 

@@ -1,5 +1,8 @@
 #include "router/router.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <functional>
@@ -15,6 +18,7 @@
 #include "common/prometheus.h"
 #include "router/client_conn.h"
 #include "router/grpc_call.h"
+#include "router/handoff.h"
 #include "router/loop.h"
 #include "router/prober.h"
 #include "router/tls_contexts.h"
@@ -55,9 +59,48 @@ struct Router::Impl {
   std::shared_ptr<const TenantSet> tenants;  // as last published to the loops
   DnsCache dns;                              // before the prober, which reads it
   Prober prober;
+  // The admin listener a predecessor gave (Listen), for the admin server.
+  int admin_fd = -1;
+  std::unique_ptr<HandoffServer> handoff;  // gives the listeners to a successor
+  std::atomic<bool> handed_off{false};
 };
 
 absl::Status Router::Impl::Listen() {
+  // A router running at the handoff socket gives its listeners: they stay
+  // open across the restart, and no connection is refused.
+  if (!config.handoff_socket.empty()) {
+    absl::StatusOr<Listeners> got = TakeListeners(config.handoff_socket);
+    if (got.ok()) {
+      for (size_t i = 0; i < loops.size(); ++i) {
+        int fd = ::dup(got->data[i % got->data.size()]);
+        error_code ec;
+        loops[i]->acceptor = std::make_unique<tcp::acceptor>(loops[i]->ioc);
+        sockaddr_storage a{};
+        socklen_t len = sizeof a;
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        loops[i]->acceptor->assign(a.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+        if (ec) {
+          ::close(fd);
+          got->Close();
+          return absl::InternalError(absl::StrCat("listen: a handed-off socket: ", ec.message()));
+        }
+      }
+      admin_fd = got->admin;
+      got->admin = -1;
+      got->Close();  // each loop holds its own descriptor
+      port = loops.front()->acceptor->local_endpoint().port();
+      if (port != config.listen.port && config.listen.port != 0) {
+        spdlog::warn("router: the listeners taken are on port {}, not listen's {}: kept", port,
+                     config.listen.port);
+      }
+      spdlog::info("router: took the listeners (port {}) of the router at {}", port,
+                   config.handoff_socket);
+      return absl::OkStatus();
+    }
+    if (got.status().code() != absl::StatusCode::kNotFound) {
+      return absl::Status(got.status().code(), absl::StrCat("listen: ", got.status().message()));
+    }
+  }
   std::vector<net::io_context*> iocs;
   for (auto& L : loops) iocs.push_back(&L->ioc);
   auto acceptors = common::ListenReusePort(iocs, config.listen.host, config.listen.port);
@@ -102,7 +145,7 @@ absl::Status Router::Start() {
     if (absl::Status s = SetRoutes(RouteTable::FromStatic(I.config.routes)); !s.ok()) return s;
   }
   auto admin = common::HttpServer::Start(
-      {.address = I.config.admin.host, .port = I.config.admin.port},
+      {.address = I.config.admin.host, .port = I.config.admin.port, .adopt_fd = I.admin_fd},
       [this](const common::HttpRequest& r) -> common::HttpResponse {
         if (r.path == "/metrics") {
           return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText(), {}};
@@ -134,6 +177,15 @@ absl::Status Router::Start() {
     lp->thread = std::thread([lp] { lp->ioc.run(); });
   }
   I.prober.Start();
+  if (!I.config.handoff_socket.empty()) {
+    Listeners mine;
+    for (auto& L : I.loops) mine.data.push_back(::dup(L->acceptor->native_handle()));
+    mine.admin = ::dup(I.admin->listen_fd());
+    auto handoff = HandoffServer::Start(I.config.handoff_socket, std::move(mine),
+                                        [&I] { I.handed_off = true; });
+    if (!handoff.ok()) return handoff.status();
+    I.handoff = std::move(*handoff);
+  }
   spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
                I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
   if (!I.tenants->auth_required()) {
@@ -148,6 +200,7 @@ absl::Status Router::Start() {
 void Router::Stop() {
   if (!impl_) return;
   Impl& I = *impl_;
+  I.handoff.reset();
   I.prober.Stop();
   I.dns.Stop();
   for (auto& L : I.loops) L->ioc.stop();
@@ -156,6 +209,8 @@ void Router::Stop() {
   }
   if (I.admin) I.admin->Stop();
 }
+
+bool Router::HandedOff() const { return impl_->handed_off.load(); }
 
 bool Router::Ready(std::string* why) const {
   auto say = [&](const char* reason) {

@@ -53,6 +53,9 @@ class Router {
   // Ready to take traffic: it holds routes it can serve (static ones, or a
   // snapshot from the controller) and is not draining. Why not, if not.
   bool Ready(std::string* why = nullptr) const;
+  // A router started at the same handoff_socket took this one's listeners:
+  // this one should drain and stop (router/handoff.h).
+  bool HandedOff() const;
 
   uint16_t port() const;
   uint16_t admin_port() const;

@@ -47,6 +47,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     c.threads = static_cast<int>(*t);
   }
   if (auto id = root.String("id")) c.router_id = *id;
+  if (auto h = root.String("handoff_socket")) c.handoff_socket = *h;
   if (auto list = root.StringList("controllers")) {
     for (size_t i = 0; i < list->size(); ++i) {
       auto hp = common::ParseHostPort((*list)[i], absl::StrCat("controllers[", i, "]"));

@@ -96,6 +96,10 @@ struct RouterConfig {
   common::HostPort admin{"127.0.0.1", common::kRouterAdminPort};  // /metrics, /healthz, /routes
   int threads = 0;                                                // 0: one per core
   std::string router_id = "router";
+  // A Unix socket where this router gives its listening sockets to the
+  // router that replaces it, and where it first asks a running one for
+  // theirs (router/handoff.h): restarts refuse no connection. Empty: off.
+  std::string handoff_socket;
   std::vector<common::HostPort> controllers;
   std::vector<StaticRoute> routes;
   std::string tls_cert, tls_key;                               // client side, optional

@@ -72,6 +72,9 @@ LoadResult RunLoad(uint16_t port, const std::string& key, const std::string& str
         Reply r = Exchange(*s, Get("/streams/" + stream + "/v2/models/m/infer", key));
         if (r.status == 200) {
           mine.ok++;
+          // As every HTTP/1.1 client: an answer that says close ends the
+          // connection, and the next request goes on a new one.
+          if (r.headers["Connection"] == "close") s.reset();
           mine.by_backend[r.headers["X-Backend"]]++;
           auto now = Clock::now();
           mine.max_gap_ms = std::max(mine.max_gap_ms,
@@ -169,6 +172,52 @@ TEST_F(RouterE2eTest, KillDashNineOfThePrimaryLosesNoRequest) {
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.by_backend["a"], 0);
   EXPECT_GT(r.by_backend["b"], 0);
+}
+
+// A restart (or an upgrade of the binary) through the handoff socket: the
+// new router takes the running one's listeners, which never close, and the
+// old one drains and exits. Under load from clients that never retry, no
+// connection is refused and no request fails; twice, the second handoff
+// from the socket the first one made.
+TEST_F(RouterE2eTest, ARestartThroughTheHandoffSocketRefusesNoConnectionAndFailsNoRequest) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  // A Unix socket's path is at most 107 bytes: the test's folder is longer.
+  char short_dir[] = "/tmp/gpuha-handoff-XXXXXX";
+  ASSERT_NE(::mkdtemp(short_dir), nullptr);
+  const std::string sock = std::string(short_dir) + "/router.sock";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{short_dir};
+  StartRouter({"--handoff-socket", sock});
+  const uint16_t port = port_;
+  std::atomic<bool> stop{false};
+  LoadResult r;
+  std::thread load([&] { r = RunLoad(port, "k1", "s1", 8, stop); });
+  std::vector<double> handoff_ms;
+  for (int round = 0; round < 2; ++round) {
+    std::this_thread::sleep_for(milliseconds(400));
+    std::unique_ptr<ChildProcess> old = std::move(router_);
+    const auto t0 = Clock::now();
+    StartRouter({"--handoff-socket", sock});
+    EXPECT_EQ(port_, port) << "the new router listens on the old one's port";
+    std::optional<int> rc = old->Wait(milliseconds(10000));
+    EXPECT_EQ(rc, std::optional<int>(0)) << "the old router did not drain and exit: " << old->err();
+    handoff_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    EXPECT_NE(old->err().find("given to the router that replaces this one"), std::string::npos)
+        << old->err();
+  }
+  std::this_thread::sleep_for(milliseconds(400));
+  stop = true;
+  load.join();
+  std::printf(
+      "FIGURES router restart by handoff x2: %d ok, %d failed, longest gap %.1f ms, old "
+      "router gone after %.0f and %.0f ms\n",
+      r.ok, r.failed, r.max_gap_ms, handoff_ms[0], handoff_ms[1]);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.ok, 100);
+  EXPECT_TRUE(std::filesystem::exists(sock));  // the last router's, for the next restart
 }
 
 TEST_F(RouterE2eTest, HungPrimaryLosesNoRequest) {
