@@ -345,13 +345,17 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     if (i == 0 && e != nullptr && order.size() > 1) {
       L.sticky.Stick(stream_id, e->primary.address, e->standby.address, L.clock.Now());
     }
-    // Its next upstream is of routes that moved while it waited (that
-    // standby fenced meanwhile, an XID flood's second node): where its
-    // route points now instead, as a gRPC call goes (CallCtx::Rechoose).
-    // Not after a 5xx, whose answer was set aside for the next upstream
-    // (retry_5xx) and is relayed if none is left; and where the routes of
-    // now refuse the stream, the order it was admitted with is kept.
-    if (i + 1 < order.size() && !f.upstream_5xx) {
+    // The routes moved while it waited (its standby fenced meanwhile, an
+    // XID flood's second node; or, admitted with its primary alone, a
+    // standby given since): it goes where its route points now, as a gRPC
+    // call goes (CallCtx::Rechoose), whether or not its admission left it
+    // a next upstream (the XID-flood chaos flake: a request on its last
+    // upstream, fenced, answered 502 while its moved route pointed at a
+    // node that served). Not after a 5xx, whose answer was set aside for
+    // the next upstream (retry_5xx) and is relayed if none is left; and
+    // where the routes of now refuse the stream, the order it was admitted
+    // with is kept.
+    if (!f.upstream_5xx) {
       RefreshRoutes(L);
       if (L.routes != (continuation_routes ? continuation_routes : routes)) rechoose_after(i);
     }

@@ -132,9 +132,11 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
         L.sticky.Stick(c.stream_id, c.entry->primary.address, c.entry->standby.address,
                        L.clock.Now());
       }
-      // Its next upstream is of routes that moved since it was admitted (a
-      // standby fenced meanwhile): where its route points now instead.
-      if (i + 1 < c.order.size() && c.RoutesMoved()) {
+      // The routes moved since it was admitted (a standby fenced
+      // meanwhile, or one given to a call admitted with its primary
+      // alone): where its route points now instead, whether or not its
+      // admission left it a next upstream.
+      if (c.RoutesMoved()) {
         if (!c.Rechoose(&up)) co_return;
         i = static_cast<size_t>(-1);  // the loop's ++i: the fresh order's first
       }

@@ -335,6 +335,35 @@ TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPo
   EXPECT_EQ(r.node, "c");
 }
 
+// The same for a call admitted with its primary alone: the routes give it
+// a standby while it waits, the primary fails, and the call goes there
+// (UNAVAILABLE before: nothing was left of the order it was admitted with).
+TEST_F(RouterGrpcTest, ACallOnItsLastUpstreamGoesWhereItsRouteNowPointsWhenItFails) {
+  auto r = StartAnother([&](RouterConfig& c) {
+    StaticRoute alone{"cam-1", "acme", Http(*a_), ""};
+    alone.primary_grpc = Grpc(*a_);
+    c.routes = {alone};
+    c.threads = 1;
+  });
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Infer(i).status.ok());  // a's window learned
+  Fault(*a_, "stuck");
+  std::vector<std::future<Result>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] { return Infer(100 + i); }));
+  }
+  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
+  StaticRoute moved{"cam-1", "acme", Http(*a_), Http(*b_)};
+  moved.primary_grpc = Grpc(*a_);
+  moved.standby_grpc = Grpc(*b_);
+  ASSERT_TRUE(r->SetRoutes(RouteTable::FromStatic({moved})).ok());
+  for (auto& f : calls) {
+    Result res = f.get();
+    ASSERT_TRUE(res.status.ok()) << res.status.error_message();
+    EXPECT_EQ(res.node, "b");
+  }
+  Fault(*a_, "none");
+}
+
 // The connection's read deadline leaves a call being worked on alone: the
 // client says nothing while it waits, however many upstreams its answer
 // takes (before, the connection was closed under it after response_timeout

@@ -768,6 +768,32 @@ TEST_F(RouterTest, ARequestWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoi
   a_->SetStuck(false);
 }
 
+// The XID-flood chaos flake (found in its cluster's logs): a request
+// admitted with its primary alone (its standby down then) waits on it; the
+// routes give the stream a standby, and the primary fails. It goes to the
+// standby of now, not 502: the re-choice no longer needs a next upstream
+// left of those it was admitted with.
+TEST_F(RouterTest, ARequestOnItsLastUpstreamGoesWhereItsRouteNowPointsWhenItFails) {
+  config_.threads = 1;
+  config_.routes = {{"cam-1", "acme", a_->address(), ""}};
+  StartRouter();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+  a_->SetStuck(true);
+  std::vector<std::future<Reply>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(
+        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+  }
+  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a, nothing behind it
+  SetCam1Routes({"a", a_->address()}, {"b", b_->address()});
+  for (auto& w : waiting) {
+    Reply r = w.get();
+    ASSERT_EQ(r.status, 200) << r.error << r.body;
+    EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
+  }
+  a_->SetStuck(false);
+}
+
 // A 5xx answer set aside for the standby (retry_5xx) is asked of the
 // standby it was admitted with, even when the routes moved meanwhile:
 // re-choosing then could leave no next upstream, and the server's answer,
