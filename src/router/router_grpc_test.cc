@@ -159,6 +159,13 @@ class RouterGrpcTest : public ::testing::Test {
     for (auto& t : ts) t.join();
     EXPECT_EQ(failed.load(), 0) << first_error;
   }
+  // A gRPC server of `model` written for one test, on a free port.
+  static std::unique_ptr<grpc::Server> ServeModel(grpc::Service& model, int* port) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+    builder.RegisterService(&model);
+    return builder.BuildAndStart();
+  }
   double Metric(const std::string& name, const Router* r = nullptr) {
     std::string text = (r != nullptr ? r : router_.get())->MetricsText();
     size_t at = text.find("\ngpuha_router_" + name + " ");
@@ -720,10 +727,7 @@ class DecoupledModel final : public inference::GRPCInferenceService::Service {
 TEST_F(RouterGrpcTest, ADecoupledModelsBrokenStreamEndsUnavailableAndSaysWhy) {
   DecoupledModel model;
   int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&model);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = ServeModel(model, &port);
   ASSERT_GT(port, 0);
   // Its health through a's HTTP port; its calls to the decoupled model.
   StaticRoute route{"cam-1", "acme", Http(*a_), Http(*b_)};
@@ -819,10 +823,7 @@ class BigAnswerModel final : public inference::GRPCInferenceService::Service {
 TEST_F(RouterGrpcTest, AClientThatReadsNoneOfItsAnswersIsHeldByItsWindow) {
   BigAnswerModel model;
   int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&model);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = ServeModel(model, &port);
   ASSERT_GT(port, 0);
   auto r = StartAnother([&](RouterConfig& c) {
     StaticRoute route{"cam-1", "acme", Http(*a_), Http(*b_)};

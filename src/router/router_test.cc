@@ -208,6 +208,20 @@ class RouterTest : public ::testing::Test {
     ASSERT_TRUE(router_->SetRoutes(RouteTable::FromSnapshot(s)).ok());
   }
   // cam-1's primary `a` answers 20 requests (the window is learned), then
+  // is stuck; three requests for cam-1 are admitted and wait on it (enough
+  // for a stall verdict on one loop).
+  std::vector<std::future<Reply>> ThreeWaitingOnAStuckA() {
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
+    a_->SetStuck(true);
+    std::vector<std::future<Reply>> waiting;
+    for (int i = 0; i < 3; ++i) {
+      waiting.push_back(
+          std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
+    }
+    std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
+    return waiting;
+  }
+  // cam-1's primary `a` answers 20 requests (the window is learned), then
   // half-hangs; `n` requests for cam-1 go at once, and their replies come
   // back in order.
   std::vector<Reply> HalfHangAAndSend(int n) {
@@ -750,14 +764,7 @@ TEST_F(RouterTest, ARequestWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoi
   std::unique_ptr<TestBackend> c = *TestBackend::Start({.name = "c"});
   config_.threads = 1;  // the three waiting requests on one loop: its stall verdict
   StartRouter();
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetStuck(true);
-  std::vector<std::future<Reply>> waiting;
-  for (int i = 0; i < 3; ++i) {
-    waiting.push_back(
-        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
-  }
-  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a
+  std::vector<std::future<Reply>> waiting = ThreeWaitingOnAStuckA();
   b_.reset();
   SetCam1Routes({"a", a_->address()}, {"c", c->address()});
   for (auto& w : waiting) {
@@ -777,14 +784,7 @@ TEST_F(RouterTest, ARequestOnItsLastUpstreamGoesWhereItsRouteNowPointsWhenItFail
   config_.threads = 1;
   config_.routes = {{"cam-1", "acme", a_->address(), ""}};
   StartRouter();
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(Send(port(), Get("/streams/cam-1/x")).status, 200);
-  a_->SetStuck(true);
-  std::vector<std::future<Reply>> waiting;
-  for (int i = 0; i < 3; ++i) {
-    waiting.push_back(
-        std::async(std::launch::async, [&] { return Send(port(), Get("/streams/cam-1/x")); }));
-  }
-  std::this_thread::sleep_for(milliseconds(30));  // admitted, waiting on a, nothing behind it
+  std::vector<std::future<Reply>> waiting = ThreeWaitingOnAStuckA();  // nothing behind a
   SetCam1Routes({"a", a_->address()}, {"b", b_->address()});
   for (auto& w : waiting) {
     Reply r = w.get();
