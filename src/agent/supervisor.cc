@@ -49,7 +49,7 @@ void Supervisor::Tick(std::optional<common::TimePoint> round) {
   const common::TimePoint probe_at = round.value_or(now);
   if (state_.watched) {
     if (probe_at >= next_probe_) {
-      probe_ok_ = probe_();
+      probe_ok_ = ProbeOkLocked(probe_());
       next_probe_ = now + options_.probe_interval;
     }
     state_.running = probe_ok_;  // as far as the agent can tell
@@ -100,10 +100,22 @@ void Supervisor::Tick(std::optional<common::TimePoint> round) {
     }
   }
   if (state_.running && probe_at >= next_probe_) {
-    probe_ok_ = (options_.ready_url.empty() && options_.metrics_url.empty()) || probe_();
+    probe_ok_ =
+        ProbeOkLocked((options_.ready_url.empty() && options_.metrics_url.empty()) || probe_());
     next_probe_ = now + options_.probe_interval;
   }
   state_.ready = state_.running && probe_ok_ && !state_.fenced;
+}
+
+bool Supervisor::ProbeOkLocked(bool ok) {
+  constexpr int kNotReadyReadings = 2;
+  if (ok || !probe_ok_) {
+    probe_failures_ = 0;
+    return ok;
+  }
+  if (++probe_failures_ < kNotReadyReadings) return true;
+  probe_failures_ = 0;
+  return false;
 }
 
 bool Supervisor::ProbeDue() const {

@@ -130,7 +130,13 @@ class Supervisor {
   common::TimePoint next_probe_{};              // guarded by mu_
   std::optional<common::TimePoint> term_sent_;  // guarded by mu_
   bool probe_ok_ = false;                       // guarded by mu_
-  bool shutdown_ = false;                       // guarded by mu_
+  int probe_failures_ = 0;                      // guarded by mu_; in a row, while probe_ok_
+  // The probe's reading, folded into probe_ok_: a server that answered
+  // stays ready through one failed probe (a loaded host delays one now and
+  // then: the XID-flood chaos test fenced a node that had just rejoined on
+  // one), and is not ready after two in a row.
+  bool ProbeOkLocked(bool ok);
+  bool shutdown_ = false;  // guarded by mu_
 };
 
 }  // namespace gpuha::agent

@@ -218,10 +218,9 @@ absl::Status Controller::RecoverImpl(bool standby) {
       r = DecodeNode(id, it->second);
       // A listed node whose row is damaged starts as one never stored: it
       // waits for its agent, and its row is written anew when it joins.
-      if (!r.ok()) {
-        aside(absl::StrCat("node ", id), r.status());
-        stored_nodes->erase(it);
-      }
+      // (Its row stays in stored_nodes: a node with a row is no older
+      // binary's, whose streams would mark it serving below.)
+      if (!r.ok()) aside(absl::StrCat("node ", id), r.status());
     }
     if (r.ok()) {
       spec.role = r->role;

@@ -721,7 +721,7 @@ void EtcdLeader::KeepAliveLoop() {
     failing = !ttl.ok();
     if (ttl.ok() && *ttl > 0) {
       renewed = sent;
-      HoldUntil(renewed);
+      if (!lost_) HoldUntil(renewed);
     } else if (ttl.ok()) {
       Lose("the leader lease expired or was revoked");
       return;

@@ -479,7 +479,7 @@ awaitable<void> Accept(Loop& L) {
     error_code ec;
     Socket sock = co_await L.acceptor->async_accept(L.ioc.get_executor(), Redirect(ec));
     if (ec) {
-      if (ec == net::error::operation_aborted) co_return;
+      if (ec == net::error::operation_aborted || !L.acceptor->is_open()) co_return;
       // Out of descriptors: pause accepting (common::kAcceptPause); open
       // connections are served meanwhile. Logged once per run of failures.
       if (common::OutOfDescriptors(ec)) {

@@ -83,7 +83,8 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
   std::string& pending = cc.pending;
   const Framing down = req.continuation ? req.client_down : framing.down;
   out.down = down;
-  out.close_client = down == Framing::kNone;
+  // Closed after this answer when it says so (a drain, the client's ask).
+  out.close_client = down == Framing::kNone || (!req.continuation && !framing.client_keep_alive);
   if (!req.continuation) {
     Inc(L.stats.sse_streams);
     pending.clear();
@@ -148,7 +149,9 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
     pending.clear();
     FrameForClient(down, events, &pending);
     lowest.Arm(config.limits.body_timeout);
+    conn->client_paused = true;  // its upstream's bytes wait on the client, not on the router
     co_await net::async_write(client, net::buffer(pending), Redirect(ec));
+    conn->client_paused = false;
     if (ec) {
       out.client_gone = true;
       co_return;
@@ -413,7 +416,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   const Framing down = framing.down;
   const uint64_t len = framing.length;
   const bool head_only = framing.head_only;
-  out.close_client = framing.close_client;
+  out.close_client = framing.close_client || !framing.client_keep_alive;
   std::string& pending = cc.pending;
   pending.clear();
   AppendClientHead(res, down, len, framing.client_keep_alive,

@@ -163,11 +163,13 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       if (took > 0 || cs->body.size() != heard) last_heard = Clock::now();
       heard = cs->body.size();
       if (cs->complete && !client_done) {
-        if (!cs->body.empty()) {
+        // Whole messages held back (128 asked, or a client behind on its
+        // answers) are taken later; a part of one is a broken end.
+        if (!cs->body.empty() && WholeMessage(cs->body) == 0) {
           c.Answer(Reason::kBadRequest, "the stream ended inside a message");
           co_return;
         }
-        client_done = true;
+        client_done = cs->body.empty();
       }
       if (client_done && !call.body_done) {
         call.body_done = true;
@@ -270,6 +272,13 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         break;
       }
       check_overdue = false;
+      // Answers made room, or the client read its backlog: the messages
+      // held back are taken now, not at the next event.
+      if (H2Stream* held = conn->h2.Find(id);
+          held != nullptr && unanswered.size() < kMaxUnanswered && !conn->h2.AnswerBacklogged(id) &&
+          WholeMessage(held->body) > 0) {
+        continue;
+      }
       call.wake.expires_at(std::min({overdue_at, idle_at, c.deadline}));
       co_await call.wake.async_wait(Redirect(ec));
       if (!ec) check_overdue = true;  // the timer ran out: take in what came, then judge

@@ -51,8 +51,20 @@ bool IsTcpListener(int fd) {
 void Listeners::Close() {
   for (int fd : data) ::close(fd);
   data.clear();
-  if (admin >= 0) ::close(admin);
-  admin = -1;
+  for (int* fd : {&admin, &giver}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+void SayReady(int* giver) {
+  if (*giver < 0) return;
+  static constexpr char kReady[] = "ready\n";
+  if (::send(*giver, kReady, sizeof kReady - 1, MSG_NOSIGNAL) < 0) {
+    spdlog::warn("router: handoff: {}", Errno("telling the old router this one serves"));
+  }
+  ::close(*giver);
+  *giver = -1;
 }
 
 absl::StatusOr<Listeners> TakeListeners(const std::string& path) {
@@ -62,7 +74,9 @@ absl::StatusOr<Listeners> TakeListeners(const std::string& path) {
   if (fd < 0) return absl::InternalError(Errno("handoff: socket"));
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) != 0) {
     if (errno == ENOENT || errno == ECONNREFUSED) {
@@ -116,6 +130,8 @@ absl::StatusOr<Listeners> TakeListeners(const std::string& path) {
   }
   got.admin = got.data.back();
   got.data.pop_back();
+  got.giver = closer.fd;  // kept open for SayReady
+  closer.fd = -1;
   for (size_t i = 0; i <= got.data.size(); ++i) {
     const int d = i < got.data.size() ? got.data[i] : got.admin;
     if (!IsTcpListener(d)) {
@@ -195,17 +211,50 @@ void HandoffServer::Serve() {
     cm->cmsg_len = CMSG_LEN(sizeof(int) * all.size());
     std::memcpy(CMSG_DATA(cm), all.data(), sizeof(int) * all.size());
     const bool sent = ::sendmsg(c, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
-    ::close(c);
     if (!sent) {
       spdlog::warn("router: handoff: {}", Errno("sending the listeners"));
+      ::close(c);
       continue;
     }
-    // Given once: the successor holds them now.
+    spdlog::info(
+        "router: handoff: {} listener(s) given; serving on until the new router says "
+        "it serves",
+        fds_.data.size());
+    const bool ready = AwaitReady(c);
+    ::close(c);
+    if (!ready) {
+      spdlog::warn(
+          "router: handoff: the router that took the listeners ended before it "
+          "served; this one serves on");
+      continue;
+    }
+    // Given once: the successor serves on them now.
     spdlog::info("router: handoff: {} listener(s) given to the router that replaces this one",
                  fds_.data.size());
     fds_.Close();
     on_taken_();
     return;
+  }
+}
+
+bool HandoffServer::AwaitReady(int c) {
+  // No deadline: a successor waits for its first routes as long as they
+  // take, and this one serves meanwhile.
+  timeval none{0, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  std::string got;
+  for (;;) {
+    pollfd p[2] = {{c, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (p[1].revents != 0) return false;  // stopping
+    char buf[16];
+    ssize_t n = ::recv(c, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    got.append(buf, static_cast<size_t>(n));
+    if (got.size() >= 6) return got.rfind("ready\n", 0) == 0;
   }
 }
 

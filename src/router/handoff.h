@@ -14,7 +14,11 @@
 // its owner (the router's user, or root) can take the listeners, so another
 // process cannot share the port unseen. The exchange: the taker writes
 // "take 1\n"; the giver answers "listeners N\n" with N + 1 descriptors in
-// one SCM_RIGHTS message, the data-plane listeners then the admin one.
+// one SCM_RIGHTS message, the data-plane listeners then the admin one; the
+// taker writes "ready\n" once it serves (it holds routes). Only then does
+// the giver count its listeners taken and drain: a taker that fails before
+// (a bad config, no routes) leaves the giver serving, its listeners its own
+// still, and free to give them to the next taker.
 //
 // Thread-safety: a HandoffServer serves on a thread of its own and gives
 // its listeners once; `on_taken` runs on that thread.
@@ -34,8 +38,12 @@ namespace gpuha::router {
 struct Listeners {
   std::vector<int> data;  // the data plane's, one per loop of the giver
   int admin = -1;
+  int giver = -1;  // the taker's connection to the giver, for SayReady
   void Close();
 };
+
+// Tells the giver the taker serves now (it drains), and closes `*giver`.
+void SayReady(int* giver);
 
 // The listeners of the router serving at `path`. NotFound when none does
 // (no socket there, or a stale one nobody listens on: a first start, or
@@ -63,6 +71,8 @@ class HandoffServer {
   std::function<void()> on_taken_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
+  // Waits for the taker's "ready" on `c`; false: it ended or stopping.
+  bool AwaitReady(int c);
   unsigned long inode_ = 0;
   std::thread thread_;
 };

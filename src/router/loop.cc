@@ -55,6 +55,7 @@ void NoteLag(Loop& L, common::Duration late, common::Duration since_last) {
 bool UpConn::HasUnread() const {
   // The socket's receive queue only: `buf` may hold a chunk's trailing CRLF
   // for as long as the next chunk takes, which is no news.
+  if (client_paused) return false;
   int n = 0;
   return ::ioctl(const_cast<Socket&>(s).native_handle(), FIONREAD, &n) == 0 && n > 0;
 }

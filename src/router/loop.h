@@ -126,6 +126,9 @@ struct UpConn : Waiting {
     s.cancel(ec);
   }
   bool HasUnread() const override;
+  // Writing to its client (a token stream): bytes left unread on `s` then
+  // are the client's slowness, not the router's.
+  bool client_paused = false;
   Socket s;
   Deadline deadline;
   beast::flat_buffer buf;

@@ -135,9 +135,9 @@ awaitable<void> Prober::Probe(std::string address) {
         // Out of descriptors here says nothing about the upstream: no verdict.
         if (ec == beast::error::timeout) {
           silent();
-        } else if (!common::OutOfDescriptors(ec)) {
+        } else {
           silent_in_a_row = 0;
-          set(Health::kDown);
+          if (!common::OutOfDescriptors(ec)) set(Health::kDown);
         }
       }
     }
@@ -166,7 +166,11 @@ awaitable<void> Prober::Probe(std::string address) {
         const bool timed_out = ec == beast::error::timeout;
         close();
         buf.clear();
-        if (timed_out) silent();
+        if (timed_out) {
+          silent();
+        } else {
+          silent_in_a_row = 0;
+        }
       } else {
         silent_in_a_row = 0;
         // An answer is alive; an error answer (or, with expect_status, any

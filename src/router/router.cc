@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/http_server.h"
@@ -59,18 +60,39 @@ struct Router::Impl {
   std::shared_ptr<const TenantSet> tenants;  // as last published to the loops
   DnsCache dns;                              // before the prober, which reads it
   Prober prober;
-  // The admin listener a predecessor gave (Listen), for the admin server.
-  int admin_fd = -1;
+  // Listeners a predecessor gave (Start), until Listen and the admin
+  // server take them; `taken->giver` until this router serves (Serving).
+  std::optional<Listeners> taken;
   std::unique_ptr<HandoffServer> handoff;  // gives the listeners to a successor
   std::atomic<bool> handed_off{false};
+  std::mutex serving_mu;
+  bool accepting = false;  // guarded by serving_mu
+  // Accepts on every loop, and tells a predecessor this router serves, once
+  // it holds routes (a taker accepts nothing before: the predecessor
+  // serves meanwhile). Idempotent; any thread.
+  void Serving();
 };
+
+void Router::Impl::Serving() {
+  {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    if (shared.routes == nullptr && taken) return;
+  }
+  std::lock_guard<std::mutex> lock(serving_mu);
+  if (accepting) return;
+  accepting = true;
+  for (auto& L : loops) {
+    net::post(L->ioc, [lp = L.get()] { net::co_spawn(lp->ioc, Accept(*lp), net::detached); });
+  }
+  if (taken) SayReady(&taken->giver);
+}
 
 absl::Status Router::Impl::Listen() {
   // A router running at the handoff socket gives its listeners: they stay
   // open across the restart, and no connection is refused.
-  if (!config.handoff_socket.empty()) {
-    absl::StatusOr<Listeners> got = TakeListeners(config.handoff_socket);
-    if (got.ok()) {
+  if (taken) {
+    std::optional<Listeners>& got = taken;
+    {
       for (size_t i = 0; i < loops.size(); ++i) {
         int fd = ::dup(got->data[i % got->data.size()]);
         error_code ec;
@@ -81,13 +103,11 @@ absl::Status Router::Impl::Listen() {
         loops[i]->acceptor->assign(a.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
         if (ec) {
           ::close(fd);
-          got->Close();
           return absl::InternalError(absl::StrCat("listen: a handed-off socket: ", ec.message()));
         }
       }
-      admin_fd = got->admin;
-      got->admin = -1;
-      got->Close();  // each loop holds its own descriptor
+      for (int fd : got->data) ::close(fd);  // each loop holds its own descriptor
+      got->data.clear();
       port = loops.front()->acceptor->local_endpoint().port();
       if (port != config.listen.port && config.listen.port != 0) {
         spdlog::warn("router: the listeners taken are on port {}, not listen's {}: kept", port,
@@ -96,9 +116,6 @@ absl::Status Router::Impl::Listen() {
       spdlog::info("router: took the listeners (port {}) of the router at {}", port,
                    config.handoff_socket);
       return absl::OkStatus();
-    }
-    if (got.status().code() != absl::StatusCode::kNotFound) {
-      return absl::Status(got.status().code(), absl::StrCat("listen: ", got.status().message()));
     }
   }
   std::vector<net::io_context*> iocs;
@@ -122,6 +139,19 @@ absl::Status Router::Start() {
   int threads = I.config.threads > 0
                     ? I.config.threads
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // A router running at the handoff socket gives its listeners: they stay
+  // open across the restart, and no connection is refused. A loop each,
+  // at least: a socket of the group no loop accepted on would hold
+  // connections no one takes.
+  if (!I.config.handoff_socket.empty()) {
+    absl::StatusOr<Listeners> got = TakeListeners(I.config.handoff_socket);
+    if (got.ok()) {
+      threads = std::max(threads, static_cast<int>(got->data.size()));
+      I.taken = std::move(*got);
+    } else if (got.status().code() != absl::StatusCode::kNotFound) {
+      return absl::Status(got.status().code(), absl::StrCat("listen: ", got.status().message()));
+    }
+  }
   auto tls = MakeServerTls(I.config);
   if (!tls.ok()) return tls.status();
   auto upstream_tls = MakeUpstreamTls(I.config);
@@ -145,7 +175,9 @@ absl::Status Router::Start() {
     if (absl::Status s = SetRoutes(RouteTable::FromStatic(I.config.routes)); !s.ok()) return s;
   }
   auto admin = common::HttpServer::Start(
-      {.address = I.config.admin.host, .port = I.config.admin.port, .adopt_fd = I.admin_fd},
+      {.address = I.config.admin.host,
+       .port = I.config.admin.port,
+       .adopt_fd = I.taken ? std::exchange(I.taken->admin, -1) : -1},
       [this](const common::HttpRequest& r) -> common::HttpResponse {
         if (r.path == "/metrics") {
           return {200, "text/plain; version=0.0.4; charset=utf-8", MetricsText(), {}};
@@ -172,7 +204,6 @@ absl::Status Router::Start() {
   I.admin = std::move(*admin);
   for (auto& L : I.loops) {
     Loop* lp = L.get();
-    net::co_spawn(lp->ioc, Accept(*lp), net::detached);
     net::co_spawn(lp->ioc, Sweep(*lp), net::detached);
     lp->thread = std::thread([lp] { lp->ioc.run(); });
   }
@@ -186,6 +217,7 @@ absl::Status Router::Start() {
     if (!handoff.ok()) return handoff.status();
     I.handoff = std::move(*handoff);
   }
+  I.Serving();
   spdlog::info("router: {} loop(s) on {}:{}{}, admin on {}:{}", threads, I.config.listen.host,
                I.port, I.loops[0]->tls ? " (TLS)" : "", I.config.admin.host, I.admin->port());
   if (!I.tenants->auth_required()) {
@@ -225,6 +257,15 @@ bool Router::Ready(std::string* why) const {
 void Router::Drain(std::chrono::milliseconds timeout) {
   Impl& I = *impl_;
   if (I.shared.draining.exchange(true)) return;
+  if (!I.handed_off) {
+    // Its copies of the listeners go, or the sockets would stay open with
+    // no one accepting: connections would queue unserved for the drain.
+    I.handoff.reset();
+  } else if (I.admin) {
+    // The successor answers on the shared admin socket; this one's 503s
+    // would fail half the health checks.
+    I.admin->Stop();
+  }
   using SteadyClock = std::chrono::steady_clock;
   const auto start = SteadyClock::now();
   auto sum = [&I](std::atomic<int64_t> Stats::*field) {
@@ -336,6 +377,7 @@ absl::Status Router::SetRoutes(std::shared_ptr<const RouteTable> table) {
   }
   impl_->shared.routes_gen.fetch_add(1, std::memory_order_release);
   impl_->prober.SetRoutes(std::move(table));
+  impl_->Serving();  // the first routes of a router that took its listeners
   return absl::OkStatus();
 }
 

@@ -325,6 +325,32 @@ TEST_F(RouterGrpcTest, APipelinedStreamIsAnsweredInOrder) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// More messages written before the end than the router asks of its
+// upstream at once (128): the rest are taken as answers make room, and the
+// client's early end (END_STREAM with whole messages still held) is no
+// broken message. (A read-only review of this session's window bound
+// found that 200 messages then WritesDone were answered "ended inside a
+// message".)
+TEST_F(RouterGrpcTest, AStreamOfMoreMessagesThanAskedAtOnceIsAnsweredWhole) {
+  grpc::ClientContext ctx;
+  auto stream = Cam1Stream(*stub_, ctx);
+  auto img = Image(6, 5, 1);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(
+        stream->Write(worker::MakeGrpcInferRequest(absl::StrCat("m", i), img, nullptr, 6, 5)));
+  }
+  stream->WritesDone();
+  for (int i = 0; i < 300; ++i) {
+    inference::ModelStreamInferResponse r;
+    ASSERT_TRUE(stream->Read(&r)) << i;
+    EXPECT_EQ(r.infer_response().id(), absl::StrCat("m", i));
+  }
+  inference::ModelStreamInferResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  grpc::Status st = stream->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
 TEST_F(RouterGrpcTest, ACallWhoseStandbyMovedWhileItWaitedGoesWhereItsRouteNowPoints) {
   // A call waits on a stuck a; meanwhile b, its standby, is fenced and the
   // routes give a the standby c. Moved off a, it goes to c, not to b.
