@@ -73,7 +73,8 @@ inline auto Redirect(error_code& ec) {
 }
 
 // A coarse deadline on one socket. Arm() only stores a time; the loop's sweep
-// (every kSweep) cancels the socket's pending operations once it has passed.
+// (every kSweep) cancels the socket's pending operations once it has passed:
+// never early, up to a sweep late.
 // No timer per operation: no timerfd churn on the request path.
 class Deadline {
  public:
@@ -393,7 +394,10 @@ inline Deadline::Deadline(Loop& loop, Socket& s) : loop_(loop), s_(s) {
 }
 inline Deadline::~Deadline() { loop_.deadlines.erase(this); }
 inline void Deadline::Arm(milliseconds d) {
-  at_ = loop_.io_now + d;
+  // From the clock now, not the sweep's io_now: that one is up to a sweep
+  // old (more on a loaded host), and a deadline counted from it fell due
+  // early (a 400 ms body_timeout once closed a connection after 388 ms).
+  at_ = Clock::now() + d;
   expired_ = false;
 }
 
