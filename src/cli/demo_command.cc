@@ -42,6 +42,11 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                    "checked; 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0, 200));
+  app_->add_option("--routers", o_.routers,
+                   "Routers serving the same routes; the demo's clients keep the list and go "
+                   "on to the next when one refuses or dies (faults router-restart, router-kill)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4));
   app_->add_option("--latency", o_.latency_ms, "Workers' modelled GPU time, ms")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "absl/strings/str_split.h"
 #include "cli/exit_codes.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -12,7 +13,11 @@ namespace gpuha::cli {
 
 LoadCommand::LoadCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("load", "Load through the router: N streams, T seconds, checked");
-  app_->add_option("--target", target_, "Router HOST:PORT")->capture_default_str();
+  app_->add_option("--target", target_,
+                   "Router HOST:PORT, or several, comma-separated: the load goes to the first "
+                   "and on to the next when one refuses a connection or closes one with "
+                   "nothing back (its request is sent there again)")
+      ->capture_default_str();
   app_->add_option("--streams", o_.streams, "Streams PREFIX0..PREFIX{N-1}")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -65,10 +70,14 @@ LoadCommand::LoadCommand(CLI::App& parent) {
 }
 
 int LoadCommand::Run() {
-  auto hp = common::ParseHostPort(target_, "--target");
-  if (!hp.ok()) {
-    spdlog::error("load: {}", hp.status().message());
-    return kExitBadInput;
+  std::vector<common::HostPort> routers;
+  for (absl::string_view one : absl::StrSplit(target_, ',')) {
+    auto hp = common::ParseHostPort(std::string(one), "--target");
+    if (!hp.ok()) {
+      spdlog::error("load: {}", hp.status().message());
+      return kExitBadInput;
+    }
+    routers.push_back(*hp);
   }
   if (o_.path.empty() || o_.path[0] != '/') {
     spdlog::error("load: --path: must start with '/'");
@@ -79,8 +88,9 @@ int LoadCommand::Run() {
   o_.grpc = protocol_ == "grpc";
   o_.grpc_stream = protocol_ == "grpc-stream";
   if (o_.sse && app_->count("--path") == 0) o_.path = "/v1/completions";
-  o_.host = hp->host;
-  o_.port = hp->port;
+  o_.host = routers[0].host;
+  o_.port = routers[0].port;
+  o_.more_routers.assign(routers.begin() + 1, routers.end());
   o_.duration = std::chrono::milliseconds(static_cast<int64_t>(seconds_ * 1000));
   o_.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
   o_.progress = !quiet_;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -75,8 +77,19 @@ absl::Status LocalCluster::Start() {
   if (o_.controllers > 1) {
     for (int i = 0; i < 3; ++i) etcd_.push_back({absl::StrCat("etcd-", i + 1), port(), port()});
   }
-  router_ = port();
-  router_admin_ = port();
+  if (o_.routers < 1 || o_.routers > 8) return absl::InvalidArgumentError("routers: 1 to 8");
+  char handoff_dir[] = "/tmp/gpuha-rt-XXXXXX";
+  if (::mkdtemp(handoff_dir) == nullptr) return absl::InternalError("mkdtemp /tmp/gpuha-rt-XXXXXX failed");
+  handoff_dir_ = handoff_dir;
+  for (int i = 0; i < o_.routers; ++i) {
+    LocalRouter r;
+    r.name = o_.routers > 1 ? absl::StrCat("router-", i + 1) : "router";
+    r.port = port();
+    r.admin_port = port();
+    r.config = absl::StrCat(dir_, "/", r.name, ".yaml");
+    r.handoff = absl::StrCat(handoff_dir_, "/", i + 1, ".sock");
+    routers_.push_back(r);
+  }
   // A run of free ports: GPU i's worker is on the first + i.
   auto ports = [&](int count) -> uint16_t {
     for (int tries = 0; tries < 100; ++tries) {
@@ -119,10 +132,82 @@ absl::Status LocalCluster::Start() {
   for (LocalNode& n : nodes_) {
     if (absl::Status s = StartAgent(n); !s.ok()) return s;
   }
-  auto router = Spawn({o_.exe, "router", "--config", dir_ + "/router.yaml"}, "router");
-  if (!router.ok()) return router.status();
-  router_pid_ = *router;
+  for (LocalRouter& r : routers_) {
+    auto pid = Spawn({o_.exe, "router", "--config", r.config, "--handoff-socket", r.handoff}, r.name);
+    if (!pid.ok()) return pid.status();
+    r.pid = *pid;
+  }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartRouter(size_t i) {
+  LocalRouter& r = routers_.at(i);
+  auto pid = Spawn({o_.exe, "router", "--config", r.config, "--handoff-socket", r.handoff}, r.name);
+  if (!pid.ok()) return pid.status();
+  r.pid = *pid;
+  if (!WaitFor(
+          [&] {
+            auto h = common::HttpCall("GET", "127.0.0.1", r.admin_port, "/healthz", "",
+                                      milliseconds(500));
+            return h.ok() && h->status == 200;
+          },
+          milliseconds(10000))) {
+    return absl::UnavailableError(
+        absl::StrCat(r.name, " was not ready in 10 s; see ", dir_, "/", r.name, ".log"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartRouter(size_t i, double* taken_ms) {
+  LocalRouter& r = routers_.at(i);
+  const pid_t old = r.pid;
+  const std::string log = absl::StrCat(dir_, "/", r.name, ".log");
+  auto given = [&] {  // the old process's word that the new one took its listeners
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    size_t n = 0;
+    for (size_t at = text.str().find("given to the router that replaces this one");
+         at != std::string::npos;
+         at = text.str().find("given to the router that replaces this one", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const size_t given_before = given();
+  const auto start = SteadyClock::now();
+  auto pid = Spawn({o_.exe, "router", "--config", r.config, "--handoff-socket", r.handoff}, r.name);
+  if (!pid.ok()) return pid.status();
+  r.pid = *pid;
+  if (!WaitFor([&] { return given() > given_before; }, milliseconds(10000))) {
+    return absl::UnavailableError(absl::StrCat(
+        r.name, ": the new process did not take the listeners in 10 s; see ", log));
+  }
+  if (taken_ms != nullptr) {
+    *taken_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
+  }
+  if (!WaitFor(
+          [&] {
+            Reap();
+            return ::kill(old, 0) != 0;
+          },
+          milliseconds(30000))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(r.name, ": the old process did not drain and exit in 30 s; see ", log));
+  }
+  return absl::OkStatus();
+}
+
+void LocalCluster::KillRouter(size_t i) {
+  LocalRouter& r = routers_.at(i);
+  if (r.pid > 0) ::kill(r.pid, SIGKILL);
+  WaitFor(
+      [&] {
+        Reap();
+        return ::kill(r.pid, 0) != 0;
+      },
+      milliseconds(5000));
+  r.pid = -1;
 }
 
 absl::Status LocalCluster::StartController() {
@@ -389,7 +474,9 @@ void LocalCluster::Stop() {
   if (stopped_) return;
   stopped_ = true;
   std::vector<pid_t> pids;
-  if (router_pid_ > 0) pids.push_back(router_pid_);
+  for (const LocalRouter& r : routers_) {
+    if (r.pid > 0) pids.push_back(r.pid);
+  }
   for (const LocalNode& n : nodes_) {
     pid_t w = WorkerPid(n);
     if (w > 0) pids.push_back(w);
@@ -416,6 +503,10 @@ void LocalCluster::Stop() {
     std::this_thread::sleep_for(milliseconds(20));
   }
   if (netns_made_) (void)Ip({"ip", "netns", "del", netns_});  // takes the veth pair too
+  if (!handoff_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(handoff_dir_, ec);
+  }
 }
 
 void LocalCluster::Reap() {
@@ -555,18 +646,21 @@ absl::Status LocalCluster::WriteConfigs() {
     a.job_progress_dir = JobProgressDir(n);
     if (absl::Status s = common::WriteFileAtomic(n.config, a.Yaml()); !s.ok()) return s;
   }
-  RouterYaml r;
-  r.listen = absl::StrCat("127.0.0.1:", router_);
-  r.admin = absl::StrCat("127.0.0.1:", router_admin_);
-  r.threads = 1;
-  r.id = "demo-router";
-  r.controllers = grpc;
-  r.tenants = {{.name = "acme",
-                .api_keys = {o_.api_key},
-                .requests_per_second = 100000,
-                .burst = 100000,
-                .max_concurrent = 4096}};
-  return common::WriteFileAtomic(dir_ + "/router.yaml", r.Yaml());
+  for (const LocalRouter& lr : routers_) {
+    RouterYaml r;
+    r.listen = absl::StrCat("127.0.0.1:", lr.port);
+    r.admin = absl::StrCat("127.0.0.1:", lr.admin_port);
+    r.threads = 1;
+    r.id = "demo-" + lr.name;
+    r.controllers = grpc;
+    r.tenants = {{.name = "acme",
+                  .api_keys = {o_.api_key},
+                  .requests_per_second = 100000,
+                  .burst = 100000,
+                  .max_concurrent = 4096}};
+    if (absl::Status s = common::WriteFileAtomic(lr.config, r.Yaml()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gpuha::cluster

@@ -62,6 +62,9 @@ struct LocalClusterOptions {
   // for an agent to confirm a fence before it runs the hook.
   std::string fence_hook{};
   int fence_timeout_ms = 5000;
+  // Routers serving the same routes from the controllers' watch (a client
+  // keeps the list: `gpuha load` with several --target).
+  int routers = 1;
   std::string api_key = "demo-acme-key";    // tenant acme's key at the router
   const std::atomic<bool>* stop = nullptr;  // WaitFor gives up when set
 };
@@ -76,6 +79,14 @@ struct LocalController {
 struct LocalEtcd {
   std::string name;
   uint16_t client_port = 0, peer_port = 0;
+  pid_t pid = -1;
+};
+
+struct LocalRouter {
+  std::string name;
+  uint16_t port = 0, admin_port = 0;
+  std::string config;
+  std::string handoff;  // its handoff socket: a restart's new process takes its listeners there
   pid_t pid = -1;
 };
 
@@ -128,6 +139,17 @@ class LocalCluster {
   // Cuts (or restores) the partitioned node's only link: packets are dropped
   // both ways, with no reset, as when a switch port or cable fails.
   [[nodiscard]] absl::Status SetLink(bool up);
+  // Starts router `i` afresh (it binds its ports; a killed one's handoff
+  // socket is stale) and waits until its readiness says it serves (10 s).
+  [[nodiscard]] absl::Status StartRouter(size_t i);
+  // Restarts router `i` as a rolling upgrade does: a new process takes the
+  // running one's listeners through the handoff socket, and the old one
+  // drains and exits (waited for, up to 30 s). `*taken_ms`: from the new
+  // process's start to the old one's log saying its listeners were given.
+  [[nodiscard]] absl::Status RestartRouter(size_t i, double* taken_ms = nullptr);
+  // SIGKILL to router `i` (a crashed router host).
+  void KillRouter(size_t i);
+  std::vector<LocalRouter>& routers() { return routers_; }
   // The worker: the agent's child, in its own session, or with
   // watched_servers the cluster's own; -1 when none runs.
   pid_t WorkerPid(const LocalNode& n) const;
@@ -159,8 +181,8 @@ class LocalCluster {
 
   std::vector<LocalNode>& nodes() { return nodes_; }
   LocalNode* FindNode(const std::string& name);
-  uint16_t router_port() const { return router_; }
-  uint16_t router_admin_port() const { return router_admin_; }
+  uint16_t router_port() const { return routers_[0].port; }
+  uint16_t router_admin_port() const { return routers_[0].admin_port; }
   // The leading controller's HTTP port (the first controller's when none leads).
   uint16_t api_port() const;
   const std::string& dir() const { return dir_; }
@@ -183,7 +205,8 @@ class LocalCluster {
 
   const LocalClusterOptions o_;
   const std::string dir_;
-  uint16_t router_ = 0, router_admin_ = 0;
+  std::vector<LocalRouter> routers_;
+  std::string handoff_dir_;  // short (a Unix socket's path has 107 bytes): /tmp/gpuha-rt-XXXXXX
   std::vector<LocalController> controllers_;
   std::vector<LocalEtcd> etcd_;
   mutable std::atomic<size_t> leader_{0};  // the controller Api() tries first
@@ -193,7 +216,6 @@ class LocalCluster {
   std::string netns_, veth_;
   bool netns_made_ = false;
   std::vector<LocalNode> nodes_;
-  pid_t router_pid_ = -1;
   bool stopped_ = false;
 };
 

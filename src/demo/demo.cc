@@ -40,6 +40,7 @@ namespace {
 
 using cluster::LocalCluster;
 using cluster::LocalNode;
+using cluster::LocalRouter;
 
 int64_t UnixNanos() { return common::RealClock::Get()->UnixNanos(); }
 
@@ -164,27 +165,25 @@ class Demo {
       if (!r.ok())
         return absl::InternalError(absl::StrCat("admitting cam-", i, ": ", r.status().message()));
     }
-    // Through the router: each stream's worker answers a real inference.
-    load::LoadOptions probe = Load(200, milliseconds(300), milliseconds(2000));
-    bool ready = c_.WaitFor(
-        [&] {
-          auto r = load::RunLoad(probe);
-          return r.ok() && r->failed == 0 && r->ok > 0;
-        },
-        milliseconds(20000));
-    // And over gRPC, through the routes' gRPC addresses: calls, then streams.
-    for (bool stream : {false, true}) {
-      if (!ready || o_.grpc_streams == 0) break;
-      probe.infer = false;
-      probe.grpc = !stream;
-      probe.grpc_stream = stream;
-      probe.streams = std::min(o_.grpc_streams, o_.streams);
-      ready = c_.WaitFor(
-          [&] {
-            auto r = load::RunLoad(probe);
-            return r.ok() && r->failed == 0 && r->ok > 0;
-          },
-          milliseconds(20000));
+    // Through each router: each stream's worker answers a real inference,
+    // and over gRPC, through the routes' gRPC addresses: calls, then streams.
+    bool ready = true;
+    for (const LocalRouter& router : c_.routers()) {
+      load::LoadOptions probe = Load(200, milliseconds(300), milliseconds(2000));
+      probe.port = router.port;
+      probe.more_routers.clear();
+      for (int kind = 0; kind < (o_.grpc_streams > 0 ? 3 : 1) && ready; ++kind) {
+        probe.infer = kind == 0;
+        probe.grpc = kind == 1;
+        probe.grpc_stream = kind == 2;
+        if (kind > 0) probe.streams = std::min(o_.grpc_streams, o_.streams);
+        ready = c_.WaitFor(
+            [&] {
+              auto r = load::RunLoad(probe);
+              return r.ok() && r->failed == 0 && r->ok > 0;
+            },
+            milliseconds(20000));
+      }
     }
     if (!ready) {
       return absl::UnavailableError(
@@ -201,6 +200,9 @@ class Demo {
   load::LoadOptions Load(double rate, milliseconds duration, milliseconds timeout) const {
     load::LoadOptions l;
     l.port = c_.router_port();
+    for (size_t i = 1; i < c_.routers().size(); ++i) {
+      l.more_routers.push_back({"127.0.0.1", c_.routers()[i].port});
+    }
     l.streams = o_.streams;
     l.rate = rate;
     l.duration = duration;
@@ -260,14 +262,19 @@ class Demo {
     });
   }
 
-  // The router's count of answers continued on the standby mid-answer.
+  // The routers' count of answers continued on the standby mid-answer (a
+  // router restarted since counts from 0 again).
   double Continuations() const {
-    auto r = common::HttpCall("GET", "127.0.0.1", c_.router_admin_port(), "/metrics", "",
-                              milliseconds(2000));
-    if (!r.ok()) return 0;
-    const std::string name = "\ngpuha_router_sse_continuations_total ";
-    size_t at = r->body.find(name);
-    return at == std::string::npos ? 0 : std::stod(r->body.substr(at + name.size()));
+    double sum = 0;
+    for (const LocalRouter& router : c_.routers()) {
+      auto r = common::HttpCall("GET", "127.0.0.1", router.admin_port, "/metrics", "",
+                                milliseconds(2000));
+      if (!r.ok()) continue;
+      const std::string name = "\ngpuha_router_sse_continuations_total ";
+      size_t at = r->body.find(name);
+      if (at != std::string::npos) sum += std::stod(r->body.substr(at + name.size()));
+    }
+    return sum;
   }
   void StopLoad() {
     stop_load_ = true;
@@ -335,6 +342,7 @@ class Demo {
     const bool controller = spec.target == Target::kController;
     const bool every = spec.target == Target::kEveryNode;
     const bool fleet = spec.target == Target::kFleet;
+    const bool router = spec.target == Target::kRouter;
     FaultTimeline t;
     t.fault = fault;
     auto before = c_.Api("GET", "/api/v1/streams");
@@ -379,12 +387,12 @@ class Demo {
         } else if (p == node->name) {
           node_others.insert(s);
         }
-      } else if (controller || every || fleet || p == node->name ||
+      } else if (controller || every || fleet || router || p == node->name ||
                  (second_ && p == second_->name)) {
         hit.insert(s);
       }
     }
-    t.node = controller       ? "control-plane"
+    t.node = controller || router ? "control-plane"
              : every || fleet ? "every node"
              : gpu            ? unit
              : second_        ? node->name + "+" + second_->name
@@ -413,12 +421,14 @@ class Demo {
       injected = spec.inject(faults_, *node);
     }
     if (injected.ok() && second_ != nullptr) injected = spec.inject(faults_, *second_);
-    if (controller && !faults_.hit.empty()) t.node = faults_.hit;
+    if ((controller || router) && !faults_.hit.empty()) t.node = faults_.hit;
+    t.router_taken_ms = faults_.router_taken_ms;
+    faults_.router_taken_ms.clear();
     if (!injected.ok()) t.note = absl::StrCat("inject failed: ", injected.message());
     c_.Sleep(milliseconds(o_.observe_ms));
     if (spec.target == Target::kJobNode) JobSteps(*node, job_before, t0, &t);
 
-    if (!controller) {
+    if (!controller && !router) {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
       std::vector<controller::Event> logged;
       if (events.ok() && events->is_array()) {
@@ -453,7 +463,8 @@ class Demo {
     for (const auto& [s, p] : Primaries(during.ok() ? *during : json())) {
       if (p.empty()) hit.erase(s);
     }
-    absl::Status repaired = controller ? RepairController(primaries, t0, &t)
+    absl::Status repaired = router ? (spec.repair ? spec.repair(faults_, *node) : absl::OkStatus())
+                            : controller ? RepairController(primaries, t0, &t)
                             : every    ? absl::OkStatus()  // each node was back before the next
                             : fleet    ? RepairFleet(spec, &t)
                                        : Repair(spec, *node, &t);
@@ -461,7 +472,7 @@ class Demo {
     if (every) {
       auto after = c_.Api("GET", "/api/v1/streams");
       t.routes_unchanged = after.ok() && Primaries(*after) == primaries;
-    } else if (!controller && !fleet) {
+    } else if (!controller && !fleet && !router) {
       // A node that came back is the spare: the work it lost stays where it went.
       auto after = c_.Api("GET", "/api/v1/streams");
       for (const auto& [s, p] : Primaries(after.ok() ? *after : json())) {
@@ -470,11 +481,11 @@ class Demo {
     }
     if (!repaired.ok()) t.note += (t.note.empty() ? "" : "; ") + std::string(repaired.message());
     int64_t t_end = UnixNanos();
-    Count(t0, t_end, hit, controller || every || fleet ? "" : node->name, &t);
+    Count(t0, t_end, hit, controller || every || fleet || router ? "" : node->name, &t);
     llm_.answers.CountIn(t0, t_end, &t.llm_answered, &t.llm_failed);
     grpc_.answers.CountIn(t0, t_end, &t.grpc_answered, &t.grpc_failed);
     grpc_stream_.answers.CountIn(t0, t_end, &t.grpc_stream_answered, &t.grpc_stream_failed);
-    t.llm_continued = static_cast<uint64_t>(Continuations() - continued_before);
+    t.llm_continued = static_cast<uint64_t>(std::max(0.0, Continuations() - continued_before));
     PrintTimeline(t);
     return t;
   }
@@ -666,6 +677,18 @@ class Demo {
           "  every agent stopped (SIGTERM) and started in turn; %d node(s) taken "
           "out; routes %s\n",
           t.taken_out, t.routes_unchanged ? "unchanged" : "CHANGED");
+    } else if (t.fault == "router-restart") {
+      std::vector<std::string> each;
+      for (double ms : t.router_taken_ms) each.push_back(absl::StrFormat("%.1f ms", ms));
+      out_ << absl::StrFormat(
+          "  each router restarted in turn through its handoff socket; listeners taken after "
+          "%s; each old process drained and exited\n",
+          each.empty() ? "-" : absl::StrJoin(each, ", "));
+    } else if (t.fault == "router-kill") {
+      out_ << absl::StrFormat(
+          "  %s killed (kill -9); clients went on to the next router on their list; %s "
+          "started again\n",
+          t.node, t.node);
     } else if (t.fault == "controller-restart") {
       out_ << absl::StrFormat("  controller killed and restarted; routes %s\n",
                               t.routes_unchanged ? "unchanged" : "CHANGED");
@@ -791,6 +814,10 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
       return absl::InvalidArgumentError(
           absl::StrCat("--faults: '", f, "' hits one MIG instance; run it with --mig-per-gpu 1+"));
     }
+    if (f == "router-kill" && o.routers < 2) {
+      return absl::InvalidArgumentError(
+          "--faults: 'router-kill' kills a router; run it with --routers 2 or more");
+    }
     if (FindFault(f)->ha && !o.ha) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--faults: '", f, "' is a fault of the etcd control plane; run it with --ha"));
@@ -814,6 +841,7 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   bool partition = false;
   for (const std::string& f : o.faults) partition = partition || FindFault(f)->partition;
+  if (o.routers < 1 || o.routers > 4) return absl::InvalidArgumentError("--routers: must be 1 to 4");
   if (o.gpus_per_node < 1 || o.gpus_per_node > 8) {
     return absl::InvalidArgumentError("--gpus-per-node: must be 1 to 8");
   }
@@ -835,10 +863,12 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .watched_servers = o.watched_servers,
                         // A BMC power-off's stand-in: the demo's nodes die whole.
                         .fence_hook = o.train ? "true" : "",
+                        .routers = o.routers,
                         .stop = o.stop},
                        dir);
   out << "gpuha demo: " << (o.ha ? "3 controllers on a 3-member etcd cluster" : "controller")
-      << ", router and 4 agents (3 active + 1 passive, " << o.gpus_per_node << " simulated L4 each"
+      << ", " << (o.routers > 1 ? absl::StrCat(o.routers, " routers") : "router")
+      << " and 4 agents (3 active + 1 passive, " << o.gpus_per_node << " simulated L4 each"
       << (o.mig_per_gpu > 0
               ? absl::StrCat(" in ", o.mig_per_gpu, " MIG instances, a worker per instance")
           : o.gpus_per_node > 1 ? ", a worker per GPU"

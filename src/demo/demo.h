@@ -60,6 +60,14 @@
 //                while its heartbeats go on; the node fails over
 //   gpu-vanish   GPU 0 leaves the node's (fake) sysfs PCI tree, as a GPU that
 //                fell off the bus: the agent fails it at its next sample
+//   router-restart  each router restarted in turn through its handoff
+//                socket (a rolling upgrade of the data plane): the new
+//                process takes the listeners, the old one drains and exits;
+//                nothing may fail
+//   router-kill  (--routers 2+) kill -9 of the first router: the load goes
+//                on to the next router on its list, re-sending what got no
+//                byte back; only what the killed router had begun answering
+//                (an LLM answer, a gRPC call) can fail. The repair starts it.
 //   partition    (root only) gpu-1 runs in its own network namespace, linked
 //                by a veth pair; its link goes down, so packets vanish both
 //                ways with no reset. The controller then listens on the
@@ -121,6 +129,8 @@ struct DemoOptions {
   int grpc_streams = 4;
   // Three controllers on a three-member etcd cluster instead of one on SQLite.
   bool ha = false;
+  // Routers serving the same routes; the demo's clients keep the list.
+  int routers = 1;
   // Workers run beside the agents, which watch them, instead of under them
   // (LocalClusterOptions::watched_servers).
   bool watched_servers = false;

@@ -160,6 +160,29 @@ const std::vector<FaultSpec>& FaultTable() {
       // GPU 0 gone from the PCI bus (fallen off, hot-unplugged).
       {"gpu-vanish", Target::kNode, false, false,
        [](FaultContext& f, LocalNode& n) { return f.cluster.VanishGpu(n, 0); }, reboot},
+      // A rolling upgrade of the data plane: each router restarted in turn
+      // through its handoff socket. The new process takes the listeners,
+      // which never close; the old one drains what it holds and exits.
+      {"router-restart", Target::kRouter, false, false,
+       [](FaultContext& f, LocalNode&) {
+         f.hit = "every router";
+         for (size_t i = 0; i < f.cluster.routers().size(); ++i) {
+           double ms = 0;
+           if (absl::Status s = f.cluster.RestartRouter(i, &ms); !s.ok()) return s;
+           f.router_taken_ms.push_back(ms);
+         }
+         return absl::OkStatus();
+       },
+       nullptr},
+      // kill -9 of the first router (--routers 2+): clients go to the next
+      // router on their list. The repair starts it again.
+      {"router-kill", Target::kRouter, false, false,
+       [](FaultContext& f, LocalNode&) {
+         f.hit = f.cluster.routers()[0].name;
+         f.cluster.KillRouter(0);
+         return absl::OkStatus();
+       },
+       [](FaultContext& f, LocalNode&) { return f.cluster.StartRouter(0); }},
       {"partition", Target::kNode, true, false,
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(false); },
        [](FaultContext& f, LocalNode&) { return f.cluster.SetLink(true); }},

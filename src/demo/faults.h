@@ -28,6 +28,7 @@ enum class Target {
   kGpu,         // GPU 1 of the busiest node (--gpus-per-node 2 or more)
   kSlice,       // the busiest MIG instance of the busiest node (--mig-per-gpu 1 or more)
   kFleet,       // every node at once; each repaired in turn afterwards
+  kRouter,      // the routers (--routers): each in turn, or the first
 };
 
 // What a fault's inject leaves for its repair.
@@ -37,6 +38,9 @@ struct FaultContext {
   std::vector<int> killed_etcd{};  // etcd members the repair starts again
   std::string hit{};               // what a control-plane fault hit ("controller-2", "etcd-1")
   uint32_t gpu = 0, slice = 0;     // the MIG instance a kSlice fault hits
+  // router-restart: per router, from the new process's start to its old
+  // one's word that it took the listeners.
+  std::vector<double> router_taken_ms{};
 };
 
 using FaultAction = std::function<absl::Status(FaultContext&, cluster::LocalNode&)>;
@@ -47,7 +51,7 @@ struct FaultSpec {
   bool partition;  // needs node 1 in its own network namespace
   bool ha;         // needs --ha (three controllers on etcd)
   FaultAction inject;
-  FaultAction repair;  // null for the controller (the demo restarts it)
+  FaultAction repair;  // null for the controller (the demo restarts it) and router-restart
 };
 
 const std::vector<FaultSpec>& FaultTable();

@@ -128,6 +128,7 @@ std::string DemoReport::Json() const {
          {"job_fenced_ms", opt(t.job_fenced_ms)},
          {"job_started_ms", opt(t.job_started_ms)},
          {"steps_lost", t.steps_lost ? json(*t.steps_lost) : json(nullptr)},
+         {"router_taken_ms", t.router_taken_ms},
          {"note", t.note}});
   }
   return json{{"faults", faults_json},

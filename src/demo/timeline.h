@@ -58,6 +58,9 @@ struct FaultTimeline {
   // past the checkpoint the next one resumed from.
   std::optional<double> job_fenced_ms, job_started_ms;
   std::optional<int64_t> steps_lost;
+  // router-restart: per router, from its new process's start to its
+  // listeners taken (the old one then drained).
+  std::vector<double> router_taken_ms;
   std::string note;
 };
 

@@ -168,6 +168,9 @@ class GrpcCalls {
 
 // A message of a streaming call waiting for its answer.
 class StreamCall;
+// A message's end when its call ended without the router having taken it
+// (a drain): it is sent again, on a new call.
+const std::string kNotTaken = "not taken: the router drained";
 struct StreamMessage {
   explicit StreamMessage(net::io_context& ioc) : wake(ioc) {}
   std::string id;
@@ -257,8 +260,12 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
     // The last reaction; its news is the last thing posted for this call.
     calls_->End(&ctx, [this, st] {
       finished_ = true;
-      FailAll(st.ok() ? std::string("stream ended before its answers")
-                      : GrpcFailure("grpc stream", st, ctx));
+      std::string why = st.ok() ? std::string("stream ended before its answers")
+                                : GrpcFailure("grpc stream", st, ctx);
+      // A router ends a stream for its drain only once it owes no answer:
+      // the messages still out were never taken, and go on a new call.
+      if (why == "grpc stream UNAVAILABLE draining") why = kNotTaken;
+      FailAll(why);
     });
   }
   // On the loop: the answer to the oldest message out.
@@ -312,9 +319,13 @@ class Runner {
  public:
   Runner(const LoadOptions& o, net::io_context& ioc) : o_(o), ioc_(ioc), rng_(42) {
     if (o.infer || o.grpc || o.grpc_stream) frames_ = MakeFrames(o.image_side);
+    routers_.emplace_back(net::ip::make_address(o.host), o.port);
+    for (const common::HostPort& r : o.more_routers) {
+      routers_.emplace_back(net::ip::make_address(r.host), r.port);
+    }
     if (o.grpc || o.grpc_stream) {
-      stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-          absl::StrCat(o.host, ":", o.port), grpc::InsecureChannelCredentials()));
+      stub_ = inference::GRPCInferenceService::NewStub(
+          grpc::CreateChannel(GrpcTarget(), grpc::InsecureChannelCredentials()));
       calls_ = std::make_unique<GrpcCalls>(ioc_);
     }
     for (int i = 0; i < o.streams; ++i) {
@@ -359,12 +370,14 @@ class Runner {
   }
 
   // Where the pooled connection comes from: the stream's idle list (its
-  // newest connection not too old; `reused` set), or a new one (nullptr and
-  // `failure` set when the connect fails).
+  // newest connection not too old; `reused` set), or a new one to the
+  // router in use, or the next that takes it (nullptr and `failure` set
+  // when none does). `router` says which router a new one went to.
   net::awaitable<std::unique_ptr<beast::tcp_stream>> Connection(StreamState& s,
                                                                 std::string* failure,
                                                                 bool* reused = nullptr,
-                                                                bool fresh = false) {
+                                                                bool fresh = false,
+                                                                size_t* router = nullptr) {
     if (reused != nullptr) *reused = false;
     while (!fresh && !s.idle.empty()) {
       Pooled p = std::move(s.idle.back());
@@ -373,30 +386,45 @@ class Runner {
       if (reused != nullptr) *reused = true;
       co_return std::move(p.c);
     }
-    auto c = std::make_unique<beast::tcp_stream>(ioc_);
-    c->expires_after(o_.timeout);
-    error_code ec;
-    co_await c->async_connect(tcp::endpoint(net::ip::make_address(o_.host), o_.port),
-                              net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
+    for (size_t tried = 0; tried < routers_.size(); ++tried) {
+      const size_t at = router_;
+      auto c = std::make_unique<beast::tcp_stream>(ioc_);
+      c->expires_after(o_.timeout);
+      error_code ec;
+      co_await c->async_connect(routers_[at], net::redirect_error(net::use_awaitable, ec));
+      if (!ec) {
+        if (router != nullptr) *router = at;
+        failure->clear();  // an earlier router's refusal is not this request's failure
+        co_return c;
+      }
       *failure = "connect: " + ec.message();
-      co_return nullptr;
+      NextRouter(at);
     }
-    co_return c;
+    co_return nullptr;
+  }
+
+  // Moves the load off router `from` (unless another request already did).
+  void NextRouter(size_t from) {
+    if (routers_.size() < 2 || router_ != from) return;
+    router_ = (from + 1) % routers_.size();
+    report_.router_failovers++;
   }
 
   // Sends `req` on a connection (pooled when one is) and reads the answer's
-  // head, and with `whole` its body too, into `p`. A kept-alive connection
-  // the other side closed as the request went out brings nothing back:
-  // nothing was answered, so the request goes once more on a new
-  // connection, as curl and Go's client do (the keep-alive race, counted
-  // apart as stale_retries). Null: the connect failed (`failure` says how).
+  // head, and with `whole` its body too, into `p`. A connection that brings
+  // nothing back was not answered, so the request goes again on a new one:
+  // a kept-alive one the other side closed as the request went out (the
+  // keep-alive race, counted apart as stale_retries), as curl and Go's
+  // client do; a new one whose router died with it in hand, to the next
+  // router, once per router. Null: no connect succeeded (`failure` says how).
   net::awaitable<std::unique_ptr<beast::tcp_stream>> Send(
       StreamState& s, const std::string& req, bool whole, beast::flat_buffer& buf,
       std::optional<http::response_parser<http::string_body>>& p, error_code& ec,
       std::string* failure) {
     bool reused = false;
-    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, failure, &reused);
+    size_t router = 0;
+    std::unique_ptr<beast::tcp_stream> c = co_await Connection(s, failure, &reused, false, &router);
+    size_t fresh_left = routers_.size();  // new connections that may still come back empty
     while (c) {
       c->expires_after(o_.timeout);
       p.emplace();
@@ -407,11 +435,16 @@ class Runner {
       } else if (!ec) {
         co_await http::async_read_header(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
       }
-      if (!ec || !reused || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
-      report_.stale_retries++;
+      if (!ec || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
+      if (reused) {
+        report_.stale_retries++;
+      } else {
+        if (--fresh_left == 0) break;
+        NextRouter(router);
+      }
       reused = false;
       ec = {};
-      c = co_await Connection(s, failure, nullptr, /*fresh=*/true);
+      c = co_await Connection(s, failure, nullptr, /*fresh=*/true, &router);
     }
     co_return c;
   }
@@ -647,13 +680,30 @@ class Runner {
     m->frame = &frame;
     const auto sent_at = Clock::now();
     Out(s, sent_at);
-    StreamCall& call = OpenStream(s);
-    m->call = &call;
-    inference::ModelInferRequest req = frame.grpc;
-    req.set_id(m->id);
-    call.Send(std::move(req), m);
     const auto deadline = sent_at + o_.timeout;
-    m->wake.expires_at(deadline);
+    m->failure = kNotTaken;
+    while (m->failure == kNotTaken) {
+      if (m->done) report_.stale_retries++;  // a drained call's: sent again
+      m->done = false;
+      m->failure.clear();
+      StreamCall& call = OpenStream(s);
+      m->call = &call;
+      inference::ModelInferRequest req = frame.grpc;
+      req.set_id(m->id);
+      call.Send(std::move(req), m);
+      m->wake.expires_at(deadline);
+      co_await WaitAnswered(s, *m, deadline);
+    }
+    const auto now = Clock::now();
+    in_flight_--;
+    Back(s, m->failure, now);
+    Record(s, sent_at, now, m->failure, m->node, nullptr);
+  }
+
+  // Until `m` is answered, failed, or given up at `deadline`.
+  net::awaitable<void> WaitAnswered(StreamState& s, StreamMessage& m_ref,
+                                    Clock::time_point deadline) {
+    StreamMessage* m = &m_ref;
     while (!m->done) {
       error_code ec;
       co_await m->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
@@ -665,10 +715,6 @@ class Runner {
         if (s.call.get() == m->call) s.ended.push_back(std::move(s.call));
       }
     }
-    const auto now = Clock::now();
-    in_flight_--;
-    Back(s, m->failure, now);
-    Record(s, sent_at, now, m->failure, m->node, nullptr);
   }
 
   net::awaitable<void> One(StreamState& s) {
@@ -810,9 +856,24 @@ class Runner {
   }
 
  private:
+  // The gRPC channel's target: the router, or the list of them in gRPC's
+  // own form ("ipv4:A:P,B:P"; RunLoad checked that they are all one family).
+  std::string GrpcTarget() const {
+    if (routers_.size() == 1) return absl::StrCat(o_.host, ":", o_.port);
+    std::vector<std::string> each;
+    for (const tcp::endpoint& e : routers_) {
+      each.push_back(e.address().is_v6() ? absl::StrCat("[", e.address().to_string(), "]:", e.port())
+                                         : absl::StrCat(e.address().to_string(), ":", e.port()));
+    }
+    return absl::StrCat(routers_[0].address().is_v6() ? "ipv6:" : "ipv4:",
+                        absl::StrJoin(each, ","));
+  }
+
   static inline const std::string kPost = "POST";
   const LoadOptions& o_;
   net::io_context& ioc_;
+  std::vector<tcp::endpoint> routers_;  // o_.host:o_.port, then o_.more_routers
+  size_t router_ = 0;                   // the one new connections go to
   std::vector<Frame> frames_;
   std::mt19937 rng_;
   std::vector<std::unique_ptr<StreamState>> streams_;
@@ -851,8 +912,20 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
     return absl::InvalidArgumentError("grpc and grpc_stream: pick one");
   }
   error_code ec;
-  net::ip::make_address(o.host, ec);
+  const net::ip::address first = net::ip::make_address(o.host, ec);
   if (ec) return absl::InvalidArgumentError("--target: host must be an IP address");
+  for (const common::HostPort& r : o.more_routers) {
+    const net::ip::address a = net::ip::make_address(r.host, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--target: '", r.host, "' is not an IP address (each router's must be)"));
+    }
+    if (a.is_v6() != first.is_v6()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--target: '", r.str(), "': every router on one list is IPv4, or every one IPv6"));
+    }
+    if (r.port == 0) return absl::InvalidArgumentError(absl::StrCat("--target: '", r.str(), "': no port"));
+  }
   net::io_context ioc(1);
   Runner r(o, ioc);
   return r.Run();
@@ -868,10 +941,12 @@ std::string LoadReport::Json() const {
         st.ok, st.failed, st.max_gap_ms, st.max_stall_ms));
   }
   return absl::StrFormat(
-      R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"stale_retries":%d,"slow_sent":%d,"slow_ok":%d,)"
+      R"({"sent":%d,"ok":%d,"failed":%d,"failures":{%s},"stale_retries":%d,"router_failovers":%d,)"
+      R"("slow_sent":%d,"slow_ok":%d,)"
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
       R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
-      sent, ok, failed, absl::StrJoin(f, ","), stale_retries, slow_sent, slow_ok, p50_ms, p99_ms,
+      sent, ok, failed, absl::StrJoin(f, ","), stale_retries, router_failovers, slow_sent, slow_ok,
+      p50_ms, p99_ms,
       p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
       sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
                             R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
@@ -895,6 +970,11 @@ std::string LoadReport::Text() const {
     out += absl::StrFormat(
         "re-sent on a new connection after a kept-alive one closed with nothing back: %d\n",
         stale_retries);
+  }
+  if (router_failovers > 0) {
+    out += absl::StrFormat(
+        "moved on to the next router (a refused connect, or nothing back): %d\n",
+        router_failovers);
   }
   if (sse) {
     out += absl::StrFormat(

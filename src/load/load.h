@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/net_util.h"
 
 namespace gpuha::load {
 
@@ -30,6 +31,12 @@ struct Answer {
 struct LoadOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
+  // More routers after host:port, a client-side list as gRPC's balancing
+  // keeps one: connections go to the router in use, and to the next in
+  // turn once it refuses one; a request that got no byte back from it is
+  // sent again to the next (it died or was killed with the request in
+  // hand). gRPC: one channel over the list (pick_first). IP addresses only.
+  std::vector<common::HostPort> more_routers;
   int streams = 20;
   std::string stream_prefix = "cam-";  // streams are PREFIX0 .. PREFIX{N-1}
   double rate = 1000;                  // requests/s in all; 0: closed loop
@@ -97,8 +104,14 @@ struct LoadReport {
   uint64_t slow_sent = 0, slow_ok = 0;
   // Requests re-sent once on a new connection because the kept-alive one
   // they went out on closed with nothing back (HTTP/1.1's keep-alive race:
-  // the server closed it idle as the request was written). Not failures.
+  // the server closed it idle as the request was written), and gRPC stream
+  // messages sent again on a new call because the router ended theirs for
+  // its drain without taking them. Not failures.
   uint64_t stale_retries = 0;
+  // Times the load moved on to the next router (more_routers): a refused
+  // connect, or a new connection closed with nothing back (its request is
+  // re-sent there). Not failures.
+  uint64_t router_failovers = 0;
   double p50_ms = 0, p99_ms = 0, p999_ms = 0, max_ms = 0;
   double max_gap_ms = 0;    // worst stream
   double max_stall_ms = 0;  // worst stream

@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -43,12 +44,14 @@ LoadOptions Options(uint16_t port) {
 // Answers one request per connection, kept alive by its head, and closes the
 // connection right after: every reuse of one is HTTP/1.1's keep-alive race
 // (the server closed it idle as the next request went out). With `sse` it
-// answers a streamed completion, whole, as the worker's model would.
+// answers a streamed completion, whole, as the worker's model would; `kMute`
+// answers nothing, as a router killed with each request in hand.
 class ClosingServer {
  public:
-  explicit ClosingServer(bool sse = false)
+  enum Answers { kOk, kSse, kMute };
+  explicit ClosingServer(Answers answers = kOk)
       : acceptor_(ioc_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
-    thread_ = std::thread([this, sse] {
+    thread_ = std::thread([this, answers] {
       namespace http = boost::beast::http;
       for (;;) {
         boost::asio::ip::tcp::socket s(ioc_);
@@ -60,7 +63,8 @@ class ClosingServer {
         http::read(s, buf, req, ec);
         if (ec) continue;
         std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
-        if (sse) answer = Completion(req.body());
+        if (answers == kSse) answer = Completion(req.body());
+        if (answers == kMute) answer.clear();
         boost::asio::write(s, boost::asio::buffer(answer), ec);
         s.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
       }
@@ -114,7 +118,7 @@ TEST(LoadTest, ARequestAKeptAliveConnectionDroppedIsSentAgainNotFailed) {
 
 // The same for streamed completions (their path had no re-send).
 TEST(LoadTest, ACompletionAKeptAliveConnectionDroppedIsSentAgainNotFailed) {
-  ClosingServer server(/*sse=*/true);
+  ClosingServer server(ClosingServer::kSse);
   LoadOptions o = Options(server.port());
   o.sse = true;
   auto r = RunLoad(o);
@@ -122,6 +126,41 @@ TEST(LoadTest, ACompletionAKeptAliveConnectionDroppedIsSentAgainNotFailed) {
   EXPECT_EQ(r->failed, 0u) << r->Json();
   EXPECT_GT(r->ok, 100u) << r->Json();
   EXPECT_GT(r->stale_retries, 0u) << r->Json();
+}
+
+// Two routers on the load's list, the first gone: it refuses connections,
+// or it takes each request and closes with nothing back (killed with the
+// request in hand). The load moves on to the second once, re-sends what got
+// nothing back, and loses nothing.
+TEST(LoadTest, TheLoadGoesOnToTheNextRouterWhenOneRefusesOrAnswersNothing) {
+  auto backend = router::testing::TestBackend::Start({.name = "b"});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  for (bool refuses : {true, false}) {
+    SCOPED_TRACE(refuses ? "the first refuses" : "the first answers nothing");
+    std::optional<ClosingServer> mute;
+    if (!refuses) mute.emplace(ClosingServer::kMute);
+    LoadOptions o = Options(refuses ? common::FreeLoopbackPort() : mute->port());
+    o.more_routers = {{"127.0.0.1", (*backend)->port()}};
+    auto r = RunLoad(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->failed, 0u) << r->Json();
+    EXPECT_GT(r->ok, 100u) << r->Json();
+    EXPECT_EQ(r->router_failovers, 1u) << r->Json();
+    EXPECT_EQ(r->stale_retries, 0u) << r->Json();
+    EXPECT_NE(r->Text().find("moved on to the next router"), std::string::npos);
+  }
+  // Alone, the same first router fails every request.
+  LoadOptions alone = Options(common::FreeLoopbackPort());
+  alone.duration = milliseconds(200);
+  auto r = RunLoad(alone);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ok, 0u);
+  EXPECT_EQ(r->router_failovers, 0u);
+  // A list must be one address family, of addresses.
+  alone.more_routers = {{"localhost", 80}};
+  EXPECT_FALSE(RunLoad(alone).ok());
+  alone.more_routers = {{"::1", 80}};
+  EXPECT_FALSE(RunLoad(alone).ok());
 }
 
 TEST(LoadTest, SlowRequestsLeaveHolesInAnswersButNoStall) {
@@ -274,6 +313,29 @@ TEST(LoadTest, GrpcCallsAreCheckedAndCountedByNode) {
   EXPECT_GT(bad->failures["grpc NOT_FOUND unknown_stream"], 0u) << bad->Json();
   EXPECT_EQ(bad->failures.size(), 2u) << bad->Json();
   EXPECT_EQ(bad->failures.rbegin()->first.rfind("grpc UNAVAILABLE ", 0), 0u) << bad->Json();
+}
+
+// gRPC over a list of routers: one channel, which takes the next router on
+// the list when the first refuses.
+TEST(LoadTest, GrpcCallsGoToTheNextRouterOnTheList) {
+  auto w = GrpcWorker("w1");
+  ASSERT_TRUE(w.ok()) << w.status();
+  router::RouterConfig rc = OpenRouter();
+  router::StaticRoute cam{"cam-0", "", "127.0.0.1:" + std::to_string((*w)->port()), ""};
+  cam.primary_grpc = "127.0.0.1:" + std::to_string((*w)->grpc_port());
+  rc.routes = {cam};
+  router::Router r(rc);
+  ASSERT_TRUE(r.Start().ok());
+  LoadOptions o = Options(common::FreeLoopbackPort());
+  o.more_routers = {{"127.0.0.1", r.port()}};
+  o.grpc = true;
+  o.streams = 1;
+  o.duration = milliseconds(600);
+  o.image_side = 8;
+  auto rep = RunLoad(o);
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(rep->failed, 0u) << rep->Json();
+  EXPECT_GT(rep->ok, 20u) << rep->Json();
 }
 
 TEST(LoadTest, GrpcStreamsAnswerEveryMessageOnceInOrder) {

@@ -35,6 +35,7 @@ GrpcCode ReasonGrpcCode(Reason r) {
     case Reason::kRetryBudget:
     case Reason::kNoUpstream:
     case Reason::kUpstreamUnresolved:
+    case Reason::kDraining:
     case Reason::kCount:
       break;
   }

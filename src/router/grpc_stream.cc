@@ -239,6 +239,17 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
         Inc(L.stats.client_aborts);
         co_return;
       }
+      // A drain (Router::Drain) ends the stream at its first quiet moment:
+      // no answer owed, no message begun. The client opens its next call on
+      // another connection (the GOAWAY sent it elsewhere: the router that
+      // took the listeners, or the next one), and no message is cut, as
+      // the drain's timeout would cut one.
+      if (L.shared.draining.load(std::memory_order_relaxed) && unanswered.empty() &&
+          heard == 0 && !decoupled) {
+        c.Answer(Reason::kDraining,
+                 "the router is draining (a restart or a stop): open the stream again");
+        co_return;
+      }
       if (call.done || call.hung_cancel || error_answer) break;
       // An answer owed past response_timeout: the upstream is taken for
       // stuck, as a unary call's would be. Judged after the events already

@@ -35,6 +35,7 @@ constexpr std::array<ReasonInfo, static_cast<size_t>(Reason::kCount)> kReasons =
     {405, "method_not_allowed"},
     {502, "upstream_unresolved"},
     {408, "stream_idle"},
+    {503, "draining"},
 }};
 
 bool IEquals(std::string_view a, std::string_view b) {

@@ -49,6 +49,7 @@ enum class Reason {
   kMethodNotAllowed,    // 405: CONNECT, OPTIONS *
   kUpstreamUnresolved,  // 502: the stream's upstreams are names that do not resolve
   kStreamIdle,          // 408: a gRPC stream owed nothing and silent for idle_timeout
+  kDraining,            // 503: a gRPC stream ended at a quiet moment of the router's drain
   kCount,
 };
 int ReasonStatus(Reason r);

@@ -289,7 +289,8 @@ void Router::Drain(std::chrono::milliseconds timeout) {
     }
   });
   bool final_goaway = false, idle_closed = false;
-  std::optional<SteadyClock::time_point> quiet_since;
+  // Since when nothing has been in flight (max: something is).
+  SteadyClock::time_point quiet_since = SteadyClock::time_point::max();
   const char* ended = "every connection closed";
   for (;;) {
     const auto now = SteadyClock::now();
@@ -311,16 +312,16 @@ void Router::Drain(std::chrono::milliseconds timeout) {
     // Nothing in flight for a second: the clients that send had their
     // Connection: close; the kept-alive connections left are idle.
     if (sum(&Stats::in_flight) > 0) {
-      quiet_since.reset();
-    } else if (!quiet_since) {
+      quiet_since = SteadyClock::time_point::max();
+    } else if (quiet_since == SteadyClock::time_point::max()) {
       quiet_since = now;
-    } else if (!idle_closed && now - *quiet_since >= std::chrono::seconds(1)) {
+    } else if (!idle_closed && now - quiet_since >= std::chrono::seconds(1)) {
       idle_closed = true;
       on_loops([](Loop& L) {
         for (Deadline* d : L.idle_clients) d->Check(Clock::time_point::max());
       });
       ended = "nothing in flight for a second; idle connections closed";
-    } else if (idle_closed && now - *quiet_since >= std::chrono::seconds(2)) {
+    } else if (idle_closed && now - quiet_since >= std::chrono::seconds(2)) {
       break;  // what is left holds no request
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -820,6 +820,34 @@ TEST_F(RouterGrpcTest, ADrainSendsHttp2ClientsGoAwayAndEndsTheirConnections) {
   Fault(*a_, "none");
 }
 
+// A drain ends a ModelStreamInfer stream at its first quiet moment (no
+// answer owed), UNAVAILABLE and naming the drain, so the client opens it
+// again elsewhere and no message is cut by the drain's timeout.
+TEST_F(RouterGrpcTest, ADrainEndsAStreamBetweenMessagesNotInOne) {
+  auto r = StartAnother([](RouterConfig&) {});
+  grpc::ClientContext ctx;
+  auto stream = Cam1Stream(*stub_, ctx);
+  auto img = Image(5, 4, 1);
+  inference::ModelStreamInferResponse got;
+  ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f1", img, nullptr, 5, 4)));
+  ASSERT_TRUE(stream->Read(&got));
+  // A message owed when the drain begins is answered first.
+  Fault(*a_, "slow&factor=150");  // 300 ms
+  ASSERT_TRUE(stream->Write(worker::MakeGrpcInferRequest("f2", img, nullptr, 5, 4)));
+  std::this_thread::sleep_for(milliseconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  auto drained = std::async(std::launch::async, [&] { r->Drain(milliseconds(20000)); });
+  ASSERT_TRUE(stream->Read(&got));
+  EXPECT_EQ(got.infer_response().id(), "f2");
+  EXPECT_FALSE(stream->Read(&got));  // then the stream ends
+  grpc::Status st = stream->Finish();
+  Fault(*a_, "none");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_NE(st.error_message().find("draining"), std::string::npos) << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(drained.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
 // A model whose every answer is 64 KiB: a client's small messages ask for
 // much more than they weigh.
 class BigAnswerModel final : public inference::GRPCInferenceService::Service {
