@@ -39,6 +39,7 @@ TEST_PACKAGES=(
   prometheus                 # promtool: the alert rules' tests, every /metrics page checked
   zsh fish                   # `gpuha completion` scripts run in the shells they are for
   etcd-server                # the controller's etcd store and leadership, tested on a real etcd
+  keepalived                 # the routers' shared address (VRRP), tested in network namespaces
 )
 
 case "${1:-}" in
