@@ -65,6 +65,9 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app_->add_flag("--no-resend", no_resend_,
+                 "A request that gets nothing back fails, never sent again (a client that "
+                 "never retries, to compare proxies' restarts)");
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_flag("--quiet", quiet_, "No progress line");
 }
@@ -94,6 +97,7 @@ int LoadCommand::Run() {
   o_.duration = std::chrono::milliseconds(static_cast<int64_t>(seconds_ * 1000));
   o_.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
   o_.progress = !quiet_;
+  o_.resend = !no_resend_;
   auto report = load::RunLoad(o_);
   if (!report.ok()) {
     spdlog::error("load: {}", report.status().message());

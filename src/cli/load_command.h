@@ -23,6 +23,7 @@ class LoadCommand {
   std::string json_path_;
   std::string protocol_ = "http";
   bool quiet_ = false;
+  bool no_resend_ = false;
 };
 
 }  // namespace gpuha::cli

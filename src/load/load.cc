@@ -435,7 +435,9 @@ class Runner {
       } else if (!ec) {
         co_await http::async_read_header(*c, buf, *p, net::redirect_error(net::use_awaitable, ec));
       }
-      if (!ec || ec == beast::error::timeout || buf.size() > 0 || p->got_some()) break;
+      if (!ec || ec == beast::error::timeout || buf.size() > 0 || p->got_some() || !o_.resend) {
+        break;
+      }
       if (reused) {
         report_.stale_retries++;
       } else {

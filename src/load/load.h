@@ -37,6 +37,11 @@ struct LoadOptions {
   // sent again to the next (it died or was killed with the request in
   // hand). gRPC: one channel over the list (pick_first). IP addresses only.
   std::vector<common::HostPort> more_routers;
+  // A request that got nothing back is sent again (a kept-alive connection
+  // closed as it went out, a router gone with it in hand). False: it
+  // fails, as a client that never retries sees it (to compare proxies'
+  // restarts with one client).
+  bool resend = true;
   int streams = 20;
   std::string stream_prefix = "cam-";  // streams are PREFIX0 .. PREFIX{N-1}
   double rate = 1000;                  // requests/s in all; 0: closed loop

@@ -55,6 +55,10 @@ std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const 
 
 namespace {
 
+// What an answer still awaited when the drain's timeout passed ends with.
+constexpr const char* kDrainExpired =
+    "the router is stopping: its drain_timeout passed with this answer still open";
+
 template <class Stream>
 awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc,
                        RequestParser<http::buffer_body>& p) {
@@ -308,6 +312,9 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       if (std::optional<std::string> end = sse->OnlyTheEndIsMissing()) {
         co_return co_await end_stream(*end, false);
       }
+      if (L.shared.drain_expired.load(std::memory_order_relaxed)) {
+        co_return co_await cut(kDrainExpired);
+      }
       if (std::optional<std::string> why = sse->CannotContinue()) {
         co_return co_await cut(absl::StrCat(*why, "; the answer broke: ", last_failure));
       }
@@ -340,6 +347,10 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       break;
     }
     if (!f.retryable) break;
+    if (L.shared.drain_expired.load(std::memory_order_relaxed)) {
+      keep_alive = false;
+      co_return co_await answer(Reason::kDraining, kDrainExpired);
+    }
     last_failure = absl::StrCat(up.node, ": ", f.why);
     any_timeout = any_timeout || f.timeout;
     if (i == 0 && e != nullptr && order.size() > 1) {

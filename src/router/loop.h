@@ -312,6 +312,10 @@ struct RouterShared {
   // Router::Drain began: answers carry Connection: close, no connection is
   // kept for another request.
   std::atomic<bool> draining{false};
+  // The drain's timeout passed with requests open: each answer still
+  // awaited from an upstream ends with a clear error (an SSE error event, a
+  // 503 draining), not a silent cut.
+  std::atomic<bool> drain_expired{false};
 };
 
 struct Loop {

@@ -328,8 +328,22 @@ void Router::Drain(std::chrono::milliseconds timeout) {
   }
   const int64_t cut = sum(&Stats::in_flight);
   if (cut > 0) {
-    // HTTP/2 streams still open end with GOAWAY (gRPC: UNAVAILABLE), not a
-    // silent close.
+    // HTTP/2 streams still open end with GOAWAY (gRPC: UNAVAILABLE), and
+    // HTTP/1.1 answers awaited from an upstream (an SSE answer between two
+    // tokens) with an error the client reads (ClientConn), not a silent
+    // close.
+    I.shared.drain_expired = true;
+    on_loops([](Loop& L) {
+      for (auto& [address, up] : L.upstreams) {
+        std::vector<UpConn*> awaited;
+        for (WaitingList* list : {&up->waiting, &up->streaming}) {
+          for (Waiting& w : *list) {
+            if (auto* c = dynamic_cast<UpConn*>(&w)) awaited.push_back(c);
+          }
+        }
+        for (UpConn* c : awaited) c->Cancel();
+      }
+    });
     on_loops([](Loop& L) {
       for (grpc_proxy::H2ClientConn* c : L.h2_clients) {
         c->h2.GoAway(NGHTTP2_NO_ERROR);

@@ -214,6 +214,24 @@ TEST_F(RouterLlmTest, AStreamThatCannotBeContinuedEndsWithAnErrorEventThatSaysWh
   EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);
 }
 
+// A drain whose timeout passes with an answer still streaming ends it with
+// an error event that says so, never a silent cut.
+TEST_F(RouterLlmTest, AnAnswerOpenAtTheDrainsTimeoutEndsWithAnErrorEvent) {
+  Ask ask = LongCompletion("drained", 400, 150);  // 150 tokens at 5 ms: 750 ms or more
+  std::future<Reply> f = Start(ask.body);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 10; }));
+  router_->Drain(milliseconds(200));
+  Reply r = f.get();
+  ASSERT_EQ(r.status, 200) << r.error;  // a well-formed end, not a cut connection
+  auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, r.body);
+  ASSERT_FALSE(got.ok()) << r.body;
+  EXPECT_NE(got.status().message().find("drain_timeout passed"), std::string::npos)
+      << got.status() << "\n"
+      << r.body;
+  EXPECT_EQ(Metric("sse_error_events_total"), 1);
+  EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);  // not continued elsewhere
+}
+
 TEST_F(RouterLlmTest, HealthyStreamsPassUntouched) {
   std::vector<Ask> asks;
   std::vector<std::future<Reply>> replies;
