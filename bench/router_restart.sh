@@ -9,7 +9,10 @@
 #           seamless reload, listeners passed to the new worker
 #   bench/router_restart.sh GPUHA_BINARY [RATE] [SECONDS]
 # Prints a Markdown table for bench/RESULTS.md: failed, refused (connect
-# errors), the longest gap between answers, per proxy.
+# errors), the longest gap between answers, per proxy. Then the router alone
+# (its peers here serve HTTP/1.1 only) in front of `gpuha worker`, through
+# the same two restarts: gRPC unary calls, ModelStreamInfer streams, and 50
+# streamed completions (SSE) open at all times, every answer checked whole.
 set -euo pipefail
 gpuha="$(realpath "${1:?usage: router_restart.sh GPUHA_BINARY [RATE] [SECONDS]}")"
 rate="${2:-1000}"
@@ -28,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-BACKEND=19401 NGINX=19402 HAPROXY=19403 ROUTER=19404
+BACKEND=19401 NGINX=19402 HAPROXY=19403 ROUTER=19404 WORKER=19405 WORKER_GRPC=19406
 
 cat > "$work/backend.conf" <<CONF
 worker_processes 1;
@@ -100,7 +103,7 @@ start() {
 }
 restart() {
   case "$1" in
-    nginx) nginx -p "$work" -c "$work/nginx.conf" -s reload ;;
+    nginx) nginx -p "$work" -c "$work/nginx.conf" -s reload 2>/dev/null ;;
     haproxy) kill -USR2 "$(head -1 "$work/haproxy.pid")" ;;
     gpuha) "$gpuha" router --config "$work/router.yaml" --handoff-socket "$work/router.sock" \
              >/dev/null 2>>"$work/router.err" & pids+=($!) ;;
@@ -108,7 +111,7 @@ restart() {
 }
 stop() {
   case "$1" in
-    nginx) nginx -p "$work" -c "$work/nginx.conf" -s stop ;;
+    nginx) nginx -p "$work" -c "$work/nginx.conf" -s stop 2>/dev/null ;;
     haproxy) kill "$(head -1 "$work/haproxy.pid")" ;;
     gpuha) pkill -TERM -f -- "--handoff-socket $work/router.sock" ;;
   esac
@@ -140,5 +143,47 @@ refused = sum(n for why, n in r["failures"].items() if why.startswith("connect")
 why = ", ".join("%s: %d" % kv for kv in sorted(r["failures"].items())) or "-"
 print("| %s | %s | %d | %d | %d | %.1f | %s |" % (sys.argv[2], sys.argv[3], r["sent"], r["failed"],
       refused, r["max_gap_ms"], why))
+PY
+done
+
+# The router alone: HTTP/2 (gRPC) and SSE through two restarts.
+"$gpuha" worker --listen "127.0.0.1:$WORKER" --grpc-listen "127.0.0.1:$WORKER_GRPC" --node w1 \
+  --latency 1 --ttft 20 --token-latency 10 --capacity 100000 >/dev/null 2>"$work/worker.err" &
+pids+=($!)
+{
+  sed -n '1,/^routes:/p' "$work/router.yaml"
+  for i in $(seq 0 49); do
+    echo "  - { stream: cam-$i, tenant: bench, primary: \"127.0.0.1:$WORKER\", primary_grpc: \"127.0.0.1:$WORKER_GRPC\" }"
+  done
+} > "$work/router2.yaml"
+mv "$work/router2.yaml" "$work/router.yaml"
+start gpuha
+load() {  # NAME, then gpuha load flags
+  local name="$1"
+  shift
+  "$gpuha" load --target "127.0.0.1:$ROUTER" --key bench-key --seconds "$secs" --timeout 10 \
+    --no-resend --quiet --json "$work/h2-$name.json" "$@" >/dev/null || true
+}
+load sse --protocol sse --rate 0 --concurrency 50 --streams 50 --max-tokens 64 &
+sse=$!
+load grpc --protocol grpc --rate 200 --streams 4 &
+grpc=$!
+load grpc-stream --protocol grpc-stream --rate 200 --streams 4 &
+grpc_stream=$!
+sleep "$third"; restart gpuha
+sleep "$third"; restart gpuha
+wait "$sse" "$grpc" "$grpc_stream" || true
+echo
+echo "| gpuha, through the same two restarts | sent | answered whole | failed | re-sent after a drain | failures |"
+echo "|---|---|---|---|---|---|"
+for name in sse grpc grpc-stream; do
+  python3 - "$work/h2-$name.json" "$name" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+what = {"sse": "SSE completions, 50 open at all times", "grpc": "gRPC unary ModelInfer, 200/s",
+        "grpc-stream": "gRPC ModelStreamInfer messages, 200/s on 4 streams"}[sys.argv[2]]
+why = ", ".join("%s: %d" % kv for kv in sorted(r["failures"].items())) or "-"
+print("| %s | %d | %d | %d | %d | %s |" % (what, r["sent"], r["ok"], r["failed"],
+      r["stale_retries"], why))
 PY
 done
