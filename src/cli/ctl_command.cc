@@ -114,6 +114,10 @@ const Verb kVerbs[] = {
     {"fail", "Fail a node over now, as if its agent reported failed", "NODE",
      "  gpuha ctl fail gpu-3"},
     {"set-role", "Change a node's role (admin token)", "NODE", "  gpuha ctl set-role gpu-5 buffer"},
+    {"rebind",
+     "Free a registered node from the IP its agent registered from, so an agent on another "
+     "host can register it (admin token)",
+     "NODE", "  gpuha ctl rebind gpu-5"},
     {"add-stream", "Admit a stream (refused when N+k would break)", "ID",
      "  gpuha ctl add-stream cam-17 --tenant acme --weight 2"},
     {"remove-stream", "Remove a stream and its routes", "ID", "  gpuha ctl remove-stream cam-17"},
@@ -386,7 +390,7 @@ int CtlCommand::RunVerb() {
 int CtlCommand::Mutate() {
   const std::string command = app_->get_subcommands().front()->get_name();
   std::string method = "POST", path, body;
-  if (command == "drain" || command == "undrain" || command == "fail") {
+  if (command == "drain" || command == "undrain" || command == "fail" || command == "rebind") {
     path = absl::StrCat("/api/v1/nodes/", name_, "/", command,
                         command == "drain" && force_ ? "?force=true" : "");
   } else if (command == "set-role") {

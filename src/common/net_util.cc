@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpuha::common {
@@ -72,6 +73,27 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& text, const std::strin
   if (hp.host == "localhost") hp.host = "127.0.0.1";
   hp.port = static_cast<uint16_t>(port);
   return hp;
+}
+
+bool IsIpAddress(const std::string& text) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, text.c_str(), buf) == 1 || inet_pton(AF_INET6, text.c_str(), buf) == 1;
+}
+
+std::string GrpcPeerIp(absl::string_view peer) {
+  std::string ip;
+  if (absl::ConsumePrefix(&peer, "ipv4:")) {
+    ip = std::string(peer.substr(0, peer.rfind(':')));
+  } else if (absl::ConsumePrefix(&peer, "ipv6:")) {
+    // "[::1]:port", or "%5B::1%5D:port" as some gRPC versions escape it.
+    for (auto [open, close] : {std::pair{"[", "]"}, std::pair{"%5B", "%5D"}}) {
+      if (!absl::ConsumePrefix(&peer, open)) continue;
+      const size_t end = peer.find(close);
+      if (end != absl::string_view::npos) ip = std::string(peer.substr(0, end));
+      break;
+    }
+  }
+  return IsIpAddress(ip) ? ip : std::string();
 }
 
 bool IsLoopbackHost(const std::string& host) {

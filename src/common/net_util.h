@@ -20,6 +20,13 @@ struct HostPort {
 [[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(const std::string& text,
                                                      const std::string& field);
 
+// True for an IPv4 or IPv6 address as text ("10.0.0.7", "fd00::7"); a name
+// is not one.
+bool IsIpAddress(const std::string& text);
+// The IP of a gRPC peer string ("ipv4:10.0.0.7:51234", "ipv6:[fd00::7]:5"):
+// empty for any other form (a Unix socket).
+std::string GrpcPeerIp(absl::string_view peer);
+
 // True for a host in 127.0.0.0/8 or ::1 (ParseHostPort already turned
 // "localhost" into 127.0.0.1). Any other name or address is not loopback.
 bool IsLoopbackHost(const std::string& host);

@@ -21,5 +21,21 @@ TEST(KeepAliveTimeoutTest, AbsentOrMalformedIsNothing) {
   EXPECT_EQ(KeepAliveTimeout("timeout=99999999999"), std::nullopt);  // no overflow
 }
 
+// The controller binds a registered node to its agent's IP, read from the
+// gRPC peer string of the agent's stream.
+TEST(GrpcPeerIpTest, TheIpOfEachFormAndNothingElse) {
+  EXPECT_EQ(GrpcPeerIp("ipv4:10.0.0.7:51234"), "10.0.0.7");
+  EXPECT_EQ(GrpcPeerIp("ipv6:[fd00::7]:51234"), "fd00::7");
+  EXPECT_EQ(GrpcPeerIp("ipv6:%5B::1%5D:51234"), "::1");
+  EXPECT_EQ(GrpcPeerIp("unix:/run/gpuha.sock"), "");
+  EXPECT_EQ(GrpcPeerIp("ipv4:not-an-ip:1"), "");
+  EXPECT_EQ(GrpcPeerIp("ipv6:[fd00::7"), "");
+  EXPECT_EQ(GrpcPeerIp(""), "");
+  EXPECT_TRUE(IsIpAddress("10.0.0.7"));
+  EXPECT_TRUE(IsIpAddress("::1"));
+  EXPECT_FALSE(IsIpAddress("localhost"));
+  EXPECT_FALSE(IsIpAddress("10.0.0.7:80"));
+}
+
 }  // namespace
 }  // namespace gpuha::common

@@ -78,7 +78,8 @@ void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* 
                n.lifecycle};
   if (n.registered) {
     r.registered = RegisteredNode{n.cfg.address,     n.cfg.spec.capacity, n.cfg.spec.cpu_only,
-                                  n.cfg.spec.domain, n.cfg.gpu_servers,   n.cfg.grpc_address};
+                                  n.cfg.spec.domain, n.cfg.gpu_servers,   n.cfg.grpc_address,
+                                  n.agent_ip};
   }
   if (n.restart_until) {
     r.restart_until_unix_ms =
@@ -207,6 +208,7 @@ absl::Status Controller::RecoverImpl(bool standby) {
         r->registered->gpu_servers,
         r->registered->grpc_address};
     n.registered = true;
+    n.agent_ip = r->registered->agent_ip;
   }
   for (auto& [id, n] : nodes_) {
     NodeSpec spec = n.cfg.spec;
@@ -596,7 +598,8 @@ absl::Status Controller::CheckJoinToken(const v1::Hello& hello) const {
                    token.empty() ? "missing" : "wrong", " (--join-token-file)"));
 }
 
-absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello) {
+absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello,
+                                                                  const std::string& peer_ip) {
   const RegistrationPolicy& policy = config_.registration;
   const std::string node = absl::CHexEscape(hello.node());
   if (!policy.enabled) {
@@ -674,6 +677,7 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
            gpu_servers,
            reg.grpc_address()};
   n.registered = true;
+  n.agent_ip = peer_ip;
   n.lifecycle = NodeLifecycle::kPending;
   for (const NodeSpec& unit : UnitSpecs(n.cfg)) {
     if (absl::Status s = placement_.AddNode(unit, /*available=*/false); !s.ok()) {

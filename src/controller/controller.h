@@ -115,9 +115,16 @@ class Controller {
   // InvalidArgument for a registration that does not hold). `proven`: the transport
   // proved the name (mTLS), so this stream replaces a connected one (a
   // reconnect); otherwise a node with a connected agent refuses a second
-  // stream (AlreadyExists) until the first one ends.
+  // stream (AlreadyExists) until the first one ends. `peer_ip`: where the
+  // stream comes from (empty: unknown). A node registered without mTLS is
+  // bound to the IP it registered from: a hello from elsewhere is refused
+  // (PermissionDenied), join token or not, until an admin rebinds it.
   [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
-                                            bool proven);
+                                            bool proven, const std::string& peer_ip = "");
+  // Frees a registered node from the IP it is bound to: the next agent that
+  // registers it (with the join token) binds it anew (an admin's act, for a
+  // node whose host moved). NotFound; FailedPrecondition for a listed node.
+  [[nodiscard]] absl::Status RebindNode(const std::string& node);
   // `from`: the stream it came on; a beat from a stream another one
   // replaced (an mTLS reconnect) is dropped. Null: trusted (tests).
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
@@ -235,6 +242,7 @@ class Controller {
     bool fenced() const { return lifecycle != NodeLifecycle::kServing && !joining(); }
     bool known = false;       // its agent has connected at least once (stored)
     bool registered = false;  // added by its agent's registration, not the config
+    std::string agent_ip;     // registered: the IP it is bound to (RegisteredNode::agent_ip)
     int64_t gpus = 0;         // its agent's GPU count, from the hello (jobs need them)
     // Its agent's last heartbeat that said fenced: an agent that beats so
     // is obeying a fence (its jobs stopping), and the hook waits.
@@ -295,7 +303,8 @@ class Controller {
   void RejoinLocked(NodeState& n, const std::string& why);
   // A node the config does not list, added from its agent's hello under
   // the registration policy (pending until its server is ready).
-  [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello);
+  [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello,
+                                                          const std::string& peer_ip);
   // OK when no join token is configured or the hello carries the right one.
   [[nodiscard]] absl::Status CheckJoinToken(const v1::Hello& hello) const;
   // pending -> serving, in its configured role, or rejoining -> serving, as

@@ -15,13 +15,13 @@
 namespace gpuha::controller {
 
 absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
-                                        bool proven) {
+                                        bool proven, const std::string& peer_ip) {
   if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
-    absl::StatusOr<NodeState*> added = RegisterLocked(hello);
+    absl::StatusOr<NodeState*> added = RegisterLocked(hello, proven ? "" : peer_ip);
     if (!added.ok()) return added.status();
     n = *added;
   } else if (n->registered) {
@@ -32,6 +32,26 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
           absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
     }
     if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+    // The join token lets an agent register a node, not take over one an
+    // agent elsewhere registered (and move its routes to its own address).
+    if (!proven && !peer_ip.empty() && !n->agent_ip.empty() && peer_ip != n->agent_ip) {
+      counters_.agents_refused++;
+      EventLocked("registration_refused", hello.node(),
+                  absl::StrCat("an agent at ", peer_ip, " claimed it; it is bound to ",
+                               n->agent_ip));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "node '", hello.node(), "' was registered from ", n->agent_ip, "; an agent at ",
+          peer_ip, " cannot take it over (an admin frees it: POST /api/v1/nodes/",
+          hello.node(), "/rebind; mTLS proves a node's name instead)"));
+    }
+    if (!proven && !peer_ip.empty() && n->agent_ip.empty()) {
+      // Freed by an admin, or stored before nodes were bound: bound now.
+      n->agent_ip = peer_ip;
+      EventLocked("registration_bound", hello.node(), absl::StrCat("to ", peer_ip));
+      std::vector<StoreWrite> batch;
+      PersistNodeLocked(*n, &batch);
+      CommitLocked(std::move(batch));
+    }
   } else if (!proven) {
     // A listed node's name proves nothing without mTLS: where a join token
     // is set, its agent proves the token too (a tokenless impostor was
@@ -451,6 +471,25 @@ void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
   } else {
     EventLocked("agent_goodbye", node, why + "; no restart grace (recovery.restart_grace_ms 0)");
   }
+}
+
+absl::Status Controller::RebindNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (!n->registered) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, " is listed in the config, not registered: nothing binds it"));
+  }
+  EventLocked("registration_freed", node,
+              absl::StrCat("was bound to ", n->agent_ip.empty() ? "nothing" : n->agent_ip,
+                           "; the next agent to register it binds it"));
+  n->agent_ip.clear();
+  std::vector<StoreWrite> batch;
+  PersistNodeLocked(*n, &batch);
+  CommitLocked(std::move(batch));
+  return StoredLocked();
 }
 
 }  // namespace gpuha::controller

@@ -1109,7 +1109,8 @@ class RegistrationTest : public ControllerTest {
   }
   absl::Status Register(const std::string& node, const std::string& address,
                         const std::string& role = "", const std::string& token = "join-me",
-                        int64_t capacity = 10, bool proven = true, bool fenced = false) {
+                        int64_t capacity = 10, bool proven = true, bool fenced = false,
+                        const std::string& peer_ip = "") {
     v1::Hello hello;
     hello.set_node(node);
     hello.set_fenced(fenced);
@@ -1119,11 +1120,53 @@ class RegistrationTest : public ControllerTest {
     r->set_join_token(token);
     if (!role.empty()) (*r->mutable_labels())["gpuha.io/role"] = role;
     auto sink = std::make_shared<FakeSink>();
-    absl::Status s = c_->AgentConnected(hello, sink, proven);
+    absl::Status s = c_->AgentConnected(hello, sink, proven, peer_ip);
     if (s.ok()) sinks_[node] = sink;
     return s;
   }
+  // An agent at `ip`, without mTLS, with the join token.
+  absl::Status RegisterFrom(const std::string& ip, const std::string& node,
+                            const std::string& address) {
+    return Register(node, address, "", "join-me", 10, /*proven=*/false, false, ip);
+  }
 };
+
+// Adversarial finding: anyone with the cluster's join token took over a
+// registered node whose agent was away, and moved its routes to an address
+// of their own. A registered node is bound to the IP it registered from;
+// an agent elsewhere is refused, token or not, until an admin frees it
+// (the node's host moved); the binding outlives a controller restart.
+TEST_F(RegistrationTest, ARegisteredNodeIsBoundToItsAgentsIpAndAnAdminFreesIt) {
+  std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  ASSERT_TRUE(RegisterFrom("10.0.0.1", "g1", "10.0.0.1:8000").ok());
+  EXPECT_EQ((*c_->NodeJson("g1"))["agent_ip"], "10.0.0.1");
+  c_->AgentDisconnected("g1", sinks_["g1"].get());
+  absl::Status s = RegisterFrom("10.6.6.6", "g1", "10.6.6.6:8000");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("registered from 10.0.0.1"));
+  EXPECT_THAT(s.message(), HasSubstr("/api/v1/nodes/g1/rebind"));
+  EXPECT_EQ((*c_->NodeJson("g1"))["address"], "10.0.0.1:8000");
+  EXPECT_GE(IndexOf("registration_refused"), 0);
+  // Its own agent, back from the same IP, moves its server's address.
+  ASSERT_TRUE(RegisterFrom("10.0.0.1", "g1", "10.0.0.1:8001").ok());
+  EXPECT_EQ((*c_->NodeJson("g1"))["address"], "10.0.0.1:8001");
+  c_->AgentDisconnected("g1", sinks_["g1"].get());
+  // Kept across a restart.
+  c_.reset();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ(RegisterFrom("10.6.6.6", "g1", "10.6.6.6:8000").code(),
+            absl::StatusCode::kPermissionDenied);
+  // The admin frees it; the next agent binds it.
+  ASSERT_TRUE(c_->RebindNode("g1").ok());
+  EXPECT_TRUE((*c_->NodeJson("g1"))["agent_ip"].is_null());
+  ASSERT_TRUE(RegisterFrom("10.0.0.7", "g1", "10.0.0.7:8000").ok());
+  EXPECT_EQ((*c_->NodeJson("g1"))["agent_ip"], "10.0.0.7");
+  EXPECT_EQ((*c_->NodeJson("g1"))["address"], "10.0.0.7:8000");
+  EXPECT_EQ(c_->RebindNode("nope").code(), absl::StatusCode::kNotFound);
+}
 
 TEST_F(RegistrationTest, AgentsRegisterTheirNodesWhichJoinOnceReadyAndSurviveARestart) {
   std::string db = (gpuha::testing::TestTempDir() / "c.db").string();

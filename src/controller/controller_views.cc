@@ -90,7 +90,9 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
           {"domain", n.cfg.spec.domain},
           {"reasons", reasons},
           {"gpus", gpus},
-          {"gpu_units", units}};
+          {"gpu_units", units},
+          // A registered node's bound agent IP (null: listed, or not bound).
+          {"agent_ip", n.registered && !n.agent_ip.empty() ? json(n.agent_ip) : json(nullptr)}};
 }
 
 json Controller::NodesJson() const {

@@ -56,9 +56,11 @@ class ReactorSink : public AgentSink {
 class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
   // `identities`: the peer certificate's CN and SANs; nullopt without mTLS.
-  AgentReactor(Controller* c, std::optional<std::vector<std::string>> identities)
+  AgentReactor(Controller* c, std::optional<std::vector<std::string>> identities,
+               std::string peer_ip)
       : controller_(c),
         identities_(std::move(identities)),
+        peer_ip_(std::move(peer_ip)),
         sink_(std::make_shared<ReactorSink>(this)) {
     StartRead(&in_);
   }
@@ -78,8 +80,8 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
             grpc::StatusCode::PERMISSION_DENIED,
             absl::StrCat("the client certificate does not name node '", node, "' (CN or SAN)")));
       }
-      if (absl::Status s = controller_->AgentConnected(in_.hello(), sink_,
-                                                       /*proven=*/identities_.has_value());
+      if (absl::Status s = controller_->AgentConnected(
+              in_.hello(), sink_, /*proven=*/identities_.has_value(), peer_ip_);
           !s.ok()) {
         // The absl and gRPC codes share their numbers; the agent logs the
         // message and retries.
@@ -132,6 +134,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
   }
   Controller* const controller_;
   const std::optional<std::vector<std::string>> identities_;
+  const std::string peer_ip_;  // where the stream comes from (empty: unknown)
   std::shared_ptr<ReactorSink> sink_;
   v1::AgentMessage in_;
   std::string node_;
@@ -201,7 +204,7 @@ class ControllerServer::AgentServiceImpl final : public v1::AgentService::Callba
         }
       }
     }
-    return new AgentReactor(controller_, std::move(identities));
+    return new AgentReactor(controller_, std::move(identities), common::GrpcPeerIp(ctx->peer()));
   }
 
  private:
@@ -512,6 +515,9 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
       s = c->Undrain(node);
     } else if (op == "fail") {
       s = c->Fail(node);
+    } else if (op == "rebind") {
+      if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
+      s = c->RebindNode(node);
     } else if (op == "role") {
       json body = json::parse(r.body, nullptr, false);
       if (!body.is_object() || !body.contains("role") || !body["role"].is_string()) {

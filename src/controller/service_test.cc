@@ -130,6 +130,13 @@ TEST_F(ApiTest, TokensAndRolesGateTheApi) {
   EXPECT_EQ(r.status, 403);
   EXPECT_THAT(r.body, HasSubstr("needs the operator role"));
   EXPECT_EQ(Call("POST", "/api/v1/nodes/n1/role", "op-token", R"({"role":"passive"})").status, 403);
+  // Freeing a registered node from its agent's IP lets another host claim it.
+  r = Call("POST", "/api/v1/nodes/n1/rebind", "op-token");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_THAT(r.body, HasSubstr("needs the admin role"));
+  r = Call("POST", "/api/v1/nodes/n1/rebind", "admin-token");
+  EXPECT_EQ(r.status, 409) << r.body;  // a listed node: nothing binds it
+  EXPECT_THAT(r.body, HasSubstr("listed in the config"));
   // A job runs a command on GPU nodes (adversarial finding: the operator
   // role ran `/bin/sh -c id` as root on an agent): admin only.
   r = Call("POST", "/api/v1/jobs", "op-token",

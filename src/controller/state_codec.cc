@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/net_util.h"
 
@@ -52,6 +53,7 @@ std::string EncodeNode(const NodeRecord& r) {
                        {"capacity", r.registered->capacity},
                        {"cpu_only", r.registered->cpu_only}};
     if (!r.registered->domain.empty()) j["registered"]["domain"] = r.registered->domain;
+    if (!r.registered->agent_ip.empty()) j["registered"]["agent_ip"] = r.registered->agent_ip;
     if (!r.registered->grpc_address.empty()) {
       j["registered"]["grpc_address"] = r.registered->grpc_address;
     }
@@ -115,6 +117,11 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
           absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
     }
     if (absl::Status s = Field(*reg, "domain", sub, &n.domain); !s.ok()) return s;
+    if (absl::Status s = Field(*reg, "agent_ip", sub, &n.agent_ip); !s.ok()) return s;
+    if (!n.agent_ip.empty() && !common::IsIpAddress(n.agent_ip)) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", sub, ".agent_ip: '", absl::CHexEscape(n.agent_ip), "' is not an IP address"));
+    }
     if (absl::Status s = Field(*reg, "grpc_address", sub, &n.grpc_address); !s.ok()) return s;
     if (!n.grpc_address.empty() && !common::ParseHostPort(n.grpc_address, "grpc").ok()) {
       return absl::DataLossError(

@@ -32,6 +32,10 @@ struct RegisteredNode {
   std::string domain{};                        // its failure domain, from a label
   std::vector<GpuServerConfig> gpu_servers{};  // servers per GPU (issue 16)
   std::string grpc_address{};                  // its gRPC port (issue 18); empty: none
+  // The IP its agent registered from: the node is bound to it. An agent
+  // elsewhere cannot take it over with the join token alone (an admin's
+  // rebind frees it). Empty: a row from before, bound at its next hello.
+  std::string agent_ip{};
 };
 
 struct NodeRecord {

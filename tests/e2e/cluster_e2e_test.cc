@@ -335,6 +335,15 @@ TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
     CommandResult h = RunCommand(kGpuha + " ctl confirm-fenced --help");
     EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl confirm-fenced"));
   }
+  // rebind frees a registered node; these nodes are listed: refused, naming why.
+  {
+    tried.insert("rebind");
+    CommandResult r = RunCommand(ctl + " rebind n1 -o json");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("listed in the config"));
+    CommandResult h = RunCommand(kGpuha + " ctl rebind --help");
+    EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl rebind"));
+  }
   EXPECT_EQ(tried, listed) << "a ctl verb without a JSON and --help check here";
   CommandResult hash = RunCommand(kGpuha + " ctl hash-token s3cret -o yaml");
   EXPECT_THAT(hash.out, HasSubstr("sha256: "));
