@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -66,6 +67,8 @@ class AgentSink {
   X(store_errors, "Store writes that failed.")                                                  \
   X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")             \
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")             \
+  X(join_tokens_throttled,                                                                      \
+    "Agent hellos refused unchecked: too many wrong join tokens from their IP in a second.")     \
   X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")                  \
   X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")         \
   X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")                 \
@@ -125,6 +128,9 @@ class Controller {
   // registers it (with the join token) binds it anew (an admin's act, for a
   // node whose host moved). NotFound; FailedPrecondition for a listed node.
   [[nodiscard]] absl::Status RebindNode(const std::string& node);
+  // Wrong join tokens one source IP may send in a second; past them its
+  // hellos are refused unchecked for the rest of the second.
+  static constexpr int kMaxWrongJoinTokens = 10;
   // `from`: the stream it came on; a beat from a stream another one
   // replaced (an mTLS reconnect) is dropped. Null: trusted (tests).
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
@@ -306,7 +312,18 @@ class Controller {
   [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello,
                                                           const std::string& peer_ip);
   // OK when no join token is configured or the hello carries the right one.
-  [[nodiscard]] absl::Status CheckJoinToken(const v1::Hello& hello) const;
+  // The join token of `hello`, from `peer_ip` (empty: unknown). A source
+  // that sent kMaxWrongJoinTokens wrong ones within a second is refused
+  // unchecked (ResourceExhausted) for the rest of it: a guesser gets no
+  // more than that many tries a second, and no log line for each.
+  [[nodiscard]] absl::Status CheckJoinTokenLocked(const v1::Hello& hello,
+                                                  const std::string& peer_ip);
+  struct WrongJoinTokens {
+    common::TimePoint since;  // the second they are counted in began then
+    int count = 0;
+  };
+  // Per source IP, bounded (cleared when 4096 sources fill it).
+  std::unordered_map<std::string, WrongJoinTokens> wrong_join_tokens_;  // guarded by mu_
   // pending -> serving, in its configured role, or rejoining -> serving, as
   // passive: its agent is connected and its server ready. Streams that fit
   // nowhere so far are placed now.

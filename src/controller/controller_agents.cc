@@ -31,7 +31,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       return absl::NotFoundError(
           absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
     }
-    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+    if (absl::Status s = CheckJoinTokenLocked(hello, proven ? "" : peer_ip); !s.ok()) return s;
     // The join token lets an agent register a node, not take over one an
     // agent elsewhere registered (and move its routes to its own address).
     if (!proven && !peer_ip.empty() && !n->agent_ip.empty() && peer_ip != n->agent_ip) {
@@ -56,7 +56,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
     // A listed node's name proves nothing without mTLS: where a join token
     // is set, its agent proves the token too (a tokenless impostor was
     // welcomed for a dead listed node, and rejoined it).
-    if (absl::Status s = CheckJoinToken(hello); !s.ok()) return s;
+    if (absl::Status s = CheckJoinTokenLocked(hello, proven ? "" : peer_ip); !s.ok()) return s;
   }
   if (n->sink && !proven) {
     counters_.agents_refused++;

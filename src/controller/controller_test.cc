@@ -1131,6 +1131,31 @@ class RegistrationTest : public ControllerTest {
   }
 };
 
+// Adversarial finding: wrong join tokens were checked (and logged) as fast
+// as they came, 4,267 a second. Past kMaxWrongJoinTokens in a second from one
+// IP, its hellos are refused unchecked for the rest of the second, the
+// right token too; other sources are not slowed.
+TEST_F(RegistrationTest, WrongJoinTokensFromOneSourceAreThrottled) {
+  c_ = std::make_unique<Controller>(Policy(), std::make_unique<MemoryStore>(), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  auto from = [&](const std::string& ip, const std::string& token) {
+    return Register("g1", "10.0.0.1:8000", "", token, 10, /*proven=*/false, false, ip);
+  };
+  for (int i = 0; i < Controller::kMaxWrongJoinTokens; ++i) {
+    EXPECT_EQ(from("10.9.9.9", "guess").code(), absl::StatusCode::kPermissionDenied) << i;
+  }
+  absl::Status s = from("10.9.9.9", "join-me");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("too many wrong join tokens from 10.9.9.9"));
+  EXPECT_TRUE(c_->NodesJson().empty());
+  EXPECT_EQ(c_->counters().join_tokens_throttled, 1u);
+  // Another source is not slowed; the first one is heard again a second on.
+  EXPECT_EQ(Register("g2", "10.0.0.2:8000", "", "join-me", 10, false, false, "10.0.0.2").code(),
+            absl::StatusCode::kOk);
+  clock_.Advance(std::chrono::milliseconds(1001));
+  EXPECT_TRUE(from("10.9.9.9", "join-me").ok());
+}
+
 // Adversarial finding: anyone with the cluster's join token took over a
 // registered node whose agent was away, and moved its routes to an address
 // of their own. A registered node is bound to the IP it registered from;

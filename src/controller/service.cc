@@ -85,7 +85,11 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
           !s.ok()) {
         // The absl and gRPC codes share their numbers; the agent logs the
         // message and retries.
-        spdlog::warn("controller: agent refused: {}", s.message());
+        // A guesser's refusals past the throttle are counted
+        // (join_tokens_throttled), not logged one by one.
+        if (s.code() != absl::StatusCode::kResourceExhausted) {
+          spdlog::warn("controller: agent refused: {}", s.message());
+        }
         return Done(
             grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message())));
       }

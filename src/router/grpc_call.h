@@ -88,11 +88,13 @@ inline H2Limits LimitsOf(const RouterConfig& c) {
   l.max_headers = c.limits.max_headers;
   // A call's request is re-sent whole to the standby: it is held whole,
   // and its stream's window takes it whole (bytes go back to the window
-  // only when the router is done with them). The connection's window is
-  // the budget of bytes held at once.
+  // only when the router is done with them), and a byte more: a body over
+  // the limit must be able to cross it to be answered RESOURCE_EXHAUSTED
+  // (a window of exactly the limit stalled it until body_timeout). The
+  // connection's window is the budget of bytes held at once.
   l.max_request_bytes = c.limits.retry_buffer_bytes;
   l.stream_window = static_cast<int32_t>(
-      std::clamp<size_t>(l.max_request_bytes, size_t{1} << 20, size_t{1} << 30));
+      std::clamp<size_t>(l.max_request_bytes + 1, size_t{1} << 20, size_t{0x7fffffff}));
   l.connection_window = static_cast<int32_t>(
       std::min<size_t>(std::max<size_t>(16u << 20, 4 * size_t(l.stream_window)), 1u << 30));
   l.max_buffered_bytes = static_cast<size_t>(l.connection_window);

@@ -729,6 +729,30 @@ TEST_F(RouterGrpcTest, AnAnswerOverTheBodyLimitIsResourceExhaustedNotRetried) {
   EXPECT_EQ(b_->counters().success.load(), 0u);  // not re-sent to the standby
 }
 
+// Adversarial finding: a unary call's body over max_request_bytes could
+// never get RESOURCE_EXHAUSTED (its stream's window equalled the limit: the
+// client stalled at it, and the call ended at body_timeout).
+TEST_F(RouterGrpcTest, ARequestOverTheBodyLimitIsResourceExhaustedAtOnce) {
+  auto r = StartAnother([](RouterConfig& c) {
+    c.limits.retry_buffer_bytes = 1 << 20;
+    c.limits.body_timeout = milliseconds(30000);
+  });
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.AddMetadata("x-api-key", "k-acme");
+  ctx.AddMetadata("x-gpuha-stream", "cam-1");
+  inference::ModelInferRequest req = worker::MakeGrpcInferRequest("big", Image(6, 5, 1), nullptr, 6, 5);
+  req.add_raw_input_contents(std::string((1 << 20) + 100, 'x'));
+  inference::ModelInferResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status st = stub_->ModelInfer(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("request body over 1048576 bytes"), std::string::npos)
+      << st.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(a_->counters().success.load() + b_->counters().success.load(), 0u);
+}
+
 // A decoupled model, as Triton serves one with a decoupled transaction
 // policy: two answers for each request. A request with id "last" is
 // answered, and then the engine dies (UNAVAILABLE).

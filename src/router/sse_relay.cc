@@ -189,12 +189,20 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     if (role_only && !j.contains("usage")) return;  // the continuation's second role chunk
     if (!id_.is_null()) j["id"] = id_;
     if (!created_.is_null()) j["created"] = created_;
+    // The continuation's prompt held the tokens already sent: they are the
+    // answer's, not the prompt's. Only counts that are whole numbers and
+    // hold those tokens are moved; other usage is relayed as it came (an
+    // adversarial upstream's "prompt_tokens": "x" once became -3).
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      int64_t p = IntAt(*u, "prompt_tokens").value_or(0) - base_tokens_;
-      int64_t c = IntAt(*u, "completion_tokens").value_or(0) + base_tokens_;
-      (*u)["prompt_tokens"] = p;
-      (*u)["completion_tokens"] = c;
-      (*u)["total_tokens"] = p + c;
+      std::optional<int64_t> prompt = IntAt(*u, "prompt_tokens");
+      std::optional<int64_t> completion = IntAt(*u, "completion_tokens");
+      if (prompt && completion && *prompt >= base_tokens_ && *completion >= 0) {
+        const int64_t p = *prompt - base_tokens_;
+        const int64_t c = *completion + base_tokens_;
+        (*u)["prompt_tokens"] = p;
+        (*u)["completion_tokens"] = c;
+        (*u)["total_tokens"] = p + c;
+      }
     }
     absl::StrAppend(out, e.event.empty() ? "" : absl::StrCat("event: ", e.event, "\n"),
                     "data: ", Dump(j), "\n\n");

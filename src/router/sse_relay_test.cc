@@ -242,8 +242,16 @@ TEST(SseRelayTest, WrongJsonTypesFromEitherSideNeverThrow) {
   EXPECT_EQ(next["max_completion_tokens"], 3);
   EXPECT_NE(sc.CannotContinue()->find("not an object"), std::string::npos);
   EXPECT_EQ(next["messages"].size(), 2u);
+  out.clear();
   EXPECT_NO_THROW(
       sc.Feed("data: {\"id\":1,\"usage\":{\"prompt_tokens\":\"x\"},\"choices\":[]}\n\n", &out));
+  // Usage that is no whole number, or that cannot hold the tokens already
+  // sent, is relayed as it came, never made up (it once read -3).
+  sc.Feed("data: {\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":2},\"choices\":[]}\n\n",
+          &out);
+  EXPECT_NE(out.find(R"("prompt_tokens":"x")"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("prompt_tokens":0,)"), std::string::npos) << out;
+  EXPECT_EQ(out.find(":-"), std::string::npos) << out;
   // The tighter of two limits decides what is left.
   SseContinuity two = Follow(LlmApi::kChat, R"({"stream":true,"max_tokens":9,
       "max_completion_tokens":1,"messages":[{"role":"user","content":"q"}]})");
