@@ -58,4 +58,11 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # Debug info split off into gpuha-dbgsym_*.ddeb, and the packaged binary
 # stripped of it (objcopy), as Debian packages do.
 set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
+# Maintainer scripts (deploy/debian): the agent's user created at install
+# from the sysusers file, the units reloaded, and stopped on removal.
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_SOURCE_DIR}/deploy/debian/postinst
+    ${PROJECT_SOURCE_DIR}/deploy/debian/prerm
+    ${PROJECT_SOURCE_DIR}/deploy/debian/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

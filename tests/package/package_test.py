@@ -7,6 +7,8 @@
 Checks, each failure naming what it saw:
   - gpuha_VERSION_ARCH.deb and its gpuha-dbgsym .ddeb are made, and the .deb's
     control names its library dependencies;
+  - its postinst, run against a root of its own ($DPKG_ROOT), creates the
+    agent's user (twice: no duplicate), and prerm and postrm run;
   - the unpacked tree holds the binary, the systemd units, the sysusers file,
     the bash completion, the examples, README and LICENSE;
   - the packaged binary carries no DWARF, and the .ddeb holds its debug info
@@ -94,6 +96,38 @@ def main():
         root = os.path.join(tmp, "root")
         r = run(["dpkg-deb", "-x", deb, root])
         check(r.returncode == 0, f"dpkg-deb -x unpacks it ({r.stderr})")
+        # The maintainer scripts, and the user a fresh install needs: the
+        # postinst run as dpkg runs it against a root of its own
+        # ($DPKG_ROOT), whose /etc has only root, creates the agent's user
+        # from the packaged sysusers file (a new install once had none:
+        # the agent's unit failed 217/USER until a reboot).
+        control = os.path.join(tmp, "control")
+        r = run(["dpkg-deb", "-e", deb, control])
+        check(r.returncode == 0, f"dpkg-deb -e gives the control files ({r.stderr})")
+        for script in ["postinst", "prerm", "postrm"]:
+            path = os.path.join(control, script)
+            check(os.path.isfile(path) and os.access(path, os.X_OK),
+                  f"the package runs a {script} (executable)")
+        etc = os.path.join(root, "etc")
+        os.makedirs(etc, exist_ok=True)
+        with open(os.path.join(etc, "passwd"), "w") as f:
+            f.write("root:x:0:0:root:/root:/bin/sh\n")
+        with open(os.path.join(etc, "group"), "w") as f:
+            f.write("root:x:0:\n")
+        env = dict(os.environ, DPKG_ROOT=root)
+        for attempt in (1, 2):  # a reinstall or upgrade finds the user there already
+            r = run(["sh", os.path.join(control, "postinst"), "configure"], env=env)
+            check(r.returncode == 0, f"postinst configure #{attempt} exits 0 ({r.stdout}{r.stderr})")
+        with open(os.path.join(etc, "passwd")) as f:
+            users = [l.split(":") for l in f.read().splitlines()]
+        agent = [u for u in users if u[0] == "gpuha"]
+        check(len(agent) == 1 and agent[0][5] == "/var/lib/gpuha-agent",
+              f"postinst created the gpuha user once, home /var/lib/gpuha-agent ({users})")
+        with open(os.path.join(etc, "group")) as f:
+            check(any(l.startswith("gpuha:") for l in f.read().splitlines()), "and its group")
+        for script in ["prerm", "postrm"]:
+            r = run(["sh", os.path.join(control, script), "remove"], env=env)
+            check(r.returncode == 0, f"{script} remove exits 0 ({r.stderr})")
         exe = os.path.join(root, "usr/bin/gpuha")
         for rel in ["usr/bin/gpuha",
                     "usr/lib/systemd/system/gpuha-agent.service",
