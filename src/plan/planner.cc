@@ -111,7 +111,8 @@ void AddWarnings(Plan& p) {
   };
   if (c.redundancy == 0) {
     warn("no-redundancy",
-         "redundancy is 0: losing any node loses streams. Seed 002 §5: N+1 is non-negotiable.");
+         "redundancy is 0: losing any node loses streams. The GPU HA & Sharing Strategy "
+         "guide's N+1 Capacity Rule: N+1 is non-negotiable.");
   }
   if (c.headroom_streams < 0) {
     warn("no-ha-capacity",
@@ -158,7 +159,8 @@ void AddWarnings(Plan& p) {
   }
   if (in.policy.budget_constrained && p.design.san != "none") {
     warn("san-over-budget",
-         "the budget is constrained but this design uses a SAN; seed 002's quick table says "
+         "the budget is constrained but this design uses a SAN; the GPU HA & Sharing Strategy "
+         "guide's quick table says "
          "'budget constrained: no SAN'.");
   }
   if (in.san != SanType::kNone && p.design.san == "none") {

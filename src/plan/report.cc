@@ -120,20 +120,20 @@ std::string RenderText(const Plan& p, absl::string_view source) {
   std::ostringstream out;
   out << "gpuha plan: " << source << "\n\n";
   out << "Outcome: " << p.outcome << "\n  " << p.summary << "\n\n";
-  out << "Decision path (seed 002 decision flow)\n";
+  out << "Decision path (the decision flow of the GPU HA & Sharing Strategy guide)\n";
   for (size_t i = 0; i < p.path.size(); ++i) {
     out << absl::StrFormat("  %zu. %-48s %s\n", i + 1, QuestionText(p.path[i].question),
                            AnswerText(p.path[i]));
   }
   out << "\nDesign\n";
   TextTable(out, DesignLines(p.design));
-  out << "\nCapacity (N+" << p.capacity.redundancy << ", seed 002 section 5)\n";
+  out << "\nCapacity (N+" << p.capacity.redundancy << ": the guide's N+1 Capacity Rule, 'non-negotiable')\n";
   TextTable(out, CapacityLines(p));
   out << "\nFacilities (" << p.input.cluster.nodes << " nodes, " << GpuLabel(p) << ")\n";
   TextTable(out, FacilityLines(p));
   out << "\nExpected loss (gpuha sim, Llama 3 failure rates)\n";
   TextTable(out, LossLines(p.expected_loss));
-  out << "\nDecision matrix (seed 002 section 6)\n";
+  out << "\nDecision matrix (the guide's, section 6)\n";
   for (const MatrixRow& r : p.matrix) {
     out << absl::StrFormat("  %-30s %s\n", r.requirement, r.best_choice);
   }

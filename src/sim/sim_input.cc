@@ -67,7 +67,7 @@ const std::vector<Strategy>& BuiltinStrategies() {
        .gpu = {0, 0},
        .planned_outage_s = 0,
        .note = "every GPU at 100% and nothing to fail over to: a fault's streams wait for "
-               "the repair (seed 002 section 5)"},
+               "the repair (the N+1 Capacity Rule of the GPU HA & Sharing Strategy guide)"},
       {.name = "scenario-a",
        .reserve = true,
        .spares = Spares::kActive,
