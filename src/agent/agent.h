@@ -199,7 +199,7 @@ class Agent {
   std::string pci_devices_;                     // the sysfs PCI tree compared; "" when off
   gpu::PciScan pci_at_start_;                   // fixed after Start()
   std::unique_ptr<gpu::KernelLog> kernel_log_;  // its own thread's, after Start()
-  std::mutex xid_mu_;
+  mutable std::mutex xid_mu_;
   gpu::XidDeduper xid_dedup_;  // guarded by xid_mu_
   // XIDs NVML told first whose verdict the kernel log's line decides (an
   // application's process, 154's action, 144-150's registers, 45's
@@ -210,6 +210,10 @@ class Agent {
     common::TimePoint until;
   };
   std::vector<HeldXid> held_xids_;      // guarded by xid_mu_
+  // Occurrences (as xid_events counts them) by GPU and XID, for
+  // gpuha_agent_xids_total{gpu,xid}: alerts on a count of XID 79s, as
+  // dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT{xid} allows.
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> xids_by_code_;  // guarded by xid_mu_
   std::atomic<bool> xids_held_{false};  // held_xids_ is not empty: the event loop wakes sooner
   // Whether Fabric Manager ran when last looked (an XID 45's), and when.
   bool fabric_manager_ = false;                              // guarded by xid_mu_

@@ -155,6 +155,11 @@ void Agent::AppendDcgmFamilies(common::PromText* p) const {
 
 std::string Agent::MetricsText() const {
   common::PromText p;
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> xids;  // copied first: xid_mu_ is not
+  {                                                        // taken under mu_
+    std::lock_guard<std::mutex> lock(xid_mu_);
+    xids = xids_by_code_;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (config_.dcgm_names) AppendDcgmFamilies(&p);
   // gpuha's own series take Prometheus' snake_case label names; the DCGM
@@ -178,6 +183,14 @@ std::string Agent::MetricsText() const {
   p.Sample("gpuha_agent_" #name "_total", node, double(counters_.name.load()));
   GPUHA_AGENT_COUNTERS(GPUHA_SAMPLE)
 #undef GPUHA_SAMPLE
+  p.Family("gpuha_agent_xids_total", "counter",
+           "XID occurrences by GPU and XID (each once, NVML and kernel log together).");
+  for (const auto& [at, n] : xids) {
+    p.Sample("gpuha_agent_xids_total",
+             {{"node", config_.node}, {"gpu", std::to_string(at.first)},
+              {"xid", std::to_string(at.second)}},
+             double(n));
+  }
   ServerState server = supervisor_.state();
   p.Family("gpuha_agent_controller_connected", "gauge", "1 while a controller stream is open.");
   p.Sample("gpuha_agent_controller_connected", node, connected_.load());

@@ -318,6 +318,12 @@ TEST_F(AgentTest, KernelLogXidsAreReportedOnceBesideNvmls) {
   EXPECT_TRUE(WaitUntil([&] { return agent->counters().xid_duplicates.load() == 1; }));
   EXPECT_EQ(agent->counters().xid_events.load(), 2u);  // 48 and 79; not the old line
   EXPECT_EQ(agent->counters().kernel_log_xids.load(), 3u);
+  // By GPU and XID, for an alert on a count of one XID.
+  auto m = common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "",
+                            milliseconds(2000));
+  ASSERT_TRUE(m.ok());
+  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"1\",xid=\"48\"} 1\n"));
+  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"0\",xid=\"79\"} 1\n"));
 }
 
 // Issue 39: an XID whose action the kernel log's line decides (154's

@@ -124,15 +124,21 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
     std::lock_guard<std::mutex> lock(xid_mu_);
     // Held XIDs whose line did not come: judged first, before the new
     // ones, which may follow them (an XID 45 after the XID it cleans up).
+    size_t occurrences = 0;
+    // One occurrence judged: counted once, in all and by its GPU and XID.
+    auto occurred = [&](const gpu::XidEvent& x) {
+      occurrences++;
+      xids_by_code_[{x.gpu_index, x.xid}]++;
+    };
     for (auto it = held_xids_.begin(); it != held_xids_.end();) {
       if (it->until > now) {
         ++it;
         continue;
       }
+      occurred(it->x);
       judge.push_back(std::move(it->x));  // judged as the catalog has it
       it = held_xids_.erase(it);
     }
-    size_t occurrences = judge.size();
     for (gpu::XidEvent& x : seen) {
       if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now)) {
         counters_.xid_duplicates++;
@@ -144,8 +150,8 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
         });
         if (held != held_xids_.end()) {
           held_xids_.erase(held);
+          occurred(x);
           judge.push_back(std::move(x));
-          occurrences++;
         } else if (LineDecides(x)) {
           // Later than the wait (a log file behind rsyslog): NVML's copy
           // was judged as the catalog has it; the line's action is judged
@@ -163,8 +169,8 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
         held_xids_.push_back({std::move(x), now + kAttributionWait});
         continue;
       }
+      occurred(x);
       judge.push_back(std::move(x));
-      occurrences++;
     }
     xids_held_ = !held_xids_.empty();
     counters_.xid_events += occurrences;
