@@ -32,38 +32,30 @@ cleanup() {
 trap cleanup EXIT
 
 BACKEND=19401 NGINX=19402 HAPROXY=19403 ROUTER=19404 WORKER=19405 WORKER_GRPC=19406
+# shellcheck source=bench/lib/procs.sh
+source "$(dirname "$0")/lib/procs.sh"
+require_free_ports $BACKEND $NGINX $HAPROXY $ROUTER $WORKER $WORKER_GRPC
 
-cat > "$work/backend.conf" <<CONF
+# nginx_conf NAME PORT LOCATION: an nginx of one worker on PORT, its pid
+# and log under $work, with one `location /` body.
+nginx_conf() {
+  cat > "$work/$1.conf" <<CONF
 worker_processes 1;
 daemon off;
-pid $work/backend.pid;
-error_log $work/backend.err notice;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$BACKEND; location / { return 200 "ok"; } }
-}
-CONF
-nginx -p "$work" -c "$work/backend.conf" & pids+=($!)
-
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-master_process on;
-pid $work/nginx.pid;
-error_log $work/nginx.err warn;
+pid $work/$1.pid;
+error_log $work/$1.err warn;
 events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 1000000;
   upstream be { server 127.0.0.1:$BACKEND; keepalive 64; }
-  server {
-    listen 127.0.0.1:$NGINX;
-    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
+  server { listen 127.0.0.1:$2; location / { $3 } }
 }
 CONF
+}
+nginx_conf backend "$BACKEND" 'return 200 "ok";'
+nginx -p "$work" -c "$work/backend.conf" & pids+=($!)
+nginx_conf nginx "$NGINX" 'proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection "";'
 cat > "$work/haproxy.cfg" <<CONF
 global
   nbthread 1

@@ -155,7 +155,8 @@ int AgentCommand::Run() {
     auto nvml = gpu::NvmlProbe::Open(
         c.nvml_lib, {.slow_every = std::chrono::milliseconds(c.slow_sample_ms)});
     if (!nvml.ok()) {
-      spdlog::error("agent: {}", nvml.status().message());
+      spdlog::error("agent: {} (--gpu sim runs the agent on a simulated GPU)",
+                    nvml.status().message());
       return kExitFailure;
     }
     probe = std::move(*nvml);

@@ -22,21 +22,27 @@ DoctorCommand::DoctorCommand(CLI::App& parent) {
 
 int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
   bool ok = true;
-  auto probe = gpu::NvmlProbe::Open(nvml_lib_);
-  if (!probe.ok()) {
-    err << "gpuha doctor: " << probe.status().message() << "\n";
-    return kExitFailure;
+  // Without NVML (no driver, no GPU) the checks that need none still run:
+  // the kernel log and the PCI tree say what the driver and the bus see.
+  std::unique_ptr<gpu::NvmlProbe> probe;
+  std::vector<gpu::DeviceInfo> devices;
+  if (auto opened = gpu::NvmlProbe::Open(nvml_lib_); !opened.ok()) {
+    ok = false;
+    err << "gpuha doctor: " << opened.status().message() << "\n";
+    out << "NVML: NOT AVAILABLE (" << opened.status().message() << ")\n";
+  } else if (auto listed = (*opened)->Devices(); !listed.ok()) {
+    ok = false;
+    err << "gpuha doctor: " << listed.status().message() << "\n";
+    out << "NVML: NOT AVAILABLE (" << listed.status().message() << ")\n";
+  } else {
+    probe = std::move(*opened);
+    devices = std::move(*listed);
+    out << absl::StrFormat("NVML %s: %zu GPU(s), driver %s\n", nvml_lib_, devices.size(),
+                           devices.empty() || devices.front().driver_version.empty()
+                               ? "(not reported)"
+                               : devices.front().driver_version);
   }
-  auto devices = (*probe)->Devices();
-  if (!devices.ok()) {
-    err << "gpuha doctor: " << devices.status().message() << "\n";
-    return kExitFailure;
-  }
-  out << absl::StrFormat("NVML %s: %zu GPU(s), driver %s\n", nvml_lib_, devices->size(),
-                         devices->empty() || devices->front().driver_version.empty()
-                             ? "(not reported)"
-                             : devices->front().driver_version);
-  for (const gpu::DeviceInfo& d : *devices) {
+  for (const gpu::DeviceInfo& d : devices) {
     out << absl::StrFormat(
         "\nGPU %u: %s, %s, PCI %s, %.1f GiB%s\n", d.index, d.name, d.uuid, d.pci_bus_id,
         d.memory_total_bytes / double(1ull << 30),
@@ -51,12 +57,12 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
       }
     }
     out << "  XID events: "
-        << ((*probe)->EventsRegistered(d.index)
+        << (probe->EventsRegistered(d.index)
                 ? "registered"
                 : "not supported (the kernel log is the only source)")
         << "\n";
     const auto t0 = std::chrono::steady_clock::now();
-    auto s = (*probe)->Sample(d.index);
+    auto s = probe->Sample(d.index);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
@@ -83,7 +89,7 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
     out << absl::StrFormat("  %-46s %10s %10s  %-7s %s\n", "NVML call", "wall ms", "CPU ms",
                            "cadence", "answer");
     double every_wall = 0, every_cpu = 0;
-    for (const gpu::NvmlProbe::CallTiming& t : (*probe)->TimeCalls(d.index)) {
+    for (const gpu::NvmlProbe::CallTiming& t : probe->TimeCalls(d.index)) {
       out << absl::StrFormat("  %-46s %10.3f %10.3f  %-7s %s\n", t.call, t.wall_ms, t.cpu_ms,
                              t.slow ? "slow" : "sample", t.result);
       if (!t.slow) {
@@ -109,7 +115,7 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
     out << "NOT AVAILABLE: " << scan.status().message() << "\n";
   } else {
     int watched = 0;
-    for (const gpu::DeviceInfo& d : *devices) {
+    for (const gpu::DeviceInfo& d : devices) {
       if (scan->count(gpu::PciSlot(d.pci_bus_id)) != 0) {
         ++watched;
       } else {
@@ -117,8 +123,8 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
                                pci_devices_);
       }
     }
-    gpu::PciCheck check = gpu::ComparePci(*devices, *scan, *scan);
-    out << absl::StrFormat("%d of %zu GPU(s) watched under %s", watched, devices->size(),
+    gpu::PciCheck check = gpu::ComparePci(devices, *scan, *scan);
+    out << absl::StrFormat("%d of %zu GPU(s) watched under %s", watched, devices.size(),
                            pci_devices_);
     for (const std::string& slot : check.unseen) {
       out << "; NVIDIA GPU at " << slot << " is bound to the driver but NVML does not list it";

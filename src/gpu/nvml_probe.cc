@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
     const char* why = ::dlerror();
     return absl::FailedPreconditionError(
         absl::StrCat("cannot load NVML (", lib_path, "): ", why ? why : "unknown error",
-                     ". Is the NVIDIA driver installed? Use --gpu sim to run without a GPU."));
+                     ". Is the NVIDIA driver installed?"));
   }
   std::unique_ptr<NvmlProbe> probe(new NvmlProbe(handle, lib_path, options));
   Api& api = probe->api_;
@@ -100,9 +100,7 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
   }
   if (count == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("NVML (", lib_path,
-                     ") found no GPU on this node; use --gpu sim to run "
-                     "without one"));
+        absl::StrCat("NVML (", lib_path, ") found no GPU on this node"));
   }
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t dev = nullptr;

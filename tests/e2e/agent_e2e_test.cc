@@ -129,9 +129,17 @@ TEST_F(AgentE2eTest, DoctorPrintsWhatTheAgentSeesAndWhatEachCallCosts) {
   EXPECT_THAT(out, HasSubstr("every sample:"));
   EXPECT_THAT(out, HasSubstr("kernel log: NOT READABLE: kernel log '/nonexistent/kmsg'"));
   EXPECT_THAT(out, HasSubstr("PCI check: skipped"));
-  ChildProcess missing({kGpuha, "doctor", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"});
+  // Without NVML (no driver, no GPU) it says so and still runs the checks
+  // that need none, and advises no flag it does not take (it once told a
+  // user to pass --gpu sim, and stopped there).
+  ChildProcess missing({kGpuha, "doctor", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1",
+                        "--kernel-log", "/nonexistent/kmsg", "--pci-devices", "/nonexistent/pci"});
   EXPECT_EQ(missing.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(missing.err(), HasSubstr("cannot load NVML"));
+  EXPECT_THAT(missing.err(), ::testing::Not(HasSubstr("--gpu")));
+  EXPECT_THAT(missing.out(), HasSubstr("NVML: NOT AVAILABLE"));
+  EXPECT_THAT(missing.out(), HasSubstr("kernel log: NOT READABLE"));
+  EXPECT_THAT(missing.out(), HasSubstr("PCI check: NOT AVAILABLE"));
 }
 
 TEST_F(AgentE2eTest, NoGpuExitsNonZero) {
@@ -141,6 +149,7 @@ TEST_F(AgentE2eTest, NoGpuExitsNonZero) {
                      {"FAKE_NVML_STATE=" + state_});
   EXPECT_EQ(agent.Wait(milliseconds(10000)), 1);
   EXPECT_THAT(agent.err(), HasSubstr("found no GPU"));
+  EXPECT_THAT(agent.err(), HasSubstr("--gpu sim runs the agent on a simulated GPU"));
 }
 
 TEST_F(AgentE2eTest, OldDriverMissingSymbolExitsNonZero) {
