@@ -20,7 +20,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends /tmp/gpuha_*.deb curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* /tmp/gpuha_*.deb
 # A fixed non-root user (as distroless images use); the agent's manifest
-# raises only what it needs (CAP_SYSLOG for /dev/kmsg).
+# raises what it needs (the agent's DaemonSet runs privileged, as NVIDIA's
+# node agents do: NVML through the runtime, /dev/kmsg).
 USER 65532:65532
 # The fixed ports: controller gRPC 7400 and HTTP 7401, agent 7402, router
 # data 8080 and admin 8081 (src/common/ports.h, docs/configuration.md).

@@ -236,6 +236,37 @@ def main():
                     else:
                         print(f"ok   {f} {kind}/{name} {key}: gpuha {m.group(1)} --check passes")
 
+    # The agent's DaemonSet as a GPU node needs it (issue: it once had no
+    # hostPID, /dev/kmsg in an unprivileged container, NVML through an env
+    # var the runtime may ignore, nothing waiting for the driver, and DCGM
+    # series beside dcgm-exporter's).
+    agent = by_kind.get("DaemonSet", {}).get("gpuha-agent")
+    if agent is None:
+        fail("agent.yaml", "no DaemonSet gpuha-agent")
+    else:
+        f, o = agent
+        where = f"{f} DaemonSet/gpuha-agent"
+        pod = o["spec"]["template"]["spec"]
+        if pod.get("hostPID") is not True:
+            fail(where, "hostPID is not true: an XID's PID is the host's (XID attribution)")
+        if pod.get("runtimeClassName") != "nvidia":
+            fail(where, "runtimeClassName is not nvidia: no NVML from the host")
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            sc = c.get("securityContext", {})
+            if sc.get("privileged") is not True:
+                fail(where, f"container {c['name']} is not privileged: the runtime may ignore "
+                            "NVIDIA_VISIBLE_DEVICES, and the device cgroup refuses /dev/kmsg")
+            if sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False:
+                fail(where, f"container {c['name']}: privileged with allowPrivilegeEscalation "
+                            "false is refused by the API server")
+        waits = [c for c in pod.get("initContainers", []) if "doctor" in " ".join(c.get("command", []))]
+        if not waits:
+            fail(where, "no init container waits for the driver (gpuha doctor until NVML answers)")
+        config = yaml.safe_load(by_kind["ConfigMap"]["gpuha-agent"][1]["data"]["agent.yaml"])
+        if (config.get("metrics") or {}).get("dcgm_names") is not False:
+            fail(where, "metrics.dcgm_names is not false: every GPU series would come twice "
+                        "beside the GPU Operator's dcgm-exporter")
+
     print(f"{len(objects)} objects in {len(present)} files checked")
 
 
