@@ -35,7 +35,7 @@ KNOWN = {
     ("policy/v1", "PodDisruptionBudget"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
     ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet"}
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -266,6 +266,21 @@ def main():
         if (config.get("metrics") or {}).get("dcgm_names") is not False:
             fail(where, "metrics.dcgm_names is not false: every GPU series would come twice "
                         "beside the GPU Operator's dcgm-exporter")
+
+    # The PrometheusRule carries the shipped alert rules, unchanged; the
+    # ServiceMonitors and it carry the label kube-prometheus-stack selects.
+    rule = by_kind.get("PrometheusRule", {}).get("gpuha")
+    with open(os.path.join(source, "deploy/prometheus/gpuha-alerts.yaml")) as fh:
+        shipped = yaml.safe_load(fh)
+    if rule is None:
+        fail("monitoring.yaml", "no PrometheusRule gpuha")
+    elif rule[1]["spec"].get("groups") != shipped["groups"]:
+        fail(f"{rule[0]} PrometheusRule/gpuha",
+             "spec.groups differ from deploy/prometheus/gpuha-alerts.yaml: copy them over")
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        for name, (f, o) in by_kind.get(kind, {}).items():
+            if "release" not in ((o.get("metadata") or {}).get("labels") or {}):
+                fail(f"{f} {kind}/{name}", "no `release` label: kube-prometheus-stack selects by it")
 
     print(f"{len(objects)} objects in {len(present)} files checked")
 
