@@ -1,8 +1,15 @@
 #include "cli/router_command.h"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -33,6 +40,11 @@ RouterCommand::RouterCommand(CLI::App& parent) {
                    "Unix socket PATH: take the listeners of the router running there (a restart "
                    "or an upgrade refuses no connection; it drains and exits), and give ours to "
                    "the next (overrides handoff_socket)");
+  app_->add_flag("--background", background_,
+                 "With a handoff socket: return once this router serves (exit 0; 1 if it "
+                 "cannot), leaving it running, and tell systemd it is the service's main "
+                 "process (MAINPID=): the unit's ExecReload, a restart that refuses no "
+                 "connection");
 }
 
 namespace {
@@ -67,13 +79,46 @@ absl::StatusOr<router::RouterConfig> Load(const std::string& path, const std::st
 }  // namespace
 
 int RouterCommand::Run() {
-  StopSignals signals(/*reload=*/true);
   auto config = Load(config_path_, listen_, admin_, controllers_, threads_);
   if (config.ok() && !handoff_socket_.empty()) config->handoff_socket = handoff_socket_;
   if (!config.ok()) {
     spdlog::error("router: {}", config.status().message());
     return kExitBadInput;
   }
+  if (background_ && config->handoff_socket.empty()) {
+    spdlog::error("router: --background: needs a handoff socket (--handoff-socket or "
+                  "handoff_socket), whose router it replaces");
+    return kExitBadInput;
+  }
+  // --background: the parent waits for the child's word that it serves,
+  // and returns; the child goes on as the router. Forked before any thread.
+  int serving_fd = -1;
+  if (background_ && !check_) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      spdlog::error("router: --background: pipe: {}", std::strerror(errno));
+      return kExitFailure;
+    }
+    const pid_t child = ::fork();
+    if (child < 0) {
+      spdlog::error("router: --background: fork: {}", std::strerror(errno));
+      return kExitFailure;
+    }
+    if (child > 0) {
+      ::close(fds[1]);
+      char word = 0;
+      ssize_t n = 0;
+      do {
+        n = ::read(fds[0], &word, 1);
+      } while (n < 0 && errno == EINTR);
+      ::close(fds[0]);
+      return n == 1 && word == 'R' ? kExitOk : kExitFailure;
+    }
+    ::close(fds[0]);
+    ::setsid();
+    serving_fd = fds[1];
+  }
+  StopSignals signals(/*reload=*/true);
   if (check_) {
     std::printf(
         "router config ok: listen %s:%u admin %s:%u, %zu tenant(s)%s, %zu controller(s), "
@@ -96,8 +141,29 @@ int RouterCommand::Run() {
   std::printf("gpuha router listening on %s:%u admin %s:%u\n", config->listen.host.c_str(),
               r.port(), config->admin.host.c_str(), r.admin_port());
   std::fflush(stdout);
-  common::SdNotifyOrLog(absl::StrCat("READY=1\nSTATUS=router on ", config->listen.host, ":",
+  if (serving_fd >= 0) {
+    // Serving is ready: the listeners taken and routes held (the old
+    // router drains only then). Not so in 30 s: the old one serves on.
+    for (int i = 0; i < 600 && !r.Ready(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string why;
+    if (!r.Ready(&why)) {
+      spdlog::error("router: --background: not ready after 30 s ({}); the running router "
+                    "serves on",
+                    why);
+      r.Stop();
+      return kExitFailure;  // the parent reads the pipe's end: exit 1
+    }
+  }
+  common::SdNotifyOrLog(absl::StrCat(serving_fd >= 0 ? absl::StrCat("MAINPID=", ::getpid(), "\n")
+                                                     : std::string(),
+                                     "READY=1\nSTATUS=router on ", config->listen.host, ":",
                                      r.port(), " admin ", config->admin.host, ":", r.admin_port()));
+  if (serving_fd >= 0) {
+    (void)!::write(serving_fd, "R", 1);
+    ::close(serving_fd);
+  }
   for (;;) {
     int signo = signals.WaitFor(50);
     if (signo == 0) {

@@ -21,6 +21,7 @@ class RouterCommand {
   int threads_ = -1;
   std::string handoff_socket_;
   bool check_ = false;
+  bool background_ = false;
 };
 
 }  // namespace gpuha::cli

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <filesystem>
@@ -218,6 +219,73 @@ TEST_F(RouterE2eTest, ARestartThroughTheHandoffSocketRefusesNoConnectionAndFails
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.ok, 100);
   EXPECT_TRUE(std::filesystem::exists(sock));  // the last router's, for the next restart
+}
+
+// The systemd unit's ExecReload: `--background` returns once the new router
+// serves (its parent exits 0) and leaves it running; it tells systemd on
+// $NOTIFY_SOCKET that it is the main process now (MAINPID=, READY=1); the
+// old one drains and exits. Under load, nothing is refused or fails.
+TEST_F(RouterE2eTest, ABackgroundRestartReturnsOnceItServesAndNamesTheNewMainProcess) {
+  std::string a = StartBackend("a"), b = StartBackend("b");
+  WriteConfig(TwoStreamConfig(a, b));
+  char short_dir[] = "/tmp/gpuha-handoff-XXXXXX";
+  ASSERT_NE(::mkdtemp(short_dir), nullptr);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{short_dir};
+  const std::string sock = std::string(short_dir) + "/router.sock";
+  const std::string notify = std::string(short_dir) + "/notify";
+  // systemd's end of the notify protocol: a Unix datagram socket.
+  int ns = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(ns, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify.c_str());
+  ASSERT_EQ(::bind(ns, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{20, 0};
+  ::setsockopt(ns, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  StartRouter({"--handoff-socket", sock});
+  const uint16_t port = port_;
+  std::atomic<bool> stop{false};
+  LoadResult r;
+  std::thread load([&] { r = RunLoad(port, "k1", "s1", 8, stop); });
+  std::this_thread::sleep_for(milliseconds(400));
+  ChildProcess reload({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
+                       "127.0.0.1:0", "--admin", "127.0.0.1:0", "--threads", "2",
+                       "--handoff-socket", sock, "--background"},
+                      {"NOTIFY_SOCKET=" + notify});
+  EXPECT_EQ(reload.Wait(milliseconds(20000)), std::optional<int>(0)) << reload.err();
+  char msg[512] = {};
+  const ssize_t n = ::recv(ns, msg, sizeof(msg) - 1, 0);
+  ::close(ns);
+  ASSERT_GT(n, 0) << "no word on NOTIFY_SOCKET";
+  const std::string said(msg, static_cast<size_t>(n));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(said, m, std::regex("MAINPID=([0-9]+)\n"))) << said;
+  EXPECT_NE(said.find("READY=1"), std::string::npos) << said;
+  const pid_t main_pid = static_cast<pid_t>(std::stoi(m[1]));
+  EXPECT_NE(main_pid, reload.pid());  // the child that goes on, not the parent that returned
+  EXPECT_EQ(::kill(main_pid, 0), 0) << "the new main process is not running";
+  EXPECT_EQ(router_->Wait(milliseconds(10000)), std::optional<int>(0))
+      << "the old router did not drain and exit: " << router_->err();
+  std::this_thread::sleep_for(milliseconds(400));
+  stop = true;
+  load.join();
+  ::kill(main_pid, SIGTERM);
+  for (int i = 0; i < 200 && ::kill(main_pid, 0) == 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  std::printf("FIGURES router restart in the background: %d ok, %d failed, longest gap %.1f ms\n",
+              r.ok, r.failed, r.max_gap_ms);
+  EXPECT_EQ(r.failed, 0) << r.first_failure;
+  EXPECT_GT(r.ok, 100);
+  // Without a handoff socket there is no router to replace: refused.
+  ChildProcess alone({kGpuha, "router", "--config", (dir_ / "router.yaml").string(),
+                      "--background"});
+  EXPECT_EQ(alone.Wait(milliseconds(10000)), std::optional<int>(2));
+  EXPECT_NE(alone.err().find("--background: needs a handoff socket"), std::string::npos)
+      << alone.err();
 }
 
 TEST_F(RouterE2eTest, HungPrimaryLosesNoRequest) {
