@@ -209,7 +209,7 @@ class Agent {
     gpu::XidEvent x;
     common::TimePoint until;
   };
-  std::vector<HeldXid> held_xids_;      // guarded by xid_mu_
+  std::vector<HeldXid> held_xids_;  // guarded by xid_mu_
   // Occurrences (as xid_events counts them) by GPU and XID, for
   // gpuha_agent_xids_total{gpu,xid}: alerts on a count of XID 79s, as
   // dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT{xid} allows.
@@ -239,9 +239,9 @@ class Agent {
   grpc::ClientContext* stream_ctx_ = nullptr;  // guarded by mu_
   uint64_t heartbeat_seq_ = 0;                 // connection thread only
   DatagramBeats beats_{&counters_.datagram_send_errors};  // connection thread only
-  std::string stream_peer_;                    // connection thread only: where the stream went
-  uint64_t sample_seq_ = 0;                    // guarded by mu_; one per Evaluate()
-  uint64_t sent_sample_seq_ = 0;               // connection thread only
+  std::string stream_peer_;       // connection thread only: where the stream went
+  uint64_t sample_seq_ = 0;       // guarded by mu_; one per Evaluate()
+  uint64_t sent_sample_seq_ = 0;  // connection thread only
 
   // Wakes the connection thread, which sleeps in its stream's completion
   // queue: an alarm set to now posts kWake there.

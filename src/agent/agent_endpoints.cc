@@ -187,7 +187,8 @@ std::string Agent::MetricsText() const {
            "XID occurrences by GPU and XID (each once, NVML and kernel log together).");
   for (const auto& [at, n] : xids) {
     p.Sample("gpuha_agent_xids_total",
-             {{"node", config_.node}, {"gpu", std::to_string(at.first)},
+             {{"node", config_.node},
+              {"gpu", std::to_string(at.first)},
               {"xid", std::to_string(at.second)}},
              double(n));
   }

@@ -7,10 +7,9 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
-
-#include <algorithm>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -168,7 +167,8 @@ TEST_F(AgentTest, QuietBeatsGoAsDatagramsOnceHeardWhileNewsStaysOnTheStream) {
   EXPECT_EQ(controller.heartbeats().back().heartbeat.health(), v1::NODE_HEALTH_FAILED);
   // No beat was taken twice (it went both ways until the agent heard).
   std::vector<uint64_t> seqs;
-  for (const FakeController::Received& b : controller.heartbeats()) seqs.push_back(b.heartbeat.seq());
+  for (const FakeController::Received& b : controller.heartbeats())
+    seqs.push_back(b.heartbeat.seq());
   std::sort(seqs.begin(), seqs.end());
   EXPECT_EQ(std::adjacent_find(seqs.begin(), seqs.end()), seqs.end());
   EXPECT_GT(seqs.size(), 30u);
@@ -319,11 +319,13 @@ TEST_F(AgentTest, KernelLogXidsAreReportedOnceBesideNvmls) {
   EXPECT_EQ(agent->counters().xid_events.load(), 2u);  // 48 and 79; not the old line
   EXPECT_EQ(agent->counters().kernel_log_xids.load(), 3u);
   // By GPU and XID, for an alert on a count of one XID.
-  auto m = common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "",
-                            milliseconds(2000));
+  auto m =
+      common::HttpCall("GET", "127.0.0.1", agent->http_port(), "/metrics", "", milliseconds(2000));
   ASSERT_TRUE(m.ok());
-  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"1\",xid=\"48\"} 1\n"));
-  EXPECT_THAT(m->body, HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"0\",xid=\"79\"} 1\n"));
+  EXPECT_THAT(m->body,
+              HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"1\",xid=\"48\"} 1\n"));
+  EXPECT_THAT(m->body,
+              HasSubstr("gpuha_agent_xids_total{node=\"gpu-1\",gpu=\"0\",xid=\"79\"} 1\n"));
 }
 
 // Issue 39: an XID whose action the kernel log's line decides (154's

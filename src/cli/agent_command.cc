@@ -152,8 +152,8 @@ int AgentCommand::Run() {
 
   std::unique_ptr<gpu::GpuProbe> probe;
   if (c.gpu_backend == "nvml") {
-    auto nvml = gpu::NvmlProbe::Open(
-        c.nvml_lib, {.slow_every = std::chrono::milliseconds(c.slow_sample_ms)});
+    auto nvml = gpu::NvmlProbe::Open(c.nvml_lib,
+                                     {.slow_every = std::chrono::milliseconds(c.slow_sample_ms)});
     if (!nvml.ok()) {
       spdlog::error("agent: {} (--gpu sim runs the agent on a simulated GPU)",
                     nvml.status().message());

@@ -57,9 +57,8 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
       }
     }
     out << "  XID events: "
-        << (probe->EventsRegistered(d.index)
-                ? "registered"
-                : "not supported (the kernel log is the only source)")
+        << (probe->EventsRegistered(d.index) ? "registered"
+                                             : "not supported (the kernel log is the only source)")
         << "\n";
     const auto t0 = std::chrono::steady_clock::now();
     auto s = probe->Sample(d.index);

@@ -67,7 +67,9 @@ LoadCommand::LoadCommand(CLI::App& parent) {
       ->check(CLI::Range(1, 4096));
   app_->add_flag("--no-resend", no_resend_,
                  "A request that gets nothing back fails, never sent again (a client that "
-                 "never retries, to compare proxies' restarts)");
+                 "never retries, to compare proxies' restarts); a gRPC stream message whose "
+                 "call the router ended draining, saying it was not taken, still goes on a "
+                 "new call");
   app_->add_option("--json", json_path_, "Also write the report as JSON here");
   app_->add_flag("--quiet", quiet_, "No progress line");
 }

@@ -10,7 +10,8 @@ namespace gpuha::cli {
 
 PlanCommand::PlanCommand(CLI::App& parent) {
   app_ = parent.add_subcommand(
-      "plan", "Walk the HA decision flow of the GPU HA & Sharing Strategy guide, N+k capacity and "
+      "plan",
+      "Walk the HA decision flow of the GPU HA & Sharing Strategy guide, N+k capacity and "
       "power sizing for a cluster");
   app_->add_option("input", input_path_, "Planner input YAML (see examples/)");
   app_->add_option("-f,--format", format_, "Report format")

@@ -86,8 +86,9 @@ int RouterCommand::Run() {
     return kExitBadInput;
   }
   if (background_ && config->handoff_socket.empty()) {
-    spdlog::error("router: --background: needs a handoff socket (--handoff-socket or "
-                  "handoff_socket), whose router it replaces");
+    spdlog::error(
+        "router: --background: needs a handoff socket (--handoff-socket or "
+        "handoff_socket), whose router it replaces");
     return kExitBadInput;
   }
   // --background: the parent waits for the child's word that it serves,
@@ -149,17 +150,18 @@ int RouterCommand::Run() {
     }
     std::string why;
     if (!r.Ready(&why)) {
-      spdlog::error("router: --background: not ready after 30 s ({}); the running router "
-                    "serves on",
-                    why);
+      spdlog::error(
+          "router: --background: not ready after 30 s ({}); the running router "
+          "serves on",
+          why);
       r.Stop();
       return kExitFailure;  // the parent reads the pipe's end: exit 1
     }
   }
-  common::SdNotifyOrLog(absl::StrCat(serving_fd >= 0 ? absl::StrCat("MAINPID=", ::getpid(), "\n")
-                                                     : std::string(),
-                                     "READY=1\nSTATUS=router on ", config->listen.host, ":",
-                                     r.port(), " admin ", config->admin.host, ":", r.admin_port()));
+  common::SdNotifyOrLog(
+      absl::StrCat(serving_fd >= 0 ? absl::StrCat("MAINPID=", ::getpid(), "\n") : std::string(),
+                   "READY=1\nSTATUS=router on ", config->listen.host, ":", r.port(), " admin ",
+                   config->admin.host, ":", r.admin_port()));
   if (serving_fd >= 0) {
     (void)!::write(serving_fd, "R", 1);
     ::close(serving_fd);

@@ -79,7 +79,8 @@ absl::Status LocalCluster::Start() {
   }
   if (o_.routers < 1 || o_.routers > 8) return absl::InvalidArgumentError("routers: 1 to 8");
   char handoff_dir[] = "/tmp/gpuha-rt-XXXXXX";
-  if (::mkdtemp(handoff_dir) == nullptr) return absl::InternalError("mkdtemp /tmp/gpuha-rt-XXXXXX failed");
+  if (::mkdtemp(handoff_dir) == nullptr)
+    return absl::InternalError("mkdtemp /tmp/gpuha-rt-XXXXXX failed");
   handoff_dir_ = handoff_dir;
   for (int i = 0; i < o_.routers; ++i) {
     LocalRouter r;
@@ -133,7 +134,8 @@ absl::Status LocalCluster::Start() {
     if (absl::Status s = StartAgent(n); !s.ok()) return s;
   }
   for (LocalRouter& r : routers_) {
-    auto pid = Spawn({o_.exe, "router", "--config", r.config, "--handoff-socket", r.handoff}, r.name);
+    auto pid =
+        Spawn({o_.exe, "router", "--config", r.config, "--handoff-socket", r.handoff}, r.name);
     if (!pid.ok()) return pid.status();
     r.pid = *pid;
   }
@@ -180,8 +182,8 @@ absl::Status LocalCluster::RestartRouter(size_t i, double* taken_ms) {
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
   if (!WaitFor([&] { return given() > given_before; }, milliseconds(10000))) {
-    return absl::UnavailableError(absl::StrCat(
-        r.name, ": the new process did not take the listeners in 10 s; see ", log));
+    return absl::UnavailableError(
+        absl::StrCat(r.name, ": the new process did not take the listeners in 10 s; see ", log));
   }
   if (taken_ms != nullptr) {
     *taken_ms = std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();

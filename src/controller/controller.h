@@ -68,7 +68,7 @@ class AgentSink {
   X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")             \
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")             \
   X(join_tokens_throttled,                                                                      \
-    "Agent hellos refused unchecked: too many wrong join tokens from their IP in a second.")     \
+    "Agent hellos refused unchecked: too many wrong join tokens from their IP in a second.")    \
   X(fence_repeats, "Fence commands re-sent to a node that had not confirmed.")                  \
   X(quarantines_held, "Health verdicts not acted on: the quarantine breaker was open.")         \
   X(gpu_failovers, "GPUs taken out of placement alone, their node serving on.")                 \

@@ -36,13 +36,13 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
     // agent elsewhere registered (and move its routes to its own address).
     if (!proven && !peer_ip.empty() && !n->agent_ip.empty() && peer_ip != n->agent_ip) {
       counters_.agents_refused++;
-      EventLocked("registration_refused", hello.node(),
-                  absl::StrCat("an agent at ", peer_ip, " claimed it; it is bound to ",
-                               n->agent_ip));
+      EventLocked(
+          "registration_refused", hello.node(),
+          absl::StrCat("an agent at ", peer_ip, " claimed it; it is bound to ", n->agent_ip));
       return absl::PermissionDeniedError(absl::StrCat(
-          "node '", hello.node(), "' was registered from ", n->agent_ip, "; an agent at ",
-          peer_ip, " cannot take it over (an admin frees it: POST /api/v1/nodes/",
-          hello.node(), "/rebind; mTLS proves a node's name instead)"));
+          "node '", hello.node(), "' was registered from ", n->agent_ip, "; an agent at ", peer_ip,
+          " cannot take it over (an admin frees it: POST /api/v1/nodes/", hello.node(),
+          "/rebind; mTLS proves a node's name instead)"));
     }
     if (!proven && !peer_ip.empty() && n->agent_ip.empty()) {
       // Freed by an admin, or stored before nodes were bound: bound now.

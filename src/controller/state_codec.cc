@@ -119,8 +119,8 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
     if (absl::Status s = Field(*reg, "domain", sub, &n.domain); !s.ok()) return s;
     if (absl::Status s = Field(*reg, "agent_ip", sub, &n.agent_ip); !s.ok()) return s;
     if (!n.agent_ip.empty() && !common::IsIpAddress(n.agent_ip)) {
-      return absl::DataLossError(
-          absl::StrCat("store: ", sub, ".agent_ip: '", absl::CHexEscape(n.agent_ip), "' is not an IP address"));
+      return absl::DataLossError(absl::StrCat(
+          "store: ", sub, ".agent_ip: '", absl::CHexEscape(n.agent_ip), "' is not an IP address"));
     }
     if (absl::Status s = Field(*reg, "grpc_address", sub, &n.grpc_address); !s.ok()) return s;
     if (!n.grpc_address.empty() && !common::ParseHostPort(n.grpc_address, "grpc").ok()) {

@@ -393,10 +393,10 @@ class Demo {
       }
     }
     t.node = controller || router ? "control-plane"
-             : every || fleet ? "every node"
-             : gpu            ? unit
-             : second_        ? node->name + "+" + second_->name
-                              : node->name;
+             : every || fleet     ? "every node"
+             : gpu                ? unit
+             : second_            ? node->name + "+" + second_->name
+                                  : node->name;
     t.streams_hit = hit.size();
     int64_t last_event = 0;
     if (auto ev = c_.Api("GET", "/api/v1/events"); ev.ok() && ev->is_array() && !ev->empty()) {
@@ -465,9 +465,9 @@ class Demo {
     }
     absl::Status repaired = router ? (spec.repair ? spec.repair(faults_, *node) : absl::OkStatus())
                             : controller ? RepairController(primaries, t0, &t)
-                            : every    ? absl::OkStatus()  // each node was back before the next
-                            : fleet    ? RepairFleet(spec, &t)
-                                       : Repair(spec, *node, &t);
+                            : every      ? absl::OkStatus()  // each node was back before the next
+                            : fleet      ? RepairFleet(spec, &t)
+                                         : Repair(spec, *node, &t);
     if (repaired.ok() && second_ != nullptr) repaired = Repair(spec, *second_, &t);
     if (every) {
       auto after = c_.Api("GET", "/api/v1/streams");
@@ -841,7 +841,8 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   bool partition = false;
   for (const std::string& f : o.faults) partition = partition || FindFault(f)->partition;
-  if (o.routers < 1 || o.routers > 4) return absl::InvalidArgumentError("--routers: must be 1 to 4");
+  if (o.routers < 1 || o.routers > 4)
+    return absl::InvalidArgumentError("--routers: must be 1 to 4");
   if (o.gpus_per_node < 1 || o.gpus_per_node > 8) {
     return absl::InvalidArgumentError("--gpus-per-node: must be 1 to 8");
   }

@@ -65,9 +65,9 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
   void* handle = ::dlopen(lib_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot load NVML (", lib_path, "): ", why ? why : "unknown error",
-                     ". Is the NVIDIA driver installed?"));
+    return absl::FailedPreconditionError(absl::StrCat("cannot load NVML (", lib_path,
+                                                      "): ", why ? why : "unknown error",
+                                                      ". Is the NVIDIA driver installed?"));
   }
   std::unique_ptr<NvmlProbe> probe(new NvmlProbe(handle, lib_path, options));
   Api& api = probe->api_;

@@ -864,8 +864,9 @@ class Runner {
     if (routers_.size() == 1) return absl::StrCat(o_.host, ":", o_.port);
     std::vector<std::string> each;
     for (const tcp::endpoint& e : routers_) {
-      each.push_back(e.address().is_v6() ? absl::StrCat("[", e.address().to_string(), "]:", e.port())
-                                         : absl::StrCat(e.address().to_string(), ":", e.port()));
+      each.push_back(e.address().is_v6()
+                         ? absl::StrCat("[", e.address().to_string(), "]:", e.port())
+                         : absl::StrCat(e.address().to_string(), ":", e.port()));
     }
     return absl::StrCat(routers_[0].address().is_v6() ? "ipv6:" : "ipv4:",
                         absl::StrJoin(each, ","));
@@ -923,10 +924,11 @@ absl::StatusOr<LoadReport> RunLoad(const LoadOptions& o) {
           absl::StrCat("--target: '", r.host, "' is not an IP address (each router's must be)"));
     }
     if (a.is_v6() != first.is_v6()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--target: '", r.str(), "': every router on one list is IPv4, or every one IPv6"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--target: '", r.str(), "': every router on one list is IPv4, or every one IPv6"));
     }
-    if (r.port == 0) return absl::InvalidArgumentError(absl::StrCat("--target: '", r.str(), "': no port"));
+    if (r.port == 0)
+      return absl::InvalidArgumentError(absl::StrCat("--target: '", r.str(), "': no port"));
   }
   net::io_context ioc(1);
   Runner r(o, ioc);
@@ -948,8 +950,7 @@ std::string LoadReport::Json() const {
       R"("latency_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},"max_gap_ms":%.3f,)"
       R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
       sent, ok, failed, absl::StrJoin(f, ","), stale_retries, router_failovers, slow_sent, slow_ok,
-      p50_ms, p99_ms,
-      p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
+      p50_ms, p99_ms, p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
       sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
                             R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
                             tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms,
@@ -974,9 +975,8 @@ std::string LoadReport::Text() const {
         stale_retries);
   }
   if (router_failovers > 0) {
-    out += absl::StrFormat(
-        "moved on to the next router (a refused connect, or nothing back): %d\n",
-        router_failovers);
+    out += absl::StrFormat("moved on to the next router (a refused connect, or nothing back): %d\n",
+                           router_failovers);
   }
   if (sse) {
     out += absl::StrFormat(

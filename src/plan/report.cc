@@ -127,7 +127,8 @@ std::string RenderText(const Plan& p, absl::string_view source) {
   }
   out << "\nDesign\n";
   TextTable(out, DesignLines(p.design));
-  out << "\nCapacity (N+" << p.capacity.redundancy << ": the guide's N+1 Capacity Rule, 'non-negotiable')\n";
+  out << "\nCapacity (N+" << p.capacity.redundancy
+      << ": the guide's N+1 Capacity Rule, 'non-negotiable')\n";
   TextTable(out, CapacityLines(p));
   out << "\nFacilities (" << p.input.cluster.nodes << " nodes, " << GpuLabel(p) << ")\n";
   TextTable(out, FacilityLines(p));

@@ -244,8 +244,8 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
       // another connection (the GOAWAY sent it elsewhere: the router that
       // took the listeners, or the next one), and no message is cut, as
       // the drain's timeout would cut one.
-      if (L.shared.draining.load(std::memory_order_relaxed) && unanswered.empty() &&
-          heard == 0 && !decoupled) {
+      if (L.shared.draining.load(std::memory_order_relaxed) && unanswered.empty() && heard == 0 &&
+          !decoupled) {
         c.Answer(Reason::kDraining,
                  "the router is draining (a restart or a stop): open the stream again");
         co_return;

@@ -741,7 +741,8 @@ TEST_F(RouterGrpcTest, ARequestOverTheBodyLimitIsResourceExhaustedAtOnce) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   ctx.AddMetadata("x-api-key", "k-acme");
   ctx.AddMetadata("x-gpuha-stream", "cam-1");
-  inference::ModelInferRequest req = worker::MakeGrpcInferRequest("big", Image(6, 5, 1), nullptr, 6, 5);
+  inference::ModelInferRequest req =
+      worker::MakeGrpcInferRequest("big", Image(6, 5, 1), nullptr, 6, 5);
   req.add_raw_input_contents(std::string((1 << 20) + 100, 'x'));
   inference::ModelInferResponse resp;
   const auto start = std::chrono::steady_clock::now();

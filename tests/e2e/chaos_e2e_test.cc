@@ -327,8 +327,7 @@ TEST_F(ChaosTest, RollingAgentRestartWithSupervisedWorkersMovesWorkFirst) {
 // restarted in turn through its handoff socket, as a rolling upgrade; then
 // the first router killed (kill -9), the clients going on to the second.
 TEST_F(ChaosTest, ControllerAndRouterRestartsLoseNothing) {
-  json r = RunDemo("controller-restart,router-restart,router-kill", 20, -1, {},
-                   {"--routers", "2"});
+  json r = RunDemo("controller-restart,router-restart,router-kill", 20, -1, {}, {"--routers", "2"});
   ASSERT_TRUE(r.is_object());
   ASSERT_EQ(r["faults"].size(), 3u) << r.dump();
   const json& ctl = r["faults"][0];
@@ -358,8 +357,8 @@ TEST_F(ChaosTest, ControllerAndRouterRestartsLoseNothing) {
       "gap %.1f ms; router-kill: %d answers, %d failed, LLM %d/%d failed, gRPC %d/%d and "
       "stream %d/%d failed, longest gap %.1f ms\n",
       restart["router_taken_ms"].dump().c_str(), restart["answered"].get<int>(),
-      restart["max_gap_ms"].get<double>(), kill["answered"].get<int>(),
-      kill["failed"].get<int>(), kill["llm_failed"].get<int>(), kill["llm_answered"].get<int>(),
+      restart["max_gap_ms"].get<double>(), kill["answered"].get<int>(), kill["failed"].get<int>(),
+      kill["llm_failed"].get<int>(), kill["llm_answered"].get<int>(),
       kill["grpc_failed"].get<int>(), kill["grpc_answered"].get<int>(),
       kill["grpc_stream_failed"].get<int>(), kill["grpc_stream_answered"].get<int>(),
       kill["max_gap_ms"].get<double>());

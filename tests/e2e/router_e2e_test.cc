@@ -251,10 +251,10 @@ TEST_F(RouterE2eTest, ABackgroundRestartReturnsOnceItServesAndNamesTheNewMainPro
   LoadResult r;
   std::thread load([&] { r = RunLoad(port, "k1", "s1", 8, stop); });
   std::this_thread::sleep_for(milliseconds(400));
-  ChildProcess reload({kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen",
-                       "127.0.0.1:0", "--admin", "127.0.0.1:0", "--threads", "2",
-                       "--handoff-socket", sock, "--background"},
-                      {"NOTIFY_SOCKET=" + notify});
+  ChildProcess reload(
+      {kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--listen", "127.0.0.1:0",
+       "--admin", "127.0.0.1:0", "--threads", "2", "--handoff-socket", sock, "--background"},
+      {"NOTIFY_SOCKET=" + notify});
   EXPECT_EQ(reload.Wait(milliseconds(20000)), std::optional<int>(0)) << reload.err();
   char msg[512] = {};
   const ssize_t n = ::recv(ns, msg, sizeof(msg) - 1, 0);
@@ -281,8 +281,8 @@ TEST_F(RouterE2eTest, ABackgroundRestartReturnsOnceItServesAndNamesTheNewMainPro
   EXPECT_EQ(r.failed, 0) << r.first_failure;
   EXPECT_GT(r.ok, 100);
   // Without a handoff socket there is no router to replace: refused.
-  ChildProcess alone({kGpuha, "router", "--config", (dir_ / "router.yaml").string(),
-                      "--background"});
+  ChildProcess alone(
+      {kGpuha, "router", "--config", (dir_ / "router.yaml").string(), "--background"});
   EXPECT_EQ(alone.Wait(milliseconds(10000)), std::optional<int>(2));
   EXPECT_NE(alone.err().find("--background: needs a handoff socket"), std::string::npos)
       << alone.err();
