@@ -19,9 +19,12 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
+  // Where an agent the transport did not prove comes from: what binds a
+  // registered node, and what the join-token throttle counts by.
+  const std::string unproven_ip = proven ? std::string() : peer_ip;
   NodeState* n = FindLocked(hello.node());
   if (n == nullptr) {
-    absl::StatusOr<NodeState*> added = RegisterLocked(hello, proven ? "" : peer_ip);
+    absl::StatusOr<NodeState*> added = RegisterLocked(hello, unproven_ip);
     if (!added.ok()) return added.status();
     n = *added;
   } else if (n->registered) {
@@ -31,10 +34,10 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       return absl::NotFoundError(
           absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
     }
-    if (absl::Status s = CheckJoinTokenLocked(hello, proven ? "" : peer_ip); !s.ok()) return s;
+    if (absl::Status s = CheckJoinTokenLocked(hello, unproven_ip); !s.ok()) return s;
     // The join token lets an agent register a node, not take over one an
     // agent elsewhere registered (and move its routes to its own address).
-    if (!proven && !peer_ip.empty() && !n->agent_ip.empty() && peer_ip != n->agent_ip) {
+    if (!unproven_ip.empty() && !n->agent_ip.empty() && unproven_ip != n->agent_ip) {
       counters_.agents_refused++;
       EventLocked(
           "registration_refused", hello.node(),
@@ -44,7 +47,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
           " cannot take it over (an admin frees it: POST /api/v1/nodes/", hello.node(),
           "/rebind; mTLS proves a node's name instead)"));
     }
-    if (!proven && !peer_ip.empty() && n->agent_ip.empty()) {
+    if (!unproven_ip.empty() && n->agent_ip.empty()) {
       // Freed by an admin, or stored before nodes were bound: bound now.
       n->agent_ip = peer_ip;
       EventLocked("registration_bound", hello.node(), absl::StrCat("to ", peer_ip));
@@ -56,7 +59,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
     // A listed node's name proves nothing without mTLS: where a join token
     // is set, its agent proves the token too (a tokenless impostor was
     // welcomed for a dead listed node, and rejoined it).
-    if (absl::Status s = CheckJoinTokenLocked(hello, proven ? "" : peer_ip); !s.ok()) return s;
+    if (absl::Status s = CheckJoinTokenLocked(hello, unproven_ip); !s.ok()) return s;
   }
   if (n->sink && !proven) {
     counters_.agents_refused++;
