@@ -427,9 +427,15 @@ absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
     auto next = Get(next_key);
     if (!next.ok()) return next.status();
     int64_t id = 1;
-    if (*next && !absl::SimpleAtoi((*next)->value(), &id)) {
-      return absl::DataLossError(
-          absl::StrCat("store: ", next_key, " holds '", (*next)->value(), "', not an event id"));
+    if (*next && (!absl::SimpleAtoi((*next)->value(), &id) || id < 1)) {
+      // The counter only says where the events end, which their keys say
+      // too: a damaged one (written by hand, a bad restore) is rebuilt from
+      // them rather than stopping every event from being stored.
+      auto newest = NewestEventId();
+      if (!newest.ok()) return newest.status();
+      spdlog::warn("store: {} holds '{}', not an event id; counting on from the newest event ({})",
+                   next_key, absl::CHexEscape((*next)->value().substr(0, 64)), *newest);
+      id = *newest + 1;
     }
     if (attempt > 0 && id > 1) {  // a resent Txn may have applied: ours is there
       auto mine = Get(EventKey(prefix_, id - 1));
@@ -470,6 +476,24 @@ absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
     }
   }
   return absl::UnavailableError("store: appending an event kept racing another writer");
+}
+
+absl::StatusOr<int64_t> EtcdStore::NewestEventId() {
+  RangeRequest req;
+  req.set_key(prefix_ + "e/");
+  req.set_range_end(PrefixEnd(prefix_ + "e/"));
+  req.set_sort_order(RangeRequest::DESCEND);
+  req.set_sort_target(RangeRequest::KEY);
+  req.set_limit(1);
+  req.set_keys_only(true);
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  if (r->kvs().empty()) return 0;
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(r->kvs(0).key().substr(prefix_.size() + 2), &id)) {
+    return absl::DataLossError(absl::StrCat("store: '", r->kvs(0).key(), "' is not an event key"));
+  }
+  return id;
 }
 
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> EtcdStore::LoadEvents(int64_t after_id,

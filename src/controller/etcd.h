@@ -150,6 +150,8 @@ class EtcdStore : public Store {
   void AddFence(etcdserverpb::TxnRequest* txn) const;
   absl::Status FenceLost() const;
   absl::StatusOr<std::optional<etcdserverpb::KeyValue>> Get(const std::string& key);
+  // The id of the newest event stored; 0 when there is none.
+  absl::StatusOr<int64_t> NewestEventId();
 
   std::shared_ptr<EtcdClient> client_;
   const std::string prefix_;

@@ -142,6 +142,38 @@ TEST_F(EtcdTest, ADeposedLeaderCommitsNothing) {
   EXPECT_EQ(new_store.LoadEvents(0, 10)->size(), 2u);
 }
 
+// Adversarial finding: a garbage event counter (written by hand) stopped
+// every event from being stored, while the API went on answering 201. The
+// counter is rebuilt from the event keys, and nothing is overwritten.
+TEST_F(EtcdTest, AGarbageEventCounterIsRebuiltFromTheEventsStored) {
+  EtcdStore store(Client(), "/gpuha/");
+  ASSERT_EQ(*store.AppendEvent("{\"n\":1}"), 1);
+  ASSERT_EQ(*store.AppendEvent("{\"n\":2}"), 2);
+  for (const char* garbage : {"x", "-5", ""}) {
+    SCOPED_TRACE(garbage);
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+    put->set_key("/gpuha/e-next");
+    put->set_value(garbage);
+    ASSERT_TRUE(Client()->Txn(txn).ok());
+    auto id = store.AppendEvent("{\"after\":\"garbage\"}");
+    ASSERT_TRUE(id.ok()) << id.status();
+    auto events = store.LoadEvents(0, 100);
+    ASSERT_TRUE(events.ok());
+    ASSERT_EQ(static_cast<int64_t>(events->size()), *id);
+    EXPECT_EQ((*events)[0].second, "{\"n\":1}");
+    EXPECT_EQ((*events)[1].second, "{\"n\":2}");
+  }
+  // An empty store with a garbage counter starts at 1.
+  EtcdStore other(Client(), "/other/");
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key("/other/e-next");
+  put->set_value("garbage");
+  ASSERT_TRUE(Client()->Txn(txn).ok());
+  EXPECT_EQ(*other.AppendEvent("{}"), 1);
+}
+
 // A leader that cannot renew its lease (etcd hung, or without quorum) hears
 // so within about one TTL, and stops.
 TEST_F(EtcdTest, ALeaderThatCannotRenewItsLeaseIsToldItLostIt) {
