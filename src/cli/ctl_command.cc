@@ -118,6 +118,10 @@ const Verb kVerbs[] = {
      "Free a registered node from the IP its agent registered from, so an agent on another "
      "host can register it (admin token)",
      "NODE", "  gpuha ctl rebind gpu-5"},
+    {"remove-node",
+     "Forget a registered node that left: its agent stopped, the node drained or failed, no "
+     "stream or job on it (admin token)",
+     "NODE", "  gpuha ctl remove-node gpu-5"},
     {"add-stream", "Admit a stream (refused when N+k would break)", "ID",
      "  gpuha ctl add-stream cam-17 --tenant acme --weight 2"},
     {"remove-stream", "Remove a stream and its routes", "ID", "  gpuha ctl remove-stream cam-17"},
@@ -399,6 +403,9 @@ int CtlCommand::Mutate() {
   } else if (command == "add-stream") {
     path = "/api/v1/streams";
     body = json{{"id", name_}, {"tenant", tenant_}, {"weight", weight_}}.dump();
+  } else if (command == "remove-node") {
+    method = "DELETE";
+    path = "/api/v1/nodes/" + name_;
   } else if (command == "remove-stream") {
     method = "DELETE";
     path = "/api/v1/streams/" + name_;
@@ -423,7 +430,7 @@ int CtlCommand::Mutate() {
   if (a.rc != kExitOk) return a.rc;
   double now = NowUnixMs();
   return Print(a.body, [&](const json& j) {
-    if (command == "remove-stream" || command == "remove-job") {
+    if (absl::StartsWith(command, "remove-")) {
       std::cout << "removed " << j.value("removed", name_) << "\n";
     } else if (command == "add-job" || command == "confirm-fenced") {
       std::cout << RenderTable(json::array({j}), kJobColumns, now);

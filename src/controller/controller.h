@@ -128,6 +128,10 @@ class Controller {
   // registers it (with the join token) binds it anew (an admin's act, for a
   // node whose host moved). NotFound; FailedPrecondition for a listed node.
   [[nodiscard]] absl::Status RebindNode(const std::string& node);
+  // Forgets a registered node whose agent is gone and which is out of
+  // service (drained or failed) with no stream or job left on it: its row,
+  // its placement units, its alerts' series. A listed node is the config's.
+  [[nodiscard]] absl::Status RemoveNode(const std::string& node);
   // Wrong join tokens one source IP may send in a second; past them its
   // hellos are refused unchecked for the rest of the second.
   static constexpr int kMaxWrongJoinTokens = 10;

@@ -495,4 +495,39 @@ absl::Status Controller::RebindNode(const std::string& node) {
   return StoredLocked();
 }
 
+absl::Status Controller::RemoveNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = CheckActing(); !s.ok()) return s;
+  NodeState* n = FindLocked(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
+  if (!n->registered) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, " is listed in the config: take it out of `nodes` there and restart"));
+  }
+  if (n->sink != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node, "'s agent is connected",
+                     n->agent_ip.empty() ? "" : absl::StrCat(" (from ", n->agent_ip, ")"),
+                     "; stop it first, or drain the node to keep it out"));
+  }
+  for (const auto& [id, j] : jobs_) {
+    if (j.r.node == node) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " still names node ", node, "; remove the job first"));
+    }
+  }
+  if (absl::Status s = placement_.RemoveNode(node); !s.ok()) return s;
+  detector_.Forget(node);
+  EndDatagramsLocked(*n);
+  EventLocked(
+      "node_removed", node,
+      absl::StrCat("registered node forgotten; its name can register again",
+                   n->agent_ip.empty() ? "" : absl::StrCat(" (was bound to ", n->agent_ip, ")")));
+  nodes_.erase(node);
+  std::vector<StoreWrite> batch{{"node", node, std::nullopt}};
+  CommitLocked(std::move(batch));
+  PushRoutesLocked("node " + node + " removed");
+  return StoredLocked();
+}
+
 }  // namespace gpuha::controller

@@ -1193,6 +1193,55 @@ TEST_F(RegistrationTest, ARegisteredNodeIsBoundToItsAgentsIpAndAnAdminFreesIt) {
   EXPECT_EQ(c_->RebindNode("nope").code(), absl::StatusCode::kNotFound);
 }
 
+// Issue finding: a node that left the cluster could not be removed, so its
+// failed state (and the alert on it) stayed for ever. An admin forgets a
+// registered node once its agent is gone and it is out of service; its
+// routes never named it again and its name can register anew.
+TEST_F(RegistrationTest, ARegisteredNodeThatLeftIsRemovedOnceItIsOut) {
+  std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  ASSERT_TRUE(Register("g1", "10.0.0.1:8000", "active").ok());
+  ASSERT_TRUE(Register("g2", "10.0.0.2:8000", "active").ok());
+  ASSERT_TRUE(Register("g3", "10.0.0.3:8000", "passive").ok());
+  for (const char* n : {"g1", "g2", "g3"}) Beat(n);
+  ASSERT_TRUE(c_->AddStream({"cam-0", "acme", 1}).ok());
+  const std::string primary = c_->Snapshot().routes(0).primary().node();
+
+  absl::Status s = c_->RemoveNode(primary);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("agent is connected"));
+  c_->AgentDisconnected(primary, sinks_[primary].get());
+  s = c_->RemoveNode(primary);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("in service"));
+  ASSERT_TRUE(c_->Fail(primary).ok());
+  ASSERT_TRUE(c_->RemoveNode(primary).ok());
+  EXPECT_EQ(c_->NodeJson(primary).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c_->NodesJson().size(), 2u);
+  EXPECT_GE(IndexOf("node_removed"), 0);
+  v1::RouteSnapshot snap = c_->Snapshot();
+  ASSERT_EQ(snap.routes_size(), 1);
+  EXPECT_NE(snap.routes(0).primary().node(), primary);
+  EXPECT_NE(snap.routes(0).standby().node(), primary);
+  EXPECT_EQ(c_->RemoveNode(primary).code(), absl::StatusCode::kNotFound);
+
+  // Gone from the store too; its name registers again as a new node.
+  c_.reset();
+  c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  EXPECT_EQ(c_->NodesJson().size(), 2u);
+  ASSERT_TRUE(Register(primary, "10.0.0.8:8000", "passive").ok());
+  EXPECT_EQ((*c_->NodeJson(primary))["address"], "10.0.0.8:8000");
+}
+
+TEST_F(ControllerTest, AListedNodeIsTheConfigsToRemove) {
+  Start();
+  absl::Status s = c_->RemoveNode("a1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("listed in the config"));
+}
+
 TEST_F(RegistrationTest, AgentsRegisterTheirNodesWhichJoinOnceReadyAndSurviveARestart) {
   std::string db = (gpuha::testing::TestTempDir() / "c.db").string();
   c_ = std::make_unique<Controller>(Policy(), std::move(*SqliteStore::Open(db)), &clock_, &fencer_);

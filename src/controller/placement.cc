@@ -112,6 +112,15 @@ int64_t Placement::SurvivableUnits(const std::vector<const Node*>& without) cons
   return total - reserve;
 }
 
+const std::string& Placement::HostKey(const NodeSpec& spec) {
+  return spec.host.empty() ? spec.id : spec.host;
+}
+
+std::string Placement::GroupKey(const NodeSpec& spec) {
+  return spec.domain.empty() ? absl::StrCat("host:", HostKey(spec))
+                             : absl::StrCat("domain:", spec.domain);
+}
+
 absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
   if (spec.id.empty()) return absl::InvalidArgumentError("node id is empty");
   if (spec.capacity < 0) {
@@ -125,12 +134,10 @@ absl::Status Placement::AddNode(const NodeSpec& spec, bool available) {
   n.available = available;
   n.index = static_cast<uint32_t>(by_index_.size());
   by_index_.push_back(&n);
-  n.host = &hosts_[spec.host.empty() ? spec.id : spec.host];
+  n.host = &hosts_[HostKey(spec)];
   n.host->units.push_back(&n);
   n.host->available = available;
-  n.group =
-      &groups_[spec.domain.empty() ? absl::StrCat("host:", spec.host.empty() ? spec.id : spec.host)
-                                   : absl::StrCat("domain:", spec.domain)];
+  n.group = &groups_[GroupKey(spec)];
   if (!spec.domain.empty()) by_domain_ = true;
   n.group->lo = std::min(n.group->lo, n.index);
   n.group->hi = std::max(n.group->hi, n.index);
@@ -499,6 +506,42 @@ absl::Status Placement::SetRole(const std::string& id, Role role) {
         absl::StrCat("node ", id, " still serves ", serving, " stream(s); drain it first"));
   }
   for (Node* n : units) ChangeRole(*n, role);
+  return absl::OkStatus();
+}
+
+absl::Status Placement::RemoveNode(const std::string& id) {
+  std::vector<Node*> units = Resolve(id);
+  if (units.empty()) return absl::NotFoundError(absl::StrCat("node ", id, " not found"));
+  for (const Node* n : units) {
+    if (n->available || n->host->available) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", id, " is in service; drain or fail it first"));
+    }
+    if (!n->primaries.empty() || !n->standbys.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("node ", id, " still holds ",
+                                                        n->primaries.size() + n->standbys.size(),
+                                                        " stream(s) as primary or standby"));
+    }
+  }
+  for (Node* n : units) {
+    // Out of service, so in no free index and not counted.
+    Node* last = by_index_.back();
+    if (last != n) {
+      UnindexFree(*last);
+      last->index = n->index;
+      by_index_[n->index] = last;
+      IndexFree(*last);
+      // The groups' runs are a shortcut: a moved index breaks its run, so
+      // the search walks that group unit by unit (run() is false).
+      last->group->lo = std::min(last->group->lo, last->index);
+    }
+    by_index_.pop_back();
+    if (--n->group->units == 0) groups_.erase(GroupKey(n->spec));
+    std::vector<Node*>& siblings = n->host->units;
+    siblings.erase(std::find(siblings.begin(), siblings.end(), n));
+    if (siblings.empty()) hosts_.erase(HostKey(n->spec));
+    nodes_.erase(n->spec.id);
+  }
   return absl::OkStatus();
 }
 

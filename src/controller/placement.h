@@ -117,6 +117,10 @@ class Placement {
   // without standby roles does (Kubernetes; `gpuha sim`'s scenarios).
   [[nodiscard]] absl::Status RestoreNode(const std::string& node, bool as_passive = true);
   [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
+  // Forgets a node that is out (FailNode) and holds no stream, as primary or
+  // standby; FailedPrecondition otherwise. A host's name forgets its units.
+  // The last added unit takes the removed one's index.
+  [[nodiscard]] absl::Status RemoveNode(const std::string& node);
 
   CapacityFigures Capacity() const;
   // Units of the available GPU nodes that no placed stream takes: the room a
@@ -198,6 +202,9 @@ class Placement {
   std::vector<FailoverPlan> FailUnits(const std::vector<Node*>& units);
   absl::Status RestoreUnit(Node& n, bool as_passive);
   static Assignment ToAssignment(const Stream& s);
+  // Keys of hosts_ and groups_.
+  static const std::string& HostKey(const NodeSpec& spec);
+  static std::string GroupKey(const NodeSpec& spec);
 
   const int64_t k_;
   // Hash maps: admission of 100,000 streams must stay under 200 ms.

@@ -402,5 +402,48 @@ TEST(PlacementTest, ANodeAlreadyOutCanAlwaysBeRemoved) {
   EXPECT_TRUE(p.CanRemoveNode("a1").ok());
 }
 
+TEST(PlacementTest, ANodeOutWithNoStreamIsForgottenAndTheRestPlaceAsBefore) {
+  Placement p = GpuHosts(1, {{"n1", ""}, {"n2", ""}, {"n3", ""}, {"n4", ""}});
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(p.Admit({"s" + std::to_string(i), "t", 1}).ok());
+  EXPECT_EQ(p.RemoveNode("n9").code(), absl::StatusCode::kNotFound);
+  absl::Status serving = p.RemoveNode("n2");
+  EXPECT_EQ(serving.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(serving.message()), HasSubstr("in service"));
+  // Out, its streams moved: the whole host is forgotten, every GPU of it.
+  (void)p.FailNode("n2");
+  ASSERT_TRUE(p.RemoveNode("n2").ok());
+  EXPECT_TRUE(p.UnitsOf("n2").empty());
+  EXPECT_FALSE(p.RoleOf("n2/gpu0").has_value());
+  EXPECT_EQ(p.RemoveNode("n2").code(), absl::StatusCode::kNotFound);
+  CapacityFigures c = p.Capacity();
+  EXPECT_EQ(c.total_units, 24);
+  EXPECT_EQ(c.reserve_units, 8);
+  // The units that took the removed ones' indices still place, and every
+  // standby is still on another host.
+  for (int i = 8; i < 16; ++i) {
+    auto a = p.Admit({"s" + std::to_string(i), "t", 1});
+    ASSERT_TRUE(a.ok()) << a.status();
+  }
+  for (const Assignment& a : p.Assignments()) {
+    ASSERT_FALSE(a.primary.empty()) << a.stream;
+    EXPECT_NE(HostOf(a.primary), HostOf(a.standby)) << a.stream;
+    EXPECT_NE(HostOf(a.primary), "n2") << a.stream;
+  }
+  // A name can be added again once it is forgotten.
+  EXPECT_TRUE(p.AddNode({"n2/gpu0", Role::kActive, 2, false, "n2"}).ok());
+}
+
+TEST(PlacementTest, ANodeAddedOutIsForgottenAndOneInServiceIsNot) {
+  Placement p(0);
+  ASSERT_TRUE(p.AddNode({"a1", Role::kActive, 10}).ok());
+  ASSERT_TRUE(p.AddNode({"p1", Role::kPassive, 10}).ok());
+  ASSERT_TRUE(p.AddNode({"x", Role::kActive, 0}, /*available=*/false).ok());
+  ASSERT_TRUE(p.Admit({"s", "t", 1}).ok());
+  EXPECT_TRUE(p.RemoveNode("x").ok());  // out and empty from the start
+  EXPECT_EQ(p.RemoveNode("a1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(p.RemoveNode("p1").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(p.Find("s")->standby, "p1");
+}
+
 }  // namespace
 }  // namespace gpuha::controller

@@ -507,6 +507,12 @@ common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
     auto n = c->NodeJson(parts[1]);
     return n.ok() ? JsonResponse(200, *n) : Error(404, std::string(n.status().message()));
   }
+  if (what == "nodes" && parts.size() == 2 && del) {
+    if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
+    absl::Status s = c->RemoveNode(parts[1]);
+    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
+                  : Error(HttpCode(s), std::string(s.message()));
+  }
   if (what == "nodes" && parts.size() == 3 && post) {
     const std::string& node = parts[1];
     const std::string& op = parts[2];

@@ -137,6 +137,13 @@ TEST_F(ApiTest, TokensAndRolesGateTheApi) {
   r = Call("POST", "/api/v1/nodes/n1/rebind", "admin-token");
   EXPECT_EQ(r.status, 409) << r.body;  // a listed node: nothing binds it
   EXPECT_THAT(r.body, HasSubstr("listed in the config"));
+  // Forgetting a node is as much as changing its role: admin.
+  r = Call("DELETE", "/api/v1/nodes/n1", "op-token");
+  EXPECT_EQ(r.status, 403);
+  r = Call("DELETE", "/api/v1/nodes/n1", "admin-token");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("listed in the config"));
+  EXPECT_EQ(Call("DELETE", "/api/v1/nodes/nope", "admin-token").status, 404);
   // A job runs a command on GPU nodes (adversarial finding: the operator
   // role ran `/bin/sh -c id` as root on an agent): admin only.
   r = Call("POST", "/api/v1/jobs", "op-token",

@@ -344,6 +344,15 @@ TEST_F(ClusterTest, EveryCtlVerbHasHelpWithExamplesAndAnswersInJson) {
     CommandResult h = RunCommand(kGpuha + " ctl rebind --help");
     EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl rebind"));
   }
+  // remove-node forgets a registered node that left; these are listed: refused.
+  {
+    tried.insert("remove-node");
+    CommandResult r = RunCommand(ctl + " remove-node n1 -o json");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.err, HasSubstr("listed in the config"));
+    CommandResult h = RunCommand(kGpuha + " ctl remove-node --help");
+    EXPECT_THAT(h.out, HasSubstr("Examples:\n  gpuha ctl remove-node"));
+  }
   EXPECT_EQ(tried, listed) << "a ctl verb without a JSON and --help check here";
   CommandResult hash = RunCommand(kGpuha + " ctl hash-token s3cret -o yaml");
   EXPECT_THAT(hash.out, HasSubstr("sha256: "));
