@@ -25,6 +25,21 @@ std::optional<double> SampleOf(std::string_view line, std::string_view name) {
   return v;
 }
 
+// Whether a failure sample is the engine's. Triton labels its failures
+// with a reason (since 24.05): REJECTED (queue full, a timeout in queue),
+// CANCELED (by the client) and OTHER (bad input, an unknown output) are
+// the load's or the client's, and a client sending bad requests to a quiet
+// node must not make it look broken; BACKEND is the engine's. A failure
+// without the label (an older Triton) counts.
+bool EnginesFailure(std::string_view line) {
+  const size_t at = line.find("reason=\"");
+  if (at == std::string_view::npos || at > line.find('}') ||
+      (line[at - 1] != '{' && line[at - 1] != ',')) {
+    return true;
+  }
+  return line.substr(at + 8, 8) == "BACKEND\"";
+}
+
 }  // namespace
 
 std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
@@ -54,8 +69,9 @@ std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
     if (line.empty() || line[0] == '#') continue;
     for (auto [name, into] : {std::pair{kSuccess, &triton.succeeded}, {kFailure, &triton.failed}}) {
       if (std::optional<double> v = SampleOf(line, name)) {
-        *into += *v;
         triton.has_outcomes = true;
+        if (into == &triton.failed && !EnginesFailure(line)) continue;
+        *into += *v;
       }
     }
     for (const Family& f : kFamilies) {

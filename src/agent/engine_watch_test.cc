@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace gpuha::agent {
 namespace {
 
@@ -172,6 +174,37 @@ TEST(FailureWatchTest, ReadsTritonsRequestOutcomes) {
   auto v = ParseEngineMetrics("vllm:generation_tokens_total 5\n");
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->has_outcomes);
+}
+
+// Adversarial finding: a client naming a model the server does not serve
+// (or sending bad input) on a quiet node made "only errors" of its requests,
+// and the agent fenced each node they reached, the whole fleet in turn.
+// Triton's reason label says whose a failure is; only BACKEND is the
+// engine's (a failure without the label, an older Triton, still counts).
+TEST(FailureWatchTest, OnlyTheEnginesOwnFailuresCount) {
+  auto s = ParseEngineMetrics(
+      "nv_inference_exec_count{model=\"cv\",version=\"1\"} 1\n"
+      "nv_inference_request_success{model=\"cv\",version=\"1\"} 1\n"
+      "nv_inference_request_failure{model=\"cv\",version=\"1\",reason=\"REJECTED\"} 100\n"
+      "nv_inference_request_failure{model=\"cv\",version=\"1\",reason=\"CANCELED\"} 100\n"
+      "nv_inference_request_failure{model=\"cv\",version=\"1\",reason=\"OTHER\"} 100\n"
+      "nv_inference_request_failure{model=\"cv\",version=\"1\",reason=\"BACKEND\"} 2\n"
+      "nv_inference_request_failure{model=\"old\",version=\"1\"} 3\n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->has_outcomes);
+  EXPECT_EQ(s->failed, 5);
+  // Only client errors on a quiet engine, for longer than the window: not failing.
+  FailureWatch w(milliseconds(1000));
+  common::TimePoint t{};
+  EngineSample quiet{.progress = 1, .has_outcomes = true, .succeeded = 1};
+  EXPECT_FALSE(w.Observe(t, quiet));
+  for (int i = 1; i <= 5; ++i) {
+    std::string text = absl::StrCat(
+        "nv_inference_exec_count 1\nnv_inference_request_success 1\n"
+        "nv_inference_request_failure{reason=\"OTHER\"} ",
+        50 * i, "\n");
+    EXPECT_FALSE(w.Observe(t + milliseconds(500 * i), *ParseEngineMetrics(text))) << i;
+  }
 }
 
 // The error-burst: executions still count (no stall), every request fails.

@@ -111,6 +111,17 @@ struct Worker::Impl {
   p.Sample(family, model_labels ? l : common::PromLabels{}, double(counters.name.load()));
     GPUHA_WORKER_COUNTERS(GPUHA_SAMPLE)
 #undef GPUHA_SAMPLE
+    p.Family("nv_inference_request_failure", "counter",
+             "Failed inference requests, by reason: REJECTED (503 at capacity), CANCELED, "
+             "BACKEND (the engine failed), OTHER (bad input).");
+    for (auto [reason, n] : {std::pair{"REJECTED", &counters.failure_rejected},
+                             {"CANCELED", &counters.failure_canceled},
+                             {"BACKEND", &counters.failure_backend},
+                             {"OTHER", &counters.failure_other}}) {
+      common::PromLabels with_reason = l;
+      with_reason.emplace_back("reason", reason);
+      p.Sample("nv_inference_request_failure", with_reason, double(n->load()));
+    }
     p.Family("nv_inference_pending_request_count", "gauge",
              "Inference requests accepted and not yet answered.");
     // The cv model's alone: completions are counted in vLLM's gauge, and
@@ -391,7 +402,7 @@ struct Worker::Impl {
         if (infer && counters.in_service.fetch_add(1) >= o.capacity) {
           counters.in_service.fetch_sub(1);
           counters.at_capacity++;
-          counters.failure++;
+          counters.failure_rejected++;
           reply =
               Error(503, absl::StrCat("worker at capacity (", o.capacity, " requests in service)"));
           infer = false;
@@ -413,7 +424,7 @@ struct Worker::Impl {
           }
           if (fault_mode.load() == FaultMode::kCut) {
             counters.in_service.fetch_sub(1);
-            counters.failure++;
+            counters.failure_backend++;
             s.socket().close(ec);  // no answer at all: a crash, as the network sees it
             co_return;
           }
@@ -434,8 +445,10 @@ struct Worker::Impl {
             counters.duration_us += static_cast<uint64_t>(
                 std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - started)
                     .count());
-          } else {
-            counters.failure++;
+          } else if (reply.status >= 500) {
+            counters.failure_backend++;
+          } else if (reply.status != 404) {  // a model not served: nobody's failure
+            counters.failure_other++;
           }
         }
         if (req.method() == http::verb::head) reply.body.clear();

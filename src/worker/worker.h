@@ -90,8 +90,6 @@ struct WorkerOptions {
 // names and meaning, so a scraper written for Triton reads the worker as is.
 #define GPUHA_WORKER_COUNTERS(X)                                                                 \
   X(success, "nv_inference_request_success", true, "Successful inference requests.")             \
-  X(failure, "nv_inference_request_failure", true,                                               \
-    "Failed inference requests (bad input, or 503 at capacity).")                                \
   X(inferences, "nv_inference_count", true, "Inferences performed (batch size 1 each).")         \
   X(executions, "nv_inference_exec_count", true, "Model executions run.")                        \
   X(duration_us, "nv_inference_request_duration_us", true,                                       \
@@ -106,6 +104,14 @@ struct WorkerCounters {
 #define GPUHA_FIELD(name, family, model_labels, help) std::atomic<uint64_t> name{0};
   GPUHA_WORKER_COUNTERS(GPUHA_FIELD)
 #undef GPUHA_FIELD
+  // Triton's nv_inference_request_failure, by its `reason` label: REJECTED
+  // (503 at capacity), CANCELED, BACKEND (the engine failed: a CUDA error,
+  // an answer cut), OTHER (bad input). A request for a model not served is
+  // counted nowhere, as in Triton: there is no model to count it on.
+  std::atomic<uint64_t> failure_rejected{0};
+  std::atomic<uint64_t> failure_canceled{0};
+  std::atomic<uint64_t> failure_backend{0};
+  std::atomic<uint64_t> failure_other{0};
   // Inferences accepted and not answered (a gauge: Triton's
   // nv_inference_pending_request_count, and gpuha_worker_in_service).
   std::atomic<int64_t> in_service{0};

@@ -98,14 +98,12 @@ class Service final : public inference::GRPCInferenceService::Service {
                inference::ModelInferResponse* out) {
     const auto started = SteadyClock::now();
     WorkerCounters& c = s_.counters;
-    if (Status st = CheckModel(r.model_name(), r.model_version()); !st.ok()) {
-      c.failure++;
-      return st;
-    }
+    // A model not served is counted nowhere, as in Triton.
+    if (Status st = CheckModel(r.model_name(), r.model_version()); !st.ok()) return st;
     if (c.in_service.fetch_add(1) >= s_.o.capacity) {
       c.in_service.fetch_sub(1);
       c.at_capacity++;
-      c.failure++;
+      c.failure_rejected++;
       // gRPC's 503: UNAVAILABLE, which clients and proxies may retry.
       return Status(StatusCode::UNAVAILABLE,
                     absl::StrCat("worker at capacity (", s_.o.capacity, " requests in service)"));
@@ -117,11 +115,11 @@ class Service final : public inference::GRPCInferenceService::Service {
     absl::StatusOr<InferRequest> in = FromGrpc(r);
     absl::StatusOr<CvResult> result = in.ok() ? RunCv(*in) : in.status();
     if (!result.ok()) {
-      c.failure++;
+      c.failure_other++;
       return Status(StatusCode::INVALID_ARGUMENT, std::string(result.status().message()));
     }
     if (s_.fault_mode.load() == FaultMode::kErrors) {
-      c.failure++;
+      c.failure_backend++;
       return Status(StatusCode::INTERNAL,
                     "inference failed: CUDA error: an illegal memory access was encountered "
                     "(worker fault 'errors')");
@@ -130,13 +128,13 @@ class Service final : public inference::GRPCInferenceService::Service {
     // cleared or its caller gives up; nothing executes meanwhile.
     while (s_.fault_mode.load() == FaultMode::kStuck) {
       if (ctx->IsCancelled()) {
-        c.failure++;
+        c.failure_canceled++;
         return Status(StatusCode::CANCELLED, "cancelled while the worker was stuck");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (s_.fault_mode.load() == FaultMode::kCut) {
-      c.failure++;
+      c.failure_backend++;
       return Status(StatusCode::UNAVAILABLE, "the engine died mid-answer (worker fault 'cut')");
     }
     c.executions++;

@@ -146,7 +146,8 @@ TEST_F(WorkerGrpcTest, BadTensorsAreInvalidArgumentNamingTheInput) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.says;
     EXPECT_NE(st.error_message().find(c.says), std::string::npos) << st.error_message();
   }
-  EXPECT_EQ(worker_->counters().failure.load(), cases.size());
+  EXPECT_EQ(worker_->counters().failure_other.load(), cases.size());
+  EXPECT_EQ(worker_->counters().failure_backend.load(), 0u);
 }
 
 TEST_F(WorkerGrpcTest, StuckHoldsInferencesWhileHealthAnswers) {

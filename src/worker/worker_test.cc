@@ -114,7 +114,19 @@ TEST_F(WorkerTest, BadTensorsAndBadHttpGetReasons) {
   EXPECT_EQ(big.status, 413);
   Reply garbage = Send(port(), "NOT HTTP\r\n\r\n");
   EXPECT_EQ(garbage.status, 400);
-  EXPECT_EQ(worker_->counters().failure.load(), 3u);
+  // Bad input is Triton's OTHER reason, never the engine's (BACKEND).
+  EXPECT_EQ(worker_->counters().failure_other.load(), 3u);
+  EXPECT_EQ(worker_->counters().failure_backend.load(), 0u);
+  // A model not served is counted nowhere (adversarial finding: a client
+  // naming a wrong model made its requests the engine's failures, and the
+  // agent's "only errors" rule then fenced every node they reached).
+  EXPECT_EQ(Send(port(), Post("/v2/models/m/infer", "{}")).status, 404);
+  EXPECT_EQ(worker_->counters().failure_other.load(), 3u);
+  Reply metrics = Send(port(), GetReq("/metrics"));
+  EXPECT_NE(metrics.body.find(
+                "nv_inference_request_failure{model=\"cv\",version=\"1\",reason=\"OTHER\"} 3"),
+            std::string::npos)
+      << metrics.body;
   // Still serving.
   EXPECT_EQ(Send(port(), GetReq("/v2/health/ready")).status, 200);
 }
@@ -140,7 +152,8 @@ TEST_F(WorkerTest, LatencyModelsGpuTimeAndCapacityBoundsWork) {
       << metrics.body;
   EXPECT_NE(metrics.body.find("gpuha_worker_rejected_at_capacity_total 1"), std::string::npos);
   // Triton's failure count includes the refusal; one execution ran.
-  EXPECT_NE(metrics.body.find("nv_inference_request_failure{model=\"cv\",version=\"1\"} 1"),
+  EXPECT_NE(metrics.body.find("nv_inference_request_failure{model=\"cv\",version=\"1\","
+                              "reason=\"REJECTED\"} 1"),
             std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("nv_inference_exec_count{model=\"cv\",version=\"1\"} 1"),
@@ -192,7 +205,7 @@ TEST_F(WorkerTest, ErrorsAndSlowFaultsAndBadFaultRequests) {
   EXPECT_EQ(r.status, 500);
   EXPECT_NE(r.body.find("CUDA error"), std::string::npos);
   EXPECT_EQ(Send(port(), GetReq("/v2/health/ready")).status, 200);
-  EXPECT_EQ(worker_->counters().failure.load(), 1u);
+  EXPECT_EQ(worker_->counters().failure_backend.load(), 1u);
   ASSERT_EQ(Send(port(), Post("/v1/fault?mode=slow&factor=10", "")).status, 200);
   auto started = std::chrono::steady_clock::now();
   EXPECT_EQ(Send(port(), infer).status, 200);
