@@ -126,16 +126,17 @@ class FailureWatch {
       : window_(window), min_failures_(min_failures), forget_after_(forget_after) {}
   bool Observe(common::TimePoint now, const EngineSample& s) {
     if (!s.has_outcomes) return false;
-    const bool restarted = last_ && (s.succeeded < last_->succeeded || s.failed < last_->failed);
-    if (!last_ || restarted) {
+    const bool restarted = seen_ && (s.succeeded < last_.succeeded || s.failed < last_.failed);
+    if (!seen_ || restarted) {
+      seen_ = true;
       last_ = s;
       failures_ = 0;
       success_at_ = now;
       return false;
     }
-    const double failed = s.failed - last_->failed;
+    const double failed = s.failed - last_.failed;
     if (failed > 0) failed_at_ = now;
-    if (s.succeeded > last_->succeeded) {
+    if (s.succeeded > last_.succeeded) {
       failures_ = failed;  // may have come after the interval's last success
       success_at_ = now;
     } else if (failures_ > 0 && failed == 0 && now - failed_at_ >= forget_after_) {
@@ -155,7 +156,10 @@ class FailureWatch {
   common::Duration window_;
   double min_failures_;
   common::Duration forget_after_;
-  std::optional<EngineSample> last_;
+  // The last sample, once there is one (no std::optional: g++ 12 at -O2
+  // took its payload for maybe-uninitialized).
+  bool seen_ = false;
+  EngineSample last_{};
   double failures_ = 0;
   common::TimePoint success_at_{};
   common::TimePoint failed_at_{};  // the last scrape that saw new failures

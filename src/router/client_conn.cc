@@ -11,6 +11,7 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "router/exchange.h"
+#include "router/h2_rest.h"
 #include "router/h2_server.h"
 
 namespace gpuha::router {
@@ -397,6 +398,59 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
                             absl::StrCat("every upstream failed; last: ", last_failure));
 }
 
+}  // namespace
+
+template <class Stream>
+awaitable<bool> ServeRequest(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc) {
+  const RouterConfig& config = L.config;
+  beast::flat_buffer& buf = cc.buf;
+  error_code ec;
+  std::pmr::monotonic_buffer_resource arena(cc.field_storage.data(), cc.field_storage.size());
+  cc.fields = &arena;
+  RequestParser<http::buffer_body> p(std::piecewise_construct, std::make_tuple(),
+                                     std::make_tuple(Fields::allocator_type(&arena)));
+  p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
+  p.body_limit(config.limits.max_body_bytes);
+  lowest.Arm(config.limits.header_timeout);
+  while (!ec && !p.is_header_done()) {
+    if (ParseBuffered(buf, p, ec)) continue;
+    size_t got = co_await client.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
+    AfterRead(buf, p, got, ec);
+  }
+  if (ec) {
+    if (ec == http::error::end_of_stream || lowest.expired() || ec == net::error::eof ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+        buf.size() == 0) {
+      co_return false;  // closed, reset or silent: nothing to answer
+    }
+    Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge
+               : ec == http::error::body_limit ? Reason::kBodyTooLarge
+                                               : Reason::kBadRequest;
+    Inc(L.stats.router_answers[static_cast<size_t>(r)]);
+    std::string detail =
+        r == Reason::kBodyTooLarge
+            ? absl::StrCat("Content-Length over ", config.limits.max_body_bytes, " bytes")
+        : r == Reason::kHeaderTooLarge
+            ? absl::StrCat("request head over ", config.limits.max_header_bytes, " bytes")
+            : absl::StrCat("malformed request: ", ec.message());
+    std::string out = ErrorResponse(r, detail, "", 0, /*keep_alive=*/false);
+    lowest.Arm(milliseconds(1000));
+    co_await net::async_write(client, net::buffer(out), Redirect(ec));
+    co_return false;
+  }
+  const TimePoint started = L.clock.Now();
+  cc.tenant.clear();
+  cc.status = 0;
+  cc.attempts = 0;
+  bool keep = co_await Handle(L, client, lowest, cc, p);
+  const common::Duration took = L.clock.Now() - started;
+  L.latency.Observe(cc.tenant, cc.status, took);
+  if (cc.attempts > 0) L.requests.Request(cc.attempts, took);
+  co_return keep;
+}
+
+namespace {
+
 template <class Stream>
 awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string peer_ip,
                       bool h2 = false) {
@@ -436,48 +490,7 @@ awaitable<void> Serve(Loop& L, Stream& client, Deadline& lowest, std::string pee
       if (ec) co_return;
       buf.commit(n);
     }
-    std::pmr::monotonic_buffer_resource arena(cc.field_storage.data(), cc.field_storage.size());
-    cc.fields = &arena;
-    RequestParser<http::buffer_body> p(std::piecewise_construct, std::make_tuple(),
-                                       std::make_tuple(Fields::allocator_type(&arena)));
-    p.header_limit(static_cast<uint32_t>(config.limits.max_header_bytes));
-    p.body_limit(config.limits.max_body_bytes);
-    lowest.Arm(config.limits.header_timeout);
-    while (!ec && !p.is_header_done()) {
-      if (ParseBuffered(buf, p, ec)) continue;
-      size_t got = co_await client.async_read_some(buf.prepare(kReadAhead), Redirect(ec));
-      AfterRead(buf, p, got, ec);
-    }
-    if (ec) {
-      if (ec == http::error::end_of_stream || lowest.expired() || ec == net::error::eof ||
-          ec == net::error::connection_reset || ec == net::error::operation_aborted ||
-          buf.size() == 0) {
-        co_return;  // closed, reset or silent: nothing to answer
-      }
-      Reason r = ec == http::error::header_limit ? Reason::kHeaderTooLarge
-                 : ec == http::error::body_limit ? Reason::kBodyTooLarge
-                                                 : Reason::kBadRequest;
-      Inc(L.stats.router_answers[static_cast<size_t>(r)]);
-      std::string detail =
-          r == Reason::kBodyTooLarge
-              ? absl::StrCat("Content-Length over ", config.limits.max_body_bytes, " bytes")
-          : r == Reason::kHeaderTooLarge
-              ? absl::StrCat("request head over ", config.limits.max_header_bytes, " bytes")
-              : absl::StrCat("malformed request: ", ec.message());
-      std::string out = ErrorResponse(r, detail, "", 0, /*keep_alive=*/false);
-      lowest.Arm(milliseconds(1000));
-      co_await net::async_write(client, net::buffer(out), Redirect(ec));
-      co_return;
-    }
-    const TimePoint started = L.clock.Now();
-    cc.tenant.clear();
-    cc.status = 0;
-    cc.attempts = 0;
-    bool keep = co_await Handle(L, client, lowest, cc, p);
-    const common::Duration took = L.clock.Now() - started;
-    L.latency.Observe(cc.tenant, cc.status, took);
-    if (cc.attempts > 0) L.requests.Request(cc.attempts, took);
-    if (!keep) co_return;
+    if (!co_await ServeRequest(L, client, lowest, cc)) co_return;
     // A large chunked answer grew them: an idle connection keeps no more.
     if (cc.pending.capacity() > 4096) std::string().swap(cc.pending);
   }
@@ -546,5 +559,7 @@ awaitable<void> Accept(Loop& L) {
     }
   }
 }
+
+template awaitable<bool> ServeRequest<H2RestStream>(Loop&, H2RestStream&, Deadline&, ClientConn&);
 
 }  // namespace gpuha::router

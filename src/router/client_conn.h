@@ -41,6 +41,14 @@ struct ClientConn {
 // Accepts connections on L.acceptor until it is closed; serves each on L.
 awaitable<void> Accept(Loop& L);
 
+// One request, its head parsed from cc.buf (reading `client` for more),
+// admitted and answered through the upstreams; its latency observed. False
+// when the connection must not take another request (closed, an error
+// answered, Connection: close). HTTP/1.1 connections run it for each
+// request; an HTTP/2 REST stream runs it once (router/h2_rest.h).
+template <class Stream>
+awaitable<bool> ServeRequest(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc);
+
 // The upstreams to try for a request, in order: the stream's primary and
 // standby (the sticky rule decides which first). Down and hung upstreams are
 // left out. Another tenant's stream is "unknown": its existence does not

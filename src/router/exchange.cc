@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/listen.h"
 #include "common/log.h"
+#include "router/h2_rest.h"
 #include "router/tls_contexts.h"
 
 namespace gpuha::router {
@@ -529,5 +530,9 @@ template awaitable<void> Exchange<beast::ssl_stream<Socket>>(Loop&, beast::ssl_s
                                                              RequestParser<http::buffer_body>&,
                                                              UpstreamState&, const OutgoingRequest&,
                                                              ExchangeResult&);
+
+template awaitable<void> Exchange<H2RestStream>(Loop&, H2RestStream&, Deadline&, ClientConn&,
+                                                RequestParser<http::buffer_body>&, UpstreamState&,
+                                                const OutgoingRequest&, ExchangeResult&);
 
 }  // namespace gpuha::router

@@ -14,19 +14,6 @@ bool Admit(CallCtx& c) {
   Loop& L = c.L;
   const H2Headers& request = c.request;
   c.path = std::string(H2Find(request, ":path"));
-  if (H2Find(request, "content-type").substr(0, 16) != "application/grpc") {
-    // HTTP/2 carries gRPC here; REST goes over HTTP/1.1 on the same port.
-    Inc(L.stats.router_answers[static_cast<size_t>(Reason::kNotImplemented)]);
-    c.status_for_latency = 415;
-    c.conn->h2.Respond(c.id, {{":status", "415"}, {"content-type", "application/json"}},
-                       ErrorBody(Reason::kNotImplemented,
-                                 "HTTP/2 here carries gRPC (content-type application/grpc); send "
-                                 "the REST protocol over HTTP/1.1 on this port",
-                                 ""),
-                       {});
-    c.conn->Kick();
-    return false;
-  }
   if (H2Find(request, ":method") != "POST" || c.path.empty() || c.path[0] != '/') {
     c.Answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
     return false;

@@ -1,7 +1,8 @@
 // The router's HTTP/2 client connection: its reader and its writer around
 // an H2Server, spawning each gRPC call it reads (grpc_call.cc, unary;
 // grpc_stream.cc, streaming), routed and failed over as an HTTP/1.1
-// request is (client_conn.cc).
+// request is (client_conn.cc), and each REST or SSE request, which the
+// HTTP/1.1 request path serves (h2_rest.cc).
 // clang-format off
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange (Boost 1.74)
 // clang-format on
@@ -11,6 +12,7 @@
 
 #include "common/log.h"
 #include "router/grpc_call.h"
+#include "router/h2_rest.h"
 
 namespace gpuha::router {
 namespace {
@@ -75,13 +77,15 @@ awaitable<void> ServeH2(Loop& L, Stream& client, Deadline& lowest, const std::st
           return;
         }
         ++c->calls;
-        net::co_spawn(L.ioc, HandleCall(L, c, s.id), net::detached);
+        // Not gRPC: REST or SSE, served by the HTTP/1.1 request path.
+        net::co_spawn(L.ioc, s.Grpc() ? HandleCall(L, c, s.id) : HandleRest(L, c, s.id),
+                      net::detached);
       },
       [&L, &weak](H2Stream& s) {
         // A streaming call is worked on from its headers: its messages
         // come (and are answered) while the client's stream is open.
         auto c = weak.lock();
-        if (!c || s.Header(":path") != kModelStreamInfer) return;
+        if (!c || !s.Grpc() || s.Header(":path") != kModelStreamInfer) return;
         if (c->calls >= 2 * static_cast<int>(L.config.limits.h2_max_concurrent_streams)) {
           Inc(L.stats.h2_protocol_errors);
           c->h2.GoAway(NGHTTP2_ENHANCE_YOUR_CALM);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "router/request.h"
 
 namespace gpuha::router {
 
@@ -198,6 +199,11 @@ void H2Server::Finish(int32_t id, H2Headers trailers) {
   nghttp2_session_resume_data(session_, id);
 }
 
+void H2Server::Reset(int32_t id, uint32_t error_code) {
+  if (Find(id) == nullptr) return;
+  nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, error_code);
+}
+
 void H2Server::RespondGrpcError(int32_t id, GrpcCode code, std::string_view message,
                                 std::string_view label) {
   H2Headers h = {{":status", "200"},
@@ -240,6 +246,10 @@ int H2Server::OnHeader(nghttp2_session* session, const nghttp2_frame* frame, con
       static_cast<H2Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
   if (s == nullptr) return 0;
   const bool trailer = frame->headers.cat == NGHTTP2_HCAT_HEADERS;
+  // Noted even past the limits: a gRPC client over them is answered in gRPC.
+  const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+  const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+  if (!trailer && n == "content-type") s->grpc = v.substr(0, 16) == "application/grpc";
   s->header_bytes += namelen + valuelen + 32;
   ++s->header_fields;
   if (s->header_bytes > 4 * self->limits_.max_header_list_bytes ||
@@ -258,8 +268,7 @@ int H2Server::OnHeader(nghttp2_session* session, const nghttp2_frame* frame, con
     return 0;
   }
   if (s->headers_over || trailer) return 0;  // request trailers are not forwarded
-  s->headers.emplace_back(std::string(reinterpret_cast<const char*>(name), namelen),
-                          std::string(reinterpret_cast<const char*>(value), valuelen));
+  s->headers.emplace_back(std::string(n), std::string(v));
   return 0;
 }
 
@@ -320,14 +329,22 @@ int H2Server::OnFrame(nghttp2_session* session, const nghttp2_frame* frame, void
   self->Release(s->id, s->held);  // its body is the call's now
   if (s->responded) return 0;     // answered on its headers
   ++self->requests_;
-  if (s->headers_over) {
-    self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted,
-                           absl::StrCat("header list over ", self->limits_.max_header_list_bytes,
-                                        " bytes or ", self->limits_.max_headers, " fields"));
-  } else if (s->body_over) {
-    self->RespondGrpcError(
-        s->id, GrpcCode::kResourceExhausted,
-        absl::StrCat("request body over ", self->limits_.max_request_bytes, " bytes"));
+  if (s->headers_over || s->body_over) {
+    const std::string why =
+        s->headers_over
+            ? absl::StrCat("header list over ", self->limits_.max_header_list_bytes, " bytes or ",
+                           self->limits_.max_headers, " fields")
+            : absl::StrCat("request body over ", self->limits_.max_request_bytes, " bytes");
+    if (s->Grpc()) {
+      self->RespondGrpcError(s->id, GrpcCode::kResourceExhausted, why);
+    } else {  // REST: the HTTP answer an HTTP/1.1 client gets
+      const Reason r = s->headers_over ? Reason::kHeaderTooLarge : Reason::kBodyTooLarge;
+      self->Respond(s->id,
+                    {{":status", std::to_string(ReasonStatus(r))},
+                     {"content-type", "application/json"},
+                     {"x-gpuha-error", ReasonLabel(r)}},
+                    ErrorBody(r, why, ""), {});
+    }
   } else {
     self->on_request_(*s);
   }

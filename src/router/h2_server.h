@@ -99,6 +99,10 @@ struct H2Stream {
 
   // The first value of `name` (lower case), or empty.
   std::string_view Header(std::string_view name) const { return H2Find(headers, name); }
+  // A gRPC call (content-type application/grpc...), as against REST or SSE;
+  // known even when its headers were over the limits and dropped.
+  bool grpc = false;
+  bool Grpc() const { return grpc; }
 };
 
 class H2Server {
@@ -131,6 +135,9 @@ class H2Server {
   // as HTTP/1.1 answers carry it in X-Gpuha-Error).
   void RespondGrpcError(int32_t id, GrpcCode code, std::string_view message,
                         std::string_view label = {});
+  // Ends one stream now (RST_STREAM with `error_code`): an answer that
+  // broke partway must not reach its client as if it were whole.
+  void Reset(int32_t id, uint32_t error_code);
   // Ends the connection now: GOAWAY with `error_code`, streams dropped.
   void GoAway(uint32_t error_code);
   // A graceful end in two steps, as nghttp2 and Envoy do it: a GOAWAY that
@@ -167,6 +174,7 @@ class H2Server {
   void AbortStreams();
 
   H2Stream* Find(int32_t id);
+  const H2Limits& limits() const { return limits_; }
   size_t open_streams() const { return streams_.size(); }
   // Streams whose client has not ended its request (no END_STREAM yet).
   size_t awaiting_request() const { return awaiting_request_; }

@@ -199,6 +199,23 @@ TEST_F(H2ServerTest, AHeaderListOverTheLimitIsResourceExhausted) {
   EXPECT_NE(client_.heard[id]["grpc-message"].find("header list over 4096"), std::string::npos);
 }
 
+// A REST request (not gRPC) over the limits gets the HTTP answer an HTTP/1.1
+// client gets; a gRPC one whose content-type came before the overflow is
+// still answered in gRPC (above).
+TEST_F(H2ServerTest, ARestRequestOverTheLimitsIsAnsweredInHttp) {
+  H2Limits l;
+  l.max_header_list_bytes = 4096;
+  l.max_request_bytes = 100;
+  Make(l);
+  int32_t big_head =
+      client_.Request({{"x-big", std::string(6000, 'a')}, {"content-type", "application/json"}});
+  ASSERT_TRUE(Exchange());
+  ASSERT_TRUE(Exchange());
+  EXPECT_EQ(client_.heard[big_head][":status"], "431");
+  EXPECT_EQ(client_.heard[big_head]["x-gpuha-error"], "header_too_large");
+  EXPECT_TRUE(requests_.empty());
+}
+
 TEST_F(H2ServerTest, AnHpackBombEndsTheConnection) {
   H2Limits l;
   l.max_header_list_bytes = 4096;
