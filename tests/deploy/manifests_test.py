@@ -58,27 +58,84 @@ def labels_match(selector, labels):
 
 def main():
     source, gpuha = sys.argv[1], sys.argv[2]
+    # The base layout, file by file...
     folder = os.path.join(source, "deploy/kubernetes")
+    objects, namespace = load_folder(folder, "kustomization.yaml")
+    check(source, gpuha, objects, namespace)
+    # ...and the overlay with three controllers on etcd, as kustomize renders it
+    # (kubectl kustomize, no cluster).
+    ha = os.path.join(source, "deploy/kubernetes-ha")
+    _, ha_namespace = load_folder(ha, "kubernetes-ha/kustomization.yaml", base="../kubernetes")
+    r = subprocess.run(["kubectl", "kustomize", ha], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        fail("kubernetes-ha", f"kubectl kustomize: {r.stderr.strip()[-600:]}")
+    else:
+        rendered = [("kubernetes-ha (rendered)", d) for d in yaml.safe_load_all(r.stdout) if d]
+        check(source, gpuha, rendered, ha_namespace)
+        check_ha(rendered)
+
+
+def load_folder(folder, where, base=None):
+    """The kustomization's resources, each a file of the folder (or `base`),
+    and every manifest of the folder listed; its objects and namespace."""
     with open(os.path.join(folder, "kustomization.yaml")) as f:
         kust = yaml.safe_load(f)
     if kust.get("kind") != "Kustomization":
-        fail("kustomization.yaml", "kind is not Kustomization")
+        fail(where, "kind is not Kustomization")
     listed = kust.get("resources", [])
+    patched = [p["path"] for p in kust.get("patches", []) if "path" in p]
     present = sorted(f for f in os.listdir(folder) if f.endswith(".yaml") and f != "kustomization.yaml")
     for f in listed:
-        if not os.path.isfile(os.path.join(folder, f)):
-            fail("kustomization.yaml", f"resources lists {f}, which does not exist")
+        if f != base and not os.path.isfile(os.path.join(folder, f)):
+            fail(where, f"resources lists {f}, which does not exist")
     for f in present:
-        if f not in listed:
-            fail("kustomization.yaml", f"{f} is not in resources")
-    namespace = kust.get("namespace", "default")
-
+        if f not in listed and f not in patched:
+            fail(where, f"{f} is neither in resources nor a patch")
     objects = []  # (file, doc)
     for f in present:
+        if f in patched:
+            continue
         with open(os.path.join(folder, f)) as fh:
             for doc in yaml.safe_load_all(fh):
                 if doc is not None:
                     objects.append((f, doc))
+    return objects, kust.get("namespace", "default")
+
+
+def check_ha(objects):
+    """What three controllers on etcd need to be one control plane."""
+    by = {(o["kind"], o["metadata"]["name"]): o for _, o in objects}
+    where = "kubernetes-ha (rendered)"
+    ctrl = by.get(("StatefulSet", "gpuha-controller"))
+    etcd = by.get(("StatefulSet", "gpuha-etcd"))
+    if ctrl is None or etcd is None:
+        fail(where, "no StatefulSet gpuha-controller or gpuha-etcd")
+        return
+    for sts, want in ((ctrl, 3), (etcd, 3)):
+        if sts["spec"].get("replicas") != want:
+            fail(where, f"StatefulSet {sts['metadata']['name']}: replicas is not {want}")
+        aff = (sts["spec"]["template"]["spec"].get("affinity") or {}).get("podAntiAffinity", {})
+        if not aff.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            fail(where, f"StatefulSet {sts['metadata']['name']}: replicas may share a node")
+    if ctrl["spec"].get("volumeClaimTemplates"):
+        fail(where, "the controllers keep a ReadWriteOnce volume: a pod on a dead node holds it")
+    config = yaml.safe_load(by[("Secret", "gpuha-controller")]["stringData"]["controller.yaml"])
+    store = config.get("store") or {}
+    if len(store.get("etcd", [])) != 3 or not all(e.startswith("https://") for e in store["etcd"]):
+        fail(where, "the controllers' store is not the three etcd members over https")
+    if not (store.get("tls") or {}).get("cert"):
+        fail(where, "no client certificate for etcd (store.tls.cert)")
+    args = " ".join(etcd["spec"]["template"]["spec"]["containers"][0].get("command", []))
+    for flag in ("--client-cert-auth=true", "--peer-client-cert-auth=true", "--initial-cluster="):
+        if flag not in args:
+            fail(where, f"etcd runs without {flag}")
+    for name in ("gpuha-controller", "gpuha-etcd"):
+        pdb = by.get(("PodDisruptionBudget", name))
+        if pdb is None or pdb["spec"].get("minAvailable") != 2:
+            fail(where, f"no PodDisruptionBudget {name} keeping two of three")
+
+
+def check(source, gpuha, objects, namespace):
 
     by_kind = {}
     for f, o in objects:
@@ -97,6 +154,7 @@ def main():
         return name in by_kind.get(kind, {})
 
     # Workloads.
+    config_flags = {}  # (kind, name) of a mounted config -> the flags its container passes
     pods = []  # (where, pod labels, {port name: number}, subcommand)
     for kind in WORKLOADS:
         for name, (f, o) in by_kind.get(kind, {}).items():
@@ -139,7 +197,20 @@ def main():
                     if not isinstance(p.get("containerPort"), int):
                         fail(cwhere, f"port {pname}: containerPort is not a number")
                 args = c.get("args", [])
+                if c.get("image", "").split(":")[0] != "gpuha":
+                    # Not ours (etcd): its ports and mounts are checked, not its flags.
+                    for m in c.get("volumeMounts", []):
+                        if m["name"] not in volumes:
+                            fail(cwhere, f"volumeMount {m['name']} names no volume")
+                    continue
                 subcommand = args[0] if args else None
+                # The config a container mounts is checked with its flags.
+                for m in c.get("volumeMounts", []):
+                    v = volumes.get(m["name"], {})
+                    ref = ("Secret", v["secret"]["secretName"]) if "secret" in v else \
+                        ("ConfigMap", v["configMap"]["name"]) if "configMap" in v else None
+                    if ref:
+                        config_flags[ref] = [a for a in args[1:] if not a.startswith("--config")]
                 if subcommand not in COMPONENT_SOURCES:
                     fail(cwhere, f"args[0] {subcommand!r} is not a gpuha daemon subcommand")
                     continue
@@ -221,15 +292,19 @@ def main():
                     path = os.path.join(tmp, key)
                     with open(path, "w") as fh:
                         fh.write(text)
-                    argv = [gpuha, m.group(1), "--config", path, "--check"]
+                    # The container's flags, with what the kubelet puts in
+                    # $(VAR) from the downward API.
+                    values = {"POD_IP": "10.0.0.7", "NODE_IP": "10.0.0.5",
+                              "NODE_NAME": "gpu-node-1", "GPUHA_ROLE": "active"}
+                    flags = [re.sub(r"\$\((\w+)\)", lambda v: values.get(v.group(1), v.group(0)), a)
+                             for a in config_flags.get((kind, name), [])]
+                    argv = [gpuha, m.group(1), "--config", path, "--check"] + flags
                     if m.group(1) == "agent":
-                        # What the DaemonSet passes from the downward API and
-                        # mounts from the join Secret.
+                        # What the DaemonSet mounts from the join Secret.
                         token = os.path.join(tmp, "join-token")
                         with open(token, "w") as fh:
                             fh.write("a-join-token\n")
-                        argv += ["--node", "gpu-node-1", "--address", "10.0.0.5:8000",
-                                 "--join-token-file", token]
+                        argv += ["--join-token-file", token]
                     r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
                     if r.returncode != 0:
                         fail(f"{f} {kind}/{name} {key}", f"gpuha {m.group(1)} --check: rc {r.returncode}: {r.stderr.strip()[-400:]}")
@@ -282,7 +357,7 @@ def main():
             if "release" not in ((o.get("metadata") or {}).get("labels") or {}):
                 fail(f"{f} {kind}/{name}", "no `release` label: kube-prometheus-stack selects by it")
 
-    print(f"{len(objects)} objects in {len(present)} files checked")
+    print(f"{len(objects)} objects checked")
 
 
 if __name__ == "__main__":
