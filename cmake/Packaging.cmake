@@ -38,7 +38,18 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
         FILES_MATCHING PATTERN "*.yaml")
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/LICENSE
+              ${PROJECT_SOURCE_DIR}/deploy/debian/copyright
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Debian policy 12.7: the changelog as changelog.Debian.gz, compressed with
+# no timestamp (gzip -n) so that the package builds the same twice.
+set(GPUHA_CHANGELOG_GZ ${CMAKE_BINARY_DIR}/changelog.Debian.gz)
+add_custom_command(
+  OUTPUT ${GPUHA_CHANGELOG_GZ}
+  COMMAND sh -c "gzip -9n -c '${PROJECT_SOURCE_DIR}/deploy/debian/changelog' > '${GPUHA_CHANGELOG_GZ}'"
+  DEPENDS ${PROJECT_SOURCE_DIR}/deploy/debian/changelog
+  VERBATIM)
+add_custom_target(gpuha_changelog ALL DEPENDS ${GPUHA_CHANGELOG_GZ})
+install(FILES ${GPUHA_CHANGELOG_GZ} DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME gpuha)

@@ -129,6 +129,11 @@ def check_ha(objects):
     for flag in ("--client-cert-auth=true", "--peer-client-cert-auth=true", "--initial-cluster="):
         if flag not in args:
             fail(where, f"etcd runs without {flag}")
+    router = by.get(("Deployment", "gpuha-router"))
+    spec = router["spec"]["template"]["spec"] if router else {}
+    if not (spec.get("affinity") or {}).get("podAntiAffinity", {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or not spec.get("topologySpreadConstraints"):
+        fail(where, "routers are not kept on different nodes and spread across zones")
     for name in ("gpuha-controller", "gpuha-etcd"):
         pdb = by.get(("PodDisruptionBudget", name))
         if pdb is None or pdb["spec"].get("minAvailable") != 2:

@@ -141,7 +141,9 @@ def main():
                     "usr/share/doc/gpuha/examples/agent.yaml",
                     "usr/share/doc/gpuha/examples/router.yaml",
                     "usr/share/doc/gpuha/README.md",
-                    "usr/share/doc/gpuha/LICENSE"]:
+                    "usr/share/doc/gpuha/LICENSE",
+                    "usr/share/doc/gpuha/copyright",  # Debian policy 12.5
+                    "usr/share/doc/gpuha/changelog.Debian.gz"]:  # 12.7
             check(os.path.isfile(os.path.join(root, rel)), f"the package holds /{rel}")
         if not os.path.isfile(exe):
             return
