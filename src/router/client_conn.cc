@@ -442,9 +442,10 @@ awaitable<bool> ServeRequest(Loop& L, Stream& client, Deadline& lowest, ClientCo
   cc.tenant.clear();
   cc.status = 0;
   cc.attempts = 0;
+  cc.streamed = false;
   bool keep = co_await Handle(L, client, lowest, cc, p);
   const common::Duration took = L.clock.Now() - started;
-  L.latency.Observe(cc.tenant, cc.status, took);
+  if (!cc.streamed) L.latency.Observe(cc.tenant, cc.status, took);
   if (cc.attempts > 0) L.requests.Request(cc.attempts, took);
   co_return keep;
 }

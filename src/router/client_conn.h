@@ -36,6 +36,10 @@ struct ClientConn {
   std::string tenant;
   int status = 0;
   int attempts = 0;  // upstreams tried for the current request
+  // The current answer is a token stream (SSE): it lasts as long as its
+  // answer is made, so its duration is not a request's latency and stays
+  // out of the latency histogram (a dashboard's p99 read 29 s).
+  bool streamed = false;
 };
 
 // Accepts connections on L.acceptor until it is closed; serves each on L.

@@ -88,6 +88,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
   out.close_client = down == Framing::kNone || (!req.continuation && !framing.client_keep_alive);
   if (!req.continuation) {
     Inc(L.stats.sse_streams);
+    cc.streamed = true;
     pending.clear();
     AppendClientHead(res, down, framing.length, framing.client_keep_alive,
                      AdvertisedKeepAlive(config.limits.idle_timeout), &pending);

@@ -119,7 +119,8 @@ struct CallCtx {
       : L(L), conn(std::move(conn)), id(id), started(L.clock.Now()) {}
   ~CallCtx() {
     const common::Duration took = L.clock.Now() - started;
-    L.latency.Observe(tenant ? tenant->name : std::string(), status_for_latency, took);
+    if (!streamed)
+      L.latency.Observe(tenant ? tenant->name : std::string(), status_for_latency, took);
     if (attempts > 0) L.requests.Request(attempts, took);
   }
   CallCtx(const CallCtx&) = delete;
@@ -254,6 +255,9 @@ struct CallCtx {
   bool client_deadline = false;
   Clock::time_point deadline;
   int status_for_latency = 200;
+  // A streaming call (ModelStreamInfer): open for as long as its client
+  // sends, so its duration stays out of the latency histogram.
+  bool streamed = false;
   int attempts = 0;
   bool began = false;  // a streamed answer's headers went to the client
   std::string last_failure;

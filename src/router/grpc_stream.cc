@@ -48,6 +48,7 @@ awaitable<void> HandleStream(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_
   CallCtx c(L, conn, id);
   c.request = s->headers;  // its body keeps coming
   if (!Admit(c)) co_return;
+  c.streamed = true;
   InFlight in_flight(L.stats.in_flight);
   conn->h2.StartStreaming(id);
   const size_t max_message = LimitsOf(config).max_request_bytes;

@@ -535,7 +535,8 @@ std::string Router::Impl::Metrics() const {
   p.Sample("gpuha_router_routes", {}, double(t ? t->size() : 0));
   p.Family("gpuha_router_request_duration_seconds", "histogram",
            "Requests from head read to answer written, by tenant and answer class "
-           "(none: the client went away first).");
+           "(none: the client went away first). Token streams (SSE) and gRPC streaming "
+           "calls are not requests here: they last as long as their answers are made.");
   LatencyHistograms::Map latency;
   for (const auto& L : loops) L->latency.AddTo(&latency);
   for (const auto& [key, c] : latency) {

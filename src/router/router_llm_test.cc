@@ -115,6 +115,22 @@ class RouterLlmTest : public ::testing::Test {
   std::unique_ptr<Router> router_;
 };
 
+// A token stream lasts as long as its answer is made: it is no request in
+// the latency histogram (the dashboard's p99 once read 29 s after the demo,
+// its open streams counted as requests).
+TEST_F(RouterLlmTest, TokenStreamsStayOutOfTheRequestLatencyHistogram) {
+  Ask ask = Completion("not a request latency", 20);
+  ExpectWhole(Start(ask.body).get(), ask.want);
+  const std::string count =
+      R"(gpuha_router_request_duration_seconds_count{tenant="",result="2xx"})";
+  EXPECT_EQ(MetricValue(router_->MetricsText(), count), -1) << router_->MetricsText();
+  ASSERT_EQ(
+      Send(router_->port(), "GET /streams/chat-1/v1/models HTTP/1.1\r\nHost: r\r\n\r\n").status,
+      200);
+  EXPECT_EQ(MetricValue(router_->MetricsText(), count), 1);
+  EXPECT_EQ(Metric("sse_streams_total"), 1);
+}
+
 TEST_F(RouterLlmTest, TokensReachTheClientAsTheyAreMade) {
   Ask ask = LongCompletion("as they come", 400, 150);
   // One connection, read as it arrives: the first token is out long
