@@ -318,26 +318,48 @@ void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
     }
   }
   seen.clear();
-  if (one_process || !others.empty()) {
-    // One foreign process, faulting again and again, or the same fault on
-    // other GPUs too: the application's, not this GPU's hardware. An alert.
-    HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid,
-                                one_process ? ".one_process" : ".other_gpus"),
-                   one_process
-                       ? absl::StrCat(times, ", every time from process ",
-                                      x.process.empty() ? "?" : x.process, " (pid ", pid,
-                                      "), not this node's inference server: that application's "
-                                      "fault (alert)")
-                       : absl::StrCat(times, ", and on GPU ", absl::StrJoin(others, ", "),
-                                      " too: the application's, not this GPU's (alert)"),
+  // The rules fire apart, as NVSentinel's same-GPU and other-GPU rules do:
+  // one application's fault on another GPU must not hide this GPU's repeats
+  // for a day (it once turned this drain into an alert).
+  if (!others.empty()) {
+    // NVIDIA: "Repeat MMU faults to diff GPU: CHECK_APP". An alert.
+    HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".other_gpus"),
+                   absl::StrCat(times, ", and on GPU ", absl::StrJoin(others, ", "),
+                                " too: check the application (alert)"),
+                   HealthState::kDegraded, static_cast<int>(x.gpu_index)};
+    a.event = true;
+    Latch(std::move(a), now + t_.xid_alert_hold);
+  }
+  if (one_process) {
+    // gpuha's own rule (docs/xid-policy.md): every burst from one process
+    // that is not the node's server is that application's bug. An alert.
+    HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".one_process"),
+                   absl::StrCat(times, ", every time from process ",
+                                x.process.empty() ? "?" : x.process, " (pid ", pid,
+                                "), not this node's inference server: that application's "
+                                "fault (alert)"),
                    HealthState::kDegraded, static_cast<int>(x.gpu_index)};
     a.event = true;
     Latch(std::move(a), now + t_.xid_alert_hold);
     return;
   }
-  // Repeated on one GPU by different processes (or ones not known): its
-  // hardware, not one application. Latched like any drain XID, until the
-  // node rejoins.
+  if (x.xid != 13 && x.xid != 31) {
+    // Another RESTART_APP XID: NVIDIA's catalog has no repeat rule for it,
+    // and NVSentinel's RepeatedXIDErrorOnSameGPU sends it to support
+    // without a drain. An alert that says so.
+    HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
+                   absl::StrCat(times,
+                                " (thresholds.xid_repeat_count_other): contact NVIDIA "
+                                "support with this GPU's serial (alert, no drain)"),
+                   HealthState::kDegraded, static_cast<int>(x.gpu_index)};
+    a.event = true;
+    Latch(std::move(a), now + t_.xid_alert_hold);
+    return;
+  }
+  // XID 13 or 31 repeated on one GPU by different processes (or ones not
+  // known): NVIDIA's workflows read it as the GPU's hardware ("Repeat MMU
+  // faults to same GPU": run diagnostics). Latched like any drain XID,
+  // until the node rejoins.
   HealthReason d{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
                  absl::StrCat(times, " (thresholds.xid_repeat_count): its hardware; drain"),
                  HealthState::kDraining, static_cast<int>(x.gpu_index)};

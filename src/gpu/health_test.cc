@@ -152,8 +152,10 @@ TEST_F(HealthTest, AnApplicationXidRepeatedInBurstsOnOneGpuDrains) {
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
   EXPECT_EQ(r.gpu_states[1], HealthState::kHealthy);
   EXPECT_TRUE(Names(r, "gpu0.xid31.repeated"));
-  // Another application XID needs five bursts (NVSentinel's
-  // RepeatedXIDErrorOnSameGPU); a day apart they are not repeats.
+  // Another application XID: five bursts (NVSentinel's
+  // RepeatedXIDErrorOnSameGPU) send it to support, with no drain (NVIDIA's
+  // catalog has no repeat rule for it; it once drained); a day apart they
+  // are not repeats.
   HealthEvaluator other{HealthThresholds{}};
   for (int i = 0; i < 4; ++i) {
     other.Update(Obs({Healthy(0)}, {XidEvent{0, 68, 0}}), clock_.Now());  // NVDEC0
@@ -167,26 +169,32 @@ TEST_F(HealthTest, AnApplicationXidRepeatedInBurstsOnOneGpuDrains) {
     clock_.Advance(minutes(5));
     r = other.Update(Obs({Healthy(0)}, {XidEvent{0, 68, 0}}), clock_.Now());
   }
-  EXPECT_EQ(r.state, HealthState::kDraining);
-  EXPECT_TRUE(Names(r, "gpu0.xid68.repeated"));
+  EXPECT_EQ(r.state, HealthState::kDegraded);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDegraded);
+  ASSERT_TRUE(Names(r, "gpu0.xid68.repeated"));
+  EXPECT_THAT(r.reasons.back().detail, ::testing::HasSubstr("contact NVIDIA support"));
 }
 
-// Issue 39: the same XID in bursts on different GPUs is the application's
-// (NVIDIA: "Repeat MMU faults to diff GPU: CHECK_APP"): an alert, no drain.
-TEST_F(HealthTest, RepeatsAcrossGpusAreTheApplicationsNotAGpus) {
+// The same XID on different GPUs is the application's (NVIDIA: "Repeat MMU
+// faults to diff GPU: CHECK_APP"): an alert. It no longer hides this GPU's
+// own repeats (NVSentinel's same-GPU and other-GPU rules fire apart; one
+// application's fault on GPU 1 once turned GPU 0's drain into an alert for
+// a day): GPU 0's second burst drains it, beside the alert.
+TEST_F(HealthTest, RepeatsOnOneGpuDrainItEvenWhenAnotherGpuHadTheXid) {
   HealthEvaluator e{HealthThresholds{}};
   auto seen = [&](uint32_t gpu) {
     return e.Update(Obs({Healthy(0), Healthy(1)}, {XidEvent{gpu, 31, 0}}), clock_.Now());
   };
   seen(1);
   clock_.Advance(minutes(10));
-  seen(0);
+  HealthReport r = seen(0);
+  EXPECT_NE(r.gpu_states[0], HealthState::kDraining);  // one burst on each: the application's
   clock_.Advance(minutes(10));
-  HealthReport r = seen(0);  // GPU 0's second burst, with GPU 1's beside it
-  EXPECT_NE(r.gpu_states[0], HealthState::kDraining);
-  EXPECT_EQ(r.gpu_states[0], HealthState::kDegraded);
+  r = seen(0);  // GPU 0's second burst, with GPU 1's beside it
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_TRUE(Names(r, "gpu0.xid31.repeated"));
   EXPECT_TRUE(Names(r, "gpu0.xid31.other_gpus"));
-  EXPECT_FALSE(Names(r, "gpu0.xid31.repeated"));
+  EXPECT_NE(r.gpu_states[1], HealthState::kDraining);
 }
 
 TEST_F(HealthTest, IgnoredXidChangesNothing) {
