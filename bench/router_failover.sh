@@ -8,6 +8,10 @@
 # kill -9 (crash), SIGSTOP (hang) or SIGUSR1 (half-hang: its health check
 # keeps answering 200 while no other request is answered, the deadlocked
 # engine). Each peer and fault gets fresh upstreams. FAULTS picks the faults.
+# PROTOCOL=h2: HTTP/2 clients instead (h2load over h2c, closed loop, 8
+# connections x 4 streams over the 20 streams' URLs, no slow requests), the
+# proxies taking HTTP/2 and speaking HTTP/1.1 upstream; h2load counts
+# answers, not gaps.
 #   bench/router_failover.sh GPUHA_BINARY TEST_BACKEND [SECONDS] [RATE]
 set -euo pipefail
 source "$(dirname "$0")/lib/procs.sh"
@@ -18,6 +22,15 @@ secs="${3:-12}"
 rate="${4:-1000}"
 fault_at="${FAULT_AT:-4}"
 faults="${FAULTS:-crash hang half-hang}"
+protocol="${PROTOCOL:-http1}"
+listen_opt="" haproxy_bind=""
+nginx_h2=""
+if [[ $protocol == h2 ]]; then
+  listen_opt=" http2" haproxy_bind=" proto h2"
+  # nginx ends an HTTP/2 connection after 1000 requests by default, which
+  # h2load counts as failures of their own.
+  nginx_h2="keepalive_requests 1000000;"
+fi
 for tool in nginx haproxy; do
   command -v "$tool" >/dev/null || { echo "missing $tool: run scripts/install-deps.sh" >&2; exit 2; }
 done
@@ -62,10 +75,11 @@ error_log $work/nginx.err warn;
 events { worker_connections 8192; }
 http {
   access_log off;
+  $nginx_h2
   upstream ga { server 127.0.0.1:$A $server_opts; server 127.0.0.1:$C backup $backup_opts; keepalive 64; }
   upstream gb { server 127.0.0.1:$B $server_opts; server 127.0.0.1:$C backup $backup_opts; keepalive 64; }
   server {
-    listen 127.0.0.1:$PROXY;
+    listen 127.0.0.1:$PROXY$listen_opt;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
     $extra
@@ -99,7 +113,7 @@ defaults
   option redispatch
   $retry
 frontend fe
-  bind 127.0.0.1:$PROXY
+  bind 127.0.0.1:$PROXY$haproxy_bind
   acl gb path_reg ^/streams/cam-1[0-9]/
   use_backend gb if gb
   default_backend ga
@@ -126,9 +140,15 @@ run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang|half-hang
   start_backends
   $2
   sleep 1
-  "$gpuha" load --target 127.0.0.1:$PROXY --streams 20 --rate "$rate" --seconds "$secs" \
-    --timeout 5 --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet \
-    --json "$work/out.json" >"$work/load.out" 2>&1 &
+  if [[ $protocol == h2 ]]; then
+    local urls=()
+    for i in $(seq 0 19); do urls+=("http://127.0.0.1:$PROXY/streams/cam-$i/v2/models/m/infer"); done
+    h2load -D "$secs" -c 8 -m 4 -T 5 "${urls[@]}" >"$work/load.out" 2>&1 &
+  else
+    "$gpuha" load --target 127.0.0.1:$PROXY --streams 20 --rate "$rate" --seconds "$secs" \
+      --timeout 5 --slow-fraction 0.02 --slow-query delay_ms=1500 --quiet \
+      --json "$work/out.json" >"$work/load.out" 2>&1 &
+  fi
   local load=$!
   sleep "$fault_at"
   case $3 in
@@ -137,6 +157,26 @@ run_one() {  # $1 = peer label, $2 = setup command, $3 = crash|hang|half-hang
     half-hang) kill -USR1 "${backend_pids[0]}" ;;
   esac
   wait "$load" || true
+  if [[ $protocol == h2 ]]; then
+    python3 - "$1" "$3" "$work/load.out" <<'PY'
+import re, sys
+peer, fault, path = sys.argv[1:]
+out = open(path).read()
+m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+              r"(\d+) errored, (\d+) timeout", out)
+c = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+if not m or not c:
+    sys.exit(f"h2load gave no counts for {peer} / {fault}:\n{out[-800:]}")
+total, started, done, ok, failed, errored, timeout = map(int, m.groups())
+# h2load's failed holds its errored and timed-out; a 4xx or 5xx is a done
+# request that failed too. Requests still open when -D ended are neither.
+not2xx = int(c.group(3)) + int(c.group(4))
+print(f"| {peer} | {fault} | {done} | {failed + not2xx} | - | - | - | - | "
+      f"h2load: failed {failed} (errored {errored}, timeout {timeout}), 4xx/5xx {not2xx} |")
+PY
+    stop_all
+    return
+  fi
   [[ -s "$work/out.json" ]] || { echo "load produced no report for $1 / $3" >&2; exit 1; }
   python3 - "$1" "$3" "$work/out.json" <<'PY'
 import json, sys

@@ -15,6 +15,7 @@
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
 #include "router/router.h"
+#include "router/testing/llm_workers.h"
 #include "worker/llm.h"
 #include "worker/worker.h"
 
@@ -60,16 +61,8 @@ std::string CompletionBody(const std::string& prompt, int max_tokens) {
 class RouterH2RestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (auto [w, name] : {std::pair{&a_, "a"}, std::pair{&b_, "b"}}) {
-      worker::WorkerOptions o;
-      o.port = 0;
-      o.node = name;
-      o.ttft = milliseconds(5);
-      o.token_latency = milliseconds(5);
-      auto s = worker::Worker::Start(o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      *w = std::move(*s);
-    }
+    testing::StartLlmWorkers(&a_, &b_);
+    if (HasFatalFailure()) return;
     dir_ = gpuha::testing::TestTempDir().string();
     ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir_));
     RouterConfig c;

@@ -11,6 +11,7 @@
 #include "common/testing/eventually.h"
 #include "common/testing/raw_http.h"
 #include "router/router.h"
+#include "router/testing/llm_workers.h"
 #include "worker/llm.h"
 #include "worker/worker.h"
 
@@ -60,16 +61,8 @@ Ask LongCompletion(const std::string& seed, int max_tokens, int min_tokens) {
 class RouterLlmTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (auto [w, name] : {std::pair{&a_, "a"}, std::pair{&b_, "b"}}) {
-      worker::WorkerOptions o;
-      o.port = 0;
-      o.node = name;
-      o.ttft = milliseconds(5);
-      o.token_latency = milliseconds(5);
-      auto s = worker::Worker::Start(o);
-      ASSERT_TRUE(s.ok()) << s.status();
-      *w = std::move(*s);
-    }
+    testing::StartLlmWorkers(&a_, &b_);
+    if (HasFatalFailure()) return;
     config_.listen = {"127.0.0.1", 0};
     config_.admin = {"127.0.0.1", 0};
     config_.threads = 2;
