@@ -60,6 +60,26 @@ absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body) {
   if (auto e = j.find("echo"); e != j.end() && *e == true) {
     return no("the request echoes its prompt (echo)");
   }
+  // Output held to a grammar (a JSON schema, a regex, a choice): a
+  // continuation's engine would start the grammar again from its first
+  // token, so the client could get a document that is not one. OpenAI's
+  // response_format (but "text"), vLLM's guided_* and structured_outputs,
+  // llama.cpp's grammar and json_schema.
+  if (auto rf = j.find("response_format"); rf != j.end() && !rf->is_null()) {
+    const json* type = rf->is_object() && rf->contains("type") ? &(*rf)["type"] : nullptr;
+    if (type == nullptr || *type != "text") {
+      return no(absl::StrCat("the request holds its output to a format (response_format ",
+                             type != nullptr && type->is_string() ? type->get<std::string>() : "?",
+                             "), which a continuation would start again"));
+    }
+  }
+  for (const char* f : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                        "structured_outputs", "grammar", "json_schema"}) {
+    if (auto g = j.find(f); g != j.end() && !g->is_null()) {
+      return no(absl::StrCat("the request holds its output to a grammar (", f,
+                             "), which a continuation would start again"));
+    }
+  }
   for (const char* f : {"max_tokens", "max_completion_tokens"}) {
     if (auto m = j.find(f); m != j.end() && !m->is_null() && !PositiveInt(*m)) {
       return no(absl::StrCat(f, " is not a positive integer"));

@@ -54,7 +54,10 @@ struct LlmCall {
   nlohmann::json body;
 };
 // Not OK (with the reason) for a request whose answer cannot be continued:
-// not JSON, not streamed, n > 1, echo, or a prompt that is not one string.
+// not JSON, not streamed, n > 1, echo, a prompt that is not one string, or
+// output held to a format or grammar (response_format json_schema or
+// json_object, vLLM's guided_* and structured_outputs, llama.cpp's grammar):
+// continued by text, the grammar would start again mid-document.
 [[nodiscard]] absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body);
 
 // The OpenAI default of max_tokens for /v1/completions.

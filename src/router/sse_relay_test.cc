@@ -172,12 +172,35 @@ TEST(SseRelayTest, RequestsThatCannotBeContinuedSayWhy) {
       {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"max_tokens":0})",
        "max_tokens is not a positive integer"},
       {LlmApi::kChat, R"({"stream":true,"messages":[]})", "no messages"},
+      // Structured output: a continuation would start its grammar again.
+      {LlmApi::kChat,
+       R"({"stream":true,"messages":[{"role":"user","content":"x"}],)"
+       R"("response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}})",
+       "response_format json_schema"},
+      {LlmApi::kChat,
+       R"({"stream":true,"messages":[{"role":"user","content":"x"}],)"
+       R"("response_format":{"type":"json_object"}})",
+       "response_format json_object"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"guided_json":{"type":"object"}})",
+       "grammar (guided_json)"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"guided_regex":"[0-9]+"})",
+       "grammar (guided_regex)"},
+      {LlmApi::kChat,
+       R"({"stream":true,"messages":[{"role":"user","content":"x"}],)"
+       R"("structured_outputs":{"choice":["a","b"]}})",
+       "grammar (structured_outputs)"},
+      {LlmApi::kCompletions, R"({"prompt":"x","stream":true,"grammar":"root ::= \"a\""})",
+       "grammar (grammar)"},
   };
   for (const Case& c : cases) {
     auto r = ReadLlmCall(c.api, c.body);
     ASSERT_FALSE(r.ok()) << c.body;
     EXPECT_NE(r.status().message().find(c.why), std::string::npos) << r.status();
   }
+  // Plain text output is continued as before.
+  EXPECT_TRUE(ReadLlmCall(LlmApi::kChat, R"({"stream":true,"messages":[{"role":"user",)"
+                                         R"("content":"x"}],"response_format":{"type":"text"}})")
+                  .ok());
   SseContinuity untracked(LlmApi::kCompletions, std::nullopt, "continuation is off", 100);
   EXPECT_EQ(untracked.CannotContinue(), "continuation is off");
   // Text over the bound: relayed, not kept.
