@@ -112,6 +112,10 @@ struct XidEvent {
   // XIDs 144-150: the line's IntrInfo and Error Status (xid_nvlink5.h),
   // and the driver's branch (580; 0 unknown), which says how to read them.
   std::optional<uint32_t> intr_info{}, error_status{};
+  // XID 13: where on the GPU the exception was, as the line says ("(GPC 3,
+  // TPC 1, SM 0)"): repeats in one place are the GPU's, elsewhere the
+  // application's (NVIDIA's XID 13 workflow).
+  std::optional<uint32_t> gpc{}, tpc{};
   uint32_t driver_major = 0;
   // XID 45 alone: whether NVIDIA Fabric Manager runs on the node (the
   // agent looked), whose restart the catalog then asks for.

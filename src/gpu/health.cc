@@ -81,6 +81,7 @@ void HealthEvaluator::Reset() {
   nic_last_errors_.clear();
   latched_.clear();
   alert_xids_.clear();
+  xid13_places_.clear();
   gpu_last_xid_.clear();
   all_ = node_ = Hysteresis{};
   gpus_.clear();
@@ -289,8 +290,33 @@ bool HealthEvaluator::Refine(const XidEvent& x, common::TimePoint now, XidConseq
   return false;
 }
 
+void HealthEvaluator::CountXid13Place(const XidEvent& x, common::TimePoint now) {
+  if (!x.gpc || !x.tpc || t_.xid_repeat_count == 0) return;
+  Place& p = xid13_places_[{x.gpu_index, *x.gpc, *x.tpc}];
+  const bool same_burst = !p.bursts.empty() && now - p.last < t_.xid_burst;
+  p.last = now;
+  if (same_burst) return;
+  p.bursts.push_back(now);
+  while (!p.bursts.empty() && now - p.bursts.front() > t_.xid_repeat_window) p.bursts.pop_front();
+  if (static_cast<int>(p.bursts.size()) < t_.xid_repeat_count) return;
+  HealthReason d{
+      absl::StrCat("gpu", x.gpu_index, ".xid13.repeated"),
+      absl::StrCat("XID 13 on GPC ", *x.gpc, ", TPC ", *x.tpc, " in ", p.bursts.size(),
+                   " bursts within ", common::ToMillis(t_.xid_repeat_window) / 1000,
+                   " s: the same place again is its hardware (NVIDIA's XID 13 workflow: run "
+                   "diagnostics); drain"),
+      HealthState::kDraining, static_cast<int>(x.gpu_index)};
+  d.event = true;
+  p.bursts.clear();
+  Latch(std::move(d), std::nullopt);
+}
+
 void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
-  const int count = x.xid == 13 || x.xid == 31 ? t_.xid_repeat_count : t_.xid_repeat_count_other;
+  // XID 13 anywhere on the GPU counts as any other application XID does
+  // (to support after xid_repeat_count_other bursts); in one place
+  // (GPC and TPC), as XID 31 does (CountXid13Place).
+  if (x.xid == 13) CountXid13Place(x, now);
+  const int count = x.xid == 31 ? t_.xid_repeat_count : t_.xid_repeat_count_other;
   if (count == 0) return;
   // One burst: less than xid_burst after the occurrence before (counted or not).
   auto [last, first] = xid_last_at_.try_emplace({x.gpu_index, x.xid}, now);
@@ -343,8 +369,9 @@ void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
     Latch(std::move(a), now + t_.xid_alert_hold);
     return;
   }
-  if (x.xid != 13 && x.xid != 31) {
-    // Another RESTART_APP XID: NVIDIA's catalog has no repeat rule for it,
+  if (x.xid != 31) {
+    // XID 13 anywhere on the GPU (not in one place), or another
+    // RESTART_APP XID: NVIDIA's catalog has no repeat rule for it,
     // and NVSentinel's RepeatedXIDErrorOnSameGPU sends it to support
     // without a drain. An alert that says so.
     HealthReason a{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
@@ -356,9 +383,9 @@ void HealthEvaluator::CountRepeat(const XidEvent& x, common::TimePoint now) {
     Latch(std::move(a), now + t_.xid_alert_hold);
     return;
   }
-  // XID 13 or 31 repeated on one GPU by different processes (or ones not
-  // known): NVIDIA's workflows read it as the GPU's hardware ("Repeat MMU
-  // faults to same GPU": run diagnostics). Latched like any drain XID,
+  // XID 31 repeated on one GPU by different processes (or ones not known):
+  // NVIDIA's workflow reads it as the GPU's hardware ("Repeat MMU faults to
+  // same GPU": run diagnostics). Latched like any drain XID,
   // until the node rejoins.
   HealthReason d{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid, ".repeated"),
                  absl::StrCat(times, " (thresholds.xid_repeat_count): its hardware; drain"),
@@ -425,6 +452,7 @@ bool HealthEvaluator::Step(Hysteresis& h, HealthState target, HealthState event,
 void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(latched_, [&](const Latched& l) { return l.reason.gpu == static_cast<int>(gpu); });
   std::erase_if(alert_xids_, [&](const auto& kv) { return kv.first.first == gpu; });
+  std::erase_if(xid13_places_, [&](const auto& kv) { return std::get<0>(kv.first) == gpu; });
   std::erase_if(xid_last_at_, [&](const auto& kv) { return kv.first.first == gpu; });
   gpu_last_xid_.erase(gpu);
   std::erase_if(last_readings_,

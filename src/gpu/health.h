@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -199,6 +200,15 @@ class HealthEvaluator {
     std::string process;
   };
   std::map<std::pair<uint32_t, uint32_t>, std::deque<Seen>> alert_xids_;
+  // XID 13 by where it was (GPU, GPC, TPC): its last occurrence, and its
+  // bursts within the window.
+  struct Place {
+    common::TimePoint last{};
+    std::deque<common::TimePoint> bursts;
+  };
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Place> xid13_places_;
+  // XID 13 in one place again: NVIDIA's and NVSentinel's same-GPC/TPC rule.
+  void CountXid13Place(const XidEvent& x, common::TimePoint now);
   // When each GPU last had an XID other than 45: an XID 45 follows it.
   std::map<uint32_t, common::TimePoint> gpu_last_xid_;
 };

@@ -197,6 +197,44 @@ TEST_F(HealthTest, RepeatsOnOneGpuDrainItEvenWhenAnotherGpuHadTheXid) {
   EXPECT_NE(r.gpu_states[1], HealthState::kDraining);
 }
 
+// XID 13 (issue 52, item 2): NVIDIA's workflow and NVSentinel count its
+// repeats by place. Twice on the same GPC and TPC within the window is the
+// GPU's hardware: drain. On different GPCs or TPCs (or where the line says
+// none) it is the application's: no drain, and after
+// xid_repeat_count_other bursts an alert to contact support. (It drained
+// after 2 bursts anywhere on the GPU.)
+TEST_F(HealthTest, Xid13RepeatsCountByTheirGpcAndTpc) {
+  auto x13 = [](std::optional<uint32_t> gpc, std::optional<uint32_t> tpc) {
+    XidEvent x{0, 13, 0};
+    x.gpc = gpc;
+    x.tpc = tpc;
+    return x;
+  };
+  HealthEvaluator e{HealthThresholds{}};
+  auto seen = [&](XidEvent x) { return e.Update(Obs({Healthy(0)}, {x}), clock_.Now()); };
+  HealthReport r = seen(x13(0, 1));
+  clock_.Advance(minutes(10));
+  r = seen(x13(2, 5));  // elsewhere: the application's
+  clock_.Advance(minutes(10));
+  r = seen(x13(std::nullopt, std::nullopt));  // no place said
+  EXPECT_NE(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_FALSE(Names(r, "gpu0.xid13.repeated"));
+  clock_.Advance(minutes(10));
+  r = seen(x13(0, 1));  // GPC 0, TPC 1 again: its hardware
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  ASSERT_TRUE(Names(r, "gpu0.xid13.repeated"));
+  EXPECT_THAT(r.reasons.back().detail, ::testing::HasSubstr("GPC 0, TPC 1 in 2 bursts"));
+  // Five bursts in different places: support, no drain.
+  HealthEvaluator f{HealthThresholds{}};
+  for (uint32_t i = 0; i < 5; ++i) {
+    r = f.Update(Obs({Healthy(0)}, {x13(i, 0)}), clock_.Now());
+    clock_.Advance(minutes(10));
+  }
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDegraded);
+  ASSERT_TRUE(Names(r, "gpu0.xid13.repeated"));
+  EXPECT_THAT(r.reasons.back().detail, ::testing::HasSubstr("contact NVIDIA support"));
+}
+
 TEST_F(HealthTest, IgnoredXidChangesNothing) {
   EXPECT_EQ(Feed(Obs({Healthy()}, {XidEvent{0, 43, 0}}), 3).state, HealthState::kHealthy);
 }

@@ -103,6 +103,20 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
         }
       }
     }
+    // "13, pid=..., Graphics SM Warp Exception on (GPC 3, TPC 1, SM 0): ..."
+    if (xid == 13) {
+      auto number_after = [&](absl::string_view label) -> std::optional<uint32_t> {
+        size_t at = rest.find(label);
+        if (at == absl::string_view::npos) return std::nullopt;
+        absl::string_view n = rest.substr(at + label.size());
+        n = n.substr(0, n.find_first_not_of("0123456789"));
+        uint32_t v = 0;
+        return absl::SimpleAtoi(n, &v) ? std::optional<uint32_t>(v) : std::nullopt;
+      };
+      e.gpc = number_after("(GPC ");
+      e.tpc = e.gpc ? number_after(", TPC ") : std::nullopt;
+      if (!e.tpc) e.gpc.reset();
+    }
     // "45, pid=..., Ch 00000010 ... caused by previous Xid 31"
     if (xid == 45) {
       if (size_t at = rest.rfind("caused by previous Xid "); at != absl::string_view::npos) {

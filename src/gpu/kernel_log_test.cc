@@ -181,6 +181,23 @@ TEST(KernelXidTest, TheProcessTheDriverNamesIsRead) {
   EXPECT_EQ(k->event.process, "");
 }
 
+// XID 13 says where on the GPU its exception was: the place its repeat rule
+// counts by (NVIDIA's XID 13 workflow).
+TEST(KernelXidTest, Xid13GivesTheGpcAndTpcItsMessageNames) {
+  auto k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python3, Graphics SM Warp Exception on "
+      "(GPC 3, TPC 1, SM 0): Out Of Range Address");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->event.gpc, 3u);
+  EXPECT_EQ(k->event.tpc, 1u);
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:3b:00): 13, pid=4121, name=python3, Graphics Exception: ESR "
+      "0x504648=0x102000e 0x504650=0x0");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_FALSE(k->event.gpc.has_value());  // no place in this line
+  EXPECT_FALSE(k->event.tpc.has_value());
+}
+
 // XID 154 carries its action in its message (issue 16), by value and in
 // words (issue 39: R610's words differ, the value does not).
 TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {
