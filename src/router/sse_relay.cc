@@ -209,6 +209,10 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     if (role_only && !j.contains("usage")) return;  // the continuation's second role chunk
     if (!id_.is_null()) j["id"] = id_;
     if (!created_.is_null()) j["created"] = created_;
+    // What came from a continuation says so: with sampling the rest is a
+    // different, valid text, and a client may want to know it was spliced
+    // (a field clients that do not know it ignore).
+    j["gpuha_continuation"] = continuations_;
     // The continuation's prompt held the tokens already sent: they are the
     // answer's, not the prompt's. Only counts that are whole numbers and
     // hold those tokens are moved; other usage is relayed as it came (an

@@ -117,6 +117,17 @@ TEST(SseRelayTest, ACompletionCutAnywhereIsContinuedToTheUninterruptedAnswer) {
         ++roles;
       }
       EXPECT_LE(roles, 1u) << cut;
+      // A continued chunk says so; none of the first upstream's does: what
+      // comes before the first marked event is the first upstream's, as it sent it.
+      const size_t marked = client.find("\"gpuha_continuation\":1");
+      if (marked != std::string::npos) {
+        const size_t event = client.rfind("data: ", marked);
+        ASSERT_NE(event, std::string::npos);
+        EXPECT_EQ(whole.compare(0, event, client, 0, event), 0) << cut;
+      }
+      EXPECT_EQ(client.find("\"gpuha_continuation\"") == std::string::npos,
+                marked == std::string::npos)
+          << cut;
     }
   }
 }
