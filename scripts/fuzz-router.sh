@@ -47,8 +47,9 @@ build sse_relay_fuzz "$root/fuzz/sse_relay_fuzz.cc" "$root/src/router/sse_relay.
   -labsl_cord -labsl_raw_logging_internal -labsl_throw_delegate -labsl_int128 -labsl_strings_internal
 
 # nghttp2 (Debian's libnghttp2-dev) is the codec under test with our limits.
+# (request.cc: the HTTP answer a REST stream over the limits gets.)
 build h2_server_fuzz "$root/fuzz/h2_server_fuzz.cc" "$root/src/router/h2_server.cc" \
-  "$root/src/router/grpc.cc" -- -lnghttp2 -labsl_strings -labsl_status -labsl_statusor \
+  "$root/src/router/grpc.cc" "$root/src/router/request.cc" -- -lnghttp2 -labsl_strings -labsl_status -labsl_statusor \
   -labsl_str_format_internal -labsl_cord -labsl_raw_logging_internal -labsl_throw_delegate \
   -labsl_int128 -labsl_strings_internal
 
