@@ -120,6 +120,9 @@ TEST_F(RouterLlmTest, TokenStreamsStayOutOfTheRequestLatencyHistogram) {
   ASSERT_EQ(
       Send(router_->port(), "GET /streams/chat-1/v1/models HTTP/1.1\r\nHost: r\r\n\r\n").status,
       200);
+  // The request is counted once its answer is written, which the client can
+  // read before the router's next step: wait for it, then look.
+  EXPECT_TRUE(Eventually([&] { return MetricValue(router_->MetricsText(), count) >= 1; }));
   EXPECT_EQ(MetricValue(router_->MetricsText(), count), 1);
   EXPECT_EQ(Metric("sse_streams_total"), 1);
 }
