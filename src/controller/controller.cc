@@ -396,7 +396,10 @@ void Controller::Tick() {
   for (const LivenessChange& c : changes) {
     NodeState* n = FindLocked(c.node);
     if (n == nullptr || !placement_.Available(c.node)) continue;
-    if (c.to == Liveness::kSuspect) {
+    if (c.held) {
+      counters_.silences_held++;
+      EventLocked("silence_held", c.node, c.reason);
+    } else if (c.to == Liveness::kSuspect) {
       EventLocked("suspect", c.node, c.reason);
     } else if (c.to == Liveness::kFailed) {
       if (grace) {

@@ -66,6 +66,8 @@ class AgentSink {
   X(unplaced_streams, "Streams that found no node in a failover.")                              \
   X(store_errors, "Store writes that failed.")                                                  \
   X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")             \
+  X(silences_held,                                                                              \
+    "Nodes past their silence threshold not failed: most nodes were silent together.")          \
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")             \
   X(join_tokens_throttled,                                                                      \
     "Agent hellos refused unchecked: too many wrong join tokens from their IP in a second.")    \

@@ -46,6 +46,7 @@ void FailureDetector::Heartbeat(const std::string& node) {
   }
   s.last = now;
   s.broken = false;
+  s.held = false;
 }
 
 void FailureDetector::StreamBroken(const std::string& node) {
@@ -60,7 +61,9 @@ void FailureDetector::Forget(const std::string& node) { nodes_.erase(node); }
 void FailureDetector::ForgiveSilence() {
   common::TimePoint now = clock_->Now();
   for (auto& [node, s] : nodes_) {
-    if (s.liveness != Liveness::kFailed) s.last = now;
+    if (s.liveness == Liveness::kFailed) continue;
+    s.last = now;
+    s.held = false;
   }
 }
 
@@ -68,6 +71,7 @@ void FailureDetector::ForgiveSilence(const std::string& node) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.broken || it->second.liveness == Liveness::kFailed) return;
   it->second.last = clock_->Now();
+  it->second.held = false;
 }
 
 common::Duration FailureDetector::ThresholdOf(const NodeState& s) const {
@@ -91,22 +95,47 @@ common::Duration FailureDetector::Threshold(const std::string& node) const {
 std::vector<LivenessChange> FailureDetector::Check() {
   std::vector<LivenessChange> changes;
   common::TimePoint now = clock_->Now();
+  // Shared silence: more than half the watched nodes silent (suspect or
+  // worse, streams intact) at once. Held up to the ceiling.
+  size_t watched = 0, silent = 0;
+  for (const auto& [node, s] : nodes_) {
+    if (s.liveness == Liveness::kFailed) continue;
+    ++watched;
+    silent += !s.broken && now - s.last >= std::min(ThresholdOf(s), options_.suspect_after);
+  }
+  const bool shared = watched >= 2 && silent * 2 > watched;
   for (auto& [node, s] : nodes_) {
     if (s.liveness == Liveness::kFailed) continue;
     Liveness to = Liveness::kAlive;
     std::string reason;
-    common::Duration silent = now - s.last;
+    common::Duration silent_for = now - s.last;
     common::Duration threshold = ThresholdOf(s);
     if (s.broken) {
       to = now - s.broken_at >= options_.broken_grace ? Liveness::kFailed : Liveness::kSuspect;
       reason = "stream broke";
-    } else if (silent >= threshold) {
-      to = Liveness::kFailed;
-      reason = absl::StrCat("silent ", common::ToMillis(silent), " ms (threshold ",
-                            common::ToMillis(threshold), " ms)");
-    } else if (silent >= std::min(threshold, options_.suspect_after)) {
+    } else if (silent_for >= threshold && shared && silent_for < options_.ceiling) {
       to = Liveness::kSuspect;
-      reason = absl::StrCat("silent ", common::ToMillis(silent), " ms");
+      if (!s.held) {
+        s.held = true;
+        changes.push_back(
+            {node, s.liveness, to,
+             absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
+                          common::ToMillis(threshold), " ms), held: ", silent, " of ", watched,
+                          " watched nodes are silent together, more likely the controller's "
+                          "own delay than theirs; it fails at ",
+                          common::ToMillis(options_.ceiling), " ms"),
+             s.last, /*held=*/true});
+        s.liveness = to;
+        continue;
+      }
+    } else if (silent_for >= threshold) {
+      to = Liveness::kFailed;
+      reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
+                            common::ToMillis(threshold), " ms)");
+      if (s.held) absl::StrAppend(&reason, ", held that long as shared silence");
+    } else if (silent_for >= std::min(threshold, options_.suspect_after)) {
+      to = Liveness::kSuspect;
+      reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms");
     }
     if (to != s.liveness) {
       changes.push_back({node, s.liveness, to, reason, s.last});

@@ -5,6 +5,13 @@
 // A broken stream (a crashed agent) makes the node suspect at once and failed
 // after `broken_grace` unless it reconnects.
 //
+// Silence most nodes share is held: while more than half the watched nodes
+// are silent together, none fails by silence until its silence reaches
+// `ceiling`. A loaded or partitioned watcher hears no one; nodes that fail
+// on their own fail one by one while the rest still beat. (Pacemaker's
+// quorum reasons the same way: a side that hears no majority fences no one.)
+// A broken stream is the node's own word and is never held.
+//
 //   FailureDetector d(options, &clock);
 //   d.Heartbeat("n1");                  // on every heartbeat
 //   d.StreamBroken("n1");               // when the gRPC stream ends
@@ -46,6 +53,9 @@ struct LivenessChange {
   Liveness to;
   std::string reason;  // "stream broke", "silent 163 ms (threshold 150 ms)"
   common::TimePoint last_heartbeat;
+  // Past its threshold but held (from == to == kSuspect): most watched nodes
+  // are silent with it. Reported once per hold.
+  bool held = false;
 };
 
 class FailureDetector {
@@ -79,6 +89,7 @@ class FailureDetector {
     double sum = 0, sum_sq = 0;
     bool broken = false;
     common::TimePoint broken_at;
+    bool held = false;  // past its threshold, held as shared silence
   };
   common::Duration ThresholdOf(const NodeState& s) const;
 
