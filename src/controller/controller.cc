@@ -397,8 +397,11 @@ void Controller::Tick() {
     NodeState* n = FindLocked(c.node);
     if (n == nullptr || !placement_.Available(c.node)) continue;
     if (c.held) {
-      counters_.silences_held++;
-      EventLocked("silence_held", c.node, c.reason);
+      // In the startup grace every agent may still be reconnecting: no news.
+      if (!grace) {
+        counters_.silences_held++;
+        EventLocked("silence_held", c.node, c.reason);
+      }
     } else if (c.to == Liveness::kSuspect) {
       EventLocked("suspect", c.node, c.reason);
     } else if (c.to == Liveness::kFailed) {

@@ -104,6 +104,13 @@ TEST_F(ControllerTest, SilenceMostNodesShareFencesNoOne) {
   AddStreams(3);
   Run(milliseconds(600), {"a1", "a2", "a3", "p1"});
   Run(milliseconds(200), {"p1"});
+  // Their beats are read again one by one, a tick apart: once a1's is, the
+  // silence is no longer most nodes', and a2 and a3 still fail no one.
+  Beat("a1");
+  Run(milliseconds(10), {"p1"});
+  Beat("a2");
+  Run(milliseconds(10), {"p1"});
+  Beat("a3");
   Run(milliseconds(200), {"a1", "a2", "a3", "p1"});
   for (const char* n : {"a1", "a2", "a3", "p1"})
     EXPECT_EQ((*c_->NodeJson(n))["state"], "alive") << n;

@@ -25,7 +25,7 @@ void FailureDetector::Connected(const std::string& node) {
   // A (re)connected agent starts a fresh history; whether a node that had
   // failed may serve again is the controller's call, not the detector's.
   NodeState fresh;
-  fresh.last = clock_->Now();
+  fresh.last = fresh.heard = clock_->Now();
   nodes_[node] = std::move(fresh);
 }
 
@@ -44,7 +44,7 @@ void FailureDetector::Heartbeat(const std::string& node) {
     s.sum -= old;
     s.sum_sq -= old * old;
   }
-  s.last = now;
+  s.last = s.heard = now;
   s.broken = false;
   s.held = false;
 }
@@ -92,38 +92,53 @@ common::Duration FailureDetector::Threshold(const std::string& node) const {
   return it == nodes_.end() ? options_.floor : ThresholdOf(it->second);
 }
 
+common::Duration FailureDetector::OverdueAfter(const NodeState& s) const {
+  const common::Duration threshold = ThresholdOf(s);
+  if (s.intervals_ms.empty()) return threshold / 2;
+  const auto mean = std::chrono::duration_cast<common::Duration>(
+      std::chrono::duration<double, std::milli>(s.sum / double(s.intervals_ms.size())));
+  return std::min(threshold, mean + (threshold - mean) / 2);
+}
+
 std::vector<LivenessChange> FailureDetector::Check() {
   std::vector<LivenessChange> changes;
   common::TimePoint now = clock_->Now();
-  // Shared silence: more than half the watched nodes silent (suspect or
-  // worse, streams intact) at once. Held up to the ceiling.
-  size_t watched = 0, silent = 0;
+  // Shared silence: more than half the watched nodes overdue (streams
+  // intact) at once. Each node is judged by its own rhythm, so a live node
+  // between slow beats is not counted.
+  size_t watched = 0, overdue = 0;
   for (const auto& [node, s] : nodes_) {
     if (s.liveness == Liveness::kFailed) continue;
     ++watched;
-    silent += !s.broken && now - s.last >= std::min(ThresholdOf(s), options_.suspect_after);
+    overdue += !s.broken && now - s.last >= OverdueAfter(s);
   }
-  const bool shared = watched >= 2 && silent * 2 > watched;
+  const bool shared = watched >= 2 && overdue * 2 > watched;
+  if (shared) last_shared_ = now;
   for (auto& [node, s] : nodes_) {
     if (s.liveness == Liveness::kFailed) continue;
     Liveness to = Liveness::kAlive;
     std::string reason;
     common::Duration silent_for = now - s.last;
     common::Duration threshold = ThresholdOf(s);
+    // Held: past its threshold while the silence is shared, or was until
+    // less than a threshold ago (beats come back one by one, a tick apart);
+    // never once the node has been unheard for the ceiling.
+    const bool hold = silent_for >= threshold && now - s.heard < options_.ceiling &&
+                      (shared || (s.held && last_shared_ && now - *last_shared_ < threshold));
     if (s.broken) {
       to = now - s.broken_at >= options_.broken_grace ? Liveness::kFailed : Liveness::kSuspect;
       reason = "stream broke";
-    } else if (silent_for >= threshold && shared && silent_for < options_.ceiling) {
+    } else if (hold) {
       to = Liveness::kSuspect;
       if (!s.held) {
         s.held = true;
         changes.push_back(
             {node, s.liveness, to,
              absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
-                          common::ToMillis(threshold), " ms), held: ", silent, " of ", watched,
+                          common::ToMillis(threshold), " ms), held: ", overdue, " of ", watched,
                           " watched nodes are silent together, more likely the controller's "
-                          "own delay than theirs; it fails at ",
-                          common::ToMillis(options_.ceiling), " ms"),
+                          "own delay than theirs; held up to ",
+                          common::ToMillis(options_.ceiling), " ms unheard"),
              s.last, /*held=*/true});
         s.liveness = to;
         continue;
@@ -132,7 +147,7 @@ std::vector<LivenessChange> FailureDetector::Check() {
       to = Liveness::kFailed;
       reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
                             common::ToMillis(threshold), " ms)");
-      if (s.held) absl::StrAppend(&reason, ", held that long as shared silence");
+      if (s.held) absl::StrAppend(&reason, ", held as shared silence before");
     } else if (silent_for >= std::min(threshold, options_.suspect_after)) {
       to = Liveness::kSuspect;
       reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms");

@@ -6,11 +6,14 @@
 // after `broken_grace` unless it reconnects.
 //
 // Silence most nodes share is held: while more than half the watched nodes
-// are silent together, none fails by silence until its silence reaches
-// `ceiling`. A loaded or partitioned watcher hears no one; nodes that fail
-// on their own fail one by one while the rest still beat. (Pacemaker's
-// quorum reasons the same way: a side that hears no majority fences no one.)
-// A broken stream is the node's own word and is never held.
+// are overdue together (each by its own rhythm: halfway from its mean
+// interval to its threshold), none fails by silence, until it has been
+// unheard for `ceiling` (forgiven silence included). A loaded or
+// partitioned watcher hears no one; nodes that fail on their own fail one
+// by one while the rest still beat. (Pacemaker's quorum reasons the same
+// way: a side that hears no majority fences no one.) The hold outlasts the
+// shared silence by one threshold, as beats come back a tick apart. A
+// broken stream is the node's own word and is never held.
 //
 //   FailureDetector d(options, &clock);
 //   d.Heartbeat("n1");                  // on every heartbeat
@@ -23,6 +26,7 @@
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,8 +57,9 @@ struct LivenessChange {
   Liveness to;
   std::string reason;  // "stream broke", "silent 163 ms (threshold 150 ms)"
   common::TimePoint last_heartbeat;
-  // Past its threshold but held (from == to == kSuspect): most watched nodes
-  // are silent with it. Reported once per hold.
+  // Past its threshold but held (to == kSuspect; from is kAlive when it
+  // crossed both marks between two checks): most watched nodes are silent
+  // with it. Reported once per hold.
   bool held = false;
 };
 
@@ -84,7 +89,8 @@ class FailureDetector {
  private:
   struct NodeState {
     Liveness liveness = Liveness::kAlive;
-    common::TimePoint last;
+    common::TimePoint last;   // silence counts from here (forgiveness moves it)
+    common::TimePoint heard;  // its last heartbeat or connection
     std::deque<double> intervals_ms;
     double sum = 0, sum_sq = 0;
     bool broken = false;
@@ -92,10 +98,13 @@ class FailureDetector {
     bool held = false;  // past its threshold, held as shared silence
   };
   common::Duration ThresholdOf(const NodeState& s) const;
+  // The silence after which a node counts as overdue for shared silence.
+  common::Duration OverdueAfter(const NodeState& s) const;
 
   const DetectorOptions options_;
   common::Clock* const clock_;
   std::map<std::string, NodeState> nodes_;
+  std::optional<common::TimePoint> last_shared_;  // the last check that found shared silence
 };
 
 }  // namespace gpuha::controller

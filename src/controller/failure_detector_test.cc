@@ -46,6 +46,7 @@ class FailureDetectorTest : public ::testing::Test {
   common::FakeClock clock_;
   FailureDetector d_{DetectorOptions{}, &clock_};
   std::vector<LivenessChange> changes_;
+  milliseconds elapsed_{0};
 };
 
 TEST_F(FailureDetectorTest, SteadyHeartbeatsStayAlive) {
@@ -150,8 +151,83 @@ TEST_F(FailureDetectorTest, SilenceMostNodesShareIsHeldUntilTheCeiling) {
   Quiet(milliseconds(15));
   for (const auto& n : {"n1", "n2", "n3"}) EXPECT_EQ(d_.state(n), Liveness::kFailed) << n;
   ASSERT_FALSE(changes_.empty());
-  EXPECT_NE(changes_.back().reason.find("held that long as shared silence"), std::string::npos)
+  EXPECT_NE(changes_.back().reason.find("held as shared silence before"), std::string::npos)
       << changes_.back().reason;
+}
+
+// Beats are read again one by one: the hold outlasts the shared silence by a
+// threshold, so the last ones back are not failed a tick after the first;
+// a node still unheard a threshold later fails then.
+TEST_F(FailureDetectorTest, AHeldSilenceEndsOneBeatAtATime) {
+  const std::vector<std::string> all = {"n1", "n2", "n3", "n4"};
+  for (const auto& n : all) d_.Connected(n);
+  BeatAll(all, milliseconds(50), 20);
+  changes_.clear();
+  BeatAll({"n1"}, milliseconds(50), 4);  // n2, n3, n4 unheard 200 ms: held
+  d_.Heartbeat("n2");                     // 2 of 4 silent: no longer most
+  BeatAll({"n1", "n2"}, milliseconds(10), 1);
+  d_.Heartbeat("n3");
+  BeatAll({"n1", "n2", "n3"}, milliseconds(10), 1);
+  d_.Heartbeat("n4");
+  BeatAll(all, milliseconds(50), 2);
+  for (const auto& c : changes_) EXPECT_NE(c.to, Liveness::kFailed) << c.node << ": " << c.reason;
+  for (const auto& n : all) EXPECT_EQ(d_.state(n), Liveness::kAlive) << n;
+
+  // Again, and n3 and n4 stay silent: they fail a threshold after n2's beat.
+  BeatAll({"n1"}, milliseconds(50), 4);
+  ASSERT_EQ(d_.state("n3"), Liveness::kSuspect);
+  d_.Heartbeat("n2");
+  milliseconds t(0);
+  while ((d_.state("n3") != Liveness::kFailed || d_.state("n4") != Liveness::kFailed) &&
+         t < milliseconds(1000)) {
+    BeatAll({"n1", "n2"}, milliseconds(10), 1);
+    t += milliseconds(10);
+  }
+  EXPECT_GE(t.count(), 140);  // a threshold each (n4's a little longer: its last interval was)
+  EXPECT_LE(t.count(), 250);
+  EXPECT_EQ(d_.state("n2"), Liveness::kAlive);
+}
+
+// Slow beats out of phase: a live node between its beats is not overdue, so
+// one dead node among three is not held (counting every node silent 100 ms
+// would have held it for the whole ceiling).
+TEST_F(FailureDetectorTest, SlowBeatsOutOfPhaseDoNotHoldOneDeadNode) {
+  const std::vector<std::string> all = {"n1", "n2", "n3"};
+  for (const auto& n : all) d_.Connected(n);
+  auto run = [&](milliseconds d, const std::vector<std::string>& beating) {
+    for (milliseconds t(0); t < d; t += milliseconds(5)) {
+      clock_.Advance(milliseconds(5));
+      elapsed_ += milliseconds(5);
+      for (size_t i = 0; i < beating.size(); ++i) {
+        const int phase = beating[i] == "n1" ? 0 : beating[i] == "n2" ? 85 : 170;
+        if ((elapsed_.count() - phase) % 250 == 0) d_.Heartbeat(beating[i]);
+      }
+      for (auto& c : d_.Check()) changes_.push_back(c);
+    }
+  };
+  run(milliseconds(250 * 15), all);
+  // (Suspect between beats: the suspect mark is an absolute 100 ms.)
+  for (const auto& n : all) ASSERT_NE(d_.state(n), Liveness::kFailed) << n;
+  run(milliseconds(600), {"n2", "n3"});
+  EXPECT_EQ(d_.state("n1"), Liveness::kFailed);
+  for (const auto& c : changes_) EXPECT_FALSE(c.held) << c.node << ": " << c.reason;
+  EXPECT_NE(d_.state("n2"), Liveness::kFailed);
+  EXPECT_NE(d_.state("n3"), Liveness::kFailed);
+}
+
+// A controller stalled again and again forgives silence each time; the
+// ceiling counts from the nodes' last beat all the same.
+TEST_F(FailureDetectorTest, ForgivenSilenceDoesNotStretchAHoldPastTheCeiling) {
+  const std::vector<std::string> all = {"n1", "n2", "n3"};
+  for (const auto& n : all) d_.Connected(n);
+  BeatAll(all, milliseconds(50), 20);
+  for (int i = 0; i < 5; ++i) {
+    Quiet(milliseconds(500));
+    d_.ForgiveSilence();
+  }
+  for (const auto& n : all) EXPECT_EQ(d_.state(n), Liveness::kSuspect) << n;
+  Quiet(milliseconds(505));
+  for (const auto& n : all) EXPECT_EQ(d_.state(n), Liveness::kFailed) << n;
 }
 
 // The hold needs company: a node silent while most others beat fails at its
