@@ -42,7 +42,9 @@ struct DetectorOptions {
   common::Duration ceiling = std::chrono::seconds(3);
   double k = 4;         // stddevs of tolerance above the mean interval
   size_t window = 100;  // intervals remembered per node
-  // Silent this long past the mean interval, a node is suspect (not yet failed).
+  // Silent this long (or its threshold, if shorter), a node is suspect (not yet
+  // failed). An absolute mark: with slow heartbeats a live node is suspect
+  // between beats.
   common::Duration suspect_after = std::chrono::milliseconds(100);
   common::Duration broken_grace = std::chrono::milliseconds(30);
   // Until a node has shown this many intervals its rhythm is unknown (a new
