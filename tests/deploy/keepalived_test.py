@@ -136,9 +136,10 @@ while time.monotonic() < end:
         head = data.split(b"\r\n\r\n")[0].decode()
         who = [l.split(":", 1)[1].strip() for l in head.split("\r\n") if l.lower().startswith("x-backend:")]
         ok = head.startswith("HTTP/1.1 200")
-        print(t, "OK" if ok else "FAIL", who[0] if who and ok else head.split("\r\n")[0], flush=True)
+        print(t, time.monotonic_ns(), "OK" if ok else "FAIL",
+              who[0] if who and ok else head.split("\r\n")[0], flush=True)
     except OSError as e:
-        print(t, "FAIL", type(e).__name__, flush=True)
+        print(t, time.monotonic_ns(), "FAIL", type(e).__name__, flush=True)
     time.sleep(0.01)
 """
 
@@ -189,12 +190,20 @@ def main():
         t0 = time.monotonic_ns()
         kill()
         out, _ = client.communicate(timeout=30)
-        lines = [l.split(" ", 2) for l in out.splitlines() if l.strip()]
-        before = [what for t, what, who in lines if int(t) < t0]
-        after = [(int(t), what, who) for t, what, who in lines if int(t) >= t0]
-        first_b = next((t for t, what, who in after if what == "OK" and who == "b"), None)
-        failed = sum(1 for t, what, who in after if what != "OK")
-        expect(before and all(w == "OK" for w in before), what + ": failed before the kill")
+        # Each attempt: its start, its end, what and who. One that ended
+        # before the kill is before it; one in flight at the kill (reset by
+        # it) is the takeover's.
+        lines = [(int(t), int(end), w, who) for t, end, w, who in
+                 (l.split(" ", 3) for l in out.splitlines() if l.strip())]
+        before = [w for t, end, w, who in lines if end < t0]
+        after = [(t, w, who) for t, end, w, who in lines if end >= t0]
+        first_b = next((t for t, w, who in after if w == "OK" and who == "b"), None)
+        failed = sum(1 for t, w, who in after if w != "OK")
+        failed_before = ["%+.0f ms %s %s" % ((t - t0) / 1e6, w, who)
+                         for t, end, w, who in lines if end < t0 and w != "OK"]
+        expect(before and not failed_before,
+               "%s: failed before the kill (%d of %d attempts; from the kill: %s)"
+               % (what, len(failed_before), len(before), "; ".join(failed_before[:10])))
         expect(first_b is not None, what + ": no connection was served by the second router")
         ms = (first_b - t0) / 1e6 if first_b else float("nan")
         expect(first_b is not None and ms < limit_ms,
