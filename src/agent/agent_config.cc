@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -92,11 +95,15 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   common::YamlMap per_gpu = server.Map("per_gpu");
   common::ReadIntIn(per_gpu, "port_base", 1, 65000, &c.per_gpu.port_base);
   common::ReadIntIn(per_gpu, "grpc_port_base", 1, 65000, &c.per_gpu.grpc_port_base);
+  common::ReadIntIn(per_gpu, "metrics_port_base", 1, 65000, &c.per_gpu.metrics_port_base);
   common::ReadIntIn(per_gpu, "capacity", 1, 1'000'000, &c.per_gpu.capacity);
   common::ReadIntIn(per_gpu, "slice_capacity", 1, 1'000'000, &c.per_gpu.slice_capacity);
   // A URL under per_gpu names its port as {port}: checked as GPU 0's.
   auto url_of = [&](const std::string& v) {
-    return c.per_gpu.port_base > 0 ? FillGpuServer(v, ServerSlot{.port = c.per_gpu.port_base}) : v;
+    return c.per_gpu.port_base > 0 ? FillGpuServer(v, ServerSlot{.port = c.per_gpu.port_base,
+                                                                 .grpc_port = c.per_gpu.grpc_port_base,
+                                                                 .metrics_port = c.per_gpu.metrics_port_base})
+                                   : v;
   };
   if (auto v = server.StringList("command")) {
     if (v->empty()) server.Fail("command", "must name a program");
@@ -257,6 +264,23 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
         "server.per_gpu: a server per GPU needs server.command (to start each) or "
         "server.ready_url (to watch each), with {port} in it");
   }
+  // A port named in the server's command or URLs must have its base, or
+  // every server would be given port 0.
+  for (auto [name, base, field] :
+       {std::tuple{"{port}", c.per_gpu.port_base, "port_base"},
+        std::tuple{"{grpc_port}", c.per_gpu.grpc_port_base, "grpc_port_base"},
+        std::tuple{"{metrics_port}", c.per_gpu.metrics_port_base, "metrics_port_base"}}) {
+    if (base > 0) continue;
+    std::vector<std::string> texts = c.server.command;
+    texts.push_back(c.server.ready_url);
+    texts.push_back(c.server.metrics_url);
+    for (const std::string& t : texts) {
+      if (absl::StrContains(t, name)) {
+        return absl::InvalidArgumentError(absl::StrCat("server.per_gpu.", field, ": '", t,
+                                                       "' names ", name, ", which needs it"));
+      }
+    }
+  }
   // A join token alone is a listed node's proof (the controller asks it of
   // every agent once one is set); labels and cpu_only describe a node
   // being registered.
@@ -326,9 +350,10 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
                      mig == std::string::npos ? "" : sl.name.substr(mig + 5), port++, 0, each});
     }
   }
-  if (c.per_gpu.grpc_port_base > 0) {
-    for (ServerSlot& s : out)
-      s.grpc_port = c.per_gpu.grpc_port_base + (s.port - c.per_gpu.port_base);
+  for (ServerSlot& s : out) {
+    const int place = s.port - c.per_gpu.port_base;
+    if (c.per_gpu.grpc_port_base > 0) s.grpc_port = c.per_gpu.grpc_port_base + place;
+    if (c.per_gpu.metrics_port_base > 0) s.metrics_port = c.per_gpu.metrics_port_base + place;
   }
   return out;
 }
@@ -337,7 +362,8 @@ std::string FillGpuServer(const std::string& text, const ServerSlot& slot) {
   return absl::StrReplaceAll(text, {{"{gpu}", absl::StrCat(slot.gpu)},
                                     {"{slice}", slot.slice ? absl::StrCat(*slot.slice) : ""},
                                     {"{port}", absl::StrCat(slot.port)},
-                                    {"{grpc_port}", absl::StrCat(slot.grpc_port)}});
+                                    {"{grpc_port}", absl::StrCat(slot.grpc_port)},
+                                    {"{metrics_port}", absl::StrCat(slot.metrics_port)}});
 }
 
 SupervisorOptions GpuServerOptions(const AgentConfig& c, const ServerSlot& slot) {

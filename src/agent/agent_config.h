@@ -76,6 +76,9 @@ struct AgentConfig {
     // A gRPC port per server too (as Triton's 8001 beside 8000), in the same
     // order; 0: the servers serve no gRPC.
     int grpc_port_base = 0;
+    // A metrics port per server (as Triton's 8002), {metrics_port} in the
+    // same order, so that each server's progress is read apart; 0: none.
+    int metrics_port_base = 0;
     int64_t capacity = 0;  // stream units per GPU when registering; 0: register.capacity
     // Per MIG instance; 0: the GPU's capacity split evenly (at least 1).
     int64_t slice_capacity = 0;
@@ -134,11 +137,13 @@ struct ServerSlot {
   int port = 0;                     // per_gpu.port_base + its place among the servers
   int grpc_port = 0;                // per_gpu.grpc_port_base + the same place; 0: no gRPC
   int64_t capacity = 0;             // stream units it registers with
+  int metrics_port = 0;             // per_gpu.metrics_port_base + the same place; 0: none
 };
 // The servers per_gpu runs on `devices`, in port order (none without per_gpu).
 std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
                                     const std::vector<gpu::DeviceInfo>& devices);
-// `text` with {gpu}, {slice} ("" for a whole GPU), {port} and {grpc_port} filled.
+// `text` with {gpu}, {slice} ("" for a whole GPU), {port}, {grpc_port} and
+// {metrics_port} filled.
 std::string FillGpuServer(const std::string& text, const ServerSlot& slot);
 // A slot's server options: `server` filled (FillGpuServer), its command run
 // under `env CUDA_VISIBLE_DEVICES=<visible>`.

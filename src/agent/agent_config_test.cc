@@ -99,6 +99,41 @@ TEST(AgentConfigTest, TheExampleLoads) {
   EXPECT_EQ(KernelLogPath(*c), "/dev/kmsg");
   EXPECT_EQ(c->server.command.front(), "tritonserver");
   EXPECT_EQ(c->listen.port, 7402);
+  // A server per GPU by default, each on ports of its own.
+  std::vector<gpu::DeviceInfo> eight(8);
+  for (uint32_t i = 0; i < 8; ++i) eight[i].index = i;
+  std::vector<ServerSlot> slots = ServerSlots(*c, eight);
+  ASSERT_EQ(slots.size(), 8u);
+  EXPECT_EQ(slots[3].port, 8003);
+  EXPECT_EQ(slots[3].grpc_port, 8103);
+  EXPECT_EQ(slots[3].metrics_port, 8203);
+  SupervisorOptions three = GpuServerOptions(*c, slots[3]);
+  EXPECT_THAT(three.command, ::testing::Contains("--metrics-port=8203"));
+  EXPECT_EQ(three.metrics_url, "http://127.0.0.1:8203/metrics");
+  EXPECT_EQ(GpuServerAddress(*c, slots[3]), "10.0.0.11:8003");
+  EXPECT_EQ(GpuServerGrpcAddress(*c, slots[3]), "10.0.0.11:8103");
+}
+
+// A port named in the server's command or URLs needs its base: without it
+// every server would be told port 0.
+TEST(AgentConfigTest, APortTemplateWithoutItsBaseIsRefusedByName) {
+  auto c = LoadAgentConfig(GPUHA_SOURCE_DIR "/examples/agent.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  AgentConfig no_metrics = *c;
+  no_metrics.per_gpu.metrics_port_base = 0;
+  EXPECT_THAT(std::string(ValidateAgentConfig(no_metrics).message()),
+              HasSubstr("server.per_gpu.metrics_port_base: '--metrics-port={metrics_port}' names "
+                        "{metrics_port}, which needs it"));
+  AgentConfig no_grpc = *c;
+  no_grpc.per_gpu.grpc_port_base = 0;
+  EXPECT_THAT(std::string(ValidateAgentConfig(no_grpc).message()),
+              HasSubstr("server.per_gpu.grpc_port_base"));
+  AgentConfig none = *c;
+  none.per_gpu = {};
+  EXPECT_THAT(std::string(ValidateAgentConfig(none).message()),
+              HasSubstr("server.per_gpu.port_base: '--http-port={port}'"));
+  EXPECT_THAT(Err(ParseAgentConfig("server: { per_gpu: { metrics_port_base: 70000 } }\n", "a.yaml")),
+              HasSubstr("server.per_gpu.metrics_port_base: must be between 1 and 65000"));
 }
 
 TEST(AgentConfigTest, RegistrationSectionAndLabels) {

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <utility>
 
 #include "agent/engine_watch.h"
@@ -11,8 +12,33 @@
 
 namespace gpuha::agent {
 
+namespace {
+
+// How long the calling thread has waited, runnable, for a CPU since it
+// began (the scheduler's run_delay in /proc/thread-self/schedstat), or
+// nullopt where the kernel keeps no such count.
+std::optional<std::chrono::nanoseconds> ThreadRunDelay() {
+  std::ifstream f("/proc/thread-self/schedstat");
+  uint64_t ran = 0, waited = 0;
+  if (!(f >> ran >> waited)) return std::nullopt;
+  return std::chrono::nanoseconds(waited);
+}
+
+// Runs `exchange` (HTTP done on this thread) and says whether this thread
+// meanwhile waited for a CPU for half of `timeout` or more: a failure then
+// is the host's, not the server's (see ServerProbe).
+template <class F>
+bool StarvedDuring(common::Duration timeout, F&& exchange) {
+  const auto before = ThreadRunDelay();
+  exchange();
+  const auto after = ThreadRunDelay();
+  return before && after && (*after - *before) * 2 >= timeout;
+}
+
+}  // namespace
+
 Supervisor::Supervisor(SupervisorOptions options, ProcessRunner* runner, common::Clock* clock,
-                       std::function<bool()> probe)
+                       std::function<ProbeReading()> probe)
     : options_(std::move(options)),
       runner_(runner),
       clock_(clock),
@@ -49,7 +75,7 @@ void Supervisor::Tick(std::optional<common::TimePoint> round) {
   const common::TimePoint probe_at = round.value_or(now);
   if (state_.watched) {
     if (probe_at >= next_probe_) {
-      probe_ok_ = ProbeOkLocked(probe_());
+      if (ProbeReading r = probe_()) probe_ok_ = ProbeOkLocked(*r);
       next_probe_ = now + options_.probe_interval;
     }
     state_.running = probe_ok_;  // as far as the agent can tell
@@ -100,8 +126,10 @@ void Supervisor::Tick(std::optional<common::TimePoint> round) {
     }
   }
   if (state_.running && probe_at >= next_probe_) {
-    probe_ok_ =
-        ProbeOkLocked((options_.ready_url.empty() && options_.metrics_url.empty()) || probe_());
+    const ProbeReading r = options_.ready_url.empty() && options_.metrics_url.empty()
+                               ? ProbeReading(true)
+                               : probe_();
+    if (r) probe_ok_ = ProbeOkLocked(*r);
     next_probe_ = now + options_.probe_interval;
   }
   state_.ready = state_.running && probe_ok_ && !state_.fenced;
@@ -196,20 +224,28 @@ void ReadyBatch::Fetch(const std::vector<size_t>& slots, common::Duration timeou
   if (slots.empty()) return;
   std::vector<common::HttpClient::Get> calls;
   for (size_t s : slots) calls.push_back({clients_[s].get(), targets_[s]});
-  common::HttpClient::GetAll(calls, std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  const bool starved = StarvedDuring(timeout, [&] {
+    common::HttpClient::GetAll(calls,
+                               std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  });
   for (size_t i = 0; i < slots.size(); ++i) {
-    answers_[slots[i]] = calls[i].result.ok() && calls[i].result->status == 200;
+    const bool ready = calls[i].result.ok() && calls[i].result->status == 200;
+    answers_[slots[i]] = ready || !starved ? ProbeReading(ready) : std::nullopt;
   }
 }
 
-bool ReadyBatch::Take(size_t slot, common::Duration timeout) {
-  if (std::optional<bool> got = std::exchange(answers_[slot], std::nullopt)) return *got;
-  auto r = clients_[slot]->Call("GET", targets_[slot], "",
-                                std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-  return r.ok() && r->status == 200;
+ProbeReading ReadyBatch::Take(size_t slot, common::Duration timeout) {
+  if (std::optional<ProbeReading> got = std::exchange(answers_[slot], std::nullopt)) return *got;
+  absl::StatusOr<common::HttpResult> r = absl::UnknownError("not asked");
+  const bool starved = StarvedDuring(timeout, [&] {
+    r = clients_[slot]->Call("GET", targets_[slot], "",
+                             std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  });
+  const bool ready = r.ok() && r->status == 200;
+  return ready || !starved ? ProbeReading(ready) : std::nullopt;
 }
 
-std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
+std::function<ProbeReading()> ServerProbe(const SupervisorOptions& o, const std::string& node,
                                   common::Clock* clock, ReadyBatch* batch,
                                   std::optional<size_t>* slot) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.probe_timeout);
@@ -243,11 +279,17 @@ std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string&
   }
   if (slot != nullptr) *slot = ready_slot;
   if (metrics) metrics_client = std::make_shared<common::HttpClient>(metrics->host, metrics->port);
-  return [ready, metrics, ms, node, clock, w, batch, ready_slot, ready_client, metrics_client] {
-    if (ready_slot && !batch->Take(*ready_slot, ms)) return false;
+  return [ready, metrics, ms, node, clock, w, batch, ready_slot, ready_client,
+          metrics_client]() -> ProbeReading {
+    if (ready_slot) {
+      ProbeReading got = batch->Take(*ready_slot, ms);
+      if (!got || !*got) return got;
+    }
     if (ready_client) {
-      auto r = ready_client->Call("GET", ready->target, "", ms);
-      if (!r.ok() || r->status != 200) return false;
+      absl::StatusOr<common::HttpResult> r = absl::UnknownError("not asked");
+      const bool starved =
+          StarvedDuring(ms, [&] { r = ready_client->Call("GET", ready->target, "", ms); });
+      if (!r.ok() || r->status != 200) return starved ? std::nullopt : ProbeReading(false);
     }
     if (!metrics) return true;
     const common::TimePoint now = clock->Now();

@@ -64,10 +64,17 @@ struct ServerState {
 //
 // With `batch`, the readiness URL is asked through it (its slot in *slot):
 // answers fetched for a round of servers at once are taken from there.
+//
+// A readiness GET that fails while the probing thread itself waited,
+// runnable, for a CPU for half its timeout or more (the kernel's run_delay)
+// is no reading: the host kept the probe from running, which says nothing
+// of the server (found beside a busy loop: two such timeouts in a row
+// failed a healthy node over).
+using ProbeReading = std::optional<bool>;  // nullopt: no reading
 class ReadyBatch;
-std::function<bool()> ServerProbe(const SupervisorOptions& o, const std::string& node,
-                                  common::Clock* clock, ReadyBatch* batch = nullptr,
-                                  std::optional<size_t>* slot = nullptr);
+std::function<ProbeReading()> ServerProbe(const SupervisorOptions& o, const std::string& node,
+                                          common::Clock* clock, ReadyBatch* batch = nullptr,
+                                          std::optional<size_t>* slot = nullptr);
 
 // Readiness probes of many servers as one round (a node with a server per
 // GPU or MIG instance): the supervisor thread fetches the answers of the
@@ -82,21 +89,23 @@ class ReadyBatch {
   size_t Add(const common::HttpUrl& url);
   // Forgets the last round's answers, then GETs the URLs of `slots` at once.
   void Fetch(const std::vector<size_t>& slots, common::Duration timeout);
-  // Whether `slot` answered 200 in this round; without an answer, asks now, alone.
-  bool Take(size_t slot, common::Duration timeout);
+  // Whether `slot` answered 200 in this round (nullopt: no reading, see
+  // ServerProbe); without an answer, asks now, alone.
+  ProbeReading Take(size_t slot, common::Duration timeout);
 
  private:
   common::HttpClient::Loop loop_;
   std::vector<std::unique_ptr<common::HttpClient>> clients_;
   std::vector<std::string> targets_;
-  std::vector<std::optional<bool>> answers_;
+  std::vector<std::optional<ProbeReading>> answers_;  // outer nullopt: not fetched
 };
 
 class Supervisor {
  public:
-  // `probe` answers whether the server is ready now; it may block briefly.
+  // `probe` answers whether the server is ready now (nullopt: no reading,
+  // the verdict stands); it may block briefly.
   Supervisor(SupervisorOptions options, ProcessRunner* runner, common::Clock* clock,
-             std::function<bool()> probe);
+             std::function<ProbeReading()> probe);
   ~Supervisor();
   // With `round`: the probe is due as of that time (when a ReadyBatch
   // round began), so a server that fell due while the round ran is not
@@ -120,7 +129,7 @@ class Supervisor {
   const SupervisorOptions options_;
   ProcessRunner* const runner_;
   common::Clock* const clock_;
-  const std::function<bool()> probe_;
+  const std::function<ProbeReading()> probe_;
 
   mutable std::mutex mu_;
   ServerState state_;                           // guarded by mu_

@@ -59,6 +59,32 @@ TEST_F(SupervisorTest, StartsServerAndReportsReadiness) {
   EXPECT_TRUE(s.state().ready);
 }
 
+// A probe the host kept from running (its thread starved of CPU: found
+// beside a busy loop, two such timeouts failed a healthy node over) is no
+// reading: the verdict stands however many come, and the failures around
+// them still need two in a row.
+TEST_F(SupervisorTest, AProbeTheHostKeptFromRunningIsNoReading) {
+  ProbeReading reading = true;
+  Supervisor s(Options(), &runner_, &clock_, [&] { return reading; });
+  s.Tick();
+  ASSERT_TRUE(s.state().ready);
+  for (ProbeReading r : {ProbeReading(), ProbeReading(), ProbeReading(), ProbeReading(false),
+                         ProbeReading(), ProbeReading()}) {
+    reading = r;
+    clock_.Advance(milliseconds(100));
+    s.Tick();
+    EXPECT_TRUE(s.state().ready);
+  }
+  reading = false;  // the second failure in a row
+  clock_.Advance(milliseconds(100));
+  s.Tick();
+  EXPECT_FALSE(s.state().ready);
+  reading = std::nullopt;  // and no reading does not make it ready again
+  clock_.Advance(milliseconds(100));
+  s.Tick();
+  EXPECT_FALSE(s.state().ready);
+}
+
 TEST_F(SupervisorTest, RestartsWithDoublingBackoffThenResetsAfterStableMinute) {
   Supervisor s(Options(), &runner_, &clock_, [&] { return true; });
   s.Tick();
@@ -106,7 +132,7 @@ TEST_F(SupervisorTest, AReadyBatchAsksTheServersDueAtOnce) {
   boost::asio::io_context io;
   std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> mute;
   ReadyBatch batch;
-  std::vector<std::function<bool()>> probes;
+  std::vector<std::function<ProbeReading()>> probes;
   for (int i = 0; i < 7; ++i) {
     uint16_t port = 0;
     if (i < 3) {
@@ -128,13 +154,18 @@ TEST_F(SupervisorTest, AReadyBatchAsksTheServersDueAtOnce) {
   // One timeout for the round; asked one by one, the four would take 1.2 s.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1000));
   EXPECT_EQ(asked.load(), 3);
-  std::vector<bool> got;
+  std::vector<ProbeReading> got;
   for (auto& p : probes) got.push_back(p());
-  EXPECT_EQ(got, (std::vector<bool>{true, false, true, false, false, false, false}));
+  ASSERT_EQ(got.size(), 7u);
+  EXPECT_EQ(got[0], ProbeReading(true));
+  EXPECT_EQ(got[2], ProbeReading(true));
+  // Not ready: false, or no reading where this thread itself waited for a
+  // CPU for half the round (a loaded host); never ready.
+  for (size_t i : {1, 3, 4, 5, 6}) EXPECT_NE(got[i], ProbeReading(true)) << i;
   EXPECT_EQ(asked.load(), 3);  // taken from the round
   // The next round forgets this one: a probe without an answer asks alone.
   batch.Fetch({}, milliseconds(300));
-  EXPECT_TRUE(probes[0]());
+  EXPECT_EQ(probes[0](), ProbeReading(true));
   EXPECT_EQ(asked.load(), 4);
 }
 

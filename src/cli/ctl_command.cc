@@ -66,6 +66,7 @@ const std::vector<Column>& FailoverColumns() {
       {"node", "node"},
       {"epoch", "epoch"},
       {"fault-to-detected", "fault_to_detected_ms", CellKind::kDuration},
+      {"seen-by", "fault_seen_by"},
       {"to-fenced", "detected_to_fenced_ms", CellKind::kDuration},
       {"to-routes", "detected_to_routes_pushed_ms", CellKind::kDuration},
       {"to-acked", "detected_to_routers_acked_ms", CellKind::kDuration},

@@ -85,6 +85,7 @@ void Controller::PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* 
     r.restart_until_unix_ms =
         clock_->UnixNanos() / 1'000'000 + common::ToMillis(*n.restart_until - clock_->Now());
   }
+  r.xids = n.xids;
   batch->push_back({"node", id, EncodeNode(r)});
 }
 
@@ -227,6 +228,7 @@ absl::Status Controller::RecoverImpl(bool standby) {
     if (r.ok()) {
       spec.role = r->role;
       available = r->available;
+      n.xids = r->xids;
       // A planned agent restart under the previous leader keeps its grace,
       // and at least the startup grace every node gets to reconnect.
       const int64_t left_ms = r->restart_until_unix_ms - clock_->UnixNanos() / 1'000'000;
@@ -390,7 +392,7 @@ void Controller::Tick() {
   }
   last_tick_ = now;
   DatagramsTickLocked(now, stalled);
-  traffic_.Tick(static_cast<double>(clock_->UnixNanos()) / 1e6, counters_.failovers);
+  traffic_.Tick(static_cast<double>(clock_->UnixNanos()) / 1e6);
   std::vector<LivenessChange> changes = detector_.Check();
   bool grace = clock_->Now() < grace_until_;
   for (const LivenessChange& c : changes) {
@@ -408,6 +410,19 @@ void Controller::Tick() {
       if (grace) {
         // Not yet: a restarted controller gives agents one window to return.
         detector_.Connected(c.node);
+        continue;
+      }
+      // Silence alone (its stream intact) may be a loaded host's, not a
+      // dead node's. Where failing the node would leave streams with
+      // nowhere to go, a false verdict costs them for certain and a true
+      // one gains nothing: the verdict waits for the detector's ceiling.
+      if (const int64_t stranded = placement_.LoadWithNowhereToGo(c.node);
+          !c.broken && stranded > 0 && detector_.HoldToCeiling(c.node)) {
+        counters_.silences_held_no_capacity++;
+        EventLocked("silence_held", c.node,
+                    absl::StrCat(c.reason, "; held: failing it would leave ", stranded,
+                                 " stream unit(s) with nowhere to go; it fails if unheard for ",
+                                 common::ToMillis(config_.detector.ceiling), " ms"));
         continue;
       }
       int64_t last_ns = clock_->UnixNanos() - std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -984,9 +999,15 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
     traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
   }
   for (const std::string& s : suspects) {
-    EventLocked("router_hint", s, absl::StrCat("from ", router));
+    // A server per GPU is hinted by its unit ("gpu-1/gpu0"): the event and
+    // the restart grace are its node's.
+    const std::string node = NodeOfUnit(s);
+    EventLocked("router_hint", node,
+                node == s ? absl::StrCat("from ", router) : absl::StrCat(s, " from ", router));
     // During a planned restart the routers are the node's only witnesses.
-    NodeState* n = FindLocked(s);
+    // (Of its node-wide server: one GPU's server failing then does not take
+    // the whole node out; its agent judges that GPU when it is back.)
+    NodeState* n = node == s ? FindLocked(node) : nullptr;
     if (n != nullptr && n->restart_until) {
       n->restart_until.reset();
       TakeOutLocked(

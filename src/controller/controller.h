@@ -38,6 +38,7 @@
 #include "controller/job.h"
 #include "controller/node_lifecycle.h"
 #include "controller/placement.h"
+#include "controller/state_codec.h"
 #include "controller/store.h"
 #include "controller/traffic_history.h"
 #include "gpuha/v1/agent.pb.h"
@@ -68,6 +69,8 @@ class AgentSink {
   X(stalls, "Ticks delayed past a third of the detector floor (silence forgiven).")             \
   X(silences_held,                                                                              \
     "Nodes past their silence threshold not failed: most nodes were silent together.")          \
+  X(silences_held_no_capacity,                                                                  \
+    "Silent nodes held to the detector ceiling: their streams would have had nowhere to go.")   \
   X(agents_refused, "Agent streams refused: a second stream for a connected node.")             \
   X(join_tokens_throttled,                                                                      \
     "Agent hellos refused unchecked: too many wrong join tokens from their IP in a second.")    \
@@ -242,7 +245,10 @@ class Controller {
     v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
     std::vector<v1::HealthReason> reasons;
     v1::Heartbeat last;             // telemetry, for the API
-    std::deque<v1::XidEvent> xids;  // the newest XIDs its agent reported, for the API
+    // The newest kRecentXids XIDs its agent reported (the newest last), for
+    // the API; stored in its row. The same GPU and XID again within
+    // kXidRepeatQuiet is not added (a flood would be a store write each).
+    std::vector<RecentXid> xids;
     // Written only by the transition functions below.
     NodeLifecycle lifecycle = NodeLifecycle::kPending;
     // Waits for its agent's server to answer ready before it takes work.
@@ -292,6 +298,8 @@ class Controller {
     std::optional<common::TimePoint> gpu_join_wait_since;
   };
   static constexpr common::Duration kGpuJoinWait = std::chrono::seconds(10);
+  static constexpr double kXidRepeatQuietMs = 60'000;
+  static constexpr size_t kRecentXids = 10;  // per node, in the API's GPU view
   static constexpr common::Duration kRefenceFirst = std::chrono::milliseconds(100);
   static constexpr common::Duration kRefenceMax = std::chrono::seconds(5);
 

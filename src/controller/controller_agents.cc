@@ -3,6 +3,7 @@
 // heartbeat from the stream or a datagram, a goodbye, a stream that ends.
 // Split from controller.cc.
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -319,9 +320,24 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
                                  bool fresh) {
   n->beat_seq = std::max(n->beat_seq, hb.seq());
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
+  // Recent XIDs go into the node's row, timed by the agent: the dashboard's
+  // outlive a controller restart and the node's own reboot.
+  bool new_xid = false;
   for (const v1::XidEvent& x : hb.xids()) {
-    n->xids.push_back(x);
-    if (n->xids.size() > 10) n->xids.pop_front();
+    const RecentXid r{x.gpu_index(), x.xid(), static_cast<double>(x.unix_nanos()) / 1e6};
+    if (std::any_of(n->xids.begin(), n->xids.end(), [&](const RecentXid& o) {
+          return o.gpu == r.gpu && o.xid == r.xid && std::abs(r.unix_ms - o.unix_ms) < kXidRepeatQuietMs;
+        })) {
+      continue;
+    }
+    n->xids.push_back(r);
+    if (n->xids.size() > kRecentXids) n->xids.erase(n->xids.begin());
+    new_xid = true;
+  }
+  if (new_xid) {
+    std::vector<StoreWrite> batch;
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
   }
   if (!fresh) return;
   counters_.heartbeats++;

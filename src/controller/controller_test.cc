@@ -5,6 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <utility>
+
 #include "common/testing/temp_dir.h"
 #include "controller/state_codec.h"
 #include "controller/testing/controller_fixture.h"
@@ -119,6 +122,40 @@ TEST_F(ControllerTest, SilenceMostNodesShareFencesNoOne) {
   EXPECT_EQ(c_->counters().silences_held, 3u);
   EXPECT_THAT(EventTypes("a1"), ::testing::Contains("silence_held"));
   EXPECT_THAT(c_->MetricsText(), HasSubstr("\ngpuha_controller_silences_held_total 3\n"));
+}
+
+// A chaos run beside a busy loop: a node that had just taken a failed
+// node's streams went unheard for 150 ms, was failed, and its streams had
+// nowhere to go (the spare was out): 161 requests lost to a loaded host.
+// Silence whose verdict would strand streams now waits for the ceiling; a
+// node heard again meanwhile serves on, one unheard that long fails.
+TEST_F(ControllerTest, ASilentNodeWhoseStreamsWouldHaveNowhereToGoIsHeldToTheCeiling) {
+  Start();
+  AddStreams(24);  // 8 units on each active node
+  Run(milliseconds(600), {"a1", "a2", "a3", "p1"});
+  Beat("p1", v1::NODE_HEALTH_FAILED);  // the spare is out: 2 + 2 units free
+  Run(milliseconds(20), {"a1", "a2", "a3"});
+  ASSERT_EQ((*c_->NodeJson("p1"))["state"], "failed");
+  const uint64_t failovers = c_->counters().failovers;
+  Run(milliseconds(300), {"a2", "a3"});  // a1 unheard past its threshold (150 ms)
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "suspect");
+  EXPECT_EQ(c_->counters().failovers, failovers);
+  EXPECT_THAT(EventDetails("a1"), ::testing::Contains(HasSubstr(
+                                      "held: failing it would leave 4 stream unit(s) with "
+                                      "nowhere to go; it fails if unheard for 3000 ms")));
+  Beat("a1");  // heard again: it serves on
+  Run(milliseconds(200), {"a1", "a2", "a3"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");
+  EXPECT_EQ(c_->counters().failovers, failovers);
+  // Unheard for the ceiling: failed, whatever it strands.
+  Run(milliseconds(2900), {"a2", "a3"});
+  EXPECT_NE((*c_->NodeJson("a1"))["state"], "failed");
+  Run(milliseconds(200), {"a2", "a3"});
+  EXPECT_EQ((*c_->NodeJson("a1"))["state"], "failed");
+  EXPECT_EQ(c_->counters().failovers, failovers + 1);
+  EXPECT_THAT(EventDetails("a1"), ::testing::Contains(HasSubstr("held until unheard for 3000 ms")));
+  EXPECT_GE(c_->counters().silences_held_no_capacity, 1u);
+  EXPECT_EQ(c_->counters().silences_held, 0u);  // not the shared-silence alert's
 }
 
 TEST_F(ControllerTest, NewAgentGetsAWarmupBeforeSilenceCounts) {
@@ -1112,6 +1149,52 @@ TEST_F(ControllerTest, RestartKeepsRoutesStartsANewEpochAndWaitsOutTheGrace) {
   ASSERT_GE(failovers.size(), 1u) << failovers.dump();
   EXPECT_EQ(failovers[0]["node"], "a1");
   EXPECT_TRUE(failovers[0].contains("detected_to_routes_pushed_ms")) << failovers.dump();
+}
+
+// The XIDs an agent reports are kept in its node's stored row, so the API's
+// recent XIDs outlive a controller restart (the demo's last fault) and the
+// node's own reboot; the same XID on the same GPU within a minute is kept
+// once (a flood would be a store write each).
+TEST_F(ControllerTest, RecentXidsAreStoredWithTheirNodeAndOutliveARestart) {
+  std::string db = (gpuha::testing::TestTempDir() / "xid.db").string();
+  ControllerConfig config = ThreePlusOne();
+  Start(config, std::move(*SqliteStore::Open(db)));
+  const int64_t t0 = 1'700'000'000'000;  // the agent's clock, in ms
+  auto beat = [&](std::optional<std::pair<uint32_t, uint32_t>> xid, int64_t unix_ms) {
+    v1::Heartbeat hb;
+    hb.set_health(v1::NODE_HEALTH_HEALTHY);
+    hb.set_epoch(c_->epoch());
+    hb.mutable_server()->set_running(true);
+    hb.mutable_server()->set_ready(true);
+    for (uint32_t i : {0u, 1u}) hb.add_gpus()->set_index(i);
+    if (xid) {
+      v1::XidEvent* x = hb.add_xids();
+      x->set_gpu_index(xid->first);
+      x->set_xid(xid->second);
+      x->set_unix_nanos(unix_ms * 1'000'000);
+    }
+    c_->AgentHeartbeat("a1", hb);
+  };
+  auto xids_of = [&](int gpu) { return (*c_->NodeJson("a1"))["gpus"][gpu]["xids"]; };
+  beat(std::pair{0u, 79u}, t0);
+  beat(std::pair{0u, 79u}, t0 + 50);  // again within the minute: not logged again
+  beat(std::pair{1u, 13u}, t0 + 100);
+  ASSERT_EQ(xids_of(0).size(), 1u);
+  EXPECT_EQ(xids_of(0)[0]["xid"], 79);
+  EXPECT_EQ(xids_of(0)[0]["unix_ms"], static_cast<double>(t0));
+  ASSERT_EQ(xids_of(1).size(), 1u);
+  EXPECT_EQ(xids_of(1)[0]["xid"], 13);
+  beat(std::pair{0u, 79u}, t0 + 61'000);  // a minute on: kept
+  EXPECT_EQ(xids_of(0).size(), 2u);
+
+  c_.reset();  // kill: nothing but the store survives
+  c_ = std::make_unique<Controller>(config, std::move(*SqliteStore::Open(db)), &clock_, &fencer_);
+  ASSERT_TRUE(c_->Recover().ok());
+  Connect("a1");
+  beat(std::nullopt, t0 + 70'000);  // telemetry again, no new XID
+  ASSERT_EQ(xids_of(0).size(), 2u);
+  EXPECT_EQ(xids_of(0)[1]["unix_ms"], static_cast<double>(t0 + 61'000));
+  EXPECT_EQ(xids_of(1).size(), 1u);
 }
 
 }  // namespace

@@ -27,10 +27,8 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   json gpus = json::array();
   for (const v1::GpuSample& g : n.last.gpus()) {
     json xids = json::array();
-    for (const v1::XidEvent& x : n.xids) {
-      if (x.gpu_index() == g.index()) {
-        xids.push_back({{"xid", x.xid()}, {"unix_ms", static_cast<double>(x.unix_nanos()) / 1e6}});
-      }
+    for (const RecentXid& x : n.xids) {
+      if (x.gpu == g.index()) xids.push_back({{"xid", x.xid}, {"unix_ms", x.unix_ms}});
     }
     gpus.push_back({{"index", g.index()},
                     {"lost", g.lost()},
@@ -214,7 +212,10 @@ json Controller::FailoversJson() const {
               {"epoch", d.epoch},
               {"reason", d.detail},
               {"detected_unix_ms", d.unix_ms}};
-    if (t.fault_seen) f["fault_to_detected_ms"] = d.unix_ms - t.fault_seen->unix_ms;
+    if (t.fault_seen) {
+      f["fault_to_detected_ms"] = d.unix_ms - t.fault_seen->unix_ms;
+      f["fault_seen_by"] = t.fault_seen->type == "router_hint" ? "router" : "agent";
+    }
     if (t.fenced) f["detected_to_fenced_ms"] = t.fenced->mono_ms - d.mono_ms;
     if (t.routes_pushed) f["detected_to_routes_pushed_ms"] = t.routes_pushed->mono_ms - d.mono_ms;
     if (t.routers_acked) f["detected_to_routers_acked_ms"] = t.routers_acked->mono_ms - d.mono_ms;
@@ -225,7 +226,20 @@ json Controller::FailoversJson() const {
 
 json Controller::HistoryJson() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {{"interval_ms", 1000}, {"points", traffic_.PointsJson()}};
+  // Failovers (of a node, or of one GPU's server) from the stored events,
+  // so that a restarted controller (or a standby that took over) still
+  // draws the ones before it; from the oldest event kept, so that no
+  // minute before the log began reads 0.
+  const double now_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
+  double since_ms = now_ms;
+  std::vector<double> detected;
+  events_.ForEach([&](const Event& e) {
+    since_ms = std::min(since_ms, e.unix_ms);
+    if (e.type == "detected" || e.type == "gpu_out") detected.push_back(e.unix_ms);
+  });
+  return {{"interval_ms", 1000},
+          {"points", traffic_.PointsJson()},
+          {"failovers", TrafficHistory::FailoversPerMinute(detected, since_ms, now_ms)}};
 }
 
 json Controller::RoutersJson() const {

@@ -27,6 +27,8 @@ const char* DashboardHtml() {
   figure.graph svg { width: 100%; height: 80px; display: block; }
   figure.graph polyline { fill: none; stroke: #0969da; stroke-width: 1.5; }
   figure.graph.errors polyline, figure.graph.failovers polyline { stroke: #cf222e; }
+  figure.graph svg { border-left: 1px solid #afb8c1; border-bottom: 1px solid #afb8c1; }
+  figure.graph .axis { display: flex; justify-content: space-between; font-size: .8em; color: #57606a; }
 </style>
 </head>
 <body>
@@ -35,10 +37,10 @@ const char* DashboardHtml() {
 <div id="summary"></div>
 <h2>Traffic, last minutes</h2>
 <div id="graphs">
-<figure class="graph" id="g-requests"><figcaption>requests/s</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
-<figure class="graph errors" id="g-errors"><figcaption>errors/s (5xx)</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
-<figure class="graph" id="g-p99"><figcaption>p99 latency ms</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
-<figure class="graph failovers" id="g-failovers"><figcaption>failovers/min</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg></figure>
+<figure class="graph" id="g-requests"><figcaption>requests/s</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg><div class="axis"><span></span><span></span><span>now</span></div></figure>
+<figure class="graph errors" id="g-errors"><figcaption>errors/s (5xx)</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg><div class="axis"><span></span><span></span><span>now</span></div></figure>
+<figure class="graph" id="g-p99"><figcaption>p99 latency ms</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg><div class="axis"><span></span><span></span><span>now</span></div></figure>
+<figure class="graph failovers" id="g-failovers"><figcaption>failovers/min</figcaption><svg viewBox="0 0 300 80" preserveAspectRatio="none"><polyline points=""/></svg><div class="axis"><span></span><span></span><span>now</span></div></figure>
 </div>
 <h2>Nodes</h2>
 <table id="nodes"><thead><tr><th>node</th><th>role</th><th>state</th><th>health</th>
@@ -51,7 +53,7 @@ const char* DashboardHtml() {
 <th>re-sent</th><th>stalls</th><th>in flight</th><th>p99 ms</th><th>reported</th></tr></thead>
 <tbody></tbody></table>
 <h2>Failovers</h2>
-<table id="failovers"><thead><tr><th>time</th><th>node</th><th>reason</th><th>fault &rarr; detected ms</th>
+<table id="failovers"><thead><tr><th>time</th><th>node</th><th>reason</th><th>fault &rarr; detected ms (seen by)</th>
 <th>detected &rarr; fenced ms</th><th>&rarr; routes pushed ms</th><th>&rarr; routers acked ms</th>
 </tr></thead><tbody></tbody></table>
 <h2>Streams</h2>
@@ -102,7 +104,7 @@ const gib = b => (b / 1073741824).toFixed(1);
 
 // One graph: the points of the last five minutes (or of the last minute
 // while there is less history), scaled to the largest; the caption says the
-// latest and the largest value.
+// latest and the largest value, the axis the time span and the scale.
 function graph(id, points, field) {
   const fig = document.getElementById(id);
   const label = fig.querySelector("figcaption").textContent.split(":")[0];
@@ -119,6 +121,10 @@ function graph(id, points, field) {
   poly.setAttribute("points", line.join(" "));
   fig.dataset.points = String(pts.length);
   fig.dataset.max = String(max);
+  const [from, scale] = fig.querySelectorAll(".axis span");
+  from.textContent = "-" + (span >= 120000 ? (span / 60000).toFixed(0) + " min"
+                                            : (span / 1000).toFixed(0) + " s");
+  scale.textContent = "0 to " + (max > 0 ? top.toPrecision(3) : "1");
   const last = pts.length ? pts[pts.length - 1][field] : null;
   fig.querySelector("figcaption").textContent = label + ": now " +
     (last === null ? "-" : last.toFixed(1)) + ", max " + max.toFixed(1);
@@ -135,7 +141,8 @@ async function refresh() {
     graph("g-requests", history.points, "requests_per_s");
     graph("g-errors", history.points, "errors_per_s");
     graph("g-p99", history.points, "p99_ms");
-    graph("g-failovers", history.points, "failovers_per_min");
+    // From the stored events: the failovers before a controller restart too.
+    graph("g-failovers", history.failovers, "failovers_per_min");
     fill("gpus", nodes.flatMap(n => n.gpus.map(g => [
       cell(n.name), cell(g.index, null, true),
       cell(g.lost ? "lost" : g.temperature_c.toFixed(0), g.lost ? "bad" : null, true),
@@ -171,7 +178,8 @@ async function refresh() {
       cell(j.takeovers, null, true), cell(j.why)]));
     fill("failovers", failovers.slice(-20).reverse().map(f => [cell(when(f.detected_unix_ms)),
       cell(f.node), cell(f.reason),
-      cell(ms(f.fault_to_detected_ms), null, true), cell(ms(f.detected_to_fenced_ms), null, true),
+      cell(ms(f.fault_to_detected_ms) + (f.fault_seen_by ? " (" + f.fault_seen_by + ")" : ""),
+           null, true), cell(ms(f.detected_to_fenced_ms), null, true),
       cell(ms(f.detected_to_routes_pushed_ms), null, true),
       cell(ms(f.detected_to_routers_acked_ms), null, true)]));
     fill("events", events.slice(-30).reverse().map(e => [cell(when(e.unix_ms)), cell(e.type),

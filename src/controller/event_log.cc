@@ -75,6 +75,25 @@ std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
       }
       if (e.epoch < det.epoch) break;
     }
+    // A router that saw the node's server fail (a refused or reset
+    // connection, a stalled answer) hints it within 20 ms, often before the
+    // agent's next probe: the earliest hint shortly before `detected` (by
+    // when the controller logged it) is when the fault was first seen. The
+    // node's previous failover ends the search.
+    for (size_t i = d; i-- > 0;) {
+      const Event& e = events[i];
+      if (e.type == "controller_started") break;
+      if (det.mono_ms - e.mono_ms > kRouterHintWindowMs) break;
+      if (e.node != det.node) continue;
+      if (e.type == "detected") break;
+      // The agent's sighting carries the agent's clock, a hint the
+      // controller's: one after `detected` is a clock ahead, and loses.
+      if (e.type == "router_hint" &&
+          (!f.fault_seen || e.unix_ms < f.fault_seen->unix_ms ||
+           f.fault_seen->unix_ms > det.unix_ms)) {
+        f.fault_seen = e;
+      }
+    }
     bool next_failover = false;  // fenced and routes_pushed belong to this one only
     for (size_t i = d + 1; i < events.size(); ++i) {
       const Event& e = events[i];

@@ -50,6 +50,11 @@ class EventLog {
   // Restores an event read back from the store (its id is kept).
   void Restore(Event e);
   std::vector<Event> Since(int64_t after_id, size_t limit = SIZE_MAX) const;
+  // Each event kept, oldest first, without a copy.
+  template <class F>
+  void ForEach(F&& f) const {
+    for (const Event& e : events_) f(e);
+  }
   // The newest `limit` events, oldest first.
   std::vector<Event> Newest(size_t limit) const;
   int64_t next_id() const { return next_id_; }
@@ -64,8 +69,11 @@ class EventLog {
 // the same epoch or later) and before the controller restarted: fenced (or
 // fence_unconfirmed) of the same node and routes pushed, both before the next
 // failover's `detected`, then routers acknowledged (an acknowledgement of a
-// later version covers this one's routes too). fault_seen is the node's
-// fault_seen event of the same epoch just before `detected`.
+// later version covers this one's routes too). fault_seen is the fault's
+// first sighting: the node's fault_seen event of the same epoch just before
+// `detected` (the agent's), or a router's router_hint of the node within
+// kRouterHintWindowMs before it, whichever came first.
+inline constexpr double kRouterHintWindowMs = 2000;
 struct FailoverTiming {
   Event detected = {};
   std::optional<Event> fault_seen = {}, fenced = {}, routes_pushed = {}, routers_acked = {};

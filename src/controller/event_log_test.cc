@@ -117,6 +117,59 @@ TEST(EventLogTest, NewestAreTheLastOnes) {
   EXPECT_EQ(log.Newest(50).size(), 10u);
 }
 
+// A killed server: the router's refused connection is hinted at once, the
+// agent's failed probe comes 85 ms later and the failover follows it. The
+// fault was first seen by the router; a hint of another node, one older than
+// the window or one before the node's previous failover is not this fault's.
+TEST(FailoverTimingsTest, ARoutersEarlierSightingIsWhenTheFaultWasSeen) {
+  std::vector<FailoverTiming> f = FailoverTimings(Logged({
+      E("router_hint", "n2", 1, 100),
+      E("detected", "n2", 2, 200),  // n2's previous failover
+      E("router_hint", "n2", 2, 5000),                          // over the window before the next
+      E("router_hint", "n1", 2, 9900),                          // another node
+      E("router_hint", "n2", 2, 9910),                          // the router's sighting
+      E("router_hint", "n2", 2, 9930),                          // a second router, later
+      E("fault_seen", "n2", 3, 9995),                           // the agent's failed probe
+      E("detected", "n2", 3, 9995.1),
+      E("detected", "n3", 4, 12000),                            // no hint: none
+      E("fault_seen", "n4", 5, 12050),
+      E("router_hint", "n4", 5, 12090),                         // after the agent's: the agent's
+      E("detected", "n4", 5, 12100),
+  }));
+  ASSERT_EQ(f.size(), 4u);
+  ASSERT_TRUE(f[0].fault_seen);
+  EXPECT_EQ(f[0].fault_seen->mono_ms, 100);  // a hint of the same node, inside the window
+  ASSERT_TRUE(f[1].fault_seen);
+  EXPECT_EQ(f[1].fault_seen->type, "router_hint");
+  EXPECT_NEAR(f[1].detected.unix_ms - f[1].fault_seen->unix_ms, 85.1, 0.01);
+  EXPECT_FALSE(f[2].fault_seen);
+  ASSERT_TRUE(f[3].fault_seen);
+  EXPECT_EQ(f[3].fault_seen->type, "fault_seen");
+}
+
+// A hint before the node's previous failover, or before the controller
+// restarted, is not this fault's, however close; an agent whose clock runs
+// ahead (its sighting after `detected`) loses to the router's.
+TEST(FailoverTimingsTest, AHintIsNotSoughtPastThePreviousFailoverOrARestart) {
+  std::vector<FailoverTiming> f = FailoverTimings(Logged({
+      E("router_hint", "n1", 1, 100),
+      E("detected", "n1", 2, 200),
+      E("detected", "n1", 3, 900),  // 800 ms later: inside the window, but the hint was the first's
+      E("router_hint", "n2", 3, 1000),
+      E("controller_started", "", 3, 1100),
+      E("detected", "n2", 4, 1200),
+      E("router_hint", "n3", 4, 1300),
+      E("fault_seen", "n3", 5, 1450),  // the agent's clock, 50 ms ahead of the controller's
+      E("detected", "n3", 5, 1400),
+  }));
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_TRUE(f[0].fault_seen);
+  EXPECT_FALSE(f[1].fault_seen);
+  EXPECT_FALSE(f[2].fault_seen);
+  ASSERT_TRUE(f[3].fault_seen);
+  EXPECT_EQ(f[3].fault_seen->type, "router_hint");
+}
+
 TEST(FailoverTimingsTest, MissingStepsStayEmpty) {
   std::vector<FailoverTiming> f = FailoverTimings(Logged({E("detected", "n1", 2, 10)}));
   ASSERT_EQ(f.size(), 1u);

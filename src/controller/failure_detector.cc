@@ -47,6 +47,17 @@ void FailureDetector::Heartbeat(const std::string& node) {
   s.last = s.heard = now;
   s.broken = false;
   s.held = false;
+  s.hold_to_ceiling = false;
+}
+
+bool FailureDetector::HoldToCeiling(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.broken) return false;
+  NodeState& s = it->second;
+  if (clock_->Now() - s.heard >= options_.ceiling) return false;
+  s.hold_to_ceiling = true;
+  if (s.liveness == Liveness::kFailed) s.liveness = Liveness::kSuspect;  // watched on
+  return true;
 }
 
 void FailureDetector::StreamBroken(const std::string& node) {
@@ -123,12 +134,15 @@ std::vector<LivenessChange> FailureDetector::Check() {
     // Held: past its threshold while the silence is shared, or was until
     // less than a threshold ago (beats come back one by one, a tick apart);
     // never once the node has been unheard for the ceiling.
-    const bool hold = silent_for >= threshold && now - s.heard < options_.ceiling &&
-                      (shared || (s.held && last_shared_ && now - *last_shared_ < threshold));
+    const bool past = silent_for >= threshold && now - s.heard < options_.ceiling;
+    const bool shared_hold =
+        past && (shared || (s.held && last_shared_ && now - *last_shared_ < threshold));
     if (s.broken) {
       to = now - s.broken_at >= options_.broken_grace ? Liveness::kFailed : Liveness::kSuspect;
       reason = "stream broke";
-    } else if (hold) {
+    } else if (past && s.hold_to_ceiling && !shared_hold) {
+      to = Liveness::kSuspect;  // the watcher's hold (HoldToCeiling), already reported
+    } else if (shared_hold) {
       to = Liveness::kSuspect;
       if (!s.held) {
         s.held = true;
@@ -148,12 +162,16 @@ std::vector<LivenessChange> FailureDetector::Check() {
       reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
                             common::ToMillis(threshold), " ms)");
       if (s.held) absl::StrAppend(&reason, ", held as shared silence before");
+      if (s.hold_to_ceiling) {
+        absl::StrAppend(&reason, ", held until unheard for ", common::ToMillis(options_.ceiling),
+                        " ms");
+      }
     } else if (silent_for >= std::min(threshold, options_.suspect_after)) {
       to = Liveness::kSuspect;
       reason = absl::StrCat("silent ", common::ToMillis(silent_for), " ms");
     }
     if (to != s.liveness) {
-      changes.push_back({node, s.liveness, to, reason, s.last});
+      changes.push_back({node, s.liveness, to, reason, s.last, /*held=*/false, s.broken});
       s.liveness = to;
     }
   }

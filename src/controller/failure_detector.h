@@ -63,6 +63,8 @@ struct LivenessChange {
   // crossed both marks between two checks): most watched nodes are silent
   // with it. Reported once per hold.
   bool held = false;
+  // The node's stream broke (its own word), not silence.
+  bool broken = false;
 };
 
 class FailureDetector {
@@ -84,6 +86,12 @@ class FailureDetector {
   // the watcher's own host (a full socket buffer), so its silence until now
   // says nothing. Not a failed or broken node's.
   void ForgiveSilence(const std::string& node);
+  // The watcher's call for a node whose failure would cost more than a
+  // false verdict (its streams would have nowhere to go): its silence is
+  // held as shared silence is, until it has been unheard for the ceiling,
+  // or until it is heard again. False when it has already been unheard
+  // that long (or is not watched, or its stream broke): it fails now.
+  bool HoldToCeiling(const std::string& node);
   Liveness state(const std::string& node) const;
   // The silence after which `node` fails now, from its interval history.
   common::Duration Threshold(const std::string& node) const;
@@ -98,6 +106,7 @@ class FailureDetector {
     bool broken = false;
     common::TimePoint broken_at;
     bool held = false;  // past its threshold, held as shared silence
+    bool hold_to_ceiling = false;  // HoldToCeiling, until heard again
   };
   common::Duration ThresholdOf(const NodeState& s) const;
   // The silence after which a node counts as overdue for shared silence.

@@ -1,5 +1,6 @@
 #include "controller/failure_detector.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace gpuha::controller {
@@ -245,6 +246,38 @@ TEST_F(FailureDetectorTest, ANodeSilentAloneFailsAtItsThreshold) {
   EXPECT_LE(t.count(), 200);
   for (const auto& c : changes_) EXPECT_FALSE(c.held) << c.node << ": " << c.reason;
   EXPECT_EQ(d_.state("n2"), Liveness::kAlive);
+}
+
+// The watcher's hold (a node whose streams would have nowhere to go): the
+// node is watched on as suspect, reported nowhere, and heard again it is
+// alive; unheard for the ceiling it fails, saying it was held. A node
+// already unheard that long, or whose stream broke, is not held.
+TEST_F(FailureDetectorTest, AHoldToTheCeilingEndsWhenHeardOrUnheardThatLong) {
+  d_.Connected("n1");
+  Beat("n1", milliseconds(50), 20);
+  ASSERT_LE(TimeUntil("n1", Liveness::kFailed, milliseconds(1000)).count(), 200);
+  ASSERT_TRUE(d_.HoldToCeiling("n1"));
+  EXPECT_EQ(d_.state("n1"), Liveness::kSuspect);
+  changes_.clear();
+  Quiet(milliseconds(500));
+  EXPECT_EQ(d_.state("n1"), Liveness::kSuspect);
+  EXPECT_TRUE(changes_.empty());
+  d_.Heartbeat("n1");  // heard again: the hold is over
+  Quiet(milliseconds(5));
+  EXPECT_EQ(d_.state("n1"), Liveness::kAlive);
+  // Silent again: failed at its threshold, held again, failed at the ceiling.
+  EXPECT_LE(TimeUntil("n1", Liveness::kFailed, milliseconds(3000)).count(), 1000);
+  ASSERT_TRUE(d_.HoldToCeiling("n1"));
+  changes_.clear();
+  const milliseconds held = TimeUntil("n1", Liveness::kFailed, milliseconds(5000));
+  EXPECT_GE(held.count(), 1500);
+  ASSERT_EQ(changes_.size(), 1u);
+  EXPECT_THAT(changes_[0].reason, ::testing::HasSubstr("held until unheard for 3000 ms"));
+  EXPECT_FALSE(d_.HoldToCeiling("n1"));  // unheard for the ceiling: no more hold
+  d_.Connected("n2");
+  d_.StreamBroken("n2");
+  EXPECT_FALSE(d_.HoldToCeiling("n2"));
+  EXPECT_FALSE(d_.HoldToCeiling("nobody"));
 }
 
 TEST_F(FailureDetectorTest, UnknownNodeReadsAsFailedAndForgetRemoves) {

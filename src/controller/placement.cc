@@ -357,6 +357,20 @@ FailoverPlan Placement::FailNode(const std::string& id) {
   return merged;
 }
 
+int64_t Placement::LoadWithNowhereToGo(const std::string& id) const {
+  std::vector<Node*> units = Resolve(id);
+  int64_t load = 0;
+  for (const Node* n : units) load += n->available ? n->load : 0;
+  if (load == 0) return 0;
+  int64_t free = 0;
+  for (const auto& [other, n] : nodes_) {
+    const bool same_host =
+        std::any_of(units.begin(), units.end(), [&](const Node* u) { return u->host == n.host; });
+    if (Counts(n) && !same_host) free += std::max<int64_t>(0, Free(n));
+  }
+  return std::max<int64_t>(0, load - free);
+}
+
 std::vector<FailoverPlan> Placement::FailNodes(const std::vector<std::string>& ids) {
   std::vector<Node*> units;
   for (const std::string& id : ids) {

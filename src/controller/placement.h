@@ -103,6 +103,11 @@ class Placement {
   // Takes a node out (failure, fence, drain) and moves its streams. A
   // host's plan holds all of its units' moves.
   FailoverPlan FailNode(const std::string& node);
+  // The load of `node` (a host's units together) that failing it would
+  // leave with nowhere to go: more than the free units of every other
+  // host in service. An estimate (stream weights may not pack): 0 when the
+  // free units suffice.
+  int64_t LoadWithNowhereToGo(const std::string& node) const;
   // Takes several units out at once (a machine's GPUs), so that none of
   // them takes another's streams; one plan per unit that was available.
   std::vector<FailoverPlan> FailNodes(const std::vector<std::string>& nodes);

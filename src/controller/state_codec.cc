@@ -48,6 +48,7 @@ std::string EncodeNode(const NodeRecord& r) {
       {"drained", r.lifecycle == NodeLifecycle::kDrained},
       {"held_out", r.lifecycle == NodeLifecycle::kHeldOut}};
   if (r.restart_until_unix_ms > 0) j["restart_until_unix_ms"] = r.restart_until_unix_ms;
+  for (const RecentXid& x : r.xids) j["xids"].push_back({x.gpu, x.xid, x.unix_ms});
   if (r.registered) {
     j["registered"] = {{"address", r.registered->address},
                        {"capacity", r.registered->capacity},
@@ -98,6 +99,20 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
                   : drained ? NodeLifecycle::kDrained
                   : fenced  ? NodeLifecycle::kFenced
                             : NodeLifecycle::kServing;
+  }
+  if (auto xids = j->find("xids"); xids != j->end()) {
+    // [gpu, xid, unix_ms] each: a damaged entry sets the row aside, naming it.
+    const std::string at = row + ".xids";
+    if (!xids->is_array()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
+    for (const json& x : *xids) {
+      if (!x.is_array() || x.size() != 3 || !x[0].is_number_unsigned() ||
+          !x[1].is_number_unsigned() || !x[2].is_number() || x[0].get<uint64_t>() > 1024 ||
+          x[1].get<uint64_t>() > 100'000) {
+        return absl::DataLossError(
+            absl::StrCat("store: ", at, "[]: '", x.dump(), "' is not [gpu, xid, unix_ms]"));
+      }
+      r.xids.push_back({x[0].get<uint32_t>(), x[1].get<uint32_t>(), x[2].get<double>()});
+    }
   }
   if (auto reg = j->find("registered"); reg != j->end()) {
     const std::string sub = row + ".registered";

@@ -38,6 +38,15 @@ struct RegisteredNode {
   std::string agent_ip{};
 };
 
+// An XID its agent reported: the dashboard's and the API's recent XIDs,
+// kept in the node's row so that they outlive a controller restart.
+struct RecentXid {
+  uint32_t gpu = 0;
+  uint32_t xid = 0;
+  double unix_ms = 0;  // the agent's clock
+  bool operator==(const RecentXid&) const = default;
+};
+
 struct NodeRecord {
   Role role = Role::kActive;
   bool available = true;  // placement counts it (false while it is out)
@@ -46,6 +55,7 @@ struct NodeRecord {
   // A planned agent restart's grace ends then (Unix ms; 0: none), so that a
   // new leader keeps it.
   int64_t restart_until_unix_ms = 0;
+  std::vector<RecentXid> xids{};  // the newest last
 };
 std::string EncodeNode(const NodeRecord& r);
 absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text);

@@ -98,6 +98,23 @@ TEST(StateCodecTest, RegisteredNodesKeepTheirAddressAndCapacity) {
               ::testing::HasSubstr("node g3.registered.address: 'nowhere' is not HOST:PORT"));
 }
 
+TEST(StateCodecTest, RecentXidsRoundTripAndADamagedOneIsNamed) {
+  NodeRecord r{Role::kActive, true, NodeLifecycle::kServing};
+  r.xids = {{0, 79, 1.7e12}, {3, 13, 1.7e12 + 5.5}};
+  absl::StatusOr<NodeRecord> back = DecodeNode("n1", EncodeNode(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->xids, r.xids);
+  EXPECT_EQ(EncodeNode({Role::kActive, true, NodeLifecycle::kServing}).find("xids"),
+            std::string::npos);  // none: no field, as rows before it
+  for (const char* bad : {R"("xids":5)", R"("xids":[[0,79]])", R"("xids":[[-1,79,1]])",
+                          R"("xids":[["0",79,1]])", R"("xids":[[0,79,"t"]])"}) {
+    absl::StatusOr<NodeRecord> d =
+        DecodeNode("n1", std::string(R"({"role":"active","available":true,)") + bad + "}");
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_THAT(std::string(d.status().message()), HasSubstr("store: node n1.xids")) << bad;
+  }
+}
+
 TEST(StateCodecTest, StreamRoundTripsAndBadRowsAreRefused) {
   StreamRecord r{"acme", 3, "n1", "n4"};
   absl::StatusOr<StreamRecord> back = DecodeStream("cam-1", EncodeStream(r));

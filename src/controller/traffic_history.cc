@@ -45,10 +45,9 @@ void TrafficHistory::Report(const std::string& router, const v1::RouterStats& s,
   routers_[router] = {s, unix_ms};
 }
 
-void TrafficHistory::Tick(double unix_ms, uint64_t failovers_total, double interval_ms) {
+void TrafficHistory::Tick(double unix_ms, double interval_ms) {
   if (!last_point_ms_) {
     last_point_ms_ = unix_ms;
-    last_failovers_ = failovers_total;
     return;
   }
   const double elapsed_ms = unix_ms - *last_point_ms_;
@@ -60,12 +59,10 @@ void TrafficHistory::Tick(double unix_ms, uint64_t failovers_total, double inter
   p.errors_per_s = pending_.errors / seconds;
   p.resends_per_s = pending_.resends / seconds;
   if (auto q = Quantile(0.99, bounds_, pending_.latency)) p.p99_ms = *q * 1000;
-  p.failovers_per_min = Grew(last_failovers_.value_or(0), failovers_total) * 60 / seconds;
   points_.push_back(p);
   while (points_.size() > keep_) points_.pop_front();
   pending_ = Sums{.latency = std::vector<uint64_t>(pending_.latency.size(), 0)};
   last_point_ms_ = unix_ms;
-  last_failovers_ = failovers_total;
 }
 
 std::optional<double> TrafficHistory::Quantile(double q, const std::vector<double>& bounds,
@@ -87,6 +84,23 @@ std::optional<double> TrafficHistory::Quantile(double q, const std::vector<doubl
   return bounds.back();
 }
 
+json TrafficHistory::FailoversPerMinute(const std::vector<double>& detected_unix_ms,
+                                        double since_ms, double now_ms, double span_ms,
+                                        double step_ms) {
+  std::vector<double> at = detected_unix_ms;
+  std::sort(at.begin(), at.end());
+  json out = json::array();
+  // Points on the step's grid, ending at now: each counts (t - 60 s, t].
+  const double first = std::max(since_ms, now_ms - span_ms);
+  for (int64_t i = static_cast<int64_t>(std::floor((now_ms - first) / step_ms)); i >= 0; --i) {
+    const double t = now_ms - static_cast<double>(i) * step_ms;
+    auto lo = std::upper_bound(at.begin(), at.end(), t - 60'000);
+    auto hi = std::upper_bound(at.begin(), at.end(), t);
+    out.push_back({{"unix_ms", t}, {"failovers_per_min", static_cast<double>(hi - lo)}});
+  }
+  return out;
+}
+
 json TrafficHistory::PointsJson() const {
   json points = json::array();
   for (const Point& p : points_) {
@@ -94,8 +108,7 @@ json TrafficHistory::PointsJson() const {
                       {"requests_per_s", p.requests_per_s},
                       {"errors_per_s", p.errors_per_s},
                       {"resends_per_s", p.resends_per_s},
-                      {"p99_ms", p.p99_ms ? json(*p.p99_ms) : json()},
-                      {"failovers_per_min", p.failovers_per_min}});
+                      {"p99_ms", p.p99_ms ? json(*p.p99_ms) : json()}});
   }
   return points;
 }

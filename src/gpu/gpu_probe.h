@@ -61,6 +61,11 @@ struct GpuSample {
   // event. The other fields are then not meaningful.
   bool lost = false;
   std::string lost_detail;  // why, when known ("the nvml driver has not answered for ...")
+  // Lost because the call missed the watchdog's deadline (watchdog.h), not
+  // by the driver's word: one such reading may be this host's load (a new
+  // agent's first call on a busy CPU), so the health rules wait for the
+  // next sample to confirm it.
+  bool stuck = false;
   double temperature_c = 0;
   double power_w = 0;
   double power_limit_w = 0;

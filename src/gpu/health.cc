@@ -164,9 +164,20 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   }
   const size_t readings_from = reasons.size();
 
+  stuck_first_.clear();
   for (const GpuSample& g : obs.gpus) {
     std::string gpu = absl::StrCat("gpu", g.index);
     const size_t first = reasons.size();
+    // A call that missed the watchdog's deadline once may be this host's
+    // load, not the driver (a new agent's first call on a busy CPU): lost
+    // only if still stuck at the next sample, as a health checker wants
+    // two failed checks. Meanwhile the GPU keeps its verdict.
+    if (!g.stuck) {
+      stuck_.erase(g.index);
+    } else if (stuck_.insert(g.index).second) {
+      stuck_first_.insert(g.index);
+      continue;
+    }
     // Lost stays the node's: NVML that stops answering for one GPU is
     // often the driver's trouble.
     if (g.lost) {
@@ -469,7 +480,9 @@ HealthReport HealthEvaluator::Update(const Observation& obs, common::TimePoint n
   HealthState target = kNone, event = kNone;
   HealthState node_target = kNone, node_event = kNone;
   std::map<uint32_t, HealthState> gpu_targets, gpu_events;
-  for (const GpuSample& g : obs.gpus) gpu_targets[g.index] = kNone;
+  for (const GpuSample& g : obs.gpus) {
+    if (!stuck_first_.count(g.index)) gpu_targets[g.index] = kNone;
+  }
   std::map<std::pair<uint32_t, uint32_t>, HealthState> slice_targets;
   for (const auto& [slice, h] : slices_) slice_targets[slice] = kNone;
   auto raise = [](HealthState& t, HealthState& e, HealthState s, bool is_event) {

@@ -21,6 +21,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -164,6 +165,11 @@ class HealthEvaluator {
   Hysteresis all_;   // every reason: the node's state without servers per GPU
   Hysteresis node_;  // node-level reasons only
   std::map<uint32_t, Hysteresis> gpus_;
+  // GPUs whose last sample was stuck (GpuSample::stuck): stuck again at the
+  // next sample, they are lost; the first stuck sample is no evidence yet.
+  std::set<uint32_t> stuck_;
+  // Of this sample's GPUs, those stuck for the first time: no reading.
+  std::set<uint32_t> stuck_first_;
   std::map<std::pair<uint32_t, uint32_t>, Hysteresis> slices_;
   // Baselines for counters, per GPU index / NIC name, taken on first sight.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> ecc_base_;

@@ -88,6 +88,25 @@ TEST_F(HealthTest, LostGpuFailsAtOnce) {
   EXPECT_EQ(r.reasons[0].detail, "GPU stopped answering (lost)");
 }
 
+// A GPU call that missed the watchdog's deadline once may be the host's
+// load (beside a busy loop, a new agent's first call took over 500 ms and
+// failed a healthy node over): lost only if still stuck at the next sample.
+// The driver's own word (GPU_IS_LOST) needs no second reading.
+TEST_F(HealthTest, AGpuStuckOnceIsLostOnlyIfStillStuckAtTheNextSample) {
+  GpuSample stuck;
+  stuck.index = 0;
+  stuck.lost = true;
+  stuck.stuck = true;
+  stuck.lost_detail = "the sim driver has not answered for 500 ms (watchdog deadline 500 ms)";
+  EXPECT_EQ(Feed(Obs({stuck, Healthy(1)})).state, HealthState::kHealthy);
+  EXPECT_EQ(Feed(Obs({Healthy(0), Healthy(1)})).state, HealthState::kHealthy);  // it answered
+  EXPECT_EQ(Feed(Obs({stuck, Healthy(1)})).state, HealthState::kHealthy);
+  HealthReport r = Feed(Obs({stuck, Healthy(1)}));
+  EXPECT_EQ(r.state, HealthState::kFailed);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_EQ(r.reasons[0].code, "gpu0.lost");
+}
+
 TEST_F(HealthTest, ALostGpuSaysWhyAndAnUnseenOneDrains) {
   GpuSample hung;
   hung.index = 0;

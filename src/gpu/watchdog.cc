@@ -184,6 +184,7 @@ std::vector<absl::StatusOr<GpuSample>> WatchedProbe::SampleAll(
     GpuSample s;
     s.index = indexes[i];
     s.lost = true;
+    s.stuck = true;
     s.lost_detail = absl::StrCat("the ", backend_, " driver has not answered for ",
                                  common::ToMillis(p.stuck_for), " ms (watchdog deadline ",
                                  common::ToMillis(deadline_), " ms)");

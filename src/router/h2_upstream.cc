@@ -10,6 +10,7 @@
 #include "common/listen.h"
 #include "common/log.h"
 #include "common/net_util.h"
+#include "router/tls_contexts.h"
 
 namespace gpuha::router {
 
@@ -96,14 +97,19 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
       return;
     }
     writing_ = true;
-    net::async_write(s, net::buffer(out_), [self = shared_from_this()](error_code ec, size_t) {
+    auto written = [self = shared_from_this()](error_code ec, size_t) {
       self->writing_ = false;
       if (ec) {
         self->Fail("write: " + ec.message(), true);
         return;
       }
       self->Flush();
-    });
+    };
+    if (tls) {
+      net::async_write(*tls, net::buffer(out_), std::move(written));
+    } else {
+      net::async_write(s, net::buffer(out_), std::move(written));
+    }
   }
 
   // `self` keeps the connection while it reads.
@@ -112,7 +118,7 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
     std::array<char, 16384> buf;
     for (;;) {
       error_code ec;
-      size_t n = co_await s.async_read_some(net::buffer(buf), Redirect(ec));
+      size_t n = co_await Read(net::buffer(buf), ec);
       if (dead_) co_return;
       if (ec) {
         Fail(ec == net::error::eof ? std::string("the upstream closed the connection")
@@ -154,8 +160,40 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
     if (upstream_fault && had_calls) ConnectionFailed(L_, up_);
   }
 
+  // A read on whichever of the two carries the connection: a plain
+  // function that hands back the operation's awaitable (as UpConn's).
+  awaitable<size_t> Read(net::mutable_buffer b, error_code& ec) {
+    return tls ? tls->async_read_some(b, Redirect(ec)) : s.async_read_some(b, Redirect(ec));
+  }
+
+  // Starts TLS on the connected socket (upstream_tls): the upstream's
+  // certificate checked as for HTTP/1.1 upstreams, and HTTP/2 chosen by
+  // ALPN, which gRPC over TLS requires. "" or why it failed.
+  awaitable<std::string> StartTls(const std::shared_ptr<ssl::context>& ctx,
+                                  const std::string& name) {
+    tls_ctx = ctx;
+    tls = std::make_unique<ssl::stream<Socket&>>(s, *tls_ctx);
+    PrepareUpstreamTls(*tls, name);
+    static constexpr unsigned char kH2[] = {2, 'h', '2'};
+    SSL_set_alpn_protos(tls->native_handle(), kH2, sizeof(kH2));
+    error_code ec;
+    co_await tls->async_handshake(ssl::stream_base::client, Redirect(ec));
+    if (ec) co_return "TLS handshake: " + ec.message();
+    const unsigned char* proto = nullptr;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(tls->native_handle(), &proto, &len);
+    if (len != 2 || std::memcmp(proto, "h2", 2) != 0) {
+      co_return "TLS: the upstream's gRPC port did not choose HTTP/2 by ALPN (h2)";
+    }
+    co_return "";
+  }
+
   Socket s;
   Deadline deadline;
+  // TLS over `s` when upstream_tls is configured (declared after the
+  // socket: destroyed before it).
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<Socket&>> tls;
 
  private:
   H2Call* Find(int32_t id) {
@@ -295,6 +333,18 @@ awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2
       co_return false;
     }
     conn->s.set_option(tcp::no_delay(true), ec);
+    if (L.upstream_tls && config.upstream_tls_grpc) {
+      conn->deadline.Arm(config.limits.connect_timeout);
+      std::string why = co_await conn->StartTls(
+          L.upstream_tls, UpstreamTlsName(config, up.grpc_endpoint.address().to_string()));
+      conn->deadline.Disarm();
+      if (!why.empty()) {
+        call.failed = call.connect_failed = true;
+        call.why = conn->deadline.expired() ? "TLS handshake timeout" : why;
+        ConnectionFailed(L, up);
+        co_return false;
+      }
+    }
     conn->Begin();
     up.h2.push_back(conn);
     net::co_spawn(L.ioc, conn->ReadLoop(conn), net::detached);

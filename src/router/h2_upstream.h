@@ -1,5 +1,6 @@
-// H2Upstream: HTTP/2 (h2c) connections to one upstream's gRPC port, shared
-// by every call a loop sends there: each connection multiplexes up to the
+// H2Upstream: HTTP/2 connections (h2c, or h2 over TLS with upstream_tls) to
+// one upstream's gRPC port, shared by every call a loop sends there: each
+// connection multiplexes up to the
 // upstream's SETTINGS_MAX_CONCURRENT_STREAMS calls, and a new one is opened
 // (up to kMaxH2ConnsPerUpstream) when those are full, as Envoy's HTTP/2
 // connection pool does. nghttp2 is the codec, as on the client side.

@@ -99,6 +99,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
   if (root.Has("upstream_tls")) {
     common::YamlMap utls = root.Map("upstream_tls");
     if (auto v = utls.String("server_name")) c.upstream_server_name = *v;
+    if (auto v = utls.Bool("grpc")) c.upstream_tls_grpc = *v;
     common::TlsFiles files = common::ReadTlsFiles(utls, {.ca_required = true});
     c.upstream_ca = files.ca;
     c.upstream_cert = files.cert;

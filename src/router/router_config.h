@@ -110,6 +110,9 @@ struct RouterConfig {
   // upstream's IP). upstream_cert/key add the router's client certificate
   // (mTLS). The router's own probes use the same settings.
   std::string upstream_ca, upstream_cert, upstream_key, upstream_server_name;
+  // The upstreams' gRPC ports too (HTTP/2 chosen by ALPN); false keeps them
+  // plaintext h2c while the HTTP ports use TLS.
+  bool upstream_tls_grpc = true;
   // Empty: no auth, one implicit tenant "". A file must say `auth: none` for
   // that; a file with no tenants and no `auth: none` is refused, so that an
   // emptied file (or a reload of one) cannot turn authentication off.

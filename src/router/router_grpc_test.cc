@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "router/h2_server.h"
 #include "router/router.h"
 #include "router/testing/h2_frames.h"
+#include "router/testing/test_backend.h"
 #include "worker/model_grpc.h"
 #include "worker/worker.h"
 
@@ -1043,6 +1045,139 @@ TEST(StreamAnswerTest, AnErrorAnswerIsToldFromAResultByItsErrorMessage) {
   EXPECT_FALSE(StreamAnswerIsError(framed(failed).substr(0, 8)));
   EXPECT_FALSE(StreamAnswerIsError(std::string("\0\0\0\0\x02\x0b\x01", 7)));
   EXPECT_FALSE(StreamAnswerIsError(""));
+}
+
+// A model behind TLS: each answer's model_name is the common name of the
+// client certificate it was called with.
+class TlsEchoModel final : public inference::GRPCInferenceService::Service {
+ public:
+  std::atomic<int> calls{0};  // unary
+  static std::string PeerName(grpc::ServerContext* ctx) {
+    std::vector<grpc::string_ref> cn = ctx->auth_context()->FindPropertyValues("x509_common_name");
+    return cn.empty() ? "" : std::string(cn[0].data(), cn[0].size());
+  }
+  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* req,
+                          inference::ModelInferResponse* resp) override {
+    ++calls;
+    resp->set_id(req->id());
+    resp->set_model_name(PeerName(ctx));
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelStreamInfer(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
+          stream) override {
+    inference::ModelInferRequest r;
+    while (stream->Read(&r)) {
+      inference::ModelStreamInferResponse a;
+      a.mutable_infer_response()->set_id(r.id());
+      a.mutable_infer_response()->set_model_name(PeerName(ctx));
+      if (!stream->Write(a)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+// A gRPC server of `model` that speaks only TLS, with the server certificate
+// of the test CA in `dir`; with `client_cert`, it requires a client
+// certificate of that CA.
+std::unique_ptr<grpc::Server> ServeModelOverTls(grpc::Service& model, const std::string& dir,
+                                                bool client_cert, int* port) {
+  auto read = [&](const char* f) {
+    std::ifstream in(dir + "/" + f);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  grpc::SslServerCredentialsOptions opts(
+      client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                  : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  opts.pem_root_certs = read("ca.pem");
+  opts.pem_key_cert_pairs.push_back({read("server.key"), read("server.pem")});
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::SslServerCredentials(opts), port);
+  builder.RegisterService(&model);
+  return builder.BuildAndStart();
+}
+
+// TLS to upstreams' gRPC ports: with upstream_tls, unary and streaming calls
+// go to the upstream over TLS (HTTP/2 chosen by ALPN, which gRPC requires),
+// its certificate checked against upstream_tls.ca and the router's own
+// presented, as for HTTP/1.1 upstreams. The upstreams are grpc++'s own TLS
+// servers. A primary whose gRPC port shows another CA's certificate fails
+// the call over to the standby.
+TEST_F(RouterGrpcTest, CallsToATlsUpstreamPresentTheRoutersCertificate) {
+  const std::string dir = (gpuha::testing::TestTempDir() / "ca").string();
+  const std::string other = (gpuha::testing::TestTempDir() / "other-ca").string();
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(other);
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(dir));
+  ASSERT_TRUE(gpuha::testing::MakeTestCerts(other));
+  // The upstreams' HTTP ports (which the prober reads), over TLS too.
+  std::vector<std::unique_ptr<testing::TestBackend>> http;
+  for (const char* name : {"p", "q", "s"}) {
+    auto b = testing::TestBackend::Start({.name = name,
+                                          .tls_cert = dir + "/server.pem",
+                                          .tls_key = dir + "/server.key",
+                                          .tls_client_ca = dir + "/ca.pem"});
+    ASSERT_TRUE(b.ok()) << b.status();
+    http.push_back(std::move(*b));
+  }
+  TlsEchoModel good_model, stranger_model;
+  int good = 0, stranger = 0;
+  std::unique_ptr<grpc::Server> good_server = ServeModelOverTls(good_model, dir, true, &good);
+  // Another CA's certificate, and no client certificate asked: only the
+  // router's check of the server's certificate can refuse it.
+  std::unique_ptr<grpc::Server> stranger_server =
+      ServeModelOverTls(stranger_model, other, false, &stranger);
+  ASSERT_GT(good, 0);
+  ASSERT_GT(stranger, 0);
+  auto r = StartAnother([&](RouterConfig& c) {
+    StaticRoute secure{"cam-1", "acme", http[0]->address(), ""};
+    secure.primary_grpc = absl::StrCat("127.0.0.1:", good);
+    StaticRoute wrong_ca{"cam-2", "acme", http[1]->address(), http[2]->address()};
+    wrong_ca.primary_grpc = absl::StrCat("127.0.0.1:", stranger);
+    wrong_ca.standby_grpc = absl::StrCat("127.0.0.1:", good);
+    c.routes = {secure, wrong_ca};
+    c.upstream_ca = dir + "/ca.pem";
+    c.upstream_cert = dir + "/agent.pem";
+    c.upstream_key = dir + "/agent.key";
+  });
+  auto unary = [&](const std::string& stream, const std::string& id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.AddMetadata("x-api-key", "k-acme");
+    ctx.AddMetadata("x-gpuha-stream", stream);
+    inference::ModelInferRequest req;
+    req.set_id(id);
+    inference::ModelInferResponse resp;
+    grpc::Status st = stub_->ModelInfer(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << stream << ": " << st.error_message();
+    EXPECT_EQ(resp.id(), id);
+    return resp.model_name();
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(unary("cam-1", absl::StrCat("u", i)), "agent");
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-api-key", "k-acme");
+    ctx.AddMetadata("x-gpuha-stream", "cam-1");
+    auto stream = stub_->ModelStreamInfer(&ctx);
+    for (int i = 0; i < 3; ++i) {
+      inference::ModelInferRequest req;
+      req.set_id(absl::StrCat("s", i));
+      ASSERT_TRUE(stream->Write(req));
+      inference::ModelStreamInferResponse a;
+      ASSERT_TRUE(stream->Read(&a));
+      EXPECT_EQ(a.infer_response().id(), absl::StrCat("s", i));
+      EXPECT_EQ(a.infer_response().model_name(), "agent");
+    }
+    stream->WritesDone();
+    grpc::Status st = stream->Finish();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  // The primary's certificate is not of the CA the router trusts: its call
+  // is answered by the standby, and the primary's model never saw it.
+  EXPECT_EQ(unary("cam-2", "w"), "agent");
+  EXPECT_EQ(stranger_model.calls.load(), 0);
+  EXPECT_EQ(good_model.calls.load(), 4);
 }
 
 }  // namespace

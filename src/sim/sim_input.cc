@@ -101,13 +101,14 @@ const std::vector<Strategy>& BuiltinStrategies() {
       {.name = "gpuha",
        .reserve = true,
        .spares = Spares::kPassive,
-       .unit = Unit::kNode,
+       .unit = Unit::kGpu,
        .node = {0.2405, 0},
        .gpu = {0.2405, 0},
        .planned_outage_s = 0,
        .note = "hot standby with router failover: 240.5 ms longest gap under a half-hang "
-               "(bench/RESULTS.md), a drain loses nothing; one server per node, so one GPU's "
-               "fault moves its node (server.per_gpu moves the GPU alone: unit gpu)"},
+               "(bench/RESULTS.md), a drain loses nothing; a server per GPU as shipped "
+               "(server.per_gpu), so one GPU's fault moves that GPU's streams alone (a server "
+               "across a node's GPUs, tensor parallel, moves its node: unit node)"},
   };
   return kBuiltins;
 }

@@ -41,7 +41,7 @@ TEST(SimInputTest, ReadsAFleetWithDefaults) {
 
 TEST(SimInputTest, TheExampleFilesParse) {
   for (const char* f : {"fleet.yaml", "published-rates.yaml", "scale-10k.yaml", "strategies.yaml",
-                        "per-gpu-failover.yaml"}) {
+                        "server-per-node.yaml"}) {
     absl::StatusOr<SimInput> in =
         LoadSimInputFile(std::string(GPUHA_SOURCE_DIR) + "/examples/sim/" + f);
     EXPECT_TRUE(in.ok()) << f << ": " << in.status();

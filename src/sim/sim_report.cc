@@ -38,12 +38,16 @@ std::string RenderText(const SimResult& r, const std::string& source) {
         "  %-12s per %-7s every %12.0f h, %s %g h   [%s]\n", c.name, ScopeName(c.scope),
         c.mtbf_hours, c.scope == Scope::kPlanned ? "window" : "repair", c.repair_hours, c.source);
   }
+  // The name column fits the longest name, so a defined strategy's row lines up.
+  int name_width = 12;
+  for (const StrategyResult& s : r.strategies)
+    name_width = std::max(name_width, static_cast<int>(s.strategy.name.size()));
   o << "\n"
-    << absl::StrFormat("%-12s %-38s %16s %9s %10s %9s %9s\n", "strategy",
+    << absl::StrFormat("%-*s %-38s %16s %9s %10s %9s %9s\n", name_width, "strategy",
                        "availability (95% interval)", "stream-h lost/yr", "overflow", "idle GPUs",
                        "streams", "failures");
   for (const StrategyResult& s : r.strategies) {
-    o << absl::StrFormat("%-12s %-38s %16.1f %9.1f %10d %9d %9.1f\n", s.strategy.name,
+    o << absl::StrFormat("%-*s %-38s %16.1f %9.1f %10d %9d %9.1f\n", name_width, s.strategy.name,
                          Interval(s.availability, "%.6f"), s.stream_hours_lost_per_year.mean,
                          s.overflow_events.mean, s.idle_gpus, s.admitted_streams, s.failures.mean);
   }

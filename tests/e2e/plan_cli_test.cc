@@ -125,6 +125,14 @@ TEST(SimCliTest, TheExampleComparesEveryStrategyInJson) {
   }
   EXPECT_EQ(j["strategies"]["no-ha"]["idle_gpus"], 0);
   EXPECT_EQ(j["runs"], 10);
+  // The example the README points at ranks gpuha as shipped (a server per
+  // GPU) ahead of every other row, as the README says.
+  const nlohmann::json& gpuha = j["strategies"]["gpuha"];
+  for (const char* s : {"no-ha", "scenario-a", "scenario-b", "scenario-c"}) {
+    const nlohmann::json& x = j["strategies"][s];
+    EXPECT_GT(gpuha["availability"].get<double>(), x["availability"].get<double>()) << s;
+    EXPECT_LT(gpuha["stream_hours_lost"].get<double>(), x["stream_hours_lost"].get<double>()) << s;
+  }
 }
 
 TEST(SimCliTest, TextTableSvgAndSeed) {

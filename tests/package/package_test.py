@@ -1,27 +1,30 @@
 #!/usr/bin/env python3
-"""The .deb as a user gets it: built by CPack from the build tree, unpacked
-(dpkg-deb -x) into a temporary root, never installed onto this machine.
+"""The .deb as a user gets it: built by CPack from the build tree, installed
+by dpkg into a clean temporary root (dpkg --root), never onto this machine.
 
   package_test.py BUILD_DIR SOURCE_DIR
 
 Checks, each failure naming what it saw:
   - gpuha_VERSION_ARCH.deb and its gpuha-dbgsym .ddeb are made, and the .deb's
     control names its library dependencies;
-  - its postinst, run against a root of its own ($DPKG_ROOT), creates the
-    agent's user (twice: no duplicate), and prerm and postrm run;
-  - the unpacked tree holds the binary, the systemd units, the sysusers file,
+  - dpkg installs it into a clean root (twice); its postinst creates the
+    agent's user (once), each unit can be enabled (systemctl --root), and
+    removal runs prerm and postrm and keeps the user;
+  - the installed tree holds the binary, the systemd units, the sysusers file,
     the bash completion, the examples, README and LICENSE;
   - the packaged binary carries no DWARF, and the .ddeb holds its debug info
     under its build-id;
-  - the unpacked binary runs: --version, and `plan` on a packaged example;
-  - Type=notify: the unpacked router and controller say READY=1 on
+  - the installed binary runs: --version, and `plan` on a packaged example;
+  - Type=notify: the installed router and controller say READY=1 on
     $NOTIFY_SOCKET once they serve, and STOPPING=1 on SIGTERM;
-  - `systemd-analyze verify` accepts each unit, pointed at the unpacked
-    binary, with no warning;
+  - `systemd-analyze verify --root` accepts each installed unit with no
+    warning;
   - the packaged bash completion completes subcommands from the binary.
 """
+import glob
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,6 +78,10 @@ def notify_roundtrip(tmp, argv, name):
 
 def main():
     build, source = sys.argv[1], sys.argv[2]
+    if os.geteuid() != 0:
+        # dpkg installs as root only (CI runs as root; ctest counts this a skip).
+        print("SKIP: dpkg --root installs as root only; run as root")
+        sys.exit(77)
     with tempfile.TemporaryDirectory(prefix="gpuha-package-") as tmp:
         out = os.path.join(tmp, "out")
         r = run(["cpack", "--config", os.path.join(build, "CPackConfig.cmake"), "-B", out])
@@ -88,46 +95,60 @@ def main():
         if not debs or not ddebs:
             return
         deb = os.path.join(out, debs[0])
+        print(f"     packages: {os.path.getsize(deb)} bytes .deb, "
+              f"{os.path.getsize(os.path.join(out, ddebs[0]))} bytes .ddeb (debug info)")
         info = run(["dpkg-deb", "-f", deb, "Package", "Depends", "License"]).stdout
         check("Package: gpuha" in info, f"control: Package gpuha ({info!r})")
         check(re.search(r"Depends:.*libc6.*libgrpc", info) is not None,
               f"control: Depends lists the linked libraries ({info!r})")
 
+        # Installed as dpkg installs it, into a clean root of its own: an
+        # empty dpkg database, an /etc with only root, and systemd's own
+        # targets and slices (what the systemd package puts there), so that
+        # `systemctl enable` and `systemd-analyze verify` see the units as on
+        # a host. The maintainer scripts run on this machine with $DPKG_ROOT
+        # set (--force-script-chrootless, as mmdebstrap's chrootless mode
+        # does); the libraries it depends on are not in that root
+        # (--force-depends). A new install once had no user: the agent's
+        # unit failed 217/USER until a reboot.
         root = os.path.join(tmp, "root")
-        r = run(["dpkg-deb", "-x", deb, root])
-        check(r.returncode == 0, f"dpkg-deb -x unpacks it ({r.stderr})")
-        # The maintainer scripts, and the user a fresh install needs: the
-        # postinst run as dpkg runs it against a root of its own
-        # ($DPKG_ROOT), whose /etc has only root, creates the agent's user
-        # from the packaged sysusers file (a new install once had none:
-        # the agent's unit failed 217/USER until a reboot).
-        control = os.path.join(tmp, "control")
-        r = run(["dpkg-deb", "-e", deb, control])
-        check(r.returncode == 0, f"dpkg-deb -e gives the control files ({r.stderr})")
-        for script in ["postinst", "prerm", "postrm"]:
-            path = os.path.join(control, script)
-            check(os.path.isfile(path) and os.access(path, os.X_OK),
-                  f"the package runs a {script} (executable)")
+        units_dir = os.path.join(root, "usr/lib/systemd/system")
+        for d in ["var/lib/dpkg/info", "var/lib/dpkg/updates", "etc", "usr/lib/systemd/system"]:
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+        for f in ["var/lib/dpkg/status", "var/lib/dpkg/available"]:
+            open(os.path.join(root, f), "w").close()
         etc = os.path.join(root, "etc")
-        os.makedirs(etc, exist_ok=True)
         with open(os.path.join(etc, "passwd"), "w") as f:
             f.write("root:x:0:0:root:/root:/bin/sh\n")
         with open(os.path.join(etc, "group"), "w") as f:
             f.write("root:x:0:\n")
-        env = dict(os.environ, DPKG_ROOT=root)
+        for f in glob.glob("/usr/lib/systemd/system/*.target") + glob.glob("/usr/lib/systemd/system/*.slice"):
+            shutil.copy(f, units_dir, follow_symlinks=False)
+        dpkg = ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends"]
         for attempt in (1, 2):  # a reinstall or upgrade finds the user there already
-            r = run(["sh", os.path.join(control, "postinst"), "configure"], env=env)
-            check(r.returncode == 0, f"postinst configure #{attempt} exits 0 ({r.stdout}{r.stderr})")
+            r = run(dpkg + ["-i", deb])
+            check(r.returncode == 0 and "Setting up gpuha" in r.stdout,
+                  f"dpkg -i #{attempt} installs it into a clean root ({r.stdout[-400:]}{r.stderr[-400:]})")
+        r = run(["dpkg", f"--root={root}", "-s", "gpuha"])
+        check("Status: install ok installed" in r.stdout, f"dpkg says it is installed ({r.stdout[:200]!r})")
+        for script in ["postinst", "prerm", "postrm"]:
+            path = os.path.join(root, "var/lib/dpkg/info", "gpuha." + script)
+            check(os.path.isfile(path) and os.access(path, os.X_OK),
+                  f"the package runs a {script} (executable)")
         with open(os.path.join(etc, "passwd")) as f:
             users = [l.split(":") for l in f.read().splitlines()]
         agent = [u for u in users if u[0] == "gpuha"]
         check(len(agent) == 1 and agent[0][5] == "/var/lib/gpuha-agent",
-              f"postinst created the gpuha user once, home /var/lib/gpuha-agent ({users})")
+              f"the install created the gpuha user once, home /var/lib/gpuha-agent ({users})")
         with open(os.path.join(etc, "group")) as f:
             check(any(l.startswith("gpuha:") for l in f.read().splitlines()), "and its group")
-        for script in ["prerm", "postrm"]:
-            r = run(["sh", os.path.join(control, script), "remove"], env=env)
-            check(r.returncode == 0, f"{script} remove exits 0 ({r.stderr})")
+        # What the README says to do next: each unit can be enabled.
+        units = ["gpuha-agent.service", "gpuha-controller.service", "gpuha-router.service"]
+        r = run(["systemctl", f"--root={root}", "enable"] + units)
+        check(r.returncode == 0, f"systemctl enable of the three units ({r.stderr[-400:]!r})")
+        for name in units:
+            check(os.path.islink(os.path.join(etc, "systemd/system/multi-user.target.wants", name)),
+                  f"{name} is enabled (wanted by multi-user.target)")
         exe = os.path.join(root, "usr/bin/gpuha")
         for rel in ["usr/bin/gpuha",
                     "usr/lib/systemd/system/gpuha-agent.service",
@@ -164,10 +185,10 @@ def main():
 
         r = run([exe, "--version"])
         check(r.returncode == 0 and re.search(r"\d+\.\d+\.\d+", r.stdout) is not None,
-              f"the unpacked binary runs: --version ({r.stdout!r} {r.stderr!r})")
+              f"the installed binary runs: --version ({r.stdout!r} {r.stderr!r})")
         r = run([exe, "plan", os.path.join(root, "usr/share/doc/gpuha/examples/scenario-a-dedicated-no-san.yaml")])
         check(r.returncode == 0 and "N+" in r.stdout,
-              f"the unpacked binary plans a packaged example (rc {r.returncode}, {r.stderr[-300:]!r})")
+              f"the installed binary plans a packaged example (rc {r.returncode}, {r.stderr[-300:]!r})")
 
         # Type=notify, as systemd would see it.
         with open(os.path.join(tmp, "router.yaml"), "w") as f:
@@ -180,20 +201,16 @@ def main():
         notify_roundtrip(tmp, [exe, "controller", "--config", os.path.join(tmp, "controller.yaml"),
                                "--store", os.path.join(tmp, "controller.db")], "controller")
 
-        # systemd-analyze verify, the units pointed at the unpacked binary.
-        units = os.path.join(tmp, "units")
-        os.makedirs(units)
-        for name in ["gpuha-agent.service", "gpuha-controller.service", "gpuha-router.service"]:
-            with open(os.path.join(root, "usr/lib/systemd/system", name)) as f:
-                text = f.read()
-            check("/usr/bin/gpuha " in text, f"{name}: ExecStart runs /usr/bin/gpuha")
-            with open(os.path.join(units, name), "w") as f:
-                f.write(text.replace("/usr/bin/gpuha ", exe + " "))
-            r = run(["systemd-analyze", "verify", os.path.join(units, name)])
+        # systemd-analyze verify, in the installed root: the units as
+        # installed, their ExecStart the installed binary.
+        for name in units:
+            with open(os.path.join(units_dir, name)) as f:
+                check("/usr/bin/gpuha " in f.read(), f"{name}: ExecStart runs /usr/bin/gpuha")
+            r = run(["systemd-analyze", "verify", f"--root={root}", name])
             said = (r.stdout + r.stderr).strip()
             check(r.returncode == 0 and said == "", f"systemd-analyze verify {name}: rc {r.returncode} {said!r}")
 
-        # The packaged completion, against the unpacked binary.
+        # The packaged completion, against the installed binary.
         script = (f"source {os.path.join(root, 'usr/share/bash-completion/completions/gpuha')}; "
                   f"COMP_WORDS=({exe} ro); COMP_CWORD=1; _gpuha; echo \"${{COMPREPLY[@]}}\"; "
                   f"COMP_WORDS=({exe} router --con); COMP_CWORD=2; _gpuha; echo \"${{COMPREPLY[@]}}\"")
@@ -211,6 +228,15 @@ def main():
             r = run([exe, "completion", shell])
             check(r.returncode == 0 and packaged == r.stdout,
                   f"/{rel} is what `gpuha completion {shell}` writes")
+
+        # Removal: prerm and postrm run, the files go, the user stays
+        # (Debian removes no system user: files it owns may remain).
+        r = run(dpkg + ["-r", "gpuha"])
+        check(r.returncode == 0, f"dpkg -r removes it ({r.stdout[-300:]}{r.stderr[-300:]})")
+        check(not os.path.exists(exe) and not os.path.exists(os.path.join(units_dir, units[0])),
+              "the binary and the units are gone")
+        with open(os.path.join(etc, "passwd")) as f:
+            check(any(l.startswith("gpuha:") for l in f.read().splitlines()), "the gpuha user stays")
 
 
 if __name__ == "__main__":
