@@ -62,6 +62,14 @@ else
   echo "FAIL     jobs table: no running train-demo row" >&2
   exit 1
 fi
+# The dashboard's p99 (the Routers table: the router's latency histogram,
+# interpolated inside its bucket as Prometheus does) beside the demo's own
+# (its KServe load, every answer timed by the client). Printed, not judged:
+# the buckets (5, 10, 25 ms) bound how close an interpolation can come.
+dash_p99="$(python3 -c 'import re,sys; d=open(sys.argv[1]).read(); t=d[d.find("id=\"routers\""):]; c=re.findall(r"<td[^>]*>([^<]*)</td>", t[:t.find("</table>")]); print(c[7] if len(c) > 7 else "")' "$work/dom.html")"
+demo_p99="$(sed -n 's/^latency ms: p50 [0-9.]*  p99 \([0-9.]*\).*/\1/p' "$work/demo.out" | head -1)"
+echo "p99      dashboard ${dash_p99:-?} ms, the demo's own ${demo_p99:-?} ms$(
+  awk -v a="$dash_p99" -v b="$demo_p99" 'BEGIN { if (a > 0 && b > 0) printf " (%+.1f%%)", 100 * (a - b) / b }')"
 "${browser[@]}" --window-size=1280,1700 --screenshot="$png" "$url" 2>>"$work/chromium.err"
 [ -s "$png" ] || { echo "dashboard-screenshot: no screenshot written" >&2; exit 1; }
 echo "ok       screenshot $png"

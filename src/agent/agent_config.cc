@@ -100,10 +100,11 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   common::ReadIntIn(per_gpu, "slice_capacity", 1, 1'000'000, &c.per_gpu.slice_capacity);
   // A URL under per_gpu names its port as {port}: checked as GPU 0's.
   auto url_of = [&](const std::string& v) {
-    return c.per_gpu.port_base > 0 ? FillGpuServer(v, ServerSlot{.port = c.per_gpu.port_base,
-                                                                 .grpc_port = c.per_gpu.grpc_port_base,
-                                                                 .metrics_port = c.per_gpu.metrics_port_base})
-                                   : v;
+    return c.per_gpu.port_base > 0
+               ? FillGpuServer(v, ServerSlot{.port = c.per_gpu.port_base,
+                                             .grpc_port = c.per_gpu.grpc_port_base,
+                                             .metrics_port = c.per_gpu.metrics_port_base})
+               : v;
   };
   if (auto v = server.StringList("command")) {
     if (v->empty()) server.Fail("command", "must name a program");
@@ -276,8 +277,8 @@ absl::Status ValidateAgentConfig(const AgentConfig& c) {
     texts.push_back(c.server.metrics_url);
     for (const std::string& t : texts) {
       if (absl::StrContains(t, name)) {
-        return absl::InvalidArgumentError(absl::StrCat("server.per_gpu.", field, ": '", t,
-                                                       "' names ", name, ", which needs it"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("server.per_gpu.", field, ": '", t, "' names ", name, ", which needs it"));
       }
     }
   }

@@ -132,8 +132,9 @@ TEST(AgentConfigTest, APortTemplateWithoutItsBaseIsRefusedByName) {
   none.per_gpu = {};
   EXPECT_THAT(std::string(ValidateAgentConfig(none).message()),
               HasSubstr("server.per_gpu.port_base: '--http-port={port}'"));
-  EXPECT_THAT(Err(ParseAgentConfig("server: { per_gpu: { metrics_port_base: 70000 } }\n", "a.yaml")),
-              HasSubstr("server.per_gpu.metrics_port_base: must be between 1 and 65000"));
+  EXPECT_THAT(
+      Err(ParseAgentConfig("server: { per_gpu: { metrics_port_base: 70000 } }\n", "a.yaml")),
+      HasSubstr("server.per_gpu.metrics_port_base: must be between 1 and 65000"));
 }
 
 TEST(AgentConfigTest, RegistrationSectionAndLabels) {

@@ -126,9 +126,8 @@ void Supervisor::Tick(std::optional<common::TimePoint> round) {
     }
   }
   if (state_.running && probe_at >= next_probe_) {
-    const ProbeReading r = options_.ready_url.empty() && options_.metrics_url.empty()
-                               ? ProbeReading(true)
-                               : probe_();
+    const ProbeReading r =
+        options_.ready_url.empty() && options_.metrics_url.empty() ? ProbeReading(true) : probe_();
     if (r) probe_ok_ = ProbeOkLocked(*r);
     next_probe_ = now + options_.probe_interval;
   }
@@ -246,8 +245,8 @@ ProbeReading ReadyBatch::Take(size_t slot, common::Duration timeout) {
 }
 
 std::function<ProbeReading()> ServerProbe(const SupervisorOptions& o, const std::string& node,
-                                  common::Clock* clock, ReadyBatch* batch,
-                                  std::optional<size_t>* slot) {
+                                          common::Clock* clock, ReadyBatch* batch,
+                                          std::optional<size_t>* slot) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.probe_timeout);
   std::optional<common::HttpUrl> ready, metrics;
   if (!o.ready_url.empty())

@@ -244,7 +244,7 @@ class Controller {
     std::shared_ptr<AgentSink> sink;
     v1::NodeHealth health = v1::NODE_HEALTH_UNSPECIFIED;
     std::vector<v1::HealthReason> reasons;
-    v1::Heartbeat last;             // telemetry, for the API
+    v1::Heartbeat last;  // telemetry, for the API
     // The newest kRecentXids XIDs its agent reported (the newest last), for
     // the API; stored in its row. The same GPU and XID again within
     // kXidRepeatQuiet is not added (a flood would be a store write each).

@@ -326,7 +326,8 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
   for (const v1::XidEvent& x : hb.xids()) {
     const RecentXid r{x.gpu_index(), x.xid(), static_cast<double>(x.unix_nanos()) / 1e6};
     if (std::any_of(n->xids.begin(), n->xids.end(), [&](const RecentXid& o) {
-          return o.gpu == r.gpu && o.xid == r.xid && std::abs(r.unix_ms - o.unix_ms) < kXidRepeatQuietMs;
+          return o.gpu == r.gpu && o.xid == r.xid &&
+                 std::abs(r.unix_ms - o.unix_ms) < kXidRepeatQuietMs;
         })) {
       continue;
     }

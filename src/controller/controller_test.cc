@@ -140,9 +140,9 @@ TEST_F(ControllerTest, ASilentNodeWhoseStreamsWouldHaveNowhereToGoIsHeldToTheCei
   Run(milliseconds(300), {"a2", "a3"});  // a1 unheard past its threshold (150 ms)
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "suspect");
   EXPECT_EQ(c_->counters().failovers, failovers);
-  EXPECT_THAT(EventDetails("a1"), ::testing::Contains(HasSubstr(
-                                      "held: failing it would leave 4 stream unit(s) with "
-                                      "nowhere to go; it fails if unheard for 3000 ms")));
+  EXPECT_THAT(EventDetails("a1"),
+              ::testing::Contains(HasSubstr("held: failing it would leave 4 stream unit(s) with "
+                                            "nowhere to go; it fails if unheard for 3000 ms")));
   Beat("a1");  // heard again: it serves on
   Run(milliseconds(200), {"a1", "a2", "a3"});
   EXPECT_EQ((*c_->NodeJson("a1"))["state"], "alive");

@@ -88,9 +88,8 @@ std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events) {
       if (e.type == "detected") break;
       // The agent's sighting carries the agent's clock, a hint the
       // controller's: one after `detected` is a clock ahead, and loses.
-      if (e.type == "router_hint" &&
-          (!f.fault_seen || e.unix_ms < f.fault_seen->unix_ms ||
-           f.fault_seen->unix_ms > det.unix_ms)) {
+      if (e.type == "router_hint" && (!f.fault_seen || e.unix_ms < f.fault_seen->unix_ms ||
+                                      f.fault_seen->unix_ms > det.unix_ms)) {
         f.fault_seen = e;
       }
     }

@@ -124,16 +124,16 @@ TEST(EventLogTest, NewestAreTheLastOnes) {
 TEST(FailoverTimingsTest, ARoutersEarlierSightingIsWhenTheFaultWasSeen) {
   std::vector<FailoverTiming> f = FailoverTimings(Logged({
       E("router_hint", "n2", 1, 100),
-      E("detected", "n2", 2, 200),  // n2's previous failover
-      E("router_hint", "n2", 2, 5000),                          // over the window before the next
-      E("router_hint", "n1", 2, 9900),                          // another node
-      E("router_hint", "n2", 2, 9910),                          // the router's sighting
-      E("router_hint", "n2", 2, 9930),                          // a second router, later
-      E("fault_seen", "n2", 3, 9995),                           // the agent's failed probe
+      E("detected", "n2", 2, 200),      // n2's previous failover
+      E("router_hint", "n2", 2, 5000),  // over the window before the next
+      E("router_hint", "n1", 2, 9900),  // another node
+      E("router_hint", "n2", 2, 9910),  // the router's sighting
+      E("router_hint", "n2", 2, 9930),  // a second router, later
+      E("fault_seen", "n2", 3, 9995),   // the agent's failed probe
       E("detected", "n2", 3, 9995.1),
-      E("detected", "n3", 4, 12000),                            // no hint: none
+      E("detected", "n3", 4, 12000),  // no hint: none
       E("fault_seen", "n4", 5, 12050),
-      E("router_hint", "n4", 5, 12090),                         // after the agent's: the agent's
+      E("router_hint", "n4", 5, 12090),  // after the agent's: the agent's
       E("detected", "n4", 5, 12100),
   }));
   ASSERT_EQ(f.size(), 4u);

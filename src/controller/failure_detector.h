@@ -105,7 +105,7 @@ class FailureDetector {
     double sum = 0, sum_sq = 0;
     bool broken = false;
     common::TimePoint broken_at;
-    bool held = false;  // past its threshold, held as shared silence
+    bool held = false;             // past its threshold, held as shared silence
     bool hold_to_ceiling = false;  // HoldToCeiling, until heard again
   };
   common::Duration ThresholdOf(const NodeState& s) const;

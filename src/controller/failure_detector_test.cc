@@ -165,7 +165,7 @@ TEST_F(FailureDetectorTest, AHeldSilenceEndsOneBeatAtATime) {
   BeatAll(all, milliseconds(50), 20);
   changes_.clear();
   BeatAll({"n1"}, milliseconds(50), 4);  // n2, n3, n4 unheard 200 ms: held
-  d_.Heartbeat("n2");                     // 2 of 4 silent: no longer most
+  d_.Heartbeat("n2");                    // 2 of 4 silent: no longer most
   BeatAll({"n1", "n2"}, milliseconds(10), 1);
   d_.Heartbeat("n3");
   BeatAll({"n1", "n2", "n3"}, milliseconds(10), 1);

@@ -59,8 +59,8 @@ class TrafficHistory {
   // `since_ms` (at most `span_ms` back) up to `now_ms`, from the failovers'
   // detection times: [{unix_ms, failovers_per_min}], oldest first.
   static nlohmann::json FailoversPerMinute(const std::vector<double>& detected_unix_ms,
-                                           double since_ms, double now_ms,
-                                           double span_ms = 600'000, double step_ms = 5'000);
+                                           double since_ms, double now_ms, double span_ms = 600'000,
+                                           double step_ms = 5'000);
 
  private:
   struct Sums {

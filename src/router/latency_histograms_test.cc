@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace gpuha::router {
 namespace {
 
@@ -18,13 +20,28 @@ TEST(LatencyHistogramsTest, ObservationsLandInTheirBucketTenantAndClass) {
   a.AddTo(&all);
   b.AddTo(&all);
   ASSERT_EQ(all.size(), 3u);
+  // The bucket whose upper bound is `le` seconds.
+  auto le = [](double bound) {
+    const auto& k = LatencyHistograms::kBounds;
+    return static_cast<size_t>(std::find(k.begin(), k.end(), bound) - k.begin());
+  };
   const auto& ok = all.at({"acme", "2xx"});
-  EXPECT_EQ(ok.buckets[0], 1u);  // <= 5 ms
-  EXPECT_EQ(ok.buckets[3], 1u);  // <= 50 ms
+  EXPECT_EQ(ok.buckets[le(0.005)], 1u);  // 3 ms: (2.5, 5] ms
+  EXPECT_EQ(ok.buckets[le(0.04)], 1u);   // 40 ms: (30, 40] ms
   EXPECT_EQ(ok.buckets.back(), 1u);
   EXPECT_NEAR(ok.sum, 120.043, 1e-9);
-  EXPECT_EQ(all.at({"acme", "5xx"}).buckets[0], 1u);
-  EXPECT_EQ(all.at({"", "none"}).buckets[0], 1u);
+  EXPECT_EQ(all.at({"acme", "5xx"}).buckets[le(0.001)], 1u);
+  EXPECT_EQ(all.at({"", "none"}).buckets[le(0.0025)], 1u);
+}
+
+// Prometheus' default bounds up to 60 s are all kept (no `le` series goes
+// away), and the bounds rise.
+TEST(LatencyHistogramsTest, TheBoundsKeepPrometheusDefaultsAndRise) {
+  const auto& k = LatencyHistograms::kBounds;
+  for (double d : {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0}) {
+    EXPECT_NE(std::find(k.begin(), k.end(), d), k.end()) << d;
+  }
+  EXPECT_TRUE(std::is_sorted(k.begin(), k.end()));
 }
 
 }  // namespace

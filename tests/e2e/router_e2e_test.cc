@@ -556,7 +556,8 @@ TEST_F(RouterE2eTest, FollowsTheControllersRoutesThroughANodeCrash) {
   std::this_thread::sleep_for(milliseconds(2500));
   json history = api("GET", "/api/v1/history", "");
   double max_rate = 0, max_failovers = 0;
-  for (const json& p : history["points"]) max_rate = std::max(max_rate, p.value("requests_per_s", 0.0));
+  for (const json& p : history["points"])
+    max_rate = std::max(max_rate, p.value("requests_per_s", 0.0));
   for (const json& p : history["failovers"]) {
     max_failovers = std::max(max_failovers, p.value("failovers_per_min", 0.0));
   }
