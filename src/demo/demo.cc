@@ -512,8 +512,13 @@ class Demo {
     const double t0_ms = double(t0) / 1e6;
     t->job_fenced_ms = lt.value("fenced_unix_ms", 0.0) - t0_ms;
     t->job_started_ms = lt.value("started_unix_ms", 0.0) - lt.value("fenced_unix_ms", 0.0);
-    t->steps_lost =
-        int64_t(c_.JobProgress(node, kJob, epoch)) - lt.value("resumed_from", int64_t{0});
+    // The crashed run reached at least the step of the checkpoint it wrote
+    // last: it writes its progress file after each checkpoint, so a crash
+    // between the two leaves the file one step behind (read beside a busy
+    // loop as "-1 steps lost").
+    const int64_t resumed_from = lt.value("resumed_from", int64_t{0});
+    const int64_t reached = std::max(int64_t(c_.JobProgress(node, kJob, epoch)), resumed_from);
+    t->steps_lost = reached - resumed_from;
   }
 
   // The controller is back: same routes, every agent reconnected, and the
