@@ -52,23 +52,24 @@ namespace gpuha::agent {
 // The agent's counters, declared once: each is a field of AgentCounters and
 // the /metrics family gpuha_agent_NAME_total (Envoy's ALL_*_STATS habit), so
 // nothing is counted and never shown.
-#define GPUHA_AGENT_COUNTERS(X)                                                               \
-  X(heartbeats_sent, "Heartbeats written to a controller.")                                   \
-  X(heartbeat_datagrams, "Heartbeats sent as UDP datagrams alone (in heartbeats_sent).")      \
-  X(datagram_send_errors, "Heartbeat datagrams the kernel refused (sent on the stream).")     \
-  X(datagram_fallbacks, "Times the controller heard no datagrams: beats back on the stream.") \
-  X(reconnects, "Controller streams that broke or never opened.")                             \
-  X(samples, "Telemetry samples taken.")                                                      \
-  X(probe_errors, "GPU probe calls that failed.")                                             \
-  X(xid_events, "XID occurrences seen (NVML and kernel log, each once).")                     \
-  X(kernel_log_xids, "XID lines read from the kernel log.")                                   \
-  X(xid_duplicates, "XIDs seen by both sources, reported once.")                              \
-  X(xid_server_restarts, "Servers restarted for an application XID of theirs.")               \
-  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")                            \
-  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")                                 \
-  X(pci_check_errors, "PCI presence checks that could not read sysfs.")                       \
-  X(fences, "Fence commands obeyed.")                                                         \
-  X(pod_resources_errors, "Kubelet pod-resources List calls that failed.")                    \
+#define GPUHA_AGENT_COUNTERS(X)                                                                   \
+  X(heartbeats_sent, "Heartbeats written to a controller.")                                       \
+  X(heartbeat_datagrams, "Heartbeats sent as UDP datagrams alone (in heartbeats_sent).")          \
+  X(datagram_send_errors, "Heartbeat datagrams the kernel refused (sent on the stream).")         \
+  X(datagram_fallbacks, "Times the controller heard no datagrams: beats back on the stream.")     \
+  X(reconnects, "Controller streams that broke or never opened.")                                 \
+  X(samples, "Telemetry samples taken.")                                                          \
+  X(probe_errors, "GPU probe calls that failed.")                                                 \
+  X(xid_events, "XID occurrences seen (NVML and kernel log, each once).")                         \
+  X(kernel_log_xids, "XID lines read from the kernel log.")                                       \
+  X(xid_duplicates, "XIDs seen by both sources, reported once.")                                  \
+  X(recovery_actions, "GPU recovery actions NVML reported (its event, or read after Drain P2P).") \
+  X(xid_server_restarts, "Servers restarted for an application XID of theirs.")                   \
+  X(gpu_calls_hung, "GPU probe calls that missed their deadline.")                                \
+  X(gpus_vanished, "Samples of a GPU gone from the PCI bus.")                                     \
+  X(pci_check_errors, "PCI presence checks that could not read sysfs.")                           \
+  X(fences, "Fence commands obeyed.")                                                             \
+  X(pod_resources_errors, "Kubelet pod-resources List calls that failed.")                        \
   X(stale_commands, "Commands ignored for carrying an old epoch.")
 
 struct AgentCounters {
@@ -222,7 +223,8 @@ class Agent {
   // restarted for an application XID it caused.
   void AttributeXid(gpu::XidEvent* x);
   // A kernel log line that decides its XID's verdict (154's action,
-  // 144-150's registers), judged even when it comes after the wait.
+  // 144-150's registers) or adds to it (74's registers), judged even when
+  // it comes after NVML's copy and the wait.
   static bool LineDecides(const gpu::XidEvent& x);
 
   mutable std::mutex mu_;

@@ -90,6 +90,7 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   c.heartbeat_ms = static_cast<int>(heartbeat.count());
   if (auto v = root.StringList("nics")) c.nics = *v;
   if (auto v = root.String("sysfs_net")) c.sysfs_net = *v;
+  if (auto v = root.String("sysfs_module")) c.sysfs_module = *v;
   gpu::ReadHealthThresholds(root.Map("thresholds"), &c.thresholds);
   common::YamlMap server = root.Map("server");
   common::YamlMap per_gpu = server.Map("per_gpu");
@@ -155,6 +156,12 @@ absl::StatusOr<AgentConfig> ParseAgentConfig(absl::string_view yaml, const std::
   if (auto v = rem.String("sysfs_pci")) c.remediation.sysfs_pci = *v;
   common::ReadMillis(rem, "timeout_ms", &c.remediation.timeout, {.min = 100, .max = 3'600'000});
   common::ReadMillis(rem, "window_ms", &c.remediation.window, {.min = 1000, .max = 86'400'000});
+  if (auto v = rem.String("reboot_history")) c.remediation.reboot_history = *v;
+  common::ReadMillis(rem, "reboot_cooldown_ms", &c.remediation.reboot_cooldown,
+                     {.min = 0, .max = 7LL * 86'400'000});
+  common::ReadIntIn(rem, "max_reboots", 1, 1000, &c.remediation.max_reboots);
+  common::ReadMillis(rem, "reboot_window_ms", &c.remediation.reboot_window,
+                     {.min = 1000, .max = 90LL * 86'400'000});
   common::YamlMap metrics = root.Map("metrics");
   if (auto v = metrics.Bool("dcgm_names")) c.dcgm_names = *v;
   if (auto v = metrics.String("pod_resources")) c.pod_resources = *v;  // auto | off | a path

@@ -61,6 +61,8 @@ struct AgentConfig {
   int heartbeat_ms = 50;
   std::vector<std::string> nics;
   std::string sysfs_net = "/sys/class/net";
+  // Loaded kernel modules: XID 159's action depends on nvidia_uvm.
+  std::string sysfs_module = "/sys/module";
   gpu::HealthThresholds thresholds;
   SupervisorOptions server;
   // One inference server per GPU (issue 16): GPU i runs `server` with

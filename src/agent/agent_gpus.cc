@@ -55,6 +55,9 @@ void Agent::RemediateGpus() {
     for (const auto& [gpu, state] : health_.gpu_states) {
       if (state == gpu::HealthState::kFailed) in.failed.insert(gpu);
     }
+    for (const gpu::HealthReason& r : health_.reasons) {
+      if (r.reboot && in.reboot_for.empty()) in.reboot_for = r.code + ": " + r.detail;
+    }
   }
   for (const gpu::DeviceInfo& d : devices_) {
     if (std::string a = gpu::SysfsPciAddress(d.pci_bus_id); !a.empty()) in.pci[d.index] = a;
@@ -111,6 +114,14 @@ void Agent::AddGpuHealthLocked(v1::Heartbeat* hb) {
     hb->set_health(v1::NODE_HEALTH_DRAINING);
   }
   // Remediation under way or spent: the operator sees the step and its log.
+  if (const GpuRemedy node = remediator_.NodeState(); node.step != RemedyStep::kNone) {
+    v1::HealthReason* pr = hb->add_reasons();
+    pr->set_code("node.remediation");
+    pr->set_detail(absl::StrCat(RemedyStepName(node.step), node.running ? " running" : "",
+                                node.result.empty() ? "" : ": " + node.result));
+    pr->set_severity(node.step == RemedyStep::kHeld ? v1::NODE_HEALTH_FAILED
+                                                    : v1::NODE_HEALTH_DRAINING);
+  }
   std::map<uint32_t, v1::HealthReason> remedies;
   for (const auto& [gpu, r] : remediator_.State()) {
     if (r.step == RemedyStep::kNone) continue;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "agent/agent.h"
 #include "common/log.h"
 
@@ -21,6 +22,24 @@ gpu::HealthState Agent::health() const {
 void Agent::Evaluate() {
   gpu::Observation obs;
   std::unique_lock<std::mutex> sample_lock(sample_mu_);
+  // GPUs drained for a Drain P2P: NVIDIA's next step is to read the
+  // recovery action again; the answer is judged with this sample.
+  std::vector<uint32_t> requery;
+  {
+    std::lock_guard<std::mutex> eval_lock(eval_mu_);
+    requery = evaluator_.RecoveryQueriesDue(clock_->Now());
+  }
+  for (uint32_t gpu : requery) {
+    std::optional<int> action = probe_->RecoveryAction(gpu);
+    spdlog::info("agent {}: GPU {}: recovery action read again after Drain P2P: {}", config_.node,
+                 gpu, action ? absl::StrCat(*action) : "not known (NVML cannot say)");
+    if (!action) continue;
+    gpu::XidEvent x{gpu, 154, clock_->UnixNanos()};
+    x.recovery_value = *action;
+    x.recovery_only = true;
+    counters_.recovery_actions++;
+    obs.new_xids.push_back(std::move(x));
+  }
   {
     std::vector<uint32_t> indexes;
     for (const gpu::DeviceInfo& d : devices_) indexes.push_back(d.index);
@@ -70,6 +89,7 @@ void Agent::JudgeLocked(gpu::Observation obs, bool sampled) {
       ++sample_seq_;
     }
     for (const gpu::XidEvent& x : xids) {
+      if (x.recovery_only) continue;  // not an XID
       last_xid_[x.gpu_index] = x.xid;
       unsent_xids_.push_back(x);
     }

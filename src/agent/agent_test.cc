@@ -17,7 +17,9 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "agent/pod_resources.h"
 #include "agent/process.h"
 #include "agent/testing/fake_controller.h"
@@ -26,6 +28,7 @@
 #include "common/testing/eventually.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
+#include "gpu/nvml_probe.h"
 #include "gpu/pci_rebind.h"
 #include "gpu/sim_probe.h"
 
@@ -375,6 +378,84 @@ TEST_F(AgentTest, AnXidTheLogsLineDecidesIsCountedOnceAndJudgedAsTheLineSays) {
   EXPECT_FALSE(ReasonFor(hb->heartbeat, "gpu0.xid144").has_value());  // ignored, as decoded
   EXPECT_EQ(agent->counters().xid_duplicates.load(), 2u);
   EXPECT_EQ(agent->counters().xid_events.load(), 2u);
+}
+
+// Issue 52, items 1 and 8: with no kernel log (the common case in a
+// container), XID 154's action and 144-150's come from NVML (the fake
+// library here): the recovery-action field read at the event, and the
+// recovery-action event. Every 154 action ends in the catalog's (they all
+// drained before), 144-150 take the action the driver set, and a Drain P2P
+// is asked again once its work had time to move: a None ends its drain,
+// a reset fails the GPU.
+TEST_F(AgentTest, WithoutTheKernelLogNvmlsRecoveryActionDecides) {
+  FakeController controller;
+  const std::string state = (gpuha::testing::TestTempDir() / "nvml_state").string();
+  // GPU g < 8: XID 154 with action g; 8: XID 145, a reset; 9: XID 149,
+  // none; 10: XID 147, no field (a driver before R565); 11: no XID, the
+  // recovery-action event alone, Drain P2P.
+  std::string gpus = "count 12\n";
+  for (int g = 0; g < 8; ++g) absl::StrAppend(&gpus, "gpu", g, ".recovery_action ", g, "\n");
+  auto write = [&](const std::string& changed, const std::string& events) {
+    ASSERT_TRUE(common::WriteFileAtomic(state, gpus + changed + events).ok());
+  };
+  const std::string fixed = "gpu8.recovery_action 1\ngpu9.recovery_action 0\n";
+  write(fixed + "gpu11.recovery_action 3\n", "");
+  ::setenv("FAKE_NVML_STATE", state.c_str(), 1);
+  auto probe = gpu::NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  AgentConfig c = Config({controller.port()});
+  c.gpu_backend = "nvml";
+  c.kernel_log = "off";
+  c.pci_devices = "off";
+  c.thresholds.xid_drain_reset = milliseconds(400);
+  auto agent = std::make_unique<Agent>(c, std::move(*probe), &runner_, common::RealClock::Get());
+  ASSERT_TRUE(agent->Start().ok());
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  const std::vector<std::pair<int, int>> xids = {{0, 154}, {1, 154}, {2, 154}, {3, 154},
+                                                 {4, 154}, {5, 154}, {6, 154}, {7, 154},
+                                                 {8, 145}, {9, 149}, {10, 147}};
+  std::string events;
+  for (size_t i = 0; i < xids.size(); ++i) {
+    events = absl::StrCat("xid_seq ", i + 1, "\nxid_gpu ", xids[i].first, "\nxid ", xids[i].second,
+                          "\n");
+    write(fixed + "gpu11.recovery_action 3\n", events);
+    ASSERT_TRUE(WaitUntil([&] { return agent->counters().xid_events.load() == i + 1; }));
+  }
+  write(fixed + "gpu11.recovery_action 3\n", events + "recovery_seq 1\nrecovery_gpu 11\n");
+  auto severity = [](const v1::Heartbeat& h, const std::string& code) {
+    std::optional<v1::HealthReason> r = ReasonFor(h, code);
+    return r ? r->severity() : v1::NODE_HEALTH_HEALTHY;
+  };
+  auto hb = controller.WaitForHeartbeat([&](const v1::Heartbeat& h) {
+    return ReasonFor(h, "gpu11.xid154").has_value() && ReasonFor(h, "gpu4.xid154.reset");
+  });
+  ASSERT_TRUE(hb.has_value());
+  const v1::Heartbeat& h = hb->heartbeat;
+  EXPECT_FALSE(ReasonFor(h, "gpu0.xid154").has_value());  // None
+  EXPECT_EQ(severity(h, "gpu1.xid154"), v1::NODE_HEALTH_FAILED);
+  EXPECT_THAT(ReasonFor(h, "gpu1.xid154")->detail(), HasSubstr("GPU Reset Required"));
+  EXPECT_EQ(severity(h, "gpu2.xid154"), v1::NODE_HEALTH_FAILED);
+  EXPECT_THAT(ReasonFor(h, "gpu2.xid154")->detail(), HasSubstr("Node Reboot Required"));
+  EXPECT_EQ(severity(h, "gpu3.xid154"), v1::NODE_HEALTH_DRAINING);      // Drain P2P
+  EXPECT_EQ(severity(h, "gpu4.xid154"), v1::NODE_HEALTH_DRAINING);      // Drain and Reset:
+  EXPECT_EQ(severity(h, "gpu4.xid154.reset"), v1::NODE_HEALTH_FAILED);  // then the reset
+  EXPECT_EQ(severity(h, "gpu5.xid154"), v1::NODE_HEALTH_DRAINING);      // Recover IMEX Domain
+  EXPECT_EQ(severity(h, "gpu6.xid154"), v1::NODE_HEALTH_FAILED);        // bus reset
+  EXPECT_EQ(severity(h, "gpu7.xid154"), v1::NODE_HEALTH_FAILED);        // system reboot
+  EXPECT_EQ(severity(h, "gpu8.xid145"), v1::NODE_HEALTH_FAILED);
+  EXPECT_FALSE(ReasonFor(h, "gpu9.xid149").has_value());
+  EXPECT_EQ(severity(h, "gpu10.xid147"), v1::NODE_HEALTH_DRAINING);  // the catalog's
+  EXPECT_EQ(severity(h, "gpu11.xid154"), v1::NODE_HEALTH_DRAINING);
+  EXPECT_EQ(agent->counters().xid_events.load(), 11u);  // the event is no XID
+  EXPECT_GE(agent->counters().recovery_actions.load(), 1u);
+  // P2P quiet: asked again, GPU 11 answers None and GPU 3 a reset.
+  absl::StrReplaceAll({{"gpu3.recovery_action 3", "gpu3.recovery_action 1"}}, &gpus);
+  write(fixed + "gpu11.recovery_action 0\n", events + "recovery_seq 1\nrecovery_gpu 11\n");
+  hb = controller.WaitForHeartbeat([&](const v1::Heartbeat& h) {
+    return !ReasonFor(h, "gpu11.xid154").has_value() &&
+           severity(h, "gpu3.xid154") == v1::NODE_HEALTH_FAILED;
+  });
+  EXPECT_TRUE(hb.has_value());
 }
 
 // Issue 38, items 1 and 2, as an H200 showed them: three XID 31s 4.3 s
@@ -756,6 +837,46 @@ TEST_F(AgentTest, AFailedGpuIsReboundThroughSysfsAndJudgedAgain) {
   // Its XID forgotten, the node is healthy again after the healthy samples.
   EXPECT_TRUE(controller.WaitForHeartbeat(
       [](const v1::Heartbeat& h) { return h.health() == v1::NODE_HEALTH_HEALTHY; }));
+}
+
+// Issue 52, item 9: an XID whose catalog action is a reboot (79,
+// RESTART_BM) reaches the reboot hook: the node drains, and once the
+// controller fenced it (its work moved) the hook runs, its run written to
+// the reboot history first. Before, node-level verdicts never reached the
+// remediator and recovery was manual.
+TEST_F(AgentTest, ARebootXidRunsTheRebootHookOnceTheNodeIsFenced) {
+  const std::filesystem::path dir = gpuha::testing::TestTempDir();
+  const std::string ran = (dir / "rebooted").string();
+  FakeController controller;
+  AgentConfig c = Config({controller.port()});
+  c.remediation.reboot = {"/bin/sh", "-c", "echo {node} > " + ran};
+  c.remediation.reboot_history = (dir / "reboots").string();
+  RealProcessRunner processes;
+  Agent agent(c, std::move(*gpu::SimProbe::Create(c.sim, common::RealClock::Get())), &processes,
+              common::RealClock::Get());
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(controller.WaitForHeartbeat([](const v1::Heartbeat&) { return true; }));
+  auto r = common::HttpCall("POST", "127.0.0.1", agent.http_port(), "/v1/sim/faults",
+                            "kind=xid,xid=79,gpu=1", milliseconds(2000));
+  ASSERT_TRUE(r.ok());
+  auto waiting = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    std::optional<v1::HealthReason> n = ReasonFor(h, "node.remediation");
+    return n && absl::StrContains(n->detail(), "waiting for the node's work to move") &&
+           absl::StrContains(n->detail(), "gpu1.xid79");
+  });
+  ASSERT_TRUE(waiting.has_value());
+  EXPECT_FALSE(std::filesystem::exists(ran));  // not before the fence
+  controller.Send(FenceAt(1));
+  auto done = controller.WaitForHeartbeat([](const v1::Heartbeat& h) {
+    std::optional<v1::HealthReason> n = ReasonFor(h, "node.remediation");
+    return n && n->detail() == "reboot: exit 0";
+  });
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(common::ReadFile(ran).value_or(""), "gpu-1\n");
+  auto history = common::ReadFile(c.remediation.reboot_history);
+  ASSERT_TRUE(history.ok());
+  EXPECT_EQ(std::count(history->begin(), history->end(), '\n'), 1);
+  agent.Stop();
 }
 
 // Nothing to tell: an agent that is not connected stops at once.

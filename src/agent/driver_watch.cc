@@ -140,6 +140,11 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
       it = held_xids_.erase(it);
     }
     for (gpu::XidEvent& x : seen) {
+      if (x.recovery_only) {  // NVML's recovery action, not an XID: judged, not counted
+        counters_.recovery_actions++;
+        judge.push_back(std::move(x));
+        continue;
+      }
       if (!xid_dedup_.Fresh(source, x.gpu_index, x.xid, now)) {
         counters_.xid_duplicates++;
         if (source != gpu::XidSource::kKernelLog) continue;
@@ -165,7 +170,9 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
       // registers; 45's cause), from NVML, whose event carries none of it:
       // the line comes a few milliseconds later, and the XID waits for it
       // (at most kAttributionWait; then it is judged as the catalog has it).
-      if (source == gpu::XidSource::kNvml && kernel_log_ && gpu::XidNeedsKernelLine(x.xid)) {
+      // (Not an XID 154 whose action NVML's field gave.)
+      if (source == gpu::XidSource::kNvml && kernel_log_ && gpu::XidNeedsKernelLine(x.xid) &&
+          !(x.xid == 154 && x.recovery_value >= 0)) {
         held_xids_.push_back({std::move(x), now + kAttributionWait});
         continue;
       }
@@ -177,6 +184,11 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
   }
   if (judge.empty()) return;
   for (gpu::XidEvent& x : judge) {
+    if (x.recovery_only) {
+      spdlog::warn("agent {}: GPU {}: NVML says its recovery action is now {}", config_.node,
+                   x.gpu_index, x.recovery_value);
+      continue;
+    }
     AttributeXid(&x);
     spdlog::warn("agent {}: XID {} on GPU {}{}", config_.node, x.xid, x.gpu_index,
                  x.pid > 0 ? absl::StrCat(", process ", x.process, " (pid ", x.pid, ")") : "");
@@ -186,10 +198,20 @@ void Agent::ReportXids(std::vector<gpu::XidEvent> seen, gpu::XidSource source) {
 
 bool Agent::LineDecides(const gpu::XidEvent& x) {
   return (x.xid == 154 && (x.recovery_value >= 0 || !x.recovery_action.empty())) ||
-         (x.xid >= 144 && x.xid <= 150 && x.intr_info.has_value());
+         (x.xid >= 144 && x.xid <= 150 && x.intr_info.has_value()) ||
+         (x.xid == 74 && !x.nvlink_regs.empty());
 }
 
 void Agent::AttributeXid(gpu::XidEvent* x) {
+  // XID 159 (CHECK_UVM): a reset where UVM or vGPU is in use, else
+  // nothing. The modules say which; without /sys/module, not known.
+  if (x->xid == 159) {
+    const std::filesystem::path modules(config_.sysfs_module);
+    if (std::filesystem::is_directory(modules)) {
+      x->uvm = std::filesystem::exists(modules / "nvidia_uvm") ||
+               std::filesystem::exists(modules / "nvidia_vgpu_vfio");
+    }
+  }
   // XID 45 with no cause named: the catalog asks for a Fabric Manager
   // restart where one runs (the evaluator decides whether it is alone).
   // One process's exit logs an XID 45 per channel: /proc is looked at

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "agent/testing/fake_process_runner.h"
 #include "common/file_util.h"
 #include "common/testing/temp_dir.h"
@@ -34,10 +35,18 @@ class RemediationTest : public ::testing::Test {
     o.reboot = {"reboot-hook", "{node}", "{pci}"};
     o.timeout = seconds(30);
     o.window = seconds(600);
+    o.reboot_history = history_;
     return o;
+  }
+  // `failed` GPUs and the node's own verdict asking for a reboot.
+  static Remediator::Input Reboot(bool node_fenced = true) {
+    Remediator::Input in = In({}, node_fenced);
+    in.reboot_for = "gpu0.xid79: XID 79: GPU has fallen off the bus";
+    return in;
   }
   common::FakeClock clock_;
   FakeProcessRunner runner_;
+  const std::string history_ = (gpuha::testing::TestTempDir() / "reboots").string();
 };
 
 TEST_F(RemediationTest, ResetThenRebootThenHeldForAHuman) {
@@ -169,6 +178,88 @@ TEST_F(RemediationTest, AHeldGpuHealthyForAWindowStartsOver) {
   r.Tick(In({0}));
   EXPECT_EQ(r.State().at(0).step, RemedyStep::kReset);
   EXPECT_EQ(runner_.spawns, 2);
+}
+
+// Issue 52, item 9: the node's own verdict asks for a reboot (XID 79):
+// the hook runs directly, once the node is fenced, and each run is written
+// to the history first; within the cool-down a reboot waits, and after
+// max_reboots within the window it is held for a human, across the
+// reboots themselves (a new Remediator reads the same history).
+TEST_F(RemediationTest, ARebootTheNodeAsksForRunsOnceFencedAndIsBoundedAcrossReboots) {
+  RemediationOptions o = Options();
+  o.max_reboots = 2;
+  auto r = std::make_unique<Remediator>(o, &runner_, &clock_, "gpu-7");
+  r->Tick(Reboot(/*node_fenced=*/false));
+  EXPECT_EQ(runner_.spawns, 0);
+  EXPECT_TRUE(r->RebootWanted());  // the agent reports the node draining
+  EXPECT_THAT(r->NodeState().result, HasSubstr("waiting for the node's work to move"));
+  EXPECT_THAT(r->NodeState().result, HasSubstr("gpu0.xid79"));
+  r->Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 1);
+  EXPECT_EQ(runner_.last_argv, (std::vector<std::string>{"reboot-hook", "gpu-7", ""}));
+  EXPECT_TRUE(r->NodeState().running);
+  EXPECT_EQ(common::ReadFile(history_).value_or(""),
+            absl::StrCat(clock_.UnixNanos() / 1'000'000'000, "\n"));
+  runner_.exit_text = "exit 0";
+  runner_.Crash(runner_.last_pid);
+  r->Tick(Reboot());
+  EXPECT_EQ(r->NodeState().result, "exit 0");
+  // The node came back (the agent restarted: a new Remediator) and XID 79
+  // again: within the cool-down the reboot waits.
+  clock_.Advance(seconds(600));
+  r = std::make_unique<Remediator>(o, &runner_, &clock_, "gpu-7");
+  r->Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 1);
+  EXPECT_EQ(r->NodeState().step, RemedyStep::kReboot);
+  EXPECT_THAT(r->NodeState().result, HasSubstr("reboot waits for its cool-down"));
+  clock_.Advance(seconds(3000));  // an hour since the first
+  r->Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 2);
+  runner_.Crash(runner_.last_pid);
+  clock_.Advance(seconds(3600));
+  r = std::make_unique<Remediator>(o, &runner_, &clock_, "gpu-7");
+  r->Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 2);  // max_reboots within the window: held
+  EXPECT_EQ(r->NodeState().step, RemedyStep::kHeld);
+  EXPECT_THAT(r->NodeState().result, HasSubstr("held for a human: the hook ran 2 times"));
+  // The GPU steps' reboot is bounded by the same history.
+  r->Tick(In({0}));                 // the reset
+  runner_.Crash(runner_.last_pid);  // exit 0, and GPU 0 still failed after
+  r->Tick(In({0}));
+  clock_.Advance(seconds(10));
+  r->Tick(In({0}));
+  EXPECT_EQ(runner_.spawns, 3);  // the reset only; its reboot is held
+  EXPECT_EQ(r->State().at(0).step, RemedyStep::kHeld);
+  // A week on, the window is clear.
+  clock_.Advance(std::chrono::hours(24 * 7));
+  r = std::make_unique<Remediator>(o, &runner_, &clock_, "gpu-7");
+  r->Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 4);
+}
+
+// A hook that fails holds the node for a human; a history that cannot be
+// read or written holds it too (a loop it could not bound).
+TEST_F(RemediationTest, ARebootHookThatFailsOrAnUnusableHistoryHoldsTheNode) {
+  Remediator r(Options(), &runner_, &clock_, "gpu-7");
+  r.Tick(Reboot());
+  runner_.Crash(runner_.last_pid);  // exit 1
+  r.Tick(Reboot());
+  r.Tick(Reboot());
+  EXPECT_EQ(r.NodeState().step, RemedyStep::kHeld);
+  EXPECT_THAT(r.NodeState().result, HasSubstr("held out for a human: reboot: exit 1"));
+  EXPECT_EQ(runner_.spawns, 1);
+  RemediationOptions o = Options();
+  o.reboot_history = (gpuha::testing::TestTempDir() / "no" / "such" / "dir").string();
+  Remediator unwritable(o, &runner_, &clock_, "gpu-7");
+  unwritable.Tick(Reboot());
+  EXPECT_EQ(runner_.spawns, 1);
+  EXPECT_EQ(unwritable.NodeState().step, RemedyStep::kHeld);
+  EXPECT_THAT(unwritable.NodeState().result, HasSubstr("cannot write remediation.reboot_history"));
+  ASSERT_TRUE(common::WriteFileAtomic(history_, "yesterday\n").ok());
+  Remediator garbled(Options(), &runner_, &clock_, "gpu-7");
+  garbled.Tick(Reboot());
+  EXPECT_THAT(garbled.NodeState().result, HasSubstr("line 1: 'yesterday' is not a time"));
+  EXPECT_EQ(runner_.spawns, 1);
 }
 
 }  // namespace

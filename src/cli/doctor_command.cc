@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gpu/kernel_log.h"
 #include "gpu/nvml_probe.h"
 #include "gpu/pci_presence.h"
+#include "gpu/xid_catalog.h"
 
 namespace gpuha::cli {
 
@@ -60,6 +62,17 @@ int DoctorCommand::Run(std::ostream& out, std::ostream& err) {
         << (probe->EventsRegistered(d.index) ? "registered"
                                              : "not supported (the kernel log is the only source)")
         << "\n";
+    // XID 154's action and 144-150's without the kernel log (issue 52).
+    const std::optional<int> action = probe->RecoveryAction(d.index);
+    const std::optional<gpu::RecoveryAction> known =
+        action ? gpu::Xid154Action(*action) : std::nullopt;
+    out << "  recovery action: "
+        << (!action ? std::string("not reported (a driver before R565: XID 154 needs the kernel "
+                                  "log's line)")
+            : known ? absl::StrCat(*action, " (", known->name, ")")
+                    : absl::StrCat(*action, " (not one gpuha knows)"))
+        << ", its event "
+        << (probe->RecoveryEventsRegistered(d.index) ? "registered" : "not supported") << "\n";
     const auto t0 = std::chrono::steady_clock::now();
     auto s = probe->Sample(d.index);
     const double ms =

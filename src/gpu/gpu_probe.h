@@ -107,11 +107,19 @@ struct XidEvent {
   uint32_t gpu_index = 0;
   uint32_t xid = 0;
   int64_t unix_nanos = 0;
-  // XID 154's action, which only its kernel log message carries: its value
-  // (-1 unknown: NVML's event, or another XID) and the driver's words for
-  // it ("GPU Reset Required", "Drain and Reset"; xid_catalog.h).
+  // The GPU's recovery action (xid_catalog.h's Xid154Action): XID 154's,
+  // as its kernel log line names it or as NVML's field
+  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION read at the event; for XIDs
+  // 144-150, the field's, which decides when their line's registers are
+  // not known. -1: unknown (a driver before R565, another XID). And the
+  // driver's words for it ("GPU Reset Required", "Drain and Reset"), from
+  // the line only.
   int recovery_value = -1;
   std::string recovery_action{};
+  // Not an XID: NVML's recovery-action event, or the action read again
+  // (after a Drain P2P). Judged as an XID 154 naming the action; never
+  // counted or reported as an XID occurrence.
+  bool recovery_only = false;
   // XID 45: the XID whose cleanup it is, as the line says; 0: not said.
   uint32_t caused_by = 0;
   // XIDs 144-150: the line's IntrInfo and Error Status (xid_nvlink5.h),
@@ -121,10 +129,18 @@ struct XidEvent {
   // TPC 1, SM 0)"): repeats in one place are the GPU's, elsewhere the
   // application's (NVIDIA's XID 13 workflow).
   std::optional<uint32_t> gpc{}, tpc{};
+  // XID 74: the NVLink link and its error registers REG0-REG6, as the line
+  // says ("NVLink: fatal error detected on link 6(0x10000, 0x0, ...)");
+  // NVSentinel's rules read their bits.
+  std::optional<uint32_t> link{};
+  std::vector<uint32_t> nvlink_regs{};
   uint32_t driver_major = 0;
   // XID 45 alone: whether NVIDIA Fabric Manager runs on the node (the
   // agent looked), whose restart the catalog then asks for.
   bool fabric_manager = false;
+  // XID 159 (CHECK_UVM): whether UVM or vGPU is in use (nvidia_uvm or
+  // nvidia_vgpu_vfio loaded, as the agent looked); empty: not known.
+  std::optional<bool> uvm{};
   // The process the kernel log names for it (an application's XID: the
   // one whose work faulted); 0 and empty when unknown (NVML's event).
   int64_t pid = 0;
@@ -145,8 +161,12 @@ class GpuProbe {
   // A failing device reports lost = true rather than an error; an error means
   // the probe itself cannot work (library gone, bad index).
   virtual absl::StatusOr<GpuSample> Sample(uint32_t index) = 0;
-  // Blocks up to `timeout` for XID events and returns those seen (possibly none).
+  // Blocks up to `timeout` for XID events and returns those seen (possibly
+  // none); a recovery-action change comes as one with recovery_only.
   virtual absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds timeout) = 0;
+  // The GPU's recovery action now (NVML's field; the values of XID 154's
+  // line); nullopt where the backend or the driver cannot say.
+  virtual std::optional<int> RecoveryAction(uint32_t /*index*/) { return std::nullopt; }
 };
 
 }  // namespace gpuha::gpu

@@ -83,6 +83,9 @@ void HealthEvaluator::Reset() {
   alert_xids_.clear();
   xid13_places_.clear();
   gpu_last_xid_.clear();
+  xid74_seen_.clear();
+  p2p_requery_.clear();
+  p2p_drains_.clear();
   all_ = node_ = Hysteresis{};
   gpus_.clear();
   slices_.clear();
@@ -103,21 +106,14 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                                                    bool sampled) {
   std::vector<HealthReason> reasons;
   for (const XidEvent& x : obs.new_xids) {
-    XidConsequence c = ConsequenceOf(x.xid);
+    Verdict v = Judge(x, now);
     const XidInfo* info = FindXid(x.xid);
-    bool node_level = IsNodeXid(x.xid);
-    std::string said;  // what the kernel log's line said that decided it
-    const bool reset_after = Refine(x, now, &c, &node_level, &said);
-    if (x.xid != 45) gpu_last_xid_[x.gpu_index] = now;
-    if (x.xid == 154 && c == XidConsequence::kIgnore && !said.empty()) {
-      // "None": the driver needs nothing more; a reset a "Drain and Reset"
-      // left pending is not owed.
-      const std::string code = absl::StrCat("gpu", x.gpu_index, ".xid154.reset");
-      std::erase_if(latched_, [&](const Latched& l) {
-        return l.reason.code == code && l.from && *l.from > now;
-      });
+    if (x.xid != 45 && !x.recovery_only) gpu_last_xid_[x.gpu_index] = now;
+    if (v.action >= 0) {
+      RecoveryActionSaid(x.gpu_index, v.action, absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
+                         now);
     }
-    if (c == XidConsequence::kIgnore) continue;
+    if (v.c == XidConsequence::kIgnore) continue;
     // The process the kernel log names for it, and whose it is.
     std::string who;
     if (x.pid > 0) {
@@ -127,18 +123,24 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
                        : x.owner == XidEvent::Owner::kForeign ? ", not this node's inference server"
                                                               : "");
     }
-    HealthReason r{
-        absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
-        absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog",
-                     said.empty() ? "" : ": " + said, " (", XidConsequenceName(c), ")", who),
-        c == XidConsequence::kFailAndFence ? HealthState::kFailed
-        : c == XidConsequence::kDrain      ? HealthState::kDraining
-                                           : HealthState::kDegraded,
-        node_level ? -1 : static_cast<int>(x.gpu_index)};
+    const std::string what =
+        x.recovery_only
+            ? std::string("NVML: the GPU's recovery action")
+            : absl::StrCat("XID ", x.xid, ": ", info ? info->meaning : "not in the catalog");
+    HealthReason r{absl::StrCat("gpu", x.gpu_index, ".xid", x.xid),
+                   absl::StrCat(what, v.said.empty() ? "" : ": " + v.said, " (",
+                                XidConsequenceName(v.c), ")", who),
+                   v.c == XidConsequence::kFailAndFence ? HealthState::kFailed
+                   : v.c == XidConsequence::kDrain      ? HealthState::kDraining
+                                                        : HealthState::kDegraded,
+                   v.node ? -1 : static_cast<int>(x.gpu_index)};
     r.event = true;
+    // The catalog's RESTART_BM and RESTART_VM, XID 154's reboots: the
+    // remediator's reboot hook (after the node's work moved).
+    r.reboot = v.node && v.c == XidConsequence::kFailAndFence;
     std::optional<common::TimePoint> until;
-    if (c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
-    if (reset_after) {
+    if (v.c == XidConsequence::kAlert) until = now + t_.xid_alert_hold;
+    if (v.reset_after) {
       // "Drain and Reset": the work moves first, then the GPU fails, to be
       // reset (the remediator's, or an operator's).
       HealthReason reset{absl::StrCat("gpu", x.gpu_index, ".xid154.reset"),
@@ -150,7 +152,8 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
       Latch(std::move(reset), std::nullopt, now + t_.xid_drain_reset);
     }
     Latch(std::move(r), until);
-    if (c == XidConsequence::kAlert && IsApplicationXid(x.xid)) CountRepeat(x, now);
+    if (v.c == XidConsequence::kAlert && IsApplicationXid(x.xid)) CountRepeat(x, now);
+    if (x.xid == 74 && !x.nvlink_regs.empty()) CountXid74(x, now);
   }
   std::erase_if(latched_, [&](const Latched& l) { return l.until && *l.until <= now; });
   for (const Latched& l : latched_) {
@@ -249,42 +252,64 @@ std::vector<HealthReason> HealthEvaluator::Instant(const Observation& obs, commo
   return reasons;
 }
 
-bool HealthEvaluator::Refine(const XidEvent& x, common::TimePoint now, XidConsequence* c,
-                             bool* node_level, std::string* said) const {
+HealthEvaluator::Verdict HealthEvaluator::Judge(const XidEvent& x, common::TimePoint now) const {
+  Verdict v{ConsequenceOf(x.xid), IsNodeXid(x.xid)};
+  // A recovery action, as XID 154's line or NVML's field names it.
+  auto action = [&](int value, absl::string_view words) {
+    std::optional<RecoveryAction> a = Xid154Action(value);
+    if (!a) return false;
+    v.c = a->consequence;
+    v.node = a->node;
+    v.reset_after = a->reset_after;
+    v.action = value;
+    v.said = words.empty() ? std::string(a->name) : std::string(words);
+    return true;
+  };
   if (x.xid == 154) {
     // Its action, by the value the driver prints (its words differ by
-    // branch); without the line (NVML's event) the catalog's drain stands.
+    // branch) or NVML's field gives; without either, the catalog's drain.
     const int value =
         x.recovery_value >= 0 ? x.recovery_value : Xid154ActionValue(x.recovery_action);
-    if (std::optional<RecoveryAction> a = Xid154Action(value)) {
-      *c = a->consequence;
-      *node_level = a->node;
-      *said = x.recovery_action.empty() ? std::string(a->name) : x.recovery_action;
-      return a->reset_after;
-    }
-    if (value >= 0 || !x.recovery_action.empty()) {
-      *said = absl::StrCat(
+    if (!action(value, x.recovery_action) && (value >= 0 || !x.recovery_action.empty())) {
+      v.said = absl::StrCat(
           "recovery action", value >= 0 ? absl::StrCat(" 0x", absl::Hex(value)) : "",
           x.recovery_action.empty() ? "" : " " + x.recovery_action, " (not one gpuha knows)");
     }
-    return false;
+    return v;
   }
   if (x.xid >= 144 && x.xid <= 150) {
-    if (!x.intr_info || !x.error_status) return false;  // no registers: the catalog's drain
+    if (!x.intr_info || !x.error_status) {
+      // No registers (no kernel log line): the driver's recovery action,
+      // which NVML's field gives, is what the decode sheet's rows come to;
+      // without it, the catalog's drain.
+      if (action(x.recovery_value, "")) {
+        v.reset_after = false;  // the XID 154 beside it owes the reset
+        v.said = absl::StrCat("no kernel log line; NVML's recovery action: ", v.said);
+      }
+      return v;
+    }
     std::optional<Nvlink5Decode> d =
         DecodeNvlink5(x.xid, *x.intr_info, *x.error_status, x.driver_major);
     if (!d) {
-      *said = absl::StrFormat("IntrInfo 0x%08x, Error Status 0x%08x: not in the catalog's decode",
-                              *x.intr_info, *x.error_status);
-      return false;
+      v.said = absl::StrFormat("IntrInfo 0x%08x, Error Status 0x%08x: not in the catalog's decode",
+                               *x.intr_info, *x.error_status);
+      return v;
     }
     // XID_154_EVAL: the XID 154 beside it says what to do (it is judged on
     // its own); none: RESTART_APP, an alert.
-    *c = d->action == "RESET_GPU" ? XidConsequence::kFailAndFence
-         : d->action == "IGNORE"  ? XidConsequence::kIgnore
-                                  : XidConsequence::kAlert;
-    *said = absl::StrCat(d->subcode, ", ", d->action);
-    return false;
+    v.c = d->action == "RESET_GPU" ? XidConsequence::kFailAndFence
+          : d->action == "IGNORE"  ? XidConsequence::kIgnore
+                                   : XidConsequence::kAlert;
+    v.said = absl::StrCat(d->subcode, ", ", d->action);
+    return v;
+  }
+  if (x.xid == 159 && x.uvm) {
+    // CHECK_UVM: "RESET_GPU if UVM or vGPU is in use, else IGNORE".
+    v.c = *x.uvm ? XidConsequence::kFailAndFence : XidConsequence::kIgnore;
+    v.said = *x.uvm ? "UVM or vGPU in use (nvidia_uvm or nvidia_vgpu_vfio loaded): CHECK_UVM's "
+                      "RESET_GPU"
+                    : "neither UVM nor vGPU in use: CHECK_UVM's IGNORE";
+    return v;
   }
   if (x.xid == 45) {
     // Cleanup after an earlier error: the verdict is that XID's. Alone,
@@ -294,11 +319,104 @@ bool HealthEvaluator::Refine(const XidEvent& x, common::TimePoint now, XidConseq
     const bool beside = x.caused_by != 0 || (last != gpu_last_xid_.end() &&
                                              now - last->second <= std::chrono::seconds(10));
     if (!beside && x.fabric_manager) {
-      *c = XidConsequence::kAlert;
-      *said = "alone: restart NVIDIA Fabric Manager (WORKFLOW_XID_45)";
+      v.c = XidConsequence::kAlert;
+      v.said = "alone: restart NVIDIA Fabric Manager (WORKFLOW_XID_45)";
     }
   }
-  return false;
+  return v;
+}
+
+void HealthEvaluator::RecoveryActionSaid(uint32_t gpu, int value, const std::string& code,
+                                         common::TimePoint now) {
+  const int kDrainP2p = Xid154ActionValue("Drain P2P");
+  if (value == 0) {
+    // "None": the driver needs nothing more. A reset a "Drain and Reset"
+    // left pending is not owed, and a Drain P2P's drains end: NVIDIA asks
+    // for the action again once P2P is quiet, and this is the answer (a
+    // verdict worse than a drain under the same code stays).
+    const std::string reset = absl::StrCat("gpu", gpu, ".xid154.reset");
+    const std::set<std::string> drained = p2p_drains_[gpu];
+    std::erase_if(latched_, [&](const Latched& l) {
+      return (l.reason.code == reset && l.from && *l.from > now) ||
+             (drained.count(l.reason.code) != 0 && l.reason.state <= HealthState::kDraining &&
+              !l.reason.reboot);
+    });
+  }
+  if (value == kDrainP2p) {
+    // Quiesce P2P (the drain does: the GPU's work moves), then ask again.
+    p2p_drains_[gpu].insert(code);
+    p2p_requery_[gpu] = now + t_.xid_drain_reset;
+    return;
+  }
+  p2p_drains_.erase(gpu);
+  p2p_requery_.erase(gpu);
+}
+
+std::vector<uint32_t> HealthEvaluator::RecoveryQueriesDue(common::TimePoint now) {
+  std::vector<uint32_t> due;
+  for (auto& [gpu, at] : p2p_requery_) {
+    if (at > now) continue;
+    due.push_back(gpu);
+    at = now + t_.xid_drain_reset;  // until an answer other than Drain P2P
+  }
+  return due;
+}
+
+namespace {
+
+// NVSentinel's XID 74 rules (its health-events analyzer): bits of one of
+// the line's registers, at once or on a repeat within the window, on one
+// GPU or one link of it. Each sends the GPU to NVIDIA support.
+struct Xid74Rule {
+  const char* name;
+  size_t reg;  // REG0-REG6
+  uint32_t bits;
+  int count;  // occurrences within xid_repeat_window
+  bool per_link;
+  const char* what;
+};
+constexpr uint32_t Bit(int b) { return 1u << b; }
+constexpr Xid74Rule kXid74Rules[] = {
+    {"XID74Reg0SoloNVLinkError", 0, Bit(1) | Bit(20), 1, false, "an NVLink error"},
+    {"XID74Reg0SignalIntegrityError", 0, Bit(21) | Bit(22), 1, false,
+     "a signal integrity error (check the link's mechanical connections)"},
+    {"XID74Reg0ECCParityError", 0, Bit(4) | Bit(5), 2, true, "ECC or parity errors on one link"},
+    {"RepeatedXID74Reg0HardwareIssue", 0,
+     Bit(8) | Bit(9) | Bit(12) | Bit(16) | Bit(17) | Bit(24) | Bit(28), 2, false,
+     "a hardware issue, again"},
+    {"XID74Reg0Bit27Or29Set", 0, Bit(27) | Bit(29), 2, false, "REG0 bit 27 or 29, again"},
+    {"RepeatedXID74Reg2HardwareIssue", 2, Bit(0) | Bit(1) | Bit(2) | Bit(6), 2, true,
+     "a hardware issue on one link, again"},
+    {"XID74Reg2Bit13Set", 2, Bit(13), 1, false, "REG2 bit 13"},
+    {"RepeatedXID74Reg2Bit16Or19Set", 2, Bit(16) | Bit(19), 2, false, "REG2 bit 16 or 19, again"},
+    {"RepeatedXID74Reg2Bit17Or18Set", 2, Bit(17) | Bit(18), 2, false, "REG2 bit 17 or 18, again"},
+    {"XID74Reg3Bit18Set", 3, Bit(18), 1, false, "REG3 bit 18"},
+};
+
+}  // namespace
+
+void HealthEvaluator::CountXid74(const XidEvent& x, common::TimePoint now) {
+  for (size_t i = 0; i < std::size(kXid74Rules); ++i) {
+    const Xid74Rule& rule = kXid74Rules[i];
+    if (rule.reg >= x.nvlink_regs.size() || (x.nvlink_regs[rule.reg] & rule.bits) == 0) continue;
+    const int64_t link = rule.per_link && x.link ? static_cast<int64_t>(*x.link) : -1;
+    std::deque<common::TimePoint>& seen = xid74_seen_[{x.gpu_index, i, link}];
+    seen.push_back(now);
+    while (now - seen.front() > t_.xid_repeat_window) seen.pop_front();
+    if (static_cast<int>(seen.size()) < rule.count) continue;
+    HealthReason a{
+        absl::StrCat("gpu", x.gpu_index, ".xid74.support"),
+        absl::StrCat("XID 74 on link ", x.link ? absl::StrCat(*x.link) : "?", ": ", rule.what,
+                     " (REG", rule.reg, " 0x", absl::Hex(x.nvlink_regs[rule.reg]),
+                     rule.count > 1
+                         ? absl::StrCat(", ", seen.size(), " times within ",
+                                        common::ToMillis(t_.xid_repeat_window) / 1000, " s")
+                         : "",
+                     "; NVSentinel's ", rule.name, "): contact NVIDIA support (alert)"),
+        HealthState::kDegraded, static_cast<int>(x.gpu_index)};
+    a.event = true;
+    Latch(std::move(a), now + t_.xid_alert_hold);
+  }
 }
 
 void HealthEvaluator::CountXid13Place(const XidEvent& x, common::TimePoint now) {
@@ -419,8 +537,10 @@ void HealthEvaluator::Latch(HealthReason r, std::optional<common::TimePoint> unt
     // A node's verdict stays the node's (XID 154 "Node Reboot Required"
     // then "GPU Reset Required": one code, the reboot still owed).
     const bool node = it->reason.gpu == -1 || r.gpu == -1;
+    const bool reboot = it->reason.reboot || r.reboot;
     it->reason = std::move(r);
     if (node) it->reason.gpu = -1;
+    it->reason.reboot = reboot;
   }
   if (!until || !it->until) {
     it->until.reset();  // a latch for good stays one
@@ -466,6 +586,9 @@ void HealthEvaluator::ResetGpu(uint32_t gpu) {
   std::erase_if(xid13_places_, [&](const auto& kv) { return std::get<0>(kv.first) == gpu; });
   std::erase_if(xid_last_at_, [&](const auto& kv) { return kv.first.first == gpu; });
   gpu_last_xid_.erase(gpu);
+  std::erase_if(xid74_seen_, [&](const auto& kv) { return std::get<0>(kv.first) == gpu; });
+  p2p_requery_.erase(gpu);
+  p2p_drains_.erase(gpu);
   std::erase_if(last_readings_,
                 [&](const HealthReason& r) { return r.gpu == static_cast<int>(gpu); });
   ecc_base_.erase(gpu);

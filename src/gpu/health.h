@@ -104,6 +104,9 @@ struct HealthReason {
   // From an event (an XID), not a reading: no rumour to confirm, so it
   // takes effect at once, without unhealthy_threshold samples.
   bool event = false;
+  // The node needs a reboot (the catalog's RESTART_BM and RESTART_VM, XID
+  // 154's reboot actions): the remediator's reboot hook, once its work moved.
+  bool reboot = false;
 };
 
 struct Observation {
@@ -142,6 +145,11 @@ class HealthEvaluator {
   // The same for one GPU, after its reset: its XIDs, baselines and verdict.
   void ResetGpu(uint32_t gpu);
   HealthState state() const { return all_.state; }
+  // GPUs whose XID 154 said Drain P2P xid_drain_reset ago (or were asked
+  // that long ago and did not answer): NVIDIA's step after quiescing P2P
+  // is to read the recovery action again. The agent reads NVML's field and
+  // gives the answer back as a recovery_only XidEvent.
+  std::vector<uint32_t> RecoveryQueriesDue(common::TimePoint now);
 
  private:
   void CheckLevel(const std::string& code, double value, const Threshold& t, const char* unit,
@@ -185,11 +193,25 @@ class HealthEvaluator {
   // Latches `r`, or refreshes the latched reason with its code.
   void Latch(HealthReason r, std::optional<common::TimePoint> until,
              std::optional<common::TimePoint> from = std::nullopt);
-  // What the kernel log's line says of XIDs 154, 144-150 and 45: the
-  // consequence, the node's or not, the words for the reason. Returns
-  // whether a 154 asks for a reset after its drain.
-  bool Refine(const XidEvent& x, common::TimePoint now, XidConsequence* c, bool* node_level,
-              std::string* said) const;
+  // An XID's consequence: the catalog's, or what its line or NVML says
+  // (XID 154's action, 144-150's registers or the recovery action, 45's
+  // cause, 159's UVM).
+  struct Verdict {
+    XidConsequence c;
+    bool node = false;         // the node's (a reboot), not one GPU's
+    std::string said{};        // what decided it, for the reason
+    bool reset_after = false;  // XID 154's Drain and Reset
+    int action = -1;           // XID 154's recovery action, when known
+  };
+  Verdict Judge(const XidEvent& x, common::TimePoint now) const;
+  // A recovery action (XID 154's line or NVML's field; `code` the reason
+  // it latched): a Drain P2P is asked again after xid_drain_reset; a None
+  // ends the Drain P2P's drains and a pending reset.
+  void RecoveryActionSaid(uint32_t gpu, int value, const std::string& code, common::TimePoint now);
+  // GPUs drained for a Drain P2P (the reasons' codes), and when to read
+  // their action again.
+  std::map<uint32_t, std::set<std::string>> p2p_drains_;
+  std::map<uint32_t, common::TimePoint> p2p_requery_;
   // The repeat rule for an application's XID (see HealthThresholds).
   void CountRepeat(const XidEvent& x, common::TimePoint now);
   // The last sample's reasons from readings (not XIDs): what an XID judged
@@ -215,6 +237,11 @@ class HealthEvaluator {
   std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Place> xid13_places_;
   // XID 13 in one place again: NVIDIA's and NVSentinel's same-GPC/TPC rule.
   void CountXid13Place(const XidEvent& x, common::TimePoint now);
+  // XID 74 by NVSentinel's register rules (health.cc): each (GPU, rule,
+  // link or -1) and its occurrences within the window; a rule met is an
+  // alert to contact NVIDIA support, beside the catalog's drain.
+  std::map<std::tuple<uint32_t, size_t, int64_t>, std::deque<common::TimePoint>> xid74_seen_;
+  void CountXid74(const XidEvent& x, common::TimePoint now);
   // When each GPU last had an XID other than 45: an XID 45 follows it.
   std::map<uint32_t, common::TimePoint> gpu_last_xid_;
 };

@@ -10,6 +10,8 @@ using std::chrono::hours;
 using std::chrono::minutes;
 using std::chrono::seconds;
 
+constexpr uint32_t Bit21() { return 1u << 21; }
+
 GpuSample Healthy(uint32_t index = 0) {
   GpuSample s;
   s.index = index;
@@ -480,6 +482,150 @@ TEST_F(HealthTest, NvlinkFiveXidsActOnTheirSubError) {
   eval_.Reset();
   r = Feed(Obs({Healthy(0)}, {XidEvent{0, 149, 0}}), 2);  // NVML's event: no registers
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 52, item 1: without the kernel log's line, XIDs 144-150 take the
+// recovery action NVML's field gave with the event: the action the
+// driver's decode of the sub-error came to (a reset, or none), not the
+// catalog's blanket drain.
+TEST_F(HealthTest, NvlinkFiveXidsWithoutTheirLineTakeNvmlsRecoveryAction) {
+  auto nvml = [](uint32_t xid, int action) {
+    XidEvent x{0, xid, 0};
+    x.recovery_value = action;
+    return x;
+  };
+  HealthReport r = Feed(Obs({Healthy(0)}, {nvml(145, 1)}));  // a RESET_GPU sub-error
+  EXPECT_EQ(r.gpu_states[0], HealthState::kFailed);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("GPU Reset Required"));
+  EXPECT_FALSE(Names(r, "gpu0.xid154.reset"));  // the 154 beside it owns any reset
+  eval_.Reset();
+  EXPECT_TRUE(Feed(Obs({Healthy(0)}, {nvml(149, 0)}), 2).reasons.empty());  // IGNORE: None
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {nvml(146, 2)}));  // the driver wants a reboot: the node's
+  EXPECT_EQ(r.node_state, HealthState::kFailed);
+  EXPECT_TRUE(r.reasons.front().reboot);
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {nvml(147, -1)}), 2);  // no field (before R565): the catalog's
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 52, item 8: "Drain P2P" drains, and NVIDIA's next step, once P2P
+// is quiet, is to read the recovery action again: the evaluator asks for
+// it after xid_drain_reset (again each time while it is not answered, or
+// answered Drain P2P); a None ends the drain, a reset fails the GPU.
+TEST_F(HealthTest, ADrainP2pIsAskedAgainAndEndsAsTheNextAnswerSays) {
+  auto action = [](uint32_t gpu, int value, bool asked) {
+    XidEvent x{gpu, 154, 0};
+    x.recovery_value = value;
+    x.recovery_only = asked;
+    return x;
+  };
+  HealthReport r = Feed(Obs({Healthy(0), Healthy(1)}, {action(0, 3, false), action(1, 3, false)}));
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_EQ(r.gpu_states[1], HealthState::kDraining);
+  EXPECT_TRUE(eval_.RecoveryQueriesDue(clock_.Now()).empty());
+  clock_.Advance(seconds(30));  // thresholds.xid_drain_reset
+  EXPECT_EQ(eval_.RecoveryQueriesDue(clock_.Now()), (std::vector<uint32_t>{0, 1}));
+  EXPECT_TRUE(eval_.RecoveryQueriesDue(clock_.Now()).empty());  // asked; next in 30 s
+  // GPU 0: None now, its drain ends (after the healthy samples); GPU 1: a reset.
+  r = Feed(Obs({Healthy(0), Healthy(1)}, {action(0, 0, true), action(1, 1, true)}), 6);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kHealthy);
+  EXPECT_FALSE(Names(r, "gpu0.xid154"));
+  EXPECT_EQ(r.gpu_states[1], HealthState::kFailed);
+  EXPECT_THAT(r.reasons.front().detail,
+              ::testing::HasSubstr("recovery action: GPU Reset Required"));
+  clock_.Advance(seconds(60));
+  EXPECT_TRUE(eval_.RecoveryQueriesDue(clock_.Now()).empty());  // both answered
+  // A None does not end a drain that was not a Drain P2P's.
+  eval_.Reset();
+  Feed(Obs({Healthy(0)}, {action(0, 5, false)}));  // Recover IMEX Domain
+  r = Feed(Obs({Healthy(0)}, {action(0, 0, true)}), 6);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 52, item 7: XID 74 drains on each occurrence (the catalog's
+// WORKFLOW_NVLINK_ERR; NVSentinel takes it as fatal too), and its
+// registers add NVSentinel's rules: some bits send the GPU to support at
+// once, some only when they come again within the window, on the GPU or on
+// one link of it.
+TEST_F(HealthTest, Xid74RegistersSendTheGpuToSupportAsNvsentinelsRulesSay) {
+  auto xid74 = [](uint32_t link, std::vector<uint32_t> regs) {
+    XidEvent x{0, 74, 0};
+    x.link = link;
+    x.nvlink_regs = std::move(regs);
+    return x;
+  };
+  // REG0 bit 16, a hardware issue: the first only drains.
+  HealthReport r = Feed(Obs({Healthy(0)}, {xid74(6, {0x10000, 0, 0, 0, 0, 0, 0})}));
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_FALSE(Names(r, "gpu0.xid74.support"));
+  clock_.Advance(hours(1));
+  r = Feed(Obs({Healthy(0)}, {xid74(2, {0x10000, 0, 0, 0, 0, 0, 0})}));  // again, any link
+  ASSERT_TRUE(Names(r, "gpu0.xid74.support"));
+  eval_.Reset();
+  // REG2 bit 0 on two different links: each link once, no rule met.
+  Feed(Obs({Healthy(0)}, {xid74(1, {0, 0, 0x1, 0, 0, 0, 0})}));
+  r = Feed(Obs({Healthy(0)}, {xid74(2, {0, 0, 0x1, 0, 0, 0, 0})}));
+  EXPECT_FALSE(Names(r, "gpu0.xid74.support"));
+  r = Feed(Obs({Healthy(0)}, {xid74(2, {0, 0, 0x1, 0, 0, 0, 0})}));  // link 2 again
+  EXPECT_TRUE(Names(r, "gpu0.xid74.support"));
+  eval_.Reset();
+  // REG0 bit 21, signal integrity: at once, and it says what to check.
+  r = Feed(Obs({Healthy(0)}, {xid74(3, {Bit21(), 0, 0, 0, 0, 0, 0})}));
+  ASSERT_TRUE(Names(r, "gpu0.xid74.support"));
+  for (const HealthReason& reason : r.reasons) {
+    if (reason.code == "gpu0.xid74.support") {
+      EXPECT_THAT(reason.detail, ::testing::HasSubstr("XID74Reg0SignalIntegrityError"));
+      EXPECT_THAT(reason.detail, ::testing::HasSubstr("mechanical"));
+    }
+  }
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);  // the drain stands
+}
+
+// Issue 52: XID 159 is CHECK_UVM, "RESET_GPU if UVM or vGPU is in use,
+// else IGNORE": as the agent found the modules; not known, a drain.
+TEST_F(HealthTest, Xid159ResetsWhereUvmIsInUseAndIsIgnoredElsewhere) {
+  XidEvent x{0, 159, 0};
+  x.uvm = true;
+  EXPECT_EQ(Feed(Obs({Healthy(0)}, {x})).gpu_states[0], HealthState::kFailed);
+  eval_.Reset();
+  x.uvm = false;
+  EXPECT_TRUE(Feed(Obs({Healthy(0)}, {x}), 2).reasons.empty());
+  eval_.Reset();
+  x.uvm.reset();
+  EXPECT_EQ(Feed(Obs({Healthy(0)}, {x}), 2).gpu_states[0], HealthState::kDraining);
+}
+
+// Issue 52: every XID of the table, alone on a healthy GPU, ends in its
+// consequence (the buckets' behaviour, not only the table's words), and an
+// XID no table knows drains, naming itself.
+TEST_F(HealthTest, EveryXidAloneEndsInItsConsequenceAndAnUnknownOneDrains) {
+  std::vector<XidInfo> all(XidCatalog().begin(), XidCatalog().end());
+  all.insert(all.end(), XidsAfterCatalog().begin(), XidsAfterCatalog().end());
+  for (const XidInfo& info : all) {
+    HealthEvaluator eval{HealthThresholds{}};
+    HealthReport r;
+    for (int i = 0; i < 2; ++i) {
+      r = eval.Update(Obs({Healthy(0)}, i == 0 ? std::vector<XidEvent>{XidEvent{0, info.xid, 0}}
+                                               : std::vector<XidEvent>{}),
+                      clock_.Now());
+    }
+    const HealthState want = info.consequence == XidConsequence::kFailAndFence
+                                 ? HealthState::kFailed
+                             : info.consequence == XidConsequence::kDrain ? HealthState::kDraining
+                             : info.consequence == XidConsequence::kAlert ? HealthState::kDegraded
+                                                                          : HealthState::kHealthy;
+    EXPECT_EQ(r.state, want) << "XID " << info.xid << " (" << info.nvidia_action << ")";
+    const bool node = IsNodeXid(info.xid);
+    EXPECT_EQ(r.node_state, node ? want : HealthState::kHealthy) << "XID " << info.xid;
+    if (want != HealthState::kHealthy) {
+      ASSERT_FALSE(r.reasons.empty()) << "XID " << info.xid;
+      EXPECT_EQ(r.reasons.front().reboot, node) << "XID " << info.xid;
+    }
+  }
+  HealthReport r = Feed(Obs({Healthy(0)}, {XidEvent{0, 4242, 0}}), 2);
+  EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("XID 4242: not in the catalog"));
 }
 
 // Issue 39: XID 45 follows the XID beside it; alone, where Fabric Manager

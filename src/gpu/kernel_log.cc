@@ -117,6 +117,34 @@ std::optional<KernelXid> ParseKernelXid(absl::string_view line) {
       e.tpc = e.gpc ? number_after(", TPC ") : std::nullopt;
       if (!e.tpc) e.gpc.reset();
     }
+    // "74, pid=..., NVLink: fatal error detected on link 6(0x10000, 0x0,
+    // 0x0, 0x0, 0x0, 0x0, 0x0)": the link and REG0-REG6.
+    if (xid == 74) {
+      if (size_t at = rest.rfind(" link "); at != absl::string_view::npos) {
+        absl::string_view after = rest.substr(at + 6);
+        const size_t open = after.find('(');
+        const size_t close = after.find(')');
+        uint32_t link = 0;
+        if (open != absl::string_view::npos && close != absl::string_view::npos && open < close &&
+            absl::SimpleAtoi(absl::StripAsciiWhitespace(after.substr(0, open)), &link)) {
+          std::vector<uint32_t> regs;
+          for (absl::string_view r :
+               absl::StrSplit(after.substr(open + 1, close - open - 1), ',')) {
+            r = absl::StripAsciiWhitespace(r);
+            uint32_t v = 0;
+            if (!absl::ConsumePrefix(&r, "0x") || !absl::SimpleHexAtoi(r, &v)) {
+              regs.clear();
+              break;
+            }
+            regs.push_back(v);
+          }
+          if (!regs.empty()) {
+            e.link = link;
+            e.nvlink_regs = std::move(regs);
+          }
+        }
+      }
+    }
     // "45, pid=..., Ch 00000010 ... caused by previous Xid 31"
     if (xid == 45) {
       if (size_t at = rest.rfind("caused by previous Xid "); at != absl::string_view::npos) {

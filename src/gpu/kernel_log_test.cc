@@ -198,6 +198,22 @@ TEST(KernelXidTest, Xid13GivesTheGpcAndTpcItsMessageNames) {
   EXPECT_FALSE(k->event.tpc.has_value());
 }
 
+// Issue 52, item 7: XID 74's line names the link and REG0-REG6, whose
+// bits NVSentinel's rules read; a line without them gives none.
+TEST(KernelXidTest, Xid74GivesItsLinkAndRegisters) {
+  auto k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:b9:00): 74, pid=<unknown>, name=<unknown>, NVLink: fatal error "
+      "detected on link 6(0x10000, 0x0, 0x2000, 0x0, 0x0, 0x0, 0x0)");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->event.link, 6u);
+  EXPECT_EQ(k->event.nvlink_regs, (std::vector<uint32_t>{0x10000, 0, 0x2000, 0, 0, 0, 0}));
+  k = ParseKernelXid(
+      "NVRM: Xid (PCI:0000:03:00): 74, pid=..., NVLink: Fatal error detected on link 4");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_FALSE(k->event.link.has_value());
+  EXPECT_TRUE(k->event.nvlink_regs.empty());
+}
+
 // XID 154 carries its action in its message (issue 16), by value and in
 // words (issue 39: R610's words differ, the value does not).
 TEST(KernelLogTest, Xid154GivesTheRecoveryActionItsMessageNames) {

@@ -43,6 +43,10 @@ enum : unsigned int {
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,
   NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197,  // bytes, cumulative (R535 and later)
   NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198,
+  // The driver's recovery action for the GPU (nvmlGpuRecoveryAction_t, the
+  // values XID 154's line prints: 0 none, 1 GPU reset, 2 node reboot, 3
+  // drain P2P, 4 drain and reset; R565 and later).
+  NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230,
 };
 constexpr unsigned int NVML_SCOPE_ALL_LINKS = 0xFFFFFFFFu;
 enum : int {
@@ -60,6 +64,9 @@ enum : int { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
 enum : int { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
 
 constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x0000000000000008ULL;
+// The GPU's recovery action changed (R565 and later; older drivers refuse
+// to register it). Read NVML_FI_DEV_GET_GPU_RECOVERY_ACTION for the value.
+constexpr unsigned long long nvmlEventTypeGpuRecoveryAction = 0x0000000000008000ULL;
 constexpr unsigned int NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96;
 constexpr unsigned int NVML_DEVICE_UUID_V2_BUFFER_SIZE = 96;
 

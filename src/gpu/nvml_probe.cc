@@ -115,13 +115,20 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
     return absl::FailedPreconditionError(probe->Error("nvmlEventSetCreate", rc));
   }
   for (nvmlDevice_t dev : probe->devices_) {
-    nvmlReturn_t rc =
-        api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
+    // XIDs and, where the driver has it (R565 and later), the recovery
+    // action's changes; an older driver refuses the pair, and takes XIDs.
+    nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(
+        dev, nvmlEventTypeXidCriticalError | nvmlEventTypeGpuRecoveryAction, probe->events_);
+    const bool recovery = rc == NVML_SUCCESS;
+    if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_INVALID_ARGUMENT) {
+      rc = api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
+    }
     // Some boards (and vGPU guests) do not support XID events; sampling still works.
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED && rc != NVML_ERROR_GPU_IS_LOST) {
       return absl::FailedPreconditionError(probe->Error("nvmlDeviceRegisterEvents", rc));
     }
     probe->events_registered_.push_back(rc == NVML_SUCCESS);
+    probe->recovery_events_registered_.push_back(recovery);
   }
   return probe;
 }
@@ -462,19 +469,47 @@ absl::StatusOr<std::vector<XidEvent>> NvmlProbe::WaitForXids(std::chrono::millis
     // A lost GPU shows up in its next sample; the event set itself still works.
     if (rc == NVML_ERROR_GPU_IS_LOST) break;
     if (rc != NVML_SUCCESS) return absl::UnavailableError(Error("nvmlEventSetWait_v2", rc));
+    uint32_t index = 0;
+    for (uint32_t i = 0; i < devices_.size(); ++i) {
+      if (devices_[i] == data.device) index = i;
+    }
+    const int64_t at = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
     if ((data.eventType & nvmlEventTypeXidCriticalError) != 0) {
-      uint32_t index = 0;
-      for (uint32_t i = 0; i < devices_.size(); ++i) {
-        if (devices_[i] == data.device) index = i;
+      XidEvent x{index, static_cast<uint32_t>(data.eventData), at};
+      // XID 154 names a recovery action, and XIDs 144-150 need one, which
+      // only the kernel log's line says: NVML says it too, as a field.
+      if (x.xid == 154 || (x.xid >= 144 && x.xid <= 150)) {
+        x.recovery_value = RecoveryAction(index).value_or(-1);
       }
-      out.push_back(XidEvent{index, static_cast<uint32_t>(data.eventData),
-                             std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count()});
+      out.push_back(std::move(x));
+    }
+    if ((data.eventType & nvmlEventTypeGpuRecoveryAction) != 0) {
+      // The action changed: read as an XID 154 would say it, not an XID.
+      if (std::optional<int> value = RecoveryAction(index)) {
+        XidEvent x{index, 154, at};
+        x.recovery_value = *value;
+        x.recovery_only = true;
+        out.push_back(std::move(x));
+      }
     }
     wait_ms = 0;  // drain whatever else is queued, without waiting again
   }
   return out;
+}
+
+std::optional<int> NvmlProbe::RecoveryAction(uint32_t index) {
+  if (index >= devices_.size() || api_.nvmlDeviceGetFieldValues == nullptr) return std::nullopt;
+  nvmlFieldValue_t f = {};
+  f.fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+  if (api_.nvmlDeviceGetFieldValues(devices_[index], 1, &f) != NVML_SUCCESS ||
+      f.nvmlReturn != NVML_SUCCESS) {
+    return std::nullopt;  // a driver before R565, or a lost GPU
+  }
+  const double v = FieldValue(f);
+  if (v < 0 || v > 1e6) return std::nullopt;
+  return static_cast<int>(v);
 }
 
 std::vector<NvmlProbe::CallTiming> NvmlProbe::TimeCalls(uint32_t index) {

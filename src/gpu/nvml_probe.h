@@ -56,6 +56,8 @@ class NvmlProbe : public GpuProbe {
   absl::StatusOr<std::vector<DeviceInfo>> Devices() override;
   absl::StatusOr<GpuSample> Sample(uint32_t index) override;
   absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds timeout) override;
+  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.
+  std::optional<int> RecoveryAction(uint32_t index) override;
 
   // `gpuha doctor`: each NVML call the agent makes on GPU `index`, made
   // once and timed (wall and this thread's CPU), with NVML's answer.
@@ -70,6 +72,10 @@ class NvmlProbe : public GpuProbe {
   // Whether GPU `index` delivers XID events (nvmlDeviceRegisterEvents took it).
   bool EventsRegistered(uint32_t index) const {
     return index < events_registered_.size() && events_registered_[index];
+  }
+  // Whether it delivers the recovery action's changes too.
+  bool RecoveryEventsRegistered(uint32_t index) const {
+    return index < recovery_events_registered_.size() && recovery_events_registered_[index];
   }
 
  private:
@@ -124,6 +130,8 @@ class NvmlProbe : public GpuProbe {
   bool initialized_ = false;
   std::vector<nvmlDevice_t> devices_;
   std::vector<bool> events_registered_;  // fixed after Open()
+  // Whether the driver took the recovery-action event too (R565 and later).
+  std::vector<bool> recovery_events_registered_;  // fixed after Open()
   nvmlEventSet_t events_ = nullptr;
   std::mutex mig_mu_;
   std::map<uint32_t, std::vector<SliceInfo>> mig_slices_;  // guarded by mig_mu_, from Devices()

@@ -12,6 +12,7 @@
 #include <span>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/testing/temp_dir.h"
 #include "gpu/nvml_cost.h"
 
@@ -27,7 +28,8 @@ class NvmlProbeTest : public ::testing::Test {
     Write("count 2\ngpu0.temp 47\ngpu0.power_mw 31500\ngpu0.util 64\ngpu0.pending 0\n");
     ::setenv("FAKE_NVML_STATE", state_.c_str(), 1);
   }
-  void Write(const std::string& text) { std::ofstream(state_) << text; }
+  // Whole, as the fake reads it again on every call.
+  void Write(const std::string& text) { ASSERT_TRUE(common::WriteFileAtomic(state_, text).ok()); }
   std::string state_;
 };
 
@@ -227,6 +229,48 @@ TEST_F(NvmlProbeTest, XidEventsArriveThroughTheEventSet) {
   ASSERT_EQ(xids->size(), 1u);
   EXPECT_EQ((*xids)[0].gpu_index, 1u);
   EXPECT_EQ((*xids)[0].xid, 79u);
+}
+
+// Issue 52, item 1: the recovery action comes from NVML too, where the
+// kernel log's line is not read: XID 154's and 144-150's events carry
+// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as read at the event, and a change
+// of it (nvmlEventTypeGpuRecoveryAction) comes as a recovery_only event.
+// A driver before R565 refuses the event type and lacks the field: XIDs
+// still register and arrive, with the action unknown.
+TEST_F(NvmlProbeTest, TheRecoveryActionComesWithXid154AndAsItsOwnEvent) {
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok());
+  EXPECT_TRUE((*probe)->RecoveryEventsRegistered(0));
+  EXPECT_EQ((*probe)->RecoveryAction(0), std::nullopt);  // no field: not supported
+  Write("count 2\ngpu1.recovery_action 4\nxid_gpu 1\nxid 154\nxid_seq 101\n");
+  EXPECT_EQ((*probe)->RecoveryAction(1), 4);
+  auto xids = (*probe)->WaitForXids(std::chrono::milliseconds(500));
+  ASSERT_TRUE(xids.ok()) << xids.status();
+  ASSERT_EQ(xids->size(), 1u);
+  EXPECT_EQ((*xids)[0].xid, 154u);
+  EXPECT_EQ((*xids)[0].recovery_value, 4);  // Drain and Reset
+  EXPECT_FALSE((*xids)[0].recovery_only);
+  Write("count 2\ngpu1.recovery_action 1\nxid_seq 101\nrecovery_gpu 1\nrecovery_seq 101\n");
+  xids = (*probe)->WaitForXids(std::chrono::milliseconds(500));
+  ASSERT_TRUE(xids.ok()) << xids.status();
+  ASSERT_EQ(xids->size(), 1u);
+  EXPECT_EQ((*xids)[0].gpu_index, 1u);
+  EXPECT_EQ((*xids)[0].xid, 154u);
+  EXPECT_EQ((*xids)[0].recovery_value, 1);  // GPU Reset Required
+  EXPECT_TRUE((*xids)[0].recovery_only);
+}
+
+TEST_F(NvmlProbeTest, ADriverWithoutTheRecoveryEventStillDeliversXids) {
+  Write("count 2\nno_recovery_event 1\n");
+  auto probe = NvmlProbe::Open(FAKE_NVML_COMPLETE);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_TRUE((*probe)->EventsRegistered(0));
+  EXPECT_FALSE((*probe)->RecoveryEventsRegistered(0));
+  Write("count 2\nno_recovery_event 1\nxid_gpu 0\nxid 154\nrecovery_seq 201\nxid_seq 201\n");
+  auto xids = (*probe)->WaitForXids(std::chrono::milliseconds(500));
+  ASSERT_TRUE(xids.ok()) << xids.status();
+  ASSERT_EQ(xids->size(), 1u);  // the XID; no recovery event from a driver that has none
+  EXPECT_EQ((*xids)[0].recovery_value, -1);
 }
 
 TEST_F(NvmlProbeTest, MissingLibraryIsAClearError) {

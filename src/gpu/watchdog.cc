@@ -211,4 +211,20 @@ absl::StatusOr<std::vector<XidEvent>> WatchedProbe::WaitForXids(std::chrono::mil
                                              common::ToMillis(stuck_for), " ms"));
 }
 
+std::optional<int> WatchedProbe::RecoveryAction(uint32_t index) {
+  if (index >= kMaxGpus) return std::nullopt;
+  std::shared_ptr<GpuProbe> inner = inner_;
+  Caller* caller = CallerFor(index);
+  common::Duration stuck_for{};
+  auto ticket = caller->Start<std::optional<int>>(
+      [inner, index] { return inner->RecoveryAction(index); }, &stuck_for);
+  if (!ticket) return std::nullopt;  // the GPU's last call is still stuck
+  std::optional<std::optional<int>> r = caller->Await(*ticket, SteadyClock::now() + deadline_);
+  if (!r) {
+    hung_calls_++;
+    return std::nullopt;
+  }
+  return *r;
+}
+
 }  // namespace gpuha::gpu

@@ -48,6 +48,8 @@ class WatchedProbe : public GpuProbe {
   absl::StatusOr<std::vector<XidEvent>> WaitForXids(std::chrono::milliseconds timeout) override;
   // Samples the GPUs in parallel under one deadline; one result per index.
   std::vector<absl::StatusOr<GpuSample>> SampleAll(const std::vector<uint32_t>& indexes);
+  // On the GPU's caller, under the deadline: nullopt when it misses it.
+  std::optional<int> RecoveryAction(uint32_t index) override;
 
   // Calls that missed their deadline so far (a counter for /metrics).
   uint64_t hung_calls() const { return hung_calls_.load(); }

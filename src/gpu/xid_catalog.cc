@@ -205,31 +205,40 @@ constexpr XidInfo kCatalog[] = {
     {142, "NVENC3 error", C::kAlert, "CONTACT_SUPPORT"},
     {143, "GPU initialisation error", C::kFailAndFence, "RESET_GPU"},
     {144, "NVLink5 SAW error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {145, "NVLink5 RLW error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {146, "NVLink5 TLW error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {147, "NVLink5 TREX error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {148, "NVLink5 NVLPW_CTRL error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {149, "NVLink5 NETIR error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {150, "NVLink5 MSE error", C::kDrain, "WORKFLOW_NVLINK5_ERR",
-     "the kernel log line is decoded (DecodeNvlink5); without it a drain"},
+     "the kernel log line is decoded (DecodeNvlink5); without it NVML's recovery action, else a "
+     "drain"},
     {151, "Key rotation error (confidential computing)", C::kFailAndFence, "RESTART_VM",
      "RESTART_VM: the node (a VM) restarts"},
     {152, "DLA SMMU error", C::kIgnore, "IGNORE"},
     {153, "DLA timeout", C::kIgnore, "IGNORE"},
     {154, "GPU recovery action changed (reset or reboot required)", C::kDrain, "XID_154",
-     "the action its kernel log line names (Xid154Action); without it a drain"},
+     "the action its kernel log line or NVML's recovery-action field names (Xid154Action); without "
+     "either a drain"},
     {155, "NVLink software-defined error (link taken down)", C::kFailAndFence, "RESET_GPU"},
     {156, "Resource retirement event", C::kFailAndFence, "RESET_GPU"},
     {157, "Resource retirement failure (no spare resources)", C::kIgnore, "IGNORE"},
     {158, "GPU fatal timeout", C::kFailAndFence, "RESET_GPU"},
     {159, "CHI non-data error (C2C-linked GPU)", C::kDrain, "CHECK_UVM",
-     "CHECK_UVM: RESET_GPU where UVM or vGPU is used, else IGNORE; the agent cannot tell: drain"},
+     "CHECK_UVM: RESET_GPU where UVM or vGPU is used (nvidia_uvm or nvidia_vgpu_vfio loaded), else "
+     "IGNORE; not known: drain"},
     {160, "Channel retirement event", C::kAlert, "IGNORE",
      "the catalog says IGNORE; NVSentinel once rebooted for it: an alert, nothing moves on a "
      "disputed entry"},
@@ -256,6 +265,14 @@ constexpr XidInfo kCatalog[] = {
      "no bucket: the detail of an XID 48, which carries the verdict"},
     {172, "Uncorrectable SRAM error (detail for XID 48)", C::kIgnore, "",
      "no bucket: the detail of an XID 48, which carries the verdict"},
+};
+
+// XIDs newer drivers report that the catalog (1-172) does not list yet,
+// each with what gpuha does and why; any other XID past the catalog drains.
+constexpr XidInfo kAfterCatalog[] = {
+    {185, "Memory sparing event (R620 drivers)", C::kAlert, "",
+     "not in the catalog: spare memory took a failing row's place, as a row remap does (XID 63, "
+     "IGNORE); an alert, the GPU serves on"},
 };
 
 // The catalog lists XIDs 1-172 in order, one each: an XID is its index + 1.
@@ -285,8 +302,14 @@ absl::string_view XidConsequenceName(XidConsequence c) {
 
 std::span<const XidInfo> XidCatalog() { return kCatalog; }
 
+std::span<const XidInfo> XidsAfterCatalog() { return kAfterCatalog; }
+
 const XidInfo* FindXid(uint32_t xid) {
-  return xid >= 1 && xid <= std::size(kCatalog) ? &kCatalog[xid - 1] : nullptr;
+  if (xid >= 1 && xid <= std::size(kCatalog)) return &kCatalog[xid - 1];
+  for (const XidInfo& x : kAfterCatalog) {
+    if (x.xid == xid) return &x;
+  }
+  return nullptr;
 }
 
 XidConsequence ConsequenceOf(uint32_t xid) {

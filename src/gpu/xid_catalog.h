@@ -5,8 +5,9 @@
 // immediate-action bucket; the consequence is gpuha's policy for stateless
 // inference, derived from that bucket (xid_catalog.cc says how; an entry's
 // note says where it departs, or what gpuha chose where the catalog gives
-// no bucket). docs/xid-policy.md lists them all. An XID not in the table (a
-// newer driver's) drains.
+// no bucket), and the few newer XIDs known past it (XidsAfterCatalog).
+// docs/xid-policy.md lists them all. Any other XID (a newer driver's)
+// drains.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,8 @@ struct XidInfo {
 };
 
 std::span<const XidInfo> XidCatalog();
+// XIDs past the catalog that newer drivers report (185), each with a note.
+std::span<const XidInfo> XidsAfterCatalog();
 // nullptr for an XID not in the catalog.
 const XidInfo* FindXid(uint32_t xid);
 // The consequence of an XID seen at run time, before what its kernel log

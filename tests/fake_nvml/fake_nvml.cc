@@ -29,6 +29,12 @@
 //   xid 79                  with this XID
 //   gpu0.pcie_tx_bytes N    NVML's cumulative PCIe byte counters (field
 //   gpu0.pcie_rx_bytes N    values 197 and 198); no line: not supported
+//   gpu0.recovery_action N  NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (field
+//                           230); no line: not supported (before R565)
+//   recovery_seq 2          when this grows, one recovery-action event
+//   recovery_gpu 0          (nvmlEventTypeGpuRecoveryAction) on this GPU
+//   no_recovery_event 1     registering that event type is refused
+//                           (a driver before R565), XIDs still register
 //
 // With FAKE_NVML_COST=1 in the environment each call costs what it cost on
 // a real driver (src/gpu/nvml_cost.h: an H200, driver 580; issue 38):
@@ -74,6 +80,8 @@ FakeDevice g_migs[16][kMaxMig];
 int g_event_set_token = 0;
 [[maybe_unused]] std::mutex g_mu;
 [[maybe_unused]] long g_delivered_xid_seq = 0;
+[[maybe_unused]] long g_delivered_recovery_seq = 0;
+std::atomic<bool> g_recovery_registered{false};
 
 bool CostModel() {
   static const bool on = [] {
@@ -419,6 +427,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
                       : f.fieldId == NVML_FI_DEV_RETIRED_DBE               ? "retired_dbe"
                       : f.fieldId == NVML_FI_DEV_PCIE_COUNT_TX_BYTES       ? "pcie_tx_bytes"
                       : f.fieldId == NVML_FI_DEV_PCIE_COUNT_RX_BYTES       ? "pcie_rx_bytes"
+                      : f.fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION   ? "recovery_action"
                                                                            : nullptr;
     long v =
         key == nullptr ? -1 : Num(kv, Key(d, key), f.fieldId == NVML_FI_DEV_MEMORY_TEMP ? 45 : -1);
@@ -427,8 +436,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
       continue;
     }
     f.nvmlReturn = NVML_SUCCESS;
-    // Temperatures come as unsigned int, throughput counters as unsigned long long.
-    if (f.fieldId == NVML_FI_DEV_MEMORY_TEMP) {
+    // Temperatures and the recovery action come as unsigned int,
+    // throughput counters as unsigned long long.
+    if (f.fieldId == NVML_FI_DEV_MEMORY_TEMP || f.fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
       f.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
       f.value.uiVal = static_cast<unsigned int>(v);
     } else {
@@ -479,10 +489,15 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetCreate(nvmlEvent
   *set = reinterpret_cast<nvmlEventSet_t>(&g_event_set_token);
   return NVML_SUCCESS;
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t,
-                                                                             unsigned long long,
-                                                                             nvmlEventSet_t) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceRegisterEvents(
+    nvmlDevice_t, unsigned long long types, nvmlEventSet_t) {
   Spend("nvmlDeviceRegisterEvents");
+  // As a driver before R565 refuses a type it does not know. (The last
+  // registration says whether the event set has the type: one probe a
+  // process in the tests.)
+  const bool recovery = (types & nvmlEventTypeGpuRecoveryAction) != 0;
+  if (recovery && Num(State(), "no_recovery_event", 0) != 0) return NVML_ERROR_NOT_SUPPORTED;
+  g_recovery_registered = recovery;
   return NVML_SUCCESS;
 }
 #ifndef FAKE_NVML_OMIT_EVENT_WAIT
@@ -493,6 +508,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
   while (true) {
     auto kv = State();
     long seq = Num(kv, "xid_seq", 0);
+    const long recovery_seq = Num(kv, "recovery_seq", 0);
     {
       std::lock_guard<std::mutex> lock(g_mu);
       if (seq > g_delivered_xid_seq) {
@@ -501,6 +517,15 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
         data->device = reinterpret_cast<nvmlDevice_t>(&g_devices[gpu & 15]);
         data->eventType = nvmlEventTypeXidCriticalError;
         data->eventData = static_cast<unsigned long long>(Num(kv, "xid", 0));
+        return NVML_SUCCESS;
+      }
+      if (recovery_seq > g_delivered_recovery_seq && g_recovery_registered) {
+        g_delivered_recovery_seq = recovery_seq;
+        int gpu = static_cast<int>(Num(kv, "recovery_gpu", 0));
+        data->device = reinterpret_cast<nvmlDevice_t>(&g_devices[gpu & 15]);
+        data->eventType = nvmlEventTypeGpuRecoveryAction;
+        data->eventData = static_cast<unsigned long long>(
+            Num(kv, "gpu" + std::to_string(gpu & 15) + ".recovery_action", 0));
         return NVML_SUCCESS;
       }
     }
@@ -518,7 +543,10 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlEventSetWait_v2(nvmlEven
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
-    if (Num(State(), "xid_seq", 0) == seq) {  // nothing came between the read and the watch
+    auto now_kv = State();
+    if (Num(now_kv, "xid_seq", 0) == seq &&
+        Num(now_kv, "recovery_seq", 0) ==
+            recovery_seq) {  // nothing came between the read and the watch
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       pollfd p{fd, POLLIN, 0};
