@@ -507,6 +507,18 @@ TEST_F(HealthTest, NvlinkFiveXidsWithoutTheirLineTakeNvmlsRecoveryAction) {
   eval_.Reset();
   r = Feed(Obs({Healthy(0)}, {nvml(147, -1)}), 2);  // no field (before R565): the catalog's
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
+  // Every NVLink5 XID, each kind of sub-error by the action the driver
+  // sets for it: RESET_GPU's reset, IGNORE's none, XID_154_EVAL's the
+  // 154's (a Drain and Reset here): the catalog's action each time.
+  const std::pair<int, HealthState> kinds[] = {
+      {1, HealthState::kFailed}, {0, HealthState::kHealthy}, {4, HealthState::kDraining}};
+  for (uint32_t xid = 144; xid <= 150; ++xid) {
+    for (const auto& [action, want] : kinds) {
+      eval_.Reset();
+      EXPECT_EQ(Feed(Obs({Healthy(0)}, {nvml(xid, action)}), 2).gpu_states[0], want)
+          << "XID " << xid << ", recovery action " << action;
+    }
+  }
 }
 
 // Issue 52, item 8: "Drain P2P" drains, and NVIDIA's next step, once P2P

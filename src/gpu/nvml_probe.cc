@@ -116,11 +116,12 @@ absl::StatusOr<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(const std::string& li
   }
   for (nvmlDevice_t dev : probe->devices_) {
     // XIDs and, where the driver has it (R565 and later), the recovery
-    // action's changes; an older driver refuses the pair, and takes XIDs.
+    // action's changes; a driver that refuses the pair (an older one says
+    // Not Supported) is asked for XIDs alone, as before.
     nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(
         dev, nvmlEventTypeXidCriticalError | nvmlEventTypeGpuRecoveryAction, probe->events_);
     const bool recovery = rc == NVML_SUCCESS;
-    if (rc == NVML_ERROR_NOT_SUPPORTED || rc == NVML_ERROR_INVALID_ARGUMENT) {
+    if (rc != NVML_SUCCESS && rc != NVML_ERROR_GPU_IS_LOST) {
       rc = api.nvmlDeviceRegisterEvents(dev, nvmlEventTypeXidCriticalError, probe->events_);
     }
     // Some boards (and vGPU guests) do not support XID events; sampling still works.
