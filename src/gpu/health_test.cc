@@ -482,31 +482,20 @@ TEST_F(HealthTest, NvlinkFiveXidsActOnTheirSubError) {
   eval_.Reset();
   r = Feed(Obs({Healthy(0)}, {XidEvent{0, 149, 0}}), 2);  // NVML's event: no registers
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
-}
-
-// Issue 52: XIDs 146-148 by their line's registers (R575+ encoding), as
-// the catalog's decode sheet rows say: TLW_CTRL's reset and ignore, TREX's
-// and NVLPW_CTRL's ignore; a status the rows do not list drains.
-TEST_F(HealthTest, NvlinkFiveXids146To148ActOnTheirDecodeRows) {
-  auto line = [](uint32_t xid, uint32_t intr, uint32_t status) {
-    XidEvent x{0, xid, 0};
-    x.intr_info = intr;
-    x.error_status = status;
-    x.driver_major = 580;
-    return x;
-  };
-  HealthReport r = Feed(Obs({Healthy(0)}, {line(146, 0x09, 0x4)}));  // TLW_CTRL: RESET_GPU
+  // Issue 52: 146-148's rows too (R575+ encoding): TLW_CTRL's reset and
+  // ignore, TLW_RX's, TREX's and NVLPW_CTRL's ignore; a status no row lists drains.
+  eval_.Reset();
+  r = Feed(Obs({Healthy(0)}, {nvl5(146, 0x09, 0x4)}));
   EXPECT_EQ(r.gpu_states[0], HealthState::kFailed);
   EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("TLW_CTRL, RESET_GPU"));
-  for (const XidEvent& ignored : {line(146, 0x09, 0x1), line(146, 0x0a, 0x2), line(147, 0x0e, 0x1),
-                                  line(148, 0x0f, 0x80000000)}) {
+  for (const XidEvent& ignored : {nvl5(146, 0x09, 0x1), nvl5(146, 0x0a, 0x2), nvl5(147, 0x0e, 0x1),
+                                  nvl5(148, 0x0f, 0x80000000)}) {
     eval_.Reset();
     EXPECT_TRUE(Feed(Obs({Healthy(0)}, {ignored}), 2).reasons.empty()) << ignored.xid;
   }
   eval_.Reset();
-  r = Feed(Obs({Healthy(0)}, {line(147, 0x0e, 0x4)}), 2);  // no TREX row for 0x4
+  r = Feed(Obs({Healthy(0)}, {nvl5(147, 0x0e, 0x4)}), 2);  // no TREX row for 0x4
   EXPECT_EQ(r.gpu_states[0], HealthState::kDraining);
-  EXPECT_THAT(r.reasons.front().detail, ::testing::HasSubstr("not in the catalog's decode"));
 }
 
 // Issue 52, item 1: without the kernel log's line, XIDs 144-150 take the

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -154,10 +155,15 @@ TEST_F(JobTest, ANodeCrashRestartsTheJobElsewhereAfterTheFenceAndItEndsExactly) 
   EXPECT_GE(t.value("fenced_unix_ms", 0.0), t.value("fault_unix_ms", 0.0));
   EXPECT_GE(t.value("started_unix_ms", 0.0), t.value("fenced_unix_ms", 0.0));
   EXPECT_GE(t.value("running_unix_ms", 0.0), t.value("started_unix_ms", 0.0));
-  // Steps lost: at most one checkpoint interval.
+  // Steps lost: at most one checkpoint interval. The crashed run reached
+  // at least the step of its last checkpoint: it writes its progress file
+  // after each checkpoint, so a crash between the two leaves the file one
+  // step behind (read once as "reached 99" beside checkpoint 100, an
+  // unsigned -1; the demo's own measure had the same fault, 089fae2).
   const uint64_t resumed = t.value("resumed_from", uint64_t{0});
   EXPECT_GE(resumed, static_cast<uint64_t>(3 * kEvery));
-  EXPECT_LE(reached - resumed, static_cast<uint64_t>(kEvery)) << "reached " << reached;
+  EXPECT_LE(std::max(reached, resumed) - resumed, static_cast<uint64_t>(kEvery))
+      << "reached " << reached;
   EXPECT_EQ(job.value("takeovers", 0), 1);
   EXPECT_GT(job.value("job_epoch", uint64_t{0}), epoch1);
   std::vector<std::string> types = EventTypes();
