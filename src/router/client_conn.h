@@ -31,15 +31,6 @@ struct ClientConn {
   // (an arena per request over this storage, spilling to the heap).
   alignas(std::max_align_t) std::array<char, 2048> field_storage;
   std::pmr::memory_resource* fields = nullptr;  // the current request's arena
-  // The current request's tenant (once known) and answer status (0: none
-  // sent), for the latency histograms.
-  std::string tenant;
-  int status = 0;
-  int attempts = 0;  // upstreams tried for the current request
-  // The current answer is a token stream (SSE): it lasts as long as its
-  // answer is made, so its duration is not a request's latency and stays
-  // out of the latency histogram (a dashboard's p99 read 29 s).
-  bool streamed = false;
 };
 
 // Accepts connections on L.acceptor until it is closed; serves each on L.
@@ -52,15 +43,6 @@ awaitable<void> Accept(Loop& L);
 // request; an HTTP/2 REST stream runs it once (router/h2_rest.h).
 template <class Stream>
 awaitable<bool> ServeRequest(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc);
-
-// The upstreams to try for a request, in order: the stream's primary and
-// standby (the sticky rule decides which first). Down and hung upstreams are
-// left out. Another tenant's stream is "unknown": its existence does not
-// leak.
-std::optional<Refusal> ChooseUpstreams(Loop& L, const RouteTable* routes, const Tenant& tenant,
-                                       const std::string& stream_id, TimePoint now,
-                                       UpstreamOrder<UpstreamState>* order,
-                                       const RouteEntry** entry);
 
 // An HTTP/2 client connection (h2c prior knowledge, or ALPN h2 over TLS),
 // after its first bytes were read into `buf` (router/grpc_conn.cc): gRPC

@@ -88,7 +88,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
   out.close_client = down == Framing::kNone || (!req.continuation && !framing.client_keep_alive);
   if (!req.continuation) {
     Inc(L.stats.sse_streams);
-    cc.streamed = true;
+    out.streamed = true;
     pending.clear();
     AppendClientHead(res, down, framing.length, framing.client_keep_alive,
                      AdvertisedKeepAlive(config.limits.idle_timeout), &pending);
@@ -163,6 +163,7 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
   }
   conn->waiting_hook.unlink();
   if (ok && sc.done()) {
+    if (req.pipe) req.pipe->Release();
     if (down == Framing::kChunked) {
       lowest.Arm(config.limits.body_timeout);
       co_await net::async_write(client, net::buffer("0\r\n\r\n", 5), Redirect(ec));
@@ -403,7 +404,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
   // Relay the response. From the first byte on, the client owns the outcome.
   if (!req.continuation) {
     Inc(L.stats.upstream_class[std::min(5, status / 100)]);
-    cc.status = status;
+    out.status = status;
   }
   const RelayFraming framing = DecideRelayFraming(
       head_request, status, rp->chunked(),
@@ -434,6 +435,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     size_t first = static_cast<size_t>(std::min<uint64_t>(remaining, conn->buf.size()));
     std::array<net::const_buffer, 2> parts = {net::buffer(pending),
                                               net::buffer(conn->buf.data().data(), first)};
+    if (first == remaining && req.pipe) req.pipe->Release();
     lowest.Arm(config.limits.body_timeout);
     co_await net::async_write(client, parts, Redirect(ec));
     out.started = true;
@@ -453,6 +455,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
         break;
       }
       remaining -= n;
+      if (remaining == 0 && req.pipe) req.pipe->Release();
       lowest.Arm(config.limits.body_timeout);
       co_await net::async_write(client, net::buffer(chunk.get(), n), Redirect(ec));
       if (ec) {
@@ -498,6 +501,7 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
       }
     }
     if (ok && down == Framing::kChunked && !head_only) pending.append("0\r\n\r\n");
+    if (ok && req.pipe) req.pipe->Release();
     if (!pending.empty()) {
       lowest.Arm(config.limits.body_timeout);
       co_await net::async_write(client, net::buffer(pending), Redirect(ec));

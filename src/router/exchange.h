@@ -23,6 +23,7 @@
 
 #include "router/client_conn.h"
 #include "router/loop.h"
+#include "router/pipeline.h"
 #include "router/request.h"
 #include "router/sse_relay.h"
 
@@ -42,6 +43,8 @@ struct ExchangeResult {
   // may be asked of the next upstream (SseContinuity).
   bool sse_broken = false;
   Framing down = Framing::kNone;  // the client's body framing, once started
+  int status = 0;                 // the upstream's status relayed to the client (0: none)
+  bool streamed = false;          // the answer relayed is a token stream (SSE)
   std::string why;
 };
 
@@ -65,6 +68,9 @@ struct OutgoingRequest {
   // goes on in `client_down` framing.
   bool continuation = false;
   Framing client_down = Framing::kNone;
+  // Told when the answer is whole, before its last bytes are written
+  // (Pipeline::Release).
+  Pipeline* pipe = nullptr;
 };
 
 // Events for the client in its body framing: a chunk, or raw bytes.

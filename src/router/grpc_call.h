@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "router/client_conn.h"
 #include "router/h2_upstream.h"
+#include "router/pipeline.h"
 
 namespace gpuha::router::grpc_proxy {
 
@@ -112,26 +113,22 @@ inline bool Forwardable(std::string_view name) {
 
 inline bool Relayable(std::string_view name) { return name == ":status" || !IsHopByHop(name); }
 
-// What one call (unary or streaming) is, once admitted: who, which stream,
-// where, and by when. Its admission and its answers are shared by both.
+// What one call (unary or streaming) is: its stream, its request and its
+// deadline, and the pipeline (router/pipeline.h) that admits it, orders
+// its upstreams and pays for each attempt.
 struct CallCtx {
   CallCtx(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t id)
-      : L(L), conn(std::move(conn)), id(id), started(L.clock.Now()) {}
-  ~CallCtx() {
-    const common::Duration took = L.clock.Now() - started;
-    if (!streamed)
-      L.latency.Observe(tenant ? tenant->name : std::string(), status_for_latency, took);
-    if (attempts > 0) L.requests.Request(attempts, took);
+      : L(L), conn(std::move(conn)), id(id), pipe(L) {
+    pipe.Answering(200);
   }
-  CallCtx(const CallCtx&) = delete;
-  CallCtx& operator=(const CallCtx&) = delete;
 
   // A router-made answer: counted, and sent as a Trailers-Only status (or,
   // for a streamed answer already begun, as its trailers).
+  void Answer(const Refusal& r) { Status(r.reason, ReasonGrpcCode(r.reason), r.detail); }
   void Answer(Reason r, const std::string& detail) { Status(r, ReasonGrpcCode(r), detail); }
   void Status(Reason r, GrpcCode code, const std::string& detail) {
     Inc(L.stats.router_answers[static_cast<size_t>(r)]);
-    status_for_latency = ReasonStatus(r);
+    pipe.Answering(ReasonStatus(r));
     if (conn->closed) return;
     if (began) {
       conn->h2.Finish(id, {{"grpc-status", std::to_string(static_cast<int>(code))},
@@ -157,115 +154,60 @@ struct CallCtx {
     for (const auto& [n, v] : request) {
       if (Forwardable(n)) out.emplace_back(n, v);
     }
-    out.emplace_back("x-gpuha-tenant", tenant->name);
+    out.emplace_back("x-gpuha-tenant", pipe.tenant_name());
     out.emplace_back("x-forwarded-for", conn->peer_ip);
     return out;
   }
-  // Whether `up` can be called: false (and the reason kept) when its route
-  // gives it no address for gRPC.
-  bool ServesGrpc(const UpstreamState& up) {
-    if (up.grpc_endpoint.port() != 0) return true;
-    last_failure =
-        absl::StrCat(up.node, ": serves no gRPC (the route gives it no IP:PORT for gRPC)");
-    return false;
-  }
-  // Before attempt `i` > 0: the retry budget pays for it. False: answered.
-  bool MayRetry(size_t i, bool hung, bool unavailable) {
-    if (i == 0) return true;
-    if (!MayResend(L, hung)) {
-      Answer(Reason::kRetryBudget, absl::StrCat("retry budget exhausted after: ", last_failure));
-      return false;
-    }
-    Inc(L.stats.retries);
-    if (hung) Inc(L.stats.hung_resends);
-    if (unavailable) Inc(L.stats.retries_5xx);
-    return true;
-  }
-  // Each upstream's gRPC address comes with the route (its HTTP one keys
-  // the upstream's policy state, which both protocols share).
-  void BindGrpc() {
-    for (UpstreamState* up : order) {
-      const Upstream& u = up->address == entry->primary.address ? entry->primary : entry->standby;
-      if (u.grpc_address == up->grpc_address) continue;
-      DropH2(*up);
-      up->grpc_address = u.grpc_address;
-      up->grpc_endpoint = {};
-      if (auto hp = common::ParseHostPort(u.grpc_address, "grpc"); hp.ok()) {
+  // Whether `up` can be called: its gRPC address comes with the route (its
+  // HTTP one keys the upstream's policy state, which both protocols
+  // share). False, and the attempt failed, when the route gives it none.
+  bool ServesGrpc(UpstreamState& up) {
+    const RouteEntry& e = pipe.entry();
+    const Upstream* u = up.address == e.primary.address   ? &e.primary
+                        : up.address == e.standby.address ? &e.standby
+                                                          : nullptr;
+    if (u != nullptr && u->grpc_address != up.grpc_address) {
+      DropH2(up);
+      up.grpc_address = u->grpc_address;
+      up.grpc_endpoint = {};
+      if (auto hp = common::ParseHostPort(u->grpc_address, "grpc"); hp.ok()) {
         error_code ec;
         auto a = net::ip::make_address(hp->host, ec);
-        if (!ec) up->grpc_endpoint = tcp::endpoint(a, hp->port);
+        if (!ec) up.grpc_endpoint = tcp::endpoint(a, hp->port);
       }
     }
-  }
-  // The upstreams anew, from the routes as they are now, without `failed`:
-  // for a stream that outlived the ones it was admitted with, or a call or
-  // stream whose next upstream is of routes that moved since. False:
-  // answered (the stream is gone, unplaced, or has nowhere else to go).
-  bool Rechoose(const UpstreamState* failed) {
-    RefreshRoutes(L);
-    std::shared_ptr<const RouteTable> now = L.routes;
-    UpstreamOrder<UpstreamState> fresh;
-    const RouteEntry* e = nullptr;
-    if (std::optional<Refusal> r =
-            ChooseUpstreams(L, now.get(), *tenant, stream_id, L.clock.Now(), &fresh, &e)) {
-      Answer(r->reason, absl::StrCat(r->detail, "; the stream broke: ", last_failure));
-      return false;
-    }
-    routes = std::move(now);  // holds `e`
-    entry = e;
-    order.clear();
-    for (UpstreamState* up : fresh) {
-      if (up != failed) order.push_back(up);
-    }
-    if (order.empty()) {
-      AllFailed();
-      return false;
-    }
-    BindGrpc();
-    return true;
-  }
-  // Routes newer than the ones its upstreams were chosen from.
-  bool RoutesMoved() {
-    RefreshRoutes(L);
-    return L.routes != routes;
+    if (up.grpc_endpoint.port() != 0) return true;
+    pipe.Failed(
+        {.why = "serves no gRPC (the route gives it no IP:PORT for gRPC)", .answered = true});
+    return false;
   }
   bool DeadlinePassed() const { return client_deadline && Clock::now() >= deadline; }
-  // Every upstream failed: the deadline's status if it passed, else UNAVAILABLE.
-  void AllFailed() {
-    if (DeadlinePassed()) {
+  // No upstream is left: the retry budget's refusal, the deadline's status
+  // if it passed, else the pipeline's answer.
+  void AllFailed(const std::optional<Refusal>& refused) {
+    if (refused) {
+      Answer(*refused);
+    } else if (DeadlinePassed()) {
       Status(Reason::kUpstreamTimeout, GrpcCode::kDeadlineExceeded,
-             absl::StrCat("grpc-timeout passed; last: ", last_failure));
+             absl::StrCat("grpc-timeout passed; last: ", pipe.last_failure()));
     } else {
-      Answer(Reason::kUpstreamFailed, absl::StrCat("every upstream failed; last: ", last_failure));
+      Answer(pipe.Exhausted());
     }
   }
 
   Loop& L;
   std::shared_ptr<H2ClientConn> conn;
   int32_t id;
-  TimePoint started;
+  Pipeline pipe;
   H2Headers request;
   std::string path;
-  std::shared_ptr<Tenant> tenant;
-  std::optional<QuotaSlot> quota;  // after `tenant`, whose count it holds
-  std::string stream_id;
-  std::shared_ptr<const RouteTable> routes;
-  UpstreamOrder<UpstreamState> order;
-  const RouteEntry* entry = nullptr;
   bool client_deadline = false;
   Clock::time_point deadline;
-  int status_for_latency = 200;
-  // A streaming call (ModelStreamInfer): open for as long as its client
-  // sends, so its duration stays out of the latency histogram.
-  bool streamed = false;
-  int attempts = 0;
   bool began = false;  // a streamed answer's headers went to the client
-  std::string last_failure;
 };
 
-// Admission, as an HTTP/1.1 request's (client_conn.cc): content type, the
-// deadline, the tenant by key, the stream by metadata, its upstreams, the
-// tenant's rate and quota. False: answered.
+// Admission, as an HTTP/1.1 request's: the call's form and deadline, then
+// the pipeline's. False: answered.
 bool Admit(CallCtx& c);
 
 // The client's reset (or its connection's end) ends `call` here and
