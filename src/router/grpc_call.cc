@@ -12,7 +12,7 @@ namespace gpuha::router::grpc_proxy {
 
 bool Admit(CallCtx& c) {
   const H2Headers& request = c.request;
-  c.path = std::string(H2Find(request, ":path"));
+  c.path = H2Find(request, ":path");
   if (H2Find(request, ":method") != "POST" || c.path.empty() || c.path[0] != '/') {
     c.Answer(Reason::kBadRequest, "a gRPC call is a POST to /package.Service/Method");
     return false;
@@ -96,8 +96,8 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
                      .server_error = true});
       continue;
     }
-    conn->h2.Respond(id, RelayHeaders(call.headers), std::move(call.data),
-                     RelayTrailers(call.trailers));
+    conn->h2.Respond(id, RelayHeaders(std::move(call.headers)), std::move(call.data),
+                     RelayTrailers(std::move(call.trailers)));
     conn->Kick();
     co_return;
   }

@@ -139,17 +139,19 @@ struct CallCtx {
     }
     conn->Kick();
   }
-  // The request headers for `up`, with what is left of the client's deadline.
-  H2Headers UpstreamHeaders(const UpstreamState& up) const {
-    H2Headers out = {{":method", "POST"},
-                     {":scheme", "http"},
-                     {":authority", up.grpc_address},
-                     {":path", path},
-                     {"te", "trailers"}};
+  // The request headers for `up`, with what is left of the client's
+  // deadline: views into the call, the upstream and the connection, which
+  // outlive the attempt's start (nghttp2 copies them into its frame).
+  H2HeaderViews UpstreamHeaders(const UpstreamState& up) {
+    H2HeaderViews out = {{":method", "POST"},
+                         {":scheme", "http"},
+                         {":authority", up.grpc_address},
+                         {":path", path},
+                         {"te", "trailers"}};
     if (client_deadline) {
-      out.emplace_back("grpc-timeout",
-                       FormatGrpcTimeout(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           deadline - Clock::now())));
+      timeout_header = FormatGrpcTimeout(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      out.emplace_back("grpc-timeout", timeout_header);
     }
     for (const auto& [n, v] : request) {
       if (Forwardable(n)) out.emplace_back(n, v);
@@ -200,7 +202,8 @@ struct CallCtx {
   int32_t id;
   Pipeline pipe;
   H2Headers request;
-  std::string path;
+  std::string_view path;       // in `request`
+  std::string timeout_header;  // the last attempt's grpc-timeout
   bool client_deadline = false;
   Clock::time_point deadline;
   bool began = false;  // a streamed answer's headers went to the client
@@ -244,21 +247,15 @@ inline bool ServerError(std::string_view grpc_status) {
 inline bool RetryableStatus(std::string_view grpc_status) {
   return ServerError(grpc_status) || grpc_status == "1";
 }
-// What of an upstream's headers and trailers the client gets (copies: the
-// call's own are read again after).
-inline H2Headers RelayHeaders(const H2Headers& from) {
-  H2Headers out;
-  for (const auto& [n, v] : from) {
-    if (Relayable(n)) out.emplace_back(n, v);
-  }
-  return out;
+// What of an upstream's headers and trailers the client gets (a unary
+// call's are moved in; a stream's are copied, being read again after).
+inline H2Headers RelayHeaders(H2Headers from) {
+  std::erase_if(from, [](const auto& h) { return !Relayable(h.first); });
+  return from;
 }
-inline H2Headers RelayTrailers(const H2Headers& from) {
-  H2Headers out;
-  for (const auto& [n, v] : from) {
-    if (!IsHopByHop(n)) out.emplace_back(n, v);
-  }
-  return out;
+inline H2Headers RelayTrailers(H2Headers from) {
+  std::erase_if(from, [](const auto& h) { return IsHopByHop(h.first); });
+  return from;
 }
 
 // The trailers that end a streamed answer: the upstream's, or, when it

@@ -30,12 +30,19 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "router/grpc.h"
 
 namespace gpuha::router {
 
 using H2Headers = std::vector<std::pair<std::string, std::string>>;
+
+// Headers the router sends and does not keep (a call's request upstream):
+// views into what the call holds, copied once, by nghttp2, into its frame.
+using H2HeaderViews = absl::InlinedVector<std::pair<std::string_view, std::string_view>, 16>;
+using H2NvList = absl::InlinedVector<nghttp2_nv, 16>;
+H2NvList H2Nv(const H2HeaderViews& h);
 
 // The first value of `name` (lower case) in `h`, or empty.
 std::string_view H2Find(const H2Headers& h, std::string_view name);

@@ -54,8 +54,8 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
   bool usable() const { return !dead_ && !goaway_; }
   size_t load() const { return calls_.size(); }
 
-  int32_t Submit(const H2Headers& headers, H2Call& call) {
-    std::vector<nghttp2_nv> nv = H2Nv(headers);
+  int32_t Submit(const H2HeaderViews& headers, H2Call& call) {
+    H2NvList nv = H2Nv(headers);
     nghttp2_data_provider dp;
     dp.source.ptr = nullptr;
     dp.read_callback = ReadBody;
@@ -209,6 +209,7 @@ class H2UpConn : public std::enable_shared_from_this<H2UpConn> {
                         ? call->trailers
                         : call->headers;
     if (to.size() >= 128) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (to.empty()) to.reserve(8);
     to.emplace_back(std::string(reinterpret_cast<const char*>(name), namelen),
                     std::string(reinterpret_cast<const char*>(value), valuelen));
     return 0;
@@ -300,9 +301,25 @@ void DropH2(UpstreamState& up) {
   for (auto& c : conns) c->Fail("the upstream's connections were dropped", false);
 }
 
-awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2Call& call) {
-  const RouterConfig& config = L.config;
-  call.max_response_bytes = config.limits.max_body_bytes;
+namespace {
+
+// The call's stream opened on `conn`. False: nghttp2 refused it (call.why).
+bool Submit(const std::shared_ptr<H2UpConn>& conn, const H2HeaderViews& headers, H2Call& call) {
+  call.conn = conn;
+  call.stream_id = conn->Submit(headers, call);
+  if (call.stream_id < 0) {
+    call.failed = true;
+    call.why = absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<bool> H2StartPooled(Loop& L, UpstreamState& up, const H2HeaderViews& headers,
+                                  H2Call& call) {
+  call.max_response_bytes = L.config.limits.max_body_bytes;
   // A connection with room, else a new one while the pool may grow, else
   // the least loaded (nghttp2 queues the call until the upstream allows it).
   std::shared_ptr<H2UpConn> conn;
@@ -317,46 +334,43 @@ awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2
       if (c->usable() && (!conn || c->load() < conn->load())) conn = c;
     }
   }
+  if (!conn) return std::nullopt;
+  Inc(L.stats.upstream_reuses);
+  return Submit(conn, headers, call);
+}
+
+awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2HeaderViews& headers, H2Call& call) {
+  if (std::optional<bool> started = H2StartPooled(L, up, headers, call)) co_return *started;
+  const RouterConfig& config = L.config;
   error_code ec;
-  if (conn) {
-    Inc(L.stats.upstream_reuses);
-  } else {
-    conn = std::make_shared<H2UpConn>(L, up);
-    conn->deadline.Arm(config.limits.connect_timeout);
-    co_await conn->s.async_connect(up.grpc_endpoint, Redirect(ec));
-    conn->deadline.Disarm();
-    Inc(L.stats.upstream_connects);
-    if (ec) {
-      call.failed = call.connect_failed = true;
-      call.why = conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message();
-      if (!common::OutOfDescriptors(ec)) ConnectionFailed(L, up);
-      co_return false;
-    }
-    conn->s.set_option(tcp::no_delay(true), ec);
-    if (L.upstream_tls && config.upstream_tls_grpc) {
-      conn->deadline.Arm(config.limits.connect_timeout);
-      std::string why = co_await conn->StartTls(
-          L.upstream_tls, UpstreamTlsName(config, up.grpc_endpoint.address().to_string()));
-      conn->deadline.Disarm();
-      if (!why.empty()) {
-        call.failed = call.connect_failed = true;
-        call.why = conn->deadline.expired() ? "TLS handshake timeout" : why;
-        ConnectionFailed(L, up);
-        co_return false;
-      }
-    }
-    conn->Begin();
-    up.h2.push_back(conn);
-    net::co_spawn(L.ioc, conn->ReadLoop(conn), net::detached);
-  }
-  call.conn = conn;
-  call.stream_id = conn->Submit(headers, call);
-  if (call.stream_id < 0) {
-    call.failed = true;
-    call.why = absl::StrCat("HTTP/2: ", nghttp2_strerror(call.stream_id));
+  auto conn = std::make_shared<H2UpConn>(L, up);
+  conn->deadline.Arm(config.limits.connect_timeout);
+  co_await conn->s.async_connect(up.grpc_endpoint, Redirect(ec));
+  conn->deadline.Disarm();
+  Inc(L.stats.upstream_connects);
+  if (ec) {
+    call.failed = call.connect_failed = true;
+    call.why = conn->deadline.expired() ? "connect timeout" : "connect: " + ec.message();
+    if (!common::OutOfDescriptors(ec)) ConnectionFailed(L, up);
     co_return false;
   }
-  co_return true;
+  conn->s.set_option(tcp::no_delay(true), ec);
+  if (L.upstream_tls && config.upstream_tls_grpc) {
+    conn->deadline.Arm(config.limits.connect_timeout);
+    std::string why = co_await conn->StartTls(
+        L.upstream_tls, UpstreamTlsName(config, up.grpc_endpoint.address().to_string()));
+    conn->deadline.Disarm();
+    if (!why.empty()) {
+      call.failed = call.connect_failed = true;
+      call.why = conn->deadline.expired() ? "TLS handshake timeout" : why;
+      ConnectionFailed(L, up);
+      co_return false;
+    }
+  }
+  conn->Begin();
+  up.h2.push_back(conn);
+  net::co_spawn(L.ioc, conn->ReadLoop(conn), net::detached);
+  co_return Submit(conn, headers, call);
 }
 
 void H2Resume(H2Call& call) {
@@ -368,7 +382,7 @@ void H2Abandon(H2Call& call) {
   call.stream_id = -1;
 }
 
-awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
+awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2HeaderViews& headers,
                        const std::string& body, Clock::time_point deadline, H2Call& call) {
   call.body = &body;
   up.in_flight++;
@@ -376,7 +390,10 @@ awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
     int64_t* v;
     ~Dec() { --*v; }
   } dec{&up.in_flight};
-  if (!co_await H2Start(L, up, headers, call)) co_return;
+  // A pooled connection's call starts without a coroutine frame of its own.
+  std::optional<bool> started = H2StartPooled(L, up, headers, call);
+  if (!started) started = co_await H2Start(L, up, headers, call);
+  if (!*started) co_return;
   call.waiting_since = L.clock.Now();
   call.expect = {};
   call.hung_cancel = false;

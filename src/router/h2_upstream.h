@@ -21,6 +21,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,7 +78,11 @@ struct H2Call : Waiting {
 
 // Connects (or takes a pooled connection) and sends the request's headers;
 // its body follows from call.body. False: the call failed (call.why).
-awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2Headers& headers, H2Call& call);
+awaitable<bool> H2Start(Loop& L, UpstreamState& up, const H2HeaderViews& headers, H2Call& call);
+// H2Start on a pooled connection, with no coroutine frame: nullopt when
+// none can take the call (H2Start then connects).
+std::optional<bool> H2StartPooled(Loop& L, UpstreamState& up, const H2HeaderViews& headers,
+                                  H2Call& call);
 // A streaming call's body grew, or ended (body_done).
 void H2Resume(H2Call& call);
 // The call's stream ends here and is reset upstream, unless it closed.
@@ -85,7 +90,7 @@ void H2Abandon(H2Call& call);
 
 // Sends one request (pseudo-headers first) with a whole body and waits for
 // the whole response, at most until `deadline` (steady clock).
-awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2Headers& headers,
+awaitable<void> H2Send(Loop& L, UpstreamState& up, const H2HeaderViews& headers,
                        const std::string& body, Clock::time_point deadline, H2Call& call);
 
 // DropH2 (loop.h): the upstream's pooled HTTP/2 connections, dropped (a
