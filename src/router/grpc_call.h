@@ -38,6 +38,19 @@ struct H2ClientConn {
   Deadline* reader = nullptr;  // the reader's, while it reads
   // Wakes the writer: the session has something to send.
   void Kick() { wake.cancel(); }
+  // A REST stream's client state (router/h2_rest.h): a spare one, or new.
+  std::unique_ptr<ClientConn> TakeSpare() {
+    if (spares_.empty()) return std::make_unique<ClientConn>();
+    std::unique_ptr<ClientConn> c = std::move(spares_.back());
+    spares_.pop_back();
+    return c;
+  }
+  // Kept for the next stream as it is left: a few, none that grew large.
+  void GiveBack(std::unique_ptr<ClientConn> c) {
+    if (spares_.size() >= 8 || c->pending.capacity() > 65536 || c->buf.capacity() > 65536) return;
+    c->buf.clear();
+    spares_.push_back(std::move(c));
+  }
   // The connection's read deadline, as Envoy splits its idle timeouts:
   // none while a call is worked on (each bounds itself: response_timeout
   // an attempt, its grpc-timeout, a stream's idle_timeout), so a client
@@ -66,6 +79,7 @@ struct H2ClientConn {
 
  private:
   const RouterLimits& limits_;
+  std::vector<std::unique_ptr<ClientConn>> spares_;
   bool body_armed_ = false;     // the reader waits body_timeout...
   uint64_t progress_seen_ = 0;  // ...from this h2.request_progress()
 };

@@ -35,6 +35,9 @@ absl::StatusOr<std::string> Http1Request(const H2Stream& s) {
     return absl::InvalidArgumentError(":method and an origin-form :path are required");
   }
   std::string out;
+  size_t size = path.size() + host.size() + s.body.size() + 64;
+  for (const auto& [name, value] : s.headers) size += name.size() + value.size() + 4;
+  out.reserve(size);
   out.append(method).append(" ").append(path).append(" HTTP/1.1\r\nHost: ").append(host);
   out.append("\r\n");
   std::string cookies;
@@ -85,7 +88,9 @@ bool H2RestStream::Backlogged() const {
 
 void H2RestStream::SendHeaders() {
   const auto& res = parser_.get();
-  H2Headers h = {{":status", std::to_string(res.result_int())}};
+  H2Headers h;
+  h.reserve(16);
+  h.emplace_back(":status", std::to_string(res.result_int()));
   for (const auto& f : res) {
     std::string name(f.name_string().data(), f.name_string().size());
     absl::AsciiStrToLower(&name);
@@ -164,7 +169,11 @@ awaitable<void> HandleRest(Loop& L, std::shared_ptr<grpc_proxy::H2ClientConn> co
     co_return;
   }
   H2RestStream stream(L, conn, id, head);
-  ClientConn cc;
+  // A client connection's state from the connection's spares: its buffers
+  // keep their capacity from one stream to the next, as an HTTP/1.1
+  // connection's do from one request to the next.
+  std::unique_ptr<ClientConn> spare = conn->TakeSpare();
+  ClientConn& cc = *spare;
   cc.peer_ip = conn->peer_ip;
   auto room = cc.buf.prepare(request->size());
   std::memcpy(room.data(), request->data(), request->size());
@@ -172,6 +181,7 @@ awaitable<void> HandleRest(Loop& L, std::shared_ptr<grpc_proxy::H2ClientConn> co
   std::string().swap(*request);
   co_await ServeRequest(L, stream, stream.deadline(), cc);
   stream.End();
+  conn->GiveBack(std::move(spare));
 }
 
 }  // namespace gpuha::router

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "common/names.h"
 
 namespace gpuha::router {
@@ -222,8 +223,9 @@ std::optional<std::string> NormalizeTarget(std::string_view target) {
     }
     i += 2;
   }
-  // Segments without empty and dot ones.
-  std::vector<std::string_view> segments;
+  // Segments without empty and dot ones (inline: no allocation on the
+  // request path for a path of up to 16).
+  absl::InlinedVector<std::string_view, 16> segments;
   std::string_view rest(decoded);
   bool trailing_slash = false;
   while (!rest.empty()) {
