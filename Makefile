@@ -59,6 +59,7 @@ bench: deps
 	bench/failover.sh build-release 10
 	bench/grpc_throughput.sh build-release/gpuha 20000 16 8 3
 	bench/grpc_failover.sh build-release/gpuha 8 400
+	bench/router_allocs.sh build-release/gpuha
 
 soak: build
 	scripts/soak.sh -b $(BUILD_DIR) $(SOAK_ARGS)
