@@ -73,7 +73,10 @@ awaitable<void> HandleCall(Loop& L, std::shared_ptr<H2ClientConn> conn, int32_t 
       co_return;
     }
     if (call.failed) {
-      c.pipe.Failed({.why = call.why, .hung = call.hung_cancel, .timeout = c.DeadlinePassed()});
+      c.pipe.Failed({.why = call.why,
+                     .hung = call.hung_cancel,
+                     .timeout = c.DeadlinePassed(),
+                     .client_deadline = call.timed_out && c.DeadlinePassed()});
       if (call.timed_out && c.DeadlinePassed()) break;
       continue;
     }

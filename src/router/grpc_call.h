@@ -45,9 +45,11 @@ struct H2ClientConn {
     spares_.pop_back();
     return c;
   }
-  // Kept for the next stream as it is left: a few, none that grew large.
+  // Kept for the next stream as it is left: a few, none that grew large
+  // (an idle HTTP/1.1 connection keeps no more than 4 KiB of answer either).
   void GiveBack(std::unique_ptr<ClientConn> c) {
-    if (spares_.size() >= 8 || c->pending.capacity() > 65536 || c->buf.capacity() > 65536) return;
+    if (spares_.size() >= 4 || c->buf.capacity() > 16384) return;
+    if (c->pending.capacity() > 4096) std::string().swap(c->pending);
     c->buf.clear();
     spares_.push_back(std::move(c));
   }
@@ -157,9 +159,10 @@ struct CallCtx {
   // deadline: views into the call, the upstream and the connection, which
   // outlive the attempt's start (nghttp2 copies them into its frame).
   H2HeaderViews UpstreamHeaders(const UpstreamState& up) {
+    authority = up.grpc_address;  // the upstream's may be re-bound while this one connects
     H2HeaderViews out = {{":method", "POST"},
                          {":scheme", "http"},
-                         {":authority", up.grpc_address},
+                         {":authority", authority},
                          {":path", path},
                          {"te", "trailers"}};
     if (client_deadline) {
@@ -176,13 +179,15 @@ struct CallCtx {
   }
   // Whether `up` can be called: its gRPC address comes with the route (its
   // HTTP one keys the upstream's policy state, which both protocols
-  // share). False, and the attempt failed, when the route gives it none.
+  // share), re-bound only from the newest routes (a call admitted on older
+  // ones must not bind it back). False, and the attempt failed, when the
+  // route gives it none.
   bool ServesGrpc(UpstreamState& up) {
     const RouteEntry& e = pipe.entry();
     const Upstream* u = up.address == e.primary.address   ? &e.primary
                         : up.address == e.standby.address ? &e.standby
                                                           : nullptr;
-    if (u != nullptr && u->grpc_address != up.grpc_address) {
+    if (u != nullptr && u->grpc_address != up.grpc_address && pipe.RoutesCurrent()) {
       DropH2(up);
       up.grpc_address = u->grpc_address;
       up.grpc_endpoint = {};
@@ -218,6 +223,7 @@ struct CallCtx {
   H2Headers request;
   std::string_view path;       // in `request`
   std::string timeout_header;  // the last attempt's grpc-timeout
+  std::string authority;       // the last attempt's upstream gRPC address
   bool client_deadline = false;
   Clock::time_point deadline;
   bool began = false;  // a streamed answer's headers went to the client

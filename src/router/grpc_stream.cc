@@ -408,7 +408,8 @@ Step StreamRelay::End(Attempt& a) {
                   .hung = call.hung_cancel,
                   .answered = retryable_status || a.error_answer,
                   .server_error = retryable_status || a.error_answer,
-                  .timeout = c_.DeadlinePassed()});
+                  .timeout = c_.DeadlinePassed(),
+                  .client_deadline = c_.DeadlinePassed()});
   return Step::kBroke;
 }
 

@@ -118,6 +118,7 @@ void Pipeline::Failed(Failure f) {
   hung_ = f.hung;
   server_error_ = f.server_error;
   any_timeout_ = any_timeout_ || f.timeout;
+  if (f.client_deadline) return;
   if (lived_) {
     // An answer lasts: those tried before it began are forgotten, and
     // where it goes on is chosen again from the routes and health of now
@@ -153,10 +154,7 @@ Refusal Pipeline::Exhausted() const {
           absl::StrCat("every upstream failed; last: ", last_failure_)};
 }
 
-bool Pipeline::RoutesMoved() {
-  RefreshRoutes(L_);
-  return L_.routes != routes_;
-}
+bool Pipeline::RoutesMoved() { return !RoutesCurrent(); }
 
 // The upstreams after those tried, anew from the routes and health of now;
 // those tried stay tried.

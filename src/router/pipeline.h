@@ -57,6 +57,10 @@ struct Failure {
   bool answered = false;
   bool server_error = false;  // that answer was a server's error (counted as a 5xx re-send)
   bool timeout = false;       // the client's time ran out: the final answer says so
+  // The client's own deadline ended it (grpc-timeout): it says nothing of
+  // the upstream, so the stream does not stick to its standby for it and
+  // its upstreams are not chosen again.
+  bool client_deadline = false;
 };
 
 class Pipeline {
@@ -78,6 +82,11 @@ class Pipeline {
   // retry budget, which pays for every attempt after the first, cannot
   // (`refused` then says so).
   UpstreamState* Next(std::optional<Refusal>* refused);
+  // Whether the routes its upstreams were chosen from are the newest.
+  bool RoutesCurrent() {
+    RefreshRoutes(L_);
+    return L_.routes == routes_;
+  }
   // Whether an upstream is left after the current attempt's.
   bool HasNext() const { return tried_ < order_.size(); }
   // The next attempt's upstream, while HasNext().

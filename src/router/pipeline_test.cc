@@ -177,6 +177,19 @@ TEST_F(PipelineTest, AWholeAnswerNoLongerCountsAgainstTheQuotaOrInFlight) {
   EXPECT_FALSE(Admit(q));
 }
 
+TEST_F(PipelineTest, TheClientsOwnDeadlineSaysNothingOfTheUpstream) {
+  Pipeline p(L());
+  ASSERT_FALSE(Admit(p));
+  ASSERT_EQ(Address(p.Next(&refused_)), kA);
+  Publish({{"cam-1", "", kA, kC}});
+  p.Failed({.why = "grpc-timeout passed", .timeout = true, .client_deadline = true});
+  EXPECT_EQ(Address(p.Next(&refused_)), kB);  // not re-chosen
+  // Nor stuck to its standby: the next request asks the primary first.
+  Pipeline q(L());
+  ASSERT_FALSE(Admit(q));
+  EXPECT_EQ(Address(q.Next(&refused_)), kA);
+}
+
 TEST_F(PipelineTest, ATimeoutOfTheClientsIsTheFinalAnswer) {
   Pipeline p(L());
   ASSERT_FALSE(Admit(p));
