@@ -10,6 +10,7 @@
 # Prints a Markdown table for bench/RESULTS.md: calls/s, and p99 from
 # h2load's per-call log.
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
 gpuha="$(realpath "${1:?usage: grpc_throughput.sh GPUHA_BINARY [CALLS] [CONNECTIONS] [STREAMS] [ROUNDS]}")"
 calls="${2:-20000}"
 conns="${3:-16}"
@@ -34,23 +35,8 @@ trap cleanup EXIT
 
 WORKER_HTTP=19401 WORKER=19402 NGINX=19403 HAPROXY=19404 ROUTER=19405
 
-# One ModelInfer call, gRPC-framed: an 8x8 RGB frame as raw contents
-# (protobuf wire format written out by hand: fields of inference.ModelInferRequest).
-python3 - "$work/call.bin" <<'PY'
-import struct, sys
-def varint(n):
-    out = b""
-    while True:
-        b = n & 0x7F; n >>= 7
-        out += bytes([b | (0x80 if n else 0)])
-        if not n: return out
-def field(num, payload):  # length-delimited
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-shape = b"".join(varint(d) for d in (8, 8, 3))
-tensor = field(1, b"IMAGE") + field(2, b"UINT8") + field(3, shape)
-msg = field(1, b"cv") + field(3, b"bench") + field(5, tensor) + field(7, bytes(range(192)))
-open(sys.argv[1], "wb").write(b"\0" + struct.pack(">I", len(msg)) + msg)
-PY
+# One ModelInfer call, gRPC-framed: an 8x8 RGB frame as raw contents.
+python3 "$here/lib/model_infer_call.py" "$work/call.bin"
 
 "$gpuha" worker --listen 127.0.0.1:$WORKER_HTTP --grpc-listen 127.0.0.1:$WORKER --latency 0 \
   --threads 2 --capacity 100000 --node w >/dev/null 2>"$work/worker.err" & pids+=($!)

@@ -25,22 +25,8 @@ WORKER_HTTP=19421 WORKER_GRPC=19422 ROUTER=19425
 require_free_ports $WORKER_HTTP $WORKER_GRPC $ROUTER
 
 gcc -O2 -shared -fPIC -o "$work/malloc_count.so" "$here/lib/malloc_count.c"
-# One ModelInfer call, gRPC-framed (as bench/grpc_throughput.sh writes it).
-python3 - "$work/call.bin" <<'PY'
-import struct, sys
-def varint(n):
-    out = b""
-    while True:
-        b = n & 0x7F; n >>= 7
-        out += bytes([b | (0x80 if n else 0)])
-        if not n: return out
-def field(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-shape = b"".join(varint(d) for d in (8, 8, 3))
-tensor = field(1, b"IMAGE") + field(2, b"UINT8") + field(3, shape)
-msg = field(1, b"cv") + field(3, b"bench") + field(5, tensor) + field(7, bytes(range(192)))
-open(sys.argv[1], "wb").write(b"\0" + struct.pack(">I", len(msg)) + msg)
-PY
+# One ModelInfer call, gRPC-framed.
+python3 "$here/lib/model_infer_call.py" "$work/call.bin"
 printf '%s' '{"inputs":[{"name":"IMAGE","datatype":"UINT8","shape":[1,1,3],"data":[1,2,3]}]}' \
   > "$work/infer.json"
 "$gpuha" worker --listen 127.0.0.1:$WORKER_HTTP --grpc-listen 127.0.0.1:$WORKER_GRPC --latency 0 \
