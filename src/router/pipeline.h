@@ -120,7 +120,6 @@ class Pipeline {
   void Answering(int status) { status_ = status; }
   void Streaming() { streamed_ = true; }
 
-  const Tenant& tenant() const { return *tenant_; }
   // Empty until admission knows it.
   const std::string& tenant_name() const { return tenant_ ? tenant_->name : kNoTenant; }
   const std::string& stream_id() const { return stream_id_; }
