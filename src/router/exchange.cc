@@ -115,7 +115,11 @@ awaitable<void> RelayEvents(Loop& L, Stream& client, Deadline& lowest, ClientCon
     res.body().data = chunk.get();
     res.body().size = kChunk;
     conn->deadline.Arm(config.limits.response_timeout);
-    co_await ReadSome(*conn, conn->buf, rp, ec);
+    // A Cancel (a verdict, or the drain's timeout) that came while this
+    // read's completion was already queued, or while the client was being
+    // written to, had no wait to end: it ends the stream here.
+    if (!conn->hung_cancel) co_await ReadSome(*conn, conn->buf, rp, ec);
+    if (!ec && conn->hung_cancel) ec = net::error::operation_aborted;
     if (ec == http::error::end_of_stream && !rp.chunked()) {
       ec = {};  // a body delimited by close: ended
       break;
