@@ -18,13 +18,13 @@
 
 #include "cluster/config_builders.h"
 #include "common/http_server.h"
-#include "controller/placement.h"
 #include "gpuha/v1/agent.grpc.pb.h"
+#include "placement/placement.h"
 #include "tests/e2e/child_process.h"
 
-using gpuha::controller::NodeSpec;
-using gpuha::controller::Placement;
-using gpuha::controller::Role;
+using gpuha::placement::NodeSpec;
+using gpuha::placement::Placement;
+using gpuha::placement::Role;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 

@@ -21,9 +21,11 @@
 #include "common/net_util.h"
 #include "common/sd_notify.h"
 #include "controller/controller.h"
-#include "controller/etcd.h"
+#include "controller/etcd_leader.h"
+#include "controller/etcd_store.h"
 #include "controller/service.h"
 #include "controller/standby.h"
+#include "etcd/client.h"
 
 namespace gpuha::cli {
 
@@ -110,11 +112,11 @@ int ControllerCommand::Run() {
 int ControllerCommand::RunOnEtcd(const controller::ControllerConfig& config,
                                  StopSignals& stop_signals) {
   const auto& etcd = config.etcd;
-  auto client = controller::EtcdClient::Connect({.endpoints = etcd.endpoints,
-                                                 .tls_ca = etcd.tls_ca,
-                                                 .tls_cert = etcd.tls_cert,
-                                                 .tls_key = etcd.tls_key,
-                                                 .require_answer = false});
+  auto client = etcd::EtcdClient::Connect({.endpoints = etcd.endpoints,
+                                           .tls_ca = etcd.tls_ca,
+                                           .tls_cert = etcd.tls_cert,
+                                           .tls_key = etcd.tls_key,
+                                           .require_answer = false});
   if (!client.ok()) {  // an endpoint's URL, or the TLS files
     spdlog::error("controller: {}", client.status().message());
     return kExitBadInput;
@@ -202,7 +204,7 @@ int ControllerCommand::Serve(const controller::ControllerConfig& config,
 }
 
 absl::StatusOr<std::unique_ptr<controller::Store>> ControllerCommand::LeadOnEtcd(
-    const controller::ControllerConfig& config, std::shared_ptr<controller::EtcdClient> client,
+    const controller::ControllerConfig& config, std::shared_ptr<etcd::EtcdClient> client,
     StopSignals& stop_signals, std::unique_ptr<controller::EtcdLeader>* leader) {
   const auto& etcd = config.etcd;
   const std::string identity = etcd.advertise.empty() ? config.http_listen : etcd.advertise;

@@ -12,7 +12,9 @@
 #include "absl/status/statusor.h"
 #include "cli/signals.h"
 #include "controller/controller_config.h"
-#include "controller/etcd.h"
+#include "controller/etcd_leader.h"
+#include "controller/store.h"
+#include "etcd/client.h"
 
 namespace gpuha::controller {
 class Controller;
@@ -34,7 +36,7 @@ class ControllerCommand {
   // once leading, returns the store fenced by this leadership. Cancelled
   // when a stop signal came first.
   absl::StatusOr<std::unique_ptr<controller::Store>> LeadOnEtcd(
-      const controller::ControllerConfig& config, std::shared_ptr<controller::EtcdClient> client,
+      const controller::ControllerConfig& config, std::shared_ptr<etcd::EtcdClient> client,
       StopSignals& stop_signals, std::unique_ptr<controller::EtcdLeader>* leader);
   // Runs the controller on `store` until a stop signal (`*signalled`) or,
   // with a `leader`, until the leadership is lost; the exit code.

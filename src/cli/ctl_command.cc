@@ -12,14 +12,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/units.h"
 #include "cli/ctl_format.h"
 #include "cli/exit_codes.h"
 #include "common/clock.h"
 #include "common/http_server.h"
 #include "common/names.h"
 #include "common/net_util.h"
-#include "controller/controller_config.h"
-#include "controller/service.h"
 
 namespace gpuha::cli {
 
@@ -312,7 +311,7 @@ int CtlCommand::RunVerb() {
   const CLI::App* verb = app_->get_subcommands().front();
   const std::string command = verb->get_name();
   if (command == "hash-token") {
-    const std::string hash = controller::Sha256Hex(name_);
+    const std::string hash = common::Sha256Hex(name_);
     return Print(json{{"sha256", hash}}, [&](const json&) { std::cout << hash << "\n"; });
   }
   // Every value that goes into the request line or a header is checked
@@ -608,7 +607,7 @@ int CtlCommand::DescribeNode() {
   json mine = json::array();
   // On this node: as a whole, or on one of its GPUs ("NODE/gpuI").
   auto on_node = [&](const json& s, const char* as) {
-    return controller::NodeOfUnit(s.value(as, "")) == name_;
+    return api::NodeOfUnit(s.value(as, "")) == name_;
   };
   for (const json& s : streams.body) {
     if (on_node(s, "primary") || on_node(s, "standby")) {
@@ -681,7 +680,7 @@ int CtlCommand::DescribeStream() {
   for (const char* as : {"primary", "standby"}) {
     std::string who = stream.body.value(as, "");
     for (const json& n : nodes.body) {
-      if (!who.empty() && n.value("name", "") == controller::NodeOfUnit(who)) {
+      if (!who.empty() && n.value("name", "") == api::NodeOfUnit(who)) {
         json row = n;
         row["as"] = as;
         on.push_back(row);

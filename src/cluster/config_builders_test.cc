@@ -46,8 +46,8 @@ TEST(ConfigBuildersTest, ControllerYamlReadsBackThroughTheControllersParser) {
   ASSERT_EQ(parsed->nodes[2].gpu_servers.size(), 1u);
   EXPECT_EQ(parsed->nodes[2].gpu_servers[0].grpc_address, "127.0.0.1:9103");
   EXPECT_EQ(parsed->nodes[0].spec.id, "n1");
-  EXPECT_EQ(parsed->nodes[0].spec.role, controller::Role::kActive);
-  EXPECT_EQ(parsed->nodes[1].spec.role, controller::Role::kPassive);
+  EXPECT_EQ(parsed->nodes[0].spec.role, placement::Role::kActive);
+  EXPECT_EQ(parsed->nodes[1].spec.role, placement::Role::kPassive);
   EXPECT_EQ(parsed->nodes[1].spec.capacity, 6);
   EXPECT_EQ(parsed->nodes[1].address, "127.0.0.1:9002");
   EXPECT_EQ(parsed->tenants, (std::vector<std::string>{"acme", "globex"}));

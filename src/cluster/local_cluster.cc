@@ -21,7 +21,7 @@
 #include "common/http_server.h"
 #include "common/net_util.h"
 #include "common/subprocess.h"
-#include "controller/etcd.h"
+#include "etcd/client.h"
 #include "gpu/pci_rebind.h"
 #include "gpu/sim_probe.h"
 
@@ -273,7 +273,7 @@ void LocalCluster::KillEtcd(int i) {
 int LocalCluster::EtcdLeader() const {
   for (size_t i = 0; i < etcd_.size(); ++i) {
     if (etcd_[i].pid <= 0) continue;
-    auto client = controller::EtcdClient::Connect(
+    auto client = etcd::EtcdClient::Connect(
         {.endpoints = {absl::StrCat("http://127.0.0.1:", etcd_[i].client_port)},
          .timeout = milliseconds(500)});
     if (!client.ok()) continue;

@@ -37,12 +37,12 @@
 #include "controller/fence_runner.h"
 #include "controller/job.h"
 #include "controller/node_lifecycle.h"
-#include "controller/placement.h"
 #include "controller/state_codec.h"
 #include "controller/store.h"
 #include "controller/traffic_history.h"
 #include "gpuha/v1/agent.pb.h"
 #include "gpuha/v1/routes.pb.h"
+#include "placement/placement.h"
 
 namespace gpuha::controller {
 
@@ -150,7 +150,7 @@ class Controller {
   // it is not (counted in datagrams_refused; AlreadyExists, one not newer
   // or one of a session that ended, in datagrams_stale). One caller, the
   // UDP thread: the keys it verifies with are not thread-safe.
-  absl::Status AgentDatagram(absl::string_view datagram);
+  [[nodiscard]] absl::Status AgentDatagram(absl::string_view datagram);
   // The UDP port heartbeat datagrams reach; 0 (the default): none, agents
   // beat on their streams only. Welcomes offer datagrams from then on.
   void SetDatagramPort(uint16_t port) { datagram_port_ = port; }
@@ -238,7 +238,7 @@ class Controller {
   std::vector<Event> EventsSince(int64_t after_id) const;
 
  private:
-  absl::Status RecoverImpl(bool standby);
+  [[nodiscard]] absl::Status RecoverImpl(bool standby);
   struct NodeState {
     NodeConfig cfg;
     std::shared_ptr<AgentSink> sink;
@@ -398,7 +398,7 @@ class Controller {
   // Whether every change so far is stored (none left in unsaved_) by a
   // controller that still leads: what an API write is answered with, so
   // that a write is confirmed only once it is stored.
-  absl::Status StoredLocked() const;
+  [[nodiscard]] absl::Status StoredLocked() const;
   std::vector<StoreWrite> MetaWritesLocked() const;
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
                    std::optional<double> unix_ms = std::nullopt);
@@ -406,7 +406,7 @@ class Controller {
   NodeState* FindLocked(const std::string& node);
   // A stream as the API must give it (and as a store row must hold it): an
   // ID routers can route, a known tenant, a weight in range.
-  absl::Status CheckStreamLocked(const StreamSpec& s) const;
+  [[nodiscard]] absl::Status CheckStreamLocked(const StreamSpec& s) const;
   // Whether taking one more node out on an agent's health verdict keeps
   // the nodes out after failures within quarantine_max_share.
   bool QuarantineAllowsLocked() const;
@@ -428,7 +428,7 @@ class Controller {
   // The nodes of the passive units a failover promoted, persisted.
   void PersistPromotedLocked(const FailoverPlan& plan, std::vector<StoreWrite>* batch) const;
   // Unavailable once StopActing ran: a change this process may no longer make.
-  absl::Status CheckActing() const;
+  [[nodiscard]] absl::Status CheckActing() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;
   // Epochs a controller gives, and reads back, stay below this.
   static constexpr uint64_t kMaxEpoch = uint64_t{1} << 62;

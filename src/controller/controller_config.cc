@@ -301,8 +301,6 @@ std::string GpuUnitId(const std::string& node, const GpuServerConfig& g) {
   return absl::StrCat(node, "/", g.Name());
 }
 
-std::string NodeOfUnit(const std::string& unit) { return unit.substr(0, unit.find('/')); }
-
 const GpuServerConfig* GpuServerOfUnit(const NodeConfig& n, const std::string& unit) {
   const size_t slash = unit.find('/');
   if (slash == std::string::npos) return nullptr;

@@ -29,13 +29,25 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "api/units.h"
 #include "common/net_util.h"
 #include "common/ports.h"
 #include "common/reconnect.h"
 #include "controller/failure_detector.h"
-#include "controller/placement.h"
+#include "placement/placement.h"
 
 namespace gpuha::controller {
+
+// The placement's vocabulary (src/placement/), the controller's throughout.
+using placement::Assignment;
+using placement::CapacityFigures;
+using placement::FailoverPlan;
+using placement::NodeSpec;
+using placement::ParseRole;
+using placement::Placement;
+using placement::Role;
+using placement::RoleName;
+using placement::StreamSpec;
 
 enum class ApiRole { kViewer = 0, kOperator = 1, kAdmin = 2 };
 const char* ApiRoleName(ApiRole r);
@@ -67,8 +79,7 @@ struct NodeConfig {
 // The placement unit of one GPU's (or slice's) server: "NODE/gpuINDEX" or
 // "NODE/gpuINDEX/migSLOT" ('/' is not in a node's name).
 std::string GpuUnitId(const std::string& node, const GpuServerConfig& g);
-// The node a unit is on: "n1" for "n1/gpu0", "n1/gpu0/mig1" and "n1".
-std::string NodeOfUnit(const std::string& unit);
+using api::NodeOfUnit;  // the node a unit is on: "n1" for "n1/gpu0/mig1"
 // The GPU server entry of `n` that `unit` is, null for a whole node's unit
 // (or a unit the node does not have).
 const GpuServerConfig* GpuServerOfUnit(const NodeConfig& n, const std::string& unit);

@@ -1,7 +1,5 @@
 // The etcd store's leadership and fencing, and its endpoints, against a real
 // etcd (the typed store suite in store_test.cc covers its rows and events).
-#include "controller/etcd.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,10 +11,16 @@
 #include "common/testing/etcd_server.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
+#include "controller/etcd_leader.h"
+#include "controller/etcd_store.h"
+#include "etcd/client.h"
 
 namespace gpuha::controller {
 namespace {
 
+using etcd::EtcdClient;
+using etcd::PrefixEnd;
+using etcd::WatchCancel;
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 

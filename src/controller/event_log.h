@@ -1,15 +1,10 @@
-// EventLog: the controller's recent events, in order, and the failover
-// timings read from them. Every state change records one event with a
-// monotonic and a wall timestamp; a failover is the run of events that a
-// `detected` event starts: fault seen -> detected -> fenced -> routes pushed
-// -> routers acknowledged.
+// EventLog: the controller's recent events (api::Event, src/api/events.h),
+// in order, and the failover-step histograms fed from their timings.
 //
 //   EventLog log(10000);
 //   log.Append({.type = "detected", .node = "gpu-2", ...});   // id assigned
 //   for (const FailoverTiming& f : FailoverTimings(log.Since(0))) ...
 //
-// FailoverTimings is pure: the API's /failovers view and `gpuha demo` (which
-// reads the events over the API) use the same walk.
 // Thread-safety: none; the controller holds its lock around it.
 #pragma once
 
@@ -24,23 +19,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/events.h"
 #include "common/histogram.h"
 #include "common/prometheus.h"
 
 namespace gpuha::controller {
 
-struct Event {
-  int64_t id = 0;
-  double mono_ms = 0;     // since the controller started; orders and times a failover
-  double unix_ms = 0;     // wall clock, fractional: other processes time faults against it
-  std::string type = {};  // fault_seen, detected, fenced, routes_pushed, routers_acked, ...
-  std::string node = {};
-  uint64_t epoch = 0;
-  std::string detail = {};
-};
-nlohmann::json EventJson(const Event& e);
-// The inverse of EventJson; errors name the field.
-absl::StatusOr<Event> EventFromJson(const nlohmann::json& j);
+// The operator API's event and failover walk (src/api/events.h), the
+// controller's throughout.
+using api::Event;
+using api::EventFromJson;
+using api::EventJson;
+using api::FailoverTiming;
+using api::FailoverTimings;
+using api::kRouterHintWindowMs;
 
 class EventLog {
  public:
@@ -64,22 +56,6 @@ class EventLog {
   std::deque<Event> events_;
   int64_t next_id_ = 1;
 };
-
-// One failover's steps, each the first matching event after `detected` (of
-// the same epoch or later) and before the controller restarted: fenced (or
-// fence_unconfirmed) of the same node and routes pushed, both before the next
-// failover's `detected`, then routers acknowledged (an acknowledgement of a
-// later version covers this one's routes too). fault_seen is the fault's
-// first sighting: the node's fault_seen event of the same epoch just before
-// `detected` (the agent's), or a router's router_hint of the node within
-// kRouterHintWindowMs before it, whichever came first.
-inline constexpr double kRouterHintWindowMs = 2000;
-struct FailoverTiming {
-  Event detected = {};
-  std::optional<Event> fault_seen = {}, fenced = {}, routes_pushed = {}, routers_acked = {};
-};
-// Every failover in `events` (ordered by id), oldest first.
-std::vector<FailoverTiming> FailoverTimings(const std::vector<Event>& events);
 
 // gpuha_controller_failover_step_seconds{step}: how long each step of a
 // failover took (fault_to_detected, detected_to_fenced,

@@ -30,7 +30,7 @@ class FenceRunner {
 
 class ShellFenceRunner : public FenceRunner {
  public:
-  absl::Status Run(const std::string& command, common::Duration timeout) override;
+  [[nodiscard]] absl::Status Run(const std::string& command, common::Duration timeout) override;
 };
 
 }  // namespace gpuha::controller

@@ -74,15 +74,15 @@ struct JobRecord {
 // The API's body: {"id", "command": [...], "gpus", "checkpoint_dir",
 // "checkpoint_every"}; the directory comes back normalised ("/a/./b/" is
 // "/a/b"), so two spellings of one directory are one. Errors name the field.
-absl::StatusOr<JobSpec> ParseJobSpec(const nlohmann::json& body);
+[[nodiscard]] absl::StatusOr<JobSpec> ParseJobSpec(const nlohmann::json& body);
 // The same checks for a spec from anywhere (a store row).
-absl::Status CheckJobSpec(const JobSpec& s);
+[[nodiscard]] absl::Status CheckJobSpec(const JobSpec& s);
 // The command with {job}, {epoch}, {checkpoint_dir} and {checkpoint_every}
 // replaced by this job's values ({progress_file} is left for the agent).
 std::vector<std::string> JobArgv(const JobSpec& s, uint64_t job_epoch);
 
 std::string EncodeJob(const JobRecord& r);
-absl::StatusOr<JobRecord> DecodeJob(const std::string& id, std::string_view text);
+[[nodiscard]] absl::StatusOr<JobRecord> DecodeJob(const std::string& id, std::string_view text);
 nlohmann::json JobJson(const JobRecord& r);
 
 }  // namespace gpuha::controller

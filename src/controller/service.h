@@ -46,7 +46,8 @@ class RouteSource {
   virtual std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) = 0;
   // What the router says: its first ack (a refusal ends the stream, and the
   // router goes on to the next controller), later acks, and its leaving.
-  virtual absl::Status Hello(const std::string& router, const v1::RouteAck& first) = 0;
+  [[nodiscard]] virtual absl::Status Hello(const std::string& router,
+                                           const v1::RouteAck& first) = 0;
   virtual void Ack(const std::string& router, const v1::RouteAck& ack) = 0;
   virtual void Gone(const std::string& router) = 0;
 };

@@ -7,7 +7,7 @@ namespace gpuha::controller {
 
 using std::chrono::milliseconds;
 
-Standby::Standby(const ControllerConfig& config, std::shared_ptr<EtcdClient> client,
+Standby::Standby(const ControllerConfig& config, std::shared_ptr<etcd::EtcdClient> client,
                  FenceRunner* fencer)
     : config_(config), client_(std::move(client)), fencer_(fencer), server_(config) {}
 
@@ -37,7 +37,7 @@ bool Standby::Pause(common::Duration d) {
 
 void Standby::Loop() {
   const std::string& prefix = config_.etcd.prefix;
-  const std::string end = PrefixEnd(prefix);
+  const std::string end = etcd::PrefixEnd(prefix);
   int64_t from = 0;  // the first revision not yet loaded
   bool load = true;
   std::string last_error;

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "controller/controller_config.h"
-#include "controller/etcd.h"
+#include "controller/etcd_store.h"
 #include "controller/fence_runner.h"
 #include "controller/service.h"
 
@@ -25,7 +25,8 @@ namespace gpuha::controller {
 
 class Standby {
  public:
-  Standby(const ControllerConfig& config, std::shared_ptr<EtcdClient> client, FenceRunner* fencer);
+  Standby(const ControllerConfig& config, std::shared_ptr<etcd::EtcdClient> client,
+          FenceRunner* fencer);
   ~Standby();
   [[nodiscard]] absl::Status Start();
   // Frees listen.http and listen.grpc at once, for the controller that leads now.
@@ -36,10 +37,10 @@ class Standby {
   void Loop();
 
   const ControllerConfig& config_;
-  std::shared_ptr<EtcdClient> client_;
+  std::shared_ptr<etcd::EtcdClient> client_;
   FenceRunner* fencer_;
   StandbyServer server_;
-  WatchCancel cancel_;
+  etcd::WatchCancel cancel_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

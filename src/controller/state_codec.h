@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "controller/controller_config.h"
 #include "controller/node_lifecycle.h"
-#include "controller/placement.h"
+#include "placement/placement.h"
 
 namespace gpuha::controller {
 
@@ -58,7 +58,7 @@ struct NodeRecord {
   std::vector<RecentXid> xids{};  // the newest last
 };
 std::string EncodeNode(const NodeRecord& r);
-absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text);
+[[nodiscard]] absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text);
 
 struct StreamRecord {
   std::string tenant;
@@ -67,6 +67,7 @@ struct StreamRecord {
   std::string standby;
 };
 std::string EncodeStream(const StreamRecord& r);
-absl::StatusOr<StreamRecord> DecodeStream(const std::string& id, std::string_view text);
+[[nodiscard]] absl::StatusOr<StreamRecord> DecodeStream(const std::string& id,
+                                                        std::string_view text);
 
 }  // namespace gpuha::controller

@@ -45,11 +45,12 @@ class Store {
 class MemoryStore : public Store {
  public:
   const char* Kind() const override { return "memory"; }
-  absl::Status Apply(const std::vector<StoreWrite>& batch) override;
-  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
-  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
-  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
-                                                                          size_t limit) override;
+  [[nodiscard]] absl::Status Apply(const std::vector<StoreWrite>& batch) override;
+  [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> Load(
+      const std::string& table) override;
+  [[nodiscard]] absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
+  [[nodiscard]] absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(
+      int64_t after_id, size_t limit) override;
   // Fault injection: every write fails until cleared, and nothing is applied.
   void FailWrites(bool fail);
 
@@ -80,20 +81,21 @@ class SqliteStore : public Store {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path, SqliteStoreOptions options = {});
   ~SqliteStore() override;
-  absl::Status Apply(const std::vector<StoreWrite>& batch) override;
-  absl::StatusOr<std::map<std::string, std::string>> Load(const std::string& table) override;
-  absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
-  absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(int64_t after_id,
-                                                                          size_t limit) override;
+  [[nodiscard]] absl::Status Apply(const std::vector<StoreWrite>& batch) override;
+  [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> Load(
+      const std::string& table) override;
+  [[nodiscard]] absl::StatusOr<int64_t> AppendEvent(const std::string& json) override;
+  [[nodiscard]] absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> LoadEvents(
+      int64_t after_id, size_t limit) override;
 
  private:
   SqliteStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
-  absl::Status Exec(const char* sql);
+  [[nodiscard]] absl::Status Exec(const char* sql);
   // Builds an initialised file at PATH.init.PID and links it to `path`
   // (unless another process got there first).
-  static absl::Status CreateFresh(const std::string& path);
+  [[nodiscard]] static absl::Status CreateFresh(const std::string& path);
   // The first column of the first row of `sql`, as text ("" when none).
-  absl::StatusOr<std::string> QueryText(const char* sql);
+  [[nodiscard]] absl::StatusOr<std::string> QueryText(const char* sql);
   std::mutex mu_;
   sqlite3* db_;
   int lock_fd_;  // holds the flock; closed after the database

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/etcd_server.h"
 #include "common/testing/temp_dir.h"
-#include "controller/etcd.h"
+#include "controller/etcd_store.h"
 
 namespace gpuha::controller {
 namespace {
@@ -42,7 +42,7 @@ std::unique_ptr<Store> MakeStore<EtcdStore>(const std::string&) {
     return e;
   }();
   static int stores = 0;
-  auto client = EtcdClient::Connect({.endpoints = {etcd->url()}});
+  auto client = etcd::EtcdClient::Connect({.endpoints = {etcd->url()}});
   EXPECT_TRUE(client.ok()) << client.status();
   return std::make_unique<EtcdStore>(*client, absl::StrCat("/test", ++stores, "/"));
 }

@@ -22,10 +22,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/events.h"
+#include "api/units.h"
 #include "cluster/local_cluster.h"
 #include "common/clock.h"
 #include "common/http_server.h"
-#include "controller/controller_config.h"
 #include "demo/faults.h"
 #include "worker/checkpoint.h"
 #include "worker/trainer.h"
@@ -107,7 +108,7 @@ bool ParseSliceUnit(const std::string& unit, uint32_t* gpu, uint32_t* slice) {
 std::string BusiestSlice(const LocalNode& node, const std::map<std::string, std::string>& units) {
   std::map<std::string, int> load;
   for (const auto& [s, unit] : units) {
-    if (controller::NodeOfUnit(unit) == node.name && unit.find("/mig") != std::string::npos) {
+    if (api::NodeOfUnit(unit) == node.name && unit.find("/mig") != std::string::npos) {
       load[unit]++;
     }
   }
@@ -122,7 +123,7 @@ std::string BusiestSlice(const LocalNode& node, const std::map<std::string, std:
 // Stream -> the node it is on.
 std::map<std::string, std::string> Primaries(const json& streams) {
   std::map<std::string, std::string> out = Units(streams);
-  for (auto& [s, p] : out) p = controller::NodeOfUnit(p);
+  for (auto& [s, p] : out) p = api::NodeOfUnit(p);
   return out;
 }
 
@@ -430,13 +431,13 @@ class Demo {
 
     if (!controller && !router) {
       auto events = c_.Api("GET", absl::StrCat("/api/v1/events?after=", last_event));
-      std::vector<controller::Event> logged;
+      std::vector<api::Event> logged;
       if (events.ok() && events->is_array()) {
         for (const json& e : *events) {
-          if (auto parsed = controller::EventFromJson(e); parsed.ok()) logged.push_back(*parsed);
+          if (auto parsed = api::EventFromJson(e); parsed.ok()) logged.push_back(*parsed);
         }
       }
-      for (const controller::Event& e : logged) {
+      for (const api::Event& e : logged) {
         t.taken_out += e.type == "detected";
         t.quarantine_held += e.type == "quarantine_held";
       }

@@ -8,12 +8,10 @@ std::string Ms(const std::optional<double>& v) {
   return v ? absl::StrFormat("%.1f", *v) : std::string("-");
 }
 
-void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
+void ControllerSteps(const std::vector<api::Event>& events, const std::string& node,
                      int64_t t0_unix_ns, FaultTimeline* t) {
-  auto ms = [t0_unix_ns](const controller::Event& e) {
-    return e.unix_ms - double(t0_unix_ns) / 1e6;
-  };
-  for (const controller::FailoverTiming& f : controller::FailoverTimings(events)) {
+  auto ms = [t0_unix_ns](const api::Event& e) { return e.unix_ms - double(t0_unix_ns) / 1e6; };
+  for (const api::FailoverTiming& f : api::FailoverTimings(events)) {
     if (f.detected.node != node) continue;
     t->detected_ms = ms(f.detected);
     if (f.fenced) t->fenced_ms = ms(*f.fenced);
@@ -24,11 +22,9 @@ void ControllerSteps(const std::vector<controller::Event>& events, const std::st
   }
 }
 
-void GpuSteps(const std::vector<controller::Event>& events, const std::string& node,
-              int64_t t0_unix_ns, FaultTimeline* t) {
-  auto ms = [t0_unix_ns](const controller::Event& e) {
-    return e.unix_ms - double(t0_unix_ns) / 1e6;
-  };
+void GpuSteps(const std::vector<api::Event>& events, const std::string& node, int64_t t0_unix_ns,
+              FaultTimeline* t) {
+  auto ms = [t0_unix_ns](const api::Event& e) { return e.unix_ms - double(t0_unix_ns) / 1e6; };
   for (size_t i = 0; i < events.size(); ++i) {
     if (events[i].type != "gpu_out" || events[i].node != node) continue;
     t->detected_ms = ms(events[i]);

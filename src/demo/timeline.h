@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "controller/event_log.h"
+#include "api/events.h"
 
 namespace gpuha::demo {
 
@@ -70,11 +70,11 @@ std::string Ms(const std::optional<double>& v);
 // Fills detected, fenced, routes pushed and routers acknowledged from the
 // first failover of `node` in `events`, in milliseconds after `t0_unix_ns`
 // (the injection), by the events' wall clock.
-void ControllerSteps(const std::vector<controller::Event>& events, const std::string& node,
+void ControllerSteps(const std::vector<api::Event>& events, const std::string& node,
                      int64_t t0_unix_ns, FaultTimeline* t);
 // The same for a GPU taken out alone (its `gpu_out` event): detected, routes
 // pushed and acknowledged; no fence, the node serves on.
-void GpuSteps(const std::vector<controller::Event>& events, const std::string& node,
-              int64_t t0_unix_ns, FaultTimeline* t);
+void GpuSteps(const std::vector<api::Event>& events, const std::string& node, int64_t t0_unix_ns,
+              FaultTimeline* t);
 
 }  // namespace gpuha::demo

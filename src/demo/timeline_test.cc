@@ -5,7 +5,7 @@
 namespace gpuha::demo {
 namespace {
 
-using controller::Event;
+using api::Event;
 
 Event E(int64_t id, const std::string& type, const std::string& node, double unix_ms) {
   return Event{.id = id, .unix_ms = unix_ms, .type = type, .node = node, .epoch = 2};

@@ -9,15 +9,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "controller/placement.h"
+#include "placement/placement.h"
 
 namespace gpuha::sim {
 namespace {
 
-using controller::FailoverPlan;
-using controller::NodeSpec;
-using controller::Placement;
-using controller::Role;
+using placement::FailoverPlan;
+using placement::NodeSpec;
+using placement::Placement;
+using placement::Role;
 
 // SplitMix64: a small, well-mixed generator whose state is one word, so each
 // GPU, node and rack carries its own stream cheaply.
@@ -297,7 +297,7 @@ class Run {
     ++figures_.failures;
     down_capacity_ += unit_capacity_;
     FailoverPlan plan = placement_.FailNode(unit_ids_[u]);
-    for (const controller::Assignment& a : plan.moved) Hit(Bundle(a.stream), t, gap);
+    for (const placement::Assignment& a : plan.moved) Hit(Bundle(a.stream), t, gap);
     for (const std::string& id : plan.unplaced) Wait(Bundle(id), t);
     figures_.streams_moved += static_cast<int64_t>(plan.moved.size()) * f_.streams_per_gpu;
     if (!plan.unplaced.empty()) ++figures_.overflow_events;
@@ -312,7 +312,7 @@ class Run {
     if (waiting_.empty()) return;
     std::vector<int64_t> still;
     for (int64_t b : waiting_) {
-      std::optional<controller::Assignment> a = placement_.Find(absl::StrCat("b", b));
+      std::optional<placement::Assignment> a = placement_.Find(absl::StrCat("b", b));
       if (a && !a->primary.empty()) {
         Placed(b, t);
       } else {

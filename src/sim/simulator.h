@@ -1,6 +1,6 @@
 // The fleet simulator behind `gpuha sim`: a discrete-event simulation of GPU
 // nodes failing and being repaired, with the controller's own Placement
-// (src/controller/placement.h) deciding where each failed unit's streams go.
+// (src/placement/placement.h) deciding where each failed unit's streams go.
 // What it predicts is what the controller would do.
 //
 //   absl::StatusOr<SimInput> in = LoadSimInputFile(path);

@@ -1,9 +1,9 @@
-#include "controller/placement.h"
+#include "placement/placement.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace gpuha::controller {
+namespace gpuha::placement {
 namespace {
 
 using ::testing::HasSubstr;
@@ -446,4 +446,4 @@ TEST(PlacementTest, ANodeAddedOutIsForgottenAndOneInServiceIsNot) {
 }
 
 }  // namespace
-}  // namespace gpuha::controller
+}  // namespace gpuha::placement

@@ -1,10 +1,10 @@
-#include "controller/placement.h"
+#include "placement/placement.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace gpuha::controller {
+namespace gpuha::placement {
 
 const char* RoleName(Role r) {
   switch (r) {
@@ -608,4 +608,4 @@ int64_t Placement::LoadOf(const std::string& id) const {
   return load;
 }
 
-}  // namespace gpuha::controller
+}  // namespace gpuha::placement

@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace gpuha::controller {
+namespace gpuha::placement {
 
 enum class Role { kActive, kPassive, kBuffer };
 const char* RoleName(Role r);
@@ -205,7 +205,7 @@ class Placement {
   // The unit `id`, or the units of host `id`; empty when neither.
   std::vector<Node*> Resolve(const std::string& id) const;
   std::vector<FailoverPlan> FailUnits(const std::vector<Node*>& units);
-  absl::Status RestoreUnit(Node& n, bool as_passive);
+  [[nodiscard]] absl::Status RestoreUnit(Node& n, bool as_passive);
   static Assignment ToAssignment(const Stream& s);
   // Keys of hosts_ and groups_.
   static const std::string& HostKey(const NodeSpec& spec);
@@ -232,4 +232,4 @@ class Placement {
   int64_t admitted_units_ = 0;
 };
 
-}  // namespace gpuha::controller
+}  // namespace gpuha::placement

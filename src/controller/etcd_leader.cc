@@ -1,0 +1,290 @@
+#include "controller/etcd_leader.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_client.h"
+#include "common/net_util.h"
+
+namespace gpuha::controller {
+
+namespace {
+
+using etcdserverpb::Compare;
+using etcdserverpb::RangeRequest;
+using etcdserverpb::TxnRequest;
+
+}  // namespace
+
+namespace {
+// The longest a standby waits on the leader key before it renews its own
+// lease and checks for a stop.
+constexpr common::Duration kStandbyWait = std::chrono::milliseconds(500);
+}  // namespace
+
+EtcdLeader::EtcdLeader(std::shared_ptr<etcd::EtcdClient> client, std::string key,
+                       std::string identity, common::Duration ttl)
+    : client_(std::move(client)), key_(std::move(key)), identity_(std::move(identity)), ttl_(ttl) {}
+
+EtcdLeader::~EtcdLeader() { StopThreads(); }
+
+void EtcdLeader::StopThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  watch_cancel_.Cancel();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (watch_key_.joinable()) watch_key_.join();
+}
+
+void EtcdLeader::Lose(const std::string& why) {
+  holds_until_ns_ = 0;
+  if (lost_.exchange(true)) return;
+  on_lost_(why);
+}
+
+absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) {
+  const int64_t ttl_s = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(ttl_ + std::chrono::milliseconds(999))
+             .count());
+  std::string last_holder, last_error;
+  auto warn = [&](const absl::Status& s) {  // once per distinct error, not every round
+    if (s.message() == last_error) return;
+    last_error = std::string(s.message());
+    spdlog::warn("controller: campaign: {}", last_error);
+  };
+  while (!stopping->load()) {
+    const auto sent = std::chrono::steady_clock::now();
+    if (lease_ == 0) {
+      auto grant = client_->LeaseGrant(ttl_s);
+      if (grant.ok()) {
+        lease_ = grant->id();
+        renewed_ = sent;
+      } else {
+        warn(grant.status());
+      }
+    } else if (auto left = client_->LeaseKeepAliveOnce(lease_, ttl_); left.ok()) {
+      if (*left <= 0) {
+        lease_ = 0;  // expired while we waited: grant another
+        continue;
+      }
+      renewed_ = sent;
+    }
+    if (lease_ != 0) {
+      // Create the key with our lease unless someone holds it.
+      TxnRequest txn;
+      Compare* c = txn.add_compare();
+      c->set_key(key_);
+      c->set_target(Compare::CREATE);
+      c->set_result(Compare::EQUAL);
+      c->set_create_revision(0);
+      etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(key_);
+      put->set_value(identity_);
+      put->set_lease(lease_);
+      txn.add_failure()->mutable_request_range()->set_key(key_);
+      auto r = client_->Txn(txn);
+      if (r.ok() && r->succeeded()) return create_revision_ = r->header().revision();
+      if (r.ok() && r->responses_size() > 0 && r->responses(0).response_range().kvs_size() > 0) {
+        const etcdserverpb::KeyValue& held = r->responses(0).response_range().kvs(0);
+        if (held.value() == identity_ && held.lease() == lease_) {
+          return create_revision_ = held.create_revision();
+        }
+        // A leader always holds the key with a lease; one written without
+        // (by hand, `etcdctl put`) would never expire and would hold every
+        // controller in standby for ever. It is nobody's: deleted, if it is
+        // still that same write.
+        if (held.lease() == 0) {
+          spdlog::warn(
+              "controller: the leader key {} holds '{}' with no lease (no controller "
+              "writes it so); deleting it and campaigning",
+              key_, absl::CHexEscape(held.value()));
+          TxnRequest del;
+          Compare* same = del.add_compare();
+          same->set_key(key_);
+          same->set_target(Compare::MOD);
+          same->set_result(Compare::EQUAL);
+          same->set_mod_revision(held.mod_revision());
+          del.add_success()->mutable_request_delete_range()->set_key(key_);
+          if (auto d = client_->Txn(del); !d.ok()) {
+            warn(d.status());
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+          continue;
+        }
+        if (held.value() != last_holder) {
+          last_holder = held.value();
+          if (held.value() == identity_) {  // this process led a moment ago
+            spdlog::info(
+                "controller: the leader key still holds this controller's previous "
+                "lease; waiting for it to go");
+          } else {
+            spdlog::info("controller: {} leads; standing by to take over", last_holder);
+          }
+        }
+        // Wait for the key's delete (a resign, or the holder's lease ending)
+        // rather than polling: the standby campaigns again the moment it
+        // goes. Bounded, to renew our own lease and see `stopping`.
+        auto gone = client_->WatchOnce(key_, "", r->header().revision() + 1,
+                                       std::min<common::Duration>(ttl_ / 4, kStandbyWait),
+                                       /*no_puts=*/true);
+        if (gone.ok()) continue;
+        warn(gone.status());
+      } else if (!r.ok()) {
+        warn(r.status());
+      }
+    }
+    std::this_thread::sleep_for(
+        std::min<common::Duration>(ttl_ / 8, std::chrono::milliseconds(250)));
+  }
+  return absl::CancelledError("stopped before leading");
+}
+
+common::Duration EtcdLeader::Margin() const {
+  return std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(200));
+}
+
+void EtcdLeader::HoldUntil(std::chrono::steady_clock::time_point renewed) {
+  holds_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        (renewed + ttl_ - Margin()).time_since_epoch())
+                        .count();
+}
+
+void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
+  HoldUntil(renewed_);  // before the threads run: the leader acts from here
+  on_lost_ = std::move(on_lost);
+  keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  watch_key_ = std::thread([this] { WatchKeyLoop(); });
+}
+
+void EtcdLeader::WatchKeyLoop() {
+  // From the revision that created the key: any later change to it is a
+  // delete or another's write (this leader never writes it again).
+  int64_t from = create_revision_ + 1;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_ || lost_) return;
+    }
+    auto events = client_->WatchOnce(key_, "", from, std::chrono::seconds(5), /*no_puts=*/false,
+                                     &watch_cancel_);
+    if (!events.ok()) {
+      // etcd unreachable (the keep-alive judges that) or the revision
+      // compacted: the key is read as it is now, and watched from there.
+      etcdserverpb::RangeRequest req;
+      req.set_key(key_);
+      auto now = client_->Range(req);
+      if (now.ok()) {
+        if (now->kvs().empty() || now->kvs(0).create_revision() != create_revision_) {
+          Lose(absl::StrCat("the leader key ", key_, " is gone or another's"));
+          return;
+        }
+        from = now->header().revision() + 1;
+      } else {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) return;
+      }
+      continue;
+    }
+    for (const etcdserverpb::Event& e : *events) {
+      const bool mine = e.type() == etcdserverpb::Event::PUT && e.kv().lease() == lease_ &&
+                        e.kv().value() == identity_;
+      if (!mine) {
+        Lose(absl::StrCat("the leader key ", key_,
+                          e.type() == etcdserverpb::Event::DELETE
+                              ? " was deleted"
+                              : absl::StrCat(" was written by another (", e.kv().value(), ")")));
+        return;
+      }
+      from = e.kv().mod_revision() + 1;
+    }
+  }
+}
+
+void EtcdLeader::KeepAliveLoop() {
+  // Renew every third of the TTL, and every 100 ms while renewals fail. The
+  // lease counts as lost `margin` before a TTL has passed since the last
+  // confirmed renewal was sent: etcd counts its TTL from when it received
+  // that renewal, later still, so this process always stops acting before
+  // etcd can expire the lease and let another controller lead (as
+  // Kubernetes' renewDeadline comes before its leaseDuration).
+  const common::Duration margin = Margin();
+  auto renewed = renewed_;
+  std::string last_error = "no answer";
+  bool failing = false;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      common::Duration pause =
+          failing ? std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(100))
+                  : ttl_ / 3;
+      // Wake no later than the moment the lease counts as lost.
+      pause = std::max<common::Duration>(
+          common::Duration::zero(),
+          std::min<common::Duration>(pause,
+                                     renewed + ttl_ - margin - std::chrono::steady_clock::now()));
+      if (cv_.wait_for(lock, pause, [this] { return stop_; })) return;
+    }
+    if (lost_) return;  // the key watch found it another's
+    const auto sent = std::chrono::steady_clock::now();
+    const common::Duration left_of_lease = renewed + ttl_ - margin - sent;
+    if (left_of_lease <= common::Duration::zero()) {
+      Lose(absl::StrCat(
+          "no renewal of the leader lease for ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(ttl_ - margin).count(),
+          " ms of its ", std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
+          " ms (", last_error, ")"));
+      return;
+    }
+    auto ttl = client_->LeaseKeepAliveOnce(lease_, left_of_lease);
+    failing = !ttl.ok();
+    if (ttl.ok() && *ttl > 0) {
+      renewed = sent;
+      if (!lost_) HoldUntil(renewed);
+    } else if (ttl.ok()) {
+      Lose("the leader lease expired or was revoked");
+      return;
+    } else {
+      last_error = std::string(ttl.status().message());
+    }
+  }
+}
+
+bool EtcdLeader::Holds() const {
+  return std::chrono::steady_clock::now().time_since_epoch() <
+         std::chrono::nanoseconds(holds_until_ns_.load());
+}
+
+void EtcdLeader::Resign() {
+  StopThreads();
+  holds_until_ns_ = 0;
+  if (lease_ != 0) {
+    if (absl::Status s = client_->LeaseRevoke(lease_); !s.ok()) {
+      spdlog::warn("controller: resigning: {}", std::string(s.message()));
+    }
+    lease_ = 0;
+  }
+}
+
+absl::StatusOr<std::string> EtcdLeader::Holder() {
+  RangeRequest req;
+  req.set_key(key_);
+  auto r = client_->Range(req);
+  if (!r.ok()) return r.status();
+  return r->kvs().empty() ? std::string() : r->kvs(0).value();
+}
+
+}  // namespace gpuha::controller

@@ -1,0 +1,82 @@
+// The controller's leadership on an etcd lease (over etcd/client.h), so that
+// of several controllers sharing one state one acts.
+//
+//   EtcdLeader leader(client, "/gpuha/leader", "ctrl-a", std::chrono::seconds(2));
+//   auto token = leader.Campaign(&stopping);          // blocks until this one leads
+//   store->SetFence(leader.key(), *token);            // (controller/etcd_store.h)
+//   leader.KeepAlive([](const std::string& why) { ... leadership lost ... });
+//
+// Thread-safety: its calls come from one thread (KeepAlive runs its own).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "etcd/client.h"
+
+namespace gpuha::controller {
+
+class EtcdLeader {
+ public:
+  EtcdLeader(std::shared_ptr<etcd::EtcdClient> client, std::string key, std::string identity,
+             common::Duration ttl);
+  ~EtcdLeader();  // stops the keep-alive thread; does not resign
+  // Blocks until this process holds the key (written with its own lease), or
+  // `*stopping` turns true (Cancelled). Returns the key's create revision:
+  // the fencing token, which only grows from one leader to the next.
+  [[nodiscard]] absl::StatusOr<int64_t> Campaign(const std::atomic<bool>* stopping);
+  // Keeps the lease alive from a thread. `on_lost` runs once, on that thread,
+  // when the lease is gone: expired, revoked, or etcd unreachable (or without
+  // quorum) for a TTL less a margin (a tenth, at most 200 ms), so that this
+  // process stops before etcd can expire the lease and another leads.
+  // A second thread watches the key itself: deleted (by hand, `etcdctl del`)
+  // or written by another, it is another's to take at once, and `on_lost`
+  // runs then, from that thread, while the lease still lives.
+  void KeepAlive(std::function<void(const std::string& why)> on_lost);
+  // Revokes the lease: the key goes at once and the next controller takes over.
+  void Resign();
+  // True until the moment the keep-alive counts the lease lost (a margin
+  // before etcd could expire it), renewal by renewal; any thread.
+  bool Holds() const;
+  // Who holds the key now ("" when nobody).
+  [[nodiscard]] absl::StatusOr<std::string> Holder();
+  const std::string& key() const { return key_; }
+
+ private:
+  void KeepAliveLoop();
+  void WatchKeyLoop();
+  // Counts the leadership lost and runs on_lost_, once (either thread).
+  void Lose(const std::string& why);
+  void StopThreads();
+  // How long before its TTL the lease counts as lost: a tenth, at most 200 ms.
+  common::Duration Margin() const;
+  void HoldUntil(std::chrono::steady_clock::time_point renewed);
+
+  std::shared_ptr<etcd::EtcdClient> client_;
+  const std::string key_, identity_;
+  const common::Duration ttl_;
+  int64_t lease_ = 0;
+  // When the last renewal that etcd confirmed was sent (a grant counts).
+  std::chrono::steady_clock::time_point renewed_;
+  // When the lease counts as lost, as steady_clock nanoseconds (0: not held).
+  std::atomic<int64_t> holds_until_ns_{0};
+  int64_t create_revision_ = 0;  // the key's, when Campaign won it
+  std::function<void(const std::string& why)> on_lost_;
+  std::atomic<bool> lost_{false};
+  std::thread keepalive_;
+  std::thread watch_key_;
+  etcd::WatchCancel watch_cancel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+};
+
+}  // namespace gpuha::controller
