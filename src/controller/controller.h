@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/heartbeat_datagram.h"
 #include "controller/controller_config.h"
+#include "controller/datagram_sessions.h"
 #include "controller/event_log.h"
 #include "controller/failure_detector.h"
 #include "controller/fence_runner.h"
@@ -478,21 +479,9 @@ class Controller {
   TrafficHistory traffic_{600};     // guarded by mu_; ten minutes
   std::vector<std::thread> hooks_;  // fence hooks in flight
   std::atomic<uint16_t> datagram_port_{0};
-  // The open datagram sessions, under a lock of their own so that a
-  // datagram is verified (its HMAC) without mu_: a flood of forged ones
-  // costs the UDP thread, not the controller. Taken after mu_, never
-  // before it. The key is the UDP thread's alone once made (not
-  // thread-safe); the welcome's thread only creates it.
-  struct DatagramSession {
-    std::string node;
-    std::shared_ptr<common::DatagramKey> key;
-  };
-  mutable std::mutex datagram_mu_;
-  std::map<uint64_t, DatagramSession> datagram_sessions_;  // guarded by datagram_mu_
-  // Sessions ended lately (a reconnect, a fallback): their late datagrams
-  // are stale, not forged. The newest 4096, oldest first.
-  std::deque<uint64_t> ended_order_;             // guarded by datagram_mu_
-  std::unordered_set<uint64_t> ended_sessions_;  // guarded by datagram_mu_
+  // The agents' datagram sessions and keys, under a lock of their own
+  // (taken after mu_, never before it): a datagram is verified without mu_.
+  DatagramSessions datagram_sessions_;
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
   // `fresh`: newer than any heard. One that is not gives its telemetry and
   // XIDs only: its state and liveness are older than what was applied.

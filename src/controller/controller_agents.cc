@@ -135,21 +135,16 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   n->beat_seq = 0;
   EndDatagramsLocked(*n);
   if (const uint16_t port = datagram_port_.load(); port != 0) {
-    const std::string key = common::RandomBytes(common::kDatagramKeyBytes);
-    absl::StatusOr<std::unique_ptr<common::DatagramKey>> mac = common::DatagramKey::Create(key);
-    if (mac.ok()) {
-      std::lock_guard<std::mutex> sessions(datagram_mu_);
-      do {
-        n->datagram_session = common::RandomSession();
-      } while (datagram_sessions_.count(n->datagram_session) > 0);
-      datagram_sessions_[n->datagram_session] = {hello.node(), std::move(*mac)};
+    if (absl::StatusOr<DatagramSessions::Offer> offer = datagram_sessions_.Start(hello.node());
+        offer.ok()) {
+      n->datagram_session = offer->session;
       v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
       d->set_port(port);
-      d->set_session(n->datagram_session);
-      d->set_key(key);
+      d->set_session(offer->session);
+      d->set_key(offer->key);
     } else {
       // Not offered: the agent beats on its stream.
-      EventLocked("datagrams_off", hello.node(), std::string(mac.status().message()));
+      EventLocked("datagrams_off", hello.node(), std::string(offer.status().message()));
     }
   }
   n->sink->Send(welcome);
@@ -239,52 +234,29 @@ void Controller::CountDatagramDrops(uint64_t dropped) {
 
 absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!acting()) return absl::UnavailableError("this controller does not lead");
-  // Counted without mu_, and never with datagram_mu_ held (mu_ comes first).
-  auto refuse = [&](absl::Status s) {
-    datagrams_refused_++;
-    return s;
-  };
-  auto ended = [&](uint64_t session) {
-    datagrams_stale_++;
-    return absl::AlreadyExistsError(
-        absl::StrCat("bytes 4-11: session ", session, " ended (a late datagram)"));
-  };
-  absl::StatusOr<uint64_t> session = common::DatagramSession(datagram);
-  if (!session.ok()) return refuse(session.status());
-  // Verified without mu_ (datagram_mu_ is held only for the lookup).
-  DatagramSession open;
-  bool was_open = false;
-  {
-    std::lock_guard<std::mutex> sessions(datagram_mu_);
-    if (auto it = datagram_sessions_.find(*session); it != datagram_sessions_.end()) {
-      open = it->second;
-    } else {
-      was_open = ended_sessions_.count(*session) > 0;
-    }
+  // Counted without mu_, and verified without it (DatagramSessions).
+  absl::StatusOr<DatagramSessions::Beat> beat = datagram_sessions_.Verify(datagram);
+  if (!beat.ok()) {
+    (absl::IsAlreadyExists(beat.status()) ? datagrams_stale_ : datagrams_refused_)++;
+    return beat.status();
   }
-  if (!open.key) {
-    if (was_open) return ended(*session);
-    return refuse(absl::NotFoundError(
-        absl::StrCat("bytes 4-11: session ", *session, " is no connected agent's")));
-  }
-  absl::StatusOr<absl::string_view> payload = common::OpenDatagram(datagram, *open.key);
-  if (!payload.ok()) return refuse(payload.status());
-  v1::Heartbeat hb;
-  if (!hb.ParseFromArray(payload->data(), static_cast<int>(payload->size()))) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "bytes 44-", datagram.size() - 1, " of node '", open.node, "': not a Heartbeat message")));
-  }
+  const uint64_t session = beat->session;
+  const std::string& node = beat->node;
+  const v1::Heartbeat& hb = beat->heartbeat;
   std::lock_guard<std::mutex> lock(mu_);
   if (!acting()) return absl::UnavailableError("this controller does not lead");
-  NodeState* n = FindLocked(open.node);
+  NodeState* n = FindLocked(node);
   // Its stream ended or was replaced while this one was verified.
-  if (n == nullptr || n->datagram_session != *session) return ended(*session);
+  if (n == nullptr || n->datagram_session != session) {
+    datagrams_stale_++;
+    return DatagramSessions::Ended(session);
+  }
   // Late or not, the path works.
   n->last_datagram_at = clock_->Now();
   n->beats_missing = 0;
   if (hb.seq() <= n->beat_seq) {
     datagrams_stale_++;
-    return absl::AlreadyExistsError(absl::StrCat("node '", open.node, "': heartbeat ", hb.seq(),
+    return absl::AlreadyExistsError(absl::StrCat("node '", node, "': heartbeat ", hb.seq(),
                                                  " is not newer than ", n->beat_seq,
                                                  " (a duplicate, a late datagram or a replay)"));
   }
@@ -292,25 +264,15 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   if (!n->datagrams_heard && n->sink) {
     n->datagrams_heard = true;
     v1::ControllerMessage heard;
-    heard.mutable_datagrams_heard()->set_session(*session);
+    heard.mutable_datagrams_heard()->set_session(session);
     n->sink->Send(heard);
   }
-  HeartbeatLocked(n, open.node, hb, /*fresh=*/true);
+  HeartbeatLocked(n, node, hb, /*fresh=*/true);
   return absl::OkStatus();
 }
 
 void Controller::EndDatagramsLocked(NodeState& n) {
-  if (n.datagram_session != 0) {
-    std::lock_guard<std::mutex> sessions(datagram_mu_);
-    datagram_sessions_.erase(n.datagram_session);
-    if (ended_sessions_.insert(n.datagram_session).second) {
-      ended_order_.push_back(n.datagram_session);
-    }
-    if (ended_order_.size() > 4096) {
-      ended_sessions_.erase(ended_order_.front());
-      ended_order_.pop_front();
-    }
-  }
+  datagram_sessions_.End(n.datagram_session);
   n.datagram_session = 0;
   n.datagrams_heard = false;
   n.beats_missing = 0;
