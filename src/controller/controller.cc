@@ -611,35 +611,10 @@ bool Controller::QuarantineAllowsLocked() const {
 }
 
 absl::Status Controller::CheckJoinTokenLocked(const v1::Hello& hello, const std::string& peer_ip) {
-  const std::string& want = config_.registration.join_token_sha256;
-  if (want.empty()) return absl::OkStatus();
-  const common::TimePoint now = clock_->Now();
-  WrongJoinTokens* wrong = nullptr;
-  if (!peer_ip.empty()) {
-    auto it = wrong_join_tokens_.find(peer_ip);
-    if (it != wrong_join_tokens_.end() && now - it->second.since < std::chrono::seconds(1)) {
-      wrong = &it->second;
-    }
-    if (wrong != nullptr && wrong->count >= kMaxWrongJoinTokens) {
-      counters_.join_tokens_throttled++;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("too many wrong join tokens from ", peer_ip, " (", kMaxWrongJoinTokens,
-                       " a second): refused unchecked for the rest of the second"));
-    }
-  }
-  const std::string& token = hello.registration().join_token();
-  if (common::Sha256Hex(token) == want) return absl::OkStatus();
-  if (!peer_ip.empty()) {
-    if (wrong == nullptr) {
-      if (wrong_join_tokens_.size() >= 4096) wrong_join_tokens_.clear();
-      wrong = &wrong_join_tokens_[peer_ip];
-      *wrong = {now, 0};
-    }
-    wrong->count++;
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat("node '", absl::CHexEscape(hello.node()), "': the join token is ",
-                   token.empty() ? "missing" : "wrong", " (--join-token-file)"));
+  absl::Status s =
+      join_tokens_.Check(hello.node(), hello.registration().join_token(), peer_ip, clock_->Now());
+  if (absl::IsResourceExhausted(s)) counters_.join_tokens_throttled++;
+  return s;
 }
 
 absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello,

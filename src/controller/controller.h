@@ -37,6 +37,7 @@
 #include "controller/failure_detector.h"
 #include "controller/fence_runner.h"
 #include "controller/job.h"
+#include "controller/join_tokens.h"
 #include "controller/node_lifecycle.h"
 #include "controller/state_codec.h"
 #include "controller/store.h"
@@ -140,7 +141,7 @@ class Controller {
   [[nodiscard]] absl::Status RemoveNode(const std::string& node);
   // Wrong join tokens one source IP may send in a second; past them its
   // hellos are refused unchecked for the rest of the second.
-  static constexpr int kMaxWrongJoinTokens = 10;
+  static constexpr int kMaxWrongJoinTokens = JoinTokens::kMaxWrongPerSecond;
   // `from`: the stream it came on; a beat from a stream another one
   // replaced (an mTLS reconnect) is dropped. Null: trusted (tests).
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
@@ -326,19 +327,10 @@ class Controller {
   // the registration policy (pending until its server is ready).
   [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello,
                                                           const std::string& peer_ip);
-  // OK when no join token is configured or the hello carries the right one.
-  // The join token of `hello`, from `peer_ip` (empty: unknown). A source
-  // that sent kMaxWrongJoinTokens wrong ones within a second is refused
-  // unchecked (ResourceExhausted) for the rest of it: a guesser gets no
-  // more than that many tries a second, and no log line for each.
+  // The join token of `hello`, from `peer_ip` (empty: unknown), checked by
+  // join_tokens_ (JoinTokens); a source it throttles is counted.
   [[nodiscard]] absl::Status CheckJoinTokenLocked(const v1::Hello& hello,
                                                   const std::string& peer_ip);
-  struct WrongJoinTokens {
-    common::TimePoint since;  // the second they are counted in began then
-    int count = 0;
-  };
-  // Per source IP, bounded (cleared when 4096 sources fill it).
-  std::unordered_map<std::string, WrongJoinTokens> wrong_join_tokens_;  // guarded by mu_
   // pending -> serving, in its configured role, or rejoining -> serving, as
   // passive: its agent is connected and its server ready. Streams that fit
   // nowhere so far are placed now.
@@ -468,6 +460,8 @@ class Controller {
   EventLog events_{10000};                         // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;                    // guarded by mu_
+  // After config_, which it is made from.
+  JoinTokens join_tokens_{config_.registration.join_token_sha256};  // guarded by mu_
   // Datagrams that are not applied are counted without mu_ (a flood of them
   // must not take it); CountersLocked() folds them in.
   std::atomic<uint64_t> datagrams_refused_{0};
