@@ -15,8 +15,7 @@
 #include "common/log.h"
 #include "common/net_util.h"
 #include "common/prometheus.h"
-#include "common/query.h"
-#include "controller/dashboard.h"
+#include "controller/operator_api.h"
 
 namespace gpuha::controller {
 namespace {
@@ -152,43 +151,6 @@ void ReactorSink::Send(const v1::ControllerMessage& m) {
   if (reactor_ == nullptr) return;
   outbox_.push_back(m);
   reactor_->WriteLocked();
-}
-
-common::HttpResponse JsonResponse(int status, const json& body) {
-  common::HttpResponse r;
-  r.status = status;
-  r.content_type = "application/json";
-  r.body = body.dump(2) + "\n";
-  return r;
-}
-
-common::HttpResponse Error(int status, const std::string& message) {
-  return JsonResponse(status, {{"error", message}});
-}
-
-// The dashboard and the operator API (/api/v1) of `c`; `status_extra` is
-// merged into /api/v1/status (a standby names the leader there).
-common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
-                                 const common::HttpRequest& r,
-                                 const json& status_extra = json::object());
-
-int HttpCode(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kOk:
-      return 200;
-    case absl::StatusCode::kInvalidArgument:
-      return 400;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-      return 409;
-    case absl::StatusCode::kFailedPrecondition:
-      return 409;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    default:
-      return 500;
-  }
 }
 
 }  // namespace
@@ -461,180 +423,8 @@ common::HttpResponse ControllerServer::HandleHttp(const common::HttpRequest& r) 
     m.body = controller_->MetricsText();
     return m;
   }
-  return ApiResponse(controller_, config_, r);
+  return OperatorApi(controller_, config_, r);
 }
-
-namespace {
-
-common::HttpResponse ApiResponse(Controller* c, const ControllerConfig& config,
-                                 const common::HttpRequest& r, const json& status_extra) {
-  if (r.path == "/" || r.path == "/dashboard") {
-    if (r.method != "GET") return Error(405, "the dashboard takes GET");
-    return common::HttpResponse{200, "text/html; charset=utf-8", DashboardHtml(), {}};
-  }
-  if (r.path.rfind("/api/v1/", 0) != 0) return Error(404, "not found");
-
-  // Bearer tokens with roles: viewers read, operators act, admins change roles.
-  ApiRole role = ApiRole::kViewer;
-  if (!config.tokens.empty()) {
-    auto auth = r.headers.find("authorization");
-    if (auth == r.headers.end() || auth->second.rfind("Bearer ", 0) != 0) {
-      common::HttpResponse e = Error(401, "missing bearer token");
-      e.headers.push_back({"WWW-Authenticate", "Bearer"});
-      return e;
-    }
-    auto token = config.tokens.find(Sha256Hex(auth->second.substr(7)));
-    if (token == config.tokens.end()) return Error(401, "unknown bearer token");
-    role = token->second.role;
-  } else {
-    role = ApiRole::kAdmin;  // no tokens configured: a loopback-only development setup
-  }
-  auto need = [&](ApiRole min) { return static_cast<int>(role) >= static_cast<int>(min); };
-  auto forbidden = [&](ApiRole min) {
-    return Error(403, absl::StrCat("this needs the ", ApiRoleName(min), " role; the token has ",
-                                   ApiRoleName(role)));
-  };
-
-  std::vector<std::string> parts = absl::StrSplit(r.path.substr(8), '/', absl::SkipEmpty());
-  if (parts.empty()) return Error(404, "not found");
-  const std::string& what = parts[0];
-  bool get = r.method == "GET";
-  bool post = r.method == "POST";
-  bool del = r.method == "DELETE";
-
-  if (what == "nodes" && parts.size() == 1 && get) return JsonResponse(200, c->NodesJson());
-  if (what == "nodes" && parts.size() == 2 && get) {
-    auto n = c->NodeJson(parts[1]);
-    return n.ok() ? JsonResponse(200, *n) : Error(404, std::string(n.status().message()));
-  }
-  if (what == "nodes" && parts.size() == 2 && del) {
-    if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
-    absl::Status s = c->RemoveNode(parts[1]);
-    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
-                  : Error(HttpCode(s), std::string(s.message()));
-  }
-  if (what == "nodes" && parts.size() == 3 && post) {
-    const std::string& node = parts[1];
-    const std::string& op = parts[2];
-    ApiRole min = op == "role" ? ApiRole::kAdmin : ApiRole::kOperator;
-    if (!need(min)) return forbidden(min);
-    absl::Status s;
-    if (op == "drain") {
-      s = c->Drain(node, r.target.find("force=true") != std::string::npos);
-    } else if (op == "undrain") {
-      s = c->Undrain(node);
-    } else if (op == "fail") {
-      s = c->Fail(node);
-    } else if (op == "rebind") {
-      if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
-      s = c->RebindNode(node);
-    } else if (op == "role") {
-      json body = json::parse(r.body, nullptr, false);
-      if (!body.is_object() || !body.contains("role") || !body["role"].is_string()) {
-        return Error(400, "role: the body must be {\"role\": \"active|passive|buffer\"}");
-      }
-      std::string want = body["role"];
-      Role role_value = want == "active"    ? Role::kActive
-                        : want == "passive" ? Role::kPassive
-                                            : Role::kBuffer;
-      if (want != "active" && want != "passive" && want != "buffer") {
-        return Error(400, absl::StrCat("role: '", want, "' is not one of active, passive, buffer"));
-      }
-      s = c->SetRole(node, role_value);
-    } else {
-      return Error(404, absl::StrCat("no operation '", op, "' on nodes"));
-    }
-    if (!s.ok()) return Error(HttpCode(s), std::string(s.message()));
-    auto n = c->NodeJson(node);
-    return JsonResponse(200, n.ok() ? *n : json::object());
-  }
-  if (what == "streams" && parts.size() == 1 && get) return JsonResponse(200, c->StreamsJson());
-  if (what == "streams" && parts.size() == 1 && post) {
-    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
-    json body = json::parse(r.body, nullptr, false);
-    if (!body.is_object()) return Error(400, "body: not a JSON object");
-    for (auto& [key, value] : body.items()) {
-      if (key != "id" && key != "tenant" && key != "weight") {
-        return Error(400, absl::StrCat(key, ": unknown field (expected id, tenant, weight)"));
-      }
-    }
-    if (!body.contains("id") || !body["id"].is_string() || body["id"].get<std::string>().empty()) {
-      return Error(400, "id: a non-empty string is required");
-    }
-    if (!body.contains("tenant") || !body["tenant"].is_string()) {
-      return Error(400, "tenant: a string is required");
-    }
-    int64_t weight = 1;
-    if (body.contains("weight")) {
-      if (!body["weight"].is_number_integer() || body["weight"].get<int64_t>() < 1) {
-        return Error(400, "weight: must be an integer of at least 1");
-      }
-      weight = body["weight"];
-    }
-    auto a = c->AddStream({body["id"], body["tenant"], weight});
-    if (!a.ok()) return Error(HttpCode(a.status()), std::string(a.status().message()));
-    return JsonResponse(201, {{"id", a->stream}, {"primary", a->primary}, {"standby", a->standby}});
-  }
-  if (what == "streams" && parts.size() == 2 && get) {
-    auto s = c->StreamJson(parts[1]);
-    return s.ok() ? JsonResponse(200, *s) : Error(404, std::string(s.status().message()));
-  }
-  if (what == "streams" && parts.size() == 2 && del) {
-    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
-    absl::Status s = c->RemoveStream(parts[1]);
-    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
-                  : Error(HttpCode(s), std::string(s.message()));
-  }
-  if (what == "jobs" && parts.size() == 1 && get) return JsonResponse(200, c->JobsJson());
-  if (what == "jobs" && parts.size() == 1 && post) {
-    // A job is a command the agents run on GPU nodes, as their own user:
-    // adding one is as much as holding the nodes, so it needs admin (as a
-    // role change does), not operator.
-    if (!need(ApiRole::kAdmin)) return forbidden(ApiRole::kAdmin);
-    json body = json::parse(r.body, nullptr, false);
-    if (body.is_discarded()) return Error(400, "body: not JSON");
-    absl::StatusOr<JobSpec> spec = ParseJobSpec(body);
-    if (!spec.ok()) return Error(400, std::string(spec.status().message()));
-    auto j = c->AddJob(*spec);
-    return j.ok() ? JsonResponse(201, *j)
-                  : Error(HttpCode(j.status()), std::string(j.status().message()));
-  }
-  if (what == "jobs" && parts.size() == 2 && get) {
-    auto j = c->JobJson(parts[1]);
-    return j.ok() ? JsonResponse(200, *j) : Error(404, std::string(j.status().message()));
-  }
-  if (what == "jobs" && parts.size() == 2 && del) {
-    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
-    absl::Status s = c->RemoveJob(parts[1]);
-    return s.ok() ? JsonResponse(200, {{"removed", parts[1]}})
-                  : Error(HttpCode(s), std::string(s.message()));
-  }
-  if (what == "jobs" && parts.size() == 3 && post && parts[2] == "confirm-fenced") {
-    if (!need(ApiRole::kOperator)) return forbidden(ApiRole::kOperator);
-    auto j = c->ConfirmJobFence(parts[1]);
-    return j.ok() ? JsonResponse(200, *j)
-                  : Error(HttpCode(j.status()), std::string(j.status().message()));
-  }
-  if (what == "tenants" && get) return JsonResponse(200, c->TenantsJson());
-  if (what == "failovers" && get) return JsonResponse(200, c->FailoversJson());
-  if (what == "history" && get) return JsonResponse(200, c->HistoryJson());
-  if (what == "routers" && get) return JsonResponse(200, c->RoutersJson());
-  if (what == "capacity" && get) return JsonResponse(200, c->CapacityJson());
-  if (what == "status" && get) {
-    json status = c->StatusJson();
-    status.update(status_extra);
-    return JsonResponse(200, status);
-  }
-  if (what == "events" && get) {
-    absl::StatusOr<std::optional<int64_t>> after =
-        common::QueryParams::FromTarget(r.target).Int("after");
-    if (!after.ok()) return Error(400, std::string(after.status().message()));
-    return JsonResponse(200, c->EventsJson(*after, 1000));
-  }
-  return Error(404, absl::StrCat("no ", r.method, " ", r.path));
-}
-
-}  // namespace
 
 // ---- StandbyServer ----
 
@@ -803,7 +593,7 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
         absl::StrCat("this standby has not read the store: ", error.empty() ? "not yet" : error);
     return JsonResponse(503, who);
   }
-  return ApiResponse(state.get(), config_, r, {{"role", "standby"}, {"leader", leader}});
+  return OperatorApi(state.get(), config_, r, {{"role", "standby"}, {"leader", leader}});
 }
 
 }  // namespace gpuha::controller

@@ -8,6 +8,7 @@
 #include "agent/agent.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
+#include "controller/operator_api.h"
 
 namespace gpuha::controller {
 namespace {
@@ -151,6 +152,48 @@ TEST_F(ApiTest, TokensAndRolesGateTheApi) {
   EXPECT_EQ(r.status, 403);
   EXPECT_THAT(r.body, HasSubstr("needs the admin role"));
   EXPECT_EQ(Call("GET", "/metrics", "").status, 200);  // scrapers need no token
+}
+
+// The operator API's table (operator_api.cc), route by route: every view
+// answers a viewer, every change refuses one naming the role it needs.
+TEST_F(ApiTest, TheOperatorApiTableGatesEachRouteByItsRole) {
+  auto api = [&](const std::string& method, const std::string& path, const std::string& token,
+                 const nlohmann::json& extra = nlohmann::json::object()) {
+    return OperatorApi(&controller_, config_, Request(method, path, token, "{}"), extra);
+  };
+  for (const char* view : {"nodes", "nodes/n1", "streams", "jobs", "tenants", "failovers",
+                           "history", "routers", "capacity", "status", "events"}) {
+    EXPECT_EQ(api("GET", absl::StrCat("/api/v1/", view), "view-token").status, 200) << view;
+  }
+  struct Change {
+    const char* method;
+    const char* path;
+    const char* needs;
+  };
+  for (const Change& c :
+       {Change{"DELETE", "nodes/n1", "admin"}, Change{"POST", "nodes/n1/drain", "operator"},
+        Change{"POST", "nodes/n1/undrain", "operator"}, Change{"POST", "nodes/n1/fail", "operator"},
+        Change{"POST", "nodes/n1/rebind", "admin"}, Change{"POST", "nodes/n1/role", "admin"},
+        Change{"POST", "nodes/n1/reboot", "operator"}, Change{"POST", "streams", "operator"},
+        Change{"DELETE", "streams/s", "operator"}, Change{"POST", "jobs", "admin"},
+        Change{"DELETE", "jobs/j", "operator"},
+        Change{"POST", "jobs/j/confirm-fenced", "operator"}}) {
+    auto r = api(c.method, absl::StrCat("/api/v1/", c.path), "view-token");
+    EXPECT_EQ(r.status, 403) << c.method << " " << c.path;
+    EXPECT_THAT(r.body,
+                HasSubstr(absl::StrCat("needs the ", c.needs, " role; the token has viewer")))
+        << c.method << " " << c.path;
+  }
+  auto r = api("PUT", "/api/v1/nodes", "admin-token");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_THAT(r.body, HasSubstr("no PUT /api/v1/nodes"));
+  EXPECT_EQ(api("GET", "/api/v1/tenants/acme", "admin-token").status, 404);
+  r = api("POST", "/api/v1/nodes/n1/reboot", "admin-token");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_THAT(r.body, HasSubstr("no operation 'reboot' on nodes"));
+  r = api("GET", "/api/v1/status", "view-token", {{"role", "standby"}});
+  EXPECT_EQ(nlohmann::json::parse(r.body).value("role", ""), "standby");
+  EXPECT_EQ(api("POST", "/dashboard", "").status, 405);
 }
 
 TEST_F(ApiTest, StreamsAreAddedValidatedAndRemoved) {
