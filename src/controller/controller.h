@@ -39,6 +39,7 @@
 #include "controller/job.h"
 #include "controller/join_tokens.h"
 #include "controller/node_lifecycle.h"
+#include "controller/router_acks.h"
 #include "controller/state_codec.h"
 #include "controller/store.h"
 #include "controller/traffic_history.h"
@@ -241,6 +242,18 @@ class Controller {
 
  private:
   [[nodiscard]] absl::Status RecoverImpl(bool standby);
+  // Its steps (controller_recovery.cc). Rows that do not read back are set
+  // aside, named: (row, why).
+  using SetAsideRows = std::vector<std::pair<std::string, std::string>>;
+  [[nodiscard]] absl::Status RecoverMetaLocked(const std::map<std::string, std::string>& meta,
+                                               bool standby);
+  // `stored_nodes` gains the nodes that stored streams prove known.
+  [[nodiscard]] absl::Status RecoverNodesLocked(std::map<std::string, std::string>& stored_nodes,
+                                                SetAsideRows* aside);
+  [[nodiscard]] absl::Status RecoverStreamsLocked(std::map<std::string, std::string>& stored_nodes,
+                                                  SetAsideRows* aside);
+  [[nodiscard]] absl::Status RecoverJobsLocked(SetAsideRows* aside);
+  [[nodiscard]] absl::Status RecoverEventsLocked();
   struct NodeState {
     NodeConfig cfg;
     std::shared_ptr<AgentSink> sink;
@@ -455,9 +468,8 @@ class Controller {
   std::map<std::pair<std::string, std::string>, std::optional<std::string>>
       unsaved_;                   // guarded by mu_; (table, key) -> value, nullopt deletes
   std::string last_store_error_;  // guarded by mu_; why the last failed commit failed
-  std::map<std::string, uint64_t> routers_;        // guarded by mu_; acked version per router
-  uint64_t acked_version_logged_ = 0;              // guarded by mu_
-  EventLog events_{10000};                         // guarded by mu_; the newest 10000
+  RouterAcks router_acks_;        // guarded by mu_
+  EventLog events_{10000};        // guarded by mu_; the newest 10000
   mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
   ControllerCounters counters_;                    // guarded by mu_
   // After config_, which it is made from.

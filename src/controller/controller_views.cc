@@ -175,7 +175,7 @@ json Controller::StatusJson() const {
           {"leading", acting()},
           {"route_version", standby_ && route_version_ == 0 ? unknown : json(route_version_)},
           {"startup_grace_left_ms", standby_ ? unknown : json(common::ToMillis(left))},
-          {"routers", standby_ ? unknown : json(routers_.size())},
+          {"routers", standby_ ? unknown : json(router_acks_.held().size())},
           {"store", store_->Kind()},
           {"store_up", standby_ ? unknown : json(store_up_)}};
 }
@@ -246,7 +246,7 @@ json Controller::RoutersJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   json traffic = traffic_.RoutersJson();
   json out = json::array();
-  for (const auto& [id, version] : routers_) {
+  for (const auto& [id, version] : router_acks_.held()) {
     json r = {{"router", id}, {"route_version", version}, {"current", version == route_version_}};
     for (const json& t : traffic) {
       if (t["router"] == id) r.update(t);
