@@ -518,6 +518,15 @@ void Controller::SendRejoinLocked(NodeState& n) {
   n.sink->Send(m);
 }
 
+void Controller::RejoinFailedLocked(NodeState& n, const std::string& why) {
+  n.lifecycle = NodeLifecycle::kFenced;
+  FenceLocked(n, why);
+  std::vector<StoreWrite> batch;
+  CountFailureLocked(n, &batch);
+  PersistNodeLocked(n, &batch);
+  CommitLocked(std::move(batch));
+}
+
 void Controller::RejoinLocked(NodeState& n, const std::string& why) {
   if (!acting()) return;
   const std::string id = n.cfg.spec.id;

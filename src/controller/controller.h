@@ -336,6 +336,19 @@ class Controller {
   // fenced, drained or held-out -> rejoining: its agent is told to serve
   // again, as passive; JoinLocked puts it back once its server is ready.
   void RejoinLocked(NodeState& n, const std::string& why);
+  // rejoining -> fenced: failed again before it took work. It must prove
+  // itself healthy for healthy_for once more; counted, so a node that fails
+  // each time it comes back is held out after max_failures.
+  void RejoinFailedLocked(NodeState& n, const std::string& why);
+  // The steps of AgentConnected (controller_agents.cc). The node an agent's
+  // hello may hold (`proven`: by mTLS; else `peer_ip` binds a registered
+  // node and is what the join-token guard counts by), or why not.
+  [[nodiscard]] absl::StatusOr<NodeState*> AdmitAgentLocked(const v1::Hello& hello, bool proven,
+                                                            const std::string& peer_ip);
+  // A registered node's new address from its agent's hello (routes move).
+  [[nodiscard]] absl::Status UpdateRegistrationLocked(NodeState& n, const v1::Hello& hello);
+  // The welcome: epoch, role, fence, and a datagram session when offered.
+  void WelcomeLocked(NodeState& n, const v1::Hello& hello);
   // A node the config does not list, added from its agent's hello under
   // the registration policy (pending until its server is ready).
   [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello,
@@ -492,6 +505,15 @@ class Controller {
   // `fresh`: newer than any heard. One that is not gives its telemetry and
   // XIDs only: its state and liveness are older than what was applied.
   void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
+  // The steps of HeartbeatLocked: new XIDs into the node's row (once per
+  // GPU and XID within kXidRepeatQuietMs); the fence re-sent with backoff
+  // to an agent serving under an old epoch while fenced; and the verdict
+  // (join, take out, hold in quarantine, or the GPUs' own verdicts), `why`
+  // being the agent's first reason.
+  void RecordXidsLocked(NodeState& n, const v1::Heartbeat& hb);
+  void RefenceLocked(NodeState& n, const v1::Heartbeat& hb);
+  void JudgeHeartbeatLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb,
+                            bool server_was_ready, bool in_service, const std::string& why);
   // Ends `n`'s datagram session, if any.
   void EndDatagramsLocked(NodeState& n);
   // Tells `n`'s agent its datagrams are lost (`why`) and ends its session:

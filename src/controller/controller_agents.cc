@@ -20,6 +20,47 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
   if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
+  absl::StatusOr<NodeState*> admitted = AdmitAgentLocked(hello, proven, peer_ip);
+  if (!admitted.ok()) return admitted.status();
+  NodeState* n = *admitted;
+  if (absl::Status s = UpdateRegistrationLocked(*n, hello); !s.ok()) return s;
+  n->sink = std::move(sink);
+  n->healthy_since.reset();
+  // An agent that has seen a later epoch than ours (a store restored from
+  // an old backup, or lost with --init) would ignore every fence of this
+  // one: move past it first.
+  if (hello.last_epoch() > epoch_ && hello.last_epoch() < kMaxEpoch) {
+    AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
+                                                        hello.last_epoch()));
+  }
+  const bool back = n->restart_until.has_value();
+  n->restart_until.reset();
+  if (placement_.Available(hello.node())) detector_.Connected(hello.node());
+  n->gpus = hello.gpus_size();
+  JobReportLocked(*n, hello.jobs(), hello.fenced());
+  if (!n->known || back) {
+    n->known = true;  // from now on a restarted controller expects it back
+    // (and, back from a planned restart, no longer gives it the grace)
+    std::vector<StoreWrite> batch;
+    PersistNodeLocked(*n, &batch);
+    CommitLocked(std::move(batch));
+  }
+  WelcomeLocked(*n, hello);
+  // A joining node's agent may still hold a fence (from an earlier life of
+  // the cluster, a store lost or --init; or its restart lost the rejoin
+  // message): it must run its server to join.
+  if (n->joining() && hello.fenced()) SendRejoinLocked(*n);
+  EventLocked(
+      "agent_connected", hello.node(),
+      absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
+                   back ? ", back from a planned restart" : "", n->fenced() ? ", fenced" : "",
+                   n->joining() ? "; joins once its server is ready" : ""));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Controller::NodeState*> Controller::AdmitAgentLocked(const v1::Hello& hello,
+                                                                    bool proven,
+                                                                    const std::string& peer_ip) {
   // Where an agent the transport did not prove comes from: what binds a
   // registered node, and what the join-token throttle counts by.
   const std::string unproven_ip = proven ? std::string() : peer_ip;
@@ -69,12 +110,16 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
                      "' already has a connected agent; a second stream is refused until the "
                      "first one ends (use mTLS to prove a node's name)"));
   }
+  return n;
+}
+
+absl::Status Controller::UpdateRegistrationLocked(NodeState& n, const v1::Hello& hello) {
   // Only the stream that holds the node may move it: its server may have
   // moved (a rescheduled pod), and routers get the new address.
-  if (n->registered) {
+  if (n.registered) {
     const std::string& address = hello.registration().address();
     const std::string& grpc_address = hello.registration().grpc_address();
-    if (!address.empty() && (address != n->cfg.address || grpc_address != n->cfg.grpc_address)) {
+    if (!address.empty() && (address != n.cfg.address || grpc_address != n.cfg.grpc_address)) {
       if (!common::ParseHostPort(address, "address").ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("node '", hello.node(), "': registration address '",
@@ -86,58 +131,41 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
                          absl::CHexEscape(grpc_address), "' is not HOST:PORT"));
       }
       EventLocked("address_changed", hello.node(),
-                  absl::StrCat(n->cfg.address, " -> ", address,
-                               grpc_address != n->cfg.grpc_address
-                                   ? absl::StrCat(" (gRPC '", n->cfg.grpc_address, "' -> '",
+                  absl::StrCat(n.cfg.address, " -> ", address,
+                               grpc_address != n.cfg.grpc_address
+                                   ? absl::StrCat(" (gRPC '", n.cfg.grpc_address, "' -> '",
                                                   grpc_address, "')")
                                    : ""));
-      n->cfg.address = address;
-      n->cfg.grpc_address = grpc_address;
+      n.cfg.address = address;
+      n.cfg.grpc_address = grpc_address;
       PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
       std::vector<StoreWrite> batch;
-      PersistNodeLocked(*n, &batch);
+      PersistNodeLocked(n, &batch);
       CommitLocked(std::move(batch));
     }
-    if (hello.registration().capacity() != n->cfg.spec.capacity) {
+    if (hello.registration().capacity() != n.cfg.spec.capacity) {
       EventLocked("registration_ignored", hello.node(),
                   absl::StrCat("capacity ", hello.registration().capacity(), " kept at ",
-                               n->cfg.spec.capacity,
+                               n.cfg.spec.capacity,
                                ": a registered node's capacity is fixed at its registration"));
     }
   }
-  n->sink = std::move(sink);
-  n->healthy_since.reset();
-  // An agent that has seen a later epoch than ours (a store restored from
-  // an old backup, or lost with --init) would ignore every fence of this
-  // one: move past it first.
-  if (hello.last_epoch() > epoch_ && hello.last_epoch() < kMaxEpoch) {
-    AdvanceEpochLocked(hello.last_epoch(), absl::StrCat("agent ", hello.node(), " has seen epoch ",
-                                                        hello.last_epoch()));
-  }
-  const bool back = n->restart_until.has_value();
-  n->restart_until.reset();
-  if (placement_.Available(hello.node())) detector_.Connected(hello.node());
-  n->gpus = hello.gpus_size();
-  JobReportLocked(*n, hello.jobs(), hello.fenced());
-  if (!n->known || back) {
-    n->known = true;  // from now on a restarted controller expects it back
-    // (and, back from a planned restart, no longer gives it the grace)
-    std::vector<StoreWrite> batch;
-    PersistNodeLocked(*n, &batch);
-    CommitLocked(std::move(batch));
-  }
+  return absl::OkStatus();
+}
+
+void Controller::WelcomeLocked(NodeState& n, const v1::Hello& hello) {
   v1::ControllerMessage welcome;
   welcome.mutable_welcome()->set_epoch(epoch_);
-  welcome.mutable_welcome()->set_role(RoleName(RoleToTellLocked(*n)));
-  welcome.mutable_welcome()->set_fenced(n->fenced());
+  welcome.mutable_welcome()->set_role(RoleName(RoleToTellLocked(n)));
+  welcome.mutable_welcome()->set_fenced(n.fenced());
   // A new stream: a new agent process may count its beats from 1 again,
   // and its datagrams get a session and key of their own.
-  n->beat_seq = 0;
-  EndDatagramsLocked(*n);
+  n.beat_seq = 0;
+  EndDatagramsLocked(n);
   if (const uint16_t port = datagram_port_.load(); port != 0) {
     if (absl::StatusOr<DatagramSessions::Offer> offer = datagram_sessions_.Start(hello.node());
         offer.ok()) {
-      n->datagram_session = offer->session;
+      n.datagram_session = offer->session;
       v1::HeartbeatDatagrams* d = welcome.mutable_welcome()->mutable_datagrams();
       d->set_port(port);
       d->set_session(offer->session);
@@ -147,17 +175,7 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       EventLocked("datagrams_off", hello.node(), std::string(offer.status().message()));
     }
   }
-  n->sink->Send(welcome);
-  // A joining node's agent may still hold a fence (from an earlier life of
-  // the cluster, a store lost or --init; or its restart lost the rejoin
-  // message): it must run its server to join.
-  if (n->joining() && hello.fenced()) SendRejoinLocked(*n);
-  EventLocked(
-      "agent_connected", hello.node(),
-      absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
-                   back ? ", back from a planned restart" : "", n->fenced() ? ", fenced" : "",
-                   n->joining() ? "; joins once its server is ready" : ""));
-  return absl::OkStatus();
+  n.sink->Send(welcome);
 }
 
 void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
@@ -282,26 +300,7 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
                                  bool fresh) {
   n->beat_seq = std::max(n->beat_seq, hb.seq());
   if (hb.gpus_size() > 0 || hb.nics_size() > 0) n->last = hb;  // telemetry is not on every beat
-  // Recent XIDs go into the node's row, timed by the agent: the dashboard's
-  // outlive a controller restart and the node's own reboot.
-  bool new_xid = false;
-  for (const v1::XidEvent& x : hb.xids()) {
-    const RecentXid r{x.gpu_index(), x.xid(), static_cast<double>(x.unix_nanos()) / 1e6};
-    if (std::any_of(n->xids.begin(), n->xids.end(), [&](const RecentXid& o) {
-          return o.gpu == r.gpu && o.xid == r.xid &&
-                 std::abs(r.unix_ms - o.unix_ms) < kXidRepeatQuietMs;
-        })) {
-      continue;
-    }
-    n->xids.push_back(r);
-    if (n->xids.size() > kRecentXids) n->xids.erase(n->xids.begin());
-    new_xid = true;
-  }
-  if (new_xid) {
-    std::vector<StoreWrite> batch;
-    PersistNodeLocked(*n, &batch);
-    CommitLocked(std::move(batch));
-  }
+  RecordXidsLocked(*n, hb);
   if (!fresh) return;
   counters_.heartbeats++;
   v1::NodeHealth before = n->health;
@@ -317,28 +316,7 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
   if (in_service) detector_.Heartbeat(node);
   if (hb.fenced()) n->fenced_beat_at = clock_->Now();
   JobReportLocked(*n, hb.jobs(), hb.fenced());
-  // An agent acting under an old epoch, or serving while fenced, is corrected.
-  // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
-  // an agent that never confirms once cost an event and a store write per
-  // heartbeat. A heartbeat that says fenced ends the run.
-  if (n->fenced() && !hb.fenced() && hb.epoch() < epoch_ && n->sink) {
-    const common::TimePoint now = clock_->Now();
-    if (now >= n->refence_at) {
-      const bool first = n->refence_gap == common::Duration::zero();
-      n->refence_gap = first ? kRefenceFirst : std::min(2 * n->refence_gap, kRefenceMax);
-      n->refence_at = now + n->refence_gap;
-      if (first) {
-        counters_.stale_agents_corrected++;
-        FenceLocked(*n, "still serving while fenced");
-      } else {
-        counters_.fence_repeats++;
-        SendFenceLocked(*n, "still serving while fenced");
-      }
-    }
-  } else if (hb.fenced()) {
-    n->refence_gap = common::Duration::zero();
-    n->refence_at = common::TimePoint();
-  }
+  RefenceLocked(*n, hb);
   std::string why = n->reasons.empty()
                         ? HealthName(hb.health())
                         : n->reasons.front().code() + ": " + n->reasons.front().detail();
@@ -356,28 +334,74 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
   // become ready yet (starting, rejoining) does not.
   bool server_was_ready = n->server_ready;
   n->server_ready = hb.server().ready() && !hb.fenced();
-  if (n->joining()) {
-    if (n->server_ready && GpuServersUpLocked(*n) &&
+  JudgeHeartbeatLocked(*n, node, hb, server_was_ready, in_service, why);
+}
+
+void Controller::RecordXidsLocked(NodeState& n, const v1::Heartbeat& hb) {
+  // Recent XIDs go into the node's row, timed by the agent: the dashboard's
+  // outlive a controller restart and the node's own reboot.
+  bool new_xid = false;
+  for (const v1::XidEvent& x : hb.xids()) {
+    const RecentXid r{x.gpu_index(), x.xid(), static_cast<double>(x.unix_nanos()) / 1e6};
+    if (std::any_of(n.xids.begin(), n.xids.end(), [&](const RecentXid& o) {
+          return o.gpu == r.gpu && o.xid == r.xid &&
+                 std::abs(r.unix_ms - o.unix_ms) < kXidRepeatQuietMs;
+        })) {
+      continue;
+    }
+    n.xids.push_back(r);
+    if (n.xids.size() > kRecentXids) n.xids.erase(n.xids.begin());
+    new_xid = true;
+  }
+  if (new_xid) {
+    std::vector<StoreWrite> batch;
+    PersistNodeLocked(n, &batch);
+    CommitLocked(std::move(batch));
+  }
+}
+
+void Controller::RefenceLocked(NodeState& n, const v1::Heartbeat& hb) {
+  // An agent acting under an old epoch, or serving while fenced, is corrected.
+  // Re-sent with backoff (100 ms doubling to 5 s), and logged once per run:
+  // an agent that never confirms once cost an event and a store write per
+  // heartbeat. A heartbeat that says fenced ends the run.
+  if (n.fenced() && !hb.fenced() && hb.epoch() < epoch_ && n.sink) {
+    const common::TimePoint now = clock_->Now();
+    if (now >= n.refence_at) {
+      const bool first = n.refence_gap == common::Duration::zero();
+      n.refence_gap = first ? kRefenceFirst : std::min(2 * n.refence_gap, kRefenceMax);
+      n.refence_at = now + n.refence_gap;
+      if (first) {
+        counters_.stale_agents_corrected++;
+        FenceLocked(n, "still serving while fenced");
+      } else {
+        counters_.fence_repeats++;
+        SendFenceLocked(n, "still serving while fenced");
+      }
+    }
+  } else if (hb.fenced()) {
+    n.refence_gap = common::Duration::zero();
+    n.refence_at = common::TimePoint();
+  }
+}
+
+void Controller::JudgeHeartbeatLocked(NodeState& n, const std::string& node,
+                                      const v1::Heartbeat& hb, bool server_was_ready,
+                                      bool in_service, const std::string& why) {
+  if (n.joining()) {
+    if (n.server_ready && GpuServersUpLocked(n) &&
         (hb.health() == v1::NODE_HEALTH_HEALTHY || hb.health() == v1::NODE_HEALTH_DEGRADED)) {
-      JoinLocked(*n);
-      GpuVerdictsLocked(*n);  // a GPU that is down joins out
-    } else if (n->lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
-      // Failed again before it took work: back to fenced, and it must
-      // prove itself healthy for healthy_for once more. Counted, so a node
-      // that fails each time it comes back is held out after max_failures.
-      n->lifecycle = NodeLifecycle::kFenced;
-      FenceLocked(*n, "agent reports failed while rejoining: " + why);
-      std::vector<StoreWrite> batch;
-      CountFailureLocked(*n, &batch);
-      PersistNodeLocked(*n, &batch);
-      CommitLocked(std::move(batch));
+      JoinLocked(n);
+      GpuVerdictsLocked(n);  // a GPU that is down joins out
+    } else if (n.lifecycle == NodeLifecycle::kRejoining && hb.health() == v1::NODE_HEALTH_FAILED) {
+      RejoinFailedLocked(n, "agent reports failed while rejoining: " + why);
     }
     return;
   }
   if (!in_service || clock_->Now() < grace_until_) return;
-  if (server_was_ready && !n->server_ready && !hb.fenced() &&
+  if (server_was_ready && !n.server_ready && !hb.fenced() &&
       hb.health() != v1::NODE_HEALTH_FAILED) {
-    TakeOutLocked(*n, "inference server not ready (agent's readiness probe)", clock_->UnixNanos(),
+    TakeOutLocked(n, "inference server not ready (agent's readiness probe)", clock_->UnixNanos(),
                   /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
     return;
   }
@@ -385,9 +409,9 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
       hb.health() == v1::NODE_HEALTH_FAILED || hb.health() == v1::NODE_HEALTH_DRAINING;
   // Held only while its server still answers ready: a node whose server
   // stopped serves nothing, whatever the share.
-  if (verdict && n->server_ready && !QuarantineAllowsLocked()) {
-    if (!n->quarantine_held) {
-      n->quarantine_held = true;
+  if (verdict && n.server_ready && !QuarantineAllowsLocked()) {
+    if (!n.quarantine_held) {
+      n.quarantine_held = true;
       counters_.quarantines_held++;
       EventLocked("quarantine_held", node,
                   absl::StrCat("not taken out (", why, "): more than ",
@@ -398,15 +422,15 @@ void Controller::HeartbeatLocked(NodeState* n, const std::string& node, const v1
     }
     return;
   }
-  n->quarantine_held = false;
+  n.quarantine_held = false;
   if (hb.health() == v1::NODE_HEALTH_FAILED) {
-    TakeOutLocked(*n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
+    TakeOutLocked(n, "agent reports failed: " + why, hb.health_changed_unix_nanos(),
                   /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
   } else if (hb.health() == v1::NODE_HEALTH_DRAINING) {
-    TakeOutLocked(*n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
+    TakeOutLocked(n, "agent reports draining: " + why, hb.health_changed_unix_nanos(),
                   /*make_before_break=*/true, /*count_failure=*/true, NodeLifecycle::kFenced);
   } else {
-    GpuVerdictsLocked(*n);
+    GpuVerdictsLocked(n);
   }
 }
 

@@ -1,7 +1,8 @@
 // NodeLifecycle: where a node stands in the controller's eyes, as one enum
 // (keepalived's VRRP states, Pacemaker's node states). The controller's
-// transition functions (TakeOutLocked, HoldOutLocked, RejoinLocked, Undrain)
-// are its only writers; each records its event and persists the node once.
+// transition functions (TakeOutLocked, HoldOutLocked, RejoinLocked,
+// RejoinFailedLocked, Undrain) are its only writers; each records its event
+// and persists the node once.
 //
 //   pending --agent connected, server ready--> serving
 //   serving --failure--> fenced --healthy for healthy_for--> rejoining
