@@ -34,8 +34,13 @@ constexpr common::Duration kStandbyWait = std::chrono::milliseconds(500);
 }  // namespace
 
 EtcdLeader::EtcdLeader(std::shared_ptr<etcd::EtcdClient> client, std::string key,
-                       std::string identity, common::Duration ttl)
-    : client_(std::move(client)), key_(std::move(key)), identity_(std::move(identity)), ttl_(ttl) {}
+                       std::string identity, common::Duration ttl, common::Clock* clock)
+    : client_(std::move(client)),
+      key_(std::move(key)),
+      identity_(std::move(identity)),
+      ttl_(ttl),
+      clock_(clock),
+      hold_(ttl) {}
 
 EtcdLeader::~EtcdLeader() { StopThreads(); }
 
@@ -51,8 +56,10 @@ void EtcdLeader::StopThreads() {
 }
 
 void EtcdLeader::Lose(const std::string& why) {
-  holds_until_ns_ = 0;
-  if (lost_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!hold_.Lose()) return;
+  }
   on_lost_(why);
 }
 
@@ -67,7 +74,7 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
     spdlog::warn("controller: campaign: {}", last_error);
   };
   while (!stopping->load()) {
-    const auto sent = std::chrono::steady_clock::now();
+    const common::TimePoint sent = clock_->Now();
     if (lease_ == 0) {
       auto grant = client_->LeaseGrant(ttl_s);
       if (grant.ok()) {
@@ -153,18 +160,11 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
   return absl::CancelledError("stopped before leading");
 }
 
-common::Duration EtcdLeader::Margin() const {
-  return std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(200));
-}
-
-void EtcdLeader::HoldUntil(std::chrono::steady_clock::time_point renewed) {
-  holds_until_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        (renewed + ttl_ - Margin()).time_since_epoch())
-                        .count();
-}
-
 void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
-  HoldUntil(renewed_);  // before the threads run: the leader acts from here
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_.Won(renewed_);  // before the threads run: the leader acts from here
+  }
   on_lost_ = std::move(on_lost);
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   watch_key_ = std::thread([this] { WatchKeyLoop(); });
@@ -177,7 +177,7 @@ void EtcdLeader::WatchKeyLoop() {
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stop_ || lost_) return;
+      if (stop_ || hold_.state() == LeaderLease::State::kLost) return;
     }
     auto events = client_->WatchOnce(key_, "", from, std::chrono::seconds(5), /*no_puts=*/false,
                                      &watch_cancel_);
@@ -215,62 +215,47 @@ void EtcdLeader::WatchKeyLoop() {
 }
 
 void EtcdLeader::KeepAliveLoop() {
-  // Renew every third of the TTL, and every 100 ms while renewals fail. The
-  // lease counts as lost `margin` before a TTL has passed since the last
-  // confirmed renewal was sent: etcd counts its TTL from when it received
-  // that renewal, later still, so this process always stops acting before
-  // etcd can expire the lease and let another controller lead (as
-  // Kubernetes' renewDeadline comes before its leaseDuration).
-  const common::Duration margin = Margin();
-  auto renewed = renewed_;
-  std::string last_error = "no answer";
-  bool failing = false;
-  while (true) {
+  // When to renew and when the lease counts as lost: LeaderLease.
+  for (;;) {
+    common::TimePoint sent;
+    common::Duration left;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      common::Duration pause =
-          failing ? std::min<common::Duration>(ttl_ / 10, std::chrono::milliseconds(100))
-                  : ttl_ / 3;
-      // Wake no later than the moment the lease counts as lost.
-      pause = std::max<common::Duration>(
-          common::Duration::zero(),
-          std::min<common::Duration>(pause,
-                                     renewed + ttl_ - margin - std::chrono::steady_clock::now()));
-      if (cv_.wait_for(lock, pause, [this] { return stop_; })) return;
+      if (cv_.wait_for(lock, hold_.UntilRenewal(clock_->Now()), [this] { return stop_; })) return;
+      if (hold_.state() == LeaderLease::State::kLost) return;  // the key watch found it another's
+      sent = clock_->Now();
+      if (std::optional<std::string> why = hold_.Expire(sent)) {
+        lock.unlock();
+        on_lost_(*why);
+        return;
+      }
+      left = hold_.LeftAt(sent);
     }
-    if (lost_) return;  // the key watch found it another's
-    const auto sent = std::chrono::steady_clock::now();
-    const common::Duration left_of_lease = renewed + ttl_ - margin - sent;
-    if (left_of_lease <= common::Duration::zero()) {
-      Lose(absl::StrCat(
-          "no renewal of the leader lease for ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(ttl_ - margin).count(),
-          " ms of its ", std::chrono::duration_cast<std::chrono::milliseconds>(ttl_).count(),
-          " ms (", last_error, ")"));
-      return;
-    }
-    auto ttl = client_->LeaseKeepAliveOnce(lease_, left_of_lease);
-    failing = !ttl.ok();
-    if (ttl.ok() && *ttl > 0) {
-      renewed = sent;
-      if (!lost_) HoldUntil(renewed);
-    } else if (ttl.ok()) {
+    absl::StatusOr<int64_t> ttl = client_->LeaseKeepAliveOnce(lease_, left);
+    if (ttl.ok() && *ttl <= 0) {
       Lose("the leader lease expired or was revoked");
       return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ttl.ok()) {
+      hold_.Renewed(sent);
     } else {
-      last_error = std::string(ttl.status().message());
+      hold_.RenewalFailed(std::string(ttl.status().message()));
     }
   }
 }
 
 bool EtcdLeader::Holds() const {
-  return std::chrono::steady_clock::now().time_since_epoch() <
-         std::chrono::nanoseconds(holds_until_ns_.load());
+  std::lock_guard<std::mutex> lock(mu_);
+  return hold_.Holds(clock_->Now());
 }
 
 void EtcdLeader::Resign() {
   StopThreads();
-  holds_until_ns_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_.Lose();
+  }
   if (lease_ != 0) {
     if (absl::Status s = client_->LeaseRevoke(lease_); !s.ok()) {
       spdlog::warn("controller: resigning: {}", std::string(s.message()));

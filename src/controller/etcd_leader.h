@@ -20,14 +20,17 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "controller/leader_lease.h"
 #include "etcd/client.h"
 
 namespace gpuha::controller {
 
 class EtcdLeader {
  public:
+  // `clock` times the lease (LeaderLease); the waits between calls to etcd
+  // are real time.
   EtcdLeader(std::shared_ptr<etcd::EtcdClient> client, std::string key, std::string identity,
-             common::Duration ttl);
+             common::Duration ttl, common::Clock* clock = common::RealClock::Get());
   ~EtcdLeader();  // stops the keep-alive thread; does not resign
   // Blocks until this process holds the key (written with its own lease), or
   // `*stopping` turns true (Cancelled). Returns the key's create revision:
@@ -56,26 +59,23 @@ class EtcdLeader {
   // Counts the leadership lost and runs on_lost_, once (either thread).
   void Lose(const std::string& why);
   void StopThreads();
-  // How long before its TTL the lease counts as lost: a tenth, at most 200 ms.
-  common::Duration Margin() const;
-  void HoldUntil(std::chrono::steady_clock::time_point renewed);
 
   std::shared_ptr<etcd::EtcdClient> client_;
   const std::string key_, identity_;
   const common::Duration ttl_;
+  common::Clock* const clock_;
   int64_t lease_ = 0;
-  // When the last renewal that etcd confirmed was sent (a grant counts).
-  std::chrono::steady_clock::time_point renewed_;
-  // When the lease counts as lost, as steady_clock nanoseconds (0: not held).
-  std::atomic<int64_t> holds_until_ns_{0};
+  // When the last renewal that etcd confirmed was sent while campaigning
+  // (a grant counts): the lease's start once KeepAlive takes over.
+  common::TimePoint renewed_{};
   int64_t create_revision_ = 0;  // the key's, when Campaign won it
   std::function<void(const std::string& why)> on_lost_;
-  std::atomic<bool> lost_{false};
   std::thread keepalive_;
   std::thread watch_key_;
   etcd::WatchCancel watch_cancel_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  LeaderLease hold_;   // guarded by mu_
   bool stop_ = false;  // guarded by mu_
 };
 
