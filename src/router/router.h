@@ -10,7 +10,7 @@
 //   ...
 //   router.Stop();
 //
-// See docs/ARCHITECTURE.md ("router") for the request path.
+// See src/router/README.md for the request path.
 #pragma once
 
 #include <cstdint>
