@@ -145,7 +145,7 @@ std::vector<StoreWrite> Controller::MetaWritesLocked() const {
 
 void Controller::Tick() {
   if (!acting()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!acting()) return;  // deposed while this tick waited for the lock
   // Ticks come every few ms. A long gap means this process was starved or
   // blocked, and heartbeats may sit unread in its queues: a node's silence
@@ -260,7 +260,7 @@ void Controller::RunFenceHookLocked(const std::string& id) {
   hooks_.emplace_back([this, command, id] {
     if (!acting()) return;
     absl::Status s = fencer_->Run(command, config_.fence_timeout);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (s.ok()) {
       EventLocked("fenced", id, "fence hook succeeded");
       NodeFenceConfirmedLocked(id, "the fence hook succeeded");
@@ -546,7 +546,7 @@ void Controller::RejoinLocked(NodeState& n, const std::string& why) {
 void Controller::StopActing(const std::string& why) {
   if (!acting_.exchange(false)) return;
   spdlog::warn("controller: no longer leads ({}): it acts no more while it stops", why);
-  routes_cv_.notify_all();  // router streams end, and routers find the leader
+  routes_cv_.SignalAll();  // router streams end, and routers find the leader
 }
 
 absl::Status Controller::CheckActing() const {
@@ -558,7 +558,7 @@ void Controller::PushRoutesLocked(const std::string& why) {
   if (!acting()) return;
   ++route_version_;
   EventLocked("routes_pushed", "", absl::StrCat("version ", route_version_, " (", why, ")"));
-  routes_cv_.notify_all();
+  routes_cv_.SignalAll();
 }
 
 absl::Status Controller::CheckStreamLocked(const StreamSpec& s) const {
@@ -584,7 +584,7 @@ absl::Status Controller::CheckStreamLocked(const StreamSpec& s) const {
 }
 
 absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status bad = CheckStreamLocked(s); !bad.ok()) return bad;
   auto a = placement_.Admit(s);
@@ -606,7 +606,7 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
 }
 
 absl::Status Controller::RemoveStream(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status s = placement_.Remove(id); !s.ok()) return s;
   specs_.erase(id);
@@ -619,7 +619,7 @@ absl::Status Controller::RemoveStream(const std::string& id) {
 }
 
 absl::Status Controller::Drain(const std::string& node, bool force) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -650,7 +650,7 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
 }
 
 absl::Status Controller::Undrain(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -661,7 +661,7 @@ absl::Status Controller::Undrain(const std::string& node) {
 }
 
 absl::Status Controller::Fail(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -677,7 +677,7 @@ absl::Status Controller::Fail(const std::string& node) {
 }
 
 absl::Status Controller::SetRole(const std::string& node, Role role) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -696,16 +696,16 @@ bool Controller::HasTenant(const std::string& t) const {
 }
 
 std::vector<Event> Controller::EventsSince(int64_t after_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return events_.Since(after_id);
 }
 
 v1::RouteSnapshot Controller::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   v1::RouteSnapshot snap;
   snap.set_version(route_version_);
   snap.set_epoch(epoch_);
-  auto endpoint = [&](const std::string& unit, v1::Endpoint* e) {
+  auto endpoint = [&](const std::string& unit, v1::Endpoint* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (unit.empty()) return;
     e->set_node(unit);
     const NodeConfig& cfg = nodes_.at(NodeOfUnit(unit)).cfg;
@@ -732,20 +732,23 @@ v1::RouteSnapshot Controller::Snapshot() const {
 }
 
 uint64_t Controller::route_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return route_version_;
 }
 
 uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  routes_cv_.wait_for(lock, timeout, [&] { return route_version_ != known || !acting(); });
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  while (route_version_ == known && acting()) {
+    if (routes_cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+  }
   return route_version_;
 }
 
 void Controller::RouterAck(const std::string& router, uint64_t version,
                            const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
   if (!acting()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const bool all_hold = router_acks_.Ack(router, version, route_version_);
   if (stats != nullptr) {
     traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
@@ -777,7 +780,7 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch,
                              uint64_t held_version) {
   if (!acting()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!acting()) return;
   // The router refuses only routes older than those it holds: of an older
   // epoch, or of this epoch with a lower version (this controller's earlier
@@ -799,18 +802,18 @@ void Controller::AdvanceEpochLocked(uint64_t past, const std::string& why) {
 
 void Controller::RouterGone(const std::string& router) {
   if (!acting()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   router_acks_.Gone(router);
   traffic_.Forget(router);
 }
 
 uint64_t Controller::epoch() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return epoch_;
 }
 
 ControllerCounters Controller::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return CountersLocked();
 }
 

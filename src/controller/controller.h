@@ -15,7 +15,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -246,14 +245,17 @@ class Controller {
   // aside, named: (row, why).
   using SetAsideRows = std::vector<std::pair<std::string, std::string>>;
   [[nodiscard]] absl::Status RecoverMetaLocked(const std::map<std::string, std::string>& meta,
-                                               bool standby);
+                                               bool standby) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `stored_nodes` gains the nodes that stored streams prove known.
   [[nodiscard]] absl::Status RecoverNodesLocked(std::map<std::string, std::string>& stored_nodes,
-                                                SetAsideRows* aside);
+                                                SetAsideRows* aside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::Status RecoverStreamsLocked(std::map<std::string, std::string>& stored_nodes,
-                                                  SetAsideRows* aside);
-  [[nodiscard]] absl::Status RecoverJobsLocked(SetAsideRows* aside);
-  [[nodiscard]] absl::Status RecoverEventsLocked();
+                                                  SetAsideRows* aside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status RecoverJobsLocked(SetAsideRows* aside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status RecoverEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct NodeState {
     NodeConfig cfg;
     std::shared_ptr<AgentSink> sink;
@@ -325,56 +327,65 @@ class Controller {
   // seen (0 = unknown); `make_before_break` moves routes before fencing. A
   // node already out only moves to the stronger state (drained, held-out).
   void TakeOutLocked(NodeState& n, const std::string& why, int64_t fault_unix_ns,
-                     bool make_before_break, bool count_failure, NodeLifecycle to);
+                     bool make_before_break, bool count_failure, NodeLifecycle to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a failure now; past max_failures within the window, holds the
   // node out.
-  void CountFailureLocked(NodeState& n, std::vector<StoreWrite>* batch);
+  void CountFailureLocked(NodeState& n, std::vector<StoreWrite>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The role its agent is told: where a rejoining node will serve.
-  Role RoleToTellLocked(const NodeState& n) const;
+  Role RoleToTellLocked(const NodeState& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // fenced or drained -> held-out: an operator must undrain it.
-  void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch);
+  void HoldOutLocked(NodeState& n, const std::string& why, std::vector<StoreWrite>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // fenced, drained or held-out -> rejoining: its agent is told to serve
   // again, as passive; JoinLocked puts it back once its server is ready.
-  void RejoinLocked(NodeState& n, const std::string& why);
+  void RejoinLocked(NodeState& n, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // rejoining -> fenced: failed again before it took work. It must prove
   // itself healthy for healthy_for once more; counted, so a node that fails
   // each time it comes back is held out after max_failures.
-  void RejoinFailedLocked(NodeState& n, const std::string& why);
+  void RejoinFailedLocked(NodeState& n, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of AgentConnected (controller_agents.cc). The node an agent's
   // hello may hold (`proven`: by mTLS; else `peer_ip` binds a registered
   // node and is what the join-token guard counts by), or why not.
   [[nodiscard]] absl::StatusOr<NodeState*> AdmitAgentLocked(const v1::Hello& hello, bool proven,
-                                                            const std::string& peer_ip);
+                                                            const std::string& peer_ip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A registered node's new address from its agent's hello (routes move).
-  [[nodiscard]] absl::Status UpdateRegistrationLocked(NodeState& n, const v1::Hello& hello);
+  [[nodiscard]] absl::Status UpdateRegistrationLocked(NodeState& n, const v1::Hello& hello)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The welcome: epoch, role, fence, and a datagram session when offered.
-  void WelcomeLocked(NodeState& n, const v1::Hello& hello);
+  void WelcomeLocked(NodeState& n, const v1::Hello& hello) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A node the config does not list, added from its agent's hello under
   // the registration policy (pending until its server is ready).
   [[nodiscard]] absl::StatusOr<NodeState*> RegisterLocked(const v1::Hello& hello,
-                                                          const std::string& peer_ip);
+                                                          const std::string& peer_ip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The join token of `hello`, from `peer_ip` (empty: unknown), checked by
   // join_tokens_ (JoinTokens); a source it throttles is counted.
   [[nodiscard]] absl::Status CheckJoinTokenLocked(const v1::Hello& hello,
-                                                  const std::string& peer_ip);
+                                                  const std::string& peer_ip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // pending -> serving, in its configured role, or rejoining -> serving, as
   // passive: its agent is connected and its server ready. Streams that fit
   // nowhere so far are placed now.
-  void JoinLocked(NodeState& n);
+  void JoinLocked(NodeState& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the agent (or runs the fence hook) that the node serves nothing.
-  void FenceLocked(NodeState& n, const std::string& why);
+  void FenceLocked(NodeState& n, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The fence message alone, to a connected agent: no event.
-  void SendFenceLocked(NodeState& n, const std::string& why);
+  void SendFenceLocked(NodeState& n, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rejoin message (serve again, at this epoch, in this role), to a
   // connected agent: no event.
-  void SendRejoinLocked(NodeState& n);
+  void SendRejoinLocked(NodeState& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A new route version. The commit that follows persists it with the
   // state it describes (standbys serve it): call it before CommitLocked.
-  void PushRoutesLocked(const std::string& why);
+  void PushRoutesLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // epoch_ = past + 1, persisted, with an event and new routes.
-  void AdvanceEpochLocked(uint64_t past, const std::string& why);
-  void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const;
-  void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const;
+  void AdvanceEpochLocked(uint64_t past, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistNodeLocked(const NodeState& n, std::vector<StoreWrite>* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistStreamLocked(const std::string& id, std::vector<StoreWrite>* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- jobs (controller_jobs.cc) ---------------------------------------------
   struct JobState {
@@ -385,67 +396,77 @@ class Controller {
     std::string prefer;               // the node that took its node's place
     common::TimePoint retry_at{};     // pending: next placement try; else next StartJob resend
   };
-  void PersistJobLocked(const JobState& j, std::vector<StoreWrite>* batch) const;
+  void PersistJobLocked(const JobState& j, std::vector<StoreWrite>* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The serving node with the GPUs free that the job would go to ("" if
   // none): for a move the node that took the old one's place, then
   // passive, buffer and active nodes; else active ones first.
-  std::string JobTargetLocked(const JobState& j, const std::string& exclude) const;
+  std::string JobTargetLocked(const JobState& j, const std::string& exclude) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts it on a node (a new job epoch), or leaves it pending.
-  void PlaceJobLocked(JobState& j, const std::string& exclude, std::vector<StoreWrite>* batch);
+  void PlaceJobLocked(JobState& j, const std::string& exclude, std::vector<StoreWrite>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `n` is being taken out: its jobs wait for its fence (TakeOutLocked,
   // which persists them after the fence: a fence that fails at once
   // blocks them first).
-  void JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned);
+  void JobsOffNodeLocked(const NodeState& n, int64_t fault_unix_ns, bool planned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a job waits for `node`'s fence (it must not rejoin meanwhile).
-  bool JobsFencingLocked(const std::string& node) const;
+  bool JobsFencingLocked(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The fence of `j`'s node is confirmed (`how`): it starts elsewhere.
-  void ConfirmJobFenceLocked(JobState& j, const std::string& how, std::vector<StoreWrite>* batch);
+  void ConfirmJobFenceLocked(JobState& j, const std::string& how, std::vector<StoreWrite>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every job waiting on `node`'s fence, confirmed, or blocked with an alert.
-  void NodeFenceConfirmedLocked(const std::string& node, const std::string& how);
-  void NodeFenceFailedLocked(const std::string& node, const std::string& why);
+  void NodeFenceConfirmedLocked(const std::string& node, const std::string& how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NodeFenceFailedLocked(const std::string& node, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What an agent says of its jobs (hello or heartbeat).
   void JobReportLocked(NodeState& n, const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs,
-                       bool fenced);
+                       bool fenced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Escalates fences the agent does not confirm; places pending jobs.
-  void JobsTickLocked();
-  void SendStartJobLocked(NodeState& n, const JobState& j);
+  void JobsTickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendStartJobLocked(NodeState& n, const JobState& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the fence hook for `id` on its own thread; the result confirms or
   // blocks the node's jobs (and a failure holds the node out).
-  void RunFenceHookLocked(const std::string& id);
+  void RunFenceHookLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `batch` with the epoch and the route version (MetaWritesLocked).
-  void CommitLocked(std::vector<StoreWrite> batch);
+  void CommitLocked(std::vector<StoreWrite> batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether every change so far is stored (none left in unsaved_) by a
   // controller that still leads: what an API write is answered with, so
   // that a write is confirmed only once it is stored.
-  [[nodiscard]] absl::Status StoredLocked() const;
-  std::vector<StoreWrite> MetaWritesLocked() const;
+  [[nodiscard]] absl::Status StoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<StoreWrite> MetaWritesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
-                   std::optional<double> unix_ms = std::nullopt);
-  nlohmann::json NodeJsonLocked(const NodeState& n) const;
-  NodeState* FindLocked(const std::string& node);
+                   std::optional<double> unix_ms = std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json NodeJsonLocked(const NodeState& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  NodeState* FindLocked(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stream as the API must give it (and as a store row must hold it): an
   // ID routers can route, a known tenant, a weight in range.
-  [[nodiscard]] absl::Status CheckStreamLocked(const StreamSpec& s) const;
+  [[nodiscard]] absl::Status CheckStreamLocked(const StreamSpec& s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether taking one more node out on an agent's health verdict keeps
   // the nodes out after failures within quarantine_max_share.
-  bool QuarantineAllowsLocked() const;
+  bool QuarantineAllowsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- GPUs as placement units (controller_gpus.cc) ----------------------------
   // On a serving node with servers per GPU: takes out each GPU its agent
   // calls failed or draining, or whose server is not ready (its streams
   // only), and brings one back once it has been healthy and ready for
   // healthy_for. The quarantine breaker counts GPUs as it counts nodes.
-  void GpuVerdictsLocked(NodeState& n);
-  void TakeOutGpuLocked(NodeState& n, const GpuServerConfig& g, const std::string& why);
-  void RestoreGpuLocked(NodeState& n, const GpuServerConfig& g);
-  bool GpuQuarantineAllowsLocked() const;
+  void GpuVerdictsLocked(NodeState& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeOutGpuLocked(NodeState& n, const GpuServerConfig& g, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RestoreGpuLocked(NodeState& n, const GpuServerConfig& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool GpuQuarantineAllowsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A joining node with servers per GPU waits until each GPU's server is
   // ready or its GPU is down (then it joins without that GPU).
   // Past kGpuJoinWait it joins anyway, and its GPUs that are not up go out
   // one by one.
-  bool GpuServersUpLocked(NodeState& n);
+  bool GpuServersUpLocked(NodeState& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The nodes of the passive units a failover promoted, persisted.
-  void PersistPromotedLocked(const FailoverPlan& plan, std::vector<StoreWrite>* batch) const;
+  void PersistPromotedLocked(const FailoverPlan& plan, std::vector<StoreWrite>* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unavailable once StopActing ran: a change this process may no longer make.
   [[nodiscard]] absl::Status CheckActing() const;
   static constexpr int64_t kMaxStreamWeight = 1'000'000;
@@ -458,35 +479,35 @@ class Controller {
   FenceRunner* const fencer_;
   const common::TimePoint started_;
   common::TimePoint grace_until_;
-  std::optional<common::TimePoint> last_tick_;  // guarded by mu_
+  std::optional<common::TimePoint> last_tick_ ABSL_GUARDED_BY(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable routes_cv_;
+  mutable absl::Mutex mu_;
+  absl::CondVar routes_cv_;
   std::atomic<bool> acting_{true};
-  std::function<bool()> lease_check_;        // set before any thread runs
-  bool standby_ = false;                     // LoadAsStandby: live fields are the leader's
-  bool store_up_ = true;                     // guarded by mu_: the last store write went through
-  Placement placement_;                      // guarded by mu_
-  FailureDetector detector_;                 // guarded by mu_
-  std::map<std::string, NodeState> nodes_;   // guarded by mu_
-  std::map<std::string, StreamSpec> specs_;  // guarded by mu_
-  std::map<std::string, JobState> jobs_;     // guarded by mu_
-  uint64_t epoch_ = 1;                       // guarded by mu_
-  uint64_t route_version_ = 1;               // guarded by mu_
+  std::function<bool()> lease_check_;          // set before any thread runs
+  bool standby_ = false;                       // LoadAsStandby: live fields are the leader's
+  bool store_up_ ABSL_GUARDED_BY(mu_) = true;  // the last store write went through
+  Placement placement_ ABSL_GUARDED_BY(mu_);
+  FailureDetector detector_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeState> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, StreamSpec> specs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t route_version_ ABSL_GUARDED_BY(mu_) = 1;
   // The highest job epoch given (stored as meta.job_epoch): each placement
   // of any job gets a higher one, so a job removed and added again on the
   // same directory fences its old writer too.
-  uint64_t job_epoch_ = 0;  // guarded by mu_
+  uint64_t job_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Rows of commits the store refused, written again with the next commit.
-  std::map<std::pair<std::string, std::string>, std::optional<std::string>>
-      unsaved_;                   // guarded by mu_; (table, key) -> value, nullopt deletes
-  std::string last_store_error_;  // guarded by mu_; why the last failed commit failed
-  RouterAcks router_acks_;        // guarded by mu_
-  EventLog events_{10000};        // guarded by mu_; the newest 10000
-  mutable FailoverStepHistograms failover_steps_;  // guarded by mu_; fed at each scrape
-  ControllerCounters counters_;                    // guarded by mu_
+  std::map<std::pair<std::string, std::string>, std::optional<std::string>> unsaved_
+      ABSL_GUARDED_BY(mu_);                            // (table, key) -> value, nullopt deletes
+  std::string last_store_error_ ABSL_GUARDED_BY(mu_);  // why the last failed commit failed
+  RouterAcks router_acks_ ABSL_GUARDED_BY(mu_);
+  EventLog events_ ABSL_GUARDED_BY(mu_){10000};                         // the newest 10000
+  mutable FailoverStepHistograms failover_steps_ ABSL_GUARDED_BY(mu_);  // fed at each scrape
+  ControllerCounters counters_ ABSL_GUARDED_BY(mu_);
   // After config_, which it is made from.
-  JoinTokens join_tokens_{config_.registration.join_token_sha256};  // guarded by mu_
+  JoinTokens join_tokens_ ABSL_GUARDED_BY(mu_){config_.registration.join_token_sha256};
   // Datagrams that are not applied are counted without mu_ (a flood of them
   // must not take it); CountersLocked() folds them in.
   std::atomic<uint64_t> datagrams_refused_{0};
@@ -494,9 +515,9 @@ class Controller {
   std::atomic<uint64_t> datagrams_dropped_{0};
   // Drops counted since the last tick's look (DatagramsTickLocked).
   std::atomic<uint64_t> drops_unjudged_{0};
-  ControllerCounters CountersLocked() const;
-  TrafficHistory traffic_{600};     // guarded by mu_; ten minutes
-  std::vector<std::thread> hooks_;  // fence hooks in flight
+  ControllerCounters CountersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TrafficHistory traffic_ ABSL_GUARDED_BY(mu_){600};  // ten minutes
+  std::vector<std::thread> hooks_;                    // fence hooks in flight
   std::atomic<uint16_t> datagram_port_{0};
   // The agents' datagram sessions and keys, under a lock of their own
   // (taken after mu_, never before it): a datagram is verified without mu_.
@@ -504,28 +525,31 @@ class Controller {
   // Applies one heartbeat of `n`'s agent, from its stream or a datagram;
   // `fresh`: newer than any heard. One that is not gives its telemetry and
   // XIDs only: its state and liveness are older than what was applied.
-  void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh);
+  void HeartbeatLocked(NodeState* n, const std::string& node, const v1::Heartbeat& hb, bool fresh)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The steps of HeartbeatLocked: new XIDs into the node's row (once per
   // GPU and XID within kXidRepeatQuietMs); the fence re-sent with backoff
   // to an agent serving under an old epoch while fenced; and the verdict
   // (join, take out, hold in quarantine, or the GPUs' own verdicts), `why`
   // being the agent's first reason.
-  void RecordXidsLocked(NodeState& n, const v1::Heartbeat& hb);
-  void RefenceLocked(NodeState& n, const v1::Heartbeat& hb);
+  void RecordXidsLocked(NodeState& n, const v1::Heartbeat& hb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefenceLocked(NodeState& n, const v1::Heartbeat& hb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JudgeHeartbeatLocked(NodeState& n, const std::string& node, const v1::Heartbeat& hb,
-                            bool server_was_ready, bool in_service, const std::string& why);
+                            bool server_was_ready, bool in_service, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends `n`'s datagram session, if any.
-  void EndDatagramsLocked(NodeState& n);
+  void EndDatagramsLocked(NodeState& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells `n`'s agent its datagrams are lost (`why`) and ends its session:
   // it beats on its stream from now on.
-  void DatagramsLostLocked(NodeState& n, const std::string& id, const std::string& why);
+  void DatagramsLostLocked(NodeState& n, const std::string& id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each tick: an agent whose datagrams were heard, whose stream beats go
   // on skipping beats, and of whose datagrams none came for a second, not
   // even late (UDP blocked on the way), is told to beat on its stream
   // alone. `stalled`: this tick came late, and datagrams may sit unread
   // behind the stream's beats: their silence is forgiven, as the
   // detector's is.
-  void DatagramsTickLocked(common::TimePoint now, bool stalled);
+  void DatagramsTickLocked(common::TimePoint now, bool stalled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace gpuha::controller

@@ -288,7 +288,7 @@ void Controller::JobsTickLocked() {
 }
 
 absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status s = CheckJobSpec(spec); !s.ok()) return s;
   if (jobs_.count(spec.id) != 0) {
@@ -325,7 +325,7 @@ absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
 }
 
 absl::Status Controller::RemoveJob(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
@@ -350,7 +350,7 @@ absl::Status Controller::RemoveJob(const std::string& id) {
 }
 
 absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
@@ -368,14 +368,14 @@ absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
 }
 
 json Controller::JobsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json out = json::array();
   for (const auto& [id, j] : jobs_) out.push_back(gpuha::controller::JobJson(j.r));
   return out;
 }
 
 absl::StatusOr<json> Controller::JobJson(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   return gpuha::controller::JobJson(it->second.r);

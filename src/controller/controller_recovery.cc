@@ -42,7 +42,7 @@ absl::Status Controller::LoadAsStandby() {
 }
 
 absl::Status Controller::RecoverImpl(bool standby) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto meta = store_->Load("meta");
   if (!meta.ok()) return meta.status();
   if (absl::Status s = RecoverMetaLocked(*meta, standby); !s.ok()) return s;

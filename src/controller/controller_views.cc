@@ -94,21 +94,21 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
 }
 
 json Controller::NodesJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json out = json::array();
   for (const auto& [id, n] : nodes_) out.push_back(NodeJsonLocked(n));
   return out;
 }
 
 absl::StatusOr<json> Controller::NodeJson(const std::string& node) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
   return NodeJsonLocked(it->second);
 }
 
 json Controller::StreamsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json out = json::array();
   for (const Assignment& a : placement_.Assignments()) {
     const StreamSpec& s = specs_.at(a.stream);
@@ -123,7 +123,7 @@ json Controller::StreamsJson() const {
 }
 
 absl::StatusOr<json> Controller::StreamJson(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto a = placement_.Find(id);
   if (!a) return absl::NotFoundError(absl::StrCat("stream ", id, " not found"));
   const StreamSpec& s = specs_.at(id);
@@ -136,7 +136,7 @@ absl::StatusOr<json> Controller::StreamJson(const std::string& id) const {
 }
 
 json Controller::CapacityJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   CapacityFigures c = placement_.Capacity();
   // GPU-level headroom, with servers per GPU: how many more of the largest
   // GPUs may fail on top of the N+k reserve with every stream still placed.
@@ -168,7 +168,7 @@ json Controller::CapacityJson() const {
 }
 
 json Controller::StatusJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   common::Duration left = std::max(common::Duration::zero(), grace_until_ - clock_->Now());
   const json unknown;  // null: on a standby, only the leader knows
   return {{"epoch", epoch_},
@@ -181,7 +181,7 @@ json Controller::StatusJson() const {
 }
 
 json Controller::TenantsJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::map<std::string, std::pair<int, int64_t>> usage;
   for (const std::string& t : config_.tenants) usage[t];
   for (const auto& [id, s] : specs_) {
@@ -195,7 +195,7 @@ json Controller::TenantsJson() const {
 }
 
 json Controller::EventsJson(std::optional<int64_t> after_id, size_t limit) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json out = json::array();
   for (const Event& e : after_id ? events_.Since(*after_id, limit) : events_.Newest(limit)) {
     out.push_back(EventJson(e));
@@ -204,7 +204,7 @@ json Controller::EventsJson(std::optional<int64_t> after_id, size_t limit) const
 }
 
 json Controller::FailoversJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json out = json::array();
   for (const FailoverTiming& t : FailoverTimings(events_.Since(0))) {
     const Event& d = t.detected;
@@ -225,7 +225,7 @@ json Controller::FailoversJson() const {
 }
 
 json Controller::HistoryJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // Failovers (of a node, or of one GPU's server) from the stored events,
   // so that a restarted controller (or a standby that took over) still
   // draws the ones before it; from the oldest event kept, so that no
@@ -243,7 +243,7 @@ json Controller::HistoryJson() const {
 }
 
 json Controller::RoutersJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   json traffic = traffic_.RoutersJson();
   json out = json::array();
   for (const auto& [id, version] : router_acks_.held()) {
@@ -257,7 +257,7 @@ json Controller::RoutersJson() const {
 }
 
 std::string Controller::MetricsText() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   common::PromText p;
   CapacityFigures c = placement_.Capacity();
   failover_steps_.Observe(FailoverTimings(events_.Since(0)));

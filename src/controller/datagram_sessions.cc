@@ -8,7 +8,7 @@ absl::StatusOr<DatagramSessions::Offer> DatagramSessions::Start(const std::strin
   Offer offer{.key = common::RandomBytes(common::kDatagramKeyBytes)};
   absl::StatusOr<std::unique_ptr<common::DatagramKey>> mac = common::DatagramKey::Create(offer.key);
   if (!mac.ok()) return mac.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   do {
     offer.session = common::RandomSession();
   } while (open_.count(offer.session) > 0);
@@ -18,7 +18,7 @@ absl::StatusOr<DatagramSessions::Offer> DatagramSessions::Start(const std::strin
 
 void DatagramSessions::End(uint64_t session) {
   if (session == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   open_.erase(session);
   if (ended_sessions_.insert(session).second) ended_order_.push_back(session);
   if (ended_order_.size() > kEndedKept) {
@@ -39,7 +39,7 @@ absl::StatusOr<DatagramSessions::Beat> DatagramSessions::Verify(absl::string_vie
   bool ended = false;
   {
     // Held for the lookup only: the MAC is checked without it.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (auto it = open_.find(*session); it != open_.end()) {
       open = it->second;
     } else {

@@ -23,8 +23,10 @@
 #include <string>
 #include <unordered_set>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/heartbeat_datagram.h"
 #include "gpuha/v1/agent.pb.h"
 
@@ -60,11 +62,11 @@ class DatagramSessions {
     std::string node;
     std::shared_ptr<common::DatagramKey> key;
   };
-  std::mutex mu_;
-  std::map<uint64_t, Session> open_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::map<uint64_t, Session> open_ ABSL_GUARDED_BY(mu_);
   // Ended lately, oldest first: the newest kEndedKept.
-  std::deque<uint64_t> ended_order_;             // guarded by mu_
-  std::unordered_set<uint64_t> ended_sessions_;  // guarded by mu_
+  std::deque<uint64_t> ended_order_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<uint64_t> ended_sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpuha::controller

@@ -46,10 +46,9 @@ EtcdLeader::~EtcdLeader() { StopThreads(); }
 
 void EtcdLeader::StopThreads() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    absl::MutexLock lock(&mu_);
+    stop_ = true;  // the waits on it end as the lock is released
   }
-  cv_.notify_all();
   watch_cancel_.Cancel();
   if (keepalive_.joinable()) keepalive_.join();
   if (watch_key_.joinable()) watch_key_.join();
@@ -57,7 +56,7 @@ void EtcdLeader::StopThreads() {
 
 void EtcdLeader::Lose(const std::string& why) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!hold_.Lose()) return;
   }
   on_lost_(why);
@@ -162,7 +161,7 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
 
 void EtcdLeader::KeepAlive(std::function<void(const std::string& why)> on_lost) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     hold_.Won(renewed_);  // before the threads run: the leader acts from here
   }
   on_lost_ = std::move(on_lost);
@@ -176,7 +175,7 @@ void EtcdLeader::WatchKeyLoop() {
   int64_t from = create_revision_ + 1;
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stop_ || hold_.state() == LeaderLease::State::kLost) return;
     }
     auto events = client_->WatchOnce(key_, "", from, std::chrono::seconds(5), /*no_puts=*/false,
@@ -194,8 +193,8 @@ void EtcdLeader::WatchKeyLoop() {
         }
         from = now->header().revision() + 1;
       } else {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) return;
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100))) return;
       }
       continue;
     }
@@ -220,12 +219,15 @@ void EtcdLeader::KeepAliveLoop() {
     common::TimePoint sent;
     common::Duration left;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, hold_.UntilRenewal(clock_->Now()), [this] { return stop_; })) return;
+      absl::ReleasableMutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_),
+                               absl::FromChrono(hold_.UntilRenewal(clock_->Now())))) {
+        return;
+      }
       if (hold_.state() == LeaderLease::State::kLost) return;  // the key watch found it another's
       sent = clock_->Now();
       if (std::optional<std::string> why = hold_.Expire(sent)) {
-        lock.unlock();
+        lock.Release();
         on_lost_(*why);
         return;
       }
@@ -236,7 +238,7 @@ void EtcdLeader::KeepAliveLoop() {
       Lose("the leader lease expired or was revoked");
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (ttl.ok()) {
       hold_.Renewed(sent);
     } else {
@@ -246,14 +248,14 @@ void EtcdLeader::KeepAliveLoop() {
 }
 
 bool EtcdLeader::Holds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return hold_.Holds(clock_->Now());
 }
 
 void EtcdLeader::Resign() {
   StopThreads();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     hold_.Lose();
   }
   if (lease_ != 0) {

@@ -11,14 +11,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "controller/leader_lease.h"
 #include "etcd/client.h"
@@ -73,10 +74,9 @@ class EtcdLeader {
   std::thread keepalive_;
   std::thread watch_key_;
   etcd::WatchCancel watch_cancel_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  LeaderLease hold_;   // guarded by mu_
-  bool stop_ = false;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  LeaderLease hold_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace gpuha::controller

@@ -39,13 +39,13 @@ EtcdStore::EtcdStore(std::shared_ptr<etcd::EtcdClient> client, std::string prefi
       max_txn_ops_(std::max<size_t>(1, max_txn_ops)) {}
 
 void EtcdStore::SetFence(const std::string& key, int64_t create_revision) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   fence_key_ = key;
   fence_revision_ = create_revision;
 }
 
 void EtcdStore::AddFence(TxnRequest* txn) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (fence_key_.empty()) return;
   Compare* c = txn->add_compare();
   c->set_key(fence_key_);
@@ -55,7 +55,7 @@ void EtcdStore::AddFence(TxnRequest* txn) const {
 }
 
 void EtcdStore::OnFenceLost(std::function<void()> f) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   on_fence_lost_ = std::move(f);
 }
 
@@ -63,7 +63,7 @@ absl::Status EtcdStore::FenceLost() const {
   std::function<void()> lost;
   absl::Status s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     s = absl::FailedPreconditionError(absl::StrCat(
         "store: this controller no longer leads (", fence_key_,
         " is not the one created at revision ", fence_revision_, "); its write was refused"));
@@ -142,7 +142,7 @@ absl::StatusOr<std::optional<etcdserverpb::KeyValue>> EtcdStore::Get(const std::
 }
 
 absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
-  std::lock_guard<std::mutex> lock(append_mu_);
+  absl::MutexLock lock(&append_mu_);
   const std::string next_key = prefix_ + "e-next";
   // Compare-and-swap on the counter; a retry after an answer that was lost
   // finds its own event in place and does not append it twice.
@@ -188,7 +188,7 @@ absl::StatusOr<int64_t> EtcdStore::AppendEvent(const std::string& json) {
     std::string fence_key;
     int64_t fence_revision = 0;
     {
-      std::lock_guard<std::mutex> fence_lock(mu_);
+      absl::MutexLock fence_lock(&mu_);
       fence_key = fence_key_;
       fence_revision = fence_revision_;
     }

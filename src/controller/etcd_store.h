@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "controller/store.h"
 #include "etcd/client.h"
 
@@ -64,11 +66,11 @@ class EtcdStore : public Store {
   std::shared_ptr<etcd::EtcdClient> client_;
   const std::string prefix_;
   const size_t max_txn_ops_;  // writes per transaction
-  mutable std::mutex mu_;
-  std::string fence_key_;                        // guarded by mu_
-  int64_t fence_revision_ = 0;                   // guarded by mu_
-  mutable std::function<void()> on_fence_lost_;  // guarded by mu_; cleared once run
-  std::mutex append_mu_;                         // one AppendEvent at a time from this process
+  mutable absl::Mutex mu_;
+  std::string fence_key_ ABSL_GUARDED_BY(mu_);
+  int64_t fence_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::function<void()> on_fence_lost_ ABSL_GUARDED_BY(mu_);  // cleared once run
+  absl::Mutex append_mu_;  // one AppendEvent at a time from this process
   std::atomic<int64_t> read_revision_{0};
 };
 
