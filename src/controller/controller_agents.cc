@@ -1,7 +1,7 @@
-// The controller's side of its agents' streams: a hello (admission,
-// registration, the welcome with its heartbeat datagram session), each
-// heartbeat from the stream or a datagram, a goodbye, a stream that ends.
-// Split from controller.cc.
+// The controller's side of its agents' streams: a hello (admitted by
+// controller_registration.cc, then the welcome with its heartbeat datagram
+// session), each heartbeat from the stream or a datagram, a goodbye, a
+// stream that ends.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -55,101 +55,6 @@ absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<
       absl::StrCat(hello.gpus_size(), " GPU(s) via ", hello.gpu_backend(),
                    back ? ", back from a planned restart" : "", n->fenced() ? ", fenced" : "",
                    n->joining() ? "; joins once its server is ready" : ""));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Controller::NodeState*> Controller::AdmitAgentLocked(const v1::Hello& hello,
-                                                                    bool proven,
-                                                                    const std::string& peer_ip) {
-  // Where an agent the transport did not prove comes from: what binds a
-  // registered node, and what the join-token throttle counts by.
-  const std::string unproven_ip = proven ? std::string() : peer_ip;
-  NodeState* n = FindLocked(hello.node());
-  if (n == nullptr) {
-    absl::StatusOr<NodeState*> added = RegisterLocked(hello, unproven_ip);
-    if (!added.ok()) return added.status();
-    n = *added;
-  } else if (n->registered) {
-    // A registered node proves its token on every connection, and only
-    // while registration is on.
-    if (!config_.registration.enabled) {
-      return absl::NotFoundError(
-          absl::StrCat("node '", hello.node(), "' was registered, but registration is now off"));
-    }
-    if (absl::Status s = CheckJoinTokenLocked(hello, unproven_ip); !s.ok()) return s;
-    // The join token lets an agent register a node, not take over one an
-    // agent elsewhere registered (and move its routes to its own address).
-    if (!unproven_ip.empty() && !n->agent_ip.empty() && unproven_ip != n->agent_ip) {
-      counters_.agents_refused++;
-      EventLocked(
-          "registration_refused", hello.node(),
-          absl::StrCat("an agent at ", peer_ip, " claimed it; it is bound to ", n->agent_ip));
-      return absl::PermissionDeniedError(absl::StrCat(
-          "node '", hello.node(), "' was registered from ", n->agent_ip, "; an agent at ", peer_ip,
-          " cannot take it over (an admin frees it: POST /api/v1/nodes/", hello.node(),
-          "/rebind; mTLS proves a node's name instead)"));
-    }
-    if (!unproven_ip.empty() && n->agent_ip.empty()) {
-      // Freed by an admin, or stored before nodes were bound: bound now.
-      n->agent_ip = peer_ip;
-      EventLocked("registration_bound", hello.node(), absl::StrCat("to ", peer_ip));
-      std::vector<StoreWrite> batch;
-      PersistNodeLocked(*n, &batch);
-      CommitLocked(std::move(batch));
-    }
-  } else if (!proven) {
-    // A listed node's name proves nothing without mTLS: where a join token
-    // is set, its agent proves the token too (a tokenless impostor was
-    // welcomed for a dead listed node, and rejoined it).
-    if (absl::Status s = CheckJoinTokenLocked(hello, unproven_ip); !s.ok()) return s;
-  }
-  if (n->sink && !proven) {
-    counters_.agents_refused++;
-    return absl::AlreadyExistsError(
-        absl::StrCat("node '", hello.node(),
-                     "' already has a connected agent; a second stream is refused until the "
-                     "first one ends (use mTLS to prove a node's name)"));
-  }
-  return n;
-}
-
-absl::Status Controller::UpdateRegistrationLocked(NodeState& n, const v1::Hello& hello) {
-  // Only the stream that holds the node may move it: its server may have
-  // moved (a rescheduled pod), and routers get the new address.
-  if (n.registered) {
-    const std::string& address = hello.registration().address();
-    const std::string& grpc_address = hello.registration().grpc_address();
-    if (!address.empty() && (address != n.cfg.address || grpc_address != n.cfg.grpc_address)) {
-      if (!common::ParseHostPort(address, "address").ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("node '", hello.node(), "': registration address '",
-                         absl::CHexEscape(address), "' is not HOST:PORT (--address)"));
-      }
-      if (!grpc_address.empty() && !common::ParseHostPort(grpc_address, "grpc").ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("node '", hello.node(), "': registration grpc_address '",
-                         absl::CHexEscape(grpc_address), "' is not HOST:PORT"));
-      }
-      EventLocked("address_changed", hello.node(),
-                  absl::StrCat(n.cfg.address, " -> ", address,
-                               grpc_address != n.cfg.grpc_address
-                                   ? absl::StrCat(" (gRPC '", n.cfg.grpc_address, "' -> '",
-                                                  grpc_address, "')")
-                                   : ""));
-      n.cfg.address = address;
-      n.cfg.grpc_address = grpc_address;
-      PushRoutesLocked(absl::StrCat("new address of ", hello.node()));
-      std::vector<StoreWrite> batch;
-      PersistNodeLocked(n, &batch);
-      CommitLocked(std::move(batch));
-    }
-    if (hello.registration().capacity() != n.cfg.spec.capacity) {
-      EventLocked("registration_ignored", hello.node(),
-                  absl::StrCat("capacity ", hello.registration().capacity(), " kept at ",
-                               n.cfg.spec.capacity,
-                               ": a registered node's capacity is fixed at its registration"));
-    }
-  }
   return absl::OkStatus();
 }
 
