@@ -9,6 +9,7 @@
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_certs.h"
 #include "controller/operator_api.h"
+#include "controller/standby_server.h"
 
 namespace gpuha::controller {
 namespace {

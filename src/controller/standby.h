@@ -20,6 +20,7 @@
 #include "controller/etcd_store.h"
 #include "controller/fence_runner.h"
 #include "controller/service.h"
+#include "controller/standby_server.h"
 
 namespace gpuha::controller {
 
