@@ -50,9 +50,11 @@ uint64_t Controller::route_version() const {
 
 uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  const auto until = std::chrono::steady_clock::now() + timeout;
   while (route_version_ == known && acting()) {
-    if (routes_cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= common::Duration::zero()) break;
+    routes_cv_.WaitWithTimeout(&mu_, absl::FromChrono(left));
   }
   return route_version_;
 }
@@ -61,7 +63,6 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
                            const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
   if (!acting()) return;
   absl::MutexLock lock(&mu_);
-  const bool all_hold = router_acks_.Ack(router, version, route_version_);
   if (stats != nullptr) {
     traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
   }
@@ -82,7 +83,9 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
           /*make_before_break=*/false, /*count_failure=*/true, NodeLifecycle::kFenced);
     }
   }
-  if (all_hold) {
+  // After the suspects: one of them may have moved the routes on (a node
+  // in its restart grace taken out), and then this ack is of old ones.
+  if (router_acks_.Ack(router, version, route_version_)) {
     EventLocked(
         "routers_acked", "",
         absl::StrCat("version ", version, " by ", router_acks_.held().size(), " router(s)"));

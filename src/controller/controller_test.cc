@@ -772,6 +772,36 @@ TEST_F(ControllerTest, ARouterThatSeesTheServerFailEndsTheRestartGrace) {
   for (const auto& s : c_->StreamsJson()) EXPECT_NE(s["primary"], "a1");
 }
 
+// An ack whose suspect ends a restart grace moves the routes on: that ack
+// is of the old routes, and routers_acked waits for the new ones (it was
+// once logged for the old version right after the move's routes_pushed,
+// and a failover's detected-to-routers-acked read about 0 ms).
+TEST_F(ControllerTest, AnAckThatMovesTheRoutesIsNotTheirAcknowledgement) {
+  Start();
+  AddStreams(6);
+  Run(milliseconds(500), {"a1", "a2", "a3", "p1"});
+  c_->AgentGoodbye("a1", sinks_["a1"].get(), v1::Goodbye());
+  c_->AgentDisconnected("a1", sinks_["a1"].get());
+  Run(milliseconds(1000), {"a2", "a3", "p1"});
+  const uint64_t before = c_->route_version();
+  c_->RouterAck("r1", before, {"a1"});
+  const uint64_t after = c_->route_version();
+  ASSERT_GT(after, before);  // a1 taken out: new routes
+  auto acked = [&] {
+    std::vector<std::string> out;
+    for (const Event& e : c_->EventsSince(0)) {
+      if (e.type == "routers_acked") out.push_back(e.detail);
+    }
+    return out;
+  };
+  for (const std::string& d : acked()) {
+    EXPECT_EQ(d.find(absl::StrCat("version ", before, " ")), std::string::npos) << d;
+  }
+  c_->RouterAck("r1", after, {});
+  ASSERT_FALSE(acked().empty());
+  EXPECT_EQ(acked().back(), absl::StrCat("version ", after, " by 1 router(s)"));
+}
+
 // An agent that supervises its server stops it on the way out: the work
 // moves first, then the node is fenced, as a planned move (no failure
 // counted), and it rejoins once its agent is back and healthy.

@@ -248,7 +248,9 @@ void EtcdLeader::KeepAliveLoop() {
 }
 
 bool EtcdLeader::Holds() const {
-  absl::MutexLock lock(&mu_);
+  // A reader's lock: the controller asks on every action, often at once
+  // from several threads; only the keep-alive and the key watch write.
+  absl::ReaderMutexLock lock(&mu_);
   return hold_.Holds(clock_->Now());
 }
 

@@ -6,7 +6,10 @@
 //   store->SetFence(leader.key(), *token);            // (controller/etcd_store.h)
 //   leader.KeepAlive([](const std::string& why) { ... leadership lost ... });
 //
-// Thread-safety: its calls come from one thread (KeepAlive runs its own).
+// Thread-safety: Campaign, KeepAlive and Resign from one thread (KeepAlive
+// runs two of its own); Holds from any thread, under the controller's lock
+// too (the order is the controller's lock, then this one's: this one never
+// waits on the controller's, and on_lost runs with neither held).
 #pragma once
 
 #include <atomic>
