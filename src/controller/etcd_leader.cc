@@ -25,9 +25,6 @@ using etcdserverpb::Compare;
 using etcdserverpb::RangeRequest;
 using etcdserverpb::TxnRequest;
 
-}  // namespace
-
-namespace {
 // The longest a standby waits on the leader key before it renews its own
 // lease and checks for a stop.
 constexpr common::Duration kStandbyWait = std::chrono::milliseconds(500);

@@ -1,18 +1,11 @@
 #include "controller/service.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <condition_variable>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/file_util.h"
 #include "common/heartbeat_datagram.h"
 #include "common/log.h"
 #include "common/net_util.h"
