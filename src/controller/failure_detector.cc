@@ -47,6 +47,7 @@ void FailureDetector::Heartbeat(const std::string& node) {
   s.last = s.heard = now;
   s.broken = false;
   s.held = false;
+  s.shared_overdue = false;
   s.hold_to_ceiling = false;
 }
 
@@ -75,6 +76,7 @@ void FailureDetector::ForgiveSilence() {
     if (s.liveness == Liveness::kFailed) continue;
     s.last = now;
     s.held = false;
+    s.shared_overdue = false;
   }
 }
 
@@ -83,6 +85,7 @@ void FailureDetector::ForgiveSilence(const std::string& node) {
   if (it == nodes_.end() || it->second.broken || it->second.liveness == Liveness::kFailed) return;
   it->second.last = clock_->Now();
   it->second.held = false;
+  it->second.shared_overdue = false;
 }
 
 common::Duration FailureDetector::ThresholdOf(const NodeState& s) const {
@@ -124,7 +127,14 @@ std::vector<LivenessChange> FailureDetector::Check() {
     overdue += !s.broken && now - s.last >= OverdueAfter(s);
   }
   const bool shared = watched >= 2 && overdue * 2 > watched;
-  if (shared) last_shared_ = now;
+  if (shared) {
+    last_shared_ = now;
+    for (auto& [node, s] : nodes_) {
+      if (s.liveness != Liveness::kFailed && !s.broken && now - s.last >= OverdueAfter(s)) {
+        s.shared_overdue = true;
+      }
+    }
+  }
   for (auto& [node, s] : nodes_) {
     if (s.liveness == Liveness::kFailed) continue;
     Liveness to = Liveness::kAlive;
@@ -135,8 +145,8 @@ std::vector<LivenessChange> FailureDetector::Check() {
     // less than a threshold ago (beats come back one by one, a tick apart);
     // never once the node has been unheard for the ceiling.
     const bool past = silent_for >= threshold && now - s.heard < options_.ceiling;
-    const bool shared_hold =
-        past && (shared || (s.held && last_shared_ && now - *last_shared_ < threshold));
+    const bool shared_hold = past && (shared || ((s.held || s.shared_overdue) && last_shared_ &&
+                                                 now - *last_shared_ < threshold));
     if (s.broken) {
       to = now - s.broken_at >= options_.broken_grace ? Liveness::kFailed : Liveness::kSuspect;
       reason = "stream broke";
@@ -149,9 +159,12 @@ std::vector<LivenessChange> FailureDetector::Check() {
         changes.push_back(
             {node, s.liveness, to,
              absl::StrCat("silent ", common::ToMillis(silent_for), " ms (threshold ",
-                          common::ToMillis(threshold), " ms), held: ", overdue, " of ", watched,
-                          " watched nodes are silent together, more likely the controller's "
-                          "own delay than theirs; held up to ",
+                          common::ToMillis(threshold), " ms), held: ",
+                          shared ? absl::StrCat(overdue, " of ", watched,
+                                                " watched nodes are silent together")
+                                 : absl::StrCat("it was silent with most watched nodes ",
+                                                common::ToMillis(now - *last_shared_), " ms ago"),
+                          ", more likely the controller's own delay than theirs; held up to ",
                           common::ToMillis(options_.ceiling), " ms unheard"),
              s.last, /*held=*/true});
         s.liveness = to;

@@ -12,8 +12,11 @@
 // partitioned watcher hears no one; nodes that fail on their own fail one
 // by one while the rest still beat. (Pacemaker's quorum reasons the same
 // way: a side that hears no majority fences no one.) The hold outlasts the
-// shared silence by one threshold, as beats come back a tick apart. A
-// broken stream is the node's own word and is never held.
+// shared silence by one threshold, as beats come back a tick apart, for
+// every node that was overdue in it (one that had not yet reached its
+// threshold when another's beat ended the sharing failed a few ms later, a
+// healthy node on a loaded host). A broken stream is the node's own word
+// and is never held.
 //
 //   FailureDetector d(options, &clock);
 //   d.Heartbeat("n1");                  // on every heartbeat
@@ -105,7 +108,11 @@ class FailureDetector {
     double sum = 0, sum_sq = 0;
     bool broken = false;
     common::TimePoint broken_at;
-    bool held = false;             // past its threshold, held as shared silence
+    bool held = false;  // past its threshold, held as shared silence
+    // Overdue while the silence was shared (not yet past its threshold):
+    // held as the others are, once past it, for a threshold after the
+    // shared silence ended, unless heard first.
+    bool shared_overdue = false;
     bool hold_to_ceiling = false;  // HoldToCeiling, until heard again
   };
   common::Duration ThresholdOf(const NodeState& s) const;

@@ -189,6 +189,44 @@ TEST_F(FailureDetectorTest, AHeldSilenceEndsOneBeatAtATime) {
   EXPECT_EQ(d_.state("n2"), Liveness::kAlive);
 }
 
+// Two of three nodes silent together (a loaded host): the sharing ends
+// when one beats again, before the other reaches its threshold. That one
+// is held a threshold longer all the same; it failed 50 ms later once
+// (ChaosTest.RollingAgentRestartWithSupervisedWorkersMovesWorkFirst: a
+// healthy node taken out, "silent 151 ms (threshold 150 ms)", after the
+// other had been heard at 102 ms). Unheard past that, it fails.
+TEST_F(FailureDetectorTest, ANodeOverdueInASharedSilenceIsHeldWhenTheOthersAreHeardFirst) {
+  const std::vector<std::string> all = {"n1", "n2", "n3"};
+  for (const auto& n : all) d_.Connected(n);
+  BeatAll(all, milliseconds(50), 20);
+  changes_.clear();
+  BeatAll({"n3"}, milliseconds(10), 11);  // n1, n2 unheard 110 ms: shared, neither past 150
+  d_.Heartbeat("n2");
+  BeatAll({"n2", "n3"}, milliseconds(10), 9);  // n1 unheard 200 ms
+  EXPECT_EQ(d_.state("n1"), Liveness::kSuspect);
+  d_.Heartbeat("n1");
+  BeatAll(all, milliseconds(10), 2);
+  for (const auto& c : changes_) EXPECT_NE(c.to, Liveness::kFailed) << c.node << ": " << c.reason;
+  EXPECT_EQ(d_.state("n1"), Liveness::kAlive);
+}
+
+// The same, and n1 stays silent: it fails a threshold after the sharing
+// ended, not at its own threshold, and not held to the ceiling.
+TEST_F(FailureDetectorTest, ANodeOverdueInASharedSilenceFailsAThresholdAfterItEnds) {
+  const std::vector<std::string> all = {"n1", "n2", "n3"};
+  for (const auto& n : all) d_.Connected(n);
+  BeatAll(all, milliseconds(50), 20);
+  BeatAll({"n3"}, milliseconds(10), 11);
+  d_.Heartbeat("n2");
+  milliseconds t(110);
+  while (d_.state("n1") != Liveness::kFailed && t < milliseconds(1000)) {
+    BeatAll({"n2", "n3"}, milliseconds(10), 1);
+    t += milliseconds(10);
+  }
+  EXPECT_GE(t.count(), 240);  // the shared silence's last check (~105 ms) plus a threshold
+  EXPECT_LE(t.count(), 300);
+}
+
 // Slow beats out of phase: a live node between its beats is not overdue, so
 // one dead node among three is not held (counting every node silent 100 ms
 // would have held it for the whole ceiling).
