@@ -246,10 +246,10 @@ class Controller {
   using SetAsideRows = std::vector<std::pair<std::string, std::string>>;
   [[nodiscard]] absl::Status RecoverMetaLocked(const std::map<std::string, std::string>& meta,
                                                bool standby) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `stored_nodes` gains the nodes that stored streams prove known.
   [[nodiscard]] absl::Status RecoverNodesLocked(std::map<std::string, std::string>& stored_nodes,
                                                 SetAsideRows* aside)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `stored_nodes` gains the nodes that stored streams prove known.
   [[nodiscard]] absl::Status RecoverStreamsLocked(std::map<std::string, std::string>& stored_nodes,
                                                   SetAsideRows* aside)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
