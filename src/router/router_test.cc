@@ -1330,13 +1330,19 @@ TEST_F(RouterTest, SlowHeadersAreCutOff) {
 // resolver is a fake: a real lookup of an unknown name would ask the
 // network's DNS server.
 TEST_F(RouterTest, UpstreamNamesResolveAndAnUnresolvedOneAnswers502) {
-  std::mutex mu;
-  std::map<std::string, std::string> zone = {{"gpu-a.test", a_->address()}};
-  auto resolve = [&](const std::string& address,
-                     std::string* error) -> std::optional<DnsCache::Endpoint> {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = zone.find(address.substr(0, address.rfind(':')));
-    if (it == zone.end()) {
+  // The zone belongs to the resolver: the router (a fixture member) and its
+  // lookup thread outlive this body's locals.
+  struct Zone {
+    std::mutex mu;
+    std::map<std::string, std::string> names;
+  };
+  auto zone = std::make_shared<Zone>();
+  zone->names = {{"gpu-a.test", a_->address()}};
+  auto resolve = [zone](const std::string& address,
+                        std::string* error) -> std::optional<DnsCache::Endpoint> {
+    std::lock_guard<std::mutex> lock(zone->mu);
+    auto it = zone->names.find(address.substr(0, address.rfind(':')));
+    if (it == zone->names.end()) {
       *error = "Host not found (authoritative)";
       return std::nullopt;
     }
@@ -1363,9 +1369,9 @@ TEST_F(RouterTest, UpstreamNamesResolveAndAnUnresolvedOneAnswers502) {
   EXPECT_NE(r.body.find(R"("backend":"b")"), std::string::npos) << r.body;
   // The name appears, and gpu-a's moves to b: both are picked up on refresh.
   {
-    std::lock_guard<std::mutex> lock(mu);
-    zone["gpu-z.test"] = a_->address();
-    zone["gpu-a.test"] = b_->address();
+    std::lock_guard<std::mutex> lock(zone->mu);
+    zone->names["gpu-z.test"] = a_->address();
+    zone->names["gpu-a.test"] = b_->address();
   }
   EXPECT_TRUE(gpuha::testing::Eventually(
       [&] { return Send(port(), Get("/streams/cam-3/x")).status == 200; }, milliseconds(5000)));
