@@ -30,6 +30,7 @@
 
 #include "common/clock.h"
 #include "common/heartbeat_datagram.h"
+#include "common/prometheus.h"
 #include "controller/controller_config.h"
 #include "controller/datagram_sessions.h"
 #include "controller/event_log.h"
@@ -114,10 +115,10 @@ class Controller {
 
   // Loads nodes, streams, epoch and recent events from the store, and starts
   // a new epoch (written to the store) with a controller_started event.
-  [[nodiscard]] absl::Status Recover();
+  [[nodiscard]] absl::Status Recover() ABSL_LOCKS_EXCLUDED(mu_);
   // Loads the same for reading only, as a standby serves the API on etcd: no
   // new epoch, no event, nothing written, and it never acts (acting() false).
-  [[nodiscard]] absl::Status LoadAsStandby();
+  [[nodiscard]] absl::Status LoadAsStandby() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- agents ---------------------------------------------------------------
   // NotFound for a node that is not in the config, unless the registration
@@ -130,98 +131,107 @@ class Controller {
   // bound to the IP it registered from: a hello from elsewhere is refused
   // (PermissionDenied), join token or not, until an admin rebinds it.
   [[nodiscard]] absl::Status AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
-                                            bool proven, const std::string& peer_ip = "");
+                                            bool proven, const std::string& peer_ip = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a registered node from the IP it is bound to: the next agent that
   // registers it (with the join token) binds it anew (an admin's act, for a
   // node whose host moved). NotFound; FailedPrecondition for a listed node.
-  [[nodiscard]] absl::Status RebindNode(const std::string& node);
+  [[nodiscard]] absl::Status RebindNode(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets a registered node whose agent is gone and which is out of
   // service (drained or failed) with no stream or job left on it: its row,
   // its placement units, its alerts' series. A listed node is the config's.
-  [[nodiscard]] absl::Status RemoveNode(const std::string& node);
+  [[nodiscard]] absl::Status RemoveNode(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
   // Wrong join tokens one source IP may send in a second; past them its
   // hellos are refused unchecked for the rest of the second.
   static constexpr int kMaxWrongJoinTokens = JoinTokens::kMaxWrongPerSecond;
   // `from`: the stream it came on; a beat from a stream another one
   // replaced (an mTLS reconnect) is dropped. Null: trusted (tests).
   void AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
-                      const AgentSink* from = nullptr);
+                      const AgentSink* from = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // A heartbeat datagram (common/heartbeat_datagram.h) from the UDP port:
   // applied as AgentHeartbeat when it is a stream's, signed with its key,
   // and newer than every heartbeat heard from that agent. The reason when
   // it is not (counted in datagrams_refused; AlreadyExists, one not newer
   // or one of a session that ended, in datagrams_stale). One caller, the
   // UDP thread: the keys it verifies with are not thread-safe.
-  [[nodiscard]] absl::Status AgentDatagram(absl::string_view datagram);
+  [[nodiscard]] absl::Status AgentDatagram(absl::string_view datagram) ABSL_LOCKS_EXCLUDED(mu_);
   // The UDP port heartbeat datagrams reach; 0 (the default): none, agents
   // beat on their streams only. Welcomes offer datagrams from then on.
   void SetDatagramPort(uint16_t port) { datagram_port_ = port; }
   // Datagrams the kernel dropped before they were read (SO_RXQ_OVFL).
   void CountDatagramDrops(uint64_t dropped);
-  void AgentDisconnected(const std::string& node, const AgentSink* sink);
+  void AgentDisconnected(const std::string& node, const AgentSink* sink) ABSL_LOCKS_EXCLUDED(mu_);
   // The agent on `sink` stops on purpose. If its server stops with it, the
   // node's work moves first (make-before-break) and the node is fenced, not
   // counted as a failure; it rejoins when its agent is back and healthy.
   // Otherwise its server keeps serving: for recovery.restart_grace its
   // silence fails nothing over, unless a router reports its server failing.
-  void AgentGoodbye(const std::string& node, const AgentSink* sink, const v1::Goodbye& goodbye);
+  void AgentGoodbye(const std::string& node, const AgentSink* sink, const v1::Goodbye& goodbye)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Runs failure detection and recovery; call every few milliseconds.
-  void Tick();
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- operator API (errors carry the HTTP meaning in their code) -----------
-  [[nodiscard]] absl::StatusOr<Assignment> AddStream(const StreamSpec& s);
-  [[nodiscard]] absl::Status RemoveStream(const std::string& id);
-  [[nodiscard]] absl::Status Drain(const std::string& node, bool force);
-  [[nodiscard]] absl::Status Undrain(const std::string& node);
-  [[nodiscard]] absl::Status Fail(const std::string& node);
-  [[nodiscard]] absl::Status SetRole(const std::string& node, Role role);
+  [[nodiscard]] absl::StatusOr<Assignment> AddStream(const StreamSpec& s) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status RemoveStream(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Drain(const std::string& node, bool force) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Undrain(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Fail(const std::string& node) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status SetRole(const std::string& node, Role role) ABSL_LOCKS_EXCLUDED(mu_);
   // Stateful jobs (job.h). AddJob places it on a serving node with the
   // GPUs (active nodes first), or leaves it pending. RemoveJob stops it.
   // ConfirmJobFence: an operator says a blocked job's old node is off
   // (Pacemaker's `stonith_admin --confirm`); the job restarts elsewhere.
-  [[nodiscard]] absl::StatusOr<nlohmann::json> AddJob(const JobSpec& spec);
-  [[nodiscard]] absl::Status RemoveJob(const std::string& id);
-  [[nodiscard]] absl::StatusOr<nlohmann::json> ConfirmJobFence(const std::string& id);
-  nlohmann::json JobsJson() const;
-  [[nodiscard]] absl::StatusOr<nlohmann::json> JobJson(const std::string& id) const;
-  nlohmann::json NodesJson() const;
-  [[nodiscard]] absl::StatusOr<nlohmann::json> NodeJson(const std::string& node) const;
-  nlohmann::json StreamsJson() const;
-  [[nodiscard]] absl::StatusOr<nlohmann::json> StreamJson(const std::string& id) const;
-  nlohmann::json CapacityJson() const;
+  [[nodiscard]] absl::StatusOr<nlohmann::json> AddJob(const JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status RemoveJob(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<nlohmann::json> ConfirmJobFence(const std::string& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  nlohmann::json JobsJson() const ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<nlohmann::json> JobJson(const std::string& id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  nlohmann::json NodesJson() const ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<nlohmann::json> NodeJson(const std::string& node) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  nlohmann::json StreamsJson() const ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::StatusOr<nlohmann::json> StreamJson(const std::string& id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  nlohmann::json CapacityJson() const ABSL_LOCKS_EXCLUDED(mu_);
   // Epoch, route version, and how long the startup grace still lasts (a
   // restarted controller fails nothing over until its agents had a window
   // to come back).
-  nlohmann::json StatusJson() const;
-  nlohmann::json TenantsJson() const;
+  nlohmann::json StatusJson() const ABSL_LOCKS_EXCLUDED(mu_);
+  nlohmann::json TenantsJson() const ABSL_LOCKS_EXCLUDED(mu_);
   // Up to `limit` events after `after_id`; with no `after_id`, the newest.
-  nlohmann::json EventsJson(std::optional<int64_t> after_id, size_t limit) const;
+  nlohmann::json EventsJson(std::optional<int64_t> after_id, size_t limit) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One entry per failover (a `detected` event), timed from its events:
   // fault seen -> detected -> fenced -> routes pushed -> routers acknowledged.
-  nlohmann::json FailoversJson() const;
+  nlohmann::json FailoversJson() const ABSL_LOCKS_EXCLUDED(mu_);
   // The data plane over the last minutes, a point a second (TrafficHistory).
-  nlohmann::json HistoryJson() const;
+  nlohmann::json HistoryJson() const ABSL_LOCKS_EXCLUDED(mu_);
   // Each router watching routes: the version it holds and its traffic.
-  nlohmann::json RoutersJson() const;
-  std::string MetricsText() const;
+  nlohmann::json RoutersJson() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string MetricsText() const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasTenant(const std::string& t) const;
 
   // --- routers --------------------------------------------------------------
-  v1::RouteSnapshot Snapshot() const;
-  uint64_t route_version() const;
+  v1::RouteSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t route_version() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the route version passes `known` or `timeout` ends.
-  uint64_t WaitForRoutes(uint64_t known, common::Duration timeout);
+  uint64_t WaitForRoutes(uint64_t known, common::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // `stats`: the router's traffic so far, when the ack carries it.
   void RouterAck(const std::string& router, uint64_t version,
-                 const std::vector<std::string>& suspects, const v1::RouterStats* stats = nullptr);
+                 const std::vector<std::string>& suspects, const v1::RouterStats* stats = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A router starts watching, holding routes (`held_epoch`, `held_version`).
   // If those are newer than the controller's, the router would refuse its
   // routes: the controller moves past that epoch (and persists it).
-  void RouterHello(const std::string& router, uint64_t held_epoch, uint64_t held_version);
-  void RouterGone(const std::string& router);
+  void RouterHello(const std::string& router, uint64_t held_epoch, uint64_t held_version)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void RouterGone(const std::string& router) ABSL_LOCKS_EXCLUDED(mu_);
 
-  uint64_t epoch() const;
-  ControllerCounters counters() const;
+  uint64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
+  ControllerCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // This process no longer leads (its etcd lease lapsed, or a write found
   // another leader). From now on it fences no node, tells no agent to serve,
@@ -237,10 +247,10 @@ class Controller {
   bool acting() const { return acting_.load() && (!lease_check_ || lease_check_()); }
   // Set once, before the controller is shared with other threads.
   void SetLeaseCheck(std::function<bool()> holds) { lease_check_ = std::move(holds); }
-  std::vector<Event> EventsSince(int64_t after_id) const;
+  std::vector<Event> EventsSince(int64_t after_id) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  [[nodiscard]] absl::Status RecoverImpl(bool standby);
+  [[nodiscard]] absl::Status RecoverImpl(bool standby) ABSL_LOCKS_EXCLUDED(mu_);
   // Its steps (controller_recovery.cc). Rows that do not read back are set
   // aside, named: (row, why).
   using SetAsideRows = std::vector<std::pair<std::string, std::string>>;
@@ -424,6 +434,12 @@ class Controller {
   // What an agent says of its jobs (hello or heartbeat).
   void JobReportLocked(NodeState& n, const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs,
                        bool fenced) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartedJobReportLocked(NodeState& n, JobState& j, const v1::JobStatus* mine, bool fenced,
+                              common::TimePoint now, std::vector<StoreWrite>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopUnplacedJobsLocked(NodeState& n,
+                              const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Escalates fences the agent does not confirm; places pending jobs.
   void JobsTickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendStartJobLocked(NodeState& n, const JobState& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -440,6 +456,8 @@ class Controller {
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
                    std::optional<double> unix_ms = std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json NodeJsonLocked(const NodeState& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json GpuUnitsJsonLocked(const NodeState& n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendNodeFamiliesLocked(common::PromText* p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   NodeState* FindLocked(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stream as the API must give it (and as a store row must hold it): an
   // ID routers can route, a known tenant, a weight in range.

@@ -168,6 +168,61 @@ void Controller::NodeFenceFailedLocked(const std::string& node, const std::strin
   if (!batch.empty()) CommitLocked(std::move(batch));
 }
 
+// A starting or running job's report from its node's agent.
+void Controller::StartedJobReportLocked(NodeState& n, JobState& j, const v1::JobStatus* mine,
+                                        bool fenced, common::TimePoint now,
+                                        std::vector<StoreWrite>* batch) {
+  const std::string& node = n.cfg.spec.id;
+  const std::string& id = j.r.spec.id;
+  if (mine == nullptr) {
+    // Its agent does not know it (restarted since): told again.
+    if (!fenced && now >= j.retry_at) {
+      SendStartJobLocked(n, j);
+      j.retry_at = now + kStartResend;
+    }
+  } else if (mine->done()) {
+    j.r.phase = JobPhase::kDone;
+    EventLocked("job_done", node, absl::StrCat(id, ": finished at step ", mine->step()));
+    PersistJobLocked(j, batch);
+  } else if (!mine->running() && mine->last_exit() == "exit 4") {
+    // Its storage refused it: a later placement holds the directory
+    // (another controller's, or a job removed and added again).
+    j.r.phase = JobPhase::kBlocked;
+    j.r.why =
+        absl::StrCat("its checkpoint directory is held by a later placement than ", j.r.job_epoch,
+                     "; remove the job, or the other writer, and add it again");
+    counters_.jobs_blocked++;
+    EventLocked("job_blocked", node, absl::StrCat(id, ": ", j.r.why));
+    PersistJobLocked(j, batch);
+  } else if (mine->running() && j.r.phase == JobPhase::kStarting) {
+    j.r.phase = JobPhase::kRunning;
+    if (j.r.last && j.r.last->running_ms == 0) {
+      j.r.last->running_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
+      j.r.last->resumed_from = mine->resumed_from();
+    }
+    EventLocked("job_running", node,
+                absl::StrCat(id, ": placement ", j.r.job_epoch, ", pid ", mine->pid()));
+    PersistJobLocked(j, batch);
+  }
+}
+
+// A job this node runs that the controller does not place here (removed
+// while the node was cut off, or moved since): stopped.
+void Controller::StopUnplacedJobsLocked(
+    NodeState& n, const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs) {
+  const std::string& node = n.cfg.spec.id;
+  for (const v1::JobStatus& s : jobs) {
+    auto it = jobs_.find(s.job());
+    const bool placed =
+        it != jobs_.end() && it->second.r.node == node && it->second.r.job_epoch == s.job_epoch();
+    if (!s.running() || placed) continue;
+    v1::ControllerMessage m;
+    m.mutable_stop_job()->set_epoch(epoch_);
+    m.mutable_stop_job()->set_job(s.job());
+    n.sink->Send(m);
+  }
+}
+
 void Controller::JobReportLocked(NodeState& n,
                                  const google::protobuf::RepeatedPtrField<v1::JobStatus>& jobs,
                                  bool fenced) {
@@ -208,55 +263,13 @@ void Controller::JobReportLocked(NodeState& n,
         break;
       case JobPhase::kStarting:
       case JobPhase::kRunning:
-        if (mine == nullptr) {
-          // Its agent does not know it (restarted since): told again.
-          if (!fenced && now >= j.retry_at) {
-            SendStartJobLocked(n, j);
-            j.retry_at = now + kStartResend;
-          }
-        } else if (mine->done()) {
-          j.r.phase = JobPhase::kDone;
-          EventLocked("job_done", node, absl::StrCat(id, ": finished at step ", mine->step()));
-          PersistJobLocked(j, &batch);
-        } else if (!mine->running() && mine->last_exit() == "exit 4") {
-          // Its storage refused it: a later placement holds the directory
-          // (another controller's, or a job removed and added again).
-          j.r.phase = JobPhase::kBlocked;
-          j.r.why = absl::StrCat("its checkpoint directory is held by a later placement than ",
-                                 j.r.job_epoch,
-                                 "; remove the job, or the other writer, and add it again");
-          counters_.jobs_blocked++;
-          EventLocked("job_blocked", node, absl::StrCat(id, ": ", j.r.why));
-          PersistJobLocked(j, &batch);
-        } else if (mine->running() && j.r.phase == JobPhase::kStarting) {
-          j.r.phase = JobPhase::kRunning;
-          if (j.r.last && j.r.last->running_ms == 0) {
-            j.r.last->running_ms = static_cast<double>(clock_->UnixNanos()) / 1e6;
-            j.r.last->resumed_from = mine->resumed_from();
-          }
-          EventLocked("job_running", node,
-                      absl::StrCat(id, ": placement ", j.r.job_epoch, ", pid ", mine->pid()));
-          PersistJobLocked(j, &batch);
-        }
+        StartedJobReportLocked(n, j, mine, fenced, now, &batch);
         break;
       default:
         break;
     }
   }
-  // A job this node runs that the controller does not place here (removed
-  // while the node was cut off, or moved since): stopped.
-  if (!fenced && n.sink) {
-    for (const v1::JobStatus& s : jobs) {
-      auto it = jobs_.find(s.job());
-      const bool placed =
-          it != jobs_.end() && it->second.r.node == node && it->second.r.job_epoch == s.job_epoch();
-      if (!s.running() || placed) continue;
-      v1::ControllerMessage m;
-      m.mutable_stop_job()->set_epoch(epoch_);
-      m.mutable_stop_job()->set_job(s.job());
-      n.sink->Send(m);
-    }
-  }
+  if (!fenced && n.sink) StopUnplacedJobsLocked(n, jobs);
   if (!batch.empty()) CommitLocked(std::move(batch));
 }
 

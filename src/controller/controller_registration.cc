@@ -114,20 +114,14 @@ absl::Status Controller::CheckJoinTokenLocked(const v1::Hello& hello, const std:
   return s;
 }
 
-absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello,
-                                                                  const std::string& peer_ip) {
-  const RegistrationPolicy& policy = config_.registration;
+namespace {
+
+// The node a registering agent's hello describes, checked against the
+// registration policy; the error names the node and the field.
+absl::StatusOr<NodeConfig> RegisteredNodeConfig(const v1::Hello& hello,
+                                                const RegistrationPolicy& policy) {
   const std::string node = absl::CHexEscape(hello.node());
-  if (!policy.enabled) {
-    return absl::NotFoundError(absl::StrCat(
-        "node '", node, "' is not in the controller's config (and registration is off)"));
-  }
   const v1::Registration& reg = hello.registration();
-  if (absl::Status s = CheckJoinTokenLocked(hello, peer_ip); !s.ok()) return s;
-  if (!common::ValidName(hello.node())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node '", node, "': a name must be ", common::kNameRule));
-  }
   // With servers per GPU the capacity is theirs (checked below).
   if (reg.gpu_servers_size() == 0 && (reg.capacity() < 1 || reg.capacity() > 1'000'000)) {
     return absl::InvalidArgumentError(
@@ -139,11 +133,6 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
     return absl::InvalidArgumentError(absl::StrCat("node '", node, "': registration address '",
                                                    absl::CHexEscape(reg.address()),
                                                    "' is not HOST:PORT (--address)"));
-  }
-  if (static_cast<int64_t>(nodes_.size()) >= policy.max_nodes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("node '", node, "': the cluster holds ", nodes_.size(),
-                     " nodes, registration.max_nodes (", policy.max_nodes, ")"));
   }
   Role role = policy.default_role;
   if (auto it = reg.labels().find(policy.role_label); it != reg.labels().end()) {
@@ -187,11 +176,36 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
                                                    absl::CHexEscape(reg.grpc_address()),
                                                    "' is not HOST:PORT"));
   }
+  return NodeConfig{{hello.node(), role, capacity, reg.cpu_only(), "", domain},
+                    reg.address(),
+                    gpu_servers,
+                    reg.grpc_address()};
+}
+
+}  // namespace
+
+absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hello& hello,
+                                                                  const std::string& peer_ip) {
+  const RegistrationPolicy& policy = config_.registration;
+  const std::string node = absl::CHexEscape(hello.node());
+  if (!policy.enabled) {
+    return absl::NotFoundError(absl::StrCat(
+        "node '", node, "' is not in the controller's config (and registration is off)"));
+  }
+  if (absl::Status s = CheckJoinTokenLocked(hello, peer_ip); !s.ok()) return s;
+  if (!common::ValidName(hello.node())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node, "': a name must be ", common::kNameRule));
+  }
+  absl::StatusOr<NodeConfig> cfg = RegisteredNodeConfig(hello, policy);
+  if (!cfg.ok()) return cfg.status();
+  if (static_cast<int64_t>(nodes_.size()) >= policy.max_nodes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node '", node, "': the cluster holds ", nodes_.size(),
+                     " nodes, registration.max_nodes (", policy.max_nodes, ")"));
+  }
   NodeState& n = nodes_[hello.node()];
-  n.cfg = {{hello.node(), role, capacity, reg.cpu_only(), "", domain},
-           reg.address(),
-           gpu_servers,
-           reg.grpc_address()};
+  n.cfg = *std::move(cfg);
   n.registered = true;
   n.agent_ip = peer_ip;
   n.lifecycle = NodeLifecycle::kPending;
@@ -201,13 +215,15 @@ absl::StatusOr<Controller::NodeState*> Controller::RegisterLocked(const v1::Hell
       return s;
     }
   }
+  const NodeSpec& spec = n.cfg.spec;
   EventLocked(
       "registered", hello.node(),
-      absl::StrCat(RoleName(role), ", capacity ", capacity, ", server ", reg.address(),
-                   gpu_servers.empty()
+      absl::StrCat(RoleName(spec.role), ", capacity ", spec.capacity, ", server ", n.cfg.address,
+                   n.cfg.gpu_servers.empty()
                        ? ""
-                       : absl::StrCat(", ", gpu_servers.size(), " servers per GPU or slice"),
-                   domain.empty() ? "" : ", domain " + domain, reg.cpu_only() ? ", CPU only" : ""));
+                       : absl::StrCat(", ", n.cfg.gpu_servers.size(), " servers per GPU or slice"),
+                   spec.domain.empty() ? "" : ", domain " + spec.domain,
+                   spec.cpu_only ? ", CPU only" : ""));
   return &n;
 }
 

@@ -11,6 +11,37 @@ namespace gpuha::controller {
 
 using nlohmann::json;
 
+// Servers per GPU: each GPU is a placement unit with its own state.
+json Controller::GpuUnitsJsonLocked(const NodeState& n) const {
+  const std::string& id = n.cfg.spec.id;
+  const json unknown;  // null
+  json units = json::array();
+  for (const GpuServerConfig& g : n.cfg.gpu_servers) {
+    const std::string unit = GpuUnitId(id, g);
+    json u = {{"unit", unit},
+              {"index", g.index},
+              {"slice", g.slice ? json(*g.slice) : unknown},
+              {"profile", g.profile},
+              {"address", g.address},
+              {"capacity", g.capacity},
+              {"load", placement_.LoadOf(unit)},
+              {"role", RoleName(placement_.RoleOf(unit).value_or(n.cfg.spec.role))},
+              {"in_service", placement_.Available(unit)},
+              {"health", unknown},
+              {"server_ready", unknown},
+              {"reasons", json::array()}};
+    if (auto it = n.gpu_states.find(g.Name()); it != n.gpu_states.end() && !standby_) {
+      u["health"] = HealthName(it->second.last.health());
+      u["server_ready"] = it->second.last.server_ready();
+      for (const v1::HealthReason& r : it->second.last.reasons()) {
+        u["reasons"].push_back({{"code", r.code()}, {"detail", r.detail()}});
+      }
+    }
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
 json Controller::NodeJsonLocked(const NodeState& n) const {
   const std::string& id = n.cfg.spec.id;
   // A standby knows what etcd holds, not what the agents said to the
@@ -44,31 +75,6 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
   for (const v1::HealthReason& r : n.reasons)
     reasons.push_back({{"code", r.code()}, {"detail", r.detail()}});
   const json unknown;  // null
-  // Servers per GPU: each GPU is a placement unit with its own state.
-  json units = json::array();
-  for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-    const std::string unit = GpuUnitId(id, g);
-    json u = {{"unit", unit},
-              {"index", g.index},
-              {"slice", g.slice ? json(*g.slice) : unknown},
-              {"profile", g.profile},
-              {"address", g.address},
-              {"capacity", g.capacity},
-              {"load", placement_.LoadOf(unit)},
-              {"role", RoleName(placement_.RoleOf(unit).value_or(n.cfg.spec.role))},
-              {"in_service", placement_.Available(unit)},
-              {"health", unknown},
-              {"server_ready", unknown},
-              {"reasons", json::array()}};
-    if (auto it = n.gpu_states.find(g.Name()); it != n.gpu_states.end() && !standby_) {
-      u["health"] = HealthName(it->second.last.health());
-      u["server_ready"] = it->second.last.server_ready();
-      for (const v1::HealthReason& r : it->second.last.reasons()) {
-        u["reasons"].push_back({{"code", r.code()}, {"detail", r.detail()}});
-      }
-    }
-    units.push_back(std::move(u));
-  }
   return {{"name", id},
           {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))},
           {"state", state},
@@ -88,7 +94,7 @@ json Controller::NodeJsonLocked(const NodeState& n) const {
           {"domain", n.cfg.spec.domain},
           {"reasons", reasons},
           {"gpus", gpus},
-          {"gpu_units", units},
+          {"gpu_units", GpuUnitsJsonLocked(n)},
           // A registered node's bound agent IP (null: listed, or not bound).
           {"agent_ip", n.registered && !n.agent_ip.empty() ? json(n.agent_ip) : json(nullptr)}};
 }
@@ -256,6 +262,47 @@ json Controller::RoutersJson() const {
   return out;
 }
 
+// The per-node and per-unit series.
+void Controller::AppendNodeFamiliesLocked(common::PromText* p) const {
+  // Liveness, role and lifecycle as series of their own: a role change
+  // does not change the identity of the liveness series (Kubernetes'
+  // kube_node_status_condition and kube_node_role do the same).
+  p->Family("gpuha_controller_node_up", "gauge",
+            "1 when the node serves or stands by (joined, in placement, not fenced).");
+  for (const auto& [id, n] : nodes_) {
+    p->Sample("gpuha_controller_node_up", {{"node", id}}, placement_.Available(id));
+  }
+  p->Family("gpuha_controller_gpu_up", "gauge",
+            "Nodes with a server per GPU (or per MIG slice, `slice` set): 1 while it is in "
+            "placement.");
+  for (const auto& [id, n] : nodes_) {
+    for (const GpuServerConfig& g : n.cfg.gpu_servers) {
+      common::PromLabels labels = {{"node", id}, {"gpu", absl::StrCat(g.index)}};
+      if (g.slice) labels.emplace_back("slice", absl::StrCat(*g.slice));
+      p->Sample("gpuha_controller_gpu_up", labels, placement_.Available(GpuUnitId(id, g)));
+    }
+  }
+  p->Family("gpuha_controller_node_role", "gauge", "1 for the node's current role.");
+  for (const auto& [id, n] : nodes_) {
+    p->Sample("gpuha_controller_node_role",
+              {{"node", id}, {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))}},
+              1);
+  }
+  p->Family("gpuha_controller_node_state", "gauge",
+            "1 for the node's current lifecycle state, 0 for the others.");
+  for (const auto& [id, n] : nodes_) {
+    for (NodeLifecycle l : kNodeLifecycles) {
+      p->Sample("gpuha_controller_node_state", {{"node", id}, {"state", NodeLifecycleName(l)}},
+                n.lifecycle == l);
+    }
+  }
+  p->Family("gpuha_controller_node_connected", "gauge",
+            "1 while the node's agent holds its heartbeat stream.");
+  for (const auto& [id, n] : nodes_) {
+    p->Sample("gpuha_controller_node_connected", {{"node", id}}, n.sink != nullptr);
+  }
+}
+
 std::string Controller::MetricsText() const {
   absl::MutexLock lock(&mu_);
   common::PromText p;
@@ -273,43 +320,7 @@ std::string Controller::MetricsText() const {
   p.Sample("gpuha_controller_epoch", {}, double(epoch_));
   p.Family("gpuha_controller_route_version", "gauge", "Version of the route snapshot.");
   p.Sample("gpuha_controller_route_version", {}, double(route_version_));
-  // Liveness, role and lifecycle as series of their own: a role change
-  // does not change the identity of the liveness series (Kubernetes'
-  // kube_node_status_condition and kube_node_role do the same).
-  p.Family("gpuha_controller_node_up", "gauge",
-           "1 when the node serves or stands by (joined, in placement, not fenced).");
-  for (const auto& [id, n] : nodes_) {
-    p.Sample("gpuha_controller_node_up", {{"node", id}}, placement_.Available(id));
-  }
-  p.Family("gpuha_controller_gpu_up", "gauge",
-           "Nodes with a server per GPU (or per MIG slice, `slice` set): 1 while it is in "
-           "placement.");
-  for (const auto& [id, n] : nodes_) {
-    for (const GpuServerConfig& g : n.cfg.gpu_servers) {
-      common::PromLabels labels = {{"node", id}, {"gpu", absl::StrCat(g.index)}};
-      if (g.slice) labels.emplace_back("slice", absl::StrCat(*g.slice));
-      p.Sample("gpuha_controller_gpu_up", labels, placement_.Available(GpuUnitId(id, g)));
-    }
-  }
-  p.Family("gpuha_controller_node_role", "gauge", "1 for the node's current role.");
-  for (const auto& [id, n] : nodes_) {
-    p.Sample("gpuha_controller_node_role",
-             {{"node", id}, {"role", RoleName(placement_.RoleOf(id).value_or(n.cfg.spec.role))}},
-             1);
-  }
-  p.Family("gpuha_controller_node_state", "gauge",
-           "1 for the node's current lifecycle state, 0 for the others.");
-  for (const auto& [id, n] : nodes_) {
-    for (NodeLifecycle l : kNodeLifecycles) {
-      p.Sample("gpuha_controller_node_state", {{"node", id}, {"state", NodeLifecycleName(l)}},
-               n.lifecycle == l);
-    }
-  }
-  p.Family("gpuha_controller_node_connected", "gauge",
-           "1 while the node's agent holds its heartbeat stream.");
-  for (const auto& [id, n] : nodes_) {
-    p.Sample("gpuha_controller_node_connected", {{"node", id}}, n.sink != nullptr);
-  }
+  AppendNodeFamiliesLocked(&p);
   p.Family("gpuha_controller_quarantine_held_nodes", "gauge",
            "Nodes whose agent's failed or draining verdict the quarantine breaker holds.");
   size_t held = 0;

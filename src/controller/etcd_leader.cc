@@ -59,6 +59,39 @@ void EtcdLeader::Lose(const std::string& why) {
   on_lost_(why);
 }
 
+namespace {
+
+// Creates `key` with `lease` holding `identity` unless someone holds it; the
+// holder's row when someone does.
+TxnRequest TakeKeyTxn(const std::string& key, const std::string& identity, int64_t lease) {
+  TxnRequest txn;
+  Compare* c = txn.add_compare();
+  c->set_key(key);
+  c->set_target(Compare::CREATE);
+  c->set_result(Compare::EQUAL);
+  c->set_create_revision(0);
+  etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(identity);
+  put->set_lease(lease);
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  return txn;
+}
+
+// Deletes `key` if it is still the write at `mod_revision`.
+TxnRequest DeleteUnchangedTxn(const std::string& key, int64_t mod_revision) {
+  TxnRequest del;
+  Compare* same = del.add_compare();
+  same->set_key(key);
+  same->set_target(Compare::MOD);
+  same->set_result(Compare::EQUAL);
+  same->set_mod_revision(mod_revision);
+  del.add_success()->mutable_request_delete_range()->set_key(key);
+  return del;
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) {
   const int64_t ttl_s = std::max<int64_t>(
       1, std::chrono::duration_cast<std::chrono::seconds>(ttl_ + std::chrono::milliseconds(999))
@@ -87,19 +120,7 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
       renewed_ = sent;
     }
     if (lease_ != 0) {
-      // Create the key with our lease unless someone holds it.
-      TxnRequest txn;
-      Compare* c = txn.add_compare();
-      c->set_key(key_);
-      c->set_target(Compare::CREATE);
-      c->set_result(Compare::EQUAL);
-      c->set_create_revision(0);
-      etcdserverpb::PutRequest* put = txn.add_success()->mutable_request_put();
-      put->set_key(key_);
-      put->set_value(identity_);
-      put->set_lease(lease_);
-      txn.add_failure()->mutable_request_range()->set_key(key_);
-      auto r = client_->Txn(txn);
+      auto r = client_->Txn(TakeKeyTxn(key_, identity_, lease_));
       if (r.ok() && r->succeeded()) return create_revision_ = r->header().revision();
       if (r.ok() && r->responses_size() > 0 && r->responses(0).response_range().kvs_size() > 0) {
         const etcdserverpb::KeyValue& held = r->responses(0).response_range().kvs(0);
@@ -115,14 +136,7 @@ absl::StatusOr<int64_t> EtcdLeader::Campaign(const std::atomic<bool>* stopping) 
               "controller: the leader key {} holds '{}' with no lease (no controller "
               "writes it so); deleting it and campaigning",
               key_, absl::CHexEscape(held.value()));
-          TxnRequest del;
-          Compare* same = del.add_compare();
-          same->set_key(key_);
-          same->set_target(Compare::MOD);
-          same->set_result(Compare::EQUAL);
-          same->set_mod_revision(held.mod_revision());
-          del.add_success()->mutable_request_delete_range()->set_key(key_);
-          if (auto d = client_->Txn(del); !d.ok()) {
+          if (auto d = client_->Txn(DeleteUnchangedTxn(key_, held.mod_revision())); !d.ok()) {
             warn(d.status());
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
           }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "common/heartbeat_datagram.h"
 #include "common/log.h"
 #include "common/net_util.h"
@@ -28,15 +29,15 @@ class ReactorSink : public AgentSink {
   explicit ReactorSink(AgentReactor* r) : reactor_(r) {}
   void Send(const v1::ControllerMessage& m) override;
   void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
   }
 
  private:
   friend class AgentReactor;
-  std::mutex mu_;
-  AgentReactor* reactor_;                     // guarded by mu_
-  std::deque<v1::ControllerMessage> outbox_;  // guarded by mu_; front is being written
+  absl::Mutex mu_;
+  AgentReactor* reactor_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::ControllerMessage> outbox_ ABSL_GUARDED_BY(mu_);  // front is being written
 };
 
 // One agent's heartbeat stream on gRPC's callback API: no thread per agent,
@@ -96,7 +97,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(sink_->mu_);
+    absl::MutexLock lock(&sink_->mu_);
     sink_->outbox_.pop_front();
     if (!ok || finishing_) sink_->outbox_.clear();  // a broken or ending stream writes no more
     if (finishing_) {
@@ -112,8 +113,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
     sink_->Detach();
     delete this;
   }
-  // Called with sink_->mu_ held.
-  void WriteLocked() {
+  void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sink_->mu_) {
     if (!finishing_ && sink_->outbox_.size() == 1) StartWrite(&sink_->outbox_.front());
   }
 
@@ -122,7 +122,7 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
   // finish once no write is in flight.
   void Done(grpc::Status status) {
     if (!node_.empty()) controller_->AgentDisconnected(node_, sink_.get());
-    std::lock_guard<std::mutex> lock(sink_->mu_);
+    absl::MutexLock lock(&sink_->mu_);
     finishing_ = true;
     final_ = std::move(status);
     if (sink_->outbox_.empty() && !finished_) {
@@ -136,13 +136,15 @@ class AgentReactor : public grpc::ServerBidiReactor<v1::AgentMessage, v1::Contro
   std::shared_ptr<ReactorSink> sink_;
   v1::AgentMessage in_;
   std::string node_;
-  bool finishing_ = false;  // guarded by sink_->mu_
-  bool finished_ = false;   // guarded by sink_->mu_
-  grpc::Status final_;      // guarded by sink_->mu_
+  bool finishing_ ABSL_GUARDED_BY(sink_->mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(sink_->mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(sink_->mu_);
 };
 
-void ReactorSink::Send(const v1::ControllerMessage& m) {
-  std::lock_guard<std::mutex> lock(mu_);
+// The analysis cannot see that reactor_->sink_ is this sink: WriteLocked's
+// lock is the one held here.
+void ReactorSink::Send(const v1::ControllerMessage& m) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  absl::MutexLock lock(&mu_);
   if (reactor_ == nullptr) return;
   outbox_.push_back(m);
   reactor_->WriteLocked();

@@ -1,6 +1,7 @@
 #include "controller/standby.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/log.h"
 
 namespace gpuha::controller {
@@ -21,18 +22,17 @@ absl::Status Standby::Start() {
 
 void Standby::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   cancel_.Cancel();
   if (thread_.joinable()) thread_.join();
   server_.Stop();
 }
 
 bool Standby::Pause(common::Duration d) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return !cv_.wait_for(lock, d, [this] { return stop_; });
+  absl::MutexLock lock(&mu_);
+  return !mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::FromChrono(d));
 }
 
 void Standby::Loop() {

@@ -11,11 +11,10 @@
 //   standby.Stop();                      // frees both for the leader
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "controller/controller_config.h"
 #include "controller/etcd_store.h"
 #include "controller/fence_runner.h"
@@ -42,9 +41,8 @@ class Standby {
   FenceRunner* fencer_;
   StandbyServer server_;
   etcd::WatchCancel cancel_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -1,9 +1,8 @@
 #include "controller/standby_server.h"
 
-#include <condition_variable>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "controller/operator_api.h"
@@ -21,7 +20,7 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
   // nullopt: none to serve (not read, or unreadable); streams end.
   void Set(std::optional<v1::RouteSnapshot> snap) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       // Compared whole: a reload that finds other routes sends them, even
       // under the same epoch and version.
       if (snap && (!snap_ || snap->SerializeAsString() != snap_->SerializeAsString())) {
@@ -29,16 +28,19 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
       }
       snap_ = std::move(snap);
     }
-    cv_.notify_all();
   }
   bool Serving() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return snap_.has_value();
   }
   // The mark is the generation: routes that differ from the last ones held.
   std::optional<v1::RouteSnapshot> Next(uint64_t* sent, common::Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return snap_ && generation_ != *sent; })) {
+    absl::MutexLock lock(&mu_);
+    const uint64_t seen = *sent;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return snap_.has_value() && generation_ != seen;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&changed), absl::FromChrono(timeout))) {
       return std::nullopt;
     }
     *sent = generation_;
@@ -57,10 +59,9 @@ class StandbyServer::StandbyRoutes final : public RouteSource {
   void Gone(const std::string&) override {}
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<v1::RouteSnapshot> snap_;  // guarded by mu_
-  uint64_t generation_ = 0;                // guarded by mu_; counts changes of snap_
+  mutable absl::Mutex mu_;
+  std::optional<v1::RouteSnapshot> snap_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // counts changes of snap_
 };
 
 // Agents heartbeat to the leader only: a standby ends their stream at once,
@@ -73,7 +74,7 @@ class StandbyServer::RefuseAgents final : public v1::AgentService::Service {
       grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>*) override {
     std::string leader;
     {
-      std::lock_guard<std::mutex> lock(s_->mu_);
+      absl::MutexLock lock(&s_->mu_);
       leader = s_->leader_;
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -127,7 +128,7 @@ void StandbyServer::Set(std::shared_ptr<Controller> state, std::string leader, s
     routes->set_leader(leader);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state_ = std::move(state);
     leader_ = std::move(leader);
     error_ = std::move(error);
@@ -139,7 +140,7 @@ common::HttpResponse StandbyServer::HandleHttp(const common::HttpRequest& r) {
   std::shared_ptr<Controller> state;
   std::string leader, error;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     state = state_;
     leader = leader_;
     error = error_;

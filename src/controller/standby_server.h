@@ -12,9 +12,9 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "common/http_server.h"
 #include "controller/controller.h"
 #include "controller/grpc_serving.h"
@@ -47,9 +47,10 @@ class StandbyServer {
   std::unique_ptr<grpc::Server> grpc_;
   int grpc_port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::shared_ptr<Controller> state_;  // guarded by mu_
-  std::string leader_, error_;         // guarded by mu_
+  absl::Mutex mu_;
+  std::shared_ptr<Controller> state_ ABSL_GUARDED_BY(mu_);
+  std::string leader_ ABSL_GUARDED_BY(mu_);
+  std::string error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpuha::controller

@@ -69,6 +69,84 @@ std::string EncodeNode(const NodeRecord& r) {
   return j.dump();
 }
 
+namespace {
+
+// A node row's "xids": [gpu, xid, unix_ms] each; a damaged entry sets the
+// row aside, naming it.
+absl::Status DecodeXids(const std::string& row, const json& xids, NodeRecord* r) {
+  const std::string at = row + ".xids";
+  if (!xids.is_array()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
+  for (const json& x : xids) {
+    if (!x.is_array() || x.size() != 3 || !x[0].is_number_unsigned() ||
+        !x[1].is_number_unsigned() || !x[2].is_number() || x[0].get<uint64_t>() > 1024 ||
+        x[1].get<uint64_t>() > 100'000) {
+      return absl::DataLossError(
+          absl::StrCat("store: ", at, "[]: '", x.dump(), "' is not [gpu, xid, unix_ms]"));
+    }
+    r->xids.push_back({x[0].get<uint32_t>(), x[1].get<uint32_t>(), x[2].get<double>()});
+  }
+  return absl::OkStatus();
+}
+
+// A node row's "registered": what a registering agent said of its node.
+absl::StatusOr<RegisteredNode> DecodeRegistered(const std::string& row, const json& reg) {
+  const std::string sub = row + ".registered";
+  if (!reg.is_object()) return absl::DataLossError(absl::StrCat("store: ", sub, ": wrong type"));
+  RegisteredNode n;
+  for (absl::Status s :
+       {Field(reg, "address", sub, &n.address), Field(reg, "capacity", sub, &n.capacity),
+        Field(reg, "cpu_only", sub, &n.cpu_only)}) {
+    if (!s.ok()) return s;
+  }
+  if (!common::ParseHostPort(n.address, "address").ok()) {
+    return absl::DataLossError(
+        absl::StrCat("store: ", sub, ".address: '", n.address, "' is not HOST:PORT"));
+  }
+  if (n.capacity < 1 || n.capacity > 1'000'000) {
+    return absl::DataLossError(
+        absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
+  }
+  if (absl::Status s = Field(reg, "domain", sub, &n.domain); !s.ok()) return s;
+  if (absl::Status s = Field(reg, "agent_ip", sub, &n.agent_ip); !s.ok()) return s;
+  if (!n.agent_ip.empty() && !common::IsIpAddress(n.agent_ip)) {
+    return absl::DataLossError(absl::StrCat(
+        "store: ", sub, ".agent_ip: '", absl::CHexEscape(n.agent_ip), "' is not an IP address"));
+  }
+  if (absl::Status s = Field(reg, "grpc_address", sub, &n.grpc_address); !s.ok()) return s;
+  if (!n.grpc_address.empty() && !common::ParseHostPort(n.grpc_address, "grpc").ok()) {
+    return absl::DataLossError(
+        absl::StrCat("store: ", sub, ".grpc_address: '", n.grpc_address, "' is not HOST:PORT"));
+  }
+  if (auto gs = reg.find("gpu_servers"); gs != reg.end()) {
+    if (!gs->is_array()) {
+      return absl::DataLossError(absl::StrCat("store: ", sub, ".gpu_servers: wrong type"));
+    }
+    for (const json& g : *gs) {
+      GpuServerConfig c;
+      const std::string at = sub + ".gpu_servers[]";
+      if (!g.is_object()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
+      for (absl::Status s : {Field(g, "index", at, &c.index), Field(g, "address", at, &c.address),
+                             Field(g, "capacity", at, &c.capacity)}) {
+        if (!s.ok()) return s;
+      }
+      if (g.contains("slice")) {
+        uint32_t slice = 0;
+        if (absl::Status s = Field(g, "slice", at, &slice); !s.ok()) return s;
+        c.slice = slice;
+      }
+      if (absl::Status s = Field(g, "profile", at, &c.profile); !s.ok()) return s;
+      if (absl::Status s = Field(g, "grpc_address", at, &c.grpc_address); !s.ok()) return s;
+      n.gpu_servers.push_back(c);
+    }
+    if (absl::Status s = CheckGpuServers(n.gpu_servers); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("store: ", sub, ".", s.message()));
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
 absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view text) {
   const std::string row = "node " + id;
   absl::StatusOr<json> j = ParseRow(row, text);
@@ -101,73 +179,12 @@ absl::StatusOr<NodeRecord> DecodeNode(const std::string& id, std::string_view te
                             : NodeLifecycle::kServing;
   }
   if (auto xids = j->find("xids"); xids != j->end()) {
-    // [gpu, xid, unix_ms] each: a damaged entry sets the row aside, naming it.
-    const std::string at = row + ".xids";
-    if (!xids->is_array()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
-    for (const json& x : *xids) {
-      if (!x.is_array() || x.size() != 3 || !x[0].is_number_unsigned() ||
-          !x[1].is_number_unsigned() || !x[2].is_number() || x[0].get<uint64_t>() > 1024 ||
-          x[1].get<uint64_t>() > 100'000) {
-        return absl::DataLossError(
-            absl::StrCat("store: ", at, "[]: '", x.dump(), "' is not [gpu, xid, unix_ms]"));
-      }
-      r.xids.push_back({x[0].get<uint32_t>(), x[1].get<uint32_t>(), x[2].get<double>()});
-    }
+    if (absl::Status s = DecodeXids(row, *xids, &r); !s.ok()) return s;
   }
   if (auto reg = j->find("registered"); reg != j->end()) {
-    const std::string sub = row + ".registered";
-    if (!reg->is_object()) return absl::DataLossError(absl::StrCat("store: ", sub, ": wrong type"));
-    RegisteredNode n;
-    for (absl::Status s :
-         {Field(*reg, "address", sub, &n.address), Field(*reg, "capacity", sub, &n.capacity),
-          Field(*reg, "cpu_only", sub, &n.cpu_only)}) {
-      if (!s.ok()) return s;
-    }
-    if (!common::ParseHostPort(n.address, "address").ok()) {
-      return absl::DataLossError(
-          absl::StrCat("store: ", sub, ".address: '", n.address, "' is not HOST:PORT"));
-    }
-    if (n.capacity < 1 || n.capacity > 1'000'000) {
-      return absl::DataLossError(
-          absl::StrCat("store: ", sub, ".capacity: ", n.capacity, " is not 1..1000000"));
-    }
-    if (absl::Status s = Field(*reg, "domain", sub, &n.domain); !s.ok()) return s;
-    if (absl::Status s = Field(*reg, "agent_ip", sub, &n.agent_ip); !s.ok()) return s;
-    if (!n.agent_ip.empty() && !common::IsIpAddress(n.agent_ip)) {
-      return absl::DataLossError(absl::StrCat(
-          "store: ", sub, ".agent_ip: '", absl::CHexEscape(n.agent_ip), "' is not an IP address"));
-    }
-    if (absl::Status s = Field(*reg, "grpc_address", sub, &n.grpc_address); !s.ok()) return s;
-    if (!n.grpc_address.empty() && !common::ParseHostPort(n.grpc_address, "grpc").ok()) {
-      return absl::DataLossError(
-          absl::StrCat("store: ", sub, ".grpc_address: '", n.grpc_address, "' is not HOST:PORT"));
-    }
-    if (auto gs = reg->find("gpu_servers"); gs != reg->end()) {
-      if (!gs->is_array()) {
-        return absl::DataLossError(absl::StrCat("store: ", sub, ".gpu_servers: wrong type"));
-      }
-      for (const json& g : *gs) {
-        GpuServerConfig c;
-        const std::string at = sub + ".gpu_servers[]";
-        if (!g.is_object()) return absl::DataLossError(absl::StrCat("store: ", at, ": wrong type"));
-        for (absl::Status s : {Field(g, "index", at, &c.index), Field(g, "address", at, &c.address),
-                               Field(g, "capacity", at, &c.capacity)}) {
-          if (!s.ok()) return s;
-        }
-        if (g.contains("slice")) {
-          uint32_t slice = 0;
-          if (absl::Status s = Field(g, "slice", at, &slice); !s.ok()) return s;
-          c.slice = slice;
-        }
-        if (absl::Status s = Field(g, "profile", at, &c.profile); !s.ok()) return s;
-        if (absl::Status s = Field(g, "grpc_address", at, &c.grpc_address); !s.ok()) return s;
-        n.gpu_servers.push_back(c);
-      }
-      if (absl::Status s = CheckGpuServers(n.gpu_servers); !s.ok()) {
-        return absl::DataLossError(absl::StrCat("store: ", sub, ".", s.message()));
-      }
-    }
-    r.registered = n;
+    absl::StatusOr<RegisteredNode> n = DecodeRegistered(row, *reg);
+    if (!n.ok()) return n.status();
+    r.registered = *std::move(n);
   }
   return r;
 }

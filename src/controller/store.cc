@@ -40,7 +40,7 @@ std::string ColumnText(sqlite3_stmt* st, int column) {
 }  // namespace
 
 absl::Status MemoryStore::Apply(const std::vector<StoreWrite>& batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (fail_) return absl::UnavailableError("store: injected write failure");
   for (const StoreWrite& w : batch) {
     if (w.value) {
@@ -53,13 +53,13 @@ absl::Status MemoryStore::Apply(const std::vector<StoreWrite>& batch) {
 }
 
 absl::StatusOr<std::map<std::string, std::string>> MemoryStore::Load(const std::string& table) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = tables_.find(table);
   return it == tables_.end() ? std::map<std::string, std::string>{} : it->second;
 }
 
 absl::StatusOr<int64_t> MemoryStore::AppendEvent(const std::string& json) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (fail_) return absl::UnavailableError("store: injected write failure");
   events_.push_back(json);
   return static_cast<int64_t>(events_.size());
@@ -67,7 +67,7 @@ absl::StatusOr<int64_t> MemoryStore::AppendEvent(const std::string& json) {
 
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> MemoryStore::LoadEvents(
     int64_t after_id, size_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::pair<int64_t, std::string>> out;
   for (size_t i = static_cast<size_t>(std::max<int64_t>(after_id, 0));
        i < events_.size() && out.size() < limit; ++i) {
@@ -77,7 +77,7 @@ absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> MemoryStore::LoadEv
 }
 
 void MemoryStore::FailWrites(bool fail) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   fail_ = fail;
 }
 
@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
                      "); one store has one controller: a second one would split the cluster"));
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, fd));
+  absl::MutexLock lock(&store->mu_);  // not shared yet; what its helpers require
   auto fail = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("store ", path, ": ", why));
   };
@@ -209,7 +210,7 @@ absl::Status SqliteStore::Exec(const char* sql) {
 }
 
 absl::Status SqliteStore::Apply(const std::vector<StoreWrite>& batch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
   sqlite3_stmt* put = nullptr;
   sqlite3_stmt* del = nullptr;
@@ -238,7 +239,7 @@ absl::Status SqliteStore::Apply(const std::vector<StoreWrite>& batch) {
 }
 
 absl::StatusOr<std::map<std::string, std::string>> SqliteStore::Load(const std::string& table) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db_, "SELECT key, value FROM rows WHERE tbl = ?", -1, &st, nullptr);
   BindText(st, 1, table);
@@ -251,7 +252,7 @@ absl::StatusOr<std::map<std::string, std::string>> SqliteStore::Load(const std::
 }
 
 absl::StatusOr<int64_t> SqliteStore::AppendEvent(const std::string& json) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db_, "INSERT INTO events (value) VALUES (?)", -1, &st, nullptr);
   BindText(st, 1, json);
@@ -265,7 +266,7 @@ absl::StatusOr<int64_t> SqliteStore::AppendEvent(const std::string& json) {
 
 absl::StatusOr<std::vector<std::pair<int64_t, std::string>>> SqliteStore::LoadEvents(
     int64_t after_id, size_t limit) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db_, "SELECT id, value FROM events WHERE id > ? ORDER BY id LIMIT ?", -1, &st,
                      nullptr);

@@ -11,12 +11,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 struct sqlite3;
 
@@ -55,10 +55,10 @@ class MemoryStore : public Store {
   void FailWrites(bool fail);
 
  private:
-  std::mutex mu_;
-  bool fail_ = false;
-  std::map<std::string, std::map<std::string, std::string>> tables_;
-  std::vector<std::string> events_;
+  absl::Mutex mu_;
+  bool fail_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::map<std::string, std::string>> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
 
 // Opening a SqliteStore:
@@ -90,14 +90,15 @@ class SqliteStore : public Store {
 
  private:
   SqliteStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
-  [[nodiscard]] absl::Status Exec(const char* sql);
+  [[nodiscard]] absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds an initialised file at PATH.init.PID and links it to `path`
   // (unless another process got there first).
   [[nodiscard]] static absl::Status CreateFresh(const std::string& path);
   // The first column of the first row of `sql`, as text ("" when none).
-  [[nodiscard]] absl::StatusOr<std::string> QueryText(const char* sql);
-  std::mutex mu_;
-  sqlite3* db_;
+  [[nodiscard]] absl::StatusOr<std::string> QueryText(const char* sql)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Mutex mu_;
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
   int lock_fd_;  // holds the flock; closed after the database
 };
 
