@@ -101,11 +101,25 @@ void Controller::PersistStreamLocked(const std::string& id, std::vector<StoreWri
        EncodeStream({spec->second.tenant, spec->second.weight, a->primary, a->standby})});
 }
 
+Controller::Step::Step(Controller* c) ABSL_NO_THREAD_SAFETY_ANALYSIS : c_(c) { c_->mu_.Lock(); }
+
+Controller::Step::~Step() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  c_->FlushLocked();
+  c_->mu_.Unlock();
+}
+
 void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   if (!acting()) return;
-  // Rows a failed commit left unwritten go with this one: the route version
-  // it writes must not vouch for rows the store never got.
   for (StoreWrite& w : batch) unsaved_[{w.table, w.key}] = std::move(w.value);
+  flush_due_ = true;
+}
+
+void Controller::FlushLocked() {
+  if (!flush_due_) return;
+  flush_due_ = false;
+  if (!acting()) return;
+  // Rows a failed write left unsaved go with this one: the route version it
+  // writes must not vouch for rows the store never got.
   std::vector<StoreWrite> all;
   for (const auto& [row, value] : unsaved_) all.push_back({row.first, row.second, value});
   for (StoreWrite& w : MetaWritesLocked()) all.push_back(std::move(w));
@@ -121,7 +135,8 @@ void Controller::CommitLocked(std::vector<StoreWrite> batch) {
   }
 }
 
-absl::Status Controller::StoredLocked() const {
+absl::Status Controller::StoredLocked() {
+  FlushLocked();
   if (!acting()) {
     return absl::UnavailableError(
         "this controller no longer leads, so the change was not stored; retry against the "
@@ -145,7 +160,7 @@ std::vector<StoreWrite> Controller::MetaWritesLocked() const {
 
 void Controller::Tick() {
   if (!acting()) return;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (!acting()) return;  // deposed while this tick waited for the lock
   // Ticks come every few ms. A long gap means this process was starved or
   // blocked, and heartbeats may sit unread in its queues: a node's silence
@@ -260,7 +275,7 @@ void Controller::RunFenceHookLocked(const std::string& id) {
   hooks_.emplace_back([this, command, id] {
     if (!acting()) return;
     absl::Status s = fencer_->Run(command, config_.fence_timeout);
-    absl::MutexLock lock(&mu_);
+    Step step(this);
     if (s.ok()) {
       EventLocked("fenced", id, "fence hook succeeded");
       NodeFenceConfirmedLocked(id, "the fence hook succeeded");

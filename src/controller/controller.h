@@ -446,12 +446,31 @@ class Controller {
   // Runs the fence hook for `id` on its own thread; the result confirms or
   // blocks the node's jobs (and a failure holds the node out).
   void RunFenceHookLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies `batch` with the epoch and the route version (MetaWritesLocked).
+  // One call into the controller that may change it: holds mu_ and, as it
+  // ends, applies in one store batch every row its steps committed, before
+  // another call can see the state. The steps decide; the call writes once
+  // (a failover that also holds the node out and moves its jobs is one
+  // store write, not four). Calls that only read lock mu_ alone.
+  class ABSL_SCOPED_LOCKABLE Step {
+   public:
+    explicit Step(Controller* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~Step() ABSL_UNLOCK_FUNCTION();
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+   private:
+    Controller* const c_;
+  };
+  // Adds `batch` to the rows the current Step writes as it ends.
   void CommitLocked(std::vector<StoreWrite> batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every change so far is stored (none left in unsaved_) by a
-  // controller that still leads: what an API write is answered with, so
+  // Writes the rows committed so far (and those a failed write left
+  // unsaved) with the epoch and the route version (MetaWritesLocked), in
+  // one store batch: a Step's end, or an answer that says what is stored.
+  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every change so far is stored (flushed, none left in unsaved_)
+  // by a controller that still leads: what an API write is answered with, so
   // that a write is confirmed only once it is stored.
-  [[nodiscard]] absl::Status StoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status StoredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<StoreWrite> MetaWritesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EventLocked(const std::string& type, const std::string& node, const std::string& detail,
                    std::optional<double> unix_ms = std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -520,6 +539,7 @@ class Controller {
   std::map<std::pair<std::string, std::string>, std::optional<std::string>> unsaved_
       ABSL_GUARDED_BY(mu_);                            // (table, key) -> value, nullopt deletes
   std::string last_store_error_ ABSL_GUARDED_BY(mu_);  // why the last failed commit failed
+  bool flush_due_ ABSL_GUARDED_BY(mu_) = false;  // CommitLocked ran since the last FlushLocked
   RouterAcks router_acks_ ABSL_GUARDED_BY(mu_);
   EventLog events_ ABSL_GUARDED_BY(mu_){10000};                         // the newest 10000
   mutable FailoverStepHistograms failover_steps_ ABSL_GUARDED_BY(mu_);  // fed at each scrape

@@ -18,7 +18,7 @@ namespace gpuha::controller {
 absl::Status Controller::AgentConnected(const v1::Hello& hello, std::shared_ptr<AgentSink> sink,
                                         bool proven, const std::string& peer_ip) {
   if (absl::Status s = CheckActing(); !s.ok()) return s;  // before waiting on the lock
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   absl::StatusOr<NodeState*> admitted = AdmitAgentLocked(hello, proven, peer_ip);
   if (!admitted.ok()) return admitted.status();
@@ -86,7 +86,7 @@ void Controller::WelcomeLocked(NodeState& n, const v1::Hello& hello) {
 void Controller::AgentHeartbeat(const std::string& node, const v1::Heartbeat& hb,
                                 const AgentSink* from) {
   if (!acting()) return;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return;
@@ -166,7 +166,7 @@ absl::Status Controller::AgentDatagram(absl::string_view datagram) {
   const uint64_t session = beat->session;
   const std::string& node = beat->node;
   const v1::Heartbeat& hb = beat->heartbeat;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (!acting()) return absl::UnavailableError("this controller does not lead");
   NodeState* n = FindLocked(node);
   // Its stream ended or was replaced while this one was verified.
@@ -341,7 +341,7 @@ void Controller::JudgeHeartbeatLocked(NodeState& n, const std::string& node,
 
 void Controller::AgentDisconnected(const std::string& node, const AgentSink* sink) {
   if (!acting()) return;  // deposed: gRPC threads must not wait on a hung store write
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;  // a newer stream took over
   n->sink.reset();
@@ -355,7 +355,7 @@ void Controller::AgentDisconnected(const std::string& node, const AgentSink* sin
 
 void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
                               const v1::Goodbye& goodbye) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (!acting()) return;
   NodeState* n = FindLocked(node);
   if (n == nullptr || n->sink.get() != sink) return;
@@ -385,7 +385,7 @@ void Controller::AgentGoodbye(const std::string& node, const AgentSink* sink,
 }
 
 absl::Status Controller::RebindNode(const std::string& node) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -404,7 +404,7 @@ absl::Status Controller::RebindNode(const std::string& node) {
 }
 
 absl::Status Controller::RemoveNode(const std::string& node) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));

@@ -32,9 +32,10 @@ ControllerConfig FourGpuNodes() {
 
 class GpuUnitsTest : public ControllerTest {
  protected:
-  void StartGpus(ControllerConfig config = FourGpuNodes()) {
+  void StartGpus(ControllerConfig config = FourGpuNodes(),
+                 std::unique_ptr<Store> store = std::make_unique<MemoryStore>()) {
     config_ = config;
-    c_ = std::make_unique<Controller>(config, std::make_unique<MemoryStore>(), &clock_, &fencer_);
+    c_ = std::make_unique<Controller>(config, std::move(store), &clock_, &fencer_);
     ASSERT_TRUE(c_->Recover().ok());
     for (const NodeConfig& n : config.nodes) Connect(n.spec.id);
     for (const NodeConfig& n : config.nodes) BeatGpus(n.spec.id);
@@ -105,6 +106,39 @@ TEST_F(GpuUnitsTest, StreamsArePlacedOnGpusWithRoutesToEachGpusServer) {
   EXPECT_EQ(cap["failover_reserve_units"], 8);  // a whole node, not a GPU
   EXPECT_EQ(cap["headroom_units"], 24 - 8 - 8);
   EXPECT_EQ(cap["gpu_failures_absorbed"], 4);  // 8 units of headroom, 2 per GPU
+}
+
+// A store that counts the batches written to it.
+class BatchCountingStore : public MemoryStore {
+ public:
+  absl::Status Apply(const std::vector<StoreWrite>& batch) override {
+    ++batches;
+    return MemoryStore::Apply(batch);
+  }
+  int batches = 0;
+};
+
+// A call into the controller writes what it changed once (Controller::Step):
+// a heartbeat that takes two GPUs out, their streams moved, is one store
+// batch, which holds both GPUs' streams where they went.
+TEST_F(GpuUnitsTest, AHeartbeatThatTakesTwoGpusOutIsOneStoreBatch) {
+  auto store = std::make_unique<BatchCountingStore>();
+  BatchCountingStore* counted = store.get();
+  StartGpus(FourGpuNodes(), std::move(store));
+  AddStreams(8);
+  counted->batches = 0;
+  BeatGpus("a1", {{0, v1::NODE_HEALTH_FAILED}, {1, v1::NODE_HEALTH_FAILED}});
+  EXPECT_FALSE(Unit("a1", 0)["in_service"]);
+  EXPECT_FALSE(Unit("a1", 1)["in_service"]);
+  EXPECT_EQ(counted->batches, 1);
+  const std::map<std::string, std::string> rows = *counted->Load("stream");
+  for (const auto& [stream, unit] : Primaries()) {
+    EXPECT_NE(unit, "a1/gpu0");
+    EXPECT_NE(unit, "a1/gpu1");
+    absl::StatusOr<StreamRecord> r = DecodeStream(stream, rows.at(stream));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->primary, unit) << stream;
+  }
 }
 
 TEST_F(GpuUnitsTest, OneGpusFaultMovesThatGpusStreamsOnly) {

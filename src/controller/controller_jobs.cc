@@ -301,7 +301,7 @@ void Controller::JobsTickLocked() {
 }
 
 absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status s = CheckJobSpec(spec); !s.ok()) return s;
   if (jobs_.count(spec.id) != 0) {
@@ -338,7 +338,7 @@ absl::StatusOr<json> Controller::AddJob(const JobSpec& spec) {
 }
 
 absl::Status Controller::RemoveJob(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
@@ -363,7 +363,7 @@ absl::Status Controller::RemoveJob(const std::string& id) {
 }
 
 absl::StatusOr<json> Controller::ConfirmJobFence(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));

@@ -12,7 +12,7 @@
 namespace gpuha::controller {
 
 absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status bad = CheckStreamLocked(s); !bad.ok()) return bad;
   auto a = placement_.Admit(s);
@@ -34,7 +34,7 @@ absl::StatusOr<Assignment> Controller::AddStream(const StreamSpec& s) {
 }
 
 absl::Status Controller::RemoveStream(const std::string& id) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   if (absl::Status s = placement_.Remove(id); !s.ok()) return s;
   specs_.erase(id);
@@ -47,7 +47,7 @@ absl::Status Controller::RemoveStream(const std::string& id) {
 }
 
 absl::Status Controller::Drain(const std::string& node, bool force) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -78,7 +78,7 @@ absl::Status Controller::Drain(const std::string& node, bool force) {
 }
 
 absl::Status Controller::Undrain(const std::string& node) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -89,7 +89,7 @@ absl::Status Controller::Undrain(const std::string& node) {
 }
 
 absl::Status Controller::Fail(const std::string& node) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));
@@ -105,7 +105,7 @@ absl::Status Controller::Fail(const std::string& node) {
 }
 
 absl::Status Controller::SetRole(const std::string& node, Role role) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (absl::Status s = CheckActing(); !s.ok()) return s;
   NodeState* n = FindLocked(node);
   if (n == nullptr) return absl::NotFoundError(absl::StrCat("node ", node, " not found"));

@@ -42,7 +42,7 @@ absl::Status Controller::LoadAsStandby() {
 }
 
 absl::Status Controller::RecoverImpl(bool standby) {
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   auto meta = store_->Load("meta");
   if (!meta.ok()) return meta.status();
   if (absl::Status s = RecoverMetaLocked(*meta, standby); !s.ok()) return s;

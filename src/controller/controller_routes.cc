@@ -62,7 +62,7 @@ uint64_t Controller::WaitForRoutes(uint64_t known, common::Duration timeout) {
 void Controller::RouterAck(const std::string& router, uint64_t version,
                            const std::vector<std::string>& suspects, const v1::RouterStats* stats) {
   if (!acting()) return;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (stats != nullptr) {
     traffic_.Report(router, *stats, static_cast<double>(clock_->UnixNanos()) / 1e6);
   }
@@ -95,7 +95,7 @@ void Controller::RouterAck(const std::string& router, uint64_t version,
 void Controller::RouterHello(const std::string& router, uint64_t held_epoch,
                              uint64_t held_version) {
   if (!acting()) return;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   if (!acting()) return;
   // The router refuses only routes older than those it holds: of an older
   // epoch, or of this epoch with a lower version (this controller's earlier
@@ -110,7 +110,7 @@ void Controller::RouterHello(const std::string& router, uint64_t held_epoch,
 
 void Controller::RouterGone(const std::string& router) {
   if (!acting()) return;
-  absl::MutexLock lock(&mu_);
+  Step step(this);
   router_acks_.Gone(router);
   traffic_.Forget(router);
 }
