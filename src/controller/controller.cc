@@ -1,7 +1,5 @@
 #include "controller/controller.h"
 
-#include <cmath>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -9,6 +7,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/net_util.h"
+#include "controller/quarantine.h"
 #include "controller/state_codec.h"
 
 namespace gpuha::controller {
@@ -387,10 +386,7 @@ bool Controller::QuarantineAllowsLocked() const {
     ++joined;
     out += !placement_.Available(id);
   }
-  const auto allowed = static_cast<int64_t>(
-      std::floor(config_.quarantine_max_share * static_cast<double>(joined) + 1e-9));
-  // The first node out is always allowed: a one-node cluster still acts.
-  return out == 0 || out + 1 <= allowed;
+  return QuarantineAllows(config_.quarantine_max_share, out, joined);
 }
 
 void Controller::JoinLocked(NodeState& n) {

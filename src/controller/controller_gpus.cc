@@ -2,11 +2,11 @@
 // per GPU has each GPU placed alone, so a GPU-level fault moves that GPU's
 // streams and the node's other GPUs serve on. Node-level faults still take
 // the whole node out (TakeOutLocked fails every unit of its host).
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "controller/controller.h"
+#include "controller/quarantine.h"
 
 namespace gpuha::controller {
 
@@ -89,9 +89,7 @@ bool Controller::GpuQuarantineAllowsLocked() const {
       out += !placement_.Available(GpuUnitId(id, g));
     }
   }
-  const auto allowed = static_cast<int64_t>(
-      std::floor(config_.quarantine_max_share * static_cast<double>(all) + 1e-9));
-  return out == 0 || out + 1 <= allowed;
+  return QuarantineAllows(config_.quarantine_max_share, out, all);
 }
 
 void Controller::TakeOutGpuLocked(NodeState& n, const GpuServerConfig& g, const std::string& why) {
