@@ -25,77 +25,149 @@ std::optional<double> SampleOf(std::string_view line, std::string_view name) {
   return v;
 }
 
-// Whether a failure sample is the engine's. Triton labels its failures
-// with a reason (since 24.05): REJECTED (queue full, a timeout in queue),
-// CANCELED (by the client) and OTHER (bad input, an unknown output) are
-// the load's or the client's, and a client sending bad requests to a quiet
-// node must not make it look broken; BACKEND is the engine's. A failure
-// without the label (an older Triton) counts.
-bool EnginesFailure(std::string_view line) {
-  const size_t at = line.find("reason=\"");
-  if (at == std::string_view::npos || at > line.find('}') ||
-      (line[at - 1] != '{' && line[at - 1] != ',')) {
-    return true;
+// The value of label `key` in a sample line's label set, if it has one.
+std::optional<std::string_view> LabelOf(std::string_view line, std::string_view key) {
+  const size_t open = line.find('{');
+  const size_t close = line.rfind('}');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open) {
+    return std::nullopt;
   }
-  return line.substr(at + 8, 8) == "BACKEND\"";
+  std::string_view labels = line.substr(open + 1, close - open - 1);
+  for (size_t at = 0; (at = labels.find(key, at)) != std::string_view::npos; at += key.size()) {
+    const bool starts = at == 0 || labels[at - 1] == ',';
+    std::string_view rest = labels.substr(at + key.size());
+    if (!starts || rest.substr(0, 2) != "=\"") continue;
+    rest.remove_prefix(2);
+    return rest.substr(0, rest.find('"'));
+  }
+  return std::nullopt;
+}
+
+// What a sample line tells of request outcomes.
+enum class Outcome { kNone, kSuccess, kFailure };
+
+// Triton labels its failures with a reason (since 24.05): REJECTED (queue
+// full, a timeout in queue), CANCELED (by the client) and OTHER (bad input,
+// an unknown output) are the load's or the client's, and a client sending
+// bad requests to a quiet node must not make it look broken; BACKEND is the
+// engine's. A failure without the label (an older Triton) counts.
+Outcome TritonOutcome(std::string_view line, bool failure) {
+  if (!failure) return Outcome::kSuccess;
+  std::optional<std::string_view> reason = LabelOf(line, "reason");
+  return !reason || *reason == "BACKEND" ? Outcome::kFailure : Outcome::kNone;
+}
+// TGI's tgi_request_failure{err}: "generation" (its shards failed) and
+// "incomplete" (an answer ended before its end) are the engine's;
+// validation, overloaded, dropped, cancelled and timeout are the client's
+// or the load's.
+Outcome TgiOutcome(std::string_view line, bool failure) {
+  if (!failure) return Outcome::kSuccess;
+  std::optional<std::string_view> err = LabelOf(line, "err");
+  return err && (*err == "generation" || *err == "incomplete") ? Outcome::kFailure : Outcome::kNone;
+}
+// An API server's answers by status (vLLM's, through
+// prometheus-fastapi-instrumentator): "2xx" (or "200") a success, "5xx" (or
+// "500") a failure. Grouped classes cannot tell a 503 of load from a 500 of
+// the engine; a server that is only overloaded still succeeds, and the
+// failing rule needs a second with no success at all. Only POSTs count:
+// inference is posted, and a probe's GET /v1/models answering 200 must not
+// pass for a success.
+Outcome HttpOutcome(std::string_view line, bool) {
+  if (std::optional<std::string_view> m = LabelOf(line, "method"); m && *m != "POST") {
+    return Outcome::kNone;
+  }
+  std::optional<std::string_view> status = LabelOf(line, "status");
+  if (!status || status->empty()) return Outcome::kNone;
+  return (*status)[0] == '2'   ? Outcome::kSuccess
+         : (*status)[0] == '5' ? Outcome::kFailure
+                               : Outcome::kNone;
 }
 
 }  // namespace
 
 std::optional<EngineSample> ParseEngineMetrics(std::string_view text) {
+  enum Role { kPending, kGenerating, kProgress };
   struct Family {
     std::string_view name;
-    bool progress;  // else pending
-    bool triton;
-    bool generating = false;  // also counted as requests generating tokens
+    Role role;  // kGenerating counts as pending too
   };
   static constexpr Family kFamilies[] = {
-      {"nv_inference_pending_request_count", false, true},
-      {"nv_inference_exec_count", true, true},
-      {"vllm:num_requests_running", false, false, true},
-      {"vllm:num_requests_waiting", false, false},
-      {"vllm:generation_tokens_total", true, false},
-      {"vllm:prompt_tokens_total", true, false},  // prefill and pooling models
+      {"nv_inference_pending_request_count", kPending},  // Triton
+      {"nv_inference_exec_count", kProgress},
+      {"vllm:num_requests_running", kGenerating},  // vLLM
+      {"vllm:num_requests_waiting", kPending},
+      {"vllm:generation_tokens_total", kProgress},
+      {"vllm:prompt_tokens_total", kProgress},   // prefill and pooling models
+      {"sglang:num_running_reqs", kGenerating},  // SGLang
+      {"sglang:num_queue_reqs", kPending},
+      {"sglang:generation_tokens_total", kProgress},
+      {"sglang:prompt_tokens_total", kProgress},
+      {"tgi_batch_current_size", kGenerating},  // TGI
+      {"tgi_queue_size", kPending},
+      {"tgi_batch_inference_success", kProgress},  // forward passes, prefill and decode
   };
-  EngineSample triton, vllm;
-  bool triton_progress = false, vllm_progress = false;
-  // Triton's request outcomes (the failing rule, FailureWatch).
-  static constexpr std::string_view kSuccess = "nv_inference_request_success";
-  static constexpr std::string_view kFailure = "nv_inference_request_failure";
+  // Request outcomes (the failing rule, FailureWatch), by source: the
+  // first source an engine exports is the one read (an engine's own count
+  // tells its failures from its clients' better than HTTP status classes).
+  struct OutcomeFamily {
+    std::string_view name;
+    int source;  // 0 Triton, 1 TGI, 2 HTTP
+    bool failure;
+    Outcome (*read)(std::string_view line, bool failure);
+  };
+  static constexpr OutcomeFamily kOutcomes[] = {
+      {"nv_inference_request_success", 0, false, TritonOutcome},
+      {"nv_inference_request_failure", 0, true, TritonOutcome},
+      {"tgi_request_success", 1, false, TgiOutcome},
+      {"tgi_request_failure", 1, true, TgiOutcome},
+      {"http_requests_total", 2, false, HttpOutcome},
+  };
+  EngineSample sum;
+  bool progress = false;
+  struct Outcomes {
+    bool seen = false;
+    double succeeded = 0, failed = 0;
+  } outcomes[3];
   while (!text.empty()) {
     size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (line.empty() || line[0] == '#') continue;
-    for (auto [name, into] : {std::pair{kSuccess, &triton.succeeded}, {kFailure, &triton.failed}}) {
-      if (std::optional<double> v = SampleOf(line, name)) {
-        triton.has_outcomes = true;
-        if (into == &triton.failed && !EnginesFailure(line)) continue;
-        *into += *v;
+    for (const OutcomeFamily& f : kOutcomes) {
+      std::optional<double> v = SampleOf(line, f.name);
+      if (!v) continue;
+      Outcomes& o = outcomes[f.source];
+      o.seen = true;
+      switch (f.read(line, f.failure)) {
+        case Outcome::kSuccess:
+          o.succeeded += *v;
+          break;
+        case Outcome::kFailure:
+          o.failed += *v;
+          break;
+        case Outcome::kNone:
+          break;
       }
     }
     for (const Family& f : kFamilies) {
       std::optional<double> v = SampleOf(line, f.name);
       if (!v) continue;
-      EngineSample& s = f.triton ? triton : vllm;
-      (f.progress ? s.progress : s.pending) += *v;
-      if (f.generating) s.generating += *v;
-      (f.triton ? triton_progress : vllm_progress) |= f.progress;
+      (f.role == kProgress ? sum.progress : sum.pending) += *v;
+      if (f.role == kGenerating) sum.generating += *v;
+      progress |= f.role == kProgress;
     }
   }
-  // An engine that exports both (Triton's vLLM backend, gpuha's worker)
-  // is judged on the sum: work pending of either kind and none done of any.
-  if (!triton_progress && !vllm_progress) return std::nullopt;
-  EngineSample sum;
-  if (triton_progress) sum = triton;
-  sum.has_outcomes = triton.has_outcomes;
-  sum.succeeded = triton.succeeded;
-  sum.failed = triton.failed;
-  if (vllm_progress) {
-    sum.pending += vllm.pending;
-    sum.progress += vllm.progress;
-    sum.generating = vllm.generating;
+  // An engine that exports several kinds (Triton's vLLM backend, gpuha's
+  // worker) is judged on the sum: work pending of any kind and none done.
+  sum.has_progress = progress;
+  for (const Outcomes& o : outcomes) {
+    if (!o.seen) continue;
+    sum.has_outcomes = true;
+    sum.succeeded = o.succeeded;
+    sum.failed = o.failed;
+    break;
   }
+  if (!sum.has_progress && !sum.has_outcomes) return std::nullopt;
   return sum;
 }
 

@@ -8,6 +8,14 @@
 //           nv_inference_exec_count (progress)
 //   vLLM:   vllm:num_requests_running + vllm:num_requests_waiting (pending),
 //           vllm:generation_tokens_total + vllm:prompt_tokens_total (progress)
+//   SGLang: sglang:num_running_reqs + sglang:num_queue_reqs (pending),
+//           sglang:generation_tokens_total + sglang:prompt_tokens_total
+//   TGI:    tgi_batch_current_size + tgi_queue_size (pending),
+//           tgi_batch_inference_success (progress: its forward passes)
+//
+// and, for the failing rule (FailureWatch), request outcomes: Triton's
+// nv_inference_request_success/_failure, TGI's tgi_request_success/_failure,
+// or else the API server's http_requests_total by status class (vLLM's).
 //
 //   EngineWatch w(std::chrono::milliseconds(1000));
 //   auto s = ParseEngineMetrics(body);      // a scrape of the metrics URL
@@ -30,16 +38,19 @@ struct EngineSample {
   // num_requests_running): each one makes a token every step while the
   // engine works, so their tokens stopping is a stall by itself.
   double generating = 0;
-  // Triton's request outcomes (nv_inference_request_success and _failure);
-  // has_outcomes false when the engine exports neither.
+  // Whether any progress family was read (else the stall rule cannot judge).
+  bool has_progress = false;
+  // Requests succeeded and failed by the engine's fault (Triton's, TGI's,
+  // or the API server's 2xx and 5xx); has_outcomes false when the engine
+  // exports none of them.
   bool has_outcomes = false;
   double succeeded = 0;
   double failed = 0;
 };
 
-// Sums each family over its label sets, and Triton's and vLLM's together when
-// an engine exports both. nullopt when the text holds neither
-// Triton's nor vLLM's families (then the engine cannot be judged).
+// Sums each family over its label sets, and the engines' families together
+// when an engine exports several. nullopt when the text holds no family
+// above (then the engine cannot be judged).
 std::optional<EngineSample> ParseEngineMetrics(std::string_view text);
 
 // Silence alone means nothing: legitimately slow requests on an engine that
@@ -96,7 +107,8 @@ class EngineWatch {
   int idle_scrapes_ = 0;          // scrapes in a row with nothing waiting
 };
 
-// FailureWatch: an engine that answers, but only with errors. A broken CUDA
+// FailureWatch: an engine that answers, but only with errors (read from
+// its outcomes: Triton's, TGI's or its API server's). A broken CUDA
 // context answers every inference 500 at once while its readiness says 200
 // and its executions still count (the demo's error-burst): no stall, and
 // each router ejects it only after its own run of 5xx, while the controller

@@ -289,5 +289,94 @@ TEST(FailureWatchTest, AVerdictWithNoNewFailureForAMinuteIsForgotten) {
   EXPECT_EQ(f.failures(), 7);
 }
 
+// Issue 51: an errors-only vLLM, SGLang or TGI server exports no Triton
+// counter; its own outcomes are read instead. The sample texts follow each
+// engine's documented families (vLLM's API server counts its answers
+// through prometheus-fastapi-instrumentator, grouped by status class).
+TEST(FailureWatchTest, ReadsVllmsTgisAndSglangsOutcomesAndProgress) {
+  auto vllm = ParseEngineMetrics(
+      "# TYPE http_requests_total counter\n"
+      "http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"2xx\"} 40\n"
+      "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} 2\n"
+      "http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"4xx\"} 7\n"
+      "http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"5xx\"} 3\n"
+      "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"500\"} 1\n"
+      // A probe's GETs are no inference: neither a success nor a failure.
+      "http_requests_total{handler=\"/v1/models\",method=\"GET\",status=\"2xx\"} 900\n"
+      "vllm:num_requests_running{model_name=\"m\"} 2\n"
+      "vllm:generation_tokens_total{model_name=\"m\"} 500\n");
+  ASSERT_TRUE(vllm.has_value());
+  EXPECT_TRUE(vllm->has_progress);
+  EXPECT_TRUE(vllm->has_outcomes);
+  EXPECT_EQ(vllm->succeeded, 42);
+  EXPECT_EQ(vllm->failed, 4);
+  EXPECT_EQ(vllm->generating, 2);
+
+  // TGI: only its engine's errors count (generation, incomplete).
+  auto tgi = ParseEngineMetrics(
+      "tgi_request_success 12\n"
+      "tgi_request_failure{err=\"validation\"} 50\n"
+      "tgi_request_failure{err=\"overloaded\"} 9\n"
+      "tgi_request_failure{err=\"generation\"} 4\n"
+      "tgi_request_failure{err=\"incomplete\"} 1\n"
+      "tgi_queue_size 3\n"
+      "tgi_batch_current_size 5\n"
+      "tgi_batch_inference_success{method=\"decode\"} 700\n"
+      "tgi_batch_inference_success{method=\"prefill\"} 20\n");
+  ASSERT_TRUE(tgi.has_value());
+  EXPECT_EQ(tgi->succeeded, 12);
+  EXPECT_EQ(tgi->failed, 5);
+  EXPECT_EQ(tgi->pending, 8);
+  EXPECT_EQ(tgi->generating, 5);
+  EXPECT_EQ(tgi->progress, 720);
+
+  // SGLang's progress families; its answers through the same HTTP counter.
+  auto sglang = ParseEngineMetrics(
+      "sglang:num_running_reqs{model_name=\"q\"} 1\n"
+      "sglang:num_queue_reqs{model_name=\"q\"} 4\n"
+      "sglang:generation_tokens_total{model_name=\"q\"} 90\n"
+      "sglang:prompt_tokens_total{model_name=\"q\"} 10\n");
+  ASSERT_TRUE(sglang.has_value());
+  EXPECT_EQ(sglang->pending, 5);
+  EXPECT_EQ(sglang->progress, 100);
+  EXPECT_FALSE(sglang->has_outcomes);
+
+  // Outcomes with no progress family: judged by the failing rule alone.
+  auto only =
+      ParseEngineMetrics("tgi_request_success 1\ntgi_request_failure{err=\"generation\"} 2\n");
+  ASSERT_TRUE(only.has_value());
+  EXPECT_FALSE(only->has_progress);
+  EXPECT_TRUE(only->has_outcomes);
+
+  // An engine's own count is read before HTTP classes (the worker exports both).
+  auto both = ParseEngineMetrics(
+      "nv_inference_request_success 5\n"
+      "nv_inference_request_failure{reason=\"REJECTED\"} 3\n"
+      "http_requests_total{method=\"POST\",status=\"5xx\"} 3\n");
+  ASSERT_TRUE(both.has_value());
+  EXPECT_EQ(both->succeeded, 5);
+  EXPECT_EQ(both->failed, 0);
+}
+
+// The errors-only server of a vLLM, scraped as the agent does: 500s and
+// no 2xx for the window fail it; its successes again end the verdict.
+TEST(FailureWatchTest, AVllmAnsweringOnly500IsFailing) {
+  auto scrape = [](int ok, int failed) {
+    return *ParseEngineMetrics(absl::StrCat(
+        "http_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"2xx\"} ", ok,
+        "\nhttp_requests_total{handler=\"/v1/chat/completions\",method=\"POST\",status=\"5xx\"} ",
+        failed, "\nvllm:generation_tokens_total 100\n"));
+  };
+  common::FakeClock clock;
+  FailureWatch f(milliseconds(1000));
+  EXPECT_FALSE(f.Observe(clock.Now(), scrape(100, 0)));
+  clock.Advance(milliseconds(250));
+  EXPECT_FALSE(f.Observe(clock.Now(), scrape(101, 20)));
+  clock.Advance(milliseconds(1000));
+  EXPECT_TRUE(f.Observe(clock.Now(), scrape(101, 60)));
+  clock.Advance(milliseconds(250));
+  EXPECT_FALSE(f.Observe(clock.Now(), scrape(102, 60)));
+}
+
 }  // namespace
 }  // namespace gpuha::agent

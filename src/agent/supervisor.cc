@@ -301,7 +301,7 @@ std::function<ProbeReading()> ServerProbe(const SupervisorOptions& o, const std:
           r.ok() && r->status == 200 ? ParseEngineMetrics(r->body) : std::nullopt;
       // A scrape that failed keeps the last verdict: a hung engine whose
       // metrics time out too is not thereby ready.
-      bool stalled = s ? w->engine.Observe(now, *s) : w->stalled;
+      bool stalled = s && s->has_progress ? w->engine.Observe(now, *s) : w->stalled;
       if (stalled && !w->stalled) {
         spdlog::error(
             "agent {}: inference server stalled: {} request(s) pending and no progress for {} ms "

@@ -72,6 +72,12 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                  "Workers run beside the agents (as an inference pod beside the agent's "
                  "DaemonSet pod), which watch them and fence them by readiness, instead of "
                  "each agent supervising its worker");
+  app_->add_option("--engine-metrics", o_.engine_metrics,
+                   "Which engine's metrics the workers export: both (Triton's and vLLM's) or "
+                   "vllm (vLLM's alone, as a vLLM server: an errors-only server is then told "
+                   "by its http_requests_total)")
+      ->check(CLI::IsMember({"both", "vllm"}))
+      ->capture_default_str();
   app_->add_flag("--train", o_.train,
                  absl::StrCat("A training job beside the streams (gpuha worker --train, "
                               "checkpoints in the demo's folder); the faults then default to ",

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "cli/exit_codes.h"
@@ -46,6 +47,13 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
   app_->add_option("--fault", fault_,
                    "A fault from the start: none, stuck, errors, slow[:FACTOR], cut (also POST "
                    "/v1/fault?mode=...)");
+  app_->add_option("--engine-metrics", o_.engine_metrics,
+                   "Which engine's families /metrics exports: both (Triton's nv_* and vLLM's "
+                   "vllm:*) or vllm (vLLM's alone, as a vLLM server: its failures are told "
+                   "only by http_requests_total)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, worker::EngineMetrics>{
+          {"both", worker::EngineMetrics::kBoth}, {"vllm", worker::EngineMetrics::kVllm}}))
+      ->default_str("both");
   app_->add_option("--max-body-bytes", o_.max_body_bytes, "Largest request body")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 32));

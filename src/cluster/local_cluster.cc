@@ -348,11 +348,13 @@ std::vector<std::string> LocalCluster::WorkerArgv(const LocalNode& n) const {
   // With a worker per GPU, the agent fills in each one's ports.
   const std::string port = PerGpu(o_) ? "{port}" : absl::StrCat(n.worker_port);
   const std::string grpc = PerGpu(o_) ? "{grpc_port}" : absl::StrCat(n.grpc_port);
-  return {o_.exe,          "worker",
-          "--listen",      absl::StrCat(n.host, ":", port),
-          "--grpc-listen", absl::StrCat(n.host, ":", grpc),
-          "--node",        n.name,
-          "--latency",     std::to_string(o_.worker_latency_ms)};
+  std::vector<std::string> argv = {o_.exe,          "worker",
+                                   "--listen",      absl::StrCat(n.host, ":", port),
+                                   "--grpc-listen", absl::StrCat(n.host, ":", grpc),
+                                   "--node",        n.name,
+                                   "--latency",     std::to_string(o_.worker_latency_ms)};
+  argv.insert(argv.end(), o_.worker_args.begin(), o_.worker_args.end());
+  return argv;
 }
 
 void LocalCluster::StopAgent(LocalNode& n) {

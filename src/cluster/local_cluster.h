@@ -48,8 +48,10 @@ struct LocalClusterOptions {
   // from worker_port, each its own unit of ceil(node_capacity / servers).
   int mig_per_gpu = 0;
   int worker_latency_ms = 5;  // the workers' modelled GPU time
-  int max_failures = 20;      // the controller's recovery.max_failures
-  bool partition = false;     // node 1 in its own network namespace (root)
+  // More arguments for each worker, e.g. {"--engine-metrics", "vllm"}.
+  std::vector<std::string> worker_args{};
+  int max_failures = 20;   // the controller's recovery.max_failures
+  bool partition = false;  // node 1 in its own network namespace (root)
   // 1: one controller on SQLite. More: that many on a three-member etcd
   // cluster; they elect a leader, and agents and the router know them all.
   int controllers = 1;

@@ -864,6 +864,7 @@ absl::StatusOr<DemoReport> RunDemo(const DemoOptions& o, std::ostream& out) {
                         .gpus_per_node = o.gpus_per_node,
                         .mig_per_gpu = o.mig_per_gpu,
                         .worker_latency_ms = o.latency_ms,
+                        .worker_args = {"--engine-metrics", o.engine_metrics},
                         .max_failures = o.max_failures,
                         .partition = partition,
                         .controllers = o.ha ? 3 : 1,

@@ -134,6 +134,10 @@ struct DemoOptions {
   // Workers run beside the agents, which watch them, instead of under them
   // (LocalClusterOptions::watched_servers).
   bool watched_servers = false;
+  // Which engine's metrics the workers export (`gpuha worker
+  // --engine-metrics`): "both" (Triton's and vLLM's) or "vllm" (vLLM's
+  // alone: the agents then tell an errors-only server by its HTTP counts).
+  std::string engine_metrics = "both";
   // One training job (`gpuha worker --train`) beside the streams, its
   // checkpoints in the demo's folder (the shared storage), and the fence
   // hook `true` standing in for a BMC power-off.

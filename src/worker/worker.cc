@@ -106,28 +106,46 @@ struct Worker::Impl {
   std::string Metrics() const {
     common::PromText p;
     common::PromLabels l = {{"model", kModelName}, {"version", kModelVersion}};
-#define GPUHA_SAMPLE(name, family, model_labels, help) \
-  p.Family(family, "counter", help);                   \
-  p.Sample(family, model_labels ? l : common::PromLabels{}, double(counters.name.load()));
+    // vLLM's style: no Triton family (nv_*) at all.
+    const bool triton = o.engine_metrics == EngineMetrics::kBoth;
+    auto shown = [&](std::string_view family) { return triton || !family.starts_with("nv_"); };
+#define GPUHA_SAMPLE(name, family, model_labels, help)                                       \
+  if (shown(family)) {                                                                       \
+    p.Family(family, "counter", help);                                                       \
+    p.Sample(family, model_labels ? l : common::PromLabels{}, double(counters.name.load())); \
+  }
     GPUHA_WORKER_COUNTERS(GPUHA_SAMPLE)
 #undef GPUHA_SAMPLE
-    p.Family("nv_inference_request_failure", "counter",
-             "Failed inference requests, by reason: REJECTED (503 at capacity), CANCELED, "
-             "BACKEND (the engine failed), OTHER (bad input).");
-    for (auto [reason, n] : {std::pair{"REJECTED", &counters.failure_rejected},
-                             {"CANCELED", &counters.failure_canceled},
-                             {"BACKEND", &counters.failure_backend},
-                             {"OTHER", &counters.failure_other}}) {
-      common::PromLabels with_reason = l;
-      with_reason.emplace_back("reason", reason);
-      p.Sample("nv_inference_request_failure", with_reason, double(n->load()));
+    p.Family("http_requests_total", "counter",
+             "Inference answers by handler and status class, as vLLM's API server counts them.");
+    for (size_t h = 0; h < std::size(WorkerCounters::kHttpHandlers); ++h) {
+      for (size_t c = 0; c < std::size(WorkerCounters::kHttpClasses); ++c) {
+        p.Sample("http_requests_total",
+                 {{"handler", WorkerCounters::kHttpHandlers[h]},
+                  {"method", "POST"},
+                  {"status", WorkerCounters::kHttpClasses[c]}},
+                 double(counters.http_answers[h][c].load()));
+      }
     }
-    p.Family("nv_inference_pending_request_count", "gauge",
-             "Inference requests accepted and not yet answered.");
-    // The cv model's alone: completions are counted in vLLM's gauge, and
-    // an agent sums the two.
-    p.Sample("nv_inference_pending_request_count", l,
-             double(counters.in_service.load() - counters.llm_running.load()));
+    if (triton) {
+      p.Family("nv_inference_request_failure", "counter",
+               "Failed inference requests, by reason: REJECTED (503 at capacity), CANCELED, "
+               "BACKEND (the engine failed), OTHER (bad input).");
+      for (auto [reason, n] : {std::pair{"REJECTED", &counters.failure_rejected},
+                               {"CANCELED", &counters.failure_canceled},
+                               {"BACKEND", &counters.failure_backend},
+                               {"OTHER", &counters.failure_other}}) {
+        common::PromLabels with_reason = l;
+        with_reason.emplace_back("reason", reason);
+        p.Sample("nv_inference_request_failure", with_reason, double(n->load()));
+      }
+      p.Family("nv_inference_pending_request_count", "gauge",
+               "Inference requests accepted and not yet answered.");
+      // The cv model's alone: completions are counted in vLLM's gauge, and
+      // an agent sums the two.
+      p.Sample("nv_inference_pending_request_count", l,
+               double(counters.in_service.load() - counters.llm_running.load()));
+    }
     p.Family("gpuha_worker_in_service", "gauge", "Inference requests in service now.");
     p.Sample("gpuha_worker_in_service", {}, double(counters.in_service.load()));
     p.Family("vllm:num_requests_running", "gauge", "Completions being generated now.");
@@ -249,6 +267,7 @@ struct Worker::Impl {
                                 LlmApi api, bool close) {
     error_code ec;
     auto head = [&](int status, const char* type, bool chunked, size_t length) {
+      counters.CountHttpAnswer(api == LlmApi::kCompletions ? 0 : 1, status);
       return absl::StrCat(
           "HTTP/1.1 ", status, " ",
           std::string(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status)))),
@@ -451,6 +470,8 @@ struct Worker::Impl {
             counters.failure_other++;
           }
         }
+        if (target.find("/infer") != std::string_view::npos)
+          counters.CountHttpAnswer(2, reply.status);
         if (req.method() == http::verb::head) reply.body.clear();
       }
       std::string out = absl::StrCat(

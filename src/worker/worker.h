@@ -8,7 +8,10 @@
 //   GET  /v2/models/cv[/versions/1]/ready
 //   POST /v2/models/cv[/versions/1]/infer JSON tensors, or binary tensor data
 //   GET  /metrics                         Triton's nv_inference_* counters
-//                                         and vLLM's vllm:* families
+//                                         and vLLM's vllm:* families (or
+//                                         vLLM's alone: engine_metrics), and
+//                                         http_requests_total as vLLM's API
+//                                         server counts its answers
 //
 // and the OpenAI completions protocol, as vLLM serves it, for the built-in
 // language model "gpuha-tiny" (worker/llm.h):
@@ -69,6 +72,11 @@ absl::StatusOr<WorkerFault> ParseWorkerFault(const std::string& mode,
                                              const std::string& factor = "");
 const char* FaultModeName(FaultMode m);
 
+// Which engine's families /metrics exports: both Triton's and vLLM's (the
+// default), or vLLM's alone, as a vLLM server exports them (no nv_*
+// request outcomes: its failures are told only by http_requests_total).
+enum class EngineMetrics { kBoth, kVllm };
+
 struct WorkerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 8000;  // Triton's HTTP port; 0 picks a free one
@@ -83,6 +91,7 @@ struct WorkerOptions {
   int capacity = 64;
   size_t max_body_bytes = 64 << 20;
   WorkerFault fault;  // in force from the start
+  EngineMetrics engine_metrics = EngineMetrics::kBoth;
 };
 
 // The worker's counters, declared once: field, /metrics family, whether it
@@ -117,6 +126,18 @@ struct WorkerCounters {
   std::atomic<int64_t> in_service{0};
   // Completions in service (vLLM's vllm:num_requests_running).
   std::atomic<int64_t> llm_running{0};
+  // Inference answers by endpoint and status class, as vLLM's API server
+  // (prometheus-fastapi-instrumentator) counts them in
+  // http_requests_total{handler, method, status="2xx"|"4xx"|"5xx"}.
+  static constexpr const char* kHttpHandlers[] = {"/v1/completions", "/v1/chat/completions",
+                                                  "/v2/models/cv/infer"};
+  static constexpr const char* kHttpClasses[] = {"2xx", "4xx", "5xx"};
+  std::atomic<uint64_t> http_answers[3][3] = {};
+  void CountHttpAnswer(size_t handler, int status) {
+    if (status >= 200 && status < 600 && status / 100 != 3) {
+      http_answers[handler][status < 300 ? 0 : status < 500 ? 1 : 2]++;
+    }
+  }
 };
 
 class GrpcWorker;

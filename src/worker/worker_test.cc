@@ -220,6 +220,38 @@ TEST_F(WorkerTest, ErrorsAndSlowFaultsAndBadFaultRequests) {
   EXPECT_EQ(ParseWorkerFault("slow")->factor, 10);
 }
 
+// As a vLLM server exports them (issue 51): no Triton family, and every
+// inference answer counted in http_requests_total by handler and status
+// class, the only place its failures show.
+TEST_F(WorkerTest, VllmStyleMetricsCountAnswersByStatusClassAndNoTritonFamily) {
+  WorkerOptions o = Options(0);
+  o.ttft = milliseconds(0);
+  o.token_latency = milliseconds(0);
+  o.engine_metrics = EngineMetrics::kVllm;
+  StartWorker(o);
+  const std::string completion =
+      Post("/v1/completions", R"({"model":"gpuha-tiny","prompt":"x","max_tokens":2})");
+  EXPECT_EQ(Send(port(), completion).status, 200);
+  EXPECT_EQ(Send(port(), Post("/v1/chat/completions", R"({"model":"gpuha-tiny"})")).status, 400);
+  ASSERT_EQ(Send(port(), Post("/v1/fault?mode=errors", "")).status, 200);
+  EXPECT_EQ(Send(port(), completion).status, 500);
+  EXPECT_EQ(Send(port(), completion).status, 500);
+  EXPECT_EQ(Send(port(), Post("/v2/models/cv/infer",
+                              MakeInferRequestJson("", std::vector<uint8_t>(3, 9), nullptr, 1, 1)))
+                .status,
+            500);
+  const std::string metrics = Send(port(), GetReq("/metrics")).body;
+  EXPECT_EQ(metrics.find("nv_inference"), std::string::npos) << metrics;
+  for (const char* line :
+       {R"(http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 1)",
+        R"(http_requests_total{handler="/v1/completions",method="POST",status="5xx"} 2)",
+        R"(http_requests_total{handler="/v1/chat/completions",method="POST",status="4xx"} 1)",
+        R"(http_requests_total{handler="/v2/models/cv/infer",method="POST",status="5xx"} 1)",
+        "vllm:request_success_total 1", "vllm:num_requests_running 0"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+  }
+}
+
 WorkerOptions LlmOptions(int ttft_ms, int token_ms) {
   WorkerOptions o = Options(0);
   o.ttft = milliseconds(ttft_ms);

@@ -270,6 +270,13 @@ TEST_F(ChaosTest, HalfHungInferenceServerLosesNothing) {
 // (issue 37: it used to stay in placement, ejected by each router alone).
 TEST_F(ChaosTest, ErrorBurstLosesNothing) { ExpectLosslessFailover(RunDemo("error-burst")); }
 
+// The same burst on servers that export vLLM's metrics alone (issue 51): no
+// Triton counter, so the agents tell the errors-only server by its API
+// server's http_requests_total, and its node still fails over.
+TEST_F(ChaosTest, ErrorBurstOnAVllmStyleServerLosesNothing) {
+  ExpectLosslessFailover(RunDemo("error-burst", 20, 0, {}, {"--engine-metrics", "vllm"}));
+}
+
 // The GPU's own failures, on one cluster: an NVML call that never returns
 // (the agent's watchdog fails the GPU while its heartbeats go on), then a GPU
 // that leaves the PCI bus (the sysfs check fails it).
