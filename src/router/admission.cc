@@ -10,11 +10,17 @@ Identity Identify(const TenantSet& tenants, std::string_view api_key, KeyCache* 
     return {nullptr,
             Refusal{Reason::kUnauthorized, "no API key (Authorization: Bearer KEY or X-Api-Key)"}};
   }
-  if (cache->tenant && api_key == cache->key) return {cache->tenant, std::nullopt};
+  if (cache->tenant && cache->generation == tenants.generation() && api_key == cache->key) {
+    return {cache->tenant, std::nullopt};
+  }
   std::shared_ptr<Tenant> t = tenants.Lookup(api_key);
-  if (!t) return {nullptr, Refusal{Reason::kUnauthorized, "unknown API key"}};
+  if (!t) {
+    cache->tenant.reset();
+    return {nullptr, Refusal{Reason::kUnauthorized, "unknown API key"}};
+  }
   cache->tenant = t;
   cache->key.assign(api_key);
+  cache->generation = tenants.generation();
   return {std::move(t), std::nullopt};
 }
 

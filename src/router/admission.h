@@ -35,10 +35,14 @@ struct Refusal {
 };
 
 // The last API key a connection presented and its tenant: keep-alive
-// requests skip the hash.
+// requests skip the hash. Good only for the tenant set it was read from: a
+// reload that revokes the key, or moves it to another tenant, holds for a
+// connection opened before it too (a revoked key once went on working on
+// a kept-alive connection, an HTTP/2 one or a gRPC channel for hours).
 struct KeyCache {
   std::shared_ptr<Tenant> tenant;
   std::string key;
+  uint64_t generation = 0;  // TenantSet::generation() of the set it came from
 };
 
 struct Identity {

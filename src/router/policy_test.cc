@@ -421,6 +421,36 @@ TEST(AdmissionTest, MissingAndUnknownKeysAreRefusedWith401) {
   EXPECT_FALSE(cache.tenant);
 }
 
+// Adversarial finding: a connection's cached key outlived a reload. The
+// key revoked (its tenant removed) went on working on a kept-alive
+// connection; a key moved to another tenant stayed the first one's.
+TEST(AdmissionTest, AReloadHoldsForAConnectionsCachedKey) {
+  auto before = Tenants(0, 0, 0);
+  KeyCache cache;
+  Identity who = Identify(*before, "k-acme", &cache);
+  ASSERT_TRUE(who.tenant);
+  EXPECT_EQ(who.tenant->name, "acme");
+  EXPECT_EQ(Identify(*before, "k-acme", &cache).tenant, who.tenant);  // from the cache
+
+  // The same key, now another tenant's (a reload built on the one before).
+  auto moved = TenantSet::Build(
+      {{.name = "globex",
+        .key_hashes = {"0b131655124822cb1cf254042086d2bf26a4f1c6cd82727aab583e915346aca3"}}},
+      before.get());
+  Identity now = Identify(*moved, "k-acme", &cache);
+  ASSERT_TRUE(now.tenant);
+  EXPECT_EQ(now.tenant->name, "globex");
+
+  // Revoked: refused at once, on the same connection.
+  auto revoked =
+      TenantSet::Build({{.name = "globex", .key_hashes = {std::string(64, 'f')}}}, moved.get());
+  Identity refused = Identify(*revoked, "k-acme", &cache);
+  EXPECT_FALSE(refused.tenant);
+  ASSERT_TRUE(refused.refusal);
+  EXPECT_EQ(refused.refusal->reason, Reason::kUnauthorized);
+  EXPECT_FALSE(cache.tenant);
+}
+
 TEST(AdmissionTest, RateLimitRefusesWithRetryAfterAndRefillsWithTime) {
   common::FakeClock clock;
   auto tenants = Tenants(/*rps=*/2, /*burst=*/2, 0);

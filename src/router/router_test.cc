@@ -275,6 +275,25 @@ TEST_F(RouterTest, TenantsSeeOnlyTheirOwnStreams) {
   EXPECT_EQ(r.headers["X-Gpuha-Error"], "no_stream");
 }
 
+// Adversarial finding: each connection caches its last API key's tenant,
+// and a reload that revoked the key did not reach a connection opened
+// before it: the key went on working there for as long as it was kept
+// alive. Now the next request on it is refused.
+TEST_F(RouterTest, AKeyRevokedByAReloadIsRefusedOnAKeptAliveConnection) {
+  StartRouter();
+  net::io_context ioc;
+  tcp::socket s(ioc);
+  s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+  ASSERT_EQ(Exchange(s, Get("/streams/cam-1/x")).status, 200);
+  RouterConfig next = config_;
+  next.tenants[0].key_hashes = {common::Sha256Hex("k-acme-rotated")};
+  ASSERT_TRUE(router_->Reload(next).ok());
+  Reply r = Exchange(s, Get("/streams/cam-1/x"));
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_NE(r.body.find("unknown API key"), std::string::npos) << r.body;
+  EXPECT_EQ(Send(port(), Get("/streams/cam-1/x", "k-acme-rotated")).status, 200);
+}
+
 // Regression (request smuggling): a body with a transfer coding other than
 // chunked was forwarded without its body, and the body, a GET, reached the
 // upstream as a second request. Now: refused, connection closed, and the

@@ -1,6 +1,7 @@
 #include "router/tenants.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/net_util.h"
 
@@ -27,7 +28,9 @@ bool RateLimiter::Allow(int64_t now_ns, int64_t* retry_after_ns) {
 
 std::shared_ptr<TenantSet> TenantSet::Build(const std::vector<TenantConfig>& tenants,
                                             const TenantSet* previous) {
+  static std::atomic<uint64_t> builds{0};
   auto set = std::make_shared<TenantSet>();
+  set->generation_ = ++builds;
   for (const TenantConfig& tc : tenants) {
     auto t = std::make_shared<Tenant>();
     t->name = tc.name;

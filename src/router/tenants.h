@@ -53,8 +53,12 @@ class TenantSet {
   std::shared_ptr<Tenant> Lookup(std::string_view api_key) const;
   // The implicit tenant when no tenants are configured.
   const std::shared_ptr<Tenant>& open_tenant() const { return open_; }
+  // Which build this is: each Build() gives a new one, never reused (an
+  // address could be: a set freed and the next built in its place).
+  uint64_t generation() const { return generation_; }
 
  private:
+  uint64_t generation_ = 0;
   std::unordered_map<std::string, std::shared_ptr<Tenant>, StringHash, std::equal_to<>> by_hash_;
   std::unordered_map<std::string, std::shared_ptr<Tenant>> by_name_;
   std::shared_ptr<Tenant> open_;
