@@ -62,7 +62,9 @@ absl::Status Agent::Start() {
   auto devices = probe_->Devices();
   if (!devices.ok()) return devices.status();
   devices_ = *devices;
-  for (const ServerSlot& slot : ServerSlots(config_, devices_)) {
+  absl::StatusOr<std::vector<ServerSlot>> slots = ServerSlots(config_, devices_);
+  if (!slots.ok()) return slots.status();
+  for (const ServerSlot& slot : *slots) {
     SupervisorOptions o = GpuServerOptions(config_, slot);
     std::optional<size_t> ready_slot;
     auto probe = ServerProbe(o, config_.node, clock_, &ready_batch_, &ready_slot);

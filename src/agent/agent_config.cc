@@ -328,8 +328,48 @@ std::string PciDevicesPath(const AgentConfig& c) {
   return c.gpu_backend == "nvml" ? "/sys/bus/pci/devices" : "";
 }
 
-std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
-                                    const std::vector<gpu::DeviceInfo>& devices) {
+namespace {
+
+// The ports of `n` servers from each base set must not meet, nor the agent's own.
+absl::Status CheckPortRanges(const AgentConfig& c, int n) {
+  struct Range {
+    const char* field;
+    int base;
+  };
+  const Range ranges[] = {{"port_base", c.per_gpu.port_base},
+                          {"grpc_port_base", c.per_gpu.grpc_port_base},
+                          {"metrics_port_base", c.per_gpu.metrics_port_base}};
+  auto span = [n](int base) { return absl::StrCat(base, "-", base + n - 1); };
+  for (size_t i = 0; i < std::size(ranges); ++i) {
+    const Range& a = ranges[i];
+    if (a.base == 0) continue;
+    if (a.base + n - 1 > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("server.per_gpu.", a.field, ": ", n,
+                                                     " servers need ports ", span(a.base),
+                                                     ", past 65535"));
+    }
+    const int listen = c.listen.port;
+    if (listen >= a.base && listen < a.base + n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server.per_gpu.", a.field, ": the ports of its ", n, " servers (",
+                       span(a.base), ") hold the agent's listen port ", listen));
+    }
+    for (size_t j = i + 1; j < std::size(ranges); ++j) {
+      const Range& b = ranges[j];
+      if (b.base == 0 || b.base >= a.base + n || a.base >= b.base + n) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("server.per_gpu.", a.field, " and ", b.field, ": this node's ", n,
+                       " servers need ports ", span(a.base), " and ", span(b.base),
+                       ", which meet; set the bases at least ", n, " apart"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ServerSlot>> ServerSlots(const AgentConfig& c,
+                                                    const std::vector<gpu::DeviceInfo>& devices) {
   std::vector<ServerSlot> out;
   if (c.per_gpu.port_base == 0) return out;
   const int64_t gpu_capacity =
@@ -363,6 +403,7 @@ std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
     if (c.per_gpu.grpc_port_base > 0) s.grpc_port = c.per_gpu.grpc_port_base + place;
     if (c.per_gpu.metrics_port_base > 0) s.metrics_port = c.per_gpu.metrics_port_base + place;
   }
+  if (absl::Status s = CheckPortRanges(c, static_cast<int>(out.size())); !s.ok()) return s;
   return out;
 }
 

@@ -142,8 +142,13 @@ struct ServerSlot {
   int metrics_port = 0;             // per_gpu.metrics_port_base + the same place; 0: none
 };
 // The servers per_gpu runs on `devices`, in port order (none without per_gpu).
-std::vector<ServerSlot> ServerSlots(const AgentConfig& c,
-                                    const std::vector<gpu::DeviceInfo>& devices);
+// InvalidArgument, naming the fields, when their ports would collide: one
+// base's range (a port per server) reaching into another's or the agent's
+// own listen port, or past 65535. Only the device count tells the ranges:
+// port_base 8000 and grpc_port_base 8001 are two ports on a one-GPU node,
+// and on an 8-GPU node give GPU 1's HTTP server GPU 0's gRPC port.
+[[nodiscard]] absl::StatusOr<std::vector<ServerSlot>> ServerSlots(
+    const AgentConfig& c, const std::vector<gpu::DeviceInfo>& devices);
 // `text` with {gpu}, {slice} ("" for a whole GPU), {port}, {grpc_port} and
 // {metrics_port} filled.
 std::string FillGpuServer(const std::string& text, const ServerSlot& slot);

@@ -102,7 +102,7 @@ TEST(AgentConfigTest, TheExampleLoads) {
   // A server per GPU by default, each on ports of its own.
   std::vector<gpu::DeviceInfo> eight(8);
   for (uint32_t i = 0; i < 8; ++i) eight[i].index = i;
-  std::vector<ServerSlot> slots = ServerSlots(*c, eight);
+  std::vector<ServerSlot> slots = *ServerSlots(*c, eight);
   ASSERT_EQ(slots.size(), 8u);
   EXPECT_EQ(slots[3].port, 8003);
   EXPECT_EQ(slots[3].grpc_port, 8103);
@@ -112,6 +112,36 @@ TEST(AgentConfigTest, TheExampleLoads) {
   EXPECT_EQ(three.metrics_url, "http://127.0.0.1:8203/metrics");
   EXPECT_EQ(GpuServerAddress(*c, slots[3]), "10.0.0.11:8003");
   EXPECT_EQ(GpuServerGrpcAddress(*c, slots[3]), "10.0.0.11:8103");
+}
+
+// Ports that meet are refused before any server starts, naming the fields:
+// on 8 GPUs, port_base 8000 and grpc_port_base 8004 would give GPU 4's HTTP
+// server GPU 0's gRPC port (the second to bind crash-looping), while on one
+// GPU they are two ports apart.
+TEST(AgentConfigTest, PerGpuPortRangesThatMeetAreRefused) {
+  AgentConfig c;
+  c.listen.port = 7402;
+  c.per_gpu.port_base = 8000;
+  c.per_gpu.grpc_port_base = 8004;
+  std::vector<gpu::DeviceInfo> one(1), eight(8);
+  for (uint32_t i = 0; i < 8; ++i) eight[i].index = i;
+  EXPECT_TRUE(ServerSlots(c, one).ok());
+  absl::StatusOr<std::vector<ServerSlot>> s = ServerSlots(c, eight);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "server.per_gpu.port_base and grpc_port_base: this node's 8 servers need ports "
+            "8000-8007 and 8004-8011, which meet; set the bases at least 8 apart");
+  c.per_gpu.grpc_port_base = 8008;
+  EXPECT_TRUE(ServerSlots(c, eight).ok());
+  c.per_gpu.metrics_port_base = 7400;  // 7400-7407 holds the agent's 7402
+  EXPECT_THAT(std::string(ServerSlots(c, eight).status().message()),
+              HasSubstr("metrics_port_base: the ports of its 8 servers (7400-7407) hold the "
+                        "agent's listen port 7402"));
+  c.per_gpu.metrics_port_base = 0;
+  c.per_gpu.port_base = 65530;
+  c.per_gpu.grpc_port_base = 0;
+  EXPECT_THAT(std::string(ServerSlots(c, eight).status().message()),
+              HasSubstr("port_base: 8 servers need ports 65530-65537, past 65535"));
 }
 
 // A port named in the server's command or URLs needs its base: without it
@@ -277,7 +307,7 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
     devices[1].slices.push_back(
         {slot, absl::StrCat("MIG-uuid-", slot), "NVIDIA A100-SXM4-80GB MIG 2g.20gb", 20ull << 30});
   }
-  std::vector<ServerSlot> slots = ServerSlots(*c, devices);
+  std::vector<ServerSlot> slots = *ServerSlots(*c, devices);
   ASSERT_EQ(slots.size(), 5u);
   EXPECT_EQ(slots[0].port, 8100);
   EXPECT_EQ(slots[0].capacity, 3);
@@ -303,19 +333,19 @@ remediation: { gpu_reset: [nvidia-smi, --gpu-reset, -i, "{gpu}"], reboot: [syste
   AgentConfig grpc = *c;
   grpc.per_gpu.grpc_port_base = 9100;
   grpc.registration.address = "10.0.0.5:8000";
-  std::vector<ServerSlot> with_grpc = ServerSlots(grpc, devices);
+  std::vector<ServerSlot> with_grpc = *ServerSlots(grpc, devices);
   EXPECT_EQ(with_grpc[4].grpc_port, 9104);  // the same place as its HTTP port
   EXPECT_EQ(GpuServerGrpcAddress(grpc, with_grpc[4]), "10.0.0.5:9104");
   EXPECT_EQ(FillGpuServer("--grpc-listen 127.0.0.1:{grpc_port}", with_grpc[2]),
             "--grpc-listen 127.0.0.1:9102");
   AgentConfig sliced = *c;
   sliced.per_gpu.slice_capacity = 2;
-  EXPECT_EQ(ServerSlots(sliced, devices)[1].capacity, 2);
+  EXPECT_EQ((*ServerSlots(sliced, devices))[1].capacity, 2);
   sliced.per_gpu.port_base = 0;
-  EXPECT_TRUE(ServerSlots(sliced, devices).empty());
+  EXPECT_TRUE(ServerSlots(sliced, devices)->empty());
   // An instance without a UUID cannot be named to CUDA: no server for it.
   devices[1].slices[1].uuid.clear();
-  slots = ServerSlots(*c, devices);
+  slots = *ServerSlots(*c, devices);
   ASSERT_EQ(slots.size(), 4u);
   EXPECT_EQ(slots[2].slice, 5u);
   EXPECT_EQ(slots[2].port, 8102);
