@@ -1,7 +1,6 @@
 // The controller's stateful jobs (job.h): placement, the wait for a
 // confirmed fence before a job starts elsewhere, and what agents report.
 #include <algorithm>
-#include <climits>
 #include <filesystem>
 #include <iterator>
 
@@ -29,9 +28,7 @@ void Controller::PersistJobLocked(const JobState& j, std::vector<StoreWrite>* ba
 }
 
 std::string Controller::JobTargetLocked(const JobState& j, const std::string& exclude) const {
-  const bool move = j.r.job_epoch > 0;
-  std::string best;
-  int best_rank = INT_MAX;
+  std::vector<JobCandidate> candidates;
   for (const auto& [id, n] : nodes_) {
     if (id == exclude || n.lifecycle != NodeLifecycle::kServing || !n.sink) continue;
     // Not a node its agent calls failing (held by the quarantine breaker).
@@ -43,20 +40,9 @@ std::string Controller::JobTargetLocked(const JobState& j, const std::string& ex
     for (const auto& [other, o] : jobs_) {
       if (other != j.r.spec.id && o.r.node == id && OnNode(o.r.phase)) used += o.r.spec.gpus;
     }
-    if (n.gpus - used < j.r.spec.gpus) continue;
-    const Role role = placement_.RoleOf(id).value_or(n.cfg.spec.role);
-    int rank = 0;
-    if (move) {
-      rank = id == j.prefer ? 0 : role == Role::kPassive ? 1 : role == Role::kBuffer ? 2 : 3;
-    } else {
-      rank = role == Role::kActive ? 0 : role == Role::kPassive ? 1 : 2;
-    }
-    if (rank < best_rank) {
-      best_rank = rank;
-      best = id;
-    }
+    candidates.push_back({id, n.gpus - used, placement_.RoleOf(id).value_or(n.cfg.spec.role)});
   }
-  return best;
+  return PickJobNode(candidates, j.r.spec.gpus, /*move=*/j.r.job_epoch > 0, j.prefer);
 }
 
 void Controller::SendStartJobLocked(NodeState& n, const JobState& j) {

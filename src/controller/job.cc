@@ -230,4 +230,21 @@ absl::StatusOr<JobRecord> DecodeJob(const std::string& id, std::string_view text
   return r;
 }
 
+std::string PickJobNode(const std::vector<JobCandidate>& candidates, int64_t gpus, bool move,
+                        const std::string& prefer) {
+  using placement::Role;
+  auto rank = [&](const JobCandidate& c) {
+    if (move) {
+      return c.node == prefer ? 0 : c.role == Role::kPassive ? 1 : c.role == Role::kBuffer ? 2 : 3;
+    }
+    return c.role == Role::kActive ? 0 : c.role == Role::kPassive ? 1 : 2;
+  };
+  const JobCandidate* best = nullptr;
+  for (const JobCandidate& c : candidates) {
+    if (c.free_gpus < gpus) continue;
+    if (best == nullptr || rank(c) < rank(*best)) best = &c;
+  }
+  return best == nullptr ? "" : best->node;
+}
+
 }  // namespace gpuha::controller

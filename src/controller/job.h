@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "placement/placement.h"
 
 namespace gpuha::controller {
 
@@ -80,6 +81,20 @@ struct JobRecord {
 // The command with {job}, {epoch}, {checkpoint_dir} and {checkpoint_every}
 // replaced by this job's values ({progress_file} is left for the agent).
 std::vector<std::string> JobArgv(const JobSpec& s, uint64_t job_epoch);
+
+// A node a job may go to: serving, its agent connected and not calling it
+// failing; its GPUs free (less the jobs already on it) and its role now.
+struct JobCandidate {
+  std::string node;
+  int64_t free_gpus = 0;
+  placement::Role role = placement::Role::kActive;
+};
+// Where a job needing `gpus` goes ("" if no candidate has them free): a
+// move (`move`: placed before) to `prefer` (the node that took its node's
+// place), then passive, buffer and active nodes; a first placement to
+// active nodes first, then passive, then buffer. Ties: the first listed.
+std::string PickJobNode(const std::vector<JobCandidate>& candidates, int64_t gpus, bool move,
+                        const std::string& prefer);
 
 std::string EncodeJob(const JobRecord& r);
 [[nodiscard]] absl::StatusOr<JobRecord> DecodeJob(const std::string& id, std::string_view text);

@@ -470,8 +470,9 @@ struct Worker::Impl {
             counters.failure_other++;
           }
         }
-        if (target.find("/infer") != std::string_view::npos)
+        if (target.find("/infer") != std::string_view::npos) {
           counters.CountHttpAnswer(2, reply.status);
+        }
         if (req.method() == http::verb::head) reply.body.clear();
       }
       std::string out = absl::StrCat(
