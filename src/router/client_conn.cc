@@ -217,7 +217,21 @@ void FollowLlm(HttpCall<Stream>& h) {
   } else {
     why = std::string(c.status().message());
   }
-  h.sse.emplace(lr->api, std::move(call), std::move(why), config.llm.max_text_bytes);
+  TokenIdContinuation ids{.ask = config.llm.token_ids, .completions_path = ""};
+  for (const LlmRoute& r : config.llm.routes) {
+    if (r.api == LlmApi::kCompletions) {
+      ids.completions_path = r.path;
+      break;
+    }
+  }
+  h.sse.emplace(lr->api, std::move(call), std::move(why), config.llm.max_text_bytes,
+                std::move(ids));
+  // The request asks for token IDs (return_token_ids) where the client's
+  // did not.
+  if (std::optional<std::string> b = h.sse->UpstreamBody()) {
+    h.body = std::move(*b);
+    h.length = h.body.size();
+  }
 }
 
 // A token stream broke mid-answer on the current upstream: its end, an
@@ -250,8 +264,8 @@ awaitable<std::optional<bool>> AfterBrokenAnswer(HttpCall<Stream>& h, const Exch
     co_return co_await h.Cut(absl::StrCat("no standby to continue the answer on; ", last));
   }
   *continuation_body = sse.BeginContinuation();
-  spdlog::info("router: stream {}: answer broke after {} tokens ({}); continuing it on {}",
-               h.pipe.stream_id(), sse.tokens(), last, h.pipe.upcoming().node);
+  spdlog::info("router: stream {}: answer broke after {} tokens ({}); continuing it on {} {}",
+               h.pipe.stream_id(), sse.tokens(), last, h.pipe.upcoming().node, sse.How());
   co_return std::nullopt;
 }
 
@@ -319,12 +333,17 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     const std::string& send = continuing ? continuation_body : h.body;
     const Framing send_framing = continuing ? Framing::kLength : h.framing;
     cc.head.clear();
-    AppendUpstreamHead(p.get(), h.pipe.target(), up.address, h.pipe.tenant_name(),
-                       h.pipe.stream_id(), cc.peer_ip, send_framing,
-                       continuing ? send.size() : h.length, &cc.head);
+    // A chat continued on its token IDs goes to the completions route.
+    const bool elsewhere = continuing && !h.sse->continuation_path().empty();
+    AppendUpstreamHead(p.get(), elsewhere ? h.sse->continuation_path() : h.pipe.target(),
+                       up.address, h.pipe.tenant_name(), h.pipe.stream_id(), cc.peer_ip,
+                       send_framing, continuing ? send.size() : h.length, &cc.head);
     f = ExchangeResult{};
     const bool retry_5xx = config.retry_5xx && h.pipe.HasNext() && h.complete && !continuing;
-    if (continuing) Inc(L.stats.sse_continuations);
+    if (continuing) {
+      Inc(L.stats.sse_continuations);
+      if (h.sse->by_token_ids()) Inc(L.stats.sse_token_id_continuations);
+    }
     co_await Exchange(L, client, lowest, cc, p, up,
                       {send, h.complete || continuing, send_framing, h.keep_alive, retry_5xx,
                        h.expect, h.sse ? &*h.sse : nullptr, continuing, h.client_down, &h.pipe},

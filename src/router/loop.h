@@ -236,6 +236,7 @@ struct UpstreamState : UpstreamHealth {
   X(sse_streams, "LLM token streams (SSE on an llm route) relayed.")                              \
   X(sse_tokens, "Tokens relayed on LLM token streams (chunks with text).")                        \
   X(sse_continuations, "Token streams continued on the standby mid-answer.")                      \
+  X(sse_token_id_continuations, "Of those, continued on their token IDs (the rest by text).")     \
   X(sse_error_events, "Token streams ended with an SSE error event: the rest could not be had.")  \
   X(token_stalls, "Upstreams judged stalled mid-answer: token streams silent past their gap.")    \
   X(h2_connections, "HTTP/2 client connections (h2c prior knowledge, or h2 by TLS ALPN).")        \

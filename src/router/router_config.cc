@@ -217,6 +217,7 @@ absl::StatusOr<RouterConfig> ParseRouterConfig(absl::string_view yaml, const std
     if (auto v = llm.Bool("continuation")) c.llm.continuation = *v;
     common::ReadIntIn(llm, "max_text_bytes", 0, int64_t{1} << 30, &c.llm.max_text_bytes);
     common::ReadIntIn(llm, "max_continuations", 0, 100, &c.llm.max_continuations);
+    if (auto v = llm.Bool("token_ids")) c.llm.token_ids = *v;
     if (llm.Has("routes")) {
       c.llm.routes.clear();
       std::set<std::string> paths;

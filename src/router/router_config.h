@@ -87,6 +87,8 @@ struct LlmConfig {
   bool continuation = true;         // off: no stream is continued, on any route
   size_t max_text_bytes = 1 << 20;  // answer text kept per stream for a continuation
   int max_continuations = 2;        // per answer
+  // Ask upstreams for token IDs (return_token_ids) and continue on them.
+  bool token_ids = true;
   std::vector<LlmRoute> routes = {{"/v1/completions", LlmApi::kCompletions, true},
                                   {"/v1/chat/completions", LlmApi::kChat, true}};
 };

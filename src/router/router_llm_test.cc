@@ -244,6 +244,102 @@ TEST_F(RouterLlmTest, AnAnswerOpenAtTheDrainsTimeoutEndsWithAnErrorEvent) {
   EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);  // not continued elsewhere
 }
 
+// Issue 51: on a tokenizer model (gpuha-tiny-bpe), where a continuation
+// by text can go another way, chat and completions cut (a crash) or stuck
+// (SIGSTOP, its probe still answering) mid-answer are continued on their
+// token IDs: token for token the uninterrupted answer, marked so, the IDs
+// kept from a client that did not ask for them and given to one that did.
+struct BpeAsk {
+  worker::LlmApi api;
+  std::string path, body;
+  bool client_ids;
+  worker::LlmAnswer want;
+};
+BpeAsk LongBpe(worker::LlmApi api, const std::string& seed, bool client_ids) {
+  const worker::Bpe& bpe = worker::Bpe::Get();
+  for (int i = 0;; ++i) {
+    BpeAsk a{api,
+             api == worker::LlmApi::kChat ? "/v1/chat/completions" : "/v1/completions",
+             "",
+             client_ids,
+             {}};
+    const std::string ids = client_ids ? R"("return_token_ids":true,)" : "";
+    a.body =
+        api == worker::LlmApi::kChat
+            ? absl::StrCat(R"({"model":"gpuha-tiny-bpe","stream":true,"max_tokens":200,)", ids,
+                           R"("messages":[{"role":"user","content":")", seed, " ", i, R"("}]})")
+            : absl::StrCat(R"({"model":"gpuha-tiny-bpe","stream":true,"max_tokens":200,)", ids,
+                           R"("prompt":")", seed, " ", i, R"("})");
+    a.want = worker::Complete(*worker::ParseLlmRequest(api, a.body));
+    // Long, and read back otherwise by the tokenizer: by text it could break.
+    if (a.want.completion_tokens >= 100 &&
+        bpe.Encode(bpe.Decode(a.want.token_ids)) != a.want.token_ids) {
+      return a;
+    }
+  }
+}
+
+void ExpectWholeOnIds(const Reply& r, const BpeAsk& ask) {
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  auto got = worker::ParseStreamedAnswer(ask.api, r.body);
+  ASSERT_TRUE(got.ok()) << got.status() << "\n" << r.body;
+  EXPECT_EQ(got->text, ask.want.text);
+  EXPECT_EQ(got->finish_reason, ask.want.finish_reason);
+  EXPECT_GT(got->continued, 0) << r.body;
+  EXPECT_EQ(got->continued_by, "token_ids");
+  if (ask.client_ids) {
+    EXPECT_EQ(got->token_ids, ask.want.token_ids);
+    EXPECT_EQ(got->prompt_token_ids, ask.want.prompt_token_ids);
+  } else {
+    EXPECT_EQ(r.body.find("token_ids\":"), std::string::npos) << r.body;
+  }
+}
+
+TEST_F(RouterLlmTest, ATokenizerModelsAnswersCutMidAnswerAreContinuedOnTheirTokenIds) {
+  BpeAsk completion = LongBpe(worker::LlmApi::kCompletions, "cut completion", false);
+  BpeAsk chat = LongBpe(worker::LlmApi::kChat, "cut chat", true);
+  std::future<Reply> f1 = Start(completion.body, "", completion.path);
+  std::future<Reply> f2 = Start(chat.body, "", chat.path);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 40; }));
+  Fault(*a_, "cut");
+  ExpectWholeOnIds(f1.get(), completion);
+  ExpectWholeOnIds(f2.get(), chat);
+  EXPECT_EQ(Metric("sse_token_id_continuations_total"), 2);
+}
+
+TEST_F(RouterLlmTest, ATokenizerModelsAnswersStalledMidAnswerAreContinuedOnTheirTokenIds) {
+  BpeAsk completion = LongBpe(worker::LlmApi::kCompletions, "stuck completion", true);
+  BpeAsk chat = LongBpe(worker::LlmApi::kChat, "stuck chat", false);
+  std::future<Reply> f1 = Start(completion.body, "", completion.path);
+  std::future<Reply> f2 = Start(chat.body, "", chat.path);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 40; }));
+  Fault(*a_, "stuck");
+  ExpectWholeOnIds(f1.get(), completion);
+  ExpectWholeOnIds(f2.get(), chat);
+  EXPECT_EQ(Metric("sse_token_id_continuations_total"), 2);
+  Fault(*a_, "none");
+}
+
+// Output held to a JSON schema cannot be continued (the standby would start
+// the grammar again mid-document): the answer ends with the error event
+// that names why, never a broken document.
+TEST_F(RouterLlmTest, AStructuredAnswerThatBreaksEndsWithAnErrorEventNamingItsFormat) {
+  BpeAsk ask = LongBpe(worker::LlmApi::kChat, "structured", false);
+  ask.body.insert(ask.body.size() - 1,
+                  R"(,"response_format":{"type":"json_schema","json_schema":{"name":"a",)"
+                  R"("schema":{"type":"object"}}})");
+  std::future<Reply> f = Start(ask.body, "", ask.path);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 10; }));
+  Fault(*a_, "cut");
+  Reply r = f.get();
+  ASSERT_EQ(r.status, 200) << r.error;
+  auto got = worker::ParseStreamedAnswer(worker::LlmApi::kChat, r.body);
+  ASSERT_FALSE(got.ok()) << r.body;
+  EXPECT_NE(got.status().message().find("response_format json_schema"), std::string::npos)
+      << got.status();
+  EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);
+}
+
 TEST_F(RouterLlmTest, HealthyStreamsPassUntouched) {
   std::vector<Ask> asks;
   std::vector<std::future<Reply>> replies;

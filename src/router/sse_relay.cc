@@ -32,6 +32,30 @@ bool StringIs(const json& j, const char* key, std::string_view want) {
   return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == want;
 }
 
+// A chat request as a completion on token IDs (its prompt is set by the
+// caller): the fields that shape sampling, and its limit as max_tokens.
+json ChatAsCompletion(const json& chat) {
+  json b = json::object();
+  for (const char* f :
+       {"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+        "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "logit_bias", "ignore_eos", "min_tokens", "skip_special_tokens",
+        "include_stop_str_in_output", "user"}) {
+    if (auto it = chat.find(f); it != chat.end()) b[f] = *it;
+  }
+  std::optional<int64_t> limit;
+  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
+    if (std::optional<int64_t> m = IntAt(chat, f)) limit = std::min(limit.value_or(*m), *m);
+  }
+  if (limit) b["max_tokens"] = *limit;
+  return b;
+}
+
+void AppendEvent(const std::string& event, const json& j, std::string* out) {
+  absl::StrAppend(out, event.empty() ? "" : absl::StrCat("event: ", event, "\n"), "data: ", Dump(j),
+                  "\n\n");
+}
+
 }  // namespace
 
 const LlmRoute* FindLlmRoute(const LlmConfig& c, std::string_view target) {
@@ -99,11 +123,70 @@ absl::StatusOr<LlmCall> ReadLlmCall(LlmApi api, std::string_view body) {
 }
 
 SseContinuity::SseContinuity(LlmApi api, std::optional<LlmCall> call, std::string why_not,
-                             size_t max_text_bytes)
+                             size_t max_text_bytes, TokenIdContinuation ids)
     : call_api_(api),
       call_(std::move(call)),
       why_not_(std::move(why_not)),
-      max_text_bytes_(max_text_bytes) {}
+      max_text_bytes_(max_text_bytes),
+      ids_opt_(std::move(ids)) {
+  if (call_ && ids_opt_.ask) {
+    asked_ids_ = true;
+    client_ids_ = IsTrue(call_->body, "return_token_ids");
+    call_->body["return_token_ids"] = true;
+  }
+}
+
+std::optional<std::string> SseContinuity::UpstreamBody() const {
+  if (!asked_ids_ || client_ids_) return std::nullopt;
+  return Dump(call_->body);
+}
+
+bool SseContinuity::TakeTokenIds(json& j, json& choice, bool has_text) {
+  bool changed = false;
+  // The prompt's: beside the choices (vLLM's chat) or in the choice (a
+  // completion). Those that come before any of the answer are the client's
+  // prompt's; a continuation's after some hold the delivered tokens too.
+  const bool fresh = prompt_ids_.is_null() && tokens_ == 0 && ids_.empty();
+  for (json* at : {&j, &choice}) {
+    auto p = at->find("prompt_token_ids");
+    if (p == at->end()) continue;
+    if (fresh && p->is_array()) {
+      prompt_ids_ = *p;
+      for (const json& id : prompt_ids_) {
+        if (!id.is_number_integer() || id < 0) {
+          ids_lost_ = "the upstream's prompt_token_ids are not token IDs";
+          break;
+        }
+      }
+    }
+    if (!client_ids_ || !fresh) {
+      at->erase(p);
+      changed = true;
+    }
+  }
+  auto t = choice.find("token_ids");
+  if (t != choice.end() && t->is_array()) {
+    for (const json& id : *t) {
+      if (!id.is_number_integer() || id < 0) {
+        ids_lost_ = "a chunk's token_ids are not token IDs";
+      } else if (!ids_lost_) {
+        ids_.push_back(id.get<int64_t>());
+      }
+    }
+    if (!client_ids_) {
+      choice.erase(t);
+      changed = true;
+    }
+  } else if (has_text && !ids_lost_) {
+    ids_lost_ = "the upstream sent text without its token_ids";
+  }
+  if (!ids_lost_ && ids_.size() * sizeof(int64_t) > max_text_bytes_) {
+    ids_lost_ = absl::StrCat("the answer's token IDs are over llm.max_text_bytes (",
+                             max_text_bytes_, " bytes)");
+  }
+  if (ids_lost_) std::vector<int64_t>().swap(ids_);
+  return changed;
+}
 
 int SseContinuity::Feed(std::string_view bytes, std::string* out) {
   int tokens = 0;
@@ -170,15 +253,19 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
   }
   std::string piece;
   bool role_only = false;
+  bool changed = false;
+  // A chat continued on token IDs streams completion chunks: read as
+  // such, and rewritten as the chat's.
+  const bool as_completion = by_ids_ && call_api_ == LlmApi::kChat;
   auto choices = j.find("choices");
   if (choices != j.end() && choices->is_array() && !choices->empty()) {
-    const json& c = (*choices)[0];
+    json& c = (*choices)[0];
     if (!c.is_object()) return not_followed("a choice of the stream is not an object");
     if (choices->size() > 1 || IntAt(c, "index").value_or(0) != 0) {
       return not_followed("the stream has more than one choice");
     }
     const json* t = nullptr;
-    if (call_api_ == LlmApi::kChat) {
+    if (call_api_ == LlmApi::kChat && !as_completion) {
       if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
         // What a continuation by text alone would lose.
         for (const char* f : {"tool_calls", "function_call", "reasoning_content"}) {
@@ -199,20 +286,39 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     bool finish = f != c.end() && f->is_string();
     if (finish) finished_ = true;
     role_only = role_only && piece.empty() && !finish;
+    if (asked_ids_) changed = TakeTokenIds(j, c, !piece.empty());
+    if (as_completion) {
+      c.erase("text");
+      c["delta"] = piece.empty() ? json::object() : json{{"content", piece}};
+      c["logprobs"] = nullptr;
+    }
+  } else if (asked_ids_) {
+    json none = json::object();
+    changed = TakeTokenIds(j, none, false);
   }
+  if (as_completion) j["object"] = "chat.completion.chunk";
+  const bool repeated_role = role_only && role_sent_;
+  role_sent_ = role_sent_ || role_only;
   if (continuations_ == 0) {
     if (id_.is_null() && j.contains("id")) id_ = j["id"];
     if (created_.is_null() && j.contains("created")) created_ = j["created"];
     if (!piece.empty()) template_ = j;
-    out->append(raw);
+    if (changed) {
+      AppendEvent(e.event, j, out);
+    } else {
+      out->append(raw);
+    }
   } else {
-    if (role_only && !j.contains("usage")) return;  // the continuation's second role chunk
+    // The continuation's second role chunk (the first, if the client never
+    // got the first upstream's, is relayed).
+    if (repeated_role && !j.contains("usage")) return;
     if (!id_.is_null()) j["id"] = id_;
     if (!created_.is_null()) j["created"] = created_;
     // What came from a continuation says so: with sampling the rest is a
     // different, valid text, and a client may want to know it was spliced
     // (a field clients that do not know it ignore).
     j["gpuha_continuation"] = continuations_;
+    j["gpuha_continued_by"] = by_ids_ ? "token_ids" : "text";
     // The continuation's prompt held the tokens already sent: they are the
     // answer's, not the prompt's. Only counts that are whole numbers and
     // hold those tokens are moved; other usage is relayed as it came (an
@@ -228,8 +334,7 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
         (*u)["total_tokens"] = p + c;
       }
     }
-    absl::StrAppend(out, e.event.empty() ? "" : absl::StrCat("event: ", e.event, "\n"),
-                    "data: ", Dump(j), "\n\n");
+    AppendEvent(e.event, j, out);
     if (!piece.empty()) template_ = std::move(j);
   }
   if (!piece.empty()) {
@@ -283,9 +388,42 @@ std::optional<std::string> SseContinuity::OnlyTheEndIsMissing() const {
   return absl::StrCat("data: ", Dump(last), "\n\ndata: [DONE]\n\n");
 }
 
+std::optional<std::string> SseContinuity::WhyNotByIds() const {
+  if (!asked_ids_) return "llm.token_ids is off";
+  if (ids_lost_) return ids_lost_;
+  if (!prompt_ids_.is_array() || prompt_ids_.empty()) {
+    return "the upstream gave no prompt_token_ids";
+  }
+  if (call_->api == LlmApi::kCompletions) return std::nullopt;
+  if (ids_opt_.completions_path.empty()) {
+    return "no completions route in llm.routes to continue a chat on its token IDs";
+  }
+  if (IsTrue(call_->body, "logprobs")) {
+    return "the chat asks for logprobs, which a completions route gives in another shape";
+  }
+  if (!IntAt(call_->body, "max_tokens") && !IntAt(call_->body, "max_completion_tokens")) {
+    return "the chat gives no max_tokens, which a completions route would take as 16";
+  }
+  return std::nullopt;
+}
+
 std::string SseContinuity::BeginContinuation() {
+  text_because_ = WhyNotByIds();
+  by_ids_ = !text_because_;
+  continuation_path_.clear();
   json b = call_->body;
-  if (call_->api == LlmApi::kCompletions) {
+  int64_t delivered = tokens_;
+  if (by_ids_) {
+    json prompt = prompt_ids_;
+    for (int64_t id : ids_) prompt.push_back(id);
+    if (call_->api == LlmApi::kChat) {
+      b = ChatAsCompletion(call_->body);
+      continuation_path_ = ids_opt_.completions_path;
+    }
+    b["prompt"] = std::move(prompt);
+    b["return_token_ids"] = true;
+    delivered = static_cast<int64_t>(ids_.size());
+  } else if (call_->api == LlmApi::kCompletions) {
     b["prompt"] = b["prompt"].get<std::string>() + text_;
   } else {
     json& msgs = b["messages"];
@@ -302,18 +440,23 @@ std::string SseContinuity::BeginContinuation() {
   bool limited = false;
   for (const char* f : {"max_tokens", "max_completion_tokens"}) {
     if (auto m = b.find(f); m != b.end() && m->is_number_integer()) {
-      *m = m->get<int64_t>() - tokens_;
+      *m = m->get<int64_t>() - delivered;
       limited = true;
     }
   }
   if (!limited && call_->api == LlmApi::kCompletions) {
-    b["max_tokens"] = kCompletionsDefaultMaxTokens - tokens_;
+    b["max_tokens"] = kCompletionsDefaultMaxTokens - delivered;
   }
-  base_tokens_ = tokens_;
+  base_tokens_ = static_cast<int>(delivered);
   ++continuations_;
   upstream_error_.reset();
   split_ = common::SseSplitter();  // the broken stream's partial event is dropped
   return Dump(b);
+}
+
+std::string SseContinuity::How() const {
+  if (by_ids_) return "on its token IDs";
+  return absl::StrCat("by text (", text_because_.value_or(""), ")");
 }
 
 std::string SseContinuity::ErrorEvent(std::string_view why) {

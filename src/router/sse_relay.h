@@ -19,6 +19,20 @@
 // upstream's: its id and created, no second chat role chunk, and its usage
 // with the delivered tokens moved from the prompt back to the completion.
 //
+// On token IDs (llm.token_ids, on by default): the first request asks the
+// upstream for them (vLLM's and SGLang's return_token_ids; what the client
+// did not ask for is taken out of the events it is sent), the prompt's IDs
+// and each chunk's are kept, and the continuation's prompt is those IDs,
+// prompt then delivered, on the completions route: a BPE engine given back
+// its text can tokenize it otherwise (" ri"+"ver" reads " river", one
+// token) and go another way, even greedy; given its IDs it cannot. A chat
+// answer is continued on the completions route too (the chat template is
+// in the prompt's IDs) and its events rewritten as chat chunks. Where an
+// upstream gave no IDs (every chunk with text must carry them), or a chat
+// has no completions route, the continuation is by text, as follows.
+// Continued events carry "gpuha_continuation" (the count) and
+// "gpuha_continued_by" ("token_ids" or "text").
+//
 // The count of tokens is a count of chunks with text: exact for servers
 // that send one token per chunk (vLLM's default, gpuha's worker), an
 // undercount for a server that batches tokens into chunks. Sampling with
@@ -37,6 +51,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/sse.h"
@@ -63,12 +78,23 @@ struct LlmCall {
 // The OpenAI default of max_tokens for /v1/completions.
 inline constexpr int64_t kCompletionsDefaultMaxTokens = 16;
 
+// Continuation on token IDs: `ask` adds return_token_ids to the request;
+// a chat is continued on `completions_path` (none: by text).
+struct TokenIdContinuation {
+  bool ask = false;
+  std::string completions_path;
+};
+
 class SseContinuity {
  public:
   // `call` nullopt: track only, and `why_not` is what the error event says
   // if the stream breaks.
-  SseContinuity(LlmApi api, std::optional<LlmCall> call, std::string why_not,
-                size_t max_text_bytes);
+  SseContinuity(LlmApi api, std::optional<LlmCall> call, std::string why_not, size_t max_text_bytes,
+                TokenIdContinuation ids = {});
+
+  // The request body to send in place of the client's (it asks for token
+  // IDs); nullopt: the client's as it came.
+  std::optional<std::string> UpstreamBody() const;
 
   // The upstream's body bytes; whole events are appended to `out`
   // (rewritten during a continuation). Returns the tokens in them.
@@ -92,11 +118,22 @@ class SseContinuity {
   // The body of the continuation request; from here on Feed() reads the
   // continuation's stream.
   std::string BeginContinuation();
+  // Where the continuation begun goes: empty for the request's own target,
+  // else the completions route (a chat continued on token IDs).
+  const std::string& continuation_path() const { return continuation_path_; }
+  bool by_token_ids() const { return by_ids_; }
+  // How the continuation begun asks: "on its token IDs" or "by text (why)".
+  std::string How() const;
   // "event: error" with an OpenAI-shaped error naming `why`.
   static std::string ErrorEvent(std::string_view why);
 
  private:
   void OnEvent(std::string_view raw, std::string* out, int* tokens);
+  // Keeps the event's token IDs; takes out those the client did not ask
+  // for. True if `j` changed.
+  bool TakeTokenIds(nlohmann::json& j, nlohmann::json& choice, bool has_text);
+  // Why the continuation cannot be on token IDs; nullopt: it can.
+  std::optional<std::string> WhyNotByIds() const;
   std::optional<int64_t> Remaining() const;  // max tokens left; nullopt: no limit given
 
   LlmApi call_api_;
@@ -111,11 +148,22 @@ class SseContinuity {
   bool opaque_ = false;    // not followed (no continuation), but its [DONE] still seen
   bool raw_ = false;       // an event over the limit: the rest is relayed as bytes
   bool text_over_ = false;
+  bool role_sent_ = false;  // a chat's role chunk went to the client
   int continuations_ = 0;
   int base_tokens_ = 0;  // delivered before the current continuation
   nlohmann::json id_, created_;
   nlohmann::json template_;  // the last chunk with text: the shape of a made-up finish chunk
   std::optional<std::string> upstream_error_;
+  // Token IDs: asked for, and by the client too (then left in its events).
+  TokenIdContinuation ids_opt_;
+  bool asked_ids_ = false;
+  bool client_ids_ = false;
+  nlohmann::json prompt_ids_;                // the first upstream's prompt_token_ids
+  std::vector<int64_t> ids_;                 // every token delivered, in order
+  std::optional<std::string> ids_lost_;      // why ids_ is not the whole answer
+  bool by_ids_ = false;                      // the current continuation is on token IDs
+  std::optional<std::string> text_because_;  // why it is by text
+  std::string continuation_path_;
 };
 
 }  // namespace gpuha::router

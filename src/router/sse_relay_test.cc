@@ -17,28 +17,41 @@ worker::LlmApi W(LlmApi a) {
   return a == LlmApi::kChat ? worker::LlmApi::kChat : worker::LlmApi::kCompletions;
 }
 
-// The events gpuha's worker streams for a request body (as a vLLM would).
+// The events gpuha's worker streams for a request body (as a vLLM would),
+// with the token IDs where the body asks for them and the model has them.
 std::vector<std::string> Stream(LlmApi api, const std::string& body, const std::string& id) {
   auto r = worker::ParseLlmRequest(W(api), body);
   EXPECT_TRUE(r.ok()) << r.status() << " " << body;
   std::vector<std::string> ev;
   auto add = [&](const std::string& d) { ev.push_back(absl::StrCat("data: ", d, "\n\n")); };
-  if (api == LlmApi::kChat) add(worker::LlmChunkJson(W(api), id, 7, "gpuha-tiny", "", {}, true));
-  worker::TinyLm lm(r->prompt);
+  worker::LlmGenerator lm(*r);
+  const bool ids = r->return_token_ids && lm.has_ids();
+  if (api == LlmApi::kChat) {
+    add(worker::LlmChunkJson(
+        W(api), id, 7, r->model, "", {}, true,
+        ids ? std::optional<worker::ChunkIds>({{}, &lm.prompt_ids()}) : std::nullopt));
+  }
   int n = 0;
   for (int i = 0; i < r->max_tokens; ++i) {
-    worker::TinyLm::Token t = lm.Next();
+    worker::LlmGenerator::Step t = lm.Next();
     bool last = t.end || i + 1 == r->max_tokens;
     if (!t.end) ++n;
     if (!t.end || last) {
+      std::optional<worker::ChunkIds> chunk_ids;
+      if (ids) {
+        chunk_ids =
+            worker::ChunkIds{t.end ? std::nullopt : std::optional<int>(t.id),
+                             api == LlmApi::kCompletions && i == 0 ? &lm.prompt_ids() : nullptr};
+      }
       add(worker::LlmChunkJson(
-          W(api), id, 7, "gpuha-tiny", t.text,
-          last ? std::optional<std::string_view>(t.end ? "stop" : "length") : std::nullopt));
+          W(api), id, 7, r->model, t.text,
+          last ? std::optional<std::string_view>(t.end ? "stop" : "length") : std::nullopt, false,
+          chunk_ids));
     }
     if (last) break;
   }
   if (r->include_usage) {
-    add(worker::LlmUsageChunkJson(W(api), id, 7, "gpuha-tiny", worker::CountTokens(r->prompt), n));
+    add(worker::LlmUsageChunkJson(W(api), id, 7, r->model, lm.prompt_tokens(), n));
   }
   add("[DONE]");
   return ev;
@@ -50,23 +63,28 @@ std::string Join(const std::vector<std::string>& v, size_t from = 0, size_t to =
   return s;
 }
 
-SseContinuity Follow(LlmApi api, const std::string& body, size_t max_text = 1 << 20) {
+SseContinuity Follow(LlmApi api, const std::string& body, size_t max_text = 1 << 20,
+                     TokenIdContinuation ids = {}) {
   auto call = ReadLlmCall(api, body);
   EXPECT_TRUE(call.ok()) << call.status();
-  return SseContinuity(api, std::move(*call), "", max_text);
+  return SseContinuity(api, std::move(*call), "", max_text, std::move(ids));
 }
 
 // The client's view: the answer the router relays when the first upstream
 // breaks after `cut_at` bytes of its stream and the standby gives the rest.
-std::string Continued(LlmApi api, const std::string& body, size_t cut_at) {
-  SseContinuity sc = Follow(api, body);
-  std::string whole = Join(Stream(api, body, "first"));
+std::string Continued(LlmApi api, const std::string& body, size_t cut_at,
+                      TokenIdContinuation ids = {}) {
+  SseContinuity sc = Follow(api, body, 1 << 20, std::move(ids));
+  const std::string sent = sc.UpstreamBody().value_or(body);
+  std::string whole = Join(Stream(api, sent, "first"));
   std::string client;
   sc.Feed(std::string_view(whole).substr(0, cut_at), &client);
   if (sc.done()) return client;
   if (auto end = sc.OnlyTheEndIsMissing()) return client + *end;
   std::string next = sc.BeginContinuation();
-  sc.Feed(Join(Stream(api, next, "second")), &client);
+  // A chat continued on its token IDs is asked of the completions route.
+  const LlmApi next_api = sc.continuation_path().empty() ? api : LlmApi::kCompletions;
+  sc.Feed(Join(Stream(next_api, next, "second")), &client);
   EXPECT_TRUE(sc.done());
   return client;
 }
@@ -130,6 +148,139 @@ TEST(SseRelayTest, ACompletionCutAnywhereIsContinuedToTheUninterruptedAnswer) {
           << cut;
     }
   }
+}
+
+// On a tokenizer model (gpuha-tiny-bpe), cut anywhere: continued on the
+// token IDs, every answer is the uninterrupted one, token for token, for
+// chat too (continued on the completions route and rewritten as chat);
+// continued by text, some are not. The IDs reach the client only if it
+// asked for them.
+TEST(SseRelayTest, OnTokenIdsEveryCutGivesTheUninterruptedAnswerWhereTextDoesNot) {
+  const TokenIdContinuation on{.ask = true, .completions_path = "/v1/completions"};
+  int text_differs = 0, cuts = 0;
+  for (LlmApi api : {LlmApi::kCompletions, LlmApi::kChat}) {
+    // Answers whose text the tokenizer reads back otherwise (where text
+    // continuation can go wrong), four; and two others.
+    int odd = 0, plain = 0;
+    for (int q = 0; odd < 4 || plain < 2; ++q) {
+      const std::string prompt = absl::StrCat("what fails over? ", q);
+      const std::string body =
+          api == LlmApi::kChat
+              ? absl::StrCat(R"({"model":"gpuha-tiny-bpe","stream":true,"max_tokens":30,
+                   "stream_options":{"include_usage":true},
+                   "messages":[{"role":"user","content":")",
+                             prompt, R"("}]})")
+              : absl::StrCat(R"({"model":"gpuha-tiny-bpe","stream":true,"max_tokens":30,
+                   "stream_options":{"include_usage":true},"prompt":")",
+                             prompt, R"("})");
+      const std::string asked = body.substr(0, body.size() - 1) + R"(,"return_token_ids":true})";
+      const std::string whole = Join(Stream(api, asked, "first"));
+      auto want = worker::ParseStreamedAnswer(W(api), whole);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const worker::Bpe& bpe = worker::Bpe::Get();
+      if (bpe.Encode(bpe.Decode(want->token_ids)) != want->token_ids ? odd++ >= 4 : plain++ >= 2) {
+        continue;
+      }
+      for (size_t cut = 0; cut < whole.size(); cut += 29) {
+        std::string client = Continued(api, body, cut, on);
+        auto got = worker::ParseStreamedAnswer(W(api), client);
+        ASSERT_TRUE(got.ok()) << got.status() << " at " << cut << "\n" << client;
+        EXPECT_EQ(got->text, want->text) << cut << "\n" << client;
+        EXPECT_EQ(got->finish_reason, want->finish_reason) << cut;
+        EXPECT_EQ(client.find("token_ids\":"), std::string::npos) << "not asked for: " << client;
+        // Cut before the first event, no ID was had: by text, from nothing.
+        if (got->continued > 0) {
+          EXPECT_EQ(got->continued_by, cut < whole.find("\n\n") + 2 ? "text" : "token_ids")
+              << cut << "\n"
+              << client;
+        }
+        if (got->prompt_tokens) {
+          EXPECT_EQ(got->prompt_tokens, want->prompt_tokens) << cut;
+          EXPECT_EQ(got->completion_tokens, want->completion_tokens) << cut;
+        }
+        // The client that asked for the IDs gets them, each once.
+        std::string with_ids = Continued(api, asked, cut, on);
+        auto ids = worker::ParseStreamedAnswer(W(api), with_ids);
+        ASSERT_TRUE(ids.ok()) << ids.status();
+        EXPECT_EQ(ids->token_ids, want->token_ids) << cut << "\n" << with_ids;
+        EXPECT_EQ(ids->prompt_token_ids, want->prompt_token_ids) << cut << "\n" << with_ids;
+        // By text (token IDs off), the same cut.
+        auto by_text = worker::ParseStreamedAnswer(W(api), Continued(api, body, cut));
+        ASSERT_TRUE(by_text.ok()) << by_text.status();
+        if (by_text->text != want->text) ++text_differs;
+        ++cuts;
+      }
+    }
+  }
+  EXPECT_GT(cuts, 200);
+  EXPECT_GT(text_differs, 0) << "by text, no cut of " << cuts << " went another way";
+}
+
+// An upstream that gives no IDs (or not for every chunk), or a chat with
+// no completions route or no max_tokens: by text, and it says why.
+TEST(SseRelayTest, WithoutEveryTokensIdTheContinuationIsByTextAndSaysWhy) {
+  const TokenIdContinuation on{.ask = true, .completions_path = "/v1/completions"};
+  struct Case {
+    LlmApi api;
+    std::string body;
+    std::string events;
+    TokenIdContinuation ids;
+    std::string why;
+  } cases[] = {
+      {LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9})",
+       R"(data: {"choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[5]}]})"
+       "\n\n"
+       R"(data: {"choices":[{"index":0,"text":" b"}]})"
+       "\n\n",
+       on, "the upstream sent text without its token_ids"},
+      {LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9})",
+       R"(data: {"choices":[{"index":0,"text":" a","token_ids":[5]}]})"
+       "\n\n",
+       on, "the upstream gave no prompt_token_ids"},
+      {LlmApi::kChat,
+       R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})",
+       R"(data: {"prompt_token_ids":[1],"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[5]}]})"
+       "\n\n",
+       TokenIdContinuation{.ask = true, .completions_path = ""}, "no completions route"},
+      {LlmApi::kChat, R"({"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]})",
+       R"(data: {"prompt_token_ids":[1],"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[5]}]})"
+       "\n\n",
+       on, "no max_tokens"},
+      {LlmApi::kCompletions,
+       R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9})",
+       R"(data: {"choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[5]}]})"
+       "\n\n",
+       {},
+       "llm.token_ids is off"},
+  };
+  for (Case& c : cases) {
+    SseContinuity sc = Follow(c.api, c.body, 1 << 20, c.ids);
+    std::string out;
+    sc.Feed(c.events, &out);
+    json next = json::parse(sc.BeginContinuation());
+    EXPECT_FALSE(sc.by_token_ids()) << c.events;
+    EXPECT_TRUE(sc.continuation_path().empty());
+    EXPECT_NE(sc.How().find(c.why), std::string::npos) << sc.How();
+    EXPECT_TRUE(c.api == LlmApi::kChat ? next.contains("messages") : next["prompt"].is_string());
+  }
+  // On the IDs: the prompt's and the delivered, the limit less those, and
+  // a chat on the completions route with only what shapes its sampling.
+  SseContinuity chat =
+      Follow(LlmApi::kChat, R"({"model":"m","stream":true,"max_completion_tokens":9,
+      "temperature":0,"tools":[],"messages":[{"role":"user","content":"x"}]})",
+             1 << 20, on);
+  EXPECT_EQ(json::parse(*chat.UpstreamBody())["return_token_ids"], true);
+  std::string out;
+  chat.Feed(
+      R"(data: {"prompt_token_ids":[1,2],"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[5]}]})"
+      "\n\n",
+      &out);
+  EXPECT_EQ(out.find("token_ids\":"), std::string::npos) << out;
+  json next = json::parse(chat.BeginContinuation());
+  EXPECT_TRUE(chat.by_token_ids());
+  EXPECT_EQ(chat.continuation_path(), "/v1/completions");
+  EXPECT_EQ(next, json::parse(R"({"model":"m","stream":true,"temperature":0,"max_tokens":8,
+                                  "prompt":[1,2,5],"return_token_ids":true})"));
 }
 
 TEST(SseRelayTest, TheContinuationRequestCarriesTheDeliveredText) {

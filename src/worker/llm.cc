@@ -1,6 +1,8 @@
 #include "worker/llm.h"
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +57,149 @@ const char* ObjectOf(LlmApi api, bool chunk) {
 
 TinyLm::TinyLm(std::string_view context) : h_(Fnv(kFnvOffset, context)) {}
 
+namespace {
+
+uint64_t FnvId(uint64_t h, int id) {
+  for (int i = 0; i < 4; ++i) {
+    h ^= static_cast<uint64_t>(id >> (8 * i)) & 0xff;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+constexpr size_t kBpeMaxPiece = 64;
+
+}  // namespace
+
+const Bpe& Bpe::Get() {
+  static const Bpe* const bpe = new Bpe();
+  return *bpe;
+}
+
+Bpe::Bpe() {
+  for (int b = 0; b < 256; ++b) tokens_.emplace_back(1, static_cast<char>(b));
+  std::vector<std::vector<int>> corpus;
+  for (std::string_view w : kVocab) {
+    std::vector<int> ids;
+    for (unsigned char c : w) ids.push_back(c);
+    corpus.push_back(std::move(ids));
+  }
+  for (;;) {
+    std::map<std::pair<int, int>, int> count;
+    for (const std::vector<int>& w : corpus) {
+      for (size_t i = 0; i + 1 < w.size(); ++i) ++count[{w[i], w[i + 1]}];
+    }
+    if (count.empty()) break;   // every word is one token
+    auto best = count.begin();  // the most frequent; ties to the lowest pair
+    for (auto it = count.begin(); it != count.end(); ++it) {
+      if (it->second > best->second) best = it;
+    }
+    const auto [a, b] = best->first;
+    const int id = size();
+    tokens_.push_back(tokens_[static_cast<size_t>(a)] + tokens_[static_cast<size_t>(b)]);
+    merges_.push_back({best->first, id});
+    for (std::vector<int>& w : corpus) {
+      std::vector<int> merged;
+      for (size_t i = 0; i < w.size(); ++i) {
+        if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
+          merged.push_back(id);
+          ++i;
+        } else {
+          merged.push_back(w[i]);
+        }
+      }
+      w = std::move(merged);
+    }
+  }
+  std::sort(merges_.begin(), merges_.end());
+  for (const std::vector<int>& w : corpus) words_.push_back(w[0]);
+  for (int id = 256; id < size(); ++id) {
+    if (std::find(words_.begin(), words_.end(), id) == words_.end()) pieces_.push_back(id);
+  }
+}
+
+void Bpe::EncodePiece(std::string_view piece, std::vector<int>* out) const {
+  std::vector<int> ids;
+  for (unsigned char c : piece) ids.push_back(c);
+  for (;;) {
+    // The earliest merge (lowest ID) among the adjacent pairs.
+    int best = -1;
+    std::pair<int, int> pair;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const std::pair<int, int> p(ids[i], ids[i + 1]);
+      auto it = std::lower_bound(merges_.begin(), merges_.end(), std::make_pair(p, 0));
+      if (it != merges_.end() && it->first == p && (best < 0 || it->second < best)) {
+        best = it->second;
+        pair = p;
+      }
+    }
+    if (best < 0) break;
+    std::vector<int> merged;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i + 1 < ids.size() && ids[i] == pair.first && ids[i + 1] == pair.second) {
+        merged.push_back(best);
+        ++i;
+      } else {
+        merged.push_back(ids[i]);
+      }
+    }
+    ids = std::move(merged);
+  }
+  out->insert(out->end(), ids.begin(), ids.end());
+}
+
+std::vector<int> Bpe::Encode(std::string_view text) const {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = i + 1;  // a piece: a space or not, then up to the next space
+    while (j < text.size() && text[j] != ' ' && j - i < kBpeMaxPiece) ++j;
+    EncodePiece(text.substr(i, j - i), &out);
+    i = j;
+  }
+  return out;
+}
+
+std::string Bpe::Decode(const std::vector<int>& ids) const {
+  std::string out;
+  for (int id : ids) out.append(Text(id));
+  return out;
+}
+
+BpeLm::BpeLm(const std::vector<int>& context) : h_(kFnvOffset) {
+  for (int id : context) h_ = FnvId(h_, id);
+}
+
+BpeLm::Token BpeLm::Next() {
+  const Bpe& bpe = Bpe::Get();
+  uint64_t m = Mix(h_);
+  if (m % 48 == 0) return {-1, "", true};
+  const std::vector<int>& from = (m >> 8) % 4 == 0 ? bpe.pieces() : bpe.words();
+  const int id = from[(m >> 16) % from.size()];
+  h_ = FnvId(h_, id);
+  return {id, bpe.Text(id), false};
+}
+
+LlmGenerator::LlmGenerator(const LlmRequest& r) {
+  if (r.model == kLlmBpeModelName) {
+    prompt_ids_ = r.prompt_ids ? *r.prompt_ids : Bpe::Get().Encode(r.prompt);
+    prompt_tokens_ = static_cast<int>(prompt_ids_.size());
+    bpe_.emplace(prompt_ids_);
+  } else {
+    prompt_tokens_ = CountTokens(r.prompt);
+    tiny_.emplace(r.prompt);
+  }
+}
+
+LlmGenerator::Step LlmGenerator::Next() {
+  if (bpe_) {
+    BpeLm::Token t = bpe_->Next();
+    return {t.text, t.id, t.end};
+  }
+  TinyLm::Token t = tiny_->Next();
+  return {t.text, -1, t.end};
+}
+
 TinyLm::Token TinyLm::Next() {
   uint64_t m = Mix(h_);
   if (m % 48 == 0) return {"", true};
@@ -106,8 +251,36 @@ absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
   if (auto n = j.find("n"); n != j.end() && !n->is_null() && *n != 1) {
     return Bad("n", "only 1 is served");
   }
+  if (auto ri = j.find("return_token_ids"); ri != j.end() && !ri->is_null()) {
+    if (!ri->is_boolean()) return Bad("return_token_ids", "must be true or false");
+    r.return_token_ids = ri->get<bool>();
+  }
   if (api == LlmApi::kCompletions) {
     auto p = j.find("prompt");
+    if (p != j.end() && p->is_array()) {
+      // A prompt of token IDs, as vLLM takes it: only a model with a
+      // tokenizer has IDs.
+      if (r.model != kLlmBpeModelName) {
+        return Bad("prompt", absl::StrCat("token IDs need the model ", kLlmBpeModelName, " (",
+                                          r.model, " has no tokenizer)"));
+      }
+      if (p->empty() || p->size() > kLlmMaxPromptBytes) {
+        return Bad("prompt", absl::StrCat("1 to ", kLlmMaxPromptBytes, " token IDs"));
+      }
+      const int vocab = Bpe::Get().size();
+      std::vector<int> ids;
+      ids.reserve(p->size());
+      for (size_t i = 0; i < p->size(); ++i) {
+        const json& id = (*p)[i];
+        if (!id.is_number_integer() || id < 0 || id >= vocab) {
+          return Bad(absl::StrCat("prompt[", i, "]"),
+                     absl::StrCat("not a token ID (an integer from 0 to ", vocab - 1, ")"));
+        }
+        ids.push_back(id.get<int>());
+      }
+      r.prompt_ids = std::move(ids);
+      return r;
+    }
     if (p == j.end() || !p->is_string()) return Bad("prompt", "required, a string");
     r.prompt = p->get<std::string>();
   } else {
@@ -161,16 +334,18 @@ absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
 
 LlmAnswer Complete(const LlmRequest& r) {
   LlmAnswer a;
-  a.prompt_tokens = CountTokens(r.prompt);
-  TinyLm lm(r.prompt);
+  LlmGenerator lm(r);
+  a.prompt_tokens = lm.prompt_tokens();
+  a.prompt_token_ids = lm.prompt_ids();
   a.finish_reason = "length";
   for (int i = 0; i < r.max_tokens; ++i) {
-    TinyLm::Token t = lm.Next();
+    LlmGenerator::Step t = lm.Next();
     if (t.end) {
       a.finish_reason = "stop";
       break;
     }
     a.text.append(t.text);
+    if (lm.has_ids()) a.token_ids.push_back(t.id);
     ++a.completion_tokens;
   }
   return a;
@@ -178,7 +353,8 @@ LlmAnswer Complete(const LlmRequest& r) {
 
 std::string LlmChunkJson(LlmApi api, const std::string& id, int64_t created,
                          const std::string& model, std::string_view text,
-                         std::optional<std::string_view> finish_reason, bool role_only) {
+                         std::optional<std::string_view> finish_reason, bool role_only,
+                         const std::optional<ChunkIds>& ids) {
   json choice = {{"index", 0}};
   if (api == LlmApi::kChat) {
     choice["delta"] = role_only ? json{{"role", "assistant"}, {"content", ""}}
@@ -188,12 +364,21 @@ std::string LlmChunkJson(LlmApi api, const std::string& id, int64_t created,
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason ? json(std::string(*finish_reason)) : json(nullptr);
-  return json{{"id", id},
-              {"object", ObjectOf(api, true)},
-              {"created", created},
-              {"model", model},
-              {"choices", json::array({choice})}}
-      .dump();
+  if (ids) {
+    choice["token_ids"] = ids->token_id ? json::array({*ids->token_id}) : json::array();
+    if (ids->prompt_ids != nullptr && api == LlmApi::kCompletions) {
+      choice["prompt_token_ids"] = *ids->prompt_ids;
+    }
+  }
+  json chunk = {{"id", id},
+                {"object", ObjectOf(api, true)},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+  if (ids && ids->prompt_ids != nullptr && api == LlmApi::kChat) {
+    chunk["prompt_token_ids"] = *ids->prompt_ids;
+  }
+  return chunk.dump();
 }
 
 std::string LlmUsageChunkJson(LlmApi api, const std::string& id, int64_t created,
@@ -211,33 +396,40 @@ std::string LlmUsageChunkJson(LlmApi api, const std::string& id, int64_t created
 }
 
 std::string LlmResponseJson(LlmApi api, const std::string& id, int64_t created,
-                            const std::string& model, const LlmAnswer& a) {
+                            const std::string& model, const LlmAnswer& a, bool with_ids) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", a.finish_reason}};
   if (api == LlmApi::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", a.text}};
   } else {
     choice["text"] = a.text;
   }
-  return json{{"id", id},
-              {"object", ObjectOf(api, false)},
-              {"created", created},
-              {"model", model},
-              {"choices", json::array({choice})},
-              {"usage",
-               {{"prompt_tokens", a.prompt_tokens},
-                {"completion_tokens", a.completion_tokens},
-                {"total_tokens", a.prompt_tokens + a.completion_tokens}}}}
-      .dump();
+  if (with_ids) {
+    choice["token_ids"] = a.token_ids;
+    if (api == LlmApi::kCompletions) choice["prompt_token_ids"] = a.prompt_token_ids;
+  }
+  json r = {{"id", id},
+            {"object", ObjectOf(api, false)},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({choice})},
+            {"usage",
+             {{"prompt_tokens", a.prompt_tokens},
+              {"completion_tokens", a.completion_tokens},
+              {"total_tokens", a.prompt_tokens + a.completion_tokens}}}};
+  if (with_ids && api == LlmApi::kChat) r["prompt_token_ids"] = a.prompt_token_ids;
+  return r.dump();
 }
 
 std::string LlmModelsJson() {
-  return json{{"object", "list"},
-              {"data", json::array({{{"id", kLlmModelName},
-                                     {"object", "model"},
-                                     {"created", 0},
-                                     {"owned_by", "gpuha"},
-                                     {"max_model_len", kLlmMaxTokens}}})}}
-      .dump();
+  json data = json::array();
+  for (const char* m : {kLlmModelName, kLlmBpeModelName}) {
+    data.push_back({{"id", m},
+                    {"object", "model"},
+                    {"created", 0},
+                    {"owned_by", "gpuha"},
+                    {"max_model_len", kLlmMaxTokens}});
+  }
+  return json{{"object", "list"}, {"data", std::move(data)}}.dump();
 }
 
 std::string LlmErrorJson(int status, std::string_view message, std::string_view param) {
@@ -292,6 +484,19 @@ absl::StatusOr<StreamedAnswer> ParseStreamedAnswer(LlmApi api, std::string_view 
         out.ids.push_back(id->get<std::string>());
       }
     }
+    if (auto c = j.find("gpuha_continuation"); c != j.end()) {
+      ++out.continued;
+      if (auto by = j.find("gpuha_continued_by"); by != j.end() && by->is_string()) {
+        out.continued_by = by->get<std::string>();
+      }
+    }
+    auto read_ids = [](const json& at, const char* key, std::vector<int>* ids) {
+      auto it = at.find(key);
+      if (it == at.end() || !it->is_array()) return false;
+      for (const json& id : *it) ids->push_back(id.is_number_integer() ? id.get<int>() : -1);
+      return true;
+    };
+    if (std::vector<int> p; read_ids(j, "prompt_token_ids", &p)) out.prompt_token_ids = p;
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
       // Whatever the server sent: a wrong type reads as -1, never a throw.
       auto count = [&](const char* key) {
@@ -326,6 +531,8 @@ absl::StatusOr<StreamedAnswer> ParseStreamedAnswer(LlmApi api, std::string_view 
       if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) {
         out.finish_reason = f->get<std::string>();
       }
+      if (std::vector<int> p; read_ids(c, "prompt_token_ids", &p)) out.prompt_token_ids = p;
+      read_ids(c, "token_ids", &out.token_ids);
     }
   });
   if (!status.ok()) return status;

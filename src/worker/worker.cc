@@ -294,7 +294,7 @@ struct Worker::Impl {
       std::string msg(r.status().message());
       co_return co_await whole(400, LlmErrorJson(400, msg, msg.substr(0, msg.find(':'))));
     }
-    if (r->model != kLlmModelName) {
+    if (r->model != kLlmModelName && r->model != kLlmBpeModelName) {
       co_return co_await whole(
           404,
           LlmErrorJson(404, absl::StrCat("The model `", r->model, "` does not exist."), "model"));
@@ -320,7 +320,10 @@ struct Worker::Impl {
                                             "CUDA error: an illegal memory access was encountered "
                                             "(worker fault 'errors')"));
     }
-    const int prompt_tokens = CountTokens(r->prompt);
+    LlmGenerator lm(*r);
+    const int prompt_tokens = lm.prompt_tokens();
+    // vLLM's return_token_ids, where the model has IDs.
+    const bool ids = r->return_token_ids && lm.has_ids();
     const std::string id = absl::StrCat("cmpl-", o.node.empty() ? "w" : o.node, "-", ++seq);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     std::string chunk;
@@ -331,25 +334,28 @@ struct Worker::Impl {
     if (r->stream) {
       if (!co_await write(head(200, "text/event-stream", true, 0))) co_return false;
       if (api == LlmApi::kChat) {
-        event(LlmChunkJson(api, id, created, r->model, "", std::nullopt, /*role_only=*/true));
+        event(LlmChunkJson(
+            api, id, created, r->model, "", std::nullopt, /*role_only=*/true,
+            ids ? std::optional<ChunkIds>(ChunkIds{{}, &lm.prompt_ids()}) : std::nullopt));
         if (!co_await write(chunk)) co_return false;
         chunk.clear();
       }
     }
-    TinyLm lm(r->prompt);
     LlmAnswer a;
     a.prompt_tokens = prompt_tokens;
+    a.prompt_token_ids = lm.prompt_ids();
     a.finish_reason = "length";
     for (int i = 0; i < r->max_tokens; ++i) {
       if (!co_await GpuWait(i == 0 ? o.ttft : o.token_latency)) co_return false;  // cut
       // The prompt counts once it is processed (prefill done), as vLLM
       // counts it: a stuck engine that still takes requests shows no progress.
       if (i == 0) counters.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
-      TinyLm::Token t = lm.Next();
+      LlmGenerator::Step t = lm.Next();
       bool last = t.end || i + 1 == r->max_tokens;
       if (t.end) a.finish_reason = "stop";
       if (!t.end) {
         a.text.append(t.text);
+        if (lm.has_ids()) a.token_ids.push_back(t.id);
         ++a.completion_tokens;
         counters.generation_tokens++;
       }
@@ -358,8 +364,14 @@ struct Worker::Impl {
         continue;
       }
       if (!t.end || last) {
+        std::optional<ChunkIds> chunk_ids;
+        if (ids) {
+          chunk_ids = ChunkIds{t.end ? std::nullopt : std::optional<int>(t.id),
+                               api == LlmApi::kCompletions && i == 0 ? &lm.prompt_ids() : nullptr};
+        }
         event(LlmChunkJson(api, id, created, r->model, t.text,
-                           last ? std::optional<std::string_view>(a.finish_reason) : std::nullopt));
+                           last ? std::optional<std::string_view>(a.finish_reason) : std::nullopt,
+                           false, chunk_ids));
       }
       if (last) {
         if (r->include_usage) {
@@ -375,7 +387,7 @@ struct Worker::Impl {
     }
     counters.llm_success++;
     if (r->stream) co_return !close;
-    co_return co_await whole(200, LlmResponseJson(api, id, created, r->model, a));
+    co_return co_await whole(200, LlmResponseJson(api, id, created, r->model, a, ids));
   }
 
   net::awaitable<void> Serve(tcp::socket sock) {
