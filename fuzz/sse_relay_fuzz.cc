@@ -4,7 +4,8 @@
 // continued. What an upstream sends is input too. Checked on every input:
 // - while the stream is followed, the client gets whole events only;
 // - the continuation request is a JSON object whose budget has shrunk by
-//   the tokens delivered;
+//   the tokens delivered (by text), or whose prompt is token IDs and whose
+//   budget has not grown (on token IDs, asked for when data[0] & 2);
 // - the error event parses as an event.
 // Built and run by scripts/fuzz-router.sh.
 #include <cstddef>
@@ -31,7 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           : R"({"model":"m","stream":true,"max_tokens":50,"prompt":"p"})";
   auto call = gpuha::router::ReadLlmCall(api, request);
   if (!call.ok()) __builtin_trap();
-  SseContinuity sc(api, std::move(*call), "", 4096);
+  gpuha::router::TokenIdContinuation ids;
+  if (data[0] & 2) ids = {.ask = true, .completions_path = "/v1/completions"};
+  SseContinuity sc(api, std::move(*call), "", 4096, ids);
   std::string out;
   size_t n = 0;
   for (size_t at = 0; at < body.size(); at += piece, ++n) {
@@ -45,7 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n == break_at && !sc.CannotContinue() && !sc.OnlyTheEndIsMissing()) {
       const int before = sc.tokens();
       nlohmann::json next = nlohmann::json::parse(sc.BeginContinuation(), nullptr, false);
-      if (!next.is_object() || next["max_tokens"] != 50 - before) __builtin_trap();
+      if (!next.is_object()) __builtin_trap();
+      if (sc.by_token_ids()) {
+        if (!next["prompt"].is_array() || next.contains("messages") ||
+            !next["max_tokens"].is_number_integer() || next["max_tokens"].get<int64_t>() > 50) {
+          __builtin_trap();
+        }
+      } else if (next["max_tokens"] != 50 - before) {
+        __builtin_trap();
+      }
     }
   }
   std::string error = SseContinuity::ErrorEvent(std::string(body.substr(0, 64)));

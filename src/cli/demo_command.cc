@@ -36,6 +36,13 @@ DemoCommand::DemoCommand(CLI::App& parent) {
                    "every answer checked whole); 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0, 200));
+  app_->add_option("--llm-model", o_.llm_model,
+                   "The LLM streams' model: gpuha-tiny-bpe is the tokenizer model, whose answers "
+                   "are continued on their token IDs and checked token for token")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpuha-tiny", "gpuha-tiny-bpe"}));
+  app_->add_flag("--llm-mixed", o_.llm_mixed,
+                 "Every other LLM answer a chat, every other pair seeded (temperature 0.7)");
   app_->add_option("--grpc-streams", o_.grpc_streams,
                    "Streams that also carry KServe v2 gRPC: unary ModelInfer calls and a "
                    "ModelStreamInfer call each, at an eighth of --rate each, every answer "

@@ -65,6 +65,15 @@ LoadCommand::LoadCommand(CLI::App& parent) {
   app_->add_option("--max-tokens", o_.max_tokens, "--protocol sse: max_tokens of each completion")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app_->add_option("--llm-model", o_.llm_model,
+                   "--protocol sse: the model (gpuha-tiny-bpe: the tokenizer model, every answer "
+                   "also checked token ID for token ID)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpuha-tiny", "gpuha-tiny-bpe"}));
+  app_->add_flag("--llm-chat", o_.llm_chat,
+                 "--protocol sse: every other request a chat, to the chat route beside --path");
+  app_->add_flag("--llm-seeded", o_.llm_seeded,
+                 "--protocol sse: every other pair of requests with a seed and temperature 0.7");
   app_->add_flag("--no-resend", no_resend_,
                  "A request that gets nothing back fails, never sent again (a client that "
                  "never retries, to compare proxies' restarts); a gRPC stream message whose "

@@ -234,6 +234,9 @@ class Demo {
       l.streams = std::min(o_.llm_streams, o_.streams);
       l.concurrency = o_.llm_streams;
       l.max_tokens = 64;
+      l.llm_model = o_.llm_model;
+      l.llm_chat = o_.llm_mixed;
+      l.llm_seeded = o_.llm_mixed;
       Start(llm_, l, &report_.llm);
     }
     if (o_.grpc_streams > 0) {

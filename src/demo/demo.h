@@ -122,6 +122,11 @@ struct DemoOptions {
   // completions open at all times on the first streams, every answer
   // checked (0: none). A fault mid-answer is continued on the standby.
   int llm_streams = 10;
+  // Their model ("gpuha-tiny-bpe": the tokenizer model, continued on token
+  // IDs and checked token for token), and with llm_mixed every other answer
+  // a chat and every other pair seeded (load::LoadOptions::llm_chat, _seeded).
+  std::string llm_model = "gpuha-tiny";
+  bool llm_mixed = false;
   // KServe v2 gRPC beside the HTTP load, on this many of the first streams
   // (0: none): unary ModelInfer calls, and a ModelStreamInfer call per
   // stream carrying its frames as messages, each at an eighth of --rate,

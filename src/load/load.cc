@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -455,18 +456,31 @@ class Runner {
   net::awaitable<void> OneSse(StreamState& s) {
     report_.sent++;
     in_flight_++;
-    worker::LlmRequest want_req;
-    want_req.prompt = absl::StrCat("load ", s.id, " request ", report_.sent);
-    want_req.max_tokens = o_.max_tokens;
-    const worker::LlmAnswer want = worker::Complete(want_req);
-    const std::string body = nlohmann::json{{"model", worker::kLlmModelName},
-                                            {"prompt", want_req.prompt},
-                                            {"max_tokens", o_.max_tokens},
-                                            {"stream", true},
-                                            {"stream_options", {{"include_usage", true}}}}
-                                 .dump();
+    const uint64_t n = report_.sent;
+    const bool chat = o_.llm_chat && n % 2 == 1;
+    const bool ids = o_.llm_model == worker::kLlmBpeModelName;
+    nlohmann::json b = {{"model", o_.llm_model},
+                        {"max_tokens", o_.max_tokens},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}};
+    const std::string prompt = absl::StrCat("load ", s.id, " request ", n);
+    if (chat) {
+      b["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", prompt}}});
+    } else {
+      b["prompt"] = prompt;
+    }
+    if (o_.llm_seeded && (n / 2) % 2 == 1) {
+      b["seed"] = n;
+      b["temperature"] = 0.7;
+    }
+    if (ids) b["return_token_ids"] = true;
+    const std::string body = b.dump();
+    const worker::LlmApi api = chat ? worker::LlmApi::kChat : worker::LlmApi::kCompletions;
+    const worker::LlmAnswer want = worker::Complete(*worker::ParseLlmRequest(api, body));
+    std::string target = Target(s);
+    if (chat) target = target.substr(0, target.rfind('/')) + "/chat/completions";
     const std::string req = absl::StrCat(
-        "POST ", Target(s), " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
+        "POST ", target, " HTTP/1.1\r\nHost: ", o_.host, "\r\n",
         o_.api_key.empty() ? "" : "X-Api-Key: " + o_.api_key + "\r\n",
         "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
     const auto sent_at = Clock::now();
@@ -492,10 +506,9 @@ class Runner {
         split.Feed(std::string_view(b).substr(fed), [&](std::string_view raw) {
           common::SseEvent e = common::ParseSseEvent(raw);
           // A chunk with text is a token (a role or usage chunk is not).
-          if (e.data.find("\"text\":\"\"") != std::string::npos ||
-              e.data.find("\"text\":\"") == std::string::npos) {
-            return;
-          }
+          const char* key = chat ? "\"content\":\"" : "\"text\":\"";
+          const size_t at = e.data.find(key);
+          if (at == std::string::npos || e.data[at + std::strlen(key)] == '"') return;
           ++tokens;
           double gap = Ms(now - last);
           if (tokens == 1) {
@@ -521,7 +534,7 @@ class Runner {
         failure = absl::StrCat("http_", p.get().result_int());
         if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
       } else {
-        failure = CheckAnswer(p.get().body(), want);
+        failure = CheckAnswer(p.get().body(), api, want, ids);
         keep = failure.empty() && p.keep_alive();
         if (keep) keep_until = KeptUntil(p.get());
       }
@@ -566,10 +579,12 @@ class Runner {
     }
   }
 
-  // Empty when `sse` is the model's answer `want`, whole; else what is wrong.
-  static std::string CheckAnswer(const std::string& sse, const worker::LlmAnswer& want) {
+  // Empty when `sse` is the model's answer `want`, whole (token ID for
+  // token ID with `ids`); else what is wrong.
+  std::string CheckAnswer(const std::string& sse, worker::LlmApi api, const worker::LlmAnswer& want,
+                          bool ids) {
     if (sse.empty()) return "empty answer";
-    auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, sse);
+    auto got = worker::ParseStreamedAnswer(api, sse);
     if (!got.ok()) {
       std::string_view m(got.status().message().data(), got.status().message().size());
       if (m.find("an error event") != std::string_view::npos) return "error event";
@@ -587,6 +602,17 @@ class Runner {
     if (got->completion_tokens != want.completion_tokens ||
         got->prompt_tokens != want.prompt_tokens) {
       return "wrong usage";
+    }
+    if (ids &&
+        (got->token_ids != want.token_ids || got->prompt_token_ids != want.prompt_token_ids)) {
+      return "wrong token_ids";
+    }
+    if (got->continued > 0) {
+      if (got->continued_by != "token_ids" && got->continued_by != "text") {
+        return "continued, not saying how";
+      }
+      report_.continued++;
+      if (got->continued_by == "token_ids") report_.continued_on_ids++;
     }
     return "";
   }
@@ -952,9 +978,10 @@ std::string LoadReport::Json() const {
       sent, ok, failed, absl::StrJoin(f, ","), stale_retries, router_failovers, slow_sent, slow_ok,
       p50_ms, p99_ms, p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
       sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
-                            R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}},)",
+                            R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},)"
+                            R"("continued":%d,"continued_on_token_ids":%d},)",
                             tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms,
-                            gap_max_ms)
+                            gap_max_ms, continued, continued_on_ids)
           : std::string(),
       absl::StrJoin(s, ","));
 }
@@ -981,8 +1008,10 @@ std::string LoadReport::Text() const {
   if (sse) {
     out += absl::StrFormat(
         "tokens %d  time to first token ms: p50 %.1f  p99 %.1f\n"
-        "gap between tokens ms: p50 %.1f  p99 %.1f  p999 %.1f  max %.1f\n",
-        tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms);
+        "gap between tokens ms: p50 %.1f  p99 %.1f  p999 %.1f  max %.1f\n"
+        "answers continued by the router %d (on their token IDs %d)\n",
+        tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms,
+        continued, continued_on_ids);
   }
   for (const auto& [reason, n] : failures)
     out += absl::StrFormat("  failed: %-30s %d\n", reason, n);

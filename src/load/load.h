@@ -69,6 +69,13 @@ struct LoadOptions {
   // ended by an error event, is a failure that says which.
   bool sse = false;
   int max_tokens = 64;
+  // sse: the model asked for ("gpuha-tiny-bpe": the tokenizer model, whose
+  // answers are also checked token ID for token ID, return_token_ids
+  // asked); every other request a chat (to the chat route beside `path`);
+  // every other pair seeded (seed and temperature set).
+  std::string llm_model = "gpuha-tiny";
+  bool llm_chat = false;
+  bool llm_seeded = false;
   // KServe v2 gRPC: each request is a unary ModelInfer call of the "cv"
   // model over HTTP/2 (one channel, calls multiplexed), its stream named in
   // x-gpuha-stream metadata and its key in x-api-key; every answer checked
@@ -127,6 +134,9 @@ struct LoadReport {
   // of one answer (max_stall_ms is then the longest of either).
   bool sse = false;
   uint64_t tokens = 0;
+  // Answers that came whole and marked as continued by the router
+  // (gpuha_continuation), and of those, on their token IDs.
+  uint64_t continued = 0, continued_on_ids = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
   double gap_p50_ms = 0, gap_p99_ms = 0, gap_p999_ms = 0, gap_max_ms = 0;
   std::string Json() const;

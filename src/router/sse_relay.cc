@@ -357,7 +357,8 @@ std::optional<int64_t> SseContinuity::Remaining() const {
   }
   if (!limit && call_->api == LlmApi::kCompletions) limit = kCompletionsDefaultMaxTokens;
   if (!limit) return std::nullopt;
-  return *limit - tokens_;
+  // The token IDs count exactly where an upstream batches tokens in a chunk.
+  return *limit - std::max<int64_t>(tokens_, static_cast<int64_t>(ids_.size()));
 }
 
 std::optional<std::string> SseContinuity::CannotContinue() const {

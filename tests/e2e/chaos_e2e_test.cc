@@ -244,13 +244,22 @@ TEST_F(ChaosTest, HungAgentLosesNothing) { ExpectLosslessFailover(RunDemo("agent
 // server's pending SIGTERM ends it after the repair (SIGCONT), and the node
 // must not rejoin as the spare until a new server is up, or the fault right
 // after meets a spare whose server is restarting.
+//
+// The LLM streams are the tokenizer model's (gpuha-tiny-bpe), chat and
+// completions, greedy and seeded (issue 51): each answer is checked token
+// ID for token ID against the uninterrupted one, and every continued answer
+// says it was, on its token IDs.
 TEST_F(ChaosTest, HungOrKilledInferenceServerOnAHealthyAgentLosesNothing) {
-  json r = RunDemo("server-hang,worker-kill");
+  json r = RunDemo("server-hang,worker-kill", 20, 0, {},
+                   {"--llm-model", "gpuha-tiny-bpe", "--llm-mixed"});
   ExpectLosslessFailover(r, 2);
   uint64_t continued = 0;
   for (const json& f : r["faults"]) continued += f["llm_continued"].get<uint64_t>();
   EXPECT_GT(continued, 0u) << "no LLM answer was mid-answer on the failed servers: "
                            << r["faults"].dump();
+  const json& sse = r["llm"]["sse"];
+  EXPECT_GT(sse["continued"].get<uint64_t>(), 0u) << sse.dump();
+  EXPECT_EQ(sse["continued_on_token_ids"], sse["continued"]) << sse.dump();
 }
 
 // The half-hung inference server: its inference stuck while its health and
