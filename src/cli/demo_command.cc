@@ -43,6 +43,9 @@ DemoCommand::DemoCommand(CLI::App& parent) {
       ->check(CLI::IsMember({"gpuha-tiny", "gpuha-tiny-bpe"}));
   app_->add_flag("--llm-mixed", o_.llm_mixed,
                  "Every other LLM answer a chat, every other pair seeded (temperature 0.7)");
+  app_->add_flag("--llm-structured", o_.llm_structured,
+                 "Every fourth LLM answer held to a JSON schema: whole, a document of it; cut, "
+                 "ended by the router's error event (counted as failed, named so)");
   app_->add_option("--grpc-streams", o_.grpc_streams,
                    "Streams that also carry KServe v2 gRPC: unary ModelInfer calls and a "
                    "ModelStreamInfer call each, at an eighth of --rate each, every answer "

@@ -72,6 +72,9 @@ LoadCommand::LoadCommand(CLI::App& parent) {
       ->check(CLI::IsMember({"gpuha-tiny", "gpuha-tiny-bpe"}));
   app_->add_flag("--llm-chat", o_.llm_chat,
                  "--protocol sse: every other request a chat, to the chat route beside --path");
+  app_->add_flag("--llm-structured", o_.llm_structured,
+                 "--protocol sse: every fourth request held to a JSON schema (response_format); "
+                 "its answer must be a document of it, or end with the router's error event");
   app_->add_flag("--llm-seeded", o_.llm_seeded,
                  "--protocol sse: every other pair of requests with a seed and temperature 0.7");
   app_->add_flag("--no-resend", no_resend_,

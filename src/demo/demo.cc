@@ -237,6 +237,7 @@ class Demo {
       l.llm_model = o_.llm_model;
       l.llm_chat = o_.llm_mixed;
       l.llm_seeded = o_.llm_mixed;
+      l.llm_structured = o_.llm_structured;
       Start(llm_, l, &report_.llm);
     }
     if (o_.grpc_streams > 0) {

@@ -127,6 +127,7 @@ struct DemoOptions {
   // a chat and every other pair seeded (load::LoadOptions::llm_chat, _seeded).
   std::string llm_model = "gpuha-tiny";
   bool llm_mixed = false;
+  bool llm_structured = false;  // load::LoadOptions::llm_structured
   // KServe v2 gRPC beside the HTTP load, on this many of the first streams
   // (0: none): unary ModelInfer calls, and a ModelStreamInfer call per
   // stream carrying its frames as messages, each at an eighth of --rate,

@@ -474,6 +474,16 @@ class Runner {
       b["temperature"] = 0.7;
     }
     if (ids) b["return_token_ids"] = true;
+    const bool structured = o_.llm_structured && n % 4 == 3;
+    if (structured) {
+      b["response_format"] = {{"type", "json_schema"},
+                              {"json_schema",
+                               {{"name", "answer"},
+                                {"schema",
+                                 {{"type", "object"},
+                                  {"properties", {{"answer", {{"type", "string"}}}}},
+                                  {"required", {"answer"}}}}}}};
+    }
     const std::string body = b.dump();
     const worker::LlmApi api = chat ? worker::LlmApi::kChat : worker::LlmApi::kCompletions;
     const worker::LlmAnswer want = worker::Complete(*worker::ParseLlmRequest(api, body));
@@ -534,7 +544,7 @@ class Runner {
         failure = absl::StrCat("http_", p.get().result_int());
         if (auto why = p.get()["X-Gpuha-Error"]; !why.empty()) failure += " " + std::string(why);
       } else {
-        failure = CheckAnswer(p.get().body(), api, want, ids);
+        failure = CheckAnswer(p.get().body(), api, want, ids, structured);
         keep = failure.empty() && p.keep_alive();
         if (keep) keep_until = KeptUntil(p.get());
       }
@@ -582,11 +592,15 @@ class Runner {
   // Empty when `sse` is the model's answer `want`, whole (token ID for
   // token ID with `ids`); else what is wrong.
   std::string CheckAnswer(const std::string& sse, worker::LlmApi api, const worker::LlmAnswer& want,
-                          bool ids) {
+                          bool ids, bool structured) {
     if (sse.empty()) return "empty answer";
     auto got = worker::ParseStreamedAnswer(api, sse);
     if (!got.ok()) {
       std::string_view m(got.status().message().data(), got.status().message().size());
+      if (structured && m.find("an error event") != std::string_view::npos &&
+          m.find("response_format") != std::string_view::npos) {
+        return "structured: ended by the error event";
+      }
       if (m.find("an error event") != std::string_view::npos) return "error event";
       if (m.find("no [DONE]") != std::string_view::npos ||
           m.find("inside an event") != std::string_view::npos) {
@@ -599,6 +613,11 @@ class Runner {
       return got->text.size() > want.text.size() ? "duplicated or extra text" : "wrong text";
     }
     if (got->finish_reason != want.finish_reason) return "wrong finish_reason";
+    if (structured) {
+      nlohmann::json doc = nlohmann::json::parse(got->text, nullptr, false);
+      auto a = doc.is_object() ? doc.find("answer") : doc.end();
+      if (a == doc.end() || !a->is_string()) return "structured: not a document of its schema";
+    }
     if (got->completion_tokens != want.completion_tokens ||
         got->prompt_tokens != want.prompt_tokens) {
       return "wrong usage";
@@ -608,11 +627,13 @@ class Runner {
       return "wrong token_ids";
     }
     if (got->continued > 0) {
-      if (got->continued_by != "token_ids" && got->continued_by != "text") {
+      if (got->continued_by != "token_ids" && got->continued_by != "text" &&
+          got->continued_by != "restart") {
         return "continued, not saying how";
       }
       report_.continued++;
       if (got->continued_by == "token_ids") report_.continued_on_ids++;
+      if (got->continued_by == "text") report_.continued_by_text++;
     }
     return "";
   }
@@ -977,11 +998,12 @@ std::string LoadReport::Json() const {
       R"("max_stall_ms":%.3f,"seconds":%.3f,"served_by":{%s},%s"streams":[%s]})",
       sent, ok, failed, absl::StrJoin(f, ","), stale_retries, router_failovers, slow_sent, slow_ok,
       p50_ms, p99_ms, p999_ms, max_ms, max_gap_ms, max_stall_ms, seconds, absl::StrJoin(b, ","),
-      sse ? absl::StrFormat(R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
-                            R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},)"
-                            R"("continued":%d,"continued_on_token_ids":%d},)",
-                            tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms,
-                            gap_max_ms, continued, continued_on_ids)
+      sse ? absl::StrFormat(
+                R"("sse":{"tokens":%d,"ttft_ms":{"p50":%.3f,"p99":%.3f},)"
+                R"("gap_ms":{"p50":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f},)"
+                R"("continued":%d,"continued_on_token_ids":%d,"continued_by_text":%d},)",
+                tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms,
+                continued, continued_on_ids, continued_by_text)
           : std::string(),
       absl::StrJoin(s, ","));
 }
@@ -1009,9 +1031,9 @@ std::string LoadReport::Text() const {
     out += absl::StrFormat(
         "tokens %d  time to first token ms: p50 %.1f  p99 %.1f\n"
         "gap between tokens ms: p50 %.1f  p99 %.1f  p999 %.1f  max %.1f\n"
-        "answers continued by the router %d (on their token IDs %d)\n",
+        "answers continued by the router %d (on their token IDs %d, by text %d)\n",
         tokens, ttft_p50_ms, ttft_p99_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms, gap_max_ms,
-        continued, continued_on_ids);
+        continued, continued_on_ids, continued_by_text);
   }
   for (const auto& [reason, n] : failures)
     out += absl::StrFormat("  failed: %-30s %d\n", reason, n);

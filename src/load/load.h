@@ -76,6 +76,11 @@ struct LoadOptions {
   std::string llm_model = "gpuha-tiny";
   bool llm_chat = false;
   bool llm_seeded = false;
+  // sse: every fourth request held to a JSON schema (response_format): a
+  // whole answer must be a JSON document of it; one the router could not
+  // continue must end with the error event that names its format (a
+  // failure, named so: "structured: ended by the error event").
+  bool llm_structured = false;
   // KServe v2 gRPC: each request is a unary ModelInfer call of the "cv"
   // model over HTTP/2 (one channel, calls multiplexed), its stream named in
   // x-gpuha-stream metadata and its key in x-api-key; every answer checked
@@ -135,8 +140,9 @@ struct LoadReport {
   bool sse = false;
   uint64_t tokens = 0;
   // Answers that came whole and marked as continued by the router
-  // (gpuha_continuation), and of those, on their token IDs.
-  uint64_t continued = 0, continued_on_ids = 0;
+  // (gpuha_continuation), and of those, on their token IDs and by text
+  // (the rest were asked again from the start: none had been delivered).
+  uint64_t continued = 0, continued_on_ids = 0, continued_by_text = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0;
   double gap_p50_ms = 0, gap_p99_ms = 0, gap_p999_ms = 0, gap_max_ms = 0;
   std::string Json() const;

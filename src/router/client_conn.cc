@@ -217,13 +217,14 @@ void FollowLlm(HttpCall<Stream>& h) {
   } else {
     why = std::string(c.status().message());
   }
-  TokenIdContinuation ids{.ask = config.llm.token_ids, .completions_path = ""};
-  for (const LlmRoute& r : config.llm.routes) {
-    if (r.api == LlmApi::kCompletions) {
-      ids.completions_path = r.path;
-      break;
-    }
-  }
+  TokenIdContinuation ids{
+      .ask = config.llm.token_ids && h.body.size() <= kTokenIdsMaxRequestBytes,
+      .completions_path =
+          lr->api == LlmApi::kChat ? CompletionsRouteFor(config.llm, *lr) : std::string(),
+      .off_because = config.llm.token_ids
+                         ? absl::StrCat("the request body is over ", kTokenIdsMaxRequestBytes,
+                                        " bytes: its prompt's IDs would be too many")
+                         : "llm.token_ids is off"};
   h.sse.emplace(lr->api, std::move(call), std::move(why), config.llm.max_text_bytes,
                 std::move(ids));
   // The request asks for token IDs (return_token_ids) where the client's
@@ -334,10 +335,16 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     const Framing send_framing = continuing ? Framing::kLength : h.framing;
     cc.head.clear();
     // A chat continued on its token IDs goes to the completions route.
-    const bool elsewhere = continuing && !h.sse->continuation_path().empty();
-    AppendUpstreamHead(p.get(), elsewhere ? h.sse->continuation_path() : h.pipe.target(),
-                       up.address, h.pipe.tenant_name(), h.pipe.stream_id(), cc.peer_ip,
-                       send_framing, continuing ? send.size() : h.length, &cc.head);
+    std::string elsewhere;
+    if (continuing && !h.sse->continuation_path().empty()) {
+      const std::string_view t = h.pipe.target();
+      const size_t query = t.find('?');
+      elsewhere = h.sse->continuation_path();
+      if (query != std::string_view::npos) elsewhere.append(t.substr(query));
+    }
+    AppendUpstreamHead(p.get(), elsewhere.empty() ? h.pipe.target() : elsewhere, up.address,
+                       h.pipe.tenant_name(), h.pipe.stream_id(), cc.peer_ip, send_framing,
+                       continuing ? send.size() : h.length, &cc.head);
     f = ExchangeResult{};
     const bool retry_5xx = config.retry_5xx && h.pipe.HasNext() && h.complete && !continuing;
     if (continuing) {

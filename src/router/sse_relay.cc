@@ -1,6 +1,7 @@
 #include "router/sse_relay.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
@@ -32,23 +33,34 @@ bool StringIs(const json& j, const char* key, std::string_view want) {
   return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == want;
 }
 
-// A chat request as a completion on token IDs (its prompt is set by the
-// caller): the fields that shape sampling, and its limit as max_tokens.
-json ChatAsCompletion(const json& chat) {
-  json b = json::object();
-  for (const char* f :
-       {"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
-        "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
-        "logit_bias", "ignore_eos", "min_tokens", "skip_special_tokens",
-        "include_stop_str_in_output", "user"}) {
-    if (auto it = chat.find(f); it != chat.end()) b[f] = *it;
-  }
+// The tighter of a request's limits (a chat may give both).
+std::optional<int64_t> MaxTokens(const json& body) {
   std::optional<int64_t> limit;
   for (const char* f : {"max_tokens", "max_completion_tokens"}) {
-    if (std::optional<int64_t> m = IntAt(chat, f)) limit = std::min(limit.value_or(*m), *m);
+    if (std::optional<int64_t> m = IntAt(body, f)) limit = std::min(limit.value_or(*m), *m);
   }
-  if (limit) b["max_tokens"] = *limit;
+  return limit;
+}
+
+// A chat request as a completion on token IDs (its prompt is set by the
+// caller): everything but what belongs to chat (the messages and their
+// template, tools, chat's logprobs), and its limit as max_tokens.
+json ChatAsCompletion(const json& chat) {
+  json b = chat;
+  for (const char* f :
+       {"messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
+        "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
+        "documents", "logprobs", "top_logprobs", "max_tokens", "max_completion_tokens",
+        "response_format", "reasoning_effort", "add_special_tokens"}) {
+    b.erase(f);
+  }
+  if (std::optional<int64_t> limit = MaxTokens(chat)) b["max_tokens"] = *limit;
   return b;
+}
+
+// Token IDs a continuation can send back: whole numbers an int32 holds.
+bool IsTokenId(const json& id) {
+  return id.is_number_integer() && id >= 0 && id <= std::numeric_limits<int32_t>::max();
 }
 
 void AppendEvent(const std::string& event, const json& j, std::string* out) {
@@ -57,6 +69,23 @@ void AppendEvent(const std::string& event, const json& j, std::string* out) {
 }
 
 }  // namespace
+
+std::string CompletionsRouteFor(const LlmConfig& c, const LlmRoute& chat) {
+  constexpr std::string_view kChat = "chat/completions";
+  std::string sibling;
+  if (chat.path.ends_with(kChat)) {
+    sibling = chat.path.substr(0, chat.path.size() - kChat.size()) + "completions";
+  }
+  const LlmRoute* only = nullptr;
+  int completions = 0;
+  for (const LlmRoute& r : c.routes) {
+    if (r.api != LlmApi::kCompletions) continue;
+    if (r.path == sibling) return r.path;
+    only = &r;
+    ++completions;
+  }
+  return completions == 1 ? only->path : "";
+}
 
 const LlmRoute* FindLlmRoute(const LlmConfig& c, std::string_view target) {
   std::string_view path = target.substr(0, target.find('?'));
@@ -129,16 +158,38 @@ SseContinuity::SseContinuity(LlmApi api, std::optional<LlmCall> call, std::strin
       why_not_(std::move(why_not)),
       max_text_bytes_(max_text_bytes),
       ids_opt_(std::move(ids)) {
-  if (call_ && ids_opt_.ask) {
-    asked_ids_ = true;
+  if (asked_ids()) {
     client_ids_ = IsTrue(call_->body, "return_token_ids");
     call_->body["return_token_ids"] = true;
   }
 }
 
 std::optional<std::string> SseContinuity::UpstreamBody() const {
-  if (!asked_ids_ || client_ids_) return std::nullopt;
+  if (!asked_ids() || client_ids_) return std::nullopt;
   return Dump(call_->body);
+}
+
+bool SseContinuity::StripTokenIds(json& j) const {
+  bool changed = j.erase("prompt_token_ids") > 0;
+  if (auto choices = j.find("choices"); choices != j.end() && choices->is_array()) {
+    for (json& c : *choices) {
+      if (!c.is_object()) continue;
+      changed = c.erase("prompt_token_ids") > 0 || changed;
+      changed = c.erase("token_ids") > 0 || changed;
+    }
+  }
+  return changed;
+}
+
+void SseContinuity::RelayUnfollowed(std::string_view raw, const std::string& event,
+                                    std::string_view data, std::string* out) const {
+  // The router asked for the IDs; the client that did not still must not
+  // get them.
+  if (asked_ids() && !client_ids_ && common::JsonDepthWithin(data, common::kMaxJsonDepth)) {
+    json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && StripTokenIds(j)) return AppendEvent(event, j, out);
+  }
+  out->append(raw);
 }
 
 bool SseContinuity::TakeTokenIds(json& j, json& choice, bool has_text) {
@@ -146,17 +197,18 @@ bool SseContinuity::TakeTokenIds(json& j, json& choice, bool has_text) {
   // The prompt's: beside the choices (vLLM's chat) or in the choice (a
   // completion). Those that come before any of the answer are the client's
   // prompt's; a continuation's after some hold the delivered tokens too.
-  const bool fresh = prompt_ids_.is_null() && tokens_ == 0 && ids_.empty();
+  const bool fresh = !have_prompt_ids_ && tokens_ == 0 && ids_.empty();
   for (json* at : {&j, &choice}) {
     auto p = at->find("prompt_token_ids");
     if (p == at->end()) continue;
-    if (fresh && p->is_array()) {
-      prompt_ids_ = *p;
-      for (const json& id : prompt_ids_) {
-        if (!id.is_number_integer() || id < 0) {
+    if (fresh && p->is_array() && !ids_lost_) {
+      have_prompt_ids_ = true;
+      for (const json& id : *p) {
+        if (!IsTokenId(id)) {
           ids_lost_ = "the upstream's prompt_token_ids are not token IDs";
           break;
         }
+        prompt_ids_.push_back(id.get<int32_t>());
       }
     }
     if (!client_ids_ || !fresh) {
@@ -165,26 +217,31 @@ bool SseContinuity::TakeTokenIds(json& j, json& choice, bool has_text) {
     }
   }
   auto t = choice.find("token_ids");
-  if (t != choice.end() && t->is_array()) {
+  const bool has_ids = t != choice.end() && t->is_array() && !t->empty();
+  if (has_ids) {
     for (const json& id : *t) {
-      if (!id.is_number_integer() || id < 0) {
+      if (!IsTokenId(id)) {
         ids_lost_ = "a chunk's token_ids are not token IDs";
       } else if (!ids_lost_) {
-        ids_.push_back(id.get<int64_t>());
+        ids_.push_back(id.get<int32_t>());
       }
-    }
-    if (!client_ids_) {
-      choice.erase(t);
-      changed = true;
     }
   } else if (has_text && !ids_lost_) {
     ids_lost_ = "the upstream sent text without its token_ids";
   }
-  if (!ids_lost_ && ids_.size() * sizeof(int64_t) > max_text_bytes_) {
-    ids_lost_ = absl::StrCat("the answer's token IDs are over llm.max_text_bytes (",
-                             max_text_bytes_, " bytes)");
+  if (t != choice.end() && !client_ids_) {
+    choice.erase(t);
+    changed = true;
   }
-  if (ids_lost_) std::vector<int64_t>().swap(ids_);
+  if (!ids_lost_ && (prompt_ids_.size() + ids_.size()) * sizeof(int32_t) > max_text_bytes_) {
+    ids_lost_ =
+        absl::StrCat("the prompt's and the answer's token IDs are over llm.max_text_bytes (",
+                     max_text_bytes_, " bytes)");
+  }
+  if (ids_lost_) {
+    std::vector<int32_t>().swap(ids_);
+    std::vector<int32_t>().swap(prompt_ids_);
+  }
   return changed;
 }
 
@@ -225,13 +282,12 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     return;
   }
   if (opaque_) {  // not followed any more, but its end still counts
-    out->append(raw);
-    return;
+    return RelayUnfollowed(raw, e.event, e.data, out);
   }
   auto not_followed = [&](const char* why) {
     opaque_ = true;
     why_not_ = why;
-    out->append(raw);
+    RelayUnfollowed(raw, e.event, e.data, out);
   };
   if (!common::JsonDepthWithin(e.data, common::kMaxJsonDepth)) {
     return not_followed("an event of the stream nests its JSON too deep");
@@ -286,13 +342,13 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     bool finish = f != c.end() && f->is_string();
     if (finish) finished_ = true;
     role_only = role_only && piece.empty() && !finish;
-    if (asked_ids_) changed = TakeTokenIds(j, c, !piece.empty());
+    if (asked_ids()) changed = TakeTokenIds(j, c, !piece.empty());
     if (as_completion) {
       c.erase("text");
       c["delta"] = piece.empty() ? json::object() : json{{"content", piece}};
       c["logprobs"] = nullptr;
     }
-  } else if (asked_ids_) {
+  } else if (asked_ids()) {
     json none = json::object();
     changed = TakeTokenIds(j, none, false);
   }
@@ -318,7 +374,7 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
     // different, valid text, and a client may want to know it was spliced
     // (a field clients that do not know it ignore).
     j["gpuha_continuation"] = continuations_;
-    j["gpuha_continued_by"] = by_ids_ ? "token_ids" : "text";
+    j["gpuha_continued_by"] = restart_ ? "restart" : by_ids_ ? "token_ids" : "text";
     // The continuation's prompt held the tokens already sent: they are the
     // answer's, not the prompt's. Only counts that are whole numbers and
     // hold those tokens are moved; other usage is relayed as it came (an
@@ -348,17 +404,17 @@ void SseContinuity::OnEvent(std::string_view raw, std::string* out, int* tokens)
   }
 }
 
+int64_t SseContinuity::Delivered() const {
+  // The token IDs count exactly where an upstream batches tokens in a chunk.
+  return std::max<int64_t>(tokens_, static_cast<int64_t>(ids_.size()));
+}
+
 std::optional<int64_t> SseContinuity::Remaining() const {
   if (!call_) return std::nullopt;
-  // The tighter of the limits given (a chat request may give both).
-  std::optional<int64_t> limit;
-  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
-    if (std::optional<int64_t> m = IntAt(call_->body, f)) limit = std::min(limit.value_or(*m), *m);
-  }
+  std::optional<int64_t> limit = MaxTokens(call_->body);
   if (!limit && call_->api == LlmApi::kCompletions) limit = kCompletionsDefaultMaxTokens;
   if (!limit) return std::nullopt;
-  // The token IDs count exactly where an upstream batches tokens in a chunk.
-  return *limit - std::max<int64_t>(tokens_, static_cast<int64_t>(ids_.size()));
+  return *limit - Delivered();
 }
 
 std::optional<std::string> SseContinuity::CannotContinue() const {
@@ -390,40 +446,57 @@ std::optional<std::string> SseContinuity::OnlyTheEndIsMissing() const {
 }
 
 std::optional<std::string> SseContinuity::WhyNotByIds() const {
-  if (!asked_ids_) return "llm.token_ids is off";
+  if (!asked_ids()) return ids_opt_.off_because;
   if (ids_lost_) return ids_lost_;
-  if (!prompt_ids_.is_array() || prompt_ids_.empty()) {
-    return "the upstream gave no prompt_token_ids";
+  if (!have_prompt_ids_ || prompt_ids_.empty()) return "the upstream gave no prompt_token_ids";
+  const json& body = call_->body;
+  // vLLM holds back the text that might begin a stop string, but not its
+  // tokens' IDs: on the IDs, that text would never reach the client.
+  if (auto stop = body.find("stop");
+      stop != body.end() && !stop->is_null() && !(stop->is_array() && stop->empty()) &&
+      !(stop->is_string() && stop->get_ref<const std::string&>().empty()) &&
+      !IsTrue(body, "include_stop_str_in_output")) {
+    return "the request has stop strings, whose held-back text is not in the delivered text";
   }
   if (call_->api == LlmApi::kCompletions) return std::nullopt;
   if (ids_opt_.completions_path.empty()) {
     return "no completions route in llm.routes to continue a chat on its token IDs";
   }
-  if (IsTrue(call_->body, "logprobs")) {
+  if (auto tools = body.find("tools"); tools != body.end() && tools->is_array() &&
+                                       !tools->empty() && !StringIs(body, "tool_choice", "none")) {
+    return "the chat offers tools, whose calls a completions route would not parse";
+  }
+  if (IsTrue(body, "logprobs")) {
     return "the chat asks for logprobs, which a completions route gives in another shape";
   }
-  if (!IntAt(call_->body, "max_tokens") && !IntAt(call_->body, "max_completion_tokens")) {
+  if (!MaxTokens(body)) {
     return "the chat gives no max_tokens, which a completions route would take as 16";
   }
   return std::nullopt;
 }
 
 std::string SseContinuity::BeginContinuation() {
-  text_because_ = WhyNotByIds();
-  by_ids_ = !text_because_;
+  const int64_t delivered = Delivered();
+  // Nothing of the answer reached the client: the request again, as it was.
+  restart_ = delivered == 0;
+  text_because_ = restart_ ? std::nullopt : WhyNotByIds();
+  by_ids_ = !restart_ && !text_because_;
   continuation_path_.clear();
+  base_tokens_ = static_cast<int>(delivered);
+  ++continuations_;
+  upstream_error_.reset();
+  split_ = common::SseSplitter();  // the broken stream's partial event is dropped
   json b = call_->body;
-  int64_t delivered = tokens_;
+  if (restart_) return Dump(b);
   if (by_ids_) {
     json prompt = prompt_ids_;
-    for (int64_t id : ids_) prompt.push_back(id);
+    for (int32_t id : ids_) prompt.push_back(id);
     if (call_->api == LlmApi::kChat) {
       b = ChatAsCompletion(call_->body);
       continuation_path_ = ids_opt_.completions_path;
     }
     b["prompt"] = std::move(prompt);
     b["return_token_ids"] = true;
-    delivered = static_cast<int64_t>(ids_.size());
   } else if (call_->api == LlmApi::kCompletions) {
     b["prompt"] = b["prompt"].get<std::string>() + text_;
   } else {
@@ -448,14 +521,11 @@ std::string SseContinuity::BeginContinuation() {
   if (!limited && call_->api == LlmApi::kCompletions) {
     b["max_tokens"] = kCompletionsDefaultMaxTokens - delivered;
   }
-  base_tokens_ = static_cast<int>(delivered);
-  ++continuations_;
-  upstream_error_.reset();
-  split_ = common::SseSplitter();  // the broken stream's partial event is dropped
   return Dump(b);
 }
 
 std::string SseContinuity::How() const {
+  if (restart_) return "from the start (none of the answer was delivered)";
   if (by_ids_) return "on its token IDs";
   return absl::StrCat("by text (", text_because_.value_or(""), ")");
 }

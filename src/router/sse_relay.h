@@ -30,8 +30,9 @@
 // in the prompt's IDs) and its events rewritten as chat chunks. Where an
 // upstream gave no IDs (every chunk with text must carry them), or a chat
 // has no completions route, the continuation is by text, as follows.
-// Continued events carry "gpuha_continuation" (the count) and
-// "gpuha_continued_by" ("token_ids" or "text").
+// A break before any of the answer reached the client sends the request
+// again as it was ("restart"). Continued events carry "gpuha_continuation"
+// (the count) and "gpuha_continued_by" ("token_ids", "text" or "restart").
 //
 // The count of tokens is a count of chunks with text: exact for servers
 // that send one token per chunk (vLLM's default, gpuha's worker), an
@@ -83,7 +84,18 @@ inline constexpr int64_t kCompletionsDefaultMaxTokens = 16;
 struct TokenIdContinuation {
   bool ask = false;
   std::string completions_path;
+  std::string off_because = "llm.token_ids is off";  // when not `ask`
 };
+
+// A request body over this is continued by text: its prompt's IDs, all in
+// the answer's first event, would make that event more than the 1 MiB an
+// event may be (about 7 bytes of JSON per ID).
+inline constexpr size_t kTokenIdsMaxRequestBytes = 128 << 10;
+
+// The completions route a chat on `chat` is continued on by token IDs: its
+// sibling (".../chat/completions" -> ".../completions") if that is a
+// completions route, else the only completions route; empty if none.
+std::string CompletionsRouteFor(const LlmConfig& c, const LlmRoute& chat);
 
 class SseContinuity {
  public:
@@ -132,6 +144,13 @@ class SseContinuity {
   // Keeps the event's token IDs; takes out those the client did not ask
   // for. True if `j` changed.
   bool TakeTokenIds(nlohmann::json& j, nlohmann::json& choice, bool has_text);
+  // An event of a stream no longer followed: as it came, but without the
+  // token IDs the client did not ask for.
+  void RelayUnfollowed(std::string_view raw, const std::string& event, std::string_view data,
+                       std::string* out) const;
+  bool StripTokenIds(nlohmann::json& j) const;
+  bool asked_ids() const { return call_.has_value() && ids_opt_.ask; }
+  int64_t Delivered() const;  // tokens delivered: by chunk, or by ID where there are more
   // Why the continuation cannot be on token IDs; nullopt: it can.
   std::optional<std::string> WhyNotByIds() const;
   std::optional<int64_t> Remaining() const;  // max tokens left; nullopt: no limit given
@@ -156,12 +175,13 @@ class SseContinuity {
   std::optional<std::string> upstream_error_;
   // Token IDs: asked for, and by the client too (then left in its events).
   TokenIdContinuation ids_opt_;
-  bool asked_ids_ = false;
   bool client_ids_ = false;
-  nlohmann::json prompt_ids_;                // the first upstream's prompt_token_ids
-  std::vector<int64_t> ids_;                 // every token delivered, in order
-  std::optional<std::string> ids_lost_;      // why ids_ is not the whole answer
-  bool by_ids_ = false;                      // the current continuation is on token IDs
+  bool have_prompt_ids_ = false;
+  std::vector<int32_t> prompt_ids_;      // the prompt's, as the first upstream gave them
+  std::vector<int32_t> ids_;             // every token delivered, in order
+  std::optional<std::string> ids_lost_;  // why ids_ is not the whole answer
+  bool restart_ = false;                 // the current continuation asks for the whole answer again
+  bool by_ids_ = false;                  // the current continuation is on token IDs
   std::optional<std::string> text_because_;  // why it is by text
   std::string continuation_path_;
 };

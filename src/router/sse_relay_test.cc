@@ -188,11 +188,9 @@ TEST(SseRelayTest, OnTokenIdsEveryCutGivesTheUninterruptedAnswerWhereTextDoesNot
         EXPECT_EQ(got->text, want->text) << cut << "\n" << client;
         EXPECT_EQ(got->finish_reason, want->finish_reason) << cut;
         EXPECT_EQ(client.find("token_ids\":"), std::string::npos) << "not asked for: " << client;
-        // Cut before the first event, no ID was had: by text, from nothing.
+        // On the IDs, or (cut before any token) the request again from the start.
         if (got->continued > 0) {
-          EXPECT_EQ(got->continued_by, cut < whole.find("\n\n") + 2 ? "text" : "token_ids")
-              << cut << "\n"
-              << client;
+          EXPECT_NE(got->continued_by, "text") << cut << "\n" << client;
         }
         if (got->prompt_tokens) {
           EXPECT_EQ(got->prompt_tokens, want->prompt_tokens) << cut;
@@ -237,6 +235,25 @@ TEST(SseRelayTest, WithoutEveryTokensIdTheContinuationIsByTextAndSaysWhy) {
        R"(data: {"choices":[{"index":0,"text":" a","token_ids":[5]}]})"
        "\n\n",
        on, "the upstream gave no prompt_token_ids"},
+      {LlmApi::kCompletions,
+       R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9,"stop":["\n\nUser:"]})",
+       R"(data: {"choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[5]}]})"
+       "\n\n",
+       on, "stop strings"},
+      {LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9})",
+       R"(data: {"choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[4294967295]}]})"
+       "\n\n",
+       on, "not token IDs"},
+      {LlmApi::kCompletions, R"({"model":"m","stream":true,"prompt":"hi","max_tokens":9})",
+       R"(data: {"choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[]}]})"
+       "\n\n",
+       on, "text without its token_ids"},
+      {LlmApi::kChat,
+       R"({"model":"m","stream":true,"max_tokens":9,"tools":[{"type":"function"}],
+           "messages":[{"role":"user","content":"x"}]})",
+       R"(data: {"prompt_token_ids":[1],"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[5]}]})"
+       "\n\n",
+       on, "offers tools"},
       {LlmApi::kChat,
        R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})",
        R"(data: {"prompt_token_ids":[1],"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[5]}]})"
@@ -281,6 +298,69 @@ TEST(SseRelayTest, WithoutEveryTokensIdTheContinuationIsByTextAndSaysWhy) {
   EXPECT_EQ(chat.continuation_path(), "/v1/completions");
   EXPECT_EQ(next, json::parse(R"({"model":"m","stream":true,"temperature":0,"max_tokens":8,
                                   "prompt":[1,2,5],"return_token_ids":true})"));
+}
+
+// Broken before any token reached the client: the request again, as it
+// was, and the answer says it was begun again.
+TEST(SseRelayTest, NothingDeliveredAsksForTheWholeAnswerAgain) {
+  const TokenIdContinuation on{.ask = true, .completions_path = "/v1/completions"};
+  const std::string body =
+      R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})";
+  SseContinuity sc = Follow(LlmApi::kChat, body, 1 << 20, on);
+  std::string out;
+  sc.Feed(
+      R"(data: {"id":"a","prompt_token_ids":[1],"choices":[{"index":0,"delta":{"role":"assistant","content":""},"token_ids":[]}]})"
+      "\n\n",
+      &out);
+  EXPECT_EQ(json::parse(sc.BeginContinuation()), json::parse(*sc.UpstreamBody()));
+  EXPECT_TRUE(sc.continuation_path().empty());
+  EXPECT_NE(sc.How().find("from the start"), std::string::npos) << sc.How();
+  out.clear();
+  sc.Feed(
+      R"(data: {"id":"b","prompt_token_ids":[1],"choices":[{"index":0,"delta":{"role":"assistant","content":""},"token_ids":[]}]})"
+      "\n\n"
+      R"(data: {"id":"b","choices":[{"index":0,"delta":{"content":" z"},"token_ids":[7]}]})"
+      "\n\n",
+      &out);
+  EXPECT_EQ(out.find("\"role\""), std::string::npos) << out;  // the client had it
+  EXPECT_NE(out.find(R"("gpuha_continued_by":"restart")"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"("id":"a")"), std::string::npos) << out;
+}
+
+// A stream no longer followed (a tool call, which a continuation would
+// lose) is relayed as it comes, without the IDs the client did not ask for.
+TEST(SseRelayTest, AnUnfollowedStreamStillKeepsTheIdsTheClientDidNotAskFor) {
+  const TokenIdContinuation on{.ask = true, .completions_path = "/v1/completions"};
+  SseContinuity sc = Follow(
+      LlmApi::kChat,
+      R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})",
+      1 << 20, on);
+  std::string out;
+  sc.Feed(
+      R"(data: {"prompt_token_ids":[1],"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]},"token_ids":[5]}]})"
+      "\n\n"
+      R"(data: {"choices":[{"index":0,"delta":{"content":" a"},"token_ids":[6]}]})"
+      "\n\n"
+      R"(data: {"choices":[],"usage":{"prompt_tokens":1},"prompt_token_ids":[1]})"
+      "\n\ndata: [DONE]\n\n",
+      &out);
+  EXPECT_TRUE(sc.CannotContinue());
+  EXPECT_TRUE(sc.done());
+  EXPECT_EQ(out.find("token_ids"), std::string::npos) << out;
+  EXPECT_NE(out.find("tool_calls"), std::string::npos) << out;
+  EXPECT_NE(out.find(" a"), std::string::npos) << out;
+}
+
+TEST(SseRelayTest, AChatIsContinuedOnItsSiblingCompletionsRoute) {
+  LlmConfig c;
+  c.routes = {{"/a/v1/chat/completions", LlmApi::kChat, true},
+              {"/b/v1/completions", LlmApi::kCompletions, true},
+              {"/a/v1/completions", LlmApi::kCompletions, true},
+              {"/c/v1/chat/completions", LlmApi::kChat, true}};
+  EXPECT_EQ(CompletionsRouteFor(c, c.routes[0]), "/a/v1/completions");
+  EXPECT_EQ(CompletionsRouteFor(c, c.routes[3]), "");  // two others: which is not known
+  c.routes.erase(c.routes.begin() + 2);
+  EXPECT_EQ(CompletionsRouteFor(c, c.routes[2]), "/b/v1/completions");  // the only one
 }
 
 TEST(SseRelayTest, TheContinuationRequestCarriesTheDeliveredText) {

@@ -180,7 +180,8 @@ BpeLm::Token BpeLm::Next() {
   return {id, bpe.Text(id), false};
 }
 
-LlmGenerator::LlmGenerator(const LlmRequest& r) {
+LlmGenerator::LlmGenerator(const LlmRequest& r)
+    : structured_(r.structured), max_tokens_(r.max_tokens) {
   if (r.model == kLlmBpeModelName) {
     prompt_ids_ = r.prompt_ids ? *r.prompt_ids : Bpe::Get().Encode(r.prompt);
     prompt_tokens_ = static_cast<int>(prompt_ids_.size());
@@ -189,15 +190,57 @@ LlmGenerator::LlmGenerator(const LlmRequest& r) {
     prompt_tokens_ = CountTokens(r.prompt);
     tiny_.emplace(r.prompt);
   }
+  if (structured_) {
+    open_ = Forced(kLlmJsonOpen);
+    close_ = Forced(kLlmJsonClose);
+  }
 }
 
-LlmGenerator::Step LlmGenerator::Next() {
+std::vector<LlmGenerator::Step> LlmGenerator::Forced(std::string_view text) const {
+  if (!bpe_) return {{text, -1, false}};
+  std::vector<Step> steps;
+  for (int id : Bpe::Get().Encode(text)) steps.push_back({Bpe::Get().Text(id), id, false});
+  return steps;
+}
+
+LlmGenerator::Step LlmGenerator::Model() {
   if (bpe_) {
     BpeLm::Token t = bpe_->Next();
     return {t.text, t.id, t.end};
   }
   TinyLm::Token t = tiny_->Next();
   return {t.text, -1, t.end};
+}
+
+LlmGenerator::Step LlmGenerator::Next() {
+  if (!structured_) return Model();
+  Step s{"", -1, true};
+  if (part_ == Part::kOpen) {
+    if (at_ < open_.size()) {
+      s = open_[at_++];
+    } else {
+      part_ = Part::kBody;
+    }
+  }
+  if (part_ == Part::kBody) {
+    // The closing, and the end token after it, must still fit.
+    const bool room = max_tokens_ - given_ > static_cast<int>(close_.size()) + 1;
+    if (room) s = Model();
+    if (!room || s.end) {
+      part_ = Part::kClose;
+      at_ = 0;
+    }
+  }
+  if (part_ == Part::kClose) {
+    if (at_ < close_.size()) {
+      s = close_[at_++];
+    } else {
+      part_ = Part::kDone;
+    }
+  }
+  if (part_ == Part::kDone) s = {"", -1, true};
+  if (!s.end) ++given_;
+  return s;
 }
 
 TinyLm::Token TinyLm::Next() {
@@ -251,6 +294,19 @@ absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
   if (auto n = j.find("n"); n != j.end() && !n->is_null() && *n != 1) {
     return Bad("n", "only 1 is served");
   }
+  if (auto rf = j.find("response_format"); rf != j.end() && !rf->is_null()) {
+    auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (type == rf->end() || !type->is_string()) {
+      return Bad("response_format.type", "required, a string");
+    }
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t != "text" && t != "json_object" && t != "json_schema") {
+      return Bad("response_format.type",
+                 absl::StrCat("'", t, "' is not text, json_object or json_schema"));
+    }
+    r.structured = t != "text";
+  }
+  if (auto g = j.find("guided_json"); g != j.end() && !g->is_null()) r.structured = true;
   if (auto ri = j.find("return_token_ids"); ri != j.end() && !ri->is_null()) {
     if (!ri->is_boolean()) return Bad("return_token_ids", "must be true or false");
     r.return_token_ids = ri->get<bool>();

@@ -122,8 +122,19 @@ struct LlmRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // vLLM's: prompt_token_ids and token_ids in the answer
+  // response_format json_object or json_schema, or vLLM's guided_json: the
+  // answer is one JSON document (LlmGenerator).
+  bool structured = false;
 };
 [[nodiscard]] absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body);
+
+// A structured answer, as an engine held to a grammar gives it:
+// {"answer":"<the model's words>"}. The opening and the closing are tokens
+// of their own (one each on gpuha-tiny, their bytes' tokens on the BPE
+// model), and the closing comes before the end token, or early enough that
+// the end token still fits in max_tokens.
+inline constexpr std::string_view kLlmJsonOpen = "{\"answer\":\"";
+inline constexpr std::string_view kLlmJsonClose = "\"}";
 
 // One answer's tokens, whichever model the request names.
 class LlmGenerator {
@@ -140,10 +151,19 @@ class LlmGenerator {
   const std::vector<int>& prompt_ids() const { return prompt_ids_; }
 
  private:
+  Step Model();
+  std::vector<Step> Forced(std::string_view text) const;
   std::optional<TinyLm> tiny_;
   std::optional<BpeLm> bpe_;
   std::vector<int> prompt_ids_;
   int prompt_tokens_ = 0;
+  // Structured: the opening's steps, then the model's, then the closing's.
+  bool structured_ = false;
+  int max_tokens_ = 0;
+  int given_ = 0;  // steps given that were tokens
+  std::vector<Step> open_, close_;
+  size_t at_ = 0;  // into open_, then into close_
+  enum class Part { kOpen, kBody, kClose, kDone } part_ = Part::kOpen;
 };
 
 // The whole answer, as the worker would stream it: for clients to check.

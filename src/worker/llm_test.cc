@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,37 @@ TEST(LlmTest, TokenIdPromptsAndReturnedIdsAsVllmHasThem) {
     EXPECT_EQ(a->prompt_token_ids, prompt);
     EXPECT_EQ(a->token_ids, std::vector<int>{300});
   }
+}
+
+// Held to a format (response_format json_schema or json_object), an answer
+// is one JSON document, on either model, and closes before max_tokens.
+TEST(LlmTest, StructuredAnswersAreOneJsonDocument) {
+  for (const char* model : {kLlmModelName, kLlmBpeModelName}) {
+    for (int p = 0; p < 100; ++p) {
+      const int max = 4 + p % 60;
+      auto r = ParseLlmRequest(
+          LlmApi::kCompletions,
+          absl::StrCat(R"({"model":")", model, R"(","prompt":"json )", p, R"(","max_tokens":)", max,
+                       R"(,"response_format":{"type":"json_schema","json_schema":{"name":"a",)",
+                       R"("schema":{"type":"object"}}}})"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(r->structured);
+      LlmAnswer a = Complete(*r);
+      if (max < 16) continue;  // the BPE model's opening and closing take 10 or so
+      nlohmann::json doc = nlohmann::json::parse(a.text, nullptr, false);
+      ASSERT_TRUE(doc.is_object()) << model << " " << a.text;
+      EXPECT_TRUE(doc["answer"].is_string()) << a.text;
+      EXPECT_EQ(a.finish_reason, "stop") << a.text;
+      EXPECT_LE(a.completion_tokens, max);
+      if (std::string(model) == kLlmBpeModelName) {
+        EXPECT_EQ(Bpe::Get().Decode(a.token_ids), a.text);
+      }
+    }
+  }
+  auto bad = ParseLlmRequest(LlmApi::kChat, R"({"model":"m","response_format":{"type":"yaml"},
+      "messages":[{"role":"user","content":"x"}]})");
+  EXPECT_NE(bad.status().message().find("response_format.type: 'yaml'"), std::string::npos)
+      << bad.status();
 }
 
 TEST(LlmTest, AnswersEndByLengthOrByTheEndToken) {
