@@ -54,6 +54,9 @@ WorkerCommand::WorkerCommand(CLI::App& parent) {
       ->transform(CLI::CheckedTransformer(std::map<std::string, worker::EngineMetrics>{
           {"both", worker::EngineMetrics::kBoth}, {"vllm", worker::EngineMetrics::kVllm}}))
       ->default_str("both");
+  app_->add_flag("--strict-fields", o_.strict_fields,
+                 "The LLM endpoints refuse fields that are not OpenAI's (400), as OpenAI's own "
+                 "API does");
   app_->add_option("--max-body-bytes", o_.max_body_bytes, "Largest request body")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1} << 32));

@@ -331,6 +331,16 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     UpstreamState* next = h.pipe.Next(&refused);
     if (next == nullptr) break;
     UpstreamState& up = *next;
+    // An upstream that refused return_token_ids before gets the request as
+    // the client sent it.
+    if (!continuing && h.sse && up.refuses_token_ids) {
+      if (std::optional<std::string> b = h.sse->StopAskingForIds(
+              absl::StrCat(up.node, " refuses return_token_ids (a 400 before)"))) {
+        h.body = std::move(*b);
+        h.length = h.body.size();
+      }
+    }
+    const bool token_ids_added = !continuing && h.sse && h.sse->added_ids();
     const std::string& send = continuing ? continuation_body : h.body;
     const Framing send_framing = continuing ? Framing::kLength : h.framing;
     cc.head.clear();
@@ -351,10 +361,24 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       Inc(L.stats.sse_continuations);
       if (h.sse->by_token_ids()) Inc(L.stats.sse_token_id_continuations);
     }
-    co_await Exchange(L, client, lowest, cc, p, up,
-                      {send, h.complete || continuing, send_framing, h.keep_alive, retry_5xx,
-                       h.expect, h.sse ? &*h.sse : nullptr, continuing, h.client_down, &h.pipe},
-                      f);
+    co_await Exchange(
+        L, client, lowest, cc, p, up,
+        {send, h.complete || continuing, send_framing, h.keep_alive, retry_5xx, token_ids_added,
+         h.expect, h.sse ? &*h.sse : nullptr, continuing, h.client_down, &h.pipe},
+        f);
+    if (f.refused_token_ids) {
+      // The same upstream, the request as the client sent it.
+      up.refuses_token_ids = true;
+      spdlog::info("router: stream {}: {} answered 400 to return_token_ids; sent again without it",
+                   h.pipe.stream_id(), up.node);
+      if (std::optional<std::string> b =
+              h.sse->StopAskingForIds(absl::StrCat(up.node, " refused return_token_ids (400)"))) {
+        h.body = std::move(*b);
+        h.length = h.body.size();
+      }
+      h.pipe.SameAgain();
+      continue;
+    }
     if (f.status != 0) h.pipe.Answering(f.status);
     if (f.streamed) h.pipe.Streaming();
     if (f.sse_broken) {

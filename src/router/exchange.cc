@@ -396,6 +396,15 @@ awaitable<void> Exchange(Loop& L, Stream& client, Deadline& lowest, ClientConn& 
     out.why = absl::StrCat("answered ", status);
     co_return;  // the connection closes with its unread body
   }
+  // An upstream whose schema forbids fields it does not know (OpenAI's
+  // own API does) refuses the return_token_ids the router added: the same
+  // request without it follows (Handle).
+  if (req.token_ids_added && status == 400) {
+    out.retryable = true;
+    out.refused_token_ids = true;
+    out.why = "answered 400 to the return_token_ids the router added";
+    co_return;  // the connection closes with its unread body
+  }
   const bool event_stream = req.sse != nullptr && status == 200 && !head_request &&
                             !rp->content_length() && IsEventStream(ContentType(res));
   if (req.continuation && !event_stream) {

@@ -42,9 +42,10 @@ struct ExchangeResult {
   // ended it without [DONE]); the client's answer is open, and the rest
   // may be asked of the next upstream (SseContinuity).
   bool sse_broken = false;
-  Framing down = Framing::kNone;  // the client's body framing, once started
-  int status = 0;                 // the upstream's status relayed to the client (0: none)
-  bool streamed = false;          // the answer relayed is a token stream (SSE)
+  Framing down = Framing::kNone;   // the client's body framing, once started
+  int status = 0;                  // the upstream's status relayed to the client (0: none)
+  bool streamed = false;           // the answer relayed is a token stream (SSE)
+  bool refused_token_ids = false;  // answered 400 to the return_token_ids the router added
   std::string why;
 };
 
@@ -58,6 +59,9 @@ struct OutgoingRequest {
   // relayed (the first attempt of a request with a buffered body, when a
   // standby follows).
   bool retry_5xx = false;
+  // The body carries return_token_ids the router added: a 400 is discarded
+  // (out.refused_token_ids) for the same request without it.
+  bool token_ids_added = false;
   // What the request declared it takes (X-Gpuha-Expect-Ms); 0: nothing.
   common::Duration expect{};
   // An LLM route's request: an event-stream answer is relayed event by

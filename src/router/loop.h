@@ -181,6 +181,9 @@ struct UpstreamState : UpstreamHealth {
   ProgressMonitor first_token;
   ProgressMonitor tokens;
   int consecutive_5xx = 0;  // answers of 5xx in a row
+  // Answered 400 to a request the router had added return_token_ids to:
+  // its LLM requests go as the client sent them (SseContinuity).
+  bool refuses_token_ids = false;
   // Judged stalled (by this loop or another), and no progress seen since:
   // JudgeProgress then needs one overdue request, not min_waiting, and
   // cancels requests that wait on it past their limit while it is ejected.

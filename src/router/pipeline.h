@@ -96,6 +96,13 @@ class Pipeline {
   // upstreams tried before it are forgotten, and if it fails, where the
   // answer goes on is chosen again from the routes and health of now.
   void Lived() { lived_ = true; }
+  // The current attempt's upstream once more, as the same attempt: the
+  // request changed, not the upstream (a field it refused taken out), so
+  // no retry is counted or paid for.
+  void SameAgain() {
+    --tried_;
+    --attempts_;
+  }
   // The current attempt failed; the next may take over. Re-chooses the
   // upstreams after it when the routes moved since they were chosen
   // (unless `f.answered`), or always after an attempt that lived.

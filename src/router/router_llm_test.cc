@@ -61,7 +61,7 @@ Ask LongCompletion(const std::string& seed, int max_tokens, int min_tokens) {
 class RouterLlmTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::StartLlmWorkers(&a_, &b_);
+    testing::StartLlmWorkers(&a_, &b_, strict_fields_);
     if (HasFatalFailure()) return;
     config_.listen = {"127.0.0.1", 0};
     config_.admin = {"127.0.0.1", 0};
@@ -103,6 +103,7 @@ class RouterLlmTest : public ::testing::Test {
     EXPECT_EQ(got->ids.size(), 1u);
   }
 
+  bool strict_fields_ = false;
   std::unique_ptr<worker::Worker> a_, b_;
   RouterConfig config_;
   std::unique_ptr<Router> router_;
@@ -338,6 +339,43 @@ TEST_F(RouterLlmTest, AStructuredAnswerThatBreaksEndsWithAnErrorEventNamingItsFo
   EXPECT_NE(got.status().message().find("response_format json_schema"), std::string::npos)
       << got.status();
   EXPECT_EQ(b_->counters().generation_tokens.load(), 0u);
+}
+
+// Upstreams that refuse fields they do not know (OpenAI's own API does)
+// answer the return_token_ids the router adds with 400: the router sends
+// the request again as the client sent it, to the same upstream, asks that
+// upstream no more, and continues its answers by text.
+class StrictRouterLlmTest : public RouterLlmTest {
+ protected:
+  StrictRouterLlmTest() { strict_fields_ = true; }
+};
+
+TEST_F(StrictRouterLlmTest, AnUpstreamThatRefusesTokenIdsGetsTheRequestAsTheClientSentIt) {
+  for (int i = 0; i < 4; ++i) {
+    Ask first = Completion(absl::StrCat("strict first ", i), 20);
+    ExpectWhole(Start(first.body).get(), first.want);
+  }
+  // A 400 at most once per loop of the router (each keeps its upstreams'
+  // state): then each remembers.
+  const uint64_t refused = a_->counters().http_answers[0][1].load();
+  EXPECT_GE(refused, 1u);
+  EXPECT_LE(refused, static_cast<uint64_t>(config_.threads));
+  EXPECT_EQ(Metric("retries_total"), 0);  // the same upstream again is no retry
+  Ask ask = LongCompletion("strict", 200, 80);
+  const uint64_t before = a_->counters().generation_tokens.load();
+  std::future<Reply> f = Start(ask.body);
+  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= before + 40; }));
+  Fault(*a_, "cut");
+  Reply r = f.get();
+  ExpectWhole(r, ask.want);
+  auto got = worker::ParseStreamedAnswer(worker::LlmApi::kCompletions, r.body);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->continued_by, "text");
+  // Still once per loop at most (this request may have gone to the other
+  // loop), and the continuation asked for no IDs.
+  EXPECT_LE(a_->counters().http_answers[0][1].load(), static_cast<uint64_t>(config_.threads));
+  EXPECT_EQ(b_->counters().http_answers[0][1].load(), 0u);
+  EXPECT_EQ(Metric("sse_continuations_total"), 1);
 }
 
 TEST_F(RouterLlmTest, HealthyStreamsPassUntouched) {

@@ -165,7 +165,17 @@ SseContinuity::SseContinuity(LlmApi api, std::optional<LlmCall> call, std::strin
 }
 
 std::optional<std::string> SseContinuity::UpstreamBody() const {
-  if (!asked_ids() || client_ids_) return std::nullopt;
+  if (!added_ids()) return std::nullopt;
+  return Dump(call_->body);
+}
+
+std::optional<std::string> SseContinuity::StopAskingForIds(std::string why) {
+  if (!asked_ids()) return std::nullopt;
+  const bool added = !client_ids_;
+  if (added) call_->body.erase("return_token_ids");
+  ids_opt_.ask = false;
+  ids_opt_.off_because = std::move(why);
+  if (!added) return std::nullopt;
   return Dump(call_->body);
 }
 

@@ -107,6 +107,12 @@ class SseContinuity {
   // The request body to send in place of the client's (it asks for token
   // IDs); nullopt: the client's as it came.
   std::optional<std::string> UpstreamBody() const;
+  // The router added return_token_ids to the request (the client had not).
+  bool added_ids() const { return asked_ids() && !client_ids_; }
+  // An upstream refused the return_token_ids added to the request: from
+  // here on it is not asked for, and continuations are by text. The body
+  // to send instead (the client's fields; nullopt if none was added).
+  std::optional<std::string> StopAskingForIds(std::string why);
 
   // The upstream's body bytes; whole events are appended to `out`
   // (rewritten during a continuation). Returns the tokens in them.

@@ -388,6 +388,41 @@ absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body) {
   return r;
 }
 
+std::optional<std::string> UnknownOpenAiField(LlmApi api, std::string_view body) {
+  static constexpr std::array<std::string_view, 17> kCommon = {"model",
+                                                               "stream",
+                                                               "stream_options",
+                                                               "max_tokens",
+                                                               "n",
+                                                               "temperature",
+                                                               "top_p",
+                                                               "seed",
+                                                               "stop",
+                                                               "response_format",
+                                                               "user",
+                                                               "logprobs",
+                                                               "presence_penalty",
+                                                               "frequency_penalty",
+                                                               "logit_bias",
+                                                               "top_logprobs",
+                                                               "service_tier"};
+  static constexpr std::array<std::string_view, 4> kCompletions = {"prompt", "echo", "best_of",
+                                                                   "suffix"};
+  static constexpr std::array<std::string_view, 6> kChat = {
+      "messages",    "max_completion_tokens", "tools",
+      "tool_choice", "parallel_tool_calls",   "reasoning_effort"};
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;  // ParseLlmRequest names what is wrong
+  auto known = [&](const std::string& k) {
+    auto in = [&](auto& list) { return std::find(list.begin(), list.end(), k) != list.end(); };
+    return in(kCommon) || (api == LlmApi::kCompletions ? in(kCompletions) : in(kChat));
+  };
+  for (const auto& [k, v] : j.items()) {
+    if (!known(k)) return absl::StrCat("Unrecognized request argument supplied: ", k);
+  }
+  return std::nullopt;
+}
+
 LlmAnswer Complete(const LlmRequest& r) {
   LlmAnswer a;
   LlmGenerator lm(r);

@@ -127,6 +127,11 @@ struct LlmRequest {
   bool structured = false;
 };
 [[nodiscard]] absl::StatusOr<LlmRequest> ParseLlmRequest(LlmApi api, std::string_view body);
+// As OpenAI's own API does (and a server whose schema forbids extra
+// fields): the first field of `body` that is not OpenAI's, named in the
+// 400's words ("Unrecognized request argument supplied: return_token_ids");
+// nullopt if none.
+std::optional<std::string> UnknownOpenAiField(LlmApi api, std::string_view body);
 
 // A structured answer, as an engine held to a grammar gives it:
 // {"answer":"<the model's words>"}. The opening and the closing are tokens

@@ -198,6 +198,17 @@ TEST(LlmTest, StructuredAnswersAreOneJsonDocument) {
       << bad.status();
 }
 
+TEST(LlmTest, FieldsThatAreNotOpenAisAreNamedAsOpenAiNamesThem) {
+  EXPECT_EQ(UnknownOpenAiField(LlmApi::kCompletions,
+                               R"({"model":"m","prompt":"x","return_token_ids":true})"),
+            "Unrecognized request argument supplied: return_token_ids");
+  EXPECT_EQ(UnknownOpenAiField(LlmApi::kChat, R"({"model":"m","messages":[],"prompt":"x"})"),
+            "Unrecognized request argument supplied: prompt");
+  EXPECT_EQ(UnknownOpenAiField(LlmApi::kChat, R"({"model":"m","messages":[],"max_tokens":3,
+                                                  "stream":true,"seed":1})"),
+            std::nullopt);
+}
+
 TEST(LlmTest, AnswersEndByLengthOrByTheEndToken) {
   int stops = 0, lengths = 0;
   for (int p = 0; p < 200; ++p) {

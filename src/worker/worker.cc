@@ -289,6 +289,11 @@ struct Worker::Impl {
     if (req.method() != http::verb::post) {
       co_return co_await whole(405, LlmErrorJson(405, "completions take POST"));
     }
+    if (o.strict_fields) {
+      if (std::optional<std::string> why = UnknownOpenAiField(api, req.body())) {
+        co_return co_await whole(400, LlmErrorJson(400, *why));
+      }
+    }
     absl::StatusOr<LlmRequest> r = ParseLlmRequest(api, req.body());
     if (!r.ok()) {
       std::string msg(r.status().message());

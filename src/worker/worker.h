@@ -92,6 +92,9 @@ struct WorkerOptions {
   size_t max_body_bytes = 64 << 20;
   WorkerFault fault;  // in force from the start
   EngineMetrics engine_metrics = EngineMetrics::kBoth;
+  // The LLM endpoints refuse fields that are not OpenAI's (400), as OpenAI's
+  // own API and servers whose schema forbids extra fields do.
+  bool strict_fields = false;
 };
 
 // The worker's counters, declared once: field, /metrics family, whether it
