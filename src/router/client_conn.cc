@@ -70,6 +70,12 @@ struct HttpCall {
     co_await net::async_write(client, net::buffer(out), Redirect(wec));
     co_return keep_alive && !wec && client_down == Framing::kChunked;
   }
+  // The body to send in place of the client's (complete, so its length is
+  // its size).
+  void ReplaceBody(std::string b) {
+    body = std::move(b);
+    length = body.size();
+  }
   // A token stream whose rest cannot be had ends with an error event: the
   // client's parser reports it, instead of taking a cut answer for a whole one.
   awaitable<bool> Cut(std::string why) {
@@ -229,10 +235,29 @@ void FollowLlm(HttpCall<Stream>& h) {
                 std::move(ids));
   // The request asks for token IDs (return_token_ids) where the client's
   // did not.
-  if (std::optional<std::string> b = h.sse->UpstreamBody()) {
-    h.body = std::move(*b);
-    h.length = h.body.size();
+  if (std::optional<std::string> b = h.sse->UpstreamBody()) h.ReplaceBody(std::move(*b));
+}
+
+// The return_token_ids the router added taken out of the request: `up`
+// refused it (a 400), now or before.
+template <class Stream>
+void StopAskingForIds(HttpCall<Stream>& h, const UpstreamState& up, const char* how) {
+  if (std::optional<std::string> b =
+          h.sse->StopAskingForIds(absl::StrCat(up.node, " refused return_token_ids", how))) {
+    h.ReplaceBody(std::move(*b));
   }
+}
+
+// Where an attempt goes: the request's target; for a chat continued on its
+// token IDs, the completions route, with the request's query (made in
+// `storage`: the common path copies nothing).
+template <class Stream>
+std::string_view AttemptTarget(HttpCall<Stream>& h, bool continuing, std::string* storage) {
+  const std::string_view t = h.pipe.target();
+  if (!continuing || h.sse->continuation_path().empty()) return t;
+  *storage = h.sse->continuation_path();
+  if (size_t query = t.find('?'); query != std::string_view::npos) storage->append(t.substr(query));
+  return *storage;
 }
 
 // A token stream broke mid-answer on the current upstream: its end, an
@@ -333,26 +358,13 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
     UpstreamState& up = *next;
     // An upstream that refused return_token_ids before gets the request as
     // the client sent it.
-    if (!continuing && h.sse && up.refuses_token_ids) {
-      if (std::optional<std::string> b = h.sse->StopAskingForIds(
-              absl::StrCat(up.node, " refuses return_token_ids (a 400 before)"))) {
-        h.body = std::move(*b);
-        h.length = h.body.size();
-      }
-    }
+    if (!continuing && h.sse && up.refuses_token_ids) StopAskingForIds(h, up, " before");
     const bool token_ids_added = !continuing && h.sse && h.sse->added_ids();
     const std::string& send = continuing ? continuation_body : h.body;
     const Framing send_framing = continuing ? Framing::kLength : h.framing;
     cc.head.clear();
-    // A chat continued on its token IDs goes to the completions route.
-    std::string elsewhere;
-    if (continuing && !h.sse->continuation_path().empty()) {
-      const std::string_view t = h.pipe.target();
-      const size_t query = t.find('?');
-      elsewhere = h.sse->continuation_path();
-      if (query != std::string_view::npos) elsewhere.append(t.substr(query));
-    }
-    AppendUpstreamHead(p.get(), elsewhere.empty() ? h.pipe.target() : elsewhere, up.address,
+    std::string target;
+    AppendUpstreamHead(p.get(), AttemptTarget(h, continuing, &target), up.address,
                        h.pipe.tenant_name(), h.pipe.stream_id(), cc.peer_ip, send_framing,
                        continuing ? send.size() : h.length, &cc.head);
     f = ExchangeResult{};
@@ -371,11 +383,7 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
       up.refuses_token_ids = true;
       spdlog::info("router: stream {}: {} answered 400 to return_token_ids; sent again without it",
                    h.pipe.stream_id(), up.node);
-      if (std::optional<std::string> b =
-              h.sse->StopAskingForIds(absl::StrCat(up.node, " refused return_token_ids (400)"))) {
-        h.body = std::move(*b);
-        h.length = h.body.size();
-      }
+      StopAskingForIds(h, up, " (400)");
       h.pipe.SameAgain();
       continue;
     }

@@ -59,7 +59,7 @@ Ask LongCompletion(const std::string& seed, int max_tokens, int min_tokens) {
 }
 
 class RouterLlmTest : public ::testing::Test {
- protected:
+ public:  // for the helpers below the fixture
   void SetUp() override {
     testing::StartLlmWorkers(&a_, &b_, strict_fields_);
     if (HasFatalFailure()) return;
@@ -296,29 +296,31 @@ void ExpectWholeOnIds(const Reply& r, const BpeAsk& ask) {
   }
 }
 
-TEST_F(RouterLlmTest, ATokenizerModelsAnswersCutMidAnswerAreContinuedOnTheirTokenIds) {
-  BpeAsk completion = LongBpe(worker::LlmApi::kCompletions, "cut completion", false);
-  BpeAsk chat = LongBpe(worker::LlmApi::kChat, "cut chat", true);
-  std::future<Reply> f1 = Start(completion.body, "", completion.path);
-  std::future<Reply> f2 = Start(chat.body, "", chat.path);
-  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 40; }));
-  Fault(*a_, "cut");
+// A completion and a chat on the primary, the client asking for the IDs on
+// one of them, both mid-answer when `fault` strikes.
+void ExpectContinuedOnIdsThrough(RouterLlmTest& t, worker::Worker& primary, const char* fault,
+                                 bool completion_asks_ids) {
+  BpeAsk completion = LongBpe(worker::LlmApi::kCompletions, absl::StrCat(fault, " completion"),
+                              completion_asks_ids);
+  BpeAsk chat = LongBpe(worker::LlmApi::kChat, absl::StrCat(fault, " chat"), !completion_asks_ids);
+  std::future<Reply> f1 = t.Start(completion.body, "", completion.path);
+  std::future<Reply> f2 = t.Start(chat.body, "", chat.path);
+  // Both generating, and some way into their answers.
+  ASSERT_TRUE(Eventually([&] { return primary.counters().llm_running.load() >= 2; }));
+  ASSERT_TRUE(Eventually([&] { return primary.counters().generation_tokens.load() >= 40; }));
+  t.Fault(primary, fault);
   ExpectWholeOnIds(f1.get(), completion);
   ExpectWholeOnIds(f2.get(), chat);
-  EXPECT_EQ(Metric("sse_token_id_continuations_total"), 2);
+  EXPECT_EQ(t.Metric("sse_token_id_continuations_total"), 2);
+  t.Fault(primary, "none");
+}
+
+TEST_F(RouterLlmTest, ATokenizerModelsAnswersCutMidAnswerAreContinuedOnTheirTokenIds) {
+  ExpectContinuedOnIdsThrough(*this, *a_, "cut", false);
 }
 
 TEST_F(RouterLlmTest, ATokenizerModelsAnswersStalledMidAnswerAreContinuedOnTheirTokenIds) {
-  BpeAsk completion = LongBpe(worker::LlmApi::kCompletions, "stuck completion", true);
-  BpeAsk chat = LongBpe(worker::LlmApi::kChat, "stuck chat", false);
-  std::future<Reply> f1 = Start(completion.body, "", completion.path);
-  std::future<Reply> f2 = Start(chat.body, "", chat.path);
-  ASSERT_TRUE(Eventually([&] { return a_->counters().generation_tokens.load() >= 40; }));
-  Fault(*a_, "stuck");
-  ExpectWholeOnIds(f1.get(), completion);
-  ExpectWholeOnIds(f2.get(), chat);
-  EXPECT_EQ(Metric("sse_token_id_continuations_total"), 2);
-  Fault(*a_, "none");
+  ExpectContinuedOnIdsThrough(*this, *a_, "stuck", true);
 }
 
 // Output held to a JSON schema cannot be continued (the standby would start
