@@ -5,6 +5,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/beast/ssl.hpp>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -289,6 +290,8 @@ awaitable<std::optional<bool>> AfterBrokenAnswer(HttpCall<Stream>& h, const Exch
   if (!h.pipe.HasNext()) {
     co_return co_await h.Cut(absl::StrCat("no standby to continue the answer on; ", last));
   }
+  // A standby known to refuse return_token_ids is asked by text.
+  if (h.pipe.upcoming().refuses_token_ids) StopAskingForIds(h, h.pipe.upcoming(), " before");
   *continuation_body = sse.BeginContinuation();
   spdlog::info("router: stream {}: answer broke after {} tokens ({}); continuing it on {} {}",
                h.pipe.stream_id(), sse.tokens(), last, h.pipe.upcoming().node, sse.How());
@@ -350,6 +353,8 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
   // one is asked for the rest (continuation_body).
   bool continuing = false;
   std::string continuation_body;
+  // Sent again without the return_token_ids it answered 400 to.
+  const UpstreamState* sent_without_ids = nullptr;
   std::optional<Refusal> refused;
   for (;;) {
     if (h.pipe.attempts() > 0 && f.body_consumed) break;
@@ -380,12 +385,17 @@ awaitable<bool> Handle(Loop& L, Stream& client, Deadline& lowest, ClientConn& cc
         f);
     if (f.refused_token_ids) {
       // The same upstream, the request as the client sent it.
-      up.refuses_token_ids = true;
       spdlog::info("router: stream {}: {} answered 400 to return_token_ids; sent again without it",
                    h.pipe.stream_id(), up.node);
       StopAskingForIds(h, up, " (400)");
+      sent_without_ids = &up;
       h.pipe.SameAgain();
       continue;
+    }
+    // Taken without the field: the upstream refuses it, and is asked no
+    // more. A 400 again was the client's request, not the field.
+    if (std::exchange(sent_without_ids, nullptr) == &up && f.status != 0 && f.status != 400) {
+      up.refuses_token_ids = true;
     }
     if (f.status != 0) h.pipe.Answering(f.status);
     if (f.streamed) h.pipe.Streaming();

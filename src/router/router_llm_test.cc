@@ -319,6 +319,20 @@ TEST_F(RouterLlmTest, ATokenizerModelsAnswersCutMidAnswerAreContinuedOnTheirToke
   ExpectContinuedOnIdsThrough(*this, *a_, "cut", false);
 }
 
+// A 400 that is the client's own (a field of the wrong type) comes back to
+// it, sent once with the router's return_token_ids and once without; the
+// upstream is still asked for token IDs after.
+TEST_F(RouterLlmTest, AClientsOwnBadRequestDoesNotStopTheTokenIds) {
+  for (int i = 0; i < 4; ++i) {
+    Reply bad = Start(R"({"model":"gpuha-tiny-bpe","stream":true,"max_tokens":5,"prompt":"x",
+                          "stream_options":{"include_usage":1}})")
+                    .get();
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    EXPECT_NE(bad.body.find("stream_options.include_usage"), std::string::npos) << bad.body;
+  }
+  ExpectContinuedOnIdsThrough(*this, *a_, "cut", false);
+}
+
 TEST_F(RouterLlmTest, ATokenizerModelsAnswersStalledMidAnswerAreContinuedOnTheirTokenIds) {
   ExpectContinuedOnIdsThrough(*this, *a_, "stuck", true);
 }
